@@ -1,0 +1,31 @@
+# Two commands on a fresh machine:  `make run`  and  `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint venv clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first and pinned: the CPU build on disk; never an unpinned torch (CUDA wheels, GBs).
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,capture]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# The main job on the embedded default data: analyze a real 8-GPU DLRM trace.
+run: $(STAMP)
+	$(BIN)/trainsim analyze examples/data/param_dlrm_8xv100
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

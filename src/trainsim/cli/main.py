@@ -1,0 +1,81 @@
+"""The ``trainsim`` command: a thin layer over the Python API.
+
+Contract (DESIGN.md "CLI contract"): every command takes ``--format table|json``; JSON goes to
+stdout alone, logs and progress to stderr; exit 0 on success, 1 on a ``TrainsimError`` (one
+line, no traceback unless ``--debug``), 2 on a usage error.
+
+Each command lives in its own module under ``trainsim.cli`` and registers itself on ``app``;
+``COMMAND_MODULES`` is the one table of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from trainsim.errors import TrainsimError
+
+app = typer.Typer(
+    name="trainsim",
+    help="Predict, explain and optimise the time of one ML training iteration.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+COMMAND_MODULES = (
+    "trainsim.cli.analyze_cmd",
+    "trainsim.cli.capture_cmd",
+    "trainsim.cli.replay_cmd",
+    "trainsim.cli.validate_cmd",
+)
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    _state["debug"] = debug
+
+
+def _register() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:  # a real missing dependency inside the module
+                raise
+
+
+def app_entry() -> None:
+    """Console-script entry point with the error contract."""
+    _register()
+    debug = "--debug" in sys.argv
+    try:
+        app(standalone_mode=False)
+    except TrainsimError as e:
+        if debug:
+            raise
+        print(f"trainsim: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except (typer.Exit, SystemExit) as e:
+        code = getattr(e, "exit_code", None)
+        if code is None:
+            code = getattr(e, "code", 0)
+        sys.exit(code or 0)
+    except typer.Abort:
+        print("trainsim: aborted", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:  # click usage errors carry exit_code 2
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if isinstance(e, KeyboardInterrupt):
+            sys.exit(130)
+        raise

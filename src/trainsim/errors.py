@@ -1,0 +1,74 @@
+"""The one exception tree of trainsim.
+
+::
+
+    TrainsimError                  every error trainsim raises on purpose
+    ├── ConfigError                bad user input: flags, YAML, catalog names
+    ├── TraceFormatError           a trace file that cannot be read as what it claims to be
+    │   ├── UnsupportedSchemaError an execution-trace schema version we have no parser for
+    │   └── TraceMismatchError     an ET/Kineto pair, or a set of rank traces, that do not belong together
+    ├── GraphError                 an IR that violates its invariants (dangling ids, cycles)
+    ├── ModelError                 a performance model cannot answer
+    │   └── NotCalibratedError     no fitted model for this device/family
+    ├── Infeasible                 a plan that cannot run (memory, divisibility): an expected outcome
+    ├── CaptureError               recording a trace on this machine failed
+    └── SimulationError            the simulator cannot make progress (deadlock, missing peer)
+
+The CLI prints ``str(error)`` on one line and exits 1 for any ``TrainsimError``.
+Messages say what failed, which input (file, field, rank, op) and what to do.
+"""
+
+from __future__ import annotations
+
+
+class TrainsimError(Exception):
+    """Base class for every error trainsim raises on purpose."""
+
+
+class ConfigError(TrainsimError):
+    """Invalid user input (flags, YAML, catalog names)."""
+
+
+class TraceFormatError(TrainsimError):
+    """A trace file cannot be read as the format it claims to be."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class UnsupportedSchemaError(TraceFormatError):
+    """An execution trace with a schema version no parser handles."""
+
+
+class TraceMismatchError(TraceFormatError):
+    """Traces that do not belong together (ET vs Kineto, or ranks of different jobs)."""
+
+
+class GraphError(TrainsimError):
+    """The workload IR violates one of its invariants."""
+
+
+class ModelError(TrainsimError):
+    """A performance model cannot produce a prediction."""
+
+
+class NotCalibratedError(ModelError):
+    """No fitted model exists for the requested device and kernel family."""
+
+
+class Infeasible(TrainsimError):
+    """A plan that cannot run; search counts these by reason."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class CaptureError(TrainsimError):
+    """Capturing traces on this machine failed."""
+
+
+class SimulationError(TrainsimError):
+    """The simulator cannot make progress (cycle, deadlock, missing collective member)."""

@@ -1,0 +1,122 @@
+"""Iteration (step) windows of a Kineto trace.
+
+``ProfilerStep#N`` annotations give the windows directly. Traces recorded without them (the
+PARAM ResNet and linear traces) are cut at the repeating iteration: the sequence of top-level
+CPU events on the busiest thread is periodic, and an event name that occurs exactly once per
+period with identical segments between occurrences is an iteration boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from trainsim.errors import TraceFormatError
+from trainsim.ingest.kineto import Event, KinetoTrace
+
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class StepWindow:
+    """A CPU-side iteration window in the trace's raw time unit."""
+
+    number: int
+    start: float
+    end: float
+    from_marker: bool
+    anchor: str = ""
+
+
+def top_level(events: list[Event]) -> list[Event]:
+    """Events (sorted by ts, -dur) not contained in an earlier event of the same list."""
+    out: list[Event] = []
+    end = float("-inf")
+    for e in events:
+        ts = float(e.ts)  # type: ignore[arg-type]
+        if ts >= end:
+            out.append(e)
+            end = ts + e.dur
+    return out
+
+
+def find_steps(trace: KinetoTrace) -> list[StepWindow]:
+    marked = []
+    for e in trace.cpu:
+        m = _STEP_RE.match(e.name)
+        if m:
+            marked.append(StepWindow(int(m.group(1)), float(e.ts), float(e.ts) + e.dur, True))  # type: ignore[arg-type]
+    if marked:
+        marked.sort(key=lambda w: w.start)
+        return marked
+    return detect_repeating_steps(trace)
+
+
+def _main_thread_events(trace: KinetoTrace) -> list[Event]:
+    by_tid: dict[object, list[Event]] = defaultdict(list)
+    for e in trace.cpu:
+        by_tid[(e.pid, e.tid)].append(e)
+    if not by_tid:
+        raise TraceFormatError(trace.source, "no CPU events to find iterations in")
+    tid = max(by_tid, key=lambda t: len(by_tid[t]))
+    return top_level(by_tid[tid])
+
+
+def detect_repeating_steps(trace: KinetoTrace, *, min_repeats: int = 2) -> list[StepWindow]:
+    """Cut the trace at a once-per-iteration anchor event (see module docstring)."""
+    seq = _main_thread_events(trace)
+    names = [e.name for e in seq]
+    counts = Counter(names)
+    best: tuple[int, float, int, str] | None = None  # (repeats, score, -first_index, name)
+    first_index = {n: i for i, n in reversed(list(enumerate(names)))}
+    for name, k in counts.items():
+        if k < min_repeats:
+            continue
+        idx = [i for i, n in enumerate(names) if n == name]
+        segments = [tuple(names[a:b]) for a, b in zip(idx, idx[1:], strict=False)]
+        if not segments:
+            continue
+        mode, mode_count = Counter(segments).most_common(1)[0]
+        score = mode_count / len(segments)
+        if score < 0.8 or len(mode) < 2:
+            continue
+        bonus = 1 if re.search(r"zero_grad", name) else 0
+        key = (k, score + bonus, -first_index[name], name)
+        if best is None or key > best:
+            best = key
+    if best is None:
+        raise TraceFormatError(
+            trace.source,
+            "no ProfilerStep markers and no repeating iteration found "
+            "(record with torch.profiler schedule/step(), or pass one iteration)",
+        )
+    anchor = best[3]
+    starts = [float(e.ts) for e in seq if e.name == anchor]  # type: ignore[arg-type]
+    last_end = max(float(e.ts) + e.dur for e in seq)  # type: ignore[arg-type]
+    ends = [*starts[1:], last_end]
+    return [
+        StepWindow(i, s, e, False, anchor) for i, (s, e) in enumerate(zip(starts, ends, strict=True))
+    ]
+
+
+def choose_step(steps: list[StepWindow], which: str | int = "median") -> StepWindow:
+    """Pick one window: ``median`` (steady state, default), ``last``, ``first`` or a step number."""
+    if not steps:
+        raise ValueError("no steps")
+    if isinstance(which, int) or (isinstance(which, str) and which.isdigit()):
+        n = int(which)
+        for s in steps:
+            if s.number == n:
+                return s
+        raise TraceFormatError("<steps>", f"step {n} not in trace (have {[s.number for s in steps]})")
+    if which == "first":
+        return steps[0]
+    if which == "last":
+        return steps[-1]
+    if which == "median":
+        # Drop the final window when detected (it may be cut by the end of the recording).
+        pool = steps if steps[0].from_marker or len(steps) < 3 else steps[:-1]
+        ordered = sorted(pool, key=lambda s: (s.end - s.start, s.number))
+        return ordered[(len(ordered) - 1) // 2 + (1 if len(ordered) % 2 == 0 else 0)]
+    raise TraceFormatError("<steps>", f"unknown step selector {which!r} (median|first|last|N)")

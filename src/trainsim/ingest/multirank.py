@@ -1,0 +1,184 @@
+"""Per-rank traces → one Workload: rank identification, a shared clock origin, one iteration
+window per rank, and collectives matched across ranks by (process group, sequence number)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainsim.errors import TraceFormatError, TraceMismatchError
+from trainsim.ingest.iterations import StepWindow, choose_step, find_steps
+from trainsim.ingest.kineto import KinetoTrace, decode_kineto
+from trainsim.ingest.rank_builder import RankBuilder
+from trainsim.ingest.sources import BlobKind, TraceBlob, read_paths
+from trainsim.ir.graph import RankGraph, Workload
+
+
+@dataclass(slots=True)
+class CollectiveMatch:
+    instances: int = 0
+    matched: int = 0
+    by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    peers_missing: bool = False  # some group members were not among the input traces
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instances": self.instances, "matched": self.matched, "by_kind": self.by_kind,
+            "problems": self.problems[:20], "peers_missing": self.peers_missing,
+        }  # fmt: skip
+
+
+@dataclass(slots=True)
+class LoadedTraces:
+    """Everything ``analyze``/``replay`` need: the workload plus the raw per-rank tables."""
+
+    workload: Workload
+    traces: dict[int, KinetoTrace]
+    steps: dict[int, list[StepWindow]]
+    chosen: dict[int, StepWindow]
+    origin: float
+    match: CollectiveMatch
+    et_blobs: list[TraceBlob]
+    skipped: list[str]
+
+
+def _assign_ranks(traces: list[KinetoTrace]) -> dict[int, KinetoTrace]:
+    out: dict[int, KinetoTrace] = {}
+    for i, t in enumerate(traces):
+        r = t.rank
+        if r is None:
+            if len(traces) == 1:
+                r = 0
+            else:
+                raise TraceMismatchError(
+                    t.source,
+                    "cannot tell which rank this trace is (no distributedInfo.rank and no rank "
+                    "number in the file name, e.g. rank3.json or worker3_*.json)",
+                )
+        if r in out:
+            raise TraceMismatchError(
+                t.source, f"rank {r} appears twice (also {out[r].source}); pass one trace per rank"
+            )
+        out[r] = t
+        del i
+    sizes = {t.world_size for t in out.values() if t.world_size is not None}
+    if len(sizes) > 1:
+        raise TraceMismatchError(
+            next(iter(out.values())).source, f"ranks disagree on world_size: {sorted(sizes)}"
+        )
+    return out
+
+
+def load_traces(
+    paths: Iterable[str | Path], *, step: str | int = "median", time_unit: str | None = None
+) -> LoadedTraces:
+    blobs = read_paths(paths)
+    kineto_blobs = [b for b in blobs if b.kind is BlobKind.KINETO]
+    et_blobs = [b for b in blobs if b.kind is BlobKind.EXECUTION_TRACE]
+    skipped = [f"{b.name}: {b.kind.value}" for b in blobs if b.kind in (BlobKind.CHAKRA, BlobKind.UNKNOWN)]
+    if not kineto_blobs:
+        first = blobs[0].name if blobs else str(list(paths))
+        if et_blobs:
+            raise TraceFormatError(
+                first, "only execution traces given; analyze/replay need the Kineto trace too"
+            )
+        raise TraceFormatError(first, "not a Kineto trace (no 'traceEvents' key found)")
+    traces = _assign_ranks([decode_kineto(b.name, b.data, time_unit=time_unit) for b in kineto_blobs])
+    return build_workload(traces, step=step, et_blobs=et_blobs, skipped=skipped)
+
+
+def build_workload(
+    traces: dict[int, KinetoTrace],
+    *,
+    step: str | int = "median",
+    et_blobs: list[TraceBlob] | None = None,
+    skipped: list[str] | None = None,
+) -> LoadedTraces:
+    # A shared clock: ranks of one job on one host share it; across hosts it is NTP-aligned.
+    origins = {r: t.origin() * t.unit_to_s for r, t in traces.items()}
+    origin_s = min(origins.values())
+    world_size = max((t.world_size or 0) for t in traces.values()) or len(traces)
+    world = tuple(range(world_size))
+    ranks: list[RankGraph] = []
+    steps: dict[int, list[StepWindow]] = {}
+    chosen: dict[int, StepWindow] = {}
+    for r in sorted(traces):
+        t = traces[r]
+        steps[r] = find_steps(t)
+        chosen[r] = _pick(steps[r], step, t)
+        builder = RankBuilder(t, origin=origin_s / t.unit_to_s, world=world)
+        ranks.append(builder.build(chosen[r], rank=r))
+    groups = _process_groups(ranks, world)
+    workload = Workload(
+        ranks=tuple(ranks),
+        process_groups=groups,
+        metadata={
+            "source": "kineto",
+            "files": [traces[r].source for r in sorted(traces)],
+            "device": next((t.device_name for t in traces.values() if t.device_name), ""),
+            "time_origin_us": origin_s * 1e6,
+            "world_size": world_size,
+            "time_unit": "s",
+        },
+    )
+    return LoadedTraces(
+        workload=workload, traces=traces, steps=steps, chosen=chosen, origin=origin_s,
+        match=match_collectives(workload), et_blobs=et_blobs or [], skipped=skipped or [],
+    )  # fmt: skip
+
+
+def _pick(steps: list[StepWindow], which: str | int, t: KinetoTrace) -> StepWindow:
+    # Across ranks, a step number must refer to the same iteration: choose by number when the
+    # traces have markers (median by duration could differ per rank).
+    if which == "median" and steps and steps[0].from_marker and len(steps) > 1:
+        return choose_step(steps, "median")
+    try:
+        return choose_step(steps, which)
+    except TraceFormatError as e:
+        raise TraceFormatError(t.source, e.problem) from e
+
+
+def _process_groups(ranks: list[RankGraph], world: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    groups: dict[str, tuple[int, ...]] = {}
+    for r in ranks:
+        for k in r.kernels():
+            c = k.collective
+            if c is not None and c.group not in groups:
+                groups[c.group] = c.group_ranks or world
+    return groups
+
+
+def match_collectives(w: Workload) -> CollectiveMatch:
+    """Every collective instance (group, seq) must appear on every loaded member rank."""
+    loaded = {r.rank for r in w.ranks}
+    inst: dict[tuple[str, int], dict[int, str]] = defaultdict(dict)
+    for r in w.ranks:
+        for k in r.kernels():
+            c = k.collective
+            if c is not None:
+                inst[(c.group, c.seq)][r.rank] = c.kind.value
+    m = CollectiveMatch()
+    by_kind: dict[str, Counter[str]] = defaultdict(Counter)
+    for (group, seq), members in sorted(inst.items()):
+        expected = set(w.process_groups.get(group, ())) or loaded
+        if not expected <= loaded:
+            m.peers_missing = True
+        expected &= loaded
+        kinds = set(members.values())
+        kind = next(iter(kinds)) if len(kinds) == 1 else "mixed"
+        m.instances += 1
+        by_kind[kind]["instances"] += 1
+        if set(members) == expected and len(kinds) == 1:
+            m.matched += 1
+            by_kind[kind]["matched"] += 1
+        else:
+            missing = sorted(expected - set(members))
+            m.problems.append(
+                f"group {group} seq {seq}: kinds {sorted(kinds)}, missing on ranks {missing}"
+            )
+    m.by_kind = {k: dict(v) for k, v in by_kind.items()}
+    return m
