@@ -52,30 +52,17 @@ def _register() -> None:
 
 
 def app_entry() -> None:
-    """Console-script entry point with the error contract."""
+    """Console-script entry point with the error contract (exit 1 + one line on TrainsimError)."""
     _register()
     debug = "--debug" in sys.argv
     try:
-        app(standalone_mode=False)
+        # standalone mode: click/typer print usage errors themselves and exit 2.
+        app()
     except TrainsimError as e:
         if debug:
             raise
         print(f"trainsim: error: {e}", file=sys.stderr)
         sys.exit(1)
-    except (typer.Exit, SystemExit) as e:
-        code = getattr(e, "exit_code", None)
-        if code is None:
-            code = getattr(e, "code", 0)
-        sys.exit(code or 0)
-    except typer.Abort:
-        print("trainsim: aborted", file=sys.stderr)
-        sys.exit(1)
-    except Exception as e:  # click usage errors carry exit_code 2
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, KeyboardInterrupt):
-            sys.exit(130)
-        raise
+    except KeyboardInterrupt:
+        print("trainsim: interrupted", file=sys.stderr)
+        sys.exit(130)

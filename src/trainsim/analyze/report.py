@@ -1,0 +1,91 @@
+"""The ``analyze`` pipeline as one function: load traces, link ETs, break down every rank."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainsim.analyze.breakdown import RankBreakdown, workload_breakdown
+from trainsim.host.overheads import build_overhead_db
+from trainsim.ingest.multirank import LoadedTraces, load_traces
+from trainsim.ir.graph import Workload
+
+
+@dataclass(slots=True)
+class Analysis:
+    loaded: LoadedTraces
+    workload: Workload
+    ranks: list[RankBreakdown]
+    et_link: dict[int, dict[str, Any]] = field(default_factory=dict)
+    written: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        w = self.workload
+        return {
+            "measured_step_s": w.measured_step_s,
+            "device": w.metadata.get("device", ""),
+            "world_size": w.metadata.get("world_size"),
+            "files": w.metadata.get("files", []),
+            "steps": {
+                str(r): [
+                    {"number": s.number, "cpu_window_s": (s.end - s.start) * self.loaded.traces[r].unit_to_s,
+                     "from_marker": s.from_marker}
+                    for s in steps
+                ]
+                for r, steps in self.loaded.steps.items()
+            },
+            "chosen_step": {str(r): s.number for r, s in self.loaded.chosen.items()},
+            "ranks": [b.to_dict() for b in self.ranks],
+            "collectives_matched": self.loaded.match.to_dict(),
+            "et_link": {str(k): v for k, v in self.et_link.items()},
+            "skipped_inputs": self.loaded.skipped,
+            "written": self.written,
+            "provenance": "measured (real trace)",
+        }  # fmt: skip
+
+
+def analyze_paths(
+    paths: Sequence[str | Path],
+    *,
+    step: str | int = "median",
+    time_unit: str | None = None,
+    link_et: bool = True,
+    overhead_db: str | Path | None = None,
+    export_kernels: str | Path | None = None,
+    save_workload_to: str | Path | None = None,
+) -> Analysis:
+    loaded = load_traces(paths, step=step, time_unit=time_unit)
+    workload = loaded.workload
+    et_link: dict[int, dict[str, Any]] = {}
+    if link_et and loaded.et_blobs:
+        from trainsim.ingest.link import attach_execution_traces
+
+        workload, stats = attach_execution_traces(loaded)
+        et_link = {r: _stats_dict(s) for r, s in stats.items()}
+    analysis = Analysis(loaded=loaded, workload=workload, ranks=workload_breakdown(workload), et_link=et_link)
+    if overhead_db is not None:
+        build_overhead_db([workload]).save(overhead_db)
+        analysis.written["overhead_db"] = str(overhead_db)
+    if export_kernels is not None:
+        from trainsim.analyze.samples import export_kernel_samples
+
+        n = export_kernel_samples(workload, export_kernels)
+        analysis.written["kernel_samples"] = f"{export_kernels} ({n} rows)"
+    if save_workload_to is not None:
+        from trainsim.ir.serialize import save_workload
+
+        save_workload(workload, save_workload_to)
+        analysis.written["workload"] = str(save_workload_to)
+    return analysis
+
+
+def _stats_dict(s: Any) -> dict[str, Any]:
+    if hasattr(s, "to_dict"):
+        return dict(s.to_dict())
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(s) and not isinstance(s, type):
+        return asdict(s)
+    return dict(s)

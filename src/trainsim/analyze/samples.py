@@ -1,0 +1,78 @@
+"""Export kernel samples from any trace, so traces users already have become calibration data.
+
+Each row is one measured kernel with its family, the launching op and its input shapes
+(from Kineto ``record_shapes`` or a linked execution trace) and launch geometry. Written as
+CSV (atomically) so pandas, spreadsheets and ``trainsim fit`` can read it without code.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from trainsim.ir.graph import Workload
+from trainsim.ir.serialize import write_json_atomic
+
+COLUMNS = (
+    "device", "rank", "family", "kernel", "op", "stream", "duration_s", "input_shapes",
+    "input_dtypes", "grid", "block", "bytes", "collective", "collective_bytes", "group_size",
+)  # fmt: skip
+
+
+def kernel_samples(w: Workload) -> Iterator[dict[str, Any]]:
+    for r in w.ranks:
+        device = r.device or str(w.metadata.get("device", ""))
+        for op in r.ops:
+            shapes = json.dumps([list(t.shape) for t in op.inputs])
+            dtypes = json.dumps([t.dtype for t in op.inputs])
+            for k in op.kernels:
+                if k.duration_s is None:
+                    continue
+                c = k.collective
+                yield {
+                    "device": device, "rank": r.rank, "family": k.family.value, "kernel": k.name,
+                    "op": op.name, "stream": k.stream, "duration_s": k.duration_s,
+                    "input_shapes": shapes, "input_dtypes": dtypes,
+                    "grid": k.features.get("grid", ""), "block": k.features.get("block", ""),
+                    "bytes": k.features.get("bytes", ""),
+                    "collective": c.kind.value if c else "", "collective_bytes": c.bytes if c else "",
+                    "group_size": c.group_size if c else "",
+                }  # fmt: skip
+
+
+def export_kernel_samples(w: Workload, path: str | Path) -> int:
+    """Write the samples as CSV (or JSON lines if the name ends in .jsonl); returns the row count."""
+    p = Path(path)
+    rows = list(kernel_samples(w))
+    if p.suffix == ".jsonl":
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    else:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buf.getvalue()
+    _write_text_atomic(p, text)
+    return len(rows)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["COLUMNS", "export_kernel_samples", "kernel_samples", "write_json_atomic"]

@@ -1,0 +1,201 @@
+"""Host-side overheads T1–T5 (002 §4.3.3, Fig. 4.6) and the overhead database.
+
+- T1: gap between two consecutive top-level ops on one CPU thread (attributed to the later op);
+- T2: from an op's start to its first runtime call (kernel launch, memcpy, sync);
+- T3: from the end of its last runtime call to the op's end;
+- T4: duration of one runtime call (cudaLaunchKernel, cudaMemcpyAsync, ...);
+- T5: gap between two consecutive runtime calls of one op.
+Ops without runtime calls contribute their whole CPU duration as ``cpu`` (a CPU-only op).
+
+Statistics follow 002 §4.4.2: per (op name, type), remove outliers outside the whiskers
+[Q1 − 1.5·IQR, Q3 + 1.5·IQR], then keep mean/median/std/count. Blocking sync calls are not T4
+samples (their duration is waiting, which the simulator derives), so they are excluded.
+The database is JSON: it can be built from one workload ("stats" mode) or merged from many
+traces and shipped ("shared" mode).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainsim.errors import ConfigError
+from trainsim.ir.graph import Op, RankGraph, Workload
+from trainsim.ir.serialize import write_json_atomic
+
+SCHEMA_VERSION = "1.0"
+
+
+class Overhead(StrEnum):
+    T1 = "T1"
+    T2 = "T2"
+    T3 = "T3"
+    T4 = "T4"
+    T5 = "T5"
+    CPU = "cpu"  # whole CPU duration of an op that makes no runtime call
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """Outlier-filtered statistics of one overhead type, in seconds."""
+
+    mean_s: float
+    median_s: float
+    std_s: float
+    count: int  # samples kept after IQR filtering
+    raw_count: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {
+            "mean_s": self.mean_s, "median_s": self.median_s, "std_s": self.std_s,
+            "count": self.count, "raw_count": self.raw_count,
+        }  # fmt: skip
+
+
+def iqr_filter(values: np.ndarray) -> np.ndarray:
+    """Keep values inside [Q1 − 1.5·IQR, Q3 + 1.5·IQR] (002 §4.4.2)."""
+    if values.size < 4:
+        return values
+    q1, q3 = np.percentile(values, [25, 75])
+    iqr = q3 - q1
+    keep = (values >= q1 - 1.5 * iqr) & (values <= q3 + 1.5 * iqr)
+    return values[keep]
+
+
+def summarize(values: Iterable[float]) -> Stat:
+    arr = np.asarray(list(values), dtype=float)
+    if arr.size == 0:
+        raise ValueError("no samples")
+    kept = iqr_filter(arr)
+    return Stat(
+        mean_s=float(kept.mean()), median_s=float(np.median(kept)),
+        std_s=float(kept.std()), count=int(kept.size), raw_count=int(arr.size),
+    )  # fmt: skip
+
+
+def _calls(op: Op) -> list[tuple[float, float]]:
+    """(start, duration) of the op's non-blocking runtime calls, in issue order, deduplicated."""
+    seen: dict[float, float] = {}
+    for k in op.kernels:
+        if k.launch_start_s is not None and k.launch_duration_s is not None:
+            seen[k.launch_start_s] = k.launch_duration_s
+    for s in op.syncs:
+        if s.start_s is not None and s.duration_s is not None and not s.kind.blocks_cpu:
+            seen.setdefault(s.start_s, s.duration_s)
+    return sorted(seen.items())
+
+
+def _all_calls(op: Op) -> list[tuple[float, float]]:
+    """Like _calls but including blocking syncs (for T2/T3/T5 boundaries)."""
+    seen = dict(_calls(op))
+    for s in op.syncs:
+        if s.start_s is not None and s.duration_s is not None:
+            seen.setdefault(s.start_s, s.duration_s)
+    return sorted(seen.items())
+
+
+def collect_samples(rank: RankGraph) -> dict[str, dict[Overhead, list[float]]]:
+    """Raw T1–T5 samples per op name for one rank (seconds)."""
+    out: dict[str, dict[Overhead, list[float]]] = defaultdict(lambda: defaultdict(list))
+    prev_end: dict[int, float] = {}
+    for op in rank.ops:
+        if op.start_s is None or op.duration_s is None:
+            continue
+        d = out[op.name]
+        end = op.start_s + op.duration_s
+        if op.thread in prev_end:
+            d[Overhead.T1].append(max(0.0, op.start_s - prev_end[op.thread]))
+        prev_end[op.thread] = max(end, prev_end.get(op.thread, end))
+        calls = _all_calls(op)
+        if not calls:
+            d[Overhead.CPU].append(op.duration_s)
+            continue
+        d[Overhead.T2].append(max(0.0, calls[0][0] - op.start_s))
+        last_end = calls[-1][0] + calls[-1][1]
+        d[Overhead.T3].append(max(0.0, end - last_end))
+        for start, dur in _calls(op):
+            d[Overhead.T4].append(dur)
+        for (s0, d0), (s1, _d1) in zip(calls, calls[1:], strict=False):
+            d[Overhead.T5].append(max(0.0, s1 - (s0 + d0)))
+    return out
+
+
+@dataclass(slots=True)
+class OverheadDB:
+    """Per-op-name and global T1–T5 statistics, with lookup fallbacks."""
+
+    per_op: dict[str, dict[Overhead, Stat]] = field(default_factory=dict)
+    global_: dict[Overhead, Stat] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+
+    def lookup(self, op_name: str, kind: Overhead, *, default_s: float = 0.0) -> float:
+        """Mean of ``kind`` for ``op_name``; falls back to the global mean, then ``default_s``."""
+        st = self.per_op.get(op_name, {}).get(kind)
+        if st is None:
+            st = self.global_.get(kind)
+        return st.mean_s if st is not None else default_s
+
+    def has(self, op_name: str) -> bool:
+        return op_name in self.per_op
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "unit": "s",
+            "sources": self.sources,
+            "global": {k.value: v.to_dict() for k, v in self.global_.items()},
+            "per_op": {
+                name: {k.value: v.to_dict() for k, v in stats.items()}
+                for name, stats in sorted(self.per_op.items())
+            },
+        }
+
+    def save(self, path: str | Path) -> None:
+        write_json_atomic(Path(path), self.to_dict(), indent=1)
+
+    @classmethod
+    def load(cls, path: str | Path) -> OverheadDB:
+        p = Path(path)
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"{p}: cannot read overhead database: {e}") from e
+        if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+            raise ConfigError(f"{p}: not an overhead database (schema_version {SCHEMA_VERSION})")
+        try:
+            return cls(
+                per_op={
+                    n: {Overhead(k): Stat(**v) for k, v in s.items()} for n, s in doc["per_op"].items()
+                },
+                global_={Overhead(k): Stat(**v) for k, v in doc["global"].items()},
+                sources=list(doc.get("sources", [])),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{p}: malformed overhead database ({type(e).__name__}: {e})") from e
+
+
+def build_overhead_db(workloads: Iterable[Workload]) -> OverheadDB:
+    """Pool samples of every rank of every workload, then summarise per op name and globally."""
+    pooled: dict[str, dict[Overhead, list[float]]] = defaultdict(lambda: defaultdict(list))
+    sources: list[str] = []
+    for w in workloads:
+        sources.extend(str(f) for f in w.metadata.get("files", []))
+        for r in w.ranks:
+            for name, kinds in collect_samples(r).items():
+                for kind, vals in kinds.items():
+                    pooled[name][kind].extend(vals)
+    db = OverheadDB(sources=sources)
+    glob: dict[Overhead, list[float]] = defaultdict(list)
+    for name, kinds in pooled.items():
+        db.per_op[name] = {k: summarize(v) for k, v in kinds.items() if v}
+        for k, v in kinds.items():
+            glob[k].extend(v)
+    db.global_ = {k: summarize(v) for k, v in glob.items() if v}
+    return db
