@@ -60,10 +60,13 @@ def analyze_paths(
     workload = loaded.workload
     et_link: dict[int, dict[str, Any]] = {}
     if link_et and loaded.et_blobs:
-        from trainsim.ingest.link import attach_execution_traces
-
-        workload, stats = attach_execution_traces(loaded)
-        et_link = {r: _stats_dict(s) for r, s in stats.items()}
+        try:
+            from trainsim.ingest.link import attach_execution_traces
+        except ImportError:  # pragma: no cover - optional during development
+            attach_execution_traces = None  # type: ignore[assignment]
+        if attach_execution_traces is not None:
+            workload, stats = attach_execution_traces(loaded)
+            et_link = {r: _stats_dict(s) for r, s in stats.items()}
     analysis = Analysis(loaded=loaded, workload=workload, ranks=workload_breakdown(workload), et_link=et_link)
     if overhead_db is not None:
         build_overhead_db([workload]).save(overhead_db)

@@ -37,7 +37,7 @@ _KERNEL_TABLE: tuple[tuple[re.Pattern[str], F], ...] = tuple(
         (r"embedding|embedding_bag|split_embedding|tbe_|batched_embedding", F.EMBEDDING_FWD),
         (r"conv|winograd|implicit_gemm|cudnn::|miopen|implicit_convolve|fft2d|scudnn|"
          r"xmma_fprop|xmma_dgrad|xmma_wgrad|sm\d+_xmma_fprop|dgrad|wgrad", F.CONV),
-        (r"gemm|gemv|sgemm|hgemm|cutlass|cublas|ampere_.*_tn|volta_.*_(nn|nt|tn|tt)|turing_|"
+        (r"(?<!fb)gemm|gemv|sgemm|hgemm|cutlass|cublas|ampere_.*_tn|volta_.*_(nn|nt|tn|tt)|turing_|"
          r"sm\d+_xmma|magma|rocblas|hipblaslt|tensile|cijk_|nvjet|matmul|bmm", F.GEMM),
         (r"layer_norm|layernorm|rms_?norm|batch_norm|batchnorm|bn_fw|bn_bw|group_norm|"
          r"instance_norm|welford", F.NORM),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from trainsim.errors import TraceFormatError
 from trainsim.ingest.kineto import Event, KinetoTrace
 
+WHOLE_TRACE = "<whole trace: no markers, no repetition>"
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 
@@ -68,7 +69,7 @@ def detect_repeating_steps(trace: KinetoTrace, *, min_repeats: int = 2) -> list[
     seq = _main_thread_events(trace)
     names = [e.name for e in seq]
     counts = Counter(names)
-    best: tuple[int, float, int, str] | None = None  # (repeats, score, -first_index, name)
+    best: tuple[float, int, int, int, str] | None = None
     first_index = {n: i for i, n in reversed(list(enumerate(names)))}
     for name, k in counts.items():
         if k < min_repeats:
@@ -81,17 +82,18 @@ def detect_repeating_steps(trace: KinetoTrace, *, min_repeats: int = 2) -> list[
         score = mode_count / len(segments)
         if score < 0.8 or len(mode) < 2:
             continue
-        bonus = 1 if re.search(r"zero_grad", name) else 0
-        key = (k, score + bonus, -first_index[name], name)
+        # Exact periodicity beats near-periodicity: a once-per-layer op repeats with one odd
+        # segment per iteration (score (L-1)/L), a once-per-iteration op with none.
+        preference = 2 if "DataLoader" in name else 1 if "zero_grad" in name else 0
+        key = (round(score, 2), k, preference, -first_index[name], name)
         if best is None or key > best:
             best = key
     if best is None:
-        raise TraceFormatError(
-            trace.source,
-            "no ProfilerStep markers and no repeating iteration found "
-            "(record with torch.profiler schedule/step(), or pass one iteration)",
-        )
-    anchor = best[3]
+        # A trace of a single iteration (e.g. one forward pass): the whole trace is the window.
+        start = min(float(e.ts) for e in seq)  # type: ignore[arg-type]
+        end = max(float(e.ts) + e.dur for e in seq)  # type: ignore[arg-type]
+        return [StepWindow(0, start, end, False, WHOLE_TRACE)]
+    anchor = best[4]
     starts = [float(e.ts) for e in seq if e.name == anchor]  # type: ignore[arg-type]
     last_end = max(float(e.ts) + e.dur for e in seq)  # type: ignore[arg-type]
     ends = [*starts[1:], last_end]

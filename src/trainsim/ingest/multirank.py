@@ -111,7 +111,9 @@ def build_workload(
         steps[r] = find_steps(t)
         chosen[r] = _pick(steps[r], step, t)
         builder = RankBuilder(t, origin=origin_s / t.unit_to_s, world=world)
-        ranks.append(builder.build(chosen[r], rank=r))
+        i = steps[r].index(chosen[r])
+        previous = steps[r][i - 1] if i > 0 else None
+        ranks.append(builder.build(chosen[r], rank=r, previous=previous))
     groups = _process_groups(ranks, world)
     workload = Workload(
         ranks=tuple(ranks),

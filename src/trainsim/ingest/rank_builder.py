@@ -94,7 +94,8 @@ def _nest(window: StepWindow, cpu: list[Event], runtime: list[Event]) -> list[_O
                 stack.pop()
             top_op = next((s for s in stack if s.cat != "user_annotation"), None)
             if not is_rt:
-                if top_op is None and e.cat != "user_annotation":
+                # A collective annotation outside any op (gloo/NCCL work threads) is an op too.
+                if top_op is None and (e.cat != "user_annotation" or _is_comm_context(e)):
                     ann = next((s.name for s in reversed(stack)), "")
                     d = _OpDraft(e, e.name, thread, ts, e.dur, annotation=ann)
                     drafts.append(d)
@@ -161,7 +162,31 @@ class RankBuilder:
     def s(self, raw: float) -> float:
         return (raw - self.origin) * self.scale
 
-    def build(self, window: StepWindow, *, rank: int) -> RankGraph:
+    def stream_ends(self, window: StepWindow) -> dict[int, float]:
+        """Per stream, the raw end time of the last device activity launched in ``window``."""
+        ends: dict[int, float] = {}
+        for rt in self.trace.runtime:
+            ts = float(rt.ts)  # type: ignore[arg-type]
+            if not (window.start <= ts < window.end) or rt.args is None:
+                continue
+            for g in self.gpu_by_corr.get(rt.args.correlation or -1, ()):
+                st = g.args.stream if g.args and g.args.stream is not None else -1
+                end = float(g.ts) + g.dur  # type: ignore[arg-type]
+                if end > ends.get(st, float("-inf")):
+                    ends[st] = end
+        return ends
+
+    def build(
+        self, window: StepWindow, *, rank: int, previous: StepWindow | None = None
+    ) -> RankGraph:
+        """Build the rank graph of ``window``.
+
+        The rank's step starts when both its CPU has entered the step and its device has
+        drained the previous step (when the trace holds it): in a GPU-bound steady state the
+        CPU runs ahead, and "CPU step start → last kernel end" would count the backlog twice.
+        The CPU start and the per-stream backlog are kept in metadata for the simulator.
+        """
+        backlog = self.stream_ends(previous) if previous is not None else {}
         drafts = _nest(window, self.trace.cpu, self.trace.runtime)
         ops: list[Op] = []
         # Per stream: sorted launch timestamps (raw) and kernel ids, for sync resolution.
@@ -205,10 +230,15 @@ class RankBuilder:
         all_kernels = [k for o in ops for k in o.kernels]
         ends = [k.end_s for k in all_kernels if k.end_s is not None]
         step_end = max(ends) if ends else self.s(window.end)
+        cpu_start = self.s(window.start)
+        busy_until = {st: self.s(t) for st, t in backlog.items() if self.s(t) > cpu_start}
+        step_start = min(max([cpu_start, *busy_until.values()]), step_end)
         return RankGraph(
             rank=rank, ops=tuple(ops), streams=tuple(sorted({k.stream for k in all_kernels})),
-            device=self.trace.device_name, step_start_s=self.s(window.start), step_end_s=step_end,
+            device=self.trace.device_name, step_start_s=step_start, step_end_s=step_end,
             metadata={
+                "cpu_step_start_s": cpu_start,
+                "stream_busy_until_s": {str(k): v for k, v in sorted(busy_until.items())},
                 "source": self.trace.source, "step": window.number,
                 "step_from_marker": window.from_marker, "step_anchor": window.anchor,
                 "sync_resolution": "cuda_sync events" if self.trace.sync else "launch order",
@@ -230,7 +260,9 @@ class RankBuilder:
         collective = None
         if fam.is_communication or (ctx is not None and ctx.name.startswith("nccl:")):
             collective = self._collective(g, ctx, fam)
-            if collective is not None and not fam.is_communication:
+            if collective is not None:
+                # The collective's kind (from its annotation/metadata) is more specific than
+                # the kernel name: all_to_all runs as ncclKernel_SendRecv, for instance.
                 fam = collective.kind.family
         return Kernel(
             id=kid, name=g.name, family=fam,

@@ -152,7 +152,15 @@ class Op:
 
 @dataclass(frozen=True, slots=True)
 class RankGraph:
-    """The ops of one rank, in CPU issue order. ``represents`` counts identical real ranks."""
+    """The ops of one rank, in CPU issue order. ``represents`` counts identical real ranks.
+
+    Measured step (trace-driven): ``step_start_s`` is when the rank can begin the step — the
+    later of its CPU entering the step and its device draining the previous step (GPU-bound
+    steady state: the CPU runs ahead) — and ``step_end_s`` the end of its last kernel of the
+    step (or of the CPU window when it launched none). ``metadata`` keeps
+    ``cpu_step_start_s`` (CPU entry) and ``stream_busy_until_s`` ({stream: time} backlog of the
+    previous step still running at CPU entry) so a simulator can start from the same state.
+    """
 
     rank: int
     ops: tuple[Op, ...]

@@ -1,0 +1,71 @@
+"""Example training steps that ``trainsim capture`` can record: the one registry of them.
+
+Each example module exposes ``build(*, batch_size, device, seed) -> TrainingStep``. Modules are
+imported only when an example is built, so listing the registry never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from trainsim.errors import CaptureError
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingStep:
+    """A model, one fixed synthetic batch on its device, and how to compute the loss.
+
+    ``loss(module, batch)`` must call ``module`` (which may be the DDP wrapper of ``model``).
+    """
+
+    model: torch.nn.Module
+    batch: tuple[torch.Tensor, ...]
+    loss: Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], torch.Tensor]
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExampleInfo:
+    module: str
+    default_batch_size: int
+    summary: str
+
+    def build(self, *, batch_size: int, device: str, seed: int) -> TrainingStep:
+        builder: Any = importlib.import_module(self.module).build
+        step: TrainingStep = builder(batch_size=batch_size, device=device, seed=seed)
+        return step
+
+
+EXAMPLES: Mapping[str, ExampleInfo] = MappingProxyType({
+    "dlrm": ExampleInfo(
+        "trainsim.capture.examples.dlrm", 64,
+        "small DLRM: 8 EmbeddingBag tables, bottom/top MLPs, dot interaction",
+    ),
+    "gpt2": ExampleInfo(
+        "trainsim.capture.examples.gpt2", 4,
+        "tiny GPT-2 (transformers GPT2LMHeadModel): 2 layers, 128 hidden, vocab 1000, seq 64",
+    ),
+    "resnet": ExampleInfo(
+        "trainsim.capture.examples.resnet", 8,
+        "ResNet-style CNN: 3 stages of basic blocks on 32x32 images, 10 classes",
+    ),
+})  # fmt: skip
+
+
+def example_info(name: str) -> ExampleInfo:
+    try:
+        return EXAMPLES[name]
+    except KeyError:
+        raise CaptureError(
+            f"unknown example model {name!r}; choose one of: {', '.join(sorted(EXAMPLES))}"
+        ) from None
+
+
+__all__ = ["EXAMPLES", "ExampleInfo", "TrainingStep", "example_info"]

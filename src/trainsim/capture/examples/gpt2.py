@@ -1,0 +1,36 @@
+"""A tiny GPT-2 built from a local ``transformers.GPT2Config`` (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainsim.capture.examples import TrainingStep
+
+VOCAB = 1000
+SEQ_LEN = 64
+
+
+def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    (tokens,) = batch
+    loss: torch.Tensor = module(input_ids=tokens, labels=tokens).loss
+    return loss
+
+
+def build(*, batch_size: int, device: str, seed: int) -> TrainingStep:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=128,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
+    model = GPT2LMHeadModel(config)
+    model.loss_type = "ForCausalLM"  # the class name does not name a loss; avoids a warning
+    model.train()
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, VOCAB, (batch_size, SEQ_LEN), generator=g)
+    return TrainingStep(
+        model=model.to(device), batch=(tokens.to(device),), loss=_loss,
+        summary=f"GPT-2 2 layers x 128 hidden, batch {batch_size} x seq {SEQ_LEN}",
+    )  # fmt: skip
