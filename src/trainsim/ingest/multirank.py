@@ -46,6 +46,20 @@ class LoadedTraces:
     skipped: list[str]
 
 
+def _explain_unknown(blob: TraceBlob) -> str:
+    """Why a blob is neither a Kineto nor an execution trace: invalid JSON, or the wrong JSON."""
+    import msgspec
+
+    try:
+        doc = msgspec.json.decode(blob.data)
+    except msgspec.DecodeError as e:
+        return f"not valid JSON ({e}); expected a Kineto trace (.json/.json.gz/.tar.gz)"
+    if isinstance(doc, dict):
+        keys = ", ".join(sorted(doc)[:5]) or "none"
+        return f"JSON is not a Kineto trace: no 'traceEvents' key (top-level keys: {keys})"
+    return f"JSON is not a Kineto trace: top level is a {type(doc).__name__}, expected an object with 'traceEvents'"
+
+
 def _assign_ranks(traces: list[KinetoTrace]) -> dict[int, KinetoTrace]:
     out: dict[int, KinetoTrace] = {}
     for i, t in enumerate(traces):
@@ -86,7 +100,7 @@ def load_traces(
             raise TraceFormatError(
                 first, "only execution traces given; analyze/replay need the Kineto trace too"
             )
-        raise TraceFormatError(first, "not a Kineto trace (no 'traceEvents' key found)")
+        raise TraceFormatError(first, _explain_unknown(blobs[0]) if blobs else "no input")
     traces = _assign_ranks([decode_kineto(b.name, b.data, time_unit=time_unit) for b in kineto_blobs])
     return build_workload(traces, step=step, et_blobs=et_blobs, skipped=skipped)
 

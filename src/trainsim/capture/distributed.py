@@ -1,0 +1,176 @@
+"""Run :func:`~trainsim.capture.recorder.record_rank` on 1..N ranks of one host.
+
+One rank runs in this process. More ranks run in processes started with torch.multiprocessing
+(``spawn``), joined into one process group over ``MASTER_ADDR=127.0.0.1`` and a free port: gloo
+on CPU, NCCL on GPUs. Each worker's stdout/stderr go to a log file so that a failure can be
+reported with its tail; a worker that fails or hangs stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from trainsim.capture.manifest import CaptureSpec, RankCapture, write_atomic
+from trainsim.errors import CaptureError
+
+_TAIL_CHARS = 2000
+_LOOPBACK_IFNAME = {"linux": "lo", "darwin": "lo0"}
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _threads_per_rank(nproc: int) -> int:
+    return max(1, (os.cpu_count() or 1) // nproc)
+
+
+def run_ranks(spec: CaptureSpec) -> list[RankCapture]:
+    """Record every rank of ``spec``; raise :class:`CaptureError` if any rank fails."""
+    if spec.nproc == 1:
+        return [_run_in_process(spec)]
+    return _run_spawned(spec)
+
+
+def _run_in_process(spec: CaptureSpec) -> RankCapture:
+    import torch
+
+    from trainsim.capture.recorder import record_rank
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(_threads_per_rank(1))
+        return record_rank(spec, rank=0, world_size=1)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_spawned(spec: CaptureSpec) -> list[RankCapture]:
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="trainsim-capture-") as tmp:
+        work = Path(tmp)
+        procs = [
+            ctx.Process(
+                target=_worker, args=(spec, rank, port, str(work)), name=f"trainsim-rank{rank}"
+            )
+            for rank in range(spec.nproc)
+        ]
+        for p in procs:
+            p.start()
+        try:
+            _wait_all(procs, spec=spec, work=work)
+        finally:
+            _stop(procs)
+        return [_read_result(work, rank) for rank in range(spec.nproc)]
+
+
+def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:
+    deadline = time.monotonic() + spec.timeout_s
+    running = {p.sentinel: rank for rank, p in enumerate(procs)}
+    while running:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CaptureError(
+                f"capture of {spec.model!r} on {spec.nproc} ranks timed out after "
+                f"{spec.timeout_s:.0f} s; rank 0 log tail:\n{_log_tail(work, 0)}"
+            )
+        for sentinel in wait(list(running), timeout=left):
+            rank = running.pop(sentinel)  # type: ignore[call-overload]
+            code = procs[rank].exitcode
+            if code != 0:
+                raise CaptureError(
+                    f"capture worker for rank {rank} of {spec.nproc} failed (exit code {code}) "
+                    f"while recording {spec.model!r}; its log ends with:\n{_log_tail(work, rank)}"
+                )
+
+
+def _stop(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _log_path(work: Path, rank: int) -> Path:
+    return work / f"rank{rank}.log"
+
+
+def _log_tail(work: Path, rank: int) -> str:
+    try:
+        text = _log_path(work, rank).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return text[-_TAIL_CHARS:].strip() or "(empty log)"
+
+
+def _read_result(work: Path, rank: int) -> RankCapture:
+    path = work / f"rank{rank}.result.json"
+    try:
+        return RankCapture.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError) as e:
+        raise CaptureError(
+            f"rank {rank} exited cleanly but left no result ({e}); log:\n{_log_tail(work, rank)}"
+        ) from e
+
+
+def _redirect_output(log: Path) -> None:
+    """Point this process's stdout/stderr file descriptors (C++ logs included) at ``log``."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _worker(spec: CaptureSpec, rank: int, port: int, work_dir: str) -> None:
+    """Entry point of a spawned rank (runs in a fresh interpreter)."""
+    work = Path(work_dir)
+    _redirect_output(_log_path(work, rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+        WORLD_SIZE=str(spec.nproc), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(spec.nproc),
+    )  # fmt: skip
+    if spec.backend == "gloo" and sys.platform in _LOOPBACK_IFNAME:
+        # All ranks are on this host: keep gloo off interfaces the hostname may resolve to.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", _LOOPBACK_IFNAME[sys.platform])
+
+    import torch
+    import torch.distributed as dist
+
+    from trainsim.capture.recorder import record_rank
+
+    if spec.device == "cpu":
+        torch.set_num_threads(_threads_per_rank(spec.nproc))
+    if spec.device == "cuda":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(
+        backend=spec.backend, init_method="env://", rank=rank, world_size=spec.nproc,
+        timeout=timedelta(seconds=spec.timeout_s),
+    )  # fmt: skip
+    try:
+        result = record_rank(spec, rank=rank, world_size=spec.nproc)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    write_atomic(work / f"rank{rank}.result.json", json.dumps(result.to_dict()))
