@@ -92,6 +92,7 @@ def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:
             )
         for sentinel in wait(list(running), timeout=left):
             rank = running.pop(sentinel)  # type: ignore[call-overload]
+            procs[rank].join()  # the sentinel fires before exitcode is collected
             code = procs[rank].exitcode
             if code != 0:
                 raise CaptureError(
