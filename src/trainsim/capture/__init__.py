@@ -13,9 +13,14 @@ Importing this package does not import torch; capturing does.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+from trainsim.capture.distributed import usable_cores
 from trainsim.capture.examples import EXAMPLES, example_info
 from trainsim.capture.manifest import (
     MANIFEST_NAME,
@@ -39,17 +44,35 @@ def capture(
     warmup_steps: int = 2,
     batch_size: int | None = None,
     device: str = "cpu",
+    threads_per_rank: int | None = None,
     timeout_s: float = 600.0,
     overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> CaptureResult:
-    """Capture ``steps`` training steps of example ``model`` on ``nproc`` ranks into ``out_dir``."""
+    """Capture ``steps`` training steps of example ``model`` on ``nproc`` ranks into ``out_dir``.
+
+    ``batch_size`` is per rank (default: the example's). ``threads_per_rank`` sets torch's
+    intra-op threads in each rank (default: the usable cores shared evenly); on a loaded machine
+    fewer threads avoid OpenMP oversubscription, which slows CPU steps down severalfold.
+    ``progress`` receives one line once the request is validated (the CLI prints it).
+    """
     spec = CaptureSpec(
         model=model, out_dir=str(Path(out_dir).resolve()), nproc=nproc, steps=steps,
-        warmup_steps=warmup_steps, batch_size=batch_size or 0, device=device,
-        timeout_s=timeout_s,
+        warmup_steps=warmup_steps, batch_size=batch_size, device=device,
+        threads_per_rank=threads_per_rank, timeout_s=timeout_s,
     )  # fmt: skip
-    validate(spec, batch_size=batch_size)
+    validate(spec)
+    spec = replace(
+        spec,
+        batch_size=batch_size or example_info(model).default_batch_size,
+        threads_per_rank=threads_per_rank or max(1, usable_cores() // nproc),
+    )
     _prepare_out_dir(Path(spec.out_dir), overwrite=overwrite)
+    if progress is not None:
+        progress(_describe(spec))
+        busy = _busy_warning(spec)
+        if busy:
+            progress(busy)
 
     import torch
 
@@ -58,28 +81,54 @@ def capture(
     ranks = run_ranks(spec)
     result = CaptureResult(
         spec=spec, ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
-        batch_size=spec.batch_size or example_info(model).default_batch_size,
+        batch_size=spec.batch_size or 0, threads_per_rank=spec.threads_per_rank or 0,
         summary=example_info(model).summary, versions=_versions(torch.__version__),
     )  # fmt: skip
     write_manifest(result)
     return result
 
 
-def validate(spec: CaptureSpec, *, batch_size: int | None = None) -> None:
+def validate(spec: CaptureSpec) -> None:
     """Check a request before any process starts; raise :class:`CaptureError` with the fix."""
     example_info(spec.model)
-    if spec.nproc < 1:
-        raise CaptureError(f"--nproc must be at least 1, got {spec.nproc}")
-    if spec.steps < 1:
-        raise CaptureError(f"--steps must be at least 1, got {spec.steps}")
-    if spec.warmup_steps < 1:
-        raise CaptureError(f"--warmup must be at least 1, got {spec.warmup_steps}")
-    if batch_size is not None and batch_size < 1:
-        raise CaptureError(f"--batch-size must be at least 1, got {batch_size}")
+    for flag, value in (
+        ("--nproc", spec.nproc), ("--steps", spec.steps), ("--warmup", spec.warmup_steps),
+        ("--batch-size", spec.batch_size), ("--threads", spec.threads_per_rank),
+    ):  # fmt: skip
+        if value is not None and value < 1:
+            raise CaptureError(f"{flag} must be at least 1, got {value}")
+    if spec.timeout_s <= 0:
+        raise CaptureError(f"--timeout must be positive, got {spec.timeout_s}")
     if spec.device not in DEVICES:
         raise CaptureError(f"unknown device {spec.device!r}; choose one of: {', '.join(DEVICES)}")
     if spec.device == "cuda":
         _check_cuda(spec.nproc)
+
+
+def _describe(spec: CaptureSpec) -> str:
+    ranks = f"{spec.nproc} ranks ({spec.backend})" if spec.nproc > 1 else "1 rank"
+    return (
+        f"capturing {spec.model} on {spec.device}, {ranks}, {spec.threads_per_rank} threads/rank: "
+        f"{spec.warmup_steps} warm-up + "
+        f"{spec.steps} traced steps, a Kineto run then an ET run -> {spec.out_dir}"
+    )
+
+
+def _busy_warning(spec: CaptureSpec) -> str:
+    """A warning when other processes already use the cores this capture's threads need."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        return ""
+    cores = usable_cores()
+    wanted = spec.nproc * (spec.threads_per_rank or 1)
+    if load < 1.0 or cores - load >= wanted:
+        return ""
+    hint = " (try --threads 1)" if (spec.threads_per_rank or 1) > 1 else ""
+    return (
+        f"warning: load average {load:.1f} on {cores} cores: other processes compete with "
+        f"the capture's {wanted} thread(s), so step times will be inflated{hint}"
+    )
 
 
 def _check_cuda(nproc: int) -> None:
@@ -116,10 +165,8 @@ def _versions(torch_version: str) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"torch": torch_version, "python": platform.python_version()}
-    try:
+    with contextlib.suppress(PackageNotFoundError):  # only the gpt2 example needs it
         out["transformers"] = version("transformers")
-    except PackageNotFoundError:
-        pass  # only the gpt2 example needs it
     return out
 
 

@@ -34,8 +34,16 @@ def free_port() -> int:
         return port
 
 
-def _threads_per_rank(nproc: int) -> int:
-    return max(1, (os.cpu_count() or 1) // nproc)
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_rank(spec: CaptureSpec) -> int:
+    """Intra-op threads per rank: as asked, else the usable cores shared evenly (at least 1)."""
+    return spec.threads_per_rank or max(1, usable_cores() // spec.nproc)
 
 
 def run_ranks(spec: CaptureSpec) -> list[RankCapture]:
@@ -51,9 +59,10 @@ def _run_in_process(spec: CaptureSpec) -> RankCapture:
     from trainsim.capture.recorder import record_rank
 
     threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(_threads_per_rank(1))
-        return record_rank(spec, rank=0, world_size=1)
+    try:  # leave the caller's thread count and random state as they were
+        torch.set_num_threads(threads_per_rank(spec))
+        with torch.random.fork_rng(devices=[]):
+            return record_rank(spec, rank=0, world_size=1)
     finally:
         torch.set_num_threads(threads)
 
@@ -91,7 +100,7 @@ def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:
                 f"{spec.timeout_s:.0f} s; rank 0 log tail:\n{_log_tail(work, 0)}"
             )
         for sentinel in wait(list(running), timeout=left):
-            rank = running.pop(sentinel)  # type: ignore[call-overload]
+            rank = running.pop(sentinel)
             procs[rank].join()  # the sentinel fires before exitcode is collected
             code = procs[rank].exitcode
             if code != 0:
@@ -162,7 +171,7 @@ def _worker(spec: CaptureSpec, rank: int, port: int, work_dir: str) -> None:
     from trainsim.capture.recorder import record_rank
 
     if spec.device == "cpu":
-        torch.set_num_threads(_threads_per_rank(spec.nproc))
+        torch.set_num_threads(threads_per_rank(spec))
     if spec.device == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(

@@ -38,8 +38,9 @@ class CaptureSpec:
     nproc: int = 1
     steps: int = 3
     warmup_steps: int = 2  # untraced steps before the traced ones (first steps are slow)
-    batch_size: int = 0  # 0: the example's default
+    batch_size: int | None = None  # None: the example's default
     device: str = "cpu"
+    threads_per_rank: int | None = None  # intra-op CPU threads per rank; None: cores // nproc
     seed: int = 0
     timeout_s: float = 600.0
 
@@ -86,6 +87,7 @@ class CaptureResult:
     spec: CaptureSpec
     ranks: tuple[RankCapture, ...]
     batch_size: int
+    threads_per_rank: int
     summary: str
     versions: dict[str, str] = field(default_factory=dict)
 
@@ -110,6 +112,7 @@ class CaptureResult:
             "warmup_steps": s.warmup_steps,
             "batch_size": self.batch_size,
             "device": s.device,
+            "threads_per_rank": self.threads_per_rank,
             "backend": s.backend if s.nproc > 1 else None,
             "versions": self.versions,
             "measured_step_s": self.measured_step_s,

@@ -27,10 +27,6 @@ from trainsim.capture.manifest import CaptureSpec, RankCapture, et_name, kineto_
 from trainsim.errors import CaptureError
 
 
-def resolved_batch_size(spec: CaptureSpec) -> int:
-    return spec.batch_size or example_info(spec.model).default_batch_size
-
-
 def _device_for(spec: CaptureSpec, rank: int) -> str:
     if spec.device != "cuda":
         return "cpu"
@@ -41,7 +37,9 @@ def _device_for(spec: CaptureSpec, rank: int) -> str:
 def _make_step(spec: CaptureSpec, *, rank: int, world_size: int) -> Callable[[], None]:
     device = _device_for(spec, rank)
     example: TrainingStep = example_info(spec.model).build(
-        batch_size=resolved_batch_size(spec), device=device, seed=spec.seed + rank
+        batch_size=spec.batch_size or example_info(spec.model).default_batch_size,
+        device=device,
+        seed=spec.seed + rank,
     )
     module: torch.nn.Module = example.model
     if world_size > 1:

@@ -1,37 +1,55 @@
 """Decode a Kineto (PyTorch profiler) Chrome-trace JSON into a typed, compact event table.
 
 Decoding uses msgspec with typed structs: only the fields trainsim needs are materialised,
-everything else is skipped by the C decoder (hundreds of MB/s, memory ≈ the uncompressed size).
-Time units: Chrome-trace ``ts``/``dur`` are microseconds; some producers write nanoseconds.
-We detect the unit from the timestamp magnitude (epoch ns ≈ 1e18, epoch µs ≈ 1e15) and the
-``displayTimeUnit`` hint, and allow an explicit override.
+everything else is skipped by the C decoder. Event structs are not tracked by the cyclic
+garbage collector (``gc=False``: they hold no cycles), which keeps multi-million-event traces
+from triggering full collections that would otherwise dominate ingestion time.
+
+Time units: Chrome-trace ``ts``/``dur`` are microseconds (Kineto writes fractional µs for
+nanosecond resolution and may say ``displayTimeUnit: "ns"``: that is a display hint only). Some
+producers write nanoseconds; we detect them by the magnitude of the median timestamp (epoch ns
+≈ 1.7e18, epoch µs ≈ 1.7e15), and accept an explicit override.
+
+Decoding also rejects what cannot be a real trace, so that a corrupt file fails loudly instead
+of yielding a plausible but wrong workload (see docs/ingestion.md, "Error policy"): negative
+times or counts, timestamps far outside the trace's own time range, and device activity that
+starts before the runtime call that launched it.
 """
 
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from operator import attrgetter
+from typing import Annotated, Any
 
 import msgspec
 
-from trainsim.errors import TraceFormatError
+from trainsim.errors import ConfigError, TraceFormatError
+
+MAX_COUNT = 1 << 48  # bytes or elements of one tensor or message; more is a corrupt value
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]  # bytes and element counts
+RawTime = Annotated[float, msgspec.Meta(ge=0)]  # ts/dur in the file's raw unit
 
 
-class Args(msgspec.Struct, omit_defaults=True):
+class Args(msgspec.Struct, omit_defaults=True, gc=False):
     correlation: int | None = None
-    stream: int | None = None
+    # CUDA writes an int, ROCm runtime calls a hex string ("0x0"): decode_kineto normalises the
+    # stream of every event it returns to ``int | None``.
+    stream: Any = None
     device: int | None = None
-    bytes: int | None = None
+    bytes: Count | None = None
     external_id: int | None = msgspec.field(name="External id", default=None)
     rf_id: int | None = msgspec.field(name="Record function id", default=None)
+    ev_idx: int | None = msgspec.field(name="Ev Idx", default=None)
     input_dims: Any = msgspec.field(name="Input Dims", default=None)
     input_type: Any = msgspec.field(name="Input type", default=None)
     # NCCL metadata written by recent PyTorch on kernels and record_param_comms ops.
     coll_name: str | None = msgspec.field(name="Collective name", default=None)
-    in_nelems: int | None = msgspec.field(name="In msg nelems", default=None)
-    out_nelems: int | None = msgspec.field(name="Out msg nelems", default=None)
-    group_size: int | None = msgspec.field(name="Group size", default=None)
+    in_nelems: Count | None = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: Count | None = msgspec.field(name="Out msg nelems", default=None)
+    group_size: Count | None = msgspec.field(name="Group size", default=None)
     dtype: str | None = None
     in_split: Any = msgspec.field(name="In split size", default=None)
     out_split: Any = msgspec.field(name="Out split size", default=None)
@@ -43,18 +61,18 @@ class Args(msgspec.Struct, omit_defaults=True):
     wait_on_record_corr: int | None = msgspec.field(
         name="wait_on_cuda_event_record_corr_id", default=None
     )
-    grid: Any = None
-    block: Any = None
+    grid: list[Count] | None = None  # launch grid and block dimensions, [x, y, z]
+    block: list[Count] | None = None
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float | None = None
-    dur: float = 0.0
+    ts: RawTime | None = None
+    dur: RawTime = 0.0
     args: Args | None = None
 
 
@@ -73,6 +91,12 @@ RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "Runtime"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
 SYNC_CAT = "cuda_sync"
 
+TIME_UNITS_S = {"us": 1e-6, "ns": 1e-9, "ms": 1e-3}
+COMPLETE_COVERAGE = 0.9  # below this share of 'Ev Idx' indices, events were removed (sampled)
+MAX_TIME_RANGE_S = 600.0  # events farther than this from the trace's bulk are corrupt
+MAX_WORLD_SIZE = 1 << 20  # ranks in one job; larger values are corrupt
+LAUNCH_SKEW_S = 100e-6  # a device activity may appear to start this much before its launch
+
 
 @dataclass(slots=True)
 class KinetoTrace:
@@ -88,6 +112,9 @@ class KinetoTrace:
     unit_to_s: float  # seconds per raw time unit (1e-6 for µs)
     rank_hint: int | None = None  # rank from the file name when distributedInfo lacks it
     counts: dict[str, int] = field(default_factory=dict)
+    # Share of the profiler's per-event indices ('Ev Idx') present in the file; 1.0 for a
+    # complete export, ≈0.01 for the HTA "sampled" traces. None: the producer writes none.
+    event_coverage: float | None = None
 
     @property
     def rank(self) -> int | None:
@@ -104,6 +131,12 @@ class KinetoTrace:
     @property
     def device_name(self) -> str:
         return str(self.devices[0].get("name", "")) if self.devices else ""
+
+    @property
+    def is_sampled(self) -> bool:
+        """True when events were removed after export (sampled or trimmed traces): the CPU
+        ops and kernels of a step are then a subset, and step times and replays are wrong."""
+        return self.event_coverage is not None and self.event_coverage < COMPLETE_COVERAGE
 
     def origin(self) -> float:
         """Earliest timestamp of any CPU, runtime or GPU event (raw unit)."""
@@ -130,40 +163,19 @@ def rank_from_name(name: str) -> int | None:
     return None
 
 
-def _unit_to_s(events: list[Event], display_unit: str | None, override: str | None) -> float:
-    if override is not None:
-        return {"us": 1e-6, "ns": 1e-9, "ms": 1e-3}[override]
-    sample = [e.ts for e in events[:2000] if e.ts is not None]
-    if sample and max(sample) > 1e17:  # epoch nanoseconds (2001+); epoch µs is ~1.7e15
-        return 1e-9
-    # displayTimeUnit is a display hint in the Chrome-trace format; Kineto keeps ts in µs
-    # (fractional for ns resolution) even when it says "ns". Large-magnitude check above wins.
-    del display_unit
-    return 1e-6
-
-
 def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> KinetoTrace:
     """Decode one Kineto JSON document. Raises TraceFormatError naming the file and field."""
-    try:
-        doc = msgspec.json.decode(data, type=_Doc)
-    except msgspec.ValidationError as e:
-        raise TraceFormatError(name, f"not a Kineto trace: {e}") from e
-    except msgspec.DecodeError as e:
-        raise TraceFormatError(name, f"invalid or truncated JSON ({e})") from e
-    if doc.traceEvents is None:
-        raise TraceFormatError(name, "JSON has no 'traceEvents' list (expected a Kineto trace)")
+    events = _decode_events(name, data)
     cpu: list[Event] = []
     runtime: list[Event] = []
     gpu: list[Event] = []
     sync: list[Event] = []
     counts: dict[str, int] = {}
-    for e in doc.traceEvents:
+    for e in events.traceEvents or ():
         if e.ph != "X" or e.ts is None:
             continue
         cat = e.cat
         counts[cat] = counts.get(cat, 0) + 1
-        if e.dur < 0:
-            raise TraceFormatError(name, f"event {e.name!r} at ts={e.ts} has negative 'dur'")
         if cat in CPU_CATS:
             cpu.append(e)
         elif cat in RUNTIME_CATS:
@@ -173,10 +185,24 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
         elif cat == SYNC_CAT:
             sync.append(e)
     if not (cpu or runtime or gpu):
-        raise TraceFormatError(name, "trace holds no CPU op, runtime or GPU events")
+        raise TraceFormatError(
+            name,
+            "trace holds no CPU op, runtime or GPU events (no 'X' events with category "
+            "cpu_op, user_annotation, cuda_runtime or kernel)",
+        )
+    by_ts, by_dur = attrgetter("ts"), attrgetter("dur")
     for lst in (cpu, runtime, gpu, sync):
-        lst.sort(key=lambda e: (e.ts, -e.dur))
-    dist = dict(doc.distributedInfo or {})
+        # (ts ascending, dur descending): parents before the children they contain.
+        lst.sort(key=by_dur, reverse=True)
+        lst.sort(key=by_ts)
+    unit_to_s = _unit_to_s(name, cpu or runtime or gpu, time_unit)
+    for lst in (runtime, gpu, sync):
+        _normalise_streams(name, lst)
+    _check_time_range(name, (cpu, runtime, gpu, sync), unit_to_s)
+    _check_launch_order(name, runtime, gpu, unit_to_s)
+    dist = _distributed(name, events.distributedInfo)
+    world = dist.get("world_size")
+    _check_shapes_and_groups(name, cpu, gpu, world if isinstance(world, int) else None)
     return KinetoTrace(
         source=name,
         cpu=cpu,
@@ -184,8 +210,212 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
         gpu=gpu,
         sync=sync,
         distributed=dist,
-        devices=list(doc.deviceProperties or []),
-        unit_to_s=_unit_to_s(cpu or runtime or gpu, doc.displayTimeUnit, time_unit),
+        devices=list(events.deviceProperties or []),
+        unit_to_s=unit_to_s,
         rank_hint=rank_from_name(name),
         counts=counts,
+        event_coverage=event_coverage(cpu),
     )
+
+
+def _decode_events(name: str, data: bytes) -> _Doc:
+    try:
+        doc = msgspec.json.decode(data, type=_Doc)
+    except msgspec.ValidationError as e:
+        if "got `array`" in str(e) and "- at" not in str(e):
+            raise TraceFormatError(
+                name,
+                "JSON top level is an array; expected a Kineto trace object with 'traceEvents'",
+            ) from e
+        raise TraceFormatError(
+            name, f"not a valid Kineto trace: {e} (corrupt file, or a producer we do not support)"
+        ) from e
+    except msgspec.DecodeError as e:
+        raise TraceFormatError(name, f"invalid or truncated JSON ({e})") from e
+    except UnicodeDecodeError as e:  # msgspec raises it for invalid UTF-8 inside a string
+        raise TraceFormatError(name, f"invalid UTF-8 in a JSON string at byte {e.start}") from e
+    if doc.traceEvents is None:
+        raise TraceFormatError(name, "JSON has no 'traceEvents' list (expected a Kineto trace)")
+    return doc
+
+
+def _unit_to_s(name: str, events: list[Event], override: str | None) -> float:
+    if override is not None:
+        try:
+            return TIME_UNITS_S[override]
+        except KeyError:
+            raise ConfigError(
+                f"unknown time unit {override!r} for {name}: use one of {sorted(TIME_UNITS_S)}"
+            ) from None
+    # Events are sorted by ts: the middle one is the median, immune to one corrupt timestamp.
+    median_ts = float(events[len(events) // 2].ts)  # type: ignore[arg-type]
+    if median_ts > 1e17:  # epoch nanoseconds (2001+); epoch µs is ~1.7e15
+        return 1e-9
+    return 1e-6
+
+
+def _normalise_streams(name: str, events: list[Event]) -> None:
+    for e in events:
+        a = e.args
+        if a is None:
+            continue
+        s = a.stream
+        if s is None or type(s) is int:
+            continue
+        if isinstance(s, str):
+            try:
+                a.stream = int(s, 0)
+                continue
+            except ValueError:
+                pass
+        raise TraceFormatError(
+            name,
+            f"event {e.name!r} at ts={e.ts}: 'stream' is {s!r}; expected an integer or a hex "
+            "string such as '0x0'",
+        )
+
+
+def _check_time_range(name: str, lists: tuple[list[Event], ...], unit_to_s: float) -> None:
+    """Reject events far from the bulk of the trace: a corrupt digit in a timestamp."""
+    sample: list[float] = []
+    for lst in lists:
+        step = max(1, len(lst) // 2000)
+        sample.extend(float(e.ts) for e in lst[::step])  # type: ignore[arg-type]
+    sample.sort()
+    n = len(sample)
+    median, p10, p90 = sample[n // 2], sample[n // 10], sample[(9 * n) // 10]
+    half = max(MAX_TIME_RANGE_S / unit_to_s, 4 * (p90 - p10))
+    lo, hi = median - half, median + half
+    for lst in lists:
+        if not lst:
+            continue
+        bad = lst[0] if float(lst[0].ts) < lo else lst[-1] if float(lst[-1].ts) > hi else None  # type: ignore[arg-type]
+        longest = max(lst, key=attrgetter("dur"))
+        if bad is None and longest.dur > 2 * half:
+            bad = longest
+        if bad is not None:
+            raise TraceFormatError(
+                name,
+                f"event {bad.name!r} ({bad.cat}) at ts={bad.ts} dur={bad.dur} lies outside the "
+                f"trace's time range [{lo:.0f}, {hi:.0f}]: corrupt timestamp or duration",
+            )
+
+
+def _check_launch_order(
+    name: str, runtime: list[Event], gpu: list[Event], unit_to_s: float
+) -> None:
+    """A device activity cannot start before the runtime call that launched it."""
+    launch_ts: dict[int, float] = {}
+    for e in runtime:  # sorted by ts: setdefault keeps the earliest call per correlation
+        a = e.args
+        if a is not None and a.correlation is not None:
+            launch_ts.setdefault(a.correlation, e.ts)  # type: ignore[arg-type]
+    slack = LAUNCH_SKEW_S / unit_to_s
+    for g in gpu:
+        a = g.args
+        if a is None or a.correlation is None:
+            continue
+        t0 = launch_ts.get(a.correlation)
+        if t0 is not None and g.ts < t0 - slack:  # type: ignore[operator]
+            raise TraceFormatError(
+                name,
+                f"device activity {g.name[:60]!r} (correlation {a.correlation}) starts at "
+                f"ts={g.ts}, before the runtime call that launched it (ts={t0}): corrupt "
+                "timestamp or correlation id",
+            )
+
+
+def _distributed(name: str, info: dict[str, Any] | None) -> dict[str, Any]:
+    dist = dict(info or {})
+    rank, world = dist.get("rank"), dist.get("world_size")
+    if isinstance(world, int) and not 1 <= world <= MAX_WORLD_SIZE:
+        raise TraceFormatError(
+            name, f"distributedInfo.world_size is {world}; expected 1..{MAX_WORLD_SIZE}"
+        )
+    if isinstance(rank, int) and (rank < 0 or (isinstance(world, int) and rank >= world)):
+        raise TraceFormatError(
+            name, f"distributedInfo.rank is {rank}, outside 0..world_size-1 (world_size {world})"
+        )
+    return dist
+
+
+def _check_shapes_and_groups(
+    name: str, cpu: list[Event], gpu: list[Event], world_size: int | None
+) -> None:
+    """Tensor sizes are non-negative; process-group ranks are distinct ranks of the job."""
+    for lst in (cpu, gpu):
+        for e in lst:
+            a = e.args
+            if a is None:
+                continue
+            if a.input_dims is not None and _has_negative(a.input_dims):
+                raise TraceFormatError(
+                    name,
+                    f"event {e.name!r} at ts={e.ts}: negative size in 'Input Dims' {a.input_dims}",
+                )
+            if a.pg_ranks is not None or a.in_split is not None or a.out_split is not None:
+                _check_comm_args(name, e, a, world_size)
+
+
+def _has_negative(dims: Any) -> bool:
+    if type(dims) is not list:
+        return False
+    for d in dims:
+        if type(d) is int:
+            if d < 0:
+                return True
+        elif type(d) is list and _has_negative(d):
+            return True
+    return False
+
+
+def _int_list(value: Any) -> list[Any] | None:
+    """A JSON list given as a list or as its text ("[0, 1]"); None when it is neither
+    (PyTorch truncates long lists to "[0, 1, ..., ...]", which is not JSON)."""
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return None
+    return value if isinstance(value, list) else None
+
+
+def _check_comm_args(name: str, e: Event, a: Args, world_size: int | None) -> None:
+    where = f"event {e.name!r} at ts={e.ts}"
+    for label, value in (("In split size", a.in_split), ("Out split size", a.out_split)):
+        splits = _int_list(value)
+        if splits and not all(type(s) is int and 0 <= s <= MAX_COUNT for s in splits):
+            raise TraceFormatError(
+                name, f"{where}: '{label}' {value!r} holds a negative or non-integer size"
+            )
+    ranks = _int_list(a.pg_ranks)
+    if not ranks:
+        return
+    if not all(type(r) is int and r >= 0 for r in ranks):
+        raise TraceFormatError(
+            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} holds a non-rank value"
+        )
+    if len(set(ranks)) != len(ranks):
+        raise TraceFormatError(
+            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} lists a rank twice"
+        )
+    if world_size is not None and max(ranks) >= world_size:
+        raise TraceFormatError(
+            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} exceeds world_size {world_size}"
+        )
+
+
+def event_coverage(cpu: list[Event]) -> float | None:
+    """Share of 'Ev Idx' indices present, per process (see ``KinetoTrace.event_coverage``)."""
+    by_pid: dict[int | str, list[int]] = defaultdict(list)
+    for e in cpu:
+        a = e.args
+        if a is not None and a.ev_idx is not None:
+            by_pid[e.pid].append(a.ev_idx)
+    if not by_pid:
+        return None
+    present = spanned = 0
+    for idx in by_pid.values():
+        present += len(set(idx))
+        spanned += max(idx) - min(idx) + 1
+    return present / spanned

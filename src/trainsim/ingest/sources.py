@@ -1,7 +1,11 @@
-"""Open trace inputs as published: ``.json``, ``.json.gz``, ``.tar.gz``/``.tgz`` archives, folders.
+"""Open trace inputs as published: ``.json``, ``.json.gz``, ``.tar.gz``/``.tgz``/``.tar`` archives,
+folders.
 
 Everything becomes a list of :class:`TraceBlob` (a display name plus the uncompressed bytes),
-classified by content (Kineto vs execution trace), never by file name alone.
+classified by content (Kineto vs execution trace), never by file name alone. A path the user
+names is read whatever its suffix; inside folders and archives only ``.json``/``.json.gz`` files
+are traces (``.tar.gz`` archives too, in folders). Every failure is a ``TraceFormatError`` that
+names the file (``archive.tar.gz:member`` for archive members) and says what was expected.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ class TraceBlob:
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_TRACE_SUFFIXES = (".json", ".json.gz", ".tar.gz", ".tgz", ".tar", ".gz")
+_UTF8_BOM = b"\xef\xbb\xbf"
+_JSON_SUFFIXES = (".json", ".json.gz")
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+_EXPECTED = "expected a Kineto or execution trace (.json, .json.gz, or a .tar.gz of them)"
 
 
 def sniff_kind(data: bytes) -> BlobKind:
@@ -53,38 +60,63 @@ def sniff_kind(data: bytes) -> BlobKind:
     return BlobKind.UNKNOWN
 
 
-def _gunzip(path_label: str, raw: bytes) -> bytes:
+def _gunzip(label: str, raw: bytes) -> bytes:
     try:
         return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as e:
-        raise TraceFormatError(path_label, f"corrupt or truncated gzip data ({e})") from e
+    except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; CRC errors too
+        raise TraceFormatError(label, f"corrupt or truncated gzip data ({e})") from e
+
+
+def _as_json(label: str, data: bytes) -> bytes:
+    """Uncompress if gzip, then check the bytes can be a JSON document (object or array)."""
+    if data[:2] == _GZIP_MAGIC:
+        data = _gunzip(label, data)
+    if data.startswith(_UTF8_BOM):
+        data = data[len(_UTF8_BOM) :]
+    first = data[:4096].lstrip()[:1]
+    if not first:
+        raise TraceFormatError(label, f"file is empty; {_EXPECTED}")
+    if first not in (b"{", b"["):
+        raise TraceFormatError(
+            label, f"not JSON (starts with {data[:8]!r}) and not gzip or tar; {_EXPECTED}"
+        )
+    return data
 
 
 def _read_archive(path: Path, raw: bytes) -> Iterator[TraceBlob]:
     try:
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
             members = [m for m in tar.getmembers() if m.isfile()]
-            for m in sorted(members, key=lambda m: m.name):
-                base = Path(m.name).name
-                if base.startswith(("._", ".")) or not base.endswith(_TRACE_SUFFIXES):
-                    continue  # macOS resource forks and non-trace files
+            kept = [m for m in members if _is_trace_name(Path(m.name).name, _JSON_SUFFIXES)]
+            if not kept:
+                names = ", ".join(sorted(m.name for m in members)[:5]) or "nothing"
+                raise TraceFormatError(
+                    path, f"archive holds no .json or .json.gz trace files (it holds: {names})"
+                )
+            for m in sorted(kept, key=lambda m: m.name):
                 f = tar.extractfile(m)
-                if f is None:
-                    continue
-                data = f.read()
                 label = f"{path}:{m.name}"
-                if data[:2] == _GZIP_MAGIC:
-                    data = _gunzip(label, data)
-                yield TraceBlob(label, data)
+                if f is None:
+                    raise TraceFormatError(label, "archive member cannot be read")
+                yield TraceBlob(label, _as_json(label, f.read()))
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         raise TraceFormatError(path, f"corrupt or truncated tar archive ({e})") from e
+
+
+def _is_trace_name(base: str, suffixes: tuple[str, ...]) -> bool:
+    # "._x.json" are macOS resource forks; other dot-files are editor/OS litter.
+    return not base.startswith(".") and base.lower().endswith(suffixes)
 
 
 def read_path(path: str | Path) -> list[TraceBlob]:
     """Read one file (json, gz, tar.gz) or every trace file in a folder (recursively)."""
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
+        files = sorted(
+            f
+            for f in p.rglob("*")
+            if f.is_file() and _is_trace_name(f.name, _JSON_SUFFIXES + _ARCHIVE_SUFFIXES)
+        )
         if not files:
             raise TraceFormatError(p, "folder holds no .json, .json.gz or .tar.gz trace files")
         out: list[TraceBlob] = []
@@ -96,18 +128,12 @@ def read_path(path: str | Path) -> list[TraceBlob]:
     except FileNotFoundError as e:
         raise TraceFormatError(p, "no such file or folder") from e
     except OSError as e:
-        raise TraceFormatError(p, f"cannot read: {e.strerror}") from e
+        raise TraceFormatError(p, f"cannot read: {e.strerror or e}") from e
     if not raw:
-        raise TraceFormatError(p, "file is empty (expected a JSON trace)")
-    name = p.name
-    if name.endswith((".tar.gz", ".tgz", ".tar")) or _is_tar(raw):
-        blobs = list(_read_archive(p, raw))
-        if not blobs:
-            raise TraceFormatError(p, "archive holds no .json trace files")
-        return blobs
-    if raw[:2] == _GZIP_MAGIC:
-        raw = _gunzip(str(p), raw)
-    return [TraceBlob(str(p), raw)]
+        raise TraceFormatError(p, f"file is empty; {_EXPECTED}")
+    if p.name.lower().endswith(_ARCHIVE_SUFFIXES) or _is_tar(raw):
+        return list(_read_archive(p, raw))
+    return [TraceBlob(str(p), _as_json(str(p), raw))]
 
 
 def _is_tar(raw: bytes) -> bool:

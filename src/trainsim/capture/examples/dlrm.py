@@ -6,6 +6,8 @@ bag forward/backward, GEMMs, bmm interaction, BCE loss) is the one of the real m
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import nn
 
@@ -20,7 +22,7 @@ PAD = 0  # row 0 of every table is padding: ignored by the bag sum
 
 def _mlp(sizes: tuple[int, ...], *, last_activation: bool) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(a, b))
         if i < len(sizes) - 2 or last_activation:
             layers.append(nn.ReLU())
@@ -30,14 +32,14 @@ def _mlp(sizes: tuple[int, ...], *, last_activation: bool) -> nn.Sequential:
 class DLRM(nn.Module):
     def __init__(self, *, table_rows: tuple[int, ...], dim: int, dense_features: int) -> None:
         super().__init__()
-        self.tables = nn.ModuleList(nn.EmbeddingBag(n, dim, mode="sum", padding_idx=PAD) for n in table_rows)
+        self.tables = nn.ModuleList(
+            nn.EmbeddingBag(n, dim, mode="sum", padding_idx=PAD) for n in table_rows
+        )
         self.bottom = _mlp((dense_features, 64, dim), last_activation=True)
         features = len(table_rows) + 1
         pairs = features * (features - 1) // 2
         self.top = _mlp((dim + pairs, 64, 32, 1), last_activation=False)
-        li, lj = torch.tril_indices(features, features, offset=-1)
-        self.register_buffer("li", li, persistent=False)
-        self.register_buffer("lj", lj, persistent=False)
+        self.features = features
 
     def forward(
         self, dense: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
@@ -46,7 +48,9 @@ class DLRM(nn.Module):
         pooled = [t(indices[i], offsets[i]) for i, t in enumerate(self.tables)]
         feats = torch.stack([x, *pooled], dim=1)  # (B, F, D)
         z = torch.bmm(feats, feats.transpose(1, 2))  # dot interaction
-        inter = z[:, self.li, self.lj]
+        # Index per call, as the reference DLRM does: a buffer would make DDP broadcast it.
+        li, lj = torch.tril_indices(self.features, self.features, offset=-1, device=z.device)
+        inter = z[:, li, lj]
         return self.top(torch.cat([x, inter], dim=1)).squeeze(1)
 
 

@@ -25,9 +25,9 @@ def build(*, batch_size: int, device: str, seed: int) -> TrainingStep:
         bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
     torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
-    model = GPT2LMHeadModel(config)
-    model.loss_type = "ForCausalLM"  # the class name does not name a loss; avoids a warning
-    model.train()
+    hf_model = GPT2LMHeadModel(config)
+    hf_model.loss_type = "ForCausalLM"  # the class name does not name a loss; avoids a warning
+    model: nn.Module = hf_model.train()
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, VOCAB, (batch_size, SEQ_LEN), generator=g)
     return TrainingStep(

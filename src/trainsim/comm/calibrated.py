@@ -1,0 +1,197 @@
+"""Collective models fitted on measurements, moved to unmeasured group sizes by the hierarchy.
+
+A :class:`CalibratedCommModel` holds one fitted curve per measured (collective, nodes, GPUs
+per node) case. A measured case answers from its own curve. Another group size on the same
+system answers from an *anchor*, the nearest measured case of the same collective, shifted by
+what the hierarchical model says changes between the two (:func:`anchored_time`)::
+
+    t(m) = t_anchor(m) + [lat(target) - lat(anchor)] + m * [pb(target) - pb(anchor)]
+
+where ``lat`` and ``pb`` are the hierarchical model's best latency and per-byte cost. The
+anchor's fitted curve keeps everything the hierarchy cannot express (protocol switches,
+the bandwidth ramp of 000's sigmoid); the hierarchy only adds what scale changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from trainsim.comm.curves import Curve, family
+from trainsim.comm.hierarchical import HierarchicalModel, HierParams
+from trainsim.comm.model import CommModel, canonical_kind, packed_placement
+from trainsim.comm.samples import CaseKey
+from trainsim.errors import ModelError
+from trainsim.hardware import SystemSpec, get_system
+from trainsim.hardware.schema import SystemSpec as _SystemSchema
+from trainsim.ir.kinds import CollectiveKind
+
+ARTIFACT_SCHEMA = "trainsim.comm-model/1"
+_FLOOR_FRACTION = 0.05  # an extrapolated time never drops below 5 % of the anchor's
+
+
+@dataclass(frozen=True, slots=True)
+class FittedCase:
+    """One fitted curve and the evidence for it."""
+
+    key: CaseKey
+    family: str
+    curve: Curve
+    samples: int
+    min_bytes: float
+    max_bytes: float
+    heldout_gmae_pct: float | None = None
+    heldout_mape_pct: float | None = None
+    candidates: dict[str, float] = field(default_factory=dict)  # family -> held-out GMAE %
+    excluded_samples: int = 0  # rows dropped as physically implausible
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.key.kind.value, "nodes": self.key.nodes, "gpus_per_node": self.key.gpus_per_node,
+            "family": self.family, "params": self.curve.to_dict(), "samples": self.samples,
+            "excluded_samples": self.excluded_samples, "min_bytes": self.min_bytes, "max_bytes": self.max_bytes,
+            "heldout_gmae_pct": self.heldout_gmae_pct, "heldout_mape_pct": self.heldout_mape_pct,
+            "candidates_heldout_gmae_pct": self.candidates,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FittedCase:
+        try:
+            key = CaseKey(CollectiveKind(d["kind"]), int(d["nodes"]), int(d["gpus_per_node"]))
+            return cls(key, d["family"], family(d["family"]).load(d["params"]), int(d["samples"]),
+                       float(d["min_bytes"]), float(d["max_bytes"]), d.get("heldout_gmae_pct"),
+                       d.get("heldout_mape_pct"), dict(d.get("candidates_heldout_gmae_pct", {})),
+                       int(d.get("excluded_samples", 0)))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelError(f"comm model artifact: bad case entry ({e!r})") from None
+
+
+def choose_anchor(target: CaseKey, available: list[CaseKey]) -> CaseKey | None:
+    """The measured case to extrapolate ``target`` from: same collective, same regime (one
+    rank, inside one node, across nodes) and GPUs per node if possible, then the nearest group size,
+    from below on ties."""
+    cands = [k for k in available if k.kind is target.kind and k != target]
+    if not cands:
+        return None
+
+    def regime(k: CaseKey) -> int:  # one rank (a local copy), inside one node, across nodes
+        return 0 if k.group_size == 1 else 1 if k.nodes == 1 else 2
+
+    def score(k: CaseKey) -> tuple[bool, bool, float, bool]:
+        return (regime(k) != regime(target), k.gpus_per_node != target.gpus_per_node,
+                abs(math.log2(k.group_size / target.group_size)), k.group_size > target.group_size)  # fmt: skip
+
+    return min(cands, key=score)
+
+
+def anchored_time(hier: HierarchicalModel, anchor: CaseKey, curve: Curve, target: CaseKey, nbytes: ArrayLike) -> np.ndarray:
+    """The anchor's fitted curve moved to ``target`` (module docstring).
+
+    Monotone in size by construction: when the target costs more per byte the difference is
+    added; when it costs less, the whole anchor curve is scaled down instead (a difference
+    with a negative slope could make larger messages faster).
+    """
+    k = target.kind
+    t_ref = curve(nbytes)
+    m = np.maximum(np.asarray(nbytes, dtype=float), 0.0)
+    d_lat = hier.best_latency_s(k, target.nodes, target.gpus_per_node) - hier.best_latency_s(k, anchor.nodes, anchor.gpus_per_node)
+    pb_t = hier.best_per_byte_s(k, target.nodes, target.gpus_per_node)
+    pb_a = hier.best_per_byte_s(k, anchor.nodes, anchor.gpus_per_node)
+    moved = t_ref + d_lat + m * (pb_t - pb_a) if pb_t >= pb_a else t_ref * (pb_t / pb_a) + d_lat
+    return np.maximum(moved, _FLOOR_FRACTION * t_ref)
+
+
+class CalibratedCommModel(CommModel):
+    model_type = "calibrated"
+
+    def __init__(self, *, name: str, dataset: str, cases: list[FittedCase], system: SystemSpec | None = None,
+                 hier_params: HierParams | None = None, provenance: dict[str, Any] | None = None) -> None:  # fmt: skip
+        self.name = name
+        self.dataset = dataset
+        self.system = system
+        self.cases = {c.key: c for c in cases}
+        if len(self.cases) != len(cases):
+            raise ModelError(f"comm model {name}: a case appears twice")
+        self.hier = HierarchicalModel(system, hier_params) if system is not None else None
+        self.provenance_info = dict(provenance or {})
+
+    # --- resolution ----------------------------------------------------------------------------
+
+    def _key(self, kind: CollectiveKind | str, group_size: int, gpus_per_node: int | None) -> CaseKey:
+        k = canonical_kind(kind)
+        if self.hier is not None:
+            nodes, g = self.hier.placement(group_size, gpus_per_node)
+            return CaseKey(k, nodes, g)
+        if gpus_per_node is None:
+            measured = [c for c in self.cases if c.kind is k and c.group_size == group_size]
+            if len(measured) == 1:
+                return measured[0]
+        nodes, g = packed_placement(group_size, gpus_per_node, None)
+        return CaseKey(k, nodes, g)
+
+    def resolve(self, kind: CollectiveKind | str, group_size: int, gpus_per_node: int | None = None) -> tuple[CaseKey, CaseKey]:
+        """(target case, the case whose curve answers it)."""
+        key = self._key(kind, group_size, gpus_per_node)
+        if key in self.cases:
+            return key, key
+        if self.hier is None:
+            raise ModelError(f"comm model {self.name} has no curve for {key.label} and no system to extrapolate with")
+        anchor = choose_anchor(key, list(self.cases))
+        if anchor is None:
+            raise ModelError(f"comm model {self.name} has no measured {key.kind.value} to extrapolate from")
+        return key, anchor
+
+    def supports(self, kind: CollectiveKind | str, group_size: int, *, gpus_per_node: int | None = None) -> bool:
+        try:
+            self.resolve(kind, group_size, gpus_per_node)
+        except ModelError:
+            return False
+        return True
+
+    def predict_many(self, kind: CollectiveKind | str, nbytes: ArrayLike, group_size: int, *,
+                     gpus_per_node: int | None = None) -> tuple[np.ndarray, str]:  # fmt: skip
+        key, anchor = self.resolve(kind, group_size, gpus_per_node)
+        case = self.cases[anchor]
+        if key == anchor:
+            return np.asarray(case.curve(nbytes), dtype=float), f"calibrated:{self.dataset}"
+        assert self.hier is not None
+        prov = f"calibrated:{self.dataset};extrapolated-from:{anchor.nodes}x{anchor.gpus_per_node}"
+        return anchored_time(self.hier, anchor, case.curve, key, nbytes), prov
+
+    # --- artifact --------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": ARTIFACT_SCHEMA,
+            "model": self.model_type,
+            "name": self.name,
+            "dataset": self.dataset,
+            "provenance": self.provenance_info,
+            "system": self.system.name if self.system else None,
+            "system_spec": self.system.model_dump(mode="json") if self.system else None,
+            "hierarchical": None if self.hier is None else {
+                "eff_node": self.hier.params.eff_node, "eff_cluster": self.hier.params.eff_cluster,
+                "latency_node_s": self.hier.params.latency_node_s,
+                "latency_cluster_s": self.hier.params.latency_cluster_s,
+                "fitted_on": self.hier.params.fitted_on,
+            },
+            "cases": [c.to_dict() for c in self.cases.values()],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> CalibratedCommModel:
+        if doc.get("schema") != ARTIFACT_SCHEMA or doc.get("model") != cls.model_type:
+            raise ModelError(f"not a calibrated comm model artifact (schema {doc.get('schema')!r}, model {doc.get('model')!r})")
+        try:
+            spec = doc.get("system_spec")
+            system = _SystemSchema.model_validate(spec) if spec else (get_system(doc["system"]) if doc.get("system") else None)
+            hier = HierParams(**doc["hierarchical"]) if doc.get("hierarchical") else None
+            cases = [FittedCase.from_dict(c) for c in doc["cases"]]
+            return cls(name=doc["name"], dataset=doc["dataset"], cases=cases, system=system, hier_params=hier,
+                       provenance=doc.get("provenance"))  # fmt: skip
+        except (KeyError, TypeError) as e:
+            raise ModelError(f"calibrated comm model artifact: bad or missing field ({e!r})") from None

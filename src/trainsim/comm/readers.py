@@ -1,0 +1,377 @@
+"""Readers for collective measurements, one table keyed by format.
+
+=================  ==========================================================================
+``nccl-tests``     the native text output of nccl-tests (``all_reduce_perf`` ...), with or
+                   without an MPI prefix (``[1,0]<stdout>:``); ranks, hosts and the device
+                   come from its header
+``seed001-csv``    paper 001's ``<GPU>_<collective>_<dtype>_<nodes>_<gpus>.csv``
+                   (``shape,nodes,GPUsPerNode,dur(us)``; ``shape`` counts elements)
+``vtrain-lut``     vTrain's ``AR_GPU<n>_..._LUT`` all-reduce tables (ns)
+``trainsim-bench`` our own ``trainsim bench comm`` JSONL rows
+=================  ==========================================================================
+
+A file is classified by its content, never by its name alone. Bad input raises
+``TraceFormatError`` naming the file and the line or field. Times: nccl-tests reports an
+out-of-place and an in-place time per size; by default (``timing="min"``) a row keeps the
+smaller of the two, as benchmark noise only ever adds time (with one rank the in-place
+all-reduce does nothing, so the out-of-place time is kept).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainsim.comm.samples import CommDataset, CommSample
+from trainsim.errors import TraceFormatError
+from trainsim.ir.kinds import CollectiveKind as C
+
+BENCH_SCHEMA = "trainsim.comm-bench/1"
+
+_KIND_WORDS: dict[str, C] = {
+    "all_reduce": C.ALL_REDUCE, "allreduce": C.ALL_REDUCE, "all_gather": C.ALL_GATHER,
+    "allgather": C.ALL_GATHER, "reduce_scatter": C.REDUCE_SCATTER, "reducescatter": C.REDUCE_SCATTER,
+    "alltoall": C.ALL_TO_ALL, "all_to_all": C.ALL_TO_ALL, "all_to_allv": C.ALL_TO_ALLV,
+    "broadcast": C.BROADCAST, "reduce": C.REDUCE, "sendrecv": C.SEND, "p2p": C.SEND,
+    "send": C.SEND, "recv": C.RECV,
+}  # fmt: skip
+_DTYPE_BYTES = {"fp16": 2, "bf16": 2, "half": 2, "fp32": 4, "float": 4, "fp64": 8, "double": 8, "int8": 1}
+
+
+def kind_from_word(word: str) -> C | None:
+    """A collective named the way benchmarks name them (``all_reduce_perf``, ``allgather_large``)."""
+    w = word.lower().removesuffix("_perf")
+    for key in sorted(_KIND_WORDS, key=len, reverse=True):
+        if w == key or w.startswith(key + "_"):
+            return _KIND_WORDS[key]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class FileRead:
+    samples: list[CommSample]
+    device: str | None = None
+
+
+# --- nccl-tests ------------------------------------------------------------------------------
+
+# MPI output tags; interleaved output can splice one into the middle of a line.
+_PREFIX = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:|^\d+: ")
+_RANK = re.compile(r"#\s+Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+_NGPUS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_STARTING = re.compile(r"Collective test starting:\s*(\S+)")
+
+
+def _sniff_nccl_tests(head: str) -> bool:
+    return "nThread" in head and "nGpus" in head or ("out-of-place" in head and "busbw" in head)
+
+
+def _ratio_kind(ratio: float, nranks: int, redop: str) -> C | None:
+    """Which collective, from nccl-tests' busbw/algbw factor (NCCL's bus-bandwidth maths)."""
+    if nranks < 2 or ratio <= 0:
+        return None
+    factors = {C.ALL_REDUCE: 2 * (nranks - 1) / nranks, C.REDUCE_SCATTER: (nranks - 1) / nranks, C.BROADCAST: 1.0}
+    best = min(factors, key=lambda k: abs(factors[k] - ratio))
+    if abs(factors[best] - ratio) > 0.1 * factors[best]:
+        return None
+    if best is C.REDUCE_SCATTER and redop in ("none", "n/a"):
+        return None  # all_gather and all_to_all share the factor: ambiguous
+    return best
+
+
+def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -> FileRead:
+    ranks: dict[int, str] = {}
+    device = None
+    per_proc = 1
+    columns: list[str] = []
+    rows: list[tuple[int, list[str]]] = []
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            line = _PREFIX.sub("", raw.rstrip("\r\n"))
+            s = line.strip()
+            if not s:
+                continue
+            if s.startswith("#"):
+                if m := _NGPUS.search(s):
+                    per_proc = int(m.group(1)) * int(m.group(2))
+                elif m := _RANK.match(s):
+                    ranks[int(m.group(1))] = m.group(2)
+                    device = m.group(3)
+                elif m := _STARTING.search(s):
+                    kind = kind or kind_from_word(m.group(1))
+                elif "size" in s and "count" in s and "type" in s:
+                    columns = s.lstrip("#").split()
+                continue
+            if not s[0].isdigit():
+                continue
+            if not columns:
+                raise TraceFormatError(path, f"line {lineno}: data row before the column header")
+            rows.append((lineno, s.split()))
+    if not rows:
+        raise TraceFormatError(path, "no nccl-tests result rows found (expected lines of size, count, type, ... time, algbw, busbw)")
+    nranks = len(ranks) or per_proc
+    nodes = len(set(ranks.values())) or 1
+    if nranks % nodes:
+        raise TraceFormatError(path, f"{nranks} ranks do not split evenly over {nodes} hosts")
+    t_cols = [i for i, c in enumerate(columns) if c == "time"]
+    try:
+        i_size, i_alg, i_bus = columns.index("size"), columns.index("algbw"), columns.index("busbw")
+    except ValueError as e:
+        raise TraceFormatError(path, f"column header lacks {e.args[0].split()[0]}: {' '.join(columns)}") from None
+    if not t_cols:
+        raise TraceFormatError(path, f"column header has no 'time' column: {' '.join(columns)}")
+    i_redop = columns.index("redop") if "redop" in columns else None
+    parsed: list[tuple[int, float, float, float | None]] = []
+    for lineno, tok in rows:
+        try:
+            size = int(tok[i_size])
+            oop = float(tok[t_cols[0]])
+            ip = float(tok[t_cols[1]]) if len(t_cols) > 1 and len(tok) > t_cols[1] else None
+            ratio = float(tok[i_bus]) / float(tok[i_alg]) if float(tok[i_alg]) > 0 else 0.0
+        except (IndexError, ValueError):
+            raise TraceFormatError(path, f"line {lineno}: cannot read size/time/algbw/busbw from {' '.join(tok)!r}") from None
+        if oop <= 0 or size < 0:
+            raise TraceFormatError(path, f"line {lineno}: non-positive time {oop} us or negative size")
+        if kind is None and size >= 1 << 20:
+            kind = _ratio_kind(ratio, nranks, tok[i_redop].lower() if i_redop is not None else "")
+        parsed.append((lineno, size, oop, ip))
+    if kind is None:
+        raise TraceFormatError(path, "cannot tell which collective this log measured (no 'Collective test starting' line, "
+                               "no collective in the file name, ambiguous bus-bandwidth factor); pass kind=")  # fmt: skip
+    use_min = timing == "min" and nranks > 1
+    gpn = nranks // nodes
+    samples = [
+        CommSample(kind, float(size), nodes, gpn, (min(oop, ip) if use_min and ip and ip > 0 else oop) * 1e-6, f"{path}:{ln}")
+        for ln, size, oop, ip in parsed
+    ]
+    return FileRead(samples, device)
+
+
+# --- paper 001 CSVs --------------------------------------------------------------------------
+
+_SEED001_NAME = re.compile(r"^(?P<gpu>.+?)_(?P<func>[a-z0-9]+(?:_large)?)_(?P<dtype>fp16|bf16|fp32)(?:_(?P<nodes>\d+)_(?P<gpn>\d+))?\.csv$")
+_SEED001_HEADER = ["shape", "nodes", "GPUsPerNode", "dur(us)"]
+
+
+def _sniff_seed001(head: str) -> bool:
+    return head.lstrip("\ufeff").startswith("shape,nodes,GPUsPerNode,dur(us)")
+
+
+def read_seed001_csv(path: Path, *, timing: str = "min", kind: C | None = None) -> FileRead:
+    m = _SEED001_NAME.match(path.name)
+    if m is None:
+        raise TraceFormatError(path, "expected a name like <GPU>_<collective>_<dtype>_<nodes>_<gpus>.csv (paper 001)")
+    kind = kind or kind_from_word(m.group("func"))
+    if kind is None:
+        raise TraceFormatError(path, f"unknown collective {m.group('func')!r} in the file name")
+    elem = _DTYPE_BYTES[m.group("dtype")]
+    samples: list[CommSample] = []
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, [])
+        if header != _SEED001_HEADER:
+            raise TraceFormatError(path, f"line 1: expected columns {','.join(_SEED001_HEADER)}, got {','.join(header)}")
+        for lineno, row in enumerate(reader, 2):
+            if not row:
+                continue
+            try:
+                shape, nodes, gpn, dur_us = (float(v) for v in row)
+            except ValueError:
+                raise TraceFormatError(path, f"line {lineno}: expected 4 numbers, got {row}") from None
+            if shape <= 0 or dur_us <= 0 or nodes < 1 or gpn < 1:
+                raise TraceFormatError(path, f"line {lineno}: non-positive value in {row}")
+            samples.append(CommSample(kind, shape * elem, int(nodes), int(gpn), dur_us * 1e-6, f"{path}:{lineno}", m.group("func")))
+    return FileRead(samples, m.group("gpu"))
+
+
+@dataclass(frozen=True, slots=True)
+class PaperError:
+    """One row of paper 001's ``<GPU>.csv``: its regressor's validation error for one case."""
+
+    series: str
+    nodes: int
+    gpus_per_node: int
+    model: str
+    error_pct: float
+
+
+def read_seed001_errors(path: Path) -> list[PaperError]:
+    """Paper 001's error table. Its ``Best_error%`` column holds fractions (0.768 = 76.8 %)."""
+    out: list[PaperError] = []
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        reader = csv.DictReader(fh)
+        for lineno, row in enumerate(reader, 2):
+            try:
+                out.append(PaperError(row["Function"], int(row["Nodes"]), int(row["GPUsPerNode"]),
+                                      row["Best_model"], float(row["Best_error%"]) * 100.0))  # fmt: skip
+            except (KeyError, TypeError, ValueError) as e:
+                raise TraceFormatError(path, f"line {lineno}: cannot read field {e}") from None
+    return out
+
+
+# --- vTrain look-up tables -------------------------------------------------------------------
+
+_VTRAIN_NAME = re.compile(r"AR_GPU(\d+)_")
+
+
+def _sniff_vtrain(head: str) -> bool:
+    return head.lstrip("\ufeff").startswith("size(B),count,type,time(ns)")
+
+
+def read_vtrain_lut(path: Path, *, timing: str = "min", kind: C | None = None) -> FileRead:
+    m = _VTRAIN_NAME.search(path.name)
+    if m is None:
+        raise TraceFormatError(path, "expected a vTrain LUT named AR_GPU<n>_..._LUT")
+    n = int(m.group(1))
+    samples: list[CommSample] = []
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, [])
+        t_cols = [i for i, c in enumerate(header) if c == "time(ns)"]
+        if not header or header[0] != "size(B)" or not t_cols:
+            raise TraceFormatError(path, f"line 1: expected size(B),count,type,time(ns),..., got {','.join(header)}")
+        for lineno, row in enumerate(reader, 2):
+            if not row:
+                continue
+            try:
+                size = float(row[0])
+                times = [float(row[i]) for i in t_cols if i < len(row)]
+            except ValueError:
+                raise TraceFormatError(path, f"line {lineno}: expected numbers, got {row}") from None
+            t_ns = min(times) if timing == "min" else times[0]
+            if t_ns <= 0:
+                raise TraceFormatError(path, f"line {lineno}: non-positive time {t_ns} ns")
+            samples.append(CommSample(kind or C.ALL_REDUCE, size, 1, n, t_ns * 1e-9, f"{path}:{lineno}"))
+    return FileRead(samples, None)
+
+
+# --- trainsim bench JSONL --------------------------------------------------------------------
+
+
+def _sniff_bench(head: str) -> bool:
+    return BENCH_SCHEMA in head.splitlines()[0] if head.strip() else False
+
+
+def read_bench_jsonl(path: Path, *, timing: str = "min", kind: C | None = None) -> FileRead:
+    samples: list[CommSample] = []
+    device = None
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if row.get("schema") != BENCH_SCHEMA:
+                    raise ValueError(f"schema {row.get('schema')!r}")
+                k = C(row["kind"])
+                samples.append(CommSample(k, float(row["nbytes"]), int(row["nodes"]), int(row["gpus_per_node"]),
+                                          float(row["duration_s"]), f"{path}:{lineno}", row.get("backend", "")))  # fmt: skip
+                device = row.get("device", device)
+            except (ValueError, KeyError, TypeError) as e:
+                raise TraceFormatError(path, f"line {lineno}: not a {BENCH_SCHEMA} row ({e})") from None
+    return FileRead(samples, device)
+
+
+# --- the table -------------------------------------------------------------------------------
+
+Reader = Callable[..., FileRead]
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    name: str
+    sniff: Callable[[str], bool]
+    read: Reader
+
+
+FORMATS: tuple[Format, ...] = (
+    Format("trainsim-bench", _sniff_bench, read_bench_jsonl),
+    Format("seed001-csv", _sniff_seed001, read_seed001_csv),
+    Format("vtrain-lut", _sniff_vtrain, read_vtrain_lut),
+    Format("nccl-tests", _sniff_nccl_tests, read_nccl_tests),
+)
+
+
+def sniff_format(path: Path) -> Format | None:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            head = fh.read(8192)
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read ({e.strerror})") from None
+    return next((f for f in FORMATS if f.sniff(head)), None)
+
+
+def _expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
+    """(file, named explicitly) for files and the files inside folders (recursively, sorted)."""
+    out: list[tuple[Path, bool]] = []
+    for p in paths:
+        if p.is_dir():
+            out.extend((f, False) for f in sorted(p.rglob("*")) if f.is_file() and not f.name.startswith("."))
+        elif p.is_file():
+            out.append((p, True))
+        else:
+            raise TraceFormatError(p, "no such file or folder")
+    return out
+
+
+def _is_seed001_aggregate(path: Path) -> bool:
+    """Paper 001's per-collective aggregate CSVs repeat the per-configuration files."""
+    m = _SEED001_NAME.match(path.name)
+    return m is not None and m.group("nodes") is None
+
+
+def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, timing: str = "min",
+                      kind: C | None = None) -> CommDataset:  # fmt: skip
+    """Read collective measurements from files and folders into one dataset.
+
+    Inside folders, files of no known format (READMEs, paper 001's error tables) and paper
+    001's aggregate CSVs (which repeat its per-configuration files) are skipped; a file
+    named explicitly must be readable. An nccl-tests log whose collective cannot be told
+    (one rank) takes the collective of the other logs beside it.
+    """
+    if timing not in ("min", "out-of-place"):
+        raise TraceFormatError("timing", f"timing must be 'min' or 'out-of-place', got {timing!r}")
+    plist = [Path(p) for p in paths]
+    if not plist:
+        raise TraceFormatError("(no paths)", "give at least one dataset file or folder")
+    ds = CommDataset(name or _dataset_name(plist), system_hint=" ".join(str(p.resolve()) for p in plist))
+    deferred: list[Path] = []
+    for path, explicit in _expand(plist):
+        fmt = sniff_format(path)
+        if fmt is None or (not explicit and fmt.name == "seed001-csv" and _is_seed001_aggregate(path)):
+            if explicit and fmt is None:
+                raise TraceFormatError(path, f"not a known collective-benchmark format ({', '.join(f.name for f in FORMATS)})")
+            continue
+        try:
+            got = fmt.read(path, timing=timing, kind=kind)
+        except TraceFormatError as e:
+            if fmt.name == "nccl-tests" and "cannot tell which collective" in e.problem:
+                deferred.append(path)
+                continue
+            raise
+        ds.extend(got.samples)
+        ds.device = ds.device or got.device
+        ds.formats.add(fmt.name)
+    if deferred:
+        kinds = {s.kind for s in ds.samples}
+        if len(kinds) != 1:
+            raise TraceFormatError(deferred[0], "cannot tell which collective this log measured; pass kind=")
+        for path in deferred:
+            got = read_nccl_tests(path, timing=timing, kind=next(iter(kinds)))
+            ds.extend(got.samples)
+            ds.formats.add("nccl-tests")
+    if not ds.samples:
+        raise TraceFormatError(plist[0], "no collective measurements found")
+    return ds
+
+
+def _dataset_name(paths: list[Path]) -> str:
+    p = paths[0].resolve()
+    base = p if p.is_dir() else p.parent
+    if base.name in ("nccl", "comm", "data") and base.parent.name:
+        base = base.parent / f"{base.parent.name}-{base.name}"
+    return base.name if len(paths) == 1 or all(q.resolve().parent == p.parent for q in paths) else f"{base.name}+{len(paths) - 1}"

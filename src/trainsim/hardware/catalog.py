@@ -1,0 +1,106 @@
+"""The packaged device and system catalogs: lookup by name, alias or YAML path.
+
+Files live in ``trainsim/hardware/data`` (``device_*.yaml``, ``system_*.yaml``). Nothing is
+read at import time; the first lookup reads and validates the catalog once and caches it.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from trainsim.errors import ConfigError
+from trainsim.hardware.schema import SCHEMA_VERSION, DeviceSpec, SystemSpec
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _norm(name: str) -> str:
+    """Lookup key: case, spaces, dashes and underscores do not matter ("A100-SXM4-40GB" == "a100 sxm4 40gb")."""
+    return re.sub(r"[\s_\-]+", "", name.strip().lower())
+
+
+def _load_yaml(text: str, origin: str, model: type[_M]) -> _M:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{origin}: not valid YAML ({e})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{origin}: expected a mapping at the top level")
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ConfigError(f"{origin}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+    try:
+        return model.model_validate(doc)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise ConfigError(f"{origin}: field {where}: {first['msg']}{more}") from None
+
+
+def _packaged(prefix: str, model: type[_M]) -> dict[str, _M]:
+    out: dict[str, _M] = {}
+    for entry in sorted(resources.files("trainsim.hardware").joinpath("data").iterdir(), key=lambda p: p.name):
+        if not (entry.name.startswith(prefix) and entry.name.endswith(".yaml")):
+            continue
+        spec = _load_yaml(entry.read_text(encoding="utf-8"), f"catalog file {entry.name}", model)
+        for key in (spec.name, *spec.aliases):  # type: ignore[attr-defined]
+            k = _norm(key)
+            if k in out and out[k] is not spec:
+                raise ConfigError(f"catalog file {entry.name}: name {key!r} is already used")
+            out[k] = spec
+    return out
+
+
+@cache
+def _devices() -> dict[str, DeviceSpec]:
+    return _packaged("device_", DeviceSpec)
+
+
+@cache
+def _systems() -> dict[str, SystemSpec]:
+    return _packaged("system_", SystemSpec)
+
+
+def _resolve(name_or_path: str | Path, table: dict[str, _M], model: type[_M], what: str) -> _M:
+    text = str(name_or_path)
+    if text.endswith((".yaml", ".yml")) or Path(text).is_file():
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(f"{what} file {path} does not exist")
+        return _load_yaml(path.read_text(encoding="utf-8"), str(path), model)
+    hit = table.get(_norm(text))
+    if hit is None:
+        names = sorted({s.name for s in table.values()})  # type: ignore[attr-defined]
+        raise ConfigError(f"unknown {what} {text!r}; known: {', '.join(names)} (or give a YAML file)")
+    return hit
+
+
+def get_device(name_or_path: str | Path) -> DeviceSpec:
+    """A device by catalog name, alias (e.g. 'NVIDIA A100-SXM4-40GB') or YAML path."""
+    return _resolve(name_or_path, _devices(), DeviceSpec, "device")
+
+
+def get_system(name_or_path: str | Path) -> SystemSpec:
+    """A system by catalog name, alias or YAML path."""
+    return _resolve(name_or_path, _systems(), SystemSpec, "system")
+
+
+def find_device(name: str) -> DeviceSpec | None:
+    """The device whose name or alias matches ``name`` exactly (normalized), else None."""
+    return _devices().get(_norm(name))
+
+
+def list_devices() -> list[DeviceSpec]:
+    return sorted({id(s): s for s in _devices().values()}.values(), key=lambda s: s.name)
+
+
+def list_systems() -> list[SystemSpec]:
+    return sorted({id(s): s for s in _systems().values()}.values(), key=lambda s: s.name)

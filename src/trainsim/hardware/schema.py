@@ -1,0 +1,162 @@
+"""Catalog schemas: one device or one system per YAML file, validated with pydantic.
+
+Units live in key names (``memory_bandwidth_GBps``, ``latency_us``) as a person writes them;
+properties convert once to SI (``memory_bandwidth_Bps``, ``latency_s``). Unknown keys are
+errors, so a typo never silently becomes a default. ``schema_version`` is checked first.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceKind(StrEnum):
+    DATASHEET = "datasheet"
+    WHITEPAPER = "whitepaper"
+    PAPER = "paper"
+    MEASUREMENT = "measurement"
+    DOCUMENTATION = "documentation"
+    SOFTWARE = "software"
+
+
+class Source(_Strict):
+    """Where a number comes from."""
+
+    kind: SourceKind
+    title: str
+    url: str | None = None
+    note: str | None = None
+
+
+class PeakTflops(_Strict):
+    """Dense peak throughput in TFLOP/s per precision; null where the device has none."""
+
+    fp32: float = Field(gt=0)
+    tf32: float | None = Field(default=None, gt=0)
+    fp16: float | None = Field(default=None, gt=0)
+    bf16: float | None = Field(default=None, gt=0)
+    fp8: float | None = Field(default=None, gt=0)
+
+
+class DeviceSpec(_Strict):
+    """One accelerator model (datasheet peaks, measured best where known)."""
+
+    schema_version: int
+    name: str
+    aliases: tuple[str, ...] = ()
+    vendor: str
+    architecture: str
+    memory_GB: float = Field(gt=0, description="marketed HBM capacity, decimal GB")
+    memory_bandwidth_GBps: float = Field(gt=0)
+    l2_cache_MB: float | None = Field(default=None, gt=0, description="null where not published")
+    sm_count: int | None = Field(default=None, gt=0, description="SMs (NVIDIA) or compute units (AMD)")
+    peak_tflops: PeakTflops
+    measured_gemm_bf16_tflops: float | None = Field(default=None, gt=0)
+    gpu_link_bandwidth_GBps: float | None = Field(
+        default=None, gt=0, description="NVLink/Infinity Fabric per GPU, both directions together"
+    )
+    pcie_bandwidth_GBps: float | None = Field(default=None, gt=0, description="one direction")
+    sources: tuple[Source, ...] = Field(min_length=1)
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_GB * 1e9
+
+    @property
+    def memory_bandwidth_Bps(self) -> float:
+        return self.memory_bandwidth_GBps * 1e9
+
+    @property
+    def l2_cache_bytes(self) -> float | None:
+        return None if self.l2_cache_MB is None else self.l2_cache_MB * 1e6
+
+    def peak_flops_per_s(self, precision: str) -> float | None:
+        v = getattr(self.peak_tflops, precision, None)
+        return None if v is None else v * 1e12
+
+
+class TierKind(StrEnum):
+    NVSWITCH = "nvswitch"
+    NVLINK_MESH = "nvlink_mesh"  # GPUs wired directly to each other, links split among peers
+    PCIE = "pcie"
+    INFINIBAND = "infiniband"
+    SLINGSHOT = "slingshot"
+    ETHERNET = "ethernet"
+
+
+class TierScope(StrEnum):
+    NODE = "node"  # inside one node
+    CLUSTER = "cluster"  # across nodes
+
+
+class NetworkTier(_Strict):
+    """One level of the interconnect, innermost first.
+
+    ``bandwidth_per_gpu_GBps`` is what one GPU can inject into this tier in one direction: its
+    NVLink bandwidth inside a node, its share of the node's NICs across nodes.
+    ``latency_us`` is the latency one step of a collective pays on this tier (software
+    included), as in NCCL's own cost model.
+    """
+
+    name: str
+    kind: TierKind
+    scope: TierScope
+    bandwidth_per_gpu_GBps: float = Field(gt=0)
+    latency_us: float = Field(ge=0)
+    nics_per_node: int | None = Field(default=None, gt=0)
+    nic_bandwidth_Gbps: float | None = Field(default=None, gt=0)
+
+    @property
+    def bandwidth_per_gpu_Bps(self) -> float:
+        return self.bandwidth_per_gpu_GBps * 1e9
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+class SystemSpec(_Strict):
+    """A cluster: one device type, GPUs per node, and its network tiers (innermost first)."""
+
+    schema_version: int
+    name: str
+    aliases: tuple[str, ...] = ()
+    description: str
+    device: str
+    gpus_per_node: int = Field(gt=0)
+    max_nodes: int | None = Field(default=None, gt=0)
+    tiers: tuple[NetworkTier, ...] = Field(min_length=1)
+    sources: tuple[Source, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_tiers(self) -> SystemSpec:
+        scopes = [t.scope for t in self.tiers]
+        if scopes != sorted(scopes, key=lambda s: s is TierScope.CLUSTER) or scopes.count(TierScope.NODE) > 1 or scopes.count(TierScope.CLUSTER) > 1:
+            raise ValueError("tiers must be at most one 'node' tier followed by at most one 'cluster' tier")
+        if self.gpus_per_node > 1 and self.node_tier is None:
+            raise ValueError(f"{self.gpus_per_node} GPUs per node need a 'node' tier")
+        for t in self.tiers:
+            if t.scope is TierScope.CLUSTER and t.nics_per_node and t.nic_bandwidth_Gbps:
+                implied = t.nics_per_node * t.nic_bandwidth_Gbps / 8 / self.gpus_per_node
+                if abs(implied - t.bandwidth_per_gpu_GBps) > 0.02 * implied:
+                    raise ValueError(
+                        f"tier {t.name}: bandwidth_per_gpu_GBps {t.bandwidth_per_gpu_GBps} disagrees with "
+                        f"{t.nics_per_node} NICs x {t.nic_bandwidth_Gbps} Gb/s / {self.gpus_per_node} GPUs = {implied:.3g}"
+                    )
+        return self
+
+    @property
+    def node_tier(self) -> NetworkTier | None:
+        return next((t for t in self.tiers if t.scope is TierScope.NODE), None)
+
+    @property
+    def cluster_tier(self) -> NetworkTier | None:
+        return next((t for t in self.tiers if t.scope is TierScope.CLUSTER), None)

@@ -1,0 +1,144 @@
+"""Walk a simulated step back from its end along the binding constraints.
+
+The global path (``rank=None``) starts at the latest rank end and, at a collective, continues
+on the member that arrived last (possibly another rank): every instant of it is work, a gap or
+a wait that the step could not avoid. A per-rank path (``rank=r``) stays on rank r and shows a
+collective's wait for the latest peer as ``COLLECTIVE_WAIT``. Segments are contiguous and
+non-overlapping; consecutive host gaps of one op are merged into one segment.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainsim.sim.engine import INTRA, LAUNCH, STREAM, WAIT
+from trainsim.sim.options import SegmentKind
+
+if TYPE_CHECKING:
+    from trainsim.sim.result import Segment, SimResult
+
+K_END, K_START, CALL_START, CALL_END, OP_START, OP_END = range(6)
+
+
+def _end_node(res: SimResult, ri: int) -> tuple[int, int, int]:
+    rp = res.program.ranks[ri]
+    t = res.evaluation.times[ri]
+    if rp.kernels:
+        k = max(range(len(rp.kernels)), key=lambda i: t.k_end[i])
+        return (K_END, ri, k)
+    o = max(range(len(rp.ops)), key=lambda i: t.op_end[i])
+    return (OP_END, ri, o)
+
+
+def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
+    from trainsim.sim.result import Segment
+
+    program, ev = res.program, res.evaluation
+    if not any(rp.ops for rp in program.ranks):
+        return []
+    if rank is None:
+        ri = max(range(len(program.ranks)), key=lambda i: res.ranks[i].end_s)
+        floor = res.start_s
+    else:
+        ri = next(i for i, rp in enumerate(program.ranks) if rp.graph.rank == rank)
+        floor = res.ranks[ri].start_s
+    prev_in_lane = [_previous_op(rp) for rp in program.ranks]
+    out: list[Segment] = []
+
+    def emit(kind: SegmentKind, r: int, start: float, end: float, label: str) -> bool:
+        """Add a segment (clipped at the floor); False once the floor is reached."""
+        lo = max(start, floor)
+        if end > lo:
+            rr = program.ranks[r].graph.rank
+            last = out[-1] if out else None
+            if last is not None and last.kind is kind and kind is SegmentKind.HOST_GAP and \
+                    last.rank == rr and last.label == label and abs(last.start_s - end) < 1e-12:
+                out[-1] = Segment(kind, rr, lo, last.end_s, label)
+            else:
+                out.append(Segment(kind, rr, lo, end, label))
+        return start > floor
+
+    node: tuple[int, int, int] | None = _end_node(res, ri)
+    while node is not None:
+        kind, r, i = node
+        rp, t = program.ranks[r], ev.times[r]
+        if kind == K_END:
+            inst = rp.k_inst[i]
+            k = rp.kernels[i]
+            if inst < 0:
+                node = (K_START, r, i) if emit(SegmentKind.KERNEL, r, t.k_start[i], t.k_end[i], k.name) else None
+                continue
+            spec = program.instances[inst]
+            br, bk = ev.inst_bind[inst]
+            latest = ev.times[br].k_start[bk]
+            label = f"{spec.kind.value} {spec.group} seq {spec.seq} (transfer)"
+            if not emit(SegmentKind.KERNEL, r, latest, t.k_end[i], label):
+                break
+            if rank is not None and br != r:
+                peer = program.ranks[br].graph.rank
+                wait_label = f"{spec.kind.value} {spec.group} seq {spec.seq}: waits for rank {peer}"
+                node = (K_START, r, i) if emit(SegmentKind.COLLECTIVE_WAIT, r, t.k_start[i], latest, wait_label) else None
+            else:
+                node = (K_START, br, bk)
+        elif kind == K_START:
+            b, ref = t.k_bind[i]
+            s = t.k_start[i]
+            if b == LAUNCH:
+                ok = emit(SegmentKind.LAUNCH_DELAY, r, t.call_start[ref], s, rp.kernels[i].name)
+                node = (CALL_START, r, ref) if ok else None
+            elif b == STREAM:
+                if ref < 0:  # the previous step's backlog on this stream
+                    break
+                ok = emit(SegmentKind.KERNEL_GAP, r, t.k_end[ref], s, f"stream {rp.kernels[i].stream}")
+                node = (K_END, r, ref) if ok else None
+            elif b == WAIT:
+                w = rp.kernels[ref]
+                ok = emit(SegmentKind.STREAM_WAIT, r, t.k_end[ref], s,
+                          f"stream {rp.kernels[i].stream} waits for stream {w.stream}")  # fmt: skip
+                node = (K_END, r, ref) if ok else None
+            else:
+                assert b == INTRA
+                ok = emit(SegmentKind.STREAM_WAIT, r, t.k_start[ref], s,
+                          "next collective after the first dependent (000 §III-D)")  # fmt: skip
+                node = (K_START, r, ref) if ok else None
+        elif kind == CALL_START:
+            prev, o = t.call_prev[i], rp.call_op[i]
+            name = rp.ops[o].name
+            if prev >= 0:
+                node = (CALL_END, r, prev) if emit(SegmentKind.HOST_GAP, r, t.call_end[prev], t.call_start[i], name) else None
+            else:
+                node = (OP_START, r, o) if emit(SegmentKind.HOST_GAP, r, t.op_start[o], t.call_start[i], name) else None
+        elif kind == CALL_END:
+            cb = t.call_bind[i]
+            name = rp.ops[rp.call_op[i]].name
+            if cb >= 0:
+                ok = emit(SegmentKind.STREAM_WAIT, r, t.k_end[cb], t.call_end[i], f"{name}: CPU blocked on stream {rp.kernels[cb].stream}")
+                node = (K_END, r, cb) if ok else None
+            else:
+                node = (CALL_START, r, i) if emit(SegmentKind.HOST_GAP, r, t.call_start[i], t.call_end[i], name) else None
+        elif kind == OP_START:
+            b = t.op_bind[i]
+            name = rp.ops[i].name
+            if b == -1:
+                emit(SegmentKind.HOST_GAP, r, rp.cpu_start_s, t.op_start[i], name)
+                break
+            src = prev_in_lane[r][i] if b == -2 else b
+            node = (OP_END, r, src) if emit(SegmentKind.HOST_GAP, r, t.op_end[src], t.op_start[i], name) else None
+        else:  # OP_END
+            last = t.op_last[i]
+            name = rp.ops[i].name
+            if last >= 0:
+                node = (CALL_END, r, last) if emit(SegmentKind.HOST_GAP, r, t.call_end[last], t.op_end[i], name) else None
+            else:
+                node = (OP_START, r, i) if emit(SegmentKind.HOST_GAP, r, t.op_start[i], t.op_end[i], name) else None
+    out.reverse()
+    return out
+
+
+def _previous_op(rp: object) -> list[int]:
+    """For each op, the previous op of its CPU thread (-1 for the first)."""
+    prev = [-1] * len(rp.ops)  # type: ignore[attr-defined]
+    for lane in rp.cpu_lanes:  # type: ignore[attr-defined]
+        for a, b in zip(lane, lane[1:], strict=False):
+            prev[b] = a
+    return prev

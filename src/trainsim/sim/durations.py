@@ -1,0 +1,228 @@
+"""Kernel and collective durations for the simulator: measured, or from a model registry.
+
+The registry is the plug point for ``kernels/`` and ``comm/``: a model is a tiny object with
+``families``, ``provenance``, ``supports(kernel, op, device)`` and ``predict(...) -> seconds``;
+the first registered model of a kernel's family that supports it answers. The default
+registry holds spec-based roofline models (peaks from datasheets, no fitted efficiency), so
+their predictions are lower bounds and say so in their provenance.
+
+Collectives (measured): a collective kernel's measured duration on one rank includes waiting
+for its peers. The transfer time of one instance is the duration seen by its last-arriving
+member, i.e. the minimum over members of the measured durations; members absent from the
+workload (rank 0 of a 16-rank job) are assumed to arrive on time, so a lone member's transfer
+is its own measured duration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from trainsim.errors import ConfigError
+from trainsim.ir.graph import Kernel, Op
+from trainsim.ir.kinds import CollectiveKind, KernelFamily
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """Datasheet peaks of one device (dense; seconds and bytes in SI units)."""
+
+    name: str
+    fp32_flops: float
+    tensor_flops: float  # fp16/bf16 tensor-core dense peak
+    mem_bandwidth_Bps: float
+    link_bandwidth_Bps: float  # NVLink/NVSwitch per GPU, one direction
+    pcie_bandwidth_Bps: float
+
+
+# Vendor datasheets (figures also listed in ../shared/data/README.md). Substring → spec; the
+# first match wins, so more specific names come first. To move to hardware/ once it exists.
+_DEVICES: tuple[tuple[str, DeviceSpec], ...] = (
+    ("H200", DeviceSpec("H200", 67e12, 989e12, 4.8e12, 450e9, 64e9)),
+    ("H100", DeviceSpec("H100-SXM5", 67e12, 989e12, 3.35e12, 450e9, 64e9)),
+    ("A100-SXM4-80GB", DeviceSpec("A100-SXM4-80GB", 19.5e12, 312e12, 2.039e12, 300e9, 32e9)),
+    ("A100", DeviceSpec("A100-SXM4-40GB", 19.5e12, 312e12, 1.555e12, 300e9, 32e9)),
+    ("V100", DeviceSpec("V100-SXM2", 15.7e12, 125e12, 0.9e12, 150e9, 16e9)),
+    ("2080 Ti", DeviceSpec("RTX 2080 Ti", 13.4e12, 53.8e12, 0.616e12, 16e9, 16e9)),
+)
+
+
+def device_spec(name: str) -> DeviceSpec | None:
+    """The spec whose key occurs in ``name`` (e.g. 'Tesla V100-SXM2-32GB'), or None."""
+    for key, spec in _DEVICES:
+        if key.lower() in name.lower():
+            return spec
+    return None
+
+
+@runtime_checkable
+class KernelModel(Protocol):
+    """A duration model for some kernel families (``kernels/`` and ``comm/`` plug in here)."""
+
+    name: str
+    families: tuple[KernelFamily, ...]
+    provenance: str  # "spec-based" or "calibrated:<dataset>"
+
+    def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool: ...
+
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    seconds: float
+    provenance: str
+
+
+class ModelRegistry:
+    """Family → models, first supporting model wins; registering a name twice is an error."""
+
+    def __init__(self, models: Iterable[KernelModel] = ()) -> None:
+        self._by_family: dict[KernelFamily, list[KernelModel]] = {}
+        self._names: set[str] = set()
+        for m in models:
+            self.register(m)
+
+    def register(self, model: KernelModel) -> None:
+        if model.name in self._names:
+            raise ConfigError(f"kernel model {model.name!r} is already registered")
+        self._names.add(model.name)
+        for fam in model.families:
+            self._by_family.setdefault(fam, []).append(model)
+
+    def models_for(self, family: KernelFamily) -> tuple[KernelModel, ...]:
+        return tuple(self._by_family.get(family, ()))
+
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> Prediction | None:
+        for m in self._by_family.get(kernel.family, ()):
+            if m.supports(kernel, op, device):
+                s = float(m.predict(kernel, op, device))
+                if not s >= 0.0:
+                    raise ConfigError(f"kernel model {m.name} predicted {s!r} s for {kernel.name}")
+                dev = device.name if device is not None else "unknown"
+                return Prediction(s, f"{m.provenance}:{dev}" if ":" not in m.provenance else m.provenance)
+        return None
+
+
+_DTYPE_BYTES = {"float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "half": 2,
+                "bfloat16": 2, "float16": 2, "float32": 4, "int": 4, "long int": 8, "long": 8}  # fmt: skip
+_GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::linear", "aten::bmm", "aten::matmul"})
+_MIN_KERNEL_S = 2e-6  # Approximation: no kernel finishes faster than ~2 µs on these GPUs.
+
+
+def _elem_bytes(dtype: str) -> int:
+    return _DTYPE_BYTES.get(dtype.lower(), 4)
+
+
+class RooflineMemcpy:
+    """bytes / bandwidth: PCIe for host copies, device memory (read+write) otherwise."""
+
+    name = "roofline-memcpy"
+    families = (KernelFamily.MEMCPY, KernelFamily.MEMSET)
+    provenance = "spec-based"
+
+    def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
+        return device is not None and isinstance(kernel.features.get("bytes"), int | float)
+
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float:
+        assert device is not None
+        nbytes = float(kernel.features["bytes"])
+        host = "HtoD" in kernel.name or "DtoH" in kernel.name
+        bw = device.pcie_bandwidth_Bps if host else device.mem_bandwidth_Bps / 2
+        return max(_MIN_KERNEL_S, nbytes / bw)
+
+
+def _gemm_flops(op: Op) -> tuple[float, int] | None:
+    """FLOPs and element size of a matmul-like op from its input shapes, or None."""
+    shapes = [t for t in op.inputs if t.shape]
+    if len(shapes) < 2:
+        return None
+    name = op.name
+    a, b = (shapes[1], shapes[2]) if name == "aten::addmm" and len(shapes) >= 3 else (shapes[0], shapes[1])
+    if name == "aten::linear":  # weight is [out, in]
+        m = a.numel // a.shape[-1]
+        return 2.0 * m * a.shape[-1] * b.shape[0], _elem_bytes(a.dtype)
+    if len(a.shape) < 2 or len(b.shape) < 2 or a.shape[-1] != b.shape[-2]:
+        return None
+    batch = a.numel // (a.shape[-1] * a.shape[-2])
+    return 2.0 * batch * a.shape[-2] * a.shape[-1] * b.shape[-1], _elem_bytes(a.dtype)
+
+
+class RooflineGemm:
+    """max(FLOPs / peak, bytes / bandwidth) for matmul ops that launch one GEMM kernel."""
+
+    name = "roofline-gemm"
+    families = (KernelFamily.GEMM,)
+    provenance = "spec-based"
+
+    def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
+        if device is None or op.name not in _GEMM_OPS or _gemm_flops(op) is None:
+            return False
+        return sum(k.family is KernelFamily.GEMM for k in op.kernels) == 1
+
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float:
+        assert device is not None
+        fl = _gemm_flops(op)
+        assert fl is not None
+        flops, eb = fl
+        peak = device.tensor_flops if eb == 2 else device.fp32_flops
+        nbytes = sum(t.numel for t in op.inputs) * eb
+        return max(_MIN_KERNEL_S, flops / peak, nbytes / device.mem_bandwidth_Bps)
+
+
+class RooflineElementwise:
+    """Memory-bound kernels of single-kernel ops: (inputs + one output) bytes / bandwidth.
+
+    Approximation: the output is as large as the largest input.
+    """
+
+    name = "roofline-elementwise"
+    families = (KernelFamily.ELEMENTWISE, KernelFamily.NORM, KernelFamily.SOFTMAX,
+                KernelFamily.REDUCTION, KernelFamily.OPTIMIZER)  # fmt: skip
+    provenance = "spec-based"
+
+    def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
+        return device is not None and len(op.kernels) == 1 and any(t.shape for t in op.inputs)
+
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float:
+        assert device is not None
+        sizes = [t.numel * _elem_bytes(t.dtype) for t in op.inputs if t.shape]
+        return max(_MIN_KERNEL_S, (sum(sizes) + max(sizes)) / device.mem_bandwidth_Bps)
+
+
+# Ring-algorithm bus-traffic factors per byte of the message, for n ranks (NCCL's busBw maths).
+_RING_FACTOR = {
+    CollectiveKind.ALL_REDUCE: lambda n: 2.0 * (n - 1) / n,
+    CollectiveKind.ALL_GATHER: lambda n: (n - 1) / n,
+    CollectiveKind.REDUCE_SCATTER: lambda n: (n - 1) / n,
+    CollectiveKind.ALL_TO_ALL: lambda n: (n - 1) / n,
+    CollectiveKind.ALL_TO_ALLV: lambda n: (n - 1) / n,
+}
+_COLLECTIVE_LATENCY_S = 10e-6  # Approximation: NCCL launch + one ring step inside a node.
+
+
+class AlphaBetaCollective:
+    """latency + bus factor × bytes / link bandwidth (one node; spec link bandwidth)."""
+
+    name = "alpha-beta-collective"
+    families = tuple(f for f in KernelFamily if f.is_communication)
+    provenance = "spec-based"
+
+    def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
+        return device is not None and kernel.collective is not None
+
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float:
+        assert device is not None and kernel.collective is not None
+        c = kernel.collective
+        n = max(c.group_size, 2)
+        nbytes = float(c.bytes)
+        if c.peer_bytes:  # 000 §III-C: size an all_to_allv by its largest per-device traffic
+            nbytes = max(nbytes, float(sum(c.peer_bytes)))
+        factor = _RING_FACTOR.get(c.kind, lambda _n: 1.0)(n)
+        return _COLLECTIVE_LATENCY_S + factor * nbytes / device.link_bandwidth_Bps
+
+
+def default_registry() -> ModelRegistry:
+    """Spec-based roofline models for memory copies, GEMMs, element-wise kernels, collectives."""
+    return ModelRegistry([RooflineMemcpy(), RooflineGemm(), RooflineElementwise(), AlphaBetaCollective()])

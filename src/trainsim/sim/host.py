@@ -1,0 +1,160 @@
+"""CPU-side timing of one op for the simulator: T1–T5 gaps (002 §4.3.3, Fig. 4.6, Alg. 3).
+
+- ``TRACE``: the measured gaps of this trace (op start relative to the previous op's end on its
+  thread, runtime calls at their measured offsets, measured call durations);
+- ``STATS``/``SHARED``: per-op-name means from an :class:`OverheadDB` (with its global fallback):
+  T1 before the op, T2 before its first runtime call, T4 per call, T5 between calls, T3 after
+  the last one; an op without runtime calls takes its mean CPU duration.
+
+A runtime call is a kernel launch (kernels launched by one call share it) or a sync call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainsim.errors import ConfigError
+from trainsim.host.overheads import Overhead, OverheadDB
+from trainsim.ir.graph import Kernel, Op, SyncPoint
+from trainsim.ir.kinds import KernelFamily
+from trainsim.sim.options import HostMode
+from trainsim.sim.syncs import TOLERANCE_S
+
+
+@dataclass(slots=True)
+class Call:
+    """One runtime call of an op: the kernels it launched or the sync it made."""
+
+    key: float  # issue order within the rank (measured start when known)
+    start_s: float | None
+    duration_s: float | None
+    kernels: list[Kernel] = field(default_factory=list)
+    sync: SyncPoint | None = None
+
+    def blocks_cpu_copy(self) -> bool:
+        """A copy whose runtime call holds the CPU until the copy is done.
+
+        cudaMemcpy(Async) to pageable host memory always does; from pageable memory it does
+        when the data cannot be staged at once — visible in a trace as a call still running
+        after its copy started.
+        """
+        for k in self.kernels:
+            if k.family is not KernelFamily.MEMCPY:
+                continue
+            if "DtoH" in k.name and "Pageable" in k.name:
+                return True
+            if (self.start_s is not None and self.duration_s is not None and k.start_s is not None
+                    and self.start_s + self.duration_s > k.start_s + TOLERANCE_S):
+                return True
+        return False
+
+
+def op_calls(op: Op, *, timed: bool, counter: list[int]) -> list[Call]:
+    """The op's runtime calls in issue order.
+
+    ``timed``: every call of the rank has a measured start, which orders them. Otherwise calls
+    are ordered structurally (kernels in their tuple order, then syncs), keyed by ``counter``.
+    """
+    if not op.kernels and not op.syncs:
+        return []
+    calls: list[Call] = []
+    if timed:
+        by_start: dict[float, Call] = {}
+        for k in op.kernels:
+            assert k.launch_start_s is not None
+            c = by_start.get(k.launch_start_s)
+            if c is None:
+                c = by_start[k.launch_start_s] = Call(k.launch_start_s, k.launch_start_s, k.launch_duration_s)
+                calls.append(c)
+            c.kernels.append(k)
+        for s in op.syncs:
+            assert s.start_s is not None
+            calls.append(Call(s.start_s, s.start_s, s.duration_s, sync=s))
+        calls.sort(key=lambda c: c.key)
+        return calls
+    for k in op.kernels:
+        counter[0] += 1
+        calls.append(Call(float(counter[0]), k.launch_start_s, k.launch_duration_s, kernels=[k]))
+    for s in op.syncs:
+        counter[0] += 1
+        calls.append(Call(float(counter[0]), s.start_s, s.duration_s, sync=s))
+    return calls
+
+
+@dataclass(slots=True)
+class OpTiming:
+    """CPU timing parameters of one op (seconds)."""
+
+    t1_s: float  # before the op (after the previous op on its thread, or the thread's start)
+    gaps_s: list[float]  # before each call (T2 for the first, T5 between calls)
+    durations_s: list[float]  # each call's own duration (T4; for blocking calls: when not waiting)
+    tail_s: float  # T3 after the last call, or the whole CPU duration of an op without calls
+
+
+class HostModel:
+    """Produces :class:`OpTiming` for ops in one of the host modes."""
+
+    def __init__(self, mode: HostMode, db: OverheadDB | None, *, entry_gap_s: float | None = None) -> None:
+        """``entry_gap_s``: the gap before a thread's first op, when known (self statistics);
+        otherwise that op's T1 is used."""
+        if mode is not HostMode.TRACE and db is None:
+            raise ConfigError(f"host mode {mode.value} needs an overhead database")
+        self.mode = mode
+        self.db = db
+        self.entry_gap_s = entry_gap_s
+        self._cache: dict[str, tuple[float, ...]] = {}
+
+    def op_stats(self, name: str) -> tuple[float, ...]:
+        """(T1, T2, T3, T4, T5, CPU) means of an op name (cached lookups with fallbacks)."""
+        got = self._cache.get(name)
+        if got is None:
+            assert self.db is not None
+            look = self.db.lookup
+            got = tuple(look(name, k) for k in (Overhead.T1, Overhead.T2, Overhead.T3, Overhead.T4,
+                                                Overhead.T5, Overhead.CPU))  # fmt: skip
+            self._cache[name] = got
+        return got
+
+    def blocking_call_duration(self) -> float:
+        """Own duration of a blocking call (when it does not wait): the global T4 mean.
+
+        Per-op T4 would be wrong here: it is dominated by the op's non-blocking launches, and
+        where an op's only call blocks, its samples include the waiting.
+        """
+        if self.db is None:
+            return 0.0
+        return self.db.lookup("", Overhead.T4)
+
+    def timing(self, op: Op, calls: list[Call], anchor_s: float | None, *, first: bool) -> OpTiming:
+        """``anchor_s``: measured end of the previous op on the thread (or the thread's start);
+        ``first``: the op starts its thread (nothing precedes it in the step)."""
+        if self.mode is HostMode.TRACE:
+            return self._measured(op, calls, anchor_s)
+        t1, t2, t3, t4, t5, cpu = self.op_stats(op.name)
+        if first and self.entry_gap_s is not None:
+            t1 = self.entry_gap_s
+        if not calls:
+            return OpTiming(t1, [], [], cpu)
+        gaps = [t2] + [t5] * (len(calls) - 1)
+        return OpTiming(t1, gaps, [t4] * len(calls), t3)
+
+    @staticmethod
+    def _measured(op: Op, calls: list[Call], anchor_s: float | None) -> OpTiming:
+        if op.start_s is None or op.duration_s is None or anchor_s is None:
+            raise ConfigError(
+                f"op {op.id} ({op.name}) has no measured CPU time: host mode 'trace' replays "
+                "measured gaps; use 'stats' or 'shared' for built workloads"
+            )
+        gaps: list[float] = []
+        durs: list[float] = []
+        prev = op.start_s
+        for c in calls:
+            if c.start_s is None or c.duration_s is None:
+                raise ConfigError(
+                    f"op {op.id} ({op.name}): a runtime call has no measured time; "
+                    "use host mode 'stats'"
+                )
+            gaps.append(c.start_s - prev)
+            durs.append(c.duration_s)
+            prev = max(prev, c.start_s + c.duration_s)
+        return OpTiming(op.start_s - anchor_s, gaps, durs, op.start_s + op.duration_s - prev)

@@ -1,0 +1,174 @@
+"""What a simulation returns: the predicted step, per-rank and per-stream time, the critical path.
+
+Definitions (the same as for a measured step, ``Workload.measured_step_s``):
+
+- a rank's step starts at its traced start (``RankGraph.step_start_s``) and ends with its last
+  kernel (its last op when it launches none); the predicted step spans the earliest rank start
+  to the latest rank end;
+- a stream's busy time is the sum of its kernels' simulated [start, end) (for a collective this
+  includes waiting for peers, as in a trace); idle = the rank's step − busy;
+- exposed communication: time when a communication kernel runs and no other kernel of the rank
+  does; collective wait: time a rank's collective kernels spend waiting for the latest peer;
+- the kernel-sum baseline of 000 §IV-B: the max over ranks of the busiest stream's kernel sum
+  (with measured kernels: the raw measured durations, waiting included, as a trace shows them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainsim.analyze.intervals import intersect_length, length
+from trainsim.sim.engine import Evaluation
+from trainsim.sim.options import KernelSource, SegmentKind, SimOptions
+from trainsim.sim.program import Program, RankProgram
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One piece of a critical path."""
+
+    kind: SegmentKind
+    rank: int
+    start_s: float
+    end_s: float
+    label: str
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "rank": self.rank, "start_s": self.start_s,
+                "end_s": self.end_s, "duration_s": self.duration_s, "label": self.label}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResult:
+    stream: int
+    kernels: int
+    busy_s: float
+    idle_s: float
+    kernel_sum_s: float  # as the kernel-sum baseline counts it
+
+
+@dataclass(frozen=True, slots=True)
+class RankResult:
+    rank: int
+    represents: int
+    start_s: float
+    end_s: float
+    predicted_step_s: float
+    measured_step_s: float | None
+    cpu_end_s: float
+    device_busy_s: float
+    idle_s: float
+    exposed_comm_s: float
+    collective_wait_s: float
+    streams: tuple[StreamResult, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "represents": self.represents, "start_s": self.start_s,
+            "end_s": self.end_s, "predicted_step_s": self.predicted_step_s,
+            "measured_step_s": self.measured_step_s, "cpu_end_s": self.cpu_end_s,
+            "device_busy_s": self.device_busy_s, "idle_s": self.idle_s,
+            "exposed_comm_s": self.exposed_comm_s, "collective_wait_s": self.collective_wait_s,
+            "streams": {str(s.stream): {"kernels": s.kernels, "busy_s": s.busy_s, "idle_s": s.idle_s,
+                                        "kernel_sum_s": s.kernel_sum_s} for s in self.streams},
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """The outcome of :func:`trainsim.sim.simulate`; ``program``/``evaluation`` feed the
+    timeline export and per-rank critical paths."""
+
+    predicted_step_s: float
+    start_s: float
+    end_s: float
+    ranks: tuple[RankResult, ...]
+    kernel_sum_baseline_s: float
+    critical_path: tuple[Segment, ...]
+    diagnostics: dict[str, int]
+    options: SimOptions
+    program: Program = field(repr=False)
+    evaluation: Evaluation = field(repr=False)
+
+    def critical_path_by_kind(self) -> dict[str, float]:
+        out = {k.value: 0.0 for k in SegmentKind}
+        for s in self.critical_path:
+            out[s.kind.value] += s.duration_s
+        return out
+
+    def to_dict(self, *, segments: bool = True) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "predicted_step_s": self.predicted_step_s,
+            "kernel_sum_baseline_s": self.kernel_sum_baseline_s,
+            "ranks": [r.to_dict() for r in self.ranks],
+            "critical_path": {"by_kind_s": self.critical_path_by_kind(),
+                              "segments": len(self.critical_path)},  # fmt: skip
+            "diagnostics": dict(sorted(self.diagnostics.items())),
+        }
+        if segments:
+            doc["critical_path"]["path"] = [s.to_dict() for s in self.critical_path]
+        return doc
+
+
+def _kernel_sum_time(program: Program, rp: RankProgram, k: int) -> float:
+    """A kernel's duration as the kernel-sum baseline counts it."""
+    inst = rp.k_inst[k]
+    if inst < 0:
+        return rp.k_dur[k]
+    measured = rp.kernels[k].duration_s
+    if program.options.kernels is KernelSource.MEASURED and measured is not None:
+        return measured
+    return program.instances[inst].transfer_s
+
+
+def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
+    rp = program.ranks[ri]
+    t = ev.times[ri]
+    ks = rp.kernels
+    starts = np.array(t.k_start, dtype=float) if ks else np.zeros(0)
+    ends = np.array(t.k_end, dtype=float) if ks else np.zeros(0)
+    cpu_end = max((e for e in t.op_end if e is not None), default=rp.cpu_start_s)
+    end = float(ends.max()) if ks else cpu_end
+    step = end - rp.step_start_s
+    streams = []
+    for lane, kidx in enumerate(rp.stream_lanes):
+        busy = float((ends[kidx] - starts[kidx]).sum())
+        ksum = sum(_kernel_sum_time(program, rp, k) for k in kidx)
+        streams.append(StreamResult(rp.lane_stream[lane], len(kidx), busy, step - busy, ksum))
+    comm = np.array([k.family.is_communication for k in ks], dtype=bool)
+    busy_all = length(starts, ends) if ks else 0.0
+    exposed = 0.0
+    if comm.any():
+        c = (starts[comm], ends[comm])
+        exposed = length(*c) - intersect_length(c, (starts[~comm], ends[~comm]))
+    wait = 0.0
+    for k, inst in enumerate(rp.k_inst):
+        if inst >= 0:
+            wait += ev.inst_end[inst] - program.instances[inst].transfer_s - t.k_start[k]
+    g = rp.graph
+    return RankResult(g.rank, g.represents, rp.step_start_s, end, step, g.measured_step_s, cpu_end,
+                      busy_all, step - busy_all, exposed, wait, tuple(streams))  # fmt: skip
+
+
+def build_result(program: Program, ev: Evaluation) -> SimResult:
+    from trainsim.sim.critical_path import critical_path
+
+    ranks = tuple(_rank_result(program, ev, i) for i in range(len(program.ranks)))
+    start = min(r.start_s for r in ranks)
+    end = max(r.end_s for r in ranks)
+    baseline = max((s.kernel_sum_s for r in ranks for s in r.streams), default=0.0)
+    diag: dict[str, int] = {}
+    for rp in program.ranks:
+        for k, v in rp.diagnostics.items():
+            diag[k] = diag.get(k, 0) + v
+    diag["collective_instances"] = len(program.instances)
+    res = SimResult(end - start, start, end, ranks, baseline, (), diag, program.options, program, ev)
+    object.__setattr__(res, "critical_path", tuple(critical_path(res)))
+    return res

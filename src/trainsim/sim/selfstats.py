@@ -1,0 +1,103 @@
+"""T1–T5 statistics of the simulated workload itself (``HostMode.STATS``).
+
+Same statistics as :func:`trainsim.host.overheads.build_overhead_db` (per op name, with the
+global fallback), but sampled the way the simulator replays them, so that no waiting the
+simulator derives by itself is also counted as host time:
+
+- T1 is measured from the op's *binding* predecessor: the later of the previous op of its
+  thread and its cross-thread predecessors (the autograd thread's hand-off, ``Op.deps``). A
+  main thread blocked in ``backward()`` for 100 ms is not a 100 ms T1 of the optimizer's first
+  op — that op waits for the autograd thread instead;
+- T4 excludes calls that block the CPU until the device is done (synchronisations, and copies
+  to or from pageable memory, whose duration is mostly waiting for the stream).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from trainsim.host.overheads import Overhead, OverheadDB, Stat, summarize
+
+if TYPE_CHECKING:
+    from trainsim.sim.program import RankProgram
+
+# Sample lists per op name, indexed like _KINDS (plain indices: enum hashing is slow here).
+_KINDS = (Overhead.T1, Overhead.T2, Overhead.T3, Overhead.T4, Overhead.T5, Overhead.CPU)
+T1, T2, T3, T4, T5, CPU = range(6)
+Samples = dict[str, list[list[float]]]
+
+
+def collect(rp: RankProgram, into: Samples, entry: list[float]) -> None:
+    """Add one rank's samples to ``into`` (op name → kind index → seconds) and its threads'
+    step-entry gaps (CPU step start → first op without a predecessor) to ``entry``."""
+    ops, calls, blocks, call0, preds = rp.ops, rp.calls, rp.call_block, rp.op_call0, rp.op_preds
+    prev_end: dict[int, float] = {}
+    for oi, op in enumerate(ops):
+        start, dur = op.start_s, op.duration_s
+        if start is None or dur is None:
+            continue
+        d = into.get(op.name)
+        if d is None:
+            d = into[op.name] = [[], [], [], [], [], []]
+        anchor = prev_end.get(op.thread)
+        for src, _ in preds[oi]:
+            e = ops[src].end_s
+            if e is not None and (anchor is None or e > anchor):
+                anchor = e
+        if anchor is None:
+            entry.append(max(0.0, start - rp.cpu_start_s))
+        else:
+            d[T1].append(max(0.0, start - anchor))
+        end = start + dur
+        pe = prev_end.get(op.thread)
+        prev_end[op.thread] = end if pe is None or end > pe else pe
+        c0, c1 = call0[oi], call0[oi + 1]
+        if c1 == c0:
+            d[CPU].append(dur)
+            continue
+        last = start
+        t5, t4 = d[T5], d[T4]
+        for ci in range(c0, c1):
+            c = calls[ci]
+            s, cd = c.start_s, c.duration_s
+            if s is None or cd is None:
+                break
+            if ci == c0:
+                d[T2].append(max(0.0, s - start))
+            else:
+                t5.append(max(0.0, s - last))
+            if blocks[ci] is None:
+                t4.append(cd)
+            if s + cd > last:
+                last = s + cd
+        else:
+            d[T3].append(max(0.0, end - last))
+
+
+def _unfiltered(values: list[float]) -> Stat:
+    """Plain statistics (pure Python: most lists hold a handful of samples)."""
+    n = len(values)
+    mean = sum(values) / n
+    ordered = sorted(values)
+    mid = n // 2
+    med = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
+    return Stat(mean_s=mean, median_s=med, std_s=std, count=n, raw_count=n)
+
+
+def self_overheads(ranks: list[RankProgram], *, filtered: bool = False) -> tuple[OverheadDB, float]:
+    """Per-op-name and global statistics over every rank, and the mean step-entry gap."""
+    pooled: Samples = {}
+    entry: list[float] = []
+    for rp in ranks:
+        collect(rp, pooled, entry)
+    stat = summarize if filtered else _unfiltered
+    db = OverheadDB(sources=["simulated workload (self statistics)"])
+    glob: list[list[float]] = [[] for _ in _KINDS]
+    for name, lists in pooled.items():
+        db.per_op[name] = {_KINDS[i]: stat(v) for i, v in enumerate(lists) if v}
+        for i, v in enumerate(lists):
+            glob[i].extend(v)
+    db.global_ = {_KINDS[i]: stat(v) for i, v in enumerate(glob) if v}
+    return db, sum(entry) / len(entry) if entry else 0.0

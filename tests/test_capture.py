@@ -1,0 +1,181 @@
+"""``trainsim capture``: every example on 1 and 2 ranks (gloo) writes traces that load.
+
+Sizes are tiny (2 traced steps, 1 thread per rank) so the whole file runs in well under two
+minutes on two cores; the captures are shared by the tests through module-scoped fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainsim.capture import EXAMPLES, MANIFEST_NAME, CaptureResult, capture
+from trainsim.errors import CaptureError
+
+pytestmark = pytest.mark.slow
+
+STEPS = 2
+CASES = [(model, nproc) for model in sorted(EXAMPLES) for nproc in (1, 2)]
+SMALL_BATCH = {"dlrm": 32, "gpt2": 2, "resnet": 4}
+# What torch 2.13 writes for gloo collectives (CPU ops; no record_param_comms with gloo).
+GLOO_NAMES = {"c10d::allreduce_", "gloo:all_reduce"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _offline() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")  # the GPT-2 config is built locally; never download
+        yield
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{m}-{n}rank" for m, n in CASES])
+def captured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    model, nproc = request.param
+    out = tmp_path_factory.mktemp(f"{model}-{nproc}")
+    return capture(
+        model=model, out_dir=out, nproc=nproc, steps=STEPS, warmup_steps=1,
+        batch_size=SMALL_BATCH[model], threads_per_rank=1, timeout_s=300,
+    )  # fmt: skip
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_writes_one_kineto_and_one_et_per_rank(captured: CaptureResult) -> None:
+    nproc = captured.spec.nproc
+    names = sorted(p.name for p in captured.trace_dir.iterdir())
+    expected = [f"rank{r}.{kind}.json" for r in range(nproc) for kind in ("et", "kineto")]
+    assert names == sorted([*expected, MANIFEST_NAME])  # no temporary files left behind
+    manifest = _read(captured.trace_dir / MANIFEST_NAME)
+    assert manifest["nproc"] == nproc
+    assert manifest["versions"]["torch"].startswith("2.")
+    assert [r["rank"] for r in manifest["ranks"]] == list(range(nproc))
+    assert all(len(r["step_times_s"]) == STEPS for r in manifest["ranks"])
+    assert manifest["measured_step_s"] == pytest.approx(captured.measured_step_s)
+    assert captured.measured_step_s > 0
+
+
+def test_traces_load_as_one_workload(captured: CaptureResult) -> None:
+    from trainsim.ingest import load_traces
+
+    loaded = load_traces([captured.trace_dir])
+    nproc = captured.spec.nproc
+    assert sorted(r.rank for r in loaded.workload.ranks) == list(range(nproc))
+    assert len(loaded.et_blobs) == nproc
+    for r in range(nproc):
+        steps = loaded.steps[r]
+        assert len(steps) == STEPS
+        assert all(s.from_marker and s.end > s.start for s in steps)  # ProfilerStep#N markers
+
+
+def test_execution_traces_have_schema_nodes_and_steps(captured: CaptureResult) -> None:
+    for r in captured.ranks:
+        et = _read(captured.trace_dir / r.et_file)
+        assert isinstance(et["schema"], str)
+        assert isinstance(et["nodes"], list)
+        assert et["nodes"]
+        steps = [n["name"] for n in et["nodes"] if n["name"].startswith("ProfilerStep#")]
+        assert len(steps) == STEPS
+
+
+def test_gloo_collectives_appear_with_two_ranks_only(captured: CaptureResult) -> None:
+    nproc = captured.spec.nproc
+    for r in captured.ranks:
+        kineto = _read(captured.trace_dir / r.kineto_file)
+        kineto_names = {e.get("name") for e in kineto["traceEvents"]}
+        et_names = {n["name"] for n in _read(captured.trace_dir / r.et_file)["nodes"]}
+        if nproc == 1:  # no process group, no DDP
+            assert "distributedInfo" not in kineto
+            assert not {n for n in kineto_names | et_names if "c10d::" in str(n)}
+            continue
+        info = kineto["distributedInfo"]
+        assert (info["rank"], info["world_size"], info["backend"]) == (r.rank, 2, "gloo")
+        assert kineto_names >= GLOO_NAMES
+        assert et_names >= {*GLOO_NAMES, "## process_group:init ##"}
+
+
+def test_cli_json_contract(tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainsim", "capture", "--model", "dlrm", "--steps", "2",
+         "--warmup", "1", "--threads", "1", "--batch-size", "16", "--out", str(out),
+         "--format", "json"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # stdout holds the JSON document alone
+    assert doc["trace_dir"] == str(out.resolve())
+    assert doc["measured_step_s"] > 0
+    assert [r["rank"] for r in doc["ranks"]] == [0]
+    assert "capturing dlrm" in proc.stderr
+
+
+def test_cli_error_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainsim", "capture", "--model", "bert", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "trainsim: error: unknown example model 'bert'; choose one of: dlrm, gpt2, resnet"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"model": "bert"}, "unknown example model 'bert'"),
+        ({"nproc": 0}, "--nproc must be at least 1"),
+        ({"steps": 0}, "--steps must be at least 1"),
+        ({"batch_size": 0}, "--batch-size must be at least 1"),
+        ({"device": "tpu"}, "unknown device 'tpu'"),
+    ],
+)
+def test_rejects_bad_requests_before_running(tmp_path: Path, kwargs: dict, message: str) -> None:
+    args = {"model": "dlrm", "out_dir": tmp_path / "out", **kwargs}
+    with pytest.raises(CaptureError, match=message):
+        capture(**args)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cuda_requested_without_a_gpu(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(CaptureError, match="--device cuda requested but"):
+        capture(model="dlrm", out_dir=tmp_path, device="cuda")
+
+
+def test_refuses_to_mix_with_an_earlier_capture(tmp_path: Path) -> None:
+    (tmp_path / "rank3.kineto.json").write_text("{}")
+    with pytest.raises(CaptureError, match="--overwrite"):
+        capture(model="dlrm", out_dir=tmp_path)
+
+
+def test_failed_worker_is_reported_with_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainsim.capture import distributed
+
+    with socket.socket() as busy:  # rank 0 cannot host the rendezvous on a taken port
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        monkeypatch.setattr(distributed, "free_port", lambda: busy.getsockname()[1])
+        with pytest.raises(CaptureError, match=r"rank \d of 2 failed .*its log ends with"):
+            capture(model="dlrm", out_dir=tmp_path, nproc=2, threads_per_rank=1, timeout_s=60)
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_hung_capture_times_out(tmp_path: Path) -> None:
+    with pytest.raises(CaptureError, match="timed out after"):
+        capture(model="dlrm", out_dir=tmp_path, nproc=2, threads_per_rank=1, timeout_s=0.5)
