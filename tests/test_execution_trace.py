@@ -255,17 +255,31 @@ def test_mismatched_type_and_value_lists_rejected():
 
 
 @functools.cache
-def capture_torch_pair() -> tuple[Path, Path]:
-    """Record one CPU training step of a small MLP with torch: (Kineto JSON, ET JSON)."""
+def capture_torch_pair() -> tuple[Path, Path, Path]:
+    """Record CPU training steps of a small MLP with torch 2.13: (Kineto JSON, ET recorded with
+    it, ET recorded in a separate later pass of the same process, as ``trainsim capture``
+    does)."""
     torch = pytest.importorskip("torch")
-    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+    from torch.profiler import (
+        ExecutionTraceObserver,
+        ProfilerActivity,
+        profile,
+        record_function,
+        schedule,
+    )
 
     out = Path(tempfile.mkdtemp(prefix="trainsim_et_"))
-    kineto, et_path = out / "rank0_kineto.json", out / "rank0_et.json"
+    kineto, et_path, later_et = out / "k.json", out / "et.json", out / "et_later.json"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(8, 16)
+
+    def step() -> None:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
     observer = ExecutionTraceObserver().register_callback(str(et_path))
     with profile(
         activities=[ProfilerActivity.CPU], record_shapes=True, execution_trace_observer=observer,
@@ -273,17 +287,21 @@ def capture_torch_pair() -> tuple[Path, Path]:
         on_trace_ready=lambda p: p.export_chrome_trace(str(kineto)),
     ) as prof:  # fmt: skip
         for _ in range(3):
-            opt.zero_grad()
-            model(x).sum().backward()
-            opt.step()
+            step()
             prof.step()
     observer.unregister_callback()
-    return kineto, et_path
+    observer = ExecutionTraceObserver().register_callback(str(later_et))
+    observer.start()
+    for i in range(2):
+        with record_function(f"ProfilerStep#{10 + i}"):
+            step()
+    observer.unregister_callback()
+    return kineto, et_path, later_et
 
 
 @pytest.mark.slow
 def test_torch_2_13_execution_trace_parses():
-    _, et_path = capture_torch_pair()
+    _, et_path, _ = capture_torch_pair()
     et = load_execution_trace(et_path)
     assert et.schema == "1.1.1-chakra.0.0.4"
     assert et.devices == ("cpu",)

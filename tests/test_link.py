@@ -211,7 +211,7 @@ def test_mismatch_threshold_separates_measured_rates(shared_data):
 
 @pytest.mark.slow
 def test_torch_capture_links_by_record_function_id():
-    kineto, et_path = capture_torch_pair()
+    kineto, et_path, _ = capture_torch_pair()
     workload, stats = attach_execution_traces(load_traces([kineto, et_path]))
     s = stats[0]
     assert s.method is LinkMethod.RF_ID and s.pid_match
@@ -234,7 +234,7 @@ def _check_deps_small(rg: RankGraph) -> None:
 def test_thread_order_fallback_agrees_with_record_function_ids():
     """Strip the record-function ids from a torch 2.13 Kineto trace: the fallback must find
     exactly the links the ids give."""
-    kineto_path, et_path = capture_torch_pair()
+    kineto_path, et_path, _ = capture_torch_pair()
     kineto, et = _kineto(kineto_path), load_execution_trace(et_path)
     truth = link_execution_trace(et, kineto)
 
@@ -247,3 +247,15 @@ def test_thread_order_fallback_agrees_with_record_function_ids():
     key = {n: (e.name, e.ts, e.tid) for n, e in truth.events.items()}
     agree = sum(1 for n, e in fallback.events.items() if key.get(n) == (e.name, e.ts, e.tid))
     assert len(truth.events) > 100 and agree >= 0.99 * len(truth.events)
+
+
+@pytest.mark.slow
+def test_et_from_a_separate_pass_links_structurally_with_the_same_deps():
+    """``trainsim capture`` records the ET in a pass after the profiled one: the record-function
+    ids do not overlap, so the fallback links it, and the data dependencies are the same."""
+    kineto, et_path, later_et = capture_torch_pair()
+    together, _ = attach_execution_traces(load_traces([kineto, et_path]))
+    apart, stats = attach_execution_traces(load_traces([kineto, later_et]))
+    assert stats[0].method is LinkMethod.THREAD_ORDER and stats[0].link_rate >= 0.99
+    assert all(op.et_id is not None for op in apart.rank(0).ops)
+    assert [op.deps for op in apart.rank(0).ops] == [op.deps for op in together.rank(0).ops]

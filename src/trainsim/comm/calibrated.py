@@ -88,20 +88,45 @@ def choose_anchor(target: CaseKey, available: list[CaseKey]) -> CaseKey | None:
     return min(cands, key=score)
 
 
-def anchored_time(hier: HierarchicalModel, anchor: CaseKey, curve: Curve, target: CaseKey, nbytes: ArrayLike) -> np.ndarray:
-    """The anchor's fitted curve moved to ``target`` (module docstring).
+def _crossings(costs: list[tuple[float, float]]) -> list[float]:
+    """Sizes where two algorithms' costs cross (where min() switches line)."""
+    out = []
+    for i, (l1, p1) in enumerate(costs):
+        for l2, p2 in costs[i + 1 :]:
+            if p1 != p2 and (l2 - l1) / (p1 - p2) > 0:
+                out.append((l2 - l1) / (p1 - p2))
+    return out
 
-    Monotone in size by construction: when the target costs more per byte the difference is
-    added; when it costs less, the whole anchor curve is scaled down instead (a difference
-    with a negative slope could make larger messages faster).
+
+def anchored_time(hier: HierarchicalModel, anchor: CaseKey, curve: Curve, target: CaseKey, nbytes: ArrayLike) -> np.ndarray:
+    """The anchor's fitted curve moved to ``target``: ``t_anchor(m) + D(m)`` where
+    ``D(m) = H_target(m) - H_anchor(m)`` and ``H`` is the hierarchical model's time (fastest
+    algorithm at each size).
+
+    Monotone in size by construction: ``D`` is piecewise linear (algorithms switch at known
+    sizes) and is replaced by its running maximum, exact at the switch points; when the
+    target is cheaper per byte than the anchor (extrapolating down), the anchor curve is scaled
+    by the per-byte ratio instead of shifted. Never below 5 % of the anchor's time.
     """
     k = target.kind
-    t_ref = curve(nbytes)
     m = np.maximum(np.asarray(nbytes, dtype=float), 0.0)
-    d_lat = hier.best_latency_s(k, target.nodes, target.gpus_per_node) - hier.best_latency_s(k, anchor.nodes, anchor.gpus_per_node)
-    pb_t = hier.best_per_byte_s(k, target.nodes, target.gpus_per_node)
-    pb_a = hier.best_per_byte_s(k, anchor.nodes, anchor.gpus_per_node)
-    moved = t_ref + d_lat + m * (pb_t - pb_a) if pb_t >= pb_a else t_ref * (pb_t / pb_a) + d_lat
+    t_ref = np.asarray(curve(m), dtype=float)
+    c_t = [(c.latency_s, c.per_byte_s) for c in hier.costs(k, target.nodes, target.gpus_per_node).values()]
+    c_a = [(c.latency_s, c.per_byte_s) for c in hier.costs(k, anchor.nodes, anchor.gpus_per_node).values()]
+
+    def delta(x: np.ndarray) -> np.ndarray:
+        return np.min([lat + x * pb for lat, pb in c_t], axis=0) - np.min([lat + x * pb for lat, pb in c_a], axis=0)
+
+    pb_t, pb_a = min(pb for _, pb in c_t), min(pb for _, pb in c_a)
+    if pb_t < pb_a:
+        lat_t, lat_a = min(lat for lat, _ in c_t), min(lat for lat, _ in c_a)
+        moved = t_ref * (pb_t / pb_a) + (lat_t - lat_a)
+    else:
+        d = delta(m)
+        knots = np.array(sorted([0.0, *_crossings(c_t), *_crossings(c_a)]))
+        d_knots = np.maximum.accumulate(delta(knots))
+        before = np.searchsorted(knots, m, side="right") - 1  # last knot <= m (knots[0] = 0)
+        moved = t_ref + np.maximum(d, d_knots[before])
     return np.maximum(moved, _FLOOR_FRACTION * t_ref)
 
 

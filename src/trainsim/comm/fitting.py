@@ -34,6 +34,7 @@ _BOUND_SLACK = 1.05  # rows more than 5 % faster than the physical bound are imp
 _BW_REGIME_BYTES = 16 * 2**20  # sizes from which a collective is bandwidth-bound
 _LATENCY_GRID_S = np.geomspace(0.05e-6, 100e-6, 121)
 _MIN_GAIN = 0.01  # a fitted latency must improve the transfer loss by 1 % to replace the catalog's
+_LATENCY_REGIME_BYTES = 2**20  # latency is identifiable only from cases measured this small
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,14 +163,16 @@ def calibrate_hierarchical(hier: HierarchicalModel, cases: list[FittedCase],
                            data: dict[CaseKey, tuple[np.ndarray, np.ndarray]], dataset: str) -> HierParams:  # fmt: skip
     """Bandwidth efficiencies from large messages; per-step latencies by leave-one-case-out:
     each measured case is predicted from its anchor (the same rule predictions use) and the
-    latency that predicts them best is kept if it beats the catalog's by 1 %."""
+    latency that predicts them best is kept if it beats the catalog's by 1 %. Only cases
+    measured down to 1 MiB inform latencies; sweeps of large messages leave the catalog's."""
     eff_node = _efficiency(hier, data, cross=False)
     h = hier.with_params(eff_node=min(eff_node or 1.0, 1.5))
     eff_cluster = _efficiency(h, data, cross=True)
     h = h.with_params(eff_cluster=min(eff_cluster or 1.0, 1.5))
     curves = {c.key: c.curve for c in cases}
-    inside = [k for k in curves if k.nodes == 1 and k.group_size > 1]
-    across = [k for k in curves if k.nodes > 1]
+    small = {c.key for c in cases if c.min_bytes <= _LATENCY_REGIME_BYTES}
+    inside = [k for k in curves if k.nodes == 1 and k.group_size > 1 and k in small]
+    across = [k for k in curves if k.nodes > 1 and k in small]
     a_node = _fit_latency(h, "latency_node_s", curves, data, inside)
     if a_node is not None:
         h = h.with_params(latency_node_s=a_node)

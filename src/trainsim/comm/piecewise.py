@@ -71,13 +71,15 @@ class PiecewiseCurve:
 
     def sigmoid_log10_bw(self, x: np.ndarray) -> np.ndarray:
         """Eq. 4 at x = log2(bytes): log10 of the region-2 bandwidth (bytes/s)."""
-        return self.sig_L / (1.0 + np.exp(-self.sig_k * (x - self.sig_x0))) + self.sig_b
+        with np.errstate(over="ignore"):  # exp -> inf far below x0 gives the floor b, as it should
+            return self.sig_L / (1.0 + np.exp(-self.sig_k * (x - self.sig_x0))) + self.sig_b
 
     def __call__(self, nbytes: ArrayLike) -> np.ndarray:
         """Seconds for each message size (bytes); sizes below 1 byte count as 1 byte."""
         m = np.maximum(np.asarray(nbytes, dtype=float), 1.0)
         line = self.ts_s + m / self.bw_max_Bps
-        f = m / 10.0 ** self.sigmoid_log10_bw(np.log2(m))
+        with np.errstate(over="ignore"):
+            f = m / 10.0 ** self.sigmoid_log10_bw(np.log2(m))
         return np.maximum(line, f)
 
     def to_dict(self) -> dict[str, float]:
@@ -95,7 +97,8 @@ def _boundaries(ts: float, bw: float, L: float, x0: float, k: float, b: float) -
     """First and last sizes (bytes) where the sigmoid branch rises above the saturated line."""
     x = np.linspace(0.0, 48.0, 4801)  # 1 B .. 256 TiB in 1/100 doublings
     m = 2.0**x
-    f = m / 10.0 ** (L / (1.0 + np.exp(-k * (x - x0))) + b)
+    with np.errstate(over="ignore"):
+        f = m / 10.0 ** (L / (1.0 + np.exp(-k * (x - x0))) + b)
     above = f > ts + m / bw
     if not above.any():
         return 1.0, 1.0  # a pure alpha-beta curve: no transition region
@@ -115,31 +118,46 @@ def _unpack(p: np.ndarray) -> tuple[float, float, float, float, float, float]:
     return ts, bw, L, float(p[4]), _MAX_SLOPE * u / L, float(p[2])
 
 
-def _log_model(p: np.ndarray, m: np.ndarray, x: np.ndarray) -> np.ndarray:
+def _log_model(p: np.ndarray, m: np.ndarray, x: np.ndarray, jac: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """log t(m) and, with ``jac``, its derivatives by the six unconstrained parameters."""
     ts, bw, L, x0, k, b = _unpack(p)
     line = ts + m / bw
-    logf = np.log(m) - math.log(10.0) * (L / (1.0 + np.exp(-k * (x - x0))) + b)
-    return np.maximum(np.log(line), logf)
+    with np.errstate(over="ignore"):
+        sig = 1.0 / (1.0 + np.exp(-k * (x - x0)))
+    ln10 = math.log(10.0)
+    y_line, y_sig = np.log(line), np.log(m) - ln10 * (L * sig + b)
+    use_sig = y_sig > y_line
+    y = np.where(use_sig, y_sig, y_line)
+    if not jac:
+        return y, None
+    u = k * L / _MAX_SLOPE  # the logistic of p[5]
+    ds = sig * (1.0 - sig)
+    J = np.zeros((m.size, 6))
+    J[:, 0] = np.where(use_sig, 0.0, ts / line)
+    J[:, 1] = np.where(use_sig, 0.0, -(m / bw) / line)
+    J[:, 2] = np.where(use_sig, -ln10, 0.0)
+    J[:, 3] = np.where(use_sig, -ln10 * L * (sig - k * ds * (x - x0)), 0.0)
+    J[:, 4] = np.where(use_sig, ln10 * L * k * ds, 0.0)
+    J[:, 5] = np.where(use_sig, -ln10 * L * ds * (x - x0) * k * (1.0 - u), 0.0)
+    return y, J
 
 
-def _lm(p: np.ndarray, m: np.ndarray, x: np.ndarray, y: np.ndarray, iters: int) -> tuple[np.ndarray, float]:
-    """Levenberg–Marquardt with IRLS soft-L1 weights on log-time residuals."""
+def _lm(p: np.ndarray, m: np.ndarray, x: np.ndarray, y: np.ndarray, wt: np.ndarray, iters: int) -> tuple[np.ndarray, float]:
+    """Levenberg–Marquardt with IRLS soft-L1 weights on log-time residuals (``wt``: row weights)."""
     lam = 1e-2
+    rel = 1.0
 
     def loss(q: np.ndarray) -> float:
-        r = (_log_model(q, m, x) - y) / _SOFT_L1_SCALE
-        val = float(np.sum(2.0 * (np.sqrt(1.0 + r * r) - 1.0)))
+        r = (_log_model(q, m, x)[0] - y) / _SOFT_L1_SCALE
+        val = float(np.sum(wt * 2.0 * (np.sqrt(1.0 + r * r) - 1.0)))
         return val if math.isfinite(val) else math.inf
 
     cur = loss(p)
-    eye = np.eye(p.size)
     for _ in range(iters):
-        r = _log_model(p, m, x) - y
-        w = 1.0 / np.sqrt(1.0 + (r / _SOFT_L1_SCALE) ** 2)
-        J = np.empty((m.size, p.size))
-        for j in range(p.size):
-            h = 1e-6 * max(1.0, abs(p[j]))
-            J[:, j] = (_log_model(p + h * eye[j], m, x) - (r + y)) / h
+        pred, J = _log_model(p, m, x, jac=True)
+        assert J is not None
+        r = pred - y
+        w = wt / np.sqrt(1.0 + (r / _SOFT_L1_SCALE) ** 2)
         JW = J * w[:, None]
         A = JW.T @ J
         g = JW.T @ r
@@ -163,6 +181,18 @@ def _lm(p: np.ndarray, m: np.ndarray, x: np.ndarray, y: np.ndarray, iters: int) 
     return p, cur
 
 
+def _binned(x: np.ndarray, y: np.ndarray, max_points: int = 256) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Large sweeps (paper 001 has ~1,700 sizes per case) become ``max_points // 2`` bins of
+    equal count in log size: median log size, median log time, weight = rows in the bin. The
+    fit then costs the same for any sweep; small sweeps are used as they are."""
+    if x.size <= max_points:
+        return x, y, np.ones_like(x)
+    order = np.argsort(x)
+    bins = np.array_split(order, max_points // 2)
+    return (np.array([np.median(x[b]) for b in bins]), np.array([np.median(y[b]) for b in bins]),
+            np.array([float(b.size) for b in bins]))  # fmt: skip
+
+
 def fit_piecewise(nbytes: ArrayLike, seconds: ArrayLike, *, iters: int = 60) -> PiecewiseCurve:
     """Fit the eight parameters to measurements (bytes, seconds) by robust log-space least squares.
 
@@ -178,9 +208,10 @@ def fit_piecewise(nbytes: ArrayLike, seconds: ArrayLike, *, iters: int = 60) -> 
         raise ModelError(
             f"need measurements at 3 or more message sizes to fit a piecewise curve, got {np.unique(m).size}"
         )
-    x, y = np.log2(m), np.log(t)
-    bw_eff = m / t
-    ts0 = float(np.percentile(t[m <= np.percentile(m, 10)], 50))
+    x, y, wt = _binned(np.log2(m), np.log(t))
+    m = 2.0**x
+    bw_eff = m / np.exp(y)
+    ts0 = float(np.exp(np.median(y[m <= np.percentile(m, 10)])))
     bw0 = float(np.max(bw_eff))
     b0 = math.log10(float(np.min(bw_eff)))
     L0 = max(math.log10(bw0) - b0, 0.05)
@@ -188,7 +219,7 @@ def fit_piecewise(nbytes: ArrayLike, seconds: ArrayLike, *, iters: int = 60) -> 
     for x0 in np.linspace(x.min(), x.max(), 6):
         for u in (0.3, 0.9):
             p0 = np.array([math.log(ts0), math.log(bw0), b0, math.log(L0), x0, math.log(u / (1 - u))])
-            p, cur = _lm(p0, m, x, y, iters)
+            p, cur = _lm(p0, m, x, y, wt, iters)
             if best is None or cur < best[0]:
                 best = (cur, p)
     assert best is not None

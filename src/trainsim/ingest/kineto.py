@@ -18,13 +18,17 @@ starts before the runtime call that launched it.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 import msgspec
+import numpy as np
 
 from trainsim.errors import ConfigError, TraceFormatError
 
@@ -61,12 +65,14 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False):
     wait_on_record_corr: int | None = msgspec.field(
         name="wait_on_cuda_event_record_corr_id", default=None
     )
-    grid: list[Count] | None = None  # launch grid and block dimensions, [x, y, z]
-    block: list[Count] | None = None
+    # Launch dimensions [x, y, z] on kernels (Triton CPU ops write a string, "grid(100,)").
+    grid: Any = None
+    block: Any = None
 
 
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
+class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete ('X') event: the only phase trainsim reads. Its ``ph`` is the tag."""
+
     cat: str = ""
     name: str = ""
     pid: int | str = 0
@@ -76,8 +82,19 @@ class Event(msgspec.Struct, gc=False):
     args: Args | None = None
 
 
+# Every other phase of the Chrome trace-event format decodes to an empty struct: flow arrows
+# ('s'/'f', a third of a Kineto file), metadata and counters cost 16 bytes each instead of a
+# full event. A phase outside the format is an error.
+_OTHER_PHASES = tuple("BEiICbneSTpFstfPONDMVvRc()")
+_Skipped = tuple(
+    msgspec.defstruct(f"_Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False)
+    for ph in _OTHER_PHASES
+)
+_AnyEvent = Event | Union[_Skipped]  # type: ignore[valid-type]  # noqa: UP007
+
+
 class _Doc(msgspec.Struct):
-    traceEvents: list[Event] | None = None  # noqa: N815 — the format's own key
+    traceEvents: list[_AnyEvent] | None = None  # noqa: N815 — the format's own key
     schemaVersion: Any = None  # noqa: N815
     distributedInfo: dict[str, Any] | None = None  # noqa: N815
     deviceProperties: list[dict[str, Any]] | None = None  # noqa: N815
@@ -165,67 +182,52 @@ def rank_from_name(name: str) -> int | None:
 
 def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> KinetoTrace:
     """Decode one Kineto JSON document. Raises TraceFormatError naming the file and field."""
-    events = _decode_events(name, data)
-    cpu: list[Event] = []
-    runtime: list[Event] = []
-    gpu: list[Event] = []
-    sync: list[Event] = []
-    counts: dict[str, int] = {}
-    for e in events.traceEvents or ():
-        if e.ph != "X" or e.ts is None:
-            continue
-        cat = e.cat
-        counts[cat] = counts.get(cat, 0) + 1
-        if cat in CPU_CATS:
-            cpu.append(e)
-        elif cat in RUNTIME_CATS:
-            runtime.append(e)
-        elif cat in GPU_CATS:
-            gpu.append(e)
-        elif cat == SYNC_CAT:
-            sync.append(e)
-    if not (cpu or runtime or gpu):
-        raise TraceFormatError(
-            name,
-            "trace holds no CPU op, runtime or GPU events (no 'X' events with category "
-            "cpu_op, user_annotation, cuda_runtime or kernel)",
-        )
-    by_ts, by_dur = attrgetter("ts"), attrgetter("dur")
-    for lst in (cpu, runtime, gpu, sync):
-        # (ts ascending, dur descending): parents before the children they contain.
-        lst.sort(key=by_dur, reverse=True)
-        lst.sort(key=by_ts)
-    unit_to_s = _unit_to_s(name, cpu or runtime or gpu, time_unit)
-    for lst in (runtime, gpu, sync):
-        _normalise_streams(name, lst)
-    _check_time_range(name, (cpu, runtime, gpu, sync), unit_to_s)
-    _check_launch_order(name, runtime, gpu, unit_to_s)
-    dist = _distributed(name, events.distributedInfo)
-    world = dist.get("world_size")
-    _check_shapes_and_groups(name, cpu, gpu, world if isinstance(world, int) else None)
-    return KinetoTrace(
-        source=name,
-        cpu=cpu,
-        runtime=runtime,
-        gpu=gpu,
-        sync=sync,
-        distributed=dist,
-        devices=list(events.deviceProperties or []),
-        unit_to_s=unit_to_s,
-        rank_hint=rank_from_name(name),
-        counts=counts,
-        event_coverage=event_coverage(cpu),
-    )
+    with _gc_paused():
+        doc = _decode_document(name, data)
+        by_cat = _complete_events_by_category(doc)
+        lists = [_join(by_cat, cats) for cats in (CPU_CATS, RUNTIME_CATS, GPU_CATS, {SYNC_CAT})]
+        cpu, runtime, gpu, sync = lists
+        if not (cpu or runtime or gpu):
+            raise TraceFormatError(
+                name,
+                "trace holds no CPU op, runtime or GPU events (no 'X' events with category "
+                "cpu_op, user_annotation, cuda_runtime or kernel)",
+            )
+        times = [_sort_by_time(lst) for lst in lists]
+        unit_to_s = _unit_to_s(name, cpu or runtime or gpu, time_unit)
+        _check_time_range(name, lists, times, unit_to_s)
+        _check_device_events(name, runtime, gpu, sync, unit_to_s)
+        dist = _distributed(name, doc.distributedInfo)
+        world = dist.get("world_size")
+        coverage = _check_cpu_args(name, cpu, gpu, world if isinstance(world, int) else None)
+        return KinetoTrace(
+            source=name, cpu=cpu, runtime=runtime, gpu=gpu, sync=sync, distributed=dist,
+            devices=list(doc.deviceProperties or []), unit_to_s=unit_to_s,
+            rank_hint=rank_from_name(name), counts={c: len(v) for c, v in by_cat.items()},
+            event_coverage=coverage,
+        )  # fmt: skip
 
 
-def _decode_events(name: str, data: bytes) -> _Doc:
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Decoding allocates millions of containers (shape lists) and nothing cyclic: the
+    collector's generation-2 passes over them would cost more than the decoding itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _decode_document(name: str, data: bytes) -> _Doc:
     try:
         doc = msgspec.json.decode(data, type=_Doc)
     except msgspec.ValidationError as e:
-        if "got `array`" in str(e) and "- at" not in str(e):
+        if str(e).startswith("Expected `object`"):
             raise TraceFormatError(
-                name,
-                "JSON top level is an array; expected a Kineto trace object with 'traceEvents'",
+                name, f"JSON is not a Kineto trace ({e}); expected an object with 'traceEvents'"
             ) from e
         raise TraceFormatError(
             name, f"not a valid Kineto trace: {e} (corrupt file, or a producer we do not support)"
@@ -237,6 +239,37 @@ def _decode_events(name: str, data: bytes) -> _Doc:
     if doc.traceEvents is None:
         raise TraceFormatError(name, "JSON has no 'traceEvents' list (expected a Kineto trace)")
     return doc
+
+
+def _complete_events_by_category(doc: _Doc) -> dict[str, list[Event]]:
+    by_cat: dict[str, list[Event]] = {}
+    for e in doc.traceEvents or ():
+        if type(e) is Event and e.ts is not None:
+            lst = by_cat.get(e.cat)
+            if lst is None:
+                by_cat[e.cat] = lst = []
+            lst.append(e)
+    doc.traceEvents = None  # the other phases' placeholders are garbage now
+    return by_cat
+
+
+def _join(by_cat: dict[str, list[Event]], cats: Iterable[str]) -> list[Event]:
+    parts = [by_cat[c] for c in cats if c in by_cat]
+    return parts[0][:] if len(parts) == 1 else [e for p in parts for e in p]
+
+
+def _sort_by_time(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
+    """Sort in place by (ts ascending, dur descending): a parent before the children it
+    contains. Returns the sorted ts and dur arrays (raw unit)."""
+    n = len(events)
+    ts = np.fromiter(map(_BY_TS, events), dtype=np.float64, count=n)
+    dur = np.fromiter(map(_BY_DUR, events), dtype=np.float64, count=n)
+    order = np.lexsort((-dur, ts))  # stable: equal keys keep file order
+    events[:] = [events[i] for i in order.tolist()]
+    return ts[order], dur[order]
+
+
+_BY_TS, _BY_DUR = attrgetter("ts"), attrgetter("dur")
 
 
 def _unit_to_s(name: str, events: list[Event], override: str | None) -> float:
@@ -254,74 +287,27 @@ def _unit_to_s(name: str, events: list[Event], override: str | None) -> float:
     return 1e-6
 
 
-def _normalise_streams(name: str, events: list[Event]) -> None:
-    for e in events:
-        a = e.args
-        if a is None:
-            continue
-        s = a.stream
-        if s is None or type(s) is int:
-            continue
-        if isinstance(s, str):
-            try:
-                a.stream = int(s, 0)
-                continue
-            except ValueError:
-                pass
-        raise TraceFormatError(
-            name,
-            f"event {e.name!r} at ts={e.ts}: 'stream' is {s!r}; expected an integer or a hex "
-            "string such as '0x0'",
-        )
-
-
-def _check_time_range(name: str, lists: tuple[list[Event], ...], unit_to_s: float) -> None:
-    """Reject events far from the bulk of the trace: a corrupt digit in a timestamp."""
-    sample: list[float] = []
-    for lst in lists:
-        step = max(1, len(lst) // 2000)
-        sample.extend(float(e.ts) for e in lst[::step])  # type: ignore[arg-type]
-    sample.sort()
-    n = len(sample)
-    median, p10, p90 = sample[n // 2], sample[n // 10], sample[(9 * n) // 10]
+def _check_time_range(
+    name: str,
+    lists: list[list[Event]],
+    times: list[tuple[np.ndarray, np.ndarray]],
+    unit_to_s: float,
+) -> None:
+    """Reject an event far from the bulk of the trace: a corrupt digit in a timestamp."""
+    all_ts = np.concatenate([ts for ts, _ in times])
+    p10, median, p90 = np.percentile(all_ts, [10, 50, 90])
     half = max(MAX_TIME_RANGE_S / unit_to_s, 4 * (p90 - p10))
     lo, hi = median - half, median + half
-    for lst in lists:
+    for lst, (ts, dur) in zip(lists, times, strict=True):
         if not lst:
             continue
-        bad = lst[0] if float(lst[0].ts) < lo else lst[-1] if float(lst[-1].ts) > hi else None  # type: ignore[arg-type]
-        longest = max(lst, key=attrgetter("dur"))
-        if bad is None and longest.dur > 2 * half:
-            bad = longest
-        if bad is not None:
+        i = 0 if ts[0] < lo else len(lst) - 1 if ts[-1] > hi else int(np.argmax(dur))
+        if ts[i] < lo or ts[i] > hi or dur[i] > 2 * half:
+            bad = lst[i]
             raise TraceFormatError(
                 name,
                 f"event {bad.name!r} ({bad.cat}) at ts={bad.ts} dur={bad.dur} lies outside the "
                 f"trace's time range [{lo:.0f}, {hi:.0f}]: corrupt timestamp or duration",
-            )
-
-
-def _check_launch_order(
-    name: str, runtime: list[Event], gpu: list[Event], unit_to_s: float
-) -> None:
-    """A device activity cannot start before the runtime call that launched it."""
-    launch_ts: dict[int, float] = {}
-    for e in runtime:  # sorted by ts: setdefault keeps the earliest call per correlation
-        a = e.args
-        if a is not None and a.correlation is not None:
-            launch_ts.setdefault(a.correlation, e.ts)  # type: ignore[arg-type]
-    slack = LAUNCH_SKEW_S / unit_to_s
-    for g in gpu:
-        a = g.args
-        if a is None or a.correlation is None:
-            continue
-        t0 = launch_ts.get(a.correlation)
-        if t0 is not None and g.ts < t0 - slack:  # type: ignore[operator]
-            raise TraceFormatError(
-                name,
-                f"device activity {g.name[:60]!r} (correlation {a.correlation}) starts at "
-                f"ts={g.ts}, before the runtime call that launched it (ts={t0}): corrupt "
-                "timestamp or correlation id",
             )
 
 
@@ -339,22 +325,96 @@ def _distributed(name: str, info: dict[str, Any] | None) -> dict[str, Any]:
     return dist
 
 
-def _check_shapes_and_groups(
-    name: str, cpu: list[Event], gpu: list[Event], world_size: int | None
+def _check_device_events(
+    name: str, runtime: list[Event], gpu: list[Event], sync: list[Event], unit_to_s: float
 ) -> None:
-    """Tensor sizes are non-negative; process-group ranks are distinct ranks of the job."""
-    for lst in (cpu, gpu):
-        for e in lst:
-            a = e.args
-            if a is None:
-                continue
-            if a.input_dims is not None and _has_negative(a.input_dims):
+    """Streams become ints (ROCm writes hex strings); launch dimensions are sizes; and a device
+    activity cannot start before the runtime call that launched it (a corrupt timestamp)."""
+    launch_ts: dict[int, float] = {}
+    for e in runtime:  # sorted by ts: setdefault keeps the earliest call per correlation
+        a = e.args
+        if a is not None:
+            _check_device_args(name, e, a)
+            if a.correlation is not None:
+                launch_ts.setdefault(a.correlation, e.ts)  # type: ignore[arg-type]
+    slack = LAUNCH_SKEW_S / unit_to_s
+    for g in gpu:
+        a = g.args
+        if a is None:
+            continue
+        _check_device_args(name, g, a)
+        t0 = launch_ts.get(a.correlation) if a.correlation is not None else None
+        if t0 is not None and g.ts < t0 - slack:  # type: ignore[operator]
+            raise TraceFormatError(
+                name,
+                f"device activity {g.name[:60]!r} (correlation {a.correlation}) starts at "
+                f"ts={g.ts}, before the runtime call that launched it (ts={t0}): corrupt "
+                "timestamp or correlation id",
+            )
+    for e in sync:
+        if e.args is not None:
+            _check_device_args(name, e, e.args)
+
+
+def _check_device_args(name: str, e: Event, a: Args) -> None:
+    s = a.stream
+    if s is not None and type(s) is not int:
+        a.stream = _stream_id(name, e, s)
+    for label, dims in (("grid", a.grid), ("block", a.block)):
+        if type(dims) is list and dims:
+            try:
+                bad = min(dims) < 0
+            except TypeError:  # a string, list or null among numbers
+                bad = True
+            if bad:
                 raise TraceFormatError(
-                    name,
-                    f"event {e.name!r} at ts={e.ts}: negative size in 'Input Dims' {a.input_dims}",
+                    name, f"kernel {e.name[:60]!r} at ts={e.ts}: '{label}' {dims!r} is not a list of sizes"
                 )
-            if a.pg_ranks is not None or a.in_split is not None or a.out_split is not None:
-                _check_comm_args(name, e, a, world_size)
+    if a.in_split is not None or a.out_split is not None:
+        _check_comm_args(name, e, a, None)
+
+
+def _stream_id(name: str, e: Event, value: object) -> int:
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            pass
+    raise TraceFormatError(
+        name,
+        f"event {e.name!r} at ts={e.ts}: 'stream' is {value!r}; expected an integer or a hex "
+        "string such as '0x0'",
+    )
+
+
+def _check_cpu_args(
+    name: str, cpu: list[Event], gpu: list[Event], world_size: int | None
+) -> float | None:
+    """Tensor sizes are non-negative, process groups hold distinct ranks of the job; returns
+    the share of 'Ev Idx' indices present per process (``KinetoTrace.event_coverage``)."""
+    idx_by_pid: dict[int | str, list[int]] = defaultdict(list)
+    for e in cpu:
+        a = e.args
+        if a is None:
+            continue
+        if a.ev_idx is not None:
+            idx_by_pid[e.pid].append(a.ev_idx)
+        if a.input_dims is not None and _has_negative(a.input_dims):
+            raise TraceFormatError(
+                name, f"event {e.name!r} at ts={e.ts}: negative size in 'Input Dims' {a.input_dims}"
+            )
+        if a.in_split is not None or a.out_split is not None or a.pg_ranks is not None:
+            _check_comm_args(name, e, a, world_size)
+    for g in gpu:
+        if g.args is not None and g.args.pg_ranks is not None:
+            _check_comm_args(name, g, g.args, world_size)
+    if not idx_by_pid:
+        return None
+    present = spanned = 0
+    for idx in idx_by_pid.values():
+        present += len(set(idx))
+        spanned += max(idx) - min(idx) + 1
+    return present / spanned
 
 
 def _has_negative(dims: Any) -> bool:
@@ -385,37 +445,15 @@ def _check_comm_args(name: str, e: Event, a: Args, world_size: int | None) -> No
     for label, value in (("In split size", a.in_split), ("Out split size", a.out_split)):
         splits = _int_list(value)
         if splits and not all(type(s) is int and 0 <= s <= MAX_COUNT for s in splits):
-            raise TraceFormatError(
-                name, f"{where}: '{label}' {value!r} holds a negative or non-integer size"
-            )
+            raise TraceFormatError(name, f"{where}: '{label}' {value!r} holds a negative or non-integer size")
     ranks = _int_list(a.pg_ranks)
     if not ranks:
         return
     if not all(type(r) is int and r >= 0 for r in ranks):
-        raise TraceFormatError(
-            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} holds a non-rank value"
-        )
+        raise TraceFormatError(name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} holds a non-rank value")
     if len(set(ranks)) != len(ranks):
-        raise TraceFormatError(
-            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} lists a rank twice"
-        )
+        raise TraceFormatError(name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} lists a rank twice")
     if world_size is not None and max(ranks) >= world_size:
         raise TraceFormatError(
             name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} exceeds world_size {world_size}"
         )
-
-
-def event_coverage(cpu: list[Event]) -> float | None:
-    """Share of 'Ev Idx' indices present, per process (see ``KinetoTrace.event_coverage``)."""
-    by_pid: dict[int | str, list[int]] = defaultdict(list)
-    for e in cpu:
-        a = e.args
-        if a is not None and a.ev_idx is not None:
-            by_pid[e.pid].append(a.ev_idx)
-    if not by_pid:
-        return None
-    present = spanned = 0
-    for idx in by_pid.values():
-        present += len(set(idx))
-        spanned += max(idx) - min(idx) + 1
-    return present / spanned

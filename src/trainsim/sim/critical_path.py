@@ -131,6 +131,10 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
                 node = (CALL_END, r, last) if emit(SegmentKind.HOST_GAP, r, t.call_end[last], t.op_end[i], name) else None
             else:
                 node = (OP_START, r, i) if emit(SegmentKind.HOST_GAP, r, t.op_start[i], t.op_end[i], name) else None
+    if rank is None and out and out[-1].start_s > floor:
+        first = out[-1]
+        out.append(Segment(SegmentKind.RANK_START, first.rank, floor, first.start_s,
+                           f"rank {first.rank} starts its step later (traced offset)"))  # fmt: skip
     out.reverse()
     return out
 

@@ -17,43 +17,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from trainsim.errors import ConfigError
+from trainsim.errors import ConfigError, ModelError
+from trainsim.hardware import DeviceSpec
 from trainsim.ir.graph import Kernel, Op
 from trainsim.ir.kinds import CollectiveKind, KernelFamily
 
-
-@dataclass(frozen=True, slots=True)
-class DeviceSpec:
-    """Datasheet peaks of one device (dense; seconds and bytes in SI units)."""
-
-    name: str
-    fp32_flops: float
-    tensor_flops: float  # fp16/bf16 tensor-core dense peak
-    mem_bandwidth_Bps: float
-    link_bandwidth_Bps: float  # NVLink/NVSwitch per GPU, one direction
-    pcie_bandwidth_Bps: float
-
-
-# Vendor datasheets (figures also listed in ../shared/data/README.md). Substring → spec; the
-# first match wins, so more specific names come first. To move to hardware/ once it exists.
-_DEVICES: tuple[tuple[str, DeviceSpec], ...] = (
-    ("H200", DeviceSpec("H200", 67e12, 989e12, 4.8e12, 450e9, 64e9)),
-    ("H100", DeviceSpec("H100-SXM5", 67e12, 989e12, 3.35e12, 450e9, 64e9)),
-    ("A100-SXM4-80GB", DeviceSpec("A100-SXM4-80GB", 19.5e12, 312e12, 2.039e12, 300e9, 32e9)),
-    ("A100", DeviceSpec("A100-SXM4-40GB", 19.5e12, 312e12, 1.555e12, 300e9, 32e9)),
-    ("V100", DeviceSpec("V100-SXM2", 15.7e12, 125e12, 0.9e12, 150e9, 16e9)),
-    ("2080 Ti", DeviceSpec("RTX 2080 Ti", 13.4e12, 53.8e12, 0.616e12, 16e9, 16e9)),
-)
+if TYPE_CHECKING:
+    from trainsim.comm.model import CommModel
 
 
 def device_spec(name: str) -> DeviceSpec | None:
-    """The spec whose key occurs in ``name`` (e.g. 'Tesla V100-SXM2-32GB'), or None."""
-    for key, spec in _DEVICES:
-        if key.lower() in name.lower():
-            return spec
-    return None
+    """The catalog device of a trace's device name (e.g. 'Tesla V100-SXM2-32GB'), or None."""
+    if not name:
+        return None
+    from trainsim.hardware import find_device
+
+    return find_device(name)
 
 
 @runtime_checkable
@@ -66,7 +47,9 @@ class KernelModel(Protocol):
 
     def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool: ...
 
-    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float: ...
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float | Prediction:
+        """Seconds, or a :class:`Prediction` when the provenance depends on the kernel."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +80,15 @@ class ModelRegistry:
     def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> Prediction | None:
         for m in self._by_family.get(kernel.family, ()):
             if m.supports(kernel, op, device):
-                s = float(m.predict(kernel, op, device))
+                got = m.predict(kernel, op, device)
+                if isinstance(got, Prediction):
+                    s, prov = got.seconds, got.provenance
+                else:
+                    dev = device.name if device is not None else "unknown"
+                    s, prov = float(got), m.provenance if ":" in m.provenance else f"{m.provenance}:{dev}"
                 if not s >= 0.0:
-                    raise ConfigError(f"kernel model {m.name} predicted {s!r} s for {kernel.name}")
-                dev = device.name if device is not None else "unknown"
-                return Prediction(s, f"{m.provenance}:{dev}" if ":" not in m.provenance else m.provenance)
+                    raise ModelError(f"kernel model {m.name} predicted {s!r} s for {kernel.name[:60]}")
+                return Prediction(s, prov)
         return None
 
 
@@ -123,14 +110,23 @@ class RooflineMemcpy:
     provenance = "spec-based"
 
     def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
-        return device is not None and isinstance(kernel.features.get("bytes"), int | float)
+        if device is None or not isinstance(kernel.features.get("bytes"), int | float):
+            return False
+        return not _host_copy(kernel) or device.pcie_bandwidth_GBps is not None
 
     def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float:
         assert device is not None
         nbytes = float(kernel.features["bytes"])
-        host = "HtoD" in kernel.name or "DtoH" in kernel.name
-        bw = device.pcie_bandwidth_Bps if host else device.mem_bandwidth_Bps / 2
+        if _host_copy(kernel):
+            assert device.pcie_bandwidth_GBps is not None
+            bw = device.pcie_bandwidth_GBps * 1e9
+        else:  # a device copy reads and writes device memory
+            bw = device.memory_bandwidth_Bps / 2
         return max(_MIN_KERNEL_S, nbytes / bw)
+
+
+def _host_copy(kernel: Kernel) -> bool:
+    return "HtoD" in kernel.name or "DtoH" in kernel.name
 
 
 def _gemm_flops(op: Op) -> tuple[float, int] | None:
@@ -166,9 +162,10 @@ class RooflineGemm:
         fl = _gemm_flops(op)
         assert fl is not None
         flops, eb = fl
-        peak = device.tensor_flops if eb == 2 else device.fp32_flops
+        peak = device.peak_flops_per_s("fp16" if eb == 2 else "fp32") or device.peak_flops_per_s("fp32")
+        assert peak is not None
         nbytes = sum(t.numel for t in op.inputs) * eb
-        return max(_MIN_KERNEL_S, flops / peak, nbytes / device.mem_bandwidth_Bps)
+        return max(_MIN_KERNEL_S, flops / peak, nbytes / device.memory_bandwidth_Bps)
 
 
 class RooflineElementwise:
@@ -188,7 +185,7 @@ class RooflineElementwise:
     def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float:
         assert device is not None
         sizes = [t.numel * _elem_bytes(t.dtype) for t in op.inputs if t.shape]
-        return max(_MIN_KERNEL_S, (sum(sizes) + max(sizes)) / device.mem_bandwidth_Bps)
+        return max(_MIN_KERNEL_S, (sum(sizes) + max(sizes)) / device.memory_bandwidth_Bps)
 
 
 # Ring-algorithm bus-traffic factors per byte of the message, for n ranks (NCCL's busBw maths).
@@ -203,14 +200,15 @@ _COLLECTIVE_LATENCY_S = 10e-6  # Approximation: NCCL launch + one ring step insi
 
 
 class AlphaBetaCollective:
-    """latency + bus factor × bytes / link bandwidth (one node; spec link bandwidth)."""
+    """latency + bus factor × bytes / link bandwidth (one node; the device's NVLink/fabric
+    bandwidth per direction from the catalog)."""
 
     name = "alpha-beta-collective"
     families = tuple(f for f in KernelFamily if f.is_communication)
     provenance = "spec-based"
 
     def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
-        return device is not None and kernel.collective is not None
+        return device is not None and device.gpu_link_bandwidth_GBps is not None and kernel.collective is not None
 
     def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float:
         assert device is not None and kernel.collective is not None
@@ -220,7 +218,36 @@ class AlphaBetaCollective:
         if c.peer_bytes:  # 000 §III-C: size an all_to_allv by its largest per-device traffic
             nbytes = max(nbytes, float(sum(c.peer_bytes)))
         factor = _RING_FACTOR.get(c.kind, lambda _n: 1.0)(n)
-        return _COLLECTIVE_LATENCY_S + factor * nbytes / device.link_bandwidth_Bps
+        assert device.gpu_link_bandwidth_GBps is not None
+        per_direction_Bps = device.gpu_link_bandwidth_GBps * 1e9 / 2
+        return _COLLECTIVE_LATENCY_S + factor * nbytes / per_direction_Bps
+
+
+class CommModelKernels:
+    """Adapter: a ``trainsim.comm`` collective model answering for collective kernels."""
+
+    families = tuple(f for f in KernelFamily if f.is_communication)
+
+    def __init__(self, model: CommModel, *, gpus_per_node: int | None = None) -> None:
+        self.model = model
+        self.gpus_per_node = gpus_per_node
+        self.name = f"comm:{model.name}"
+        self.provenance = "comm"
+
+    def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
+        c = kernel.collective
+        return c is not None and self.model.supports(c.kind, max(c.group_size, 1),
+                                                      gpus_per_node=self.gpus_per_node)  # fmt: skip
+
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> Prediction:
+        c = kernel.collective
+        assert c is not None
+        nbytes = float(max(c.bytes, sum(c.peer_bytes) if c.peer_bytes else 0))
+        try:
+            p = self.model.predict(c.kind, nbytes, max(c.group_size, 1), gpus_per_node=self.gpus_per_node)
+        except ModelError as e:
+            raise ModelError(f"kernel {kernel.id} ({kernel.name[:40]}): {e}") from e
+        return Prediction(p.duration_s, p.provenance)
 
 
 def default_registry() -> ModelRegistry:

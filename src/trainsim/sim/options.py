@@ -35,6 +35,7 @@ class SegmentKind(StrEnum):
     HOST_GAP = "host_gap"  # CPU time: T1–T5, CPU-only ops, runtime calls
     STREAM_WAIT = "stream_wait"  # an event wait, an intra-rank sync, or the CPU blocked on a stream
     COLLECTIVE_WAIT = "collective_wait"  # a rank waiting in a collective for its latest peer
+    RANK_START = "rank_start"  # the path's rank began its step after the earliest rank (traced)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Any
 
 from trainsim.errors import SimulationError
 from trainsim.ir.graph import Kernel, Op, RankGraph, Workload
@@ -38,6 +39,7 @@ from trainsim.sim.durations import ModelRegistry, default_registry, device_spec
 from trainsim.sim.edges import intra_rank_rule, thread_edges
 from trainsim.sim.host import Call, HostModel, op_calls
 from trainsim.sim.options import HostMode, KernelSource, SimOptions
+from trainsim.sim.whatif import WHATIF
 
 _ALG3_GAP_S = 1e-6  # 002 Alg. 3 line 11: consecutive kernels of a stream are ≥ 1 µs apart
 _MEMORY = (KernelFamily.MEMCPY, KernelFamily.MEMSET)
@@ -71,7 +73,7 @@ class RankProgram:
     kernels: list[Kernel] = field(default_factory=list)
     k_call: list[int] = field(default_factory=list)
     k_lane: list[int] = field(default_factory=list)
-    k_dur: list[float] = field(default_factory=list)  # -1 for collective members
+    k_dur: list[float] = field(default_factory=list)  # collectives: the member's own duration
     k_prov: list[str] = field(default_factory=list)
     k_waits: list[list[int]] = field(default_factory=list)  # kernels whose END bounds the start
     k_after: list[list[int]] = field(default_factory=list)  # kernels whose START bounds it
@@ -81,6 +83,7 @@ class RankProgram:
     stream_lanes: list[list[int]] = field(default_factory=list)
     lane_stream: list[int] = field(default_factory=list)
     lane_busy_until: list[float | None] = field(default_factory=list)
+    device: Any = None  # catalog DeviceSpec once looked up (False: not in the catalog)
     # timings
     op_t1: list[float] = field(default_factory=list)
     op_cross: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
@@ -119,10 +122,14 @@ def compile_workload(w: Workload, options: SimOptions) -> Program:
 
 
 def _duration(k: Kernel, op: Op, opts: SimOptions, reg: ModelRegistry, rp: RankProgram) -> tuple[float, str]:
+    if k.predicted_s is not None and k.provenance.startswith(WHATIF):
+        return k.predicted_s, k.provenance  # a what-if pass changed this kernel (whatif.py)
     if opts.kernels is KernelSource.MODEL:
         if k.predicted_s is not None:
             return k.predicted_s, k.provenance or "predicted"
-        p = reg.predict(k, op, device_spec(rp.graph.device))
+        if rp.device is None:
+            rp.device = device_spec(rp.graph.device) or False
+        p = reg.predict(k, op, rp.device or None)
         if p is not None:
             rp.diagnostics["kernels_model"] += 1
             return p.seconds, p.provenance
@@ -179,10 +186,10 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
                 keys.append(c.key)
                 threads.append(thread)
                 kernel_op.append(oi)
-                if k.collective is not None:  # filled per instance by _instances
-                    k_dur.append(-1.0)
+                if k.collective is not None:  # durations set per instance by _instances
+                    k_dur.append(0.0)
                     k_prov.append("")
-                elif measured and k.duration_s is not None:
+                elif measured and k.duration_s is not None and not k.provenance.startswith(WHATIF):
                     k_dur.append(k.duration_s)
                     k_prov.append("measured")
                 else:
@@ -448,7 +455,7 @@ def _instances(w: Workload, ranks: list[RankProgram], opts: SimOptions, reg: Mod
             rp = ranks[ri]
             rp.k_inst[ki] = n
             d = _duration(rp.kernels[ki], rp.ops[rp.call_op[rp.k_call[ki]]], opts, reg, rp)
-            rp.k_prov[ki] = d[1]
+            rp.k_dur[ki], rp.k_prov[ki] = d
             durs.append(d)
         # measured: the last arrival's duration is the transfer; models: the largest member
         inst.transfer_s, inst.provenance = min(durs) if opts.kernels is KernelSource.MEASURED else max(durs)

@@ -16,6 +16,7 @@ Definitions (the same as for a measured step, ``Workload.measured_step_s``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -91,11 +92,29 @@ class SimResult:
     end_s: float
     ranks: tuple[RankResult, ...]
     kernel_sum_baseline_s: float
-    critical_path: tuple[Segment, ...]
     diagnostics: dict[str, int]
     options: SimOptions
     program: Program = field(repr=False)
     evaluation: Evaluation = field(repr=False)
+
+    @cached_property
+    def critical_path(self) -> tuple[Segment, ...]:
+        """The global critical path (computed on first use)."""
+        from trainsim.sim.critical_path import critical_path
+
+        return tuple(critical_path(self))
+
+    def critical_path_for(self, rank: int) -> tuple[Segment, ...]:
+        """The critical path of one rank (collective waits shown, not followed)."""
+        from trainsim.sim.critical_path import critical_path
+
+        return tuple(critical_path(self, rank=rank))
+
+    def rank(self, rank: int) -> RankResult:
+        for r in self.ranks:
+            if r.rank == rank:
+                return r
+        raise KeyError(rank)
 
     def critical_path_by_kind(self) -> dict[str, float]:
         out = {k.value: 0.0 for k in SegmentKind}
@@ -118,13 +137,11 @@ class SimResult:
 
 
 def _kernel_sum_time(program: Program, rp: RankProgram, k: int) -> float:
-    """A kernel's duration as the kernel-sum baseline counts it."""
+    """A kernel's duration as the kernel-sum baseline counts it: as given (measured: for a
+    collective, its raw duration on this rank, waiting included), models: the transfer."""
     inst = rp.k_inst[k]
-    if inst < 0:
+    if inst < 0 or program.options.kernels is KernelSource.MEASURED:
         return rp.k_dur[k]
-    measured = rp.kernels[k].duration_s
-    if program.options.kernels is KernelSource.MEASURED and measured is not None:
-        return measured
     return program.instances[inst].transfer_s
 
 
@@ -158,8 +175,6 @@ def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
 
 
 def build_result(program: Program, ev: Evaluation) -> SimResult:
-    from trainsim.sim.critical_path import critical_path
-
     ranks = tuple(_rank_result(program, ev, i) for i in range(len(program.ranks)))
     start = min(r.start_s for r in ranks)
     end = max(r.end_s for r in ranks)
@@ -169,6 +184,4 @@ def build_result(program: Program, ev: Evaluation) -> SimResult:
         for k, v in rp.diagnostics.items():
             diag[k] = diag.get(k, 0) + v
     diag["collective_instances"] = len(program.instances)
-    res = SimResult(end - start, start, end, ranks, baseline, (), diag, program.options, program, ev)
-    object.__setattr__(res, "critical_path", tuple(critical_path(res)))
-    return res
+    return SimResult(end - start, start, end, ranks, baseline, diag, program.options, program, ev)

@@ -1,0 +1,152 @@
+"""``trainsim fit-comm DATASET…`` and ``trainsim hw list|show NAME``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trainsim.cli.main import app
+from trainsim.cli.output import Format, emit_json, log
+
+hw_app = typer.Typer(name="hw", help="Hardware catalog: devices and systems.", no_args_is_help=True)
+app.add_typer(hw_app, name="hw")
+
+
+def _out() -> Console:
+    return Console(width=None if sys.stdout.isatty() else 120)
+
+
+@app.command("fit-comm")
+def fit_comm_cmd(
+    datasets: list[Path] = typer.Argument(..., help="nccl-tests logs, paper-001 NCCL CSVs, vTrain LUTs, `trainsim bench comm` JSONL, or folders of them."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+    system: str | None = typer.Option(None, help="Catalog system (or YAML) the data were measured on; guessed from paths/device if omitted."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the fitted model (JSON artifact) here."),
+    holdout: float = typer.Option(0.25, help="Fraction of distinct message sizes held out per case to choose the curve family."),
+    seed: int = typer.Option(0, help="Seed of the held-out split."),
+    kind: str | None = typer.Option(None, help="Collective measured, when a log does not say (all_reduce, all_gather, ...)."),
+    timing: str = typer.Option("min", help="nccl-tests time column: min (of out-of-place and in-place) or out-of-place."),
+    name: str | None = typer.Option(None, help="Dataset name used in provenance (default: the folder name)."),
+) -> None:
+    """Fit collective models on measurements; print each case's held-out error."""
+    from trainsim.comm import fit_comm, guess_system, read_comm_dataset, save_model
+    from trainsim.comm.model import canonical_kind
+    from trainsim.hardware import get_system
+
+    ds = read_comm_dataset(datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None)
+    spec = get_system(system) if system else guess_system(ds)
+    log(f"{len(ds)} rows, {len(ds.keys())} case(s) from {ds.name}; system: {spec.name if spec else 'unknown (no extrapolation)'}")
+    result = fit_comm(ds, system=spec, holdout=holdout, seed=seed)
+    if output is not None:
+        save_model(result.model, output)
+        log(f"wrote {output}")
+    doc = _fit_doc(result, ds.name, spec.name if spec else None, output)
+    if fmt is Format.JSON:
+        emit_json(doc)
+        return
+    t = Table(title=f"Held-out errors ({holdout:.0%} of sizes per case, seed {seed})", title_justify="left")
+    for col in ("collective", "nodes×gpus", "family", "GMAE %", "MAPE %", "samples", "dropped", "other families (GMAE %)"):
+        t.add_column(col, justify="left" if col in ("collective", "family", "other families (GMAE %)") else "right")
+    for m in doc["models"]:
+        others = ", ".join(f"{f} {g:.1f}" for f, g in m["candidates"].items() if f != m["family"])
+        t.add_row(m["kind"], f"{m['nodes']}×{m['gpus_per_node']}", m["family"], _pct(m["gmae_pct"]), _pct(m["mape_pct"]),
+                  str(m["samples"]), str(m["excluded_samples"]), others)  # fmt: skip
+    _out().print(t)
+    if doc["hierarchical"]:
+        h = doc["hierarchical"]
+        _out().print(f"hierarchical: bandwidth efficiency node {h['eff_node']:.3f}, cluster {h['eff_cluster']:.3f}; "
+                     f"latency node {_us(h['latency_node_s'])}, cluster {_us(h['latency_cluster_s'])}")  # fmt: skip
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or x != x else f"{x:.2f}"
+
+
+def _us(x: float | None) -> str:
+    return "catalog" if x is None else f"{x * 1e6:.2f} µs (fitted)"
+
+
+def _fit_doc(result: Any, dataset: str, system: str | None, output: Path | None) -> dict[str, Any]:
+    models = [
+        {"family": c.family, "kind": c.key.kind.value, "nodes": c.key.nodes, "gpus_per_node": c.key.gpus_per_node,
+         "group_size": c.key.group_size, "gmae_pct": c.heldout_gmae_pct, "mape_pct": c.heldout_mape_pct,
+         "samples": c.samples, "excluded_samples": c.excluded_samples, "candidates": c.candidates}
+        for c in result.cases
+    ]  # fmt: skip
+    hier = result.model.to_dict()["hierarchical"]
+    return {"dataset": dataset, "system": system, "models": models, "hierarchical": hier,
+            "artifact": str(output) if output else None}  # fmt: skip
+
+
+@hw_app.command("list")
+def hw_list(fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json.")) -> None:
+    """List catalog devices and systems."""
+    from trainsim.hardware import list_devices, list_systems
+
+    devices, systems = list_devices(), list_systems()
+    if fmt is Format.JSON:
+        emit_json({
+            "devices": [{"name": d.name, "aliases": list(d.aliases), "memory_GB": d.memory_GB,
+                         "memory_bandwidth_GBps": d.memory_bandwidth_GBps, "bf16_tflops": d.peak_tflops.bf16} for d in devices],
+            "systems": [{"name": s.name, "device": s.device, "gpus_per_node": s.gpus_per_node,
+                         "tiers": [t.name for t in s.tiers]} for s in systems],
+        })  # fmt: skip
+        return
+    td = Table(title="Devices", title_justify="left")
+    for col in ("name", "memory GB", "HBM GB/s", "BF16 TFLOP/s", "FP32 TFLOP/s"):
+        td.add_column(col, justify="left" if col == "name" else "right")
+    for d in devices:
+        td.add_row(d.name, f"{d.memory_GB:g}", f"{d.memory_bandwidth_GBps:g}", _opt(d.peak_tflops.bf16), f"{d.peak_tflops.fp32:g}")
+    ts = Table(title="Systems", title_justify="left")
+    for col in ("name", "device", "GPUs/node", "tiers (GB/s per GPU, µs per step)"):
+        ts.add_column(col, justify="right" if col == "GPUs/node" else "left")
+    for s in systems:
+        tiers = "; ".join(f"{t.name} {t.bandwidth_per_gpu_GBps:g}, {t.latency_us:g}" for t in s.tiers)
+        ts.add_row(s.name, s.device, str(s.gpus_per_node), tiers)
+    out = _out()
+    out.print(td)
+    out.print(ts)
+
+
+def _opt(x: float | None) -> str:
+    return "—" if x is None else f"{x:g}"
+
+
+@hw_app.command("show")
+def hw_show(
+    name: str = typer.Argument(..., help="Device or system name, alias, or YAML path."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
+) -> None:
+    """Show one device or system with its sources."""
+    from trainsim.errors import ConfigError
+    from trainsim.hardware import get_device, get_system
+
+    spec: Any
+    try:
+        spec = get_system(name)
+    except ConfigError as sys_err:
+        try:
+            spec = get_device(name)
+        except ConfigError:
+            raise ConfigError(f"{sys_err} — and no device of that name either") from None
+    doc = spec.model_dump(mode="json")
+    if fmt is Format.JSON:
+        emit_json(doc)
+        return
+    t = Table(title=spec.name, title_justify="left", show_header=False)
+    t.add_column("field")
+    t.add_column("value")
+    for k, v in doc.items():
+        if k in ("sources", "tiers"):
+            continue
+        t.add_row(k, str(v))
+    for tier in doc.get("tiers", []):
+        t.add_row(f"tier {tier['name']}", ", ".join(f"{k}={v}" for k, v in tier.items() if k != "name" and v is not None))
+    for src in doc["sources"]:
+        t.add_row(f"source ({src['kind']})", src["title"] + (f" <{src['url']}>" if src.get("url") else ""))
+    _out().print(t)

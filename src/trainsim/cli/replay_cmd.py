@@ -1,0 +1,154 @@
+"""``trainsim replay PATH…``: simulate traced workloads and compare with the measured step."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from trainsim.cli.main import app
+from trainsim.cli.output import Format, emit_json, stderr
+from trainsim.sim.options import HostMode, KernelSource
+
+
+def _step(value: str) -> str | int:
+    return int(value) if value.isdigit() else value
+
+
+def _pair(text: str, what: str) -> tuple[str, float]:
+    from trainsim.errors import ConfigError
+
+    name, sep, value = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return name, float(value)
+    except ValueError:
+        raise ConfigError(f"{what} must look like NAME:FACTOR, got {text!r}") from None
+
+
+@app.command()
+def replay(
+    paths: list[Path] = typer.Argument(..., help="Kineto traces (.json/.json.gz), archives (.tar.gz) or folders; one per rank for multi-rank jobs."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+    kernels: KernelSource = typer.Option(KernelSource.MEASURED, "--kernels", help="Kernel durations: measured (from the trace) or model (registry; measured where no model applies)."),
+    overheads: HostMode = typer.Option(HostMode.STATS, "--overheads", help="Host gaps: trace (exact, sanity check), stats (per-op means of this workload) or shared (--overhead-db)."),
+    overhead_db: Path | None = typer.Option(None, "--overhead-db", help="T1–T5 database (JSON, from `trainsim analyze --overhead-db`) for --overheads shared."),
+    timeline: Path | None = typer.Option(None, "--timeline", help="Write the predicted timeline here (Chrome trace JSON; open in Perfetto)."),
+    step: str = typer.Option("median", "--step", help="Which iteration: median, first, last or a ProfilerStep number."),
+    no_et: bool = typer.Option(False, "--no-et", help="Do not link execution traces found beside the Kineto traces."),
+    no_intra_rank_sync: bool = typer.Option(False, "--no-intra-rank-sync", help="Drop 000 §III-D's intra-rank rule (for comparison)."),
+    straggler: str | None = typer.Option(None, "--straggler", help="What-if: RANK:FACTOR, e.g. 3:1.5 (rank 3's kernels 1.5× slower)."),
+    network: float | None = typer.Option(None, "--network-speedup", help="What-if: collectives this many times faster (0.5: twice slower)."),
+    family: str | None = typer.Option(None, "--scale-family", help="What-if: FAMILY:FACTOR, e.g. gemm:0.5 (GEMMs twice as fast)."),
+    segments: bool = typer.Option(False, "--segments", help="JSON: include every critical-path segment."),
+) -> None:  # fmt: skip
+    """Simulate the traced step (critical path over CPU threads, streams and ranks)."""
+    from trainsim.errors import ConfigError
+    from trainsim.host.overheads import OverheadDB
+    from trainsim.sim import SimOptions
+    from trainsim.sim.replay import replay_paths
+
+    if overheads is HostMode.SHARED and overhead_db is None:
+        raise ConfigError("--overheads shared needs --overhead-db FILE (write one with `trainsim analyze --overhead-db`)")
+    db = OverheadDB.load(overhead_db) if overhead_db is not None else None
+    if db is not None and overheads is HostMode.TRACE:
+        raise ConfigError("--overhead-db is used by --overheads shared or stats, not trace")
+    options = SimOptions(kernels=kernels, overheads=overheads, overhead_db=db,
+                         intra_rank_sync=not no_intra_rank_sync)  # fmt: skip
+    with stderr.status("loading and simulating...", spinner="dots"):
+        rep = replay_paths(paths, options, step=_step(step), link_et=not no_et, timeline=timeline)
+        whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family)
+    doc = rep.to_dict(segments=segments)
+    doc["whatif"] = whatif
+    if timeline is not None:
+        stderr.print(f"wrote timeline: {timeline}")
+    if fmt is Format.JSON:
+        emit_json(doc)
+        return
+    _print_table(doc, rep)
+
+
+def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | None,
+             family: str | None) -> dict[str, Any]:  # fmt: skip
+    from trainsim.errors import ConfigError
+    from trainsim.ir.kinds import KernelFamily
+    from trainsim.sim import simulate, whatif
+
+    w = rep.workload
+    applied: list[str] = []
+    if straggler is not None:
+        r, f = _pair(straggler, "--straggler")
+        if not r.lstrip("-").isdigit():
+            raise ConfigError(f"--straggler: {r!r} is not a rank number")
+        w = whatif.straggler(w, int(r), f)
+        applied.append(f"rank {r} kernels ×{f:g}")
+    if network is not None:
+        w = whatif.faster_network(w, network)
+        applied.append(f"network ×{network:g} faster")
+    if family is not None:
+        name, f = _pair(family, "--scale-family")
+        try:
+            fam = KernelFamily(name)
+        except ValueError:
+            known = ", ".join(k.value for k in KernelFamily)
+            raise ConfigError(f"--scale-family: unknown family {name!r}; known: {known}") from None
+        w = whatif.scale_family(w, fam, f)
+        applied.append(f"{fam.value} kernels ×{f:g}")
+    if not applied:
+        return {}
+    res = simulate(w, options)
+    base = rep.result.predicted_step_s
+    return {"applied": applied, "predicted_step_s": res.predicted_step_s,
+            "change_pct": 100.0 * (res.predicted_step_s - base) / base if base > 0 else None,
+            "critical_path_by_kind_s": res.critical_path_by_kind()}  # fmt: skip
+
+
+def _ms(x: float | None) -> str:
+    return "—" if x is None else f"{x * 1e3:.3f}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.2f}"
+
+
+def _print_table(doc: dict[str, Any], rep: Any) -> None:
+    from rich.console import Console
+
+    out = Console(width=None if sys.stdout.isatty() else 120)
+    o = doc["options"]
+    out.print(
+        f"[bold]{len(doc['ranks'])} rank graph(s)[/]  device: {doc['device'] or 'unknown'}  "
+        f"kernels: {o['kernels']}  host gaps: {o['overheads']}"
+    )
+    out.print(
+        f"measured step [bold]{_ms(doc['measured_step_s'])} ms[/]   predicted [bold]{_ms(doc['predicted_step_s'])} ms[/] "
+        f"({_pct(doc['error_pct'])} %)   kernel-sum baseline {_ms(doc['kernel_sum_baseline_s'])} ms "
+        f"({_pct(doc['baseline_error_pct'])} %)"
+    )
+    t = Table(title="Per rank (ms)", title_justify="left")
+    for col in ("rank", "measured", "predicted", "err %", "busy", "idle", "exp.comm", "coll.wait", "busiest stream"):
+        t.add_column(col, justify="right")
+    for r in doc["ranks"]:
+        busiest = max(r["streams"].items(), key=lambda kv: kv[1]["busy_s"], default=(None, None))
+        t.add_row(
+            str(r["rank"]) + (f" ×{r['represents']}" if r["represents"] > 1 else ""),
+            _ms(r["measured_step_s"]), _ms(r["predicted_step_s"]), _pct(r["error_pct"]),
+            _ms(r["device_busy_s"]), _ms(r["idle_s"]), _ms(r["exposed_comm_s"]),
+            _ms(r["collective_wait_s"]),
+            f"{busiest[0]}: {_ms(busiest[1]['busy_s'])}" if busiest[0] is not None else "—",
+        )  # fmt: skip
+    out.print(t)
+    by_kind = doc["critical_path"]["by_kind_s"]
+    step = doc["predicted_step_s"] or 1.0
+    parts = [f"{k} {_ms(v)} ({100 * v / step:.0f}%)" for k, v in by_kind.items() if v > 0]
+    out.print("critical path: " + ", ".join(parts))
+    top = sorted(rep.result.critical_path, key=lambda s: s.duration_s, reverse=True)[:8]
+    for s in top:
+        out.print(f"  {s.kind.value:15s} rank {s.rank:<4d} {_ms(s.duration_s):>9s} ms  {s.label[:70]}")
+    if doc["whatif"]:
+        w = doc["whatif"]
+        out.print(f"what-if ({'; '.join(w['applied'])}): {_ms(w['predicted_step_s'])} ms ({_pct(w['change_pct'])} %)")

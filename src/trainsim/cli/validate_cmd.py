@@ -1,0 +1,80 @@
+"""``trainsim validate SUITE``: accuracy suites against real data, with per-case errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from trainsim.cli.main import app
+from trainsim.cli.output import Format, emit_json, stderr
+from trainsim.validate.registry import default_data_dir, suite_names
+
+
+@app.command()
+def validate(
+    suite: str = typer.Argument(..., help=f"Suite: {', '.join(suite_names())}."),
+    data: Path = typer.Option(default_data_dir(), "--data", help="The shared data folder (traces/, comm/, calibration/, ...)."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+    overheads: str | None = typer.Option(None, "--overheads", help="replay: host gaps from stats (default), trace, or shared (leave-one-out)."),
+    kernels: str | None = typer.Option(None, "--kernels", help="replay: kernel durations measured (default) or model."),
+) -> None:  # fmt: skip
+    """Run an accuracy suite and print every case's error beside the summary."""
+    from trainsim.errors import ConfigError
+    from trainsim.sim.options import HostMode, KernelSource
+    from trainsim.validate.registry import run_suite
+
+    for value, enum, flag in ((overheads, HostMode, "--overheads"), (kernels, KernelSource, "--kernels")):
+        if value is not None and value not in {e.value for e in enum}:
+            raise ConfigError(f"{flag} must be one of {', '.join(e.value for e in enum)}, got {value!r}")
+    with stderr.status(f"running suite {suite}...", spinner="dots"):
+        doc = run_suite(suite, data, overheads=overheads, kernels=kernels)
+    if fmt is Format.JSON:
+        emit_json(doc)
+        return
+    _print_table(doc)
+
+
+def _fmt(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        if unit == "ms":
+            return f"{v * 1e3:.3f}"
+        if unit == "%":
+            return f"{v:+.2f}"
+        return f"{v:.3g}"
+    return str(v)
+
+
+def _print_table(doc: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    out = Console(width=None if sys.stdout.isatty() else 140)
+    cases = doc["cases"]
+    if cases and "measured_step_s" in next((c for c in cases if c.get("status") == "ok"), {}):
+        t = Table(title=f"suite {doc['suite']} {doc.get('params', '')}", title_justify="left")
+        for col in ("case", "ranks", "measured ms", "predicted ms", "err %", "kernel-sum ms", "kernel-sum err %"):
+            t.add_column(col, justify="left" if col == "case" else "right")
+        for c in cases:
+            if c.get("status") != "ok":
+                t.add_row(c["case"], "", "", "", f"[yellow]{c.get('status')}[/]", "", c.get("reason", "")[:60])
+                continue
+            t.add_row(c["case"], str(c["ranks"]), _fmt(c["measured_step_s"], "ms"), _fmt(c["predicted_step_s"], "ms"),
+                      _fmt(c["error_pct"], "%"), _fmt(c["kernel_sum_baseline_s"], "ms"),
+                      _fmt(c["baseline_error_pct"], "%"))  # fmt: skip
+        out.print(t)
+    else:
+        t = Table(title=f"suite {doc['suite']}", title_justify="left")
+        keys = [k for k in (cases[0] if cases else {}) if not isinstance(cases[0][k], list | dict)][:8]
+        for k in keys:
+            t.add_column(k)
+        for c in cases:
+            t.add_row(*(_fmt(c.get(k)) for k in keys))
+        out.print(t)
+    s = doc["summary"]
+    parts = [f"{k} {_fmt(v)}" for k, v in s.items() if not isinstance(v, list | dict)]
+    out.print("summary: " + ", ".join(parts))

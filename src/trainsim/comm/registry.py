@@ -1,0 +1,118 @@
+"""Which comm model answers: shipped calibrated artifacts first, the spec-based hierarchy last.
+
+Artifacts are JSON files (``trainsim.comm-model/1``) in ``trainsim/comm/data``; they load
+lazily, once, and never unpickle anything. For a system, :func:`models_for` lists every
+calibrated model measured on it, then :class:`HierarchicalModel` from the catalog alone; the
+first model that supports a request answers it (:func:`predict_collective`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from trainsim.comm.calibrated import CalibratedCommModel
+from trainsim.comm.hierarchical import HierarchicalModel
+from trainsim.comm.model import CommModel, CommPrediction
+from trainsim.comm.sizing import model_size_bytes
+from trainsim.errors import ConfigError, ModelError
+from trainsim.hardware import SystemSpec, get_system, list_systems
+from trainsim.ir.graph import Collective
+
+MODEL_TYPES: dict[str, Callable[[dict[str, Any]], CommModel]] = {
+    CalibratedCommModel.model_type: CalibratedCommModel.from_dict,
+    HierarchicalModel.model_type: HierarchicalModel.from_dict,
+}
+
+
+def model_from_dict(doc: dict[str, Any]) -> CommModel:
+    loader = MODEL_TYPES.get(str(doc.get("model")))
+    if loader is None:
+        raise ModelError(f"unknown comm model type {doc.get('model')!r}; known: {', '.join(MODEL_TYPES)}")
+    return loader(doc)
+
+
+def load_model(path: Path | str) -> CommModel:
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read comm model {p}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{p}: not JSON (line {e.lineno}: {e.msg})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{p}: expected a JSON object")
+    try:
+        return model_from_dict(doc)
+    except ModelError as e:
+        raise ConfigError(f"{p}: {e}") from None
+
+
+def save_model(model: CommModel, path: Path | str) -> Path:
+    """Write the artifact atomically (temporary file, then rename)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(model.to_dict(), fh, indent=1, sort_keys=False)
+            fh.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; artifacts are ordinary files
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+@cache
+def shipped_models() -> tuple[CalibratedCommModel, ...]:
+    """The calibrated artifacts inside the package, by file name."""
+    out: list[CalibratedCommModel] = []
+    for entry in sorted(resources.files("trainsim.comm").joinpath("data").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            try:
+                model = model_from_dict(json.loads(entry.read_text(encoding="utf-8")))
+            except (ModelError, json.JSONDecodeError) as e:
+                raise ModelError(f"packaged comm model {entry.name} is broken: {e}") from None
+            if not isinstance(model, CalibratedCommModel):
+                raise ModelError(f"packaged comm model {entry.name} is not a calibrated model")
+            out.append(model)
+    return tuple(out)
+
+
+def models_for(system: SystemSpec | str) -> list[CommModel]:
+    """Calibrated models measured on ``system``, then its spec-based hierarchical model."""
+    spec = get_system(system) if isinstance(system, str) else system
+    calibrated: list[CommModel] = [m for m in shipped_models() if m.system is not None and m.system.name == spec.name]
+    return [*calibrated, HierarchicalModel(spec)]
+
+
+def registered_models() -> list[CommModel]:
+    """Every model trainsim can answer with out of the box (what the conformance test checks)."""
+    return [*shipped_models(), *(HierarchicalModel(s) for s in list_systems())]
+
+
+def predict_collective(kind: str, nbytes: float, group_size: int, *, system: SystemSpec | str,
+                       gpus_per_node: int | None = None, models: Sequence[CommModel] | None = None) -> CommPrediction:  # fmt: skip
+    """Seconds for one collective on ``system``, from the first model that supports it."""
+    for model in models if models is not None else models_for(system):
+        if model.supports(kind, group_size, gpus_per_node=gpus_per_node):
+            return model.predict(kind, nbytes, group_size, gpus_per_node=gpus_per_node)
+    name = system if isinstance(system, str) else system.name
+    raise ModelError(f"no comm model for {kind} on {group_size} ranks of {name}")
+
+
+def predict_ir_collective(c: Collective, *, system: SystemSpec | str, members: dict[int, Collective] | None = None,
+                          gpus_per_node: int | None = None) -> CommPrediction:  # fmt: skip
+    """An IR collective, sized by :func:`trainsim.comm.sizing.model_size_bytes` (000 §III-C)."""
+    return predict_collective(c.kind, model_size_bytes(c, members), max(c.group_size, 1), system=system,
+                              gpus_per_node=gpus_per_node)  # fmt: skip

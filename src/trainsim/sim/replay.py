@@ -1,0 +1,108 @@
+"""Replay real traces: load, simulate, compare with the measured step (``trainsim replay``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainsim.ir.graph import Workload
+from trainsim.sim import SimOptions, SimResult, simulate
+
+
+def pct_error(predicted_s: float, measured_s: float | None) -> float | None:
+    """Signed relative error in percent (None without a measurement)."""
+    if measured_s is None or measured_s <= 0.0:
+        return None
+    return 100.0 * (predicted_s - measured_s) / measured_s
+
+
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """A simulated workload next to its measurement."""
+
+    files: tuple[str, ...]
+    workload: Workload
+    result: SimResult
+    collectives: dict[str, Any] = field(default_factory=dict)
+    et_link: dict[str, Any] = field(default_factory=dict)
+    whatif: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured_step_s(self) -> float | None:
+        return self.workload.measured_step_s
+
+    @property
+    def error_pct(self) -> float | None:
+        return pct_error(self.result.predicted_step_s, self.measured_step_s)
+
+    @property
+    def baseline_error_pct(self) -> float | None:
+        return pct_error(self.result.kernel_sum_baseline_s, self.measured_step_s)
+
+    def to_dict(self, *, segments: bool = True) -> dict[str, Any]:
+        res = self.result
+        sim = res.to_dict(segments=segments)
+        ranks = []
+        for r in sim["ranks"]:
+            r["error_pct"] = pct_error(r["predicted_step_s"], r["measured_step_s"])
+            ranks.append(r)
+        o = res.options
+        return {
+            "files": list(self.files),
+            "device": self.workload.metadata.get("device", ""),
+            "options": {"kernels": o.kernels.value, "overheads": o.overheads.value,
+                        "intra_rank_sync": o.intra_rank_sync, "thread_edges": o.thread_edges},
+            "measured_step_s": self.measured_step_s,
+            "predicted_step_s": res.predicted_step_s,
+            "error_pct": self.error_pct,
+            "kernel_sum_baseline_s": res.kernel_sum_baseline_s,
+            "baseline_error_pct": self.baseline_error_pct,
+            "ranks": ranks,
+            "critical_path": sim["critical_path"],
+            "collectives_matched": self.collectives,
+            "et_link": self.et_link,
+            "whatif": self.whatif,
+            "diagnostics": sim["diagnostics"],
+            "provenance": "measured kernels" if o.kernels.value == "measured" else "kernel models (see diagnostics)",
+        }  # fmt: skip
+
+
+def load_workload(
+    paths: Sequence[str | Path], *, step: str | int = "median", link_et: bool = True
+) -> tuple[Workload, dict[str, Any], dict[str, Any]]:
+    """The workload of some traces (with execution traces linked when given and linkable),
+    its collective matching summary and the ET link statistics."""
+    from trainsim.ingest import load_traces
+
+    loaded = load_traces(paths, step=step)
+    workload = loaded.workload
+    et_link: dict[str, Any] = {}
+    if link_et and loaded.et_blobs:
+        try:
+            from trainsim.ingest.link import attach_execution_traces
+        except ImportError:  # pragma: no cover - optional during development
+            attach_execution_traces = None  # type: ignore[assignment]
+        if attach_execution_traces is not None:
+            workload, stats = attach_execution_traces(loaded)
+            et_link = {str(r): (s.to_dict() if hasattr(s, "to_dict") else str(s)) for r, s in stats.items()}
+    return workload, loaded.match.to_dict(), et_link
+
+
+def replay_paths(
+    paths: Sequence[str | Path],
+    options: SimOptions,
+    *,
+    step: str | int = "median",
+    link_et: bool = True,
+    timeline: str | Path | None = None,
+) -> Replay:
+    workload, match, et_link = load_workload(paths, step=step, link_et=link_et)
+    result = simulate(workload, options)
+    if timeline is not None:
+        from trainsim.sim.timeline import write_timeline
+
+        write_timeline(result, timeline)
+    files = tuple(str(f) for f in workload.metadata.get("files", paths))
+    return Replay(files, workload, result, match, et_link)

@@ -1,0 +1,1 @@
+"""Accuracy suites against real measurements (``trainsim validate SUITE``)."""

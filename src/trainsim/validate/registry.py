@@ -1,0 +1,87 @@
+"""The one table of validation suites, and what they share (data location, error summary).
+
+A suite is a function ``run(data_dir: Path, **params) -> dict`` returning at least
+``{"suite": name, "cases": [...], "summary": {"median_abs_err_pct", "mape_pct",
+"max_abs_err_pct", ...}}``; each case reports its own error (never only averages). Suites are
+imported on first use; a suite's optional parameters are the keyword arguments its function
+accepts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainsim.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteSpec:
+    name: str
+    module: str
+    function: str
+    help: str
+
+    def load(self) -> Callable[..., dict[str, Any]]:
+        fn = getattr(importlib.import_module(self.module), self.function)
+        return fn  # type: ignore[no-any-return]
+
+    def parameters(self) -> tuple[str, ...]:
+        sig = inspect.signature(self.load())
+        return tuple(p.name for p in list(sig.parameters.values())[1:] if p.kind is p.KEYWORD_ONLY)
+
+
+SUITES: tuple[SuiteSpec, ...] = (
+    SuiteSpec("replay", "trainsim.validate.replay_suite", "run_replay_suite",
+              "simulate every real GPU trace in shared/data/traces against its measured step"),
+    SuiteSpec("comm", "trainsim.validate.comm_suite", "run_comm_suite",
+              "collective models against nccl-tests logs and published sweeps"),
+)  # fmt: skip
+
+
+def suite_names() -> list[str]:
+    return [s.name for s in SUITES]
+
+
+def get_suite(name: str) -> SuiteSpec:
+    names = suite_names()
+    if len(names) != len(set(names)):  # the table is the one source of truth: no duplicates
+        raise ConfigError(f"validation suites registered twice: {sorted(n for n in names if names.count(n) > 1)}")
+    for s in SUITES:
+        if s.name == name:
+            return s
+    raise ConfigError(f"unknown validation suite {name!r}; known: {', '.join(names)}")
+
+
+def run_suite(name: str, data_dir: Path, **params: Any) -> dict[str, Any]:
+    """Run a suite; ``params`` left at None are not passed, others must be accepted."""
+    spec = get_suite(name)
+    given = {k: v for k, v in params.items() if v is not None}
+    accepted = spec.parameters()
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        opts = ", ".join("--" + u.replace("_", "-") for u in unknown)
+        raise ConfigError(f"suite {name} does not take {opts} (it takes: {', '.join(accepted) or 'no options'})")
+    if not data_dir.is_dir():
+        raise ConfigError(f"data folder {data_dir} does not exist; pass --data PATH (the shared/data folder)")
+    return spec.load()(data_dir, **given)
+
+
+def default_data_dir() -> Path:
+    """``<repo>/../shared/data`` for a source checkout (src layout)."""
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
+
+
+def error_summary(errors_pct: Iterable[float]) -> dict[str, float | int | None]:
+    """median |e|, mean |e| (MAPE) and max |e| over signed percentage errors."""
+    abs_e = [abs(e) for e in errors_pct if e is not None and math.isfinite(e)]
+    if not abs_e:
+        return {"median_abs_err_pct": None, "mape_pct": None, "max_abs_err_pct": None, "cases": 0}
+    return {"median_abs_err_pct": statistics.median(abs_e), "mape_pct": statistics.fmean(abs_e),
+            "max_abs_err_pct": max(abs_e), "cases": len(abs_e)}  # fmt: skip

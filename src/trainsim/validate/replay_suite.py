@@ -1,0 +1,110 @@
+"""The ``replay`` suite: simulate every real GPU trace in ``shared/data/traces`` and compare the
+predicted step with the measured one, beside the kernel-sum baseline of 000 §IV-B.
+
+Cases are the table ``CASES`` (one source of truth): multi-rank jobs with every rank, single
+ranks of multi-rank jobs (absent peers are taken to arrive on time: a collective's transfer is
+its measured duration), single-GPU traces, and small fixtures. A case whose traces do not load
+(an ingestion limitation) or hold no GPU kernel is reported as skipped with the reason and
+left out of the summary.
+
+``overheads``: ``stats`` (default) and ``trace`` as in ``trainsim replay``; ``shared`` builds
+the overhead database of each case from all *other* cases (leave-one-out), i.e. overheads
+shared across workloads as in 000 §III-D's experiments.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainsim.errors import TrainsimError
+from trainsim.sim.options import HostMode, KernelSource
+from trainsim.validate.registry import error_summary
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayCase:
+    name: str
+    paths: tuple[str, ...]  # relative to shared/data/traces
+    note: str
+
+
+CASES: tuple[ReplayCase, ...] = (
+    ReplayCase("param_dlrm_8xv100", ("param_dlrm_8xv100/dlrm_kineto.tar.gz",),
+               "8 ranks, DLRM, NCCL all_to_all + all_reduce"),
+    ReplayCase("hta_misc/sampled_ranks_0_1", ("hta_misc/sampled_rank-0.json.gz", "hta_misc/sampled_rank-1.json.gz"),
+               "ranks 0-1 of 128 (sampled traces); absent peers on time"),
+    ReplayCase("hta_resnet50_ddp_a100", ("hta_resnet50_ddp_a100",), "rank 0 of 2, DDP; absent peer on time"),
+    ReplayCase("hta_recsys_16rank_a100", ("hta_recsys_16rank_a100",), "rank 0 of 16, recsys; absent peers on time"),
+    ReplayCase("hta_resnet50_v100", ("hta_resnet50_v100",), "1 GPU, GPU-bound"),
+    ReplayCase("param_linear_2080ti", ("param_linear_2080ti/linear_kineto.json.gz",), "1 GPU, CPU-bound MLP"),
+    ReplayCase("param_resnet_2080ti", ("param_resnet_2080ti",), "1 GPU, steps found without markers"),
+    ReplayCase("hta_critical_path/alexnet", ("hta_critical_path/alexnet",), "1 GPU, whole trace"),
+    ReplayCase("hta_critical_path/simple_add", ("hta_critical_path/simple_add",), "1 GPU, whole trace"),
+    ReplayCase("hta_critical_path/cuda_event_sync", ("hta_critical_path/cuda_event_sync",), "sync fixture"),
+    ReplayCase("hta_critical_path/cuda_event_sync_multi_stream", ("hta_critical_path/cuda_event_sync_multi_stream",),
+               "multi-stream event-wait fixture"),
+    ReplayCase("hta_misc/benchmark_simple_add", ("hta_misc/benchmark_simple_add_trace.json.gz",), "1 GPU, whole trace"),
+    ReplayCase("hta_misc/triton_example", ("hta_misc/triton_example.json.gz",), "Triton kernels"),
+    ReplayCase("hta_misc/mi250_minitoy_train", ("hta_misc/mi250_minitoy_train_ROCm6_2_kineto.json.gz",), "AMD MI250, ROCm"),
+)  # fmt: skip
+
+
+def _load(data_dir: Path, case: ReplayCase) -> tuple[Any, str | None]:
+    from trainsim.sim.replay import load_workload
+
+    paths = [data_dir / "traces" / p for p in case.paths]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        return None, f"missing {', '.join(missing)}"
+    try:
+        workload, _, _ = load_workload(paths, link_et=False)
+    except TrainsimError as e:
+        return None, f"does not load: {e}"
+    if not any(r.kernels() for r in workload.ranks):
+        return None, "no GPU kernels in the step"
+    return workload, None
+
+
+def run_replay_suite(
+    data_dir: Path, *, overheads: str = "stats", kernels: str = "measured"
+) -> dict[str, Any]:
+    from trainsim.host.overheads import build_overhead_db
+    from trainsim.sim import SimOptions, simulate
+    from trainsim.sim.replay import pct_error
+
+    mode, source = HostMode(overheads), KernelSource(kernels)
+    loaded = [(c, *_load(Path(data_dir), c)) for c in CASES]
+    rows: list[dict[str, Any]] = []
+    for case, workload, reason in loaded:
+        row: dict[str, Any] = {"case": case.name, "note": case.note, "files": list(case.paths)}
+        if workload is None:
+            rows.append({**row, "status": "skipped", "reason": reason})
+            continue
+        db = None
+        if mode is HostMode.SHARED:
+            db = build_overhead_db(w for c, w, _ in loaded if w is not None and c is not case)
+        t0 = time.perf_counter()
+        try:
+            res = simulate(workload, SimOptions(kernels=source, overheads=mode, overhead_db=db))
+        except TrainsimError as e:
+            rows.append({**row, "status": "failed", "reason": str(e)})
+            continue
+        measured = workload.measured_step_s
+        rows.append({
+            **row, "status": "ok", "ranks": len(workload.ranks), "device": workload.metadata.get("device", ""),
+            "measured_step_s": measured, "predicted_step_s": res.predicted_step_s,
+            "error_pct": pct_error(res.predicted_step_s, measured),
+            "kernel_sum_baseline_s": res.kernel_sum_baseline_s,
+            "baseline_error_pct": pct_error(res.kernel_sum_baseline_s, measured),
+            "simulate_s": time.perf_counter() - t0,
+        })  # fmt: skip
+    ok = [r for r in rows if r["status"] == "ok"]
+    summary = error_summary(r["error_pct"] for r in ok)
+    base = error_summary(r["baseline_error_pct"] for r in ok)
+    summary.update({f"baseline_{k}": v for k, v in base.items() if k != "cases"})
+    summary["skipped"] = sum(r["status"] != "ok" for r in rows)
+    return {"suite": "replay", "params": {"overheads": mode.value, "kernels": source.value},
+            "cases": rows, "summary": summary}  # fmt: skip
