@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,24 +24,47 @@ def _out() -> Console:
 
 @app.command("fit-comm")
 def fit_comm_cmd(
-    datasets: list[Path] = typer.Argument(..., help="nccl-tests logs, paper-001 NCCL CSVs, vTrain LUTs, `trainsim bench comm` JSONL, or folders of them."),
-    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
-    system: str | None = typer.Option(None, help="Catalog system (or YAML) the data were measured on; guessed from paths/device if omitted."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the fitted model (JSON artifact) here."),
-    holdout: float = typer.Option(0.25, help="Fraction of distinct message sizes held out per case to choose the curve family."),
+    datasets: list[Path] = typer.Argument(
+        ...,
+        help="nccl-tests logs, paper-001 NCCL CSVs, vTrain LUTs, `trainsim bench comm` JSONL, or folders of them.",
+    ),
+    fmt: Format = typer.Option(
+        Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."
+    ),
+    system: str | None = typer.Option(
+        None,
+        help="Catalog system (or YAML) the data were measured on; guessed from paths/device if omitted.",
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write the fitted model (JSON artifact) here."
+    ),
+    holdout: float = typer.Option(
+        0.25,
+        help="Fraction of distinct message sizes held out per case to choose the curve family.",
+    ),
     seed: int = typer.Option(0, help="Seed of the held-out split."),
-    kind: str | None = typer.Option(None, help="Collective measured, when a log does not say (all_reduce, all_gather, ...)."),
-    timing: str = typer.Option("min", help="nccl-tests time column: min (of out-of-place and in-place) or out-of-place."),
-    name: str | None = typer.Option(None, help="Dataset name used in provenance (default: the folder name)."),
+    kind: str | None = typer.Option(
+        None, help="Collective measured, when a log does not say (all_reduce, all_gather, ...)."
+    ),
+    timing: str = typer.Option(
+        "min", help="nccl-tests time column: min (of out-of-place and in-place) or out-of-place."
+    ),
+    name: str | None = typer.Option(
+        None, help="Dataset name used in provenance (default: the folder name)."
+    ),
 ) -> None:
     """Fit collective models on measurements; print each case's held-out error."""
     from trainsim.comm import fit_comm, guess_system, read_comm_dataset, save_model
     from trainsim.comm.model import canonical_kind
     from trainsim.hardware import get_system
 
-    ds = read_comm_dataset(datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None)
+    ds = read_comm_dataset(
+        datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None
+    )
     spec = get_system(system) if system else guess_system(ds)
-    log(f"{len(ds)} rows, {len(ds.keys())} case(s) from {ds.name}; system: {spec.name if spec else 'unknown (no extrapolation)'}")
+    log(
+        f"{len(ds)} rows, {len(ds.cases())} case(s) from {ds.name}; system: {spec.name if spec else 'unknown (no extrapolation)'}"
+    )
     result = fit_comm(ds, system=spec, holdout=holdout, seed=seed)
     if output is not None:
         save_model(result.model, output)
@@ -49,9 +73,26 @@ def fit_comm_cmd(
     if fmt is Format.JSON:
         emit_json(doc)
         return
-    t = Table(title=f"Held-out errors ({holdout:.0%} of sizes per case, seed {seed})", title_justify="left")
-    for col in ("collective", "nodes×gpus", "family", "GMAE %", "MAPE %", "samples", "dropped", "other families (GMAE %)"):
-        t.add_column(col, justify="left" if col in ("collective", "family", "other families (GMAE %)") else "right")
+    t = Table(
+        title=f"Held-out errors ({holdout:.0%} of sizes per case, seed {seed})",
+        title_justify="left",
+    )
+    for col in (
+        "collective",
+        "nodes×gpus",
+        "family",
+        "GMAE %",
+        "MAPE %",
+        "samples",
+        "dropped",
+        "other families (GMAE %)",
+    ):
+        t.add_column(
+            col,
+            justify="left"
+            if col in ("collective", "family", "other families (GMAE %)")
+            else "right",
+        )
     for m in doc["models"]:
         others = ", ".join(f"{f} {g:.1f}" for f, g in m["candidates"].items() if f != m["family"])
         t.add_row(m["kind"], f"{m['nodes']}×{m['gpus_per_node']}", m["family"], _pct(m["gmae_pct"]), _pct(m["mape_pct"]),
@@ -64,7 +105,7 @@ def fit_comm_cmd(
 
 
 def _pct(x: float | None) -> str:
-    return "—" if x is None or x != x else f"{x:.2f}"
+    return "—" if x is None or math.isnan(x) else f"{x:.2f}"
 
 
 def _us(x: float | None) -> str:
@@ -101,12 +142,20 @@ def hw_list(fmt: Format = typer.Option(Format.TABLE, "--format", help="table or 
     for col in ("name", "memory GB", "HBM GB/s", "BF16 TFLOP/s", "FP32 TFLOP/s"):
         td.add_column(col, justify="left" if col == "name" else "right")
     for d in devices:
-        td.add_row(d.name, f"{d.memory_GB:g}", f"{d.memory_bandwidth_GBps:g}", _opt(d.peak_tflops.bf16), f"{d.peak_tflops.fp32:g}")
+        td.add_row(
+            d.name,
+            f"{d.memory_GB:g}",
+            f"{d.memory_bandwidth_GBps:g}",
+            _opt(d.peak_tflops.bf16),
+            f"{d.peak_tflops.fp32:g}",
+        )
     ts = Table(title="Systems", title_justify="left")
     for col in ("name", "device", "GPUs/node", "tiers (GB/s per GPU, µs per step)"):
         ts.add_column(col, justify="right" if col == "GPUs/node" else "left")
     for s in systems:
-        tiers = "; ".join(f"{t.name} {t.bandwidth_per_gpu_GBps:g}, {t.latency_us:g}" for t in s.tiers)
+        tiers = "; ".join(
+            f"{t.name} {t.bandwidth_per_gpu_GBps:g}, {t.latency_us:g}" for t in s.tiers
+        )
         ts.add_row(s.name, s.device, str(s.gpus_per_node), tiers)
     out = _out()
     out.print(td)
@@ -146,7 +195,12 @@ def hw_show(
             continue
         t.add_row(k, str(v))
     for tier in doc.get("tiers", []):
-        t.add_row(f"tier {tier['name']}", ", ".join(f"{k}={v}" for k, v in tier.items() if k != "name" and v is not None))
+        t.add_row(
+            f"tier {tier['name']}",
+            ", ".join(f"{k}={v}" for k, v in tier.items() if k != "name" and v is not None),
+        )
     for src in doc["sources"]:
-        t.add_row(f"source ({src['kind']})", src["title"] + (f" <{src['url']}>" if src.get("url") else ""))
+        t.add_row(
+            f"source ({src['kind']})", src["title"] + (f" <{src['url']}>" if src.get("url") else "")
+        )
     _out().print(t)

@@ -32,6 +32,7 @@ def _pair(text: str, what: str) -> tuple[str, float]:
 
 @app.command()
 def replay(
+    *,
     paths: list[Path] = typer.Argument(..., help="Kineto traces (.json/.json.gz), archives (.tar.gz) or folders; one per rank for multi-rank jobs."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
     kernels: KernelSource = typer.Option(KernelSource.MEASURED, "--kernels", help="Kernel durations: measured (from the trace) or model (registry; measured where no model applies)."),
@@ -53,7 +54,9 @@ def replay(
     from trainsim.sim.replay import replay_paths
 
     if overheads is HostMode.SHARED and overhead_db is None:
-        raise ConfigError("--overheads shared needs --overhead-db FILE (write one with `trainsim analyze --overhead-db`)")
+        raise ConfigError(
+            "--overheads shared needs --overhead-db FILE (write one with `trainsim analyze --overhead-db`)"
+        )
     db = OverheadDB.load(overhead_db) if overhead_db is not None else None
     if db is not None and overheads is HostMode.TRACE:
         raise ConfigError("--overhead-db is used by --overheads shared or stats, not trace")
@@ -130,16 +133,27 @@ def _print_table(doc: dict[str, Any], rep: Any) -> None:
         f"({_pct(doc['baseline_error_pct'])} %)"
     )
     t = Table(title="Per rank (ms)", title_justify="left")
-    for col in ("rank", "measured", "predicted", "err %", "busy", "idle", "exp.comm", "coll.wait", "busiest stream"):
+    for col in (
+        "rank",
+        "measured",
+        "predicted",
+        "err %",
+        "busy",
+        "idle",
+        "exp.comm",
+        "coll.wait",
+        "busiest stream",
+    ):
         t.add_column(col, justify="right")
     for r in doc["ranks"]:
-        busiest = max(r["streams"].items(), key=lambda kv: kv[1]["busy_s"], default=(None, None))
+        streams = r["streams"]
+        top = max(streams, key=lambda s: streams[s]["busy_s"], default=None)
         t.add_row(
             str(r["rank"]) + (f" ×{r['represents']}" if r["represents"] > 1 else ""),
             _ms(r["measured_step_s"]), _ms(r["predicted_step_s"]), _pct(r["error_pct"]),
             _ms(r["device_busy_s"]), _ms(r["idle_s"]), _ms(r["exposed_comm_s"]),
             _ms(r["collective_wait_s"]),
-            f"{busiest[0]}: {_ms(busiest[1]['busy_s'])}" if busiest[0] is not None else "—",
+            f"{top}: {_ms(streams[top]['busy_s'])}" if top is not None else "—",
         )  # fmt: skip
     out.print(t)
     by_kind = doc["critical_path"]["by_kind_s"]
@@ -148,7 +162,11 @@ def _print_table(doc: dict[str, Any], rep: Any) -> None:
     out.print("critical path: " + ", ".join(parts))
     top = sorted(rep.result.critical_path, key=lambda s: s.duration_s, reverse=True)[:8]
     for s in top:
-        out.print(f"  {s.kind.value:15s} rank {s.rank:<4d} {_ms(s.duration_s):>9s} ms  {s.label[:70]}")
+        out.print(
+            f"  {s.kind.value:15s} rank {s.rank:<4d} {_ms(s.duration_s):>9s} ms  {s.label[:70]}"
+        )
     if doc["whatif"]:
         w = doc["whatif"]
-        out.print(f"what-if ({'; '.join(w['applied'])}): {_ms(w['predicted_step_s'])} ms ({_pct(w['change_pct'])} %)")
+        out.print(
+            f"what-if ({'; '.join(w['applied'])}): {_ms(w['predicted_step_s'])} ms ({_pct(w['change_pct'])} %)"
+        )

@@ -16,6 +16,7 @@ from trainsim.validate.registry import default_data_dir, suite_names
 
 @app.command()
 def validate(
+    *,
     suite: str = typer.Argument(..., help=f"Suite: {', '.join(suite_names())}."),
     data: Path = typer.Option(default_data_dir(), "--data", help="The shared data folder (traces/, comm/, calibration/, ...)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
@@ -27,9 +28,14 @@ def validate(
     from trainsim.sim.options import HostMode, KernelSource
     from trainsim.validate.registry import run_suite
 
-    for value, enum, flag in ((overheads, HostMode, "--overheads"), (kernels, KernelSource, "--kernels")):
+    for value, enum, flag in (
+        (overheads, HostMode, "--overheads"),
+        (kernels, KernelSource, "--kernels"),
+    ):
         if value is not None and value not in {e.value for e in enum}:
-            raise ConfigError(f"{flag} must be one of {', '.join(e.value for e in enum)}, got {value!r}")
+            raise ConfigError(
+                f"{flag} must be one of {', '.join(e.value for e in enum)}, got {value!r}"
+            )
     with stderr.status(f"running suite {suite}...", spinner="dots"):
         doc = run_suite(suite, data, overheads=overheads, kernels=kernels)
     if fmt is Format.JSON:
@@ -57,11 +63,27 @@ def _print_table(doc: dict[str, Any]) -> None:
     cases = doc["cases"]
     if cases and "measured_step_s" in next((c for c in cases if c.get("status") == "ok"), {}):
         t = Table(title=f"suite {doc['suite']} {doc.get('params', '')}", title_justify="left")
-        for col in ("case", "ranks", "measured ms", "predicted ms", "err %", "kernel-sum ms", "kernel-sum err %"):
+        for col in (
+            "case",
+            "ranks",
+            "measured ms",
+            "predicted ms",
+            "err %",
+            "kernel-sum ms",
+            "kernel-sum err %",
+        ):
             t.add_column(col, justify="left" if col == "case" else "right")
         for c in cases:
             if c.get("status") != "ok":
-                t.add_row(c["case"], "", "", "", f"[yellow]{c.get('status')}[/]", "", c.get("reason", "")[:60])
+                t.add_row(
+                    c["case"],
+                    "",
+                    "",
+                    "",
+                    f"[yellow]{c.get('status')}[/]",
+                    "",
+                    c.get("reason", "")[:60],
+                )
                 continue
             t.add_row(c["case"], str(c["ranks"]), _fmt(c["measured_step_s"], "ms"), _fmt(c["predicted_step_s"], "ms"),
                       _fmt(c["error_pct"], "%"), _fmt(c["kernel_sum_baseline_s"], "ms"),
@@ -69,7 +91,9 @@ def _print_table(doc: dict[str, Any]) -> None:
         out.print(t)
     else:
         t = Table(title=f"suite {doc['suite']}", title_justify="left")
-        keys = [k for k in (cases[0] if cases else {}) if not isinstance(cases[0][k], list | dict)][:8]
+        keys = [k for k in (cases[0] if cases else {}) if not isinstance(cases[0][k], list | dict)][
+            :8
+        ]
         for k in keys:
             t.add_column(k)
         for c in cases:

@@ -8,7 +8,13 @@ True
 """
 
 from trainsim.comm.calibrated import CalibratedCommModel, FittedCase, anchored_time, choose_anchor
-from trainsim.comm.fitting import FitResult, calibrate_hierarchical, fit_comm, guess_system, implausible_mask
+from trainsim.comm.fitting import (
+    FitResult,
+    calibrate_hierarchical,
+    fit_comm,
+    guess_system,
+    implausible_mask,
+)
 from trainsim.comm.hierarchical import HierarchicalModel, HierParams
 from trainsim.comm.metrics import gmae_pct, mape_pct, max_abs_err_pct
 from trainsim.comm.model import CommModel, CommPrediction, canonical_kind

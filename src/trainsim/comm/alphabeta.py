@@ -21,10 +21,15 @@ _SOFT_L1_SCALE = 0.05
 @dataclass(frozen=True, slots=True)
 class AlphaBetaCurve:
     ts_s: float
-    bw_Bps: float
+    bw_Bps: float  # noqa: N815 - unit in the name (STYLE.md)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.ts_s) and self.ts_s >= 0 and math.isfinite(self.bw_Bps) and self.bw_Bps > 0):
+        if not (
+            math.isfinite(self.ts_s)
+            and self.ts_s >= 0
+            and math.isfinite(self.bw_Bps)
+            and self.bw_Bps > 0
+        ):
             raise ModelError(f"invalid alpha-beta parameters: {self}")
 
     def __call__(self, nbytes: ArrayLike) -> np.ndarray:
@@ -50,16 +55,16 @@ def fit_alphabeta(nbytes: ArrayLike, seconds: ArrayLike, *, iters: int = 30) -> 
     m, t = m[ok], t[ok]
     if np.unique(m).size < 2:
         raise ModelError("need measurements at 2 or more message sizes to fit an alpha-beta curve")
-    A = np.column_stack([np.ones_like(m), m])
+    design = np.column_stack([np.ones_like(m), m])
     w = np.ones_like(t)
     coef = np.array([float(np.min(t)), float(np.median(t / np.maximum(m, 1.0)))])
     for _ in range(iters):
         # relative residuals: divide each row by its measurement
-        W = (w / t)[:, None]
-        coef, *_ = np.linalg.lstsq(A * W, np.ones_like(t) * (w / t) * t, rcond=None)
+        wcol = (w / t)[:, None]
+        coef, *_ = np.linalg.lstsq(design * wcol, np.ones_like(t) * (w / t) * t, rcond=None)
         coef[0] = max(coef[0], 0.0)
         coef[1] = max(coef[1], 1e-30)
-        r = (A @ coef - t) / t / _SOFT_L1_SCALE
+        r = (design @ coef - t) / t / _SOFT_L1_SCALE
         w_new = 1.0 / np.sqrt(np.sqrt(1.0 + r * r))  # sqrt of the IRLS weight: lstsq squares it
         if np.allclose(w_new, w, rtol=1e-6):
             break

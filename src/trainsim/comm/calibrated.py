@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
+from pydantic import ValidationError
 
 from trainsim.comm.curves import Curve, family
 from trainsim.comm.hierarchical import HierarchicalModel, HierParams
@@ -98,7 +99,9 @@ def _crossings(costs: list[tuple[float, float]]) -> list[float]:
     return out
 
 
-def anchored_time(hier: HierarchicalModel, anchor: CaseKey, curve: Curve, target: CaseKey, nbytes: ArrayLike) -> np.ndarray:
+def anchored_time(
+    hier: HierarchicalModel, anchor: CaseKey, curve: Curve, target: CaseKey, nbytes: ArrayLike
+) -> np.ndarray:
     """The anchor's fitted curve moved to ``target``: ``t_anchor(m) + D(m)`` where
     ``D(m) = H_target(m) - H_anchor(m)`` and ``H`` is the hierarchical model's time (fastest
     algorithm at each size).
@@ -111,11 +114,19 @@ def anchored_time(hier: HierarchicalModel, anchor: CaseKey, curve: Curve, target
     k = target.kind
     m = np.maximum(np.asarray(nbytes, dtype=float), 0.0)
     t_ref = np.asarray(curve(m), dtype=float)
-    c_t = [(c.latency_s, c.per_byte_s) for c in hier.costs(k, target.nodes, target.gpus_per_node).values()]
-    c_a = [(c.latency_s, c.per_byte_s) for c in hier.costs(k, anchor.nodes, anchor.gpus_per_node).values()]
+    c_t = [
+        (c.latency_s, c.per_byte_s)
+        for c in hier.costs(k, target.nodes, target.gpus_per_node).values()
+    ]
+    c_a = [
+        (c.latency_s, c.per_byte_s)
+        for c in hier.costs(k, anchor.nodes, anchor.gpus_per_node).values()
+    ]
 
     def delta(x: np.ndarray) -> np.ndarray:
-        return np.min([lat + x * pb for lat, pb in c_t], axis=0) - np.min([lat + x * pb for lat, pb in c_a], axis=0)
+        return np.min([lat + x * pb for lat, pb in c_t], axis=0) - np.min(
+            [lat + x * pb for lat, pb in c_a], axis=0
+        )
 
     pb_t, pb_a = min(pb for _, pb in c_t), min(pb for _, pb in c_a)
     if pb_t < pb_a:
@@ -146,7 +157,9 @@ class CalibratedCommModel(CommModel):
 
     # --- resolution ----------------------------------------------------------------------------
 
-    def _key(self, kind: CollectiveKind | str, group_size: int, gpus_per_node: int | None) -> CaseKey:
+    def _key(
+        self, kind: CollectiveKind | str, group_size: int, gpus_per_node: int | None
+    ) -> CaseKey:
         k = canonical_kind(kind)
         if self.hier is not None:
             nodes, g = self.hier.placement(group_size, gpus_per_node)
@@ -158,19 +171,27 @@ class CalibratedCommModel(CommModel):
         nodes, g = packed_placement(group_size, gpus_per_node, None)
         return CaseKey(k, nodes, g)
 
-    def resolve(self, kind: CollectiveKind | str, group_size: int, gpus_per_node: int | None = None) -> tuple[CaseKey, CaseKey]:
+    def resolve(
+        self, kind: CollectiveKind | str, group_size: int, gpus_per_node: int | None = None
+    ) -> tuple[CaseKey, CaseKey]:
         """(target case, the case whose curve answers it)."""
         key = self._key(kind, group_size, gpus_per_node)
         if key in self.cases:
             return key, key
         if self.hier is None:
-            raise ModelError(f"comm model {self.name} has no curve for {key.label} and no system to extrapolate with")
+            raise ModelError(
+                f"comm model {self.name} has no curve for {key.label} and no system to extrapolate with"
+            )
         anchor = choose_anchor(key, list(self.cases))
         if anchor is None:
-            raise ModelError(f"comm model {self.name} has no measured {key.kind.value} to extrapolate from")
+            raise ModelError(
+                f"comm model {self.name} has no measured {key.kind.value} to extrapolate from"
+            )
         return key, anchor
 
-    def supports(self, kind: CollectiveKind | str, group_size: int, *, gpus_per_node: int | None = None) -> bool:
+    def supports(
+        self, kind: CollectiveKind | str, group_size: int, *, gpus_per_node: int | None = None
+    ) -> bool:
         try:
             self.resolve(kind, group_size, gpus_per_node)
         except ModelError:
@@ -210,13 +231,21 @@ class CalibratedCommModel(CommModel):
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> CalibratedCommModel:
         if doc.get("schema") != ARTIFACT_SCHEMA or doc.get("model") != cls.model_type:
-            raise ModelError(f"not a calibrated comm model artifact (schema {doc.get('schema')!r}, model {doc.get('model')!r})")
+            raise ModelError(
+                f"not a calibrated comm model artifact (schema {doc.get('schema')!r}, model {doc.get('model')!r})"
+            )
         try:
             spec = doc.get("system_spec")
-            system = _SystemSchema.model_validate(spec) if spec else (get_system(doc["system"]) if doc.get("system") else None)
+            system = (
+                _SystemSchema.model_validate(spec)
+                if spec
+                else (get_system(doc["system"]) if doc.get("system") else None)
+            )
             hier = HierParams(**doc["hierarchical"]) if doc.get("hierarchical") else None
             cases = [FittedCase.from_dict(c) for c in doc["cases"]]
             return cls(name=doc["name"], dataset=doc["dataset"], cases=cases, system=system, hier_params=hier,
                        provenance=doc.get("provenance"))  # fmt: skip
-        except (KeyError, TypeError) as e:
-            raise ModelError(f"calibrated comm model artifact: bad or missing field ({e!r})") from None
+        except (KeyError, TypeError, ValidationError) as e:
+            raise ModelError(
+                f"calibrated comm model artifact: bad or missing field ({e!r})"
+            ) from None

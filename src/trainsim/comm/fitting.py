@@ -59,7 +59,9 @@ def guess_system(ds: CommDataset) -> SystemSpec | None:
     return None
 
 
-def implausible_mask(hier: HierarchicalModel, key: CaseKey, nbytes: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+def implausible_mask(
+    hier: HierarchicalModel, key: CaseKey, nbytes: np.ndarray, seconds: np.ndarray
+) -> np.ndarray:
     """Rows faster than the links allow: time < bytes x (spec per-byte cost at full bandwidth)."""
     spec = HierarchicalModel(hier.system)  # efficiencies 1: the physical bound
     try:
@@ -80,7 +82,11 @@ def fit_case(nbytes: np.ndarray, seconds: np.ndarray, *, holdout: float, seed: i
         except ModelError:
             continue
         p = c(nbytes[test])
-        scores[name] = (gmae_pct(p, seconds[test]), mape_pct(p, seconds[test])) if test.any() else (math.nan, math.nan)
+        scores[name] = (
+            (gmae_pct(p, seconds[test]), mape_pct(p, seconds[test]))
+            if test.any()
+            else (math.nan, math.nan)
+        )
     if not scores:
         raise ModelError(f"no curve family could be fitted to {np.unique(nbytes).size} sizes")
     best = min(scores, key=lambda f: (math.isnan(scores[f][0]), scores[f][0], families.index(f)))
@@ -95,9 +101,14 @@ def fit_comm(ds: CommDataset, *, system: SystemSpec | None = None, holdout: floa
     hier = HierarchicalModel(system) if system is not None else None
     cases: list[FittedCase] = []
     data: dict[CaseKey, tuple[np.ndarray, np.ndarray]] = {}
-    for key in ds.keys():
+    for key in ds.cases():
         m, t = ds.arrays(key)
-        bad = implausible_mask(hier, key, m, t) if hier is not None and hier.supports(key.kind, key.group_size, gpus_per_node=key.gpus_per_node) else np.zeros(m.shape, bool)
+        bad = (
+            implausible_mask(hier, key, m, t)
+            if hier is not None
+            and hier.supports(key.kind, key.group_size, gpus_per_node=key.gpus_per_node)
+            else np.zeros(m.shape, bool)
+        )
         m, t = m[~bad], t[~bad]
         if np.unique(m).size < 3:
             continue
@@ -121,7 +132,9 @@ def fit_comm(ds: CommDataset, *, system: SystemSpec | None = None, holdout: floa
 # --- hierarchical calibration ----------------------------------------------------------------
 
 
-def _efficiency(hier: HierarchicalModel, data: dict[CaseKey, tuple[np.ndarray, np.ndarray]], cross: bool) -> float | None:
+def _efficiency(
+    hier: HierarchicalModel, data: dict[CaseKey, tuple[np.ndarray, np.ndarray]], cross: bool
+) -> float | None:
     """Median ratio of measured to spec per-byte speed over bandwidth-bound rows of the cases
     inside one node (``cross=False``) or across nodes (``cross=True``)."""
     ratios = []
@@ -154,7 +167,10 @@ def _fit_latency(hier: HierarchicalModel, field: str, curves: dict[CaseKey, Curv
     if not targets:
         return None
     base = _transfer_loss(hier, curves, data, targets)
-    losses = [_transfer_loss(hier.with_params(**{field: float(a)}), curves, data, targets) for a in _LATENCY_GRID_S]
+    losses = [
+        _transfer_loss(hier.with_params(**{field: float(a)}), curves, data, targets)
+        for a in _LATENCY_GRID_S
+    ]
     best = int(np.argmin(losses))
     return float(_LATENCY_GRID_S[best]) if losses[best] < (1 - _MIN_GAIN) * base else None
 
@@ -178,4 +194,6 @@ def calibrate_hierarchical(hier: HierarchicalModel, cases: list[FittedCase],
         h = h.with_params(latency_node_s=a_node)
     a_cluster = _fit_latency(h, "latency_cluster_s", curves, data, across)
     fitted = any(v is not None for v in (eff_node, eff_cluster, a_node, a_cluster))
-    return HierParams(h.params.eff_node, h.params.eff_cluster, a_node, a_cluster, dataset if fitted else None)
+    return HierParams(
+        h.params.eff_node, h.params.eff_cluster, a_node, a_cluster, dataset if fitted else None
+    )

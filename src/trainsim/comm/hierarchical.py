@@ -55,7 +55,9 @@ class HierParams:
 
     def __post_init__(self) -> None:
         if not (0 < self.eff_node <= 1.5 and 0 < self.eff_cluster <= 1.5):
-            raise ModelError(f"bandwidth efficiencies must be in (0, 1.5], got {self.eff_node}, {self.eff_cluster}")
+            raise ModelError(
+                f"bandwidth efficiencies must be in (0, 1.5], got {self.eff_node}, {self.eff_cluster}"
+            )
         for v in (self.latency_node_s, self.latency_cluster_s):
             if v is not None and not (math.isfinite(v) and v >= 0):
                 raise ModelError(f"latencies must be non-negative seconds, got {v}")
@@ -77,9 +79,15 @@ class HierarchicalModel(CommModel):
         self.params = params or HierParams()
         self.name = f"hierarchical:{system.name}"
         node, cluster = system.node_tier, system.cluster_tier
-        self._a_node = self.params.latency_node_s if self.params.latency_node_s is not None else (node.latency_s if node else 0.0)
+        self._a_node = (
+            self.params.latency_node_s
+            if self.params.latency_node_s is not None
+            else (node.latency_s if node else 0.0)
+        )
         self._a_cluster = (
-            self.params.latency_cluster_s if self.params.latency_cluster_s is not None else (cluster.latency_s if cluster else 0.0)
+            self.params.latency_cluster_s
+            if self.params.latency_cluster_s is not None
+            else (cluster.latency_s if cluster else 0.0)
         )
 
     @property
@@ -95,11 +103,15 @@ class HierarchicalModel(CommModel):
     def placement(self, group_size: int, gpus_per_node: int | None = None) -> tuple[int, int]:
         nodes, g = packed_placement(group_size, gpus_per_node, self.system.gpus_per_node)
         if g > self.system.gpus_per_node:
-            raise ModelError(f"{self.system.name} has {self.system.gpus_per_node} GPUs per node, not {g}")
+            raise ModelError(
+                f"{self.system.name} has {self.system.gpus_per_node} GPUs per node, not {g}"
+            )
         if nodes > 1 and self.system.cluster_tier is None:
             raise ModelError(f"{self.system.name} has no network tier across nodes")
         if self.system.max_nodes is not None and nodes > self.system.max_nodes:
-            raise ModelError(f"{self.system.name} has at most {self.system.max_nodes} nodes, not {nodes}")
+            raise ModelError(
+                f"{self.system.name} has at most {self.system.max_nodes} nodes, not {nodes}"
+            )
         return nodes, g
 
     def _node_bw(self, g: int, *, pair: bool = False) -> float:
@@ -138,7 +150,11 @@ class HierarchicalModel(CommModel):
             if n == 1:
                 return {"direct": Cost(0.0, 1.0 / self.ring_bus_bw(1, 1))}
             if k is C.SEND:
-                return {"direct": Cost(a1, 1.0 / self._nic_bw()) if nodes > 1 else Cost(a0, 1.0 / self._node_bw(2, pair=True))}
+                return {
+                    "direct": Cost(a1, 1.0 / self._nic_bw())
+                    if nodes > 1
+                    else Cost(a0, 1.0 / self._node_bw(2, pair=True))
+                }
             per_byte = 0.0
             if g > 1:
                 per_byte = max(per_byte, (g - 1) / n / self._node_bw(g))
@@ -199,4 +215,6 @@ class HierarchicalModel(CommModel):
         try:
             return cls(get_system(doc["system"]), HierParams(**doc.get("params", {})))
         except (KeyError, TypeError) as e:
-            raise ModelError(f"hierarchical comm model artifact: bad or missing field ({e})") from None
+            raise ModelError(
+                f"hierarchical comm model artifact: bad or missing field ({e})"
+            ) from None

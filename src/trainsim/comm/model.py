@@ -60,7 +60,9 @@ class CommModel(ABC):
     model_type: str  # the artifact's "model" field; the registry loads by it
 
     @abstractmethod
-    def supports(self, kind: CollectiveKind | str, group_size: int, *, gpus_per_node: int | None = None) -> bool: ...
+    def supports(
+        self, kind: CollectiveKind | str, group_size: int, *, gpus_per_node: int | None = None
+    ) -> bool: ...
 
     @abstractmethod
     def predict_many(self, kind: CollectiveKind | str, nbytes: ArrayLike, group_size: int, *,
@@ -77,11 +79,15 @@ class CommModel(ABC):
         if not self.supports(kind, group_size, gpus_per_node=gpus_per_node):
             where = f"{group_size} ranks" + (f", {gpus_per_node} per node" if gpus_per_node else "")
             raise ModelError(f"comm model {self.name} cannot predict {kind} on {where}")
-        t, prov = self.predict_many(kind, np.array([nbytes], dtype=float), group_size, gpus_per_node=gpus_per_node)
+        t, prov = self.predict_many(
+            kind, np.array([nbytes], dtype=float), group_size, gpus_per_node=gpus_per_node
+        )
         return CommPrediction(float(t[0]), prov, self.name)
 
 
-def packed_placement(group_size: int, gpus_per_node: int | None, system_gpus_per_node: int | None) -> tuple[int, int]:
+def packed_placement(
+    group_size: int, gpus_per_node: int | None, system_gpus_per_node: int | None
+) -> tuple[int, int]:
     """(nodes, ranks per node) of a group: as given, else packed onto as few nodes as possible."""
     if group_size < 1:
         raise ModelError(f"group size must be at least 1, got {group_size}")

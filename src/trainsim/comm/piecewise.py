@@ -46,8 +46,8 @@ class PiecewiseCurve:
     """The eight parameters of 000 Eq. 2–4 (SI units: seconds, bytes, bytes per second)."""
 
     ts_s: float  # startup latency (region 1)
-    bw_max_Bps: float  # saturated bandwidth (region 3)
-    sig_L: float  # sigmoid height, in decades of bandwidth
+    bw_max_Bps: float  # noqa: N815 - unit in the name (STYLE.md); saturated bandwidth (region 3)
+    sig_height: float  # the paper's L: sigmoid height, in decades of bandwidth
     sig_x0: float  # sigmoid midpoint, log2(bytes)
     sig_k: float  # sigmoid steepness, per doubling
     sig_b: float  # sigmoid floor, log10(bytes per second)
@@ -55,24 +55,31 @@ class PiecewiseCurve:
     m2_bytes: float  # start of region 3 (derived by the fit)
 
     def __post_init__(self) -> None:
-        vals = (self.ts_s, self.bw_max_Bps, self.sig_L, self.sig_k)
+        vals = (self.ts_s, self.bw_max_Bps, self.sig_height, self.sig_k)
         if not all(math.isfinite(v) for v in vals) or self.ts_s < 0 or self.bw_max_Bps <= 0:
             raise ModelError(f"invalid piecewise curve parameters: {self}")
-        if self.sig_L < 0 or self.sig_k < 0 or self.sig_L * self.sig_k > _MAX_SLOPE * 1.0001:
+        if (
+            self.sig_height < 0
+            or self.sig_k < 0
+            or self.sig_height * self.sig_k > _MAX_SLOPE * 1.0001
+        ):
             raise ModelError(
                 f"piecewise curve would not increase with size (L*k = "
-                f"{self.sig_L * self.sig_k:.3f} > {_MAX_SLOPE}); refit it"
+                f"{self.sig_height * self.sig_k:.3f} > {_MAX_SLOPE}); refit it"
             )
 
     @classmethod
-    def from_core(cls, ts_s: float, bw_max_Bps: float, L: float, x0: float, k: float, b: float) -> PiecewiseCurve:
-        m1, m2 = _boundaries(ts_s, bw_max_Bps, L, x0, k, b)
-        return cls(ts_s, bw_max_Bps, L, x0, k, b, m1, m2)
+    def from_core(
+        cls, ts_s: float, bw_max_bps: float, *, height: float, x0: float, k: float, b: float
+    ) -> PiecewiseCurve:
+        """A curve from its six free parameters; the region boundaries m1, m2 follow."""
+        m1, m2 = _boundaries((ts_s, bw_max_bps, height, x0, k, b))
+        return cls(ts_s, bw_max_bps, height, x0, k, b, m1, m2)
 
     def sigmoid_log10_bw(self, x: np.ndarray) -> np.ndarray:
         """Eq. 4 at x = log2(bytes): log10 of the region-2 bandwidth (bytes/s)."""
         with np.errstate(over="ignore"):  # exp -> inf far below x0 gives the floor b, as it should
-            return self.sig_L / (1.0 + np.exp(-self.sig_k * (x - self.sig_x0))) + self.sig_b
+            return self.sig_height / (1.0 + np.exp(-self.sig_k * (x - self.sig_x0))) + self.sig_b
 
     def __call__(self, nbytes: ArrayLike) -> np.ndarray:
         """Seconds for each message size (bytes); sizes below 1 byte count as 1 byte."""
@@ -93,12 +100,13 @@ class PiecewiseCurve:
             raise ModelError(f"piecewise curve misses parameter {e.args[0]!r}") from None
 
 
-def _boundaries(ts: float, bw: float, L: float, x0: float, k: float, b: float) -> tuple[float, float]:
+def _boundaries(core: tuple[float, float, float, float, float, float]) -> tuple[float, float]:
     """First and last sizes (bytes) where the sigmoid branch rises above the saturated line."""
+    ts, bw, height, x0, k, b = core
     x = np.linspace(0.0, 48.0, 4801)  # 1 B .. 256 TiB in 1/100 doublings
     m = 2.0**x
     with np.errstate(over="ignore"):
-        f = m / 10.0 ** (L / (1.0 + np.exp(-k * (x - x0))) + b)
+        f = m / 10.0 ** (height / (1.0 + np.exp(-k * (x - x0))) + b)
     above = f > ts + m / bw
     if not above.any():
         return 1.0, 1.0  # a pure alpha-beta curve: no transition region
@@ -110,40 +118,47 @@ def _boundaries(ts: float, bw: float, L: float, x0: float, k: float, b: float) -
 
 
 def _unpack(p: np.ndarray) -> tuple[float, float, float, float, float, float]:
-    """Unconstrained vector -> (ts, bw, L, x0, k, b) inside their bounds."""
+    """Unconstrained vector -> (ts, bw, height, x0, k, b) inside their bounds."""
     ts = math.exp(min(max(p[0], -40.0), 5.0))  # 4e-18 s .. 150 s
     bw = math.exp(min(max(p[1], 0.0), 60.0))  # 1 B/s .. 1e26 B/s
-    L = math.exp(min(max(p[3], -20.0), 3.0))  # at most 20 decades of bandwidth
+    height = math.exp(min(max(p[3], -20.0), 3.0))  # at most 20 decades of bandwidth
     u = 1.0 / (1.0 + math.exp(-min(max(p[5], -30.0), 30.0)))
-    return ts, bw, L, float(p[4]), _MAX_SLOPE * u / L, float(p[2])
+    return ts, bw, height, float(p[4]), _MAX_SLOPE * u / height, float(p[2])
 
 
-def _log_model(p: np.ndarray, m: np.ndarray, x: np.ndarray, jac: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def _log_model(
+    p: np.ndarray, m: np.ndarray, x: np.ndarray, jac: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
     """log t(m) and, with ``jac``, its derivatives by the six unconstrained parameters."""
-    ts, bw, L, x0, k, b = _unpack(p)
+    ts, bw, height, x0, k, b = _unpack(p)
     line = ts + m / bw
     with np.errstate(over="ignore"):
         sig = 1.0 / (1.0 + np.exp(-k * (x - x0)))
     ln10 = math.log(10.0)
-    y_line, y_sig = np.log(line), np.log(m) - ln10 * (L * sig + b)
+    y_line, y_sig = np.log(line), np.log(m) - ln10 * (height * sig + b)
     use_sig = y_sig > y_line
     y = np.where(use_sig, y_sig, y_line)
     if not jac:
         return y, None
-    u = k * L / _MAX_SLOPE  # the logistic of p[5]
+    u = k * height / _MAX_SLOPE  # the logistic of p[5]
     ds = sig * (1.0 - sig)
-    J = np.zeros((m.size, 6))
-    J[:, 0] = np.where(use_sig, 0.0, ts / line)
-    J[:, 1] = np.where(use_sig, 0.0, -(m / bw) / line)
-    J[:, 2] = np.where(use_sig, -ln10, 0.0)
-    J[:, 3] = np.where(use_sig, -ln10 * L * (sig - k * ds * (x - x0)), 0.0)
-    J[:, 4] = np.where(use_sig, ln10 * L * k * ds, 0.0)
-    J[:, 5] = np.where(use_sig, -ln10 * L * ds * (x - x0) * k * (1.0 - u), 0.0)
-    return y, J
+    jac_m = np.zeros((m.size, 6))
+    jac_m[:, 0] = np.where(use_sig, 0.0, ts / line)
+    jac_m[:, 1] = np.where(use_sig, 0.0, -(m / bw) / line)
+    jac_m[:, 2] = np.where(use_sig, -ln10, 0.0)
+    jac_m[:, 3] = np.where(use_sig, -ln10 * height * (sig - k * ds * (x - x0)), 0.0)
+    jac_m[:, 4] = np.where(use_sig, ln10 * height * k * ds, 0.0)
+    jac_m[:, 5] = np.where(use_sig, -ln10 * height * ds * (x - x0) * k * (1.0 - u), 0.0)
+    return y, jac_m
 
 
-def _lm(p: np.ndarray, m: np.ndarray, x: np.ndarray, y: np.ndarray, wt: np.ndarray, iters: int) -> tuple[np.ndarray, float]:
-    """Levenberg–Marquardt with IRLS soft-L1 weights on log-time residuals (``wt``: row weights)."""
+def _lm(
+    p: np.ndarray, data: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], iters: int
+) -> tuple[np.ndarray, float]:
+    """Levenberg–Marquardt with IRLS soft-L1 weights on log-time residuals.
+
+    ``data`` is (sizes, log2 sizes, log times, row weights)."""
+    m, x, y, wt = data
     lam = 1e-2
     rel = 1.0
 
@@ -154,17 +169,17 @@ def _lm(p: np.ndarray, m: np.ndarray, x: np.ndarray, y: np.ndarray, wt: np.ndarr
 
     cur = loss(p)
     for _ in range(iters):
-        pred, J = _log_model(p, m, x, jac=True)
-        assert J is not None
+        pred, jac_m = _log_model(p, m, x, jac=True)
+        assert jac_m is not None
         r = pred - y
         w = wt / np.sqrt(1.0 + (r / _SOFT_L1_SCALE) ** 2)
-        JW = J * w[:, None]
-        A = JW.T @ J
-        g = JW.T @ r
+        jw = jac_m * w[:, None]
+        normal = jw.T @ jac_m
+        g = jw.T @ r
         improved = False
         for _ in range(8):
             try:
-                step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-12), -g)
+                step = np.linalg.solve(normal + lam * np.diag(np.diag(normal) + 1e-12), -g)
             except np.linalg.LinAlgError:
                 lam *= 10.0
                 continue
@@ -181,7 +196,9 @@ def _lm(p: np.ndarray, m: np.ndarray, x: np.ndarray, y: np.ndarray, wt: np.ndarr
     return p, cur
 
 
-def _binned(x: np.ndarray, y: np.ndarray, max_points: int = 256) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _binned(
+    x: np.ndarray, y: np.ndarray, max_points: int = 256
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Large sweeps (paper 001 has ~1,700 sizes per case) become ``max_points // 2`` bins of
     equal count in log size: median log size, median log time, weight = rows in the bin. The
     fit then costs the same for any sweep; small sweeps are used as they are."""
@@ -214,13 +231,16 @@ def fit_piecewise(nbytes: ArrayLike, seconds: ArrayLike, *, iters: int = 60) -> 
     ts0 = float(np.exp(np.median(y[m <= np.percentile(m, 10)])))
     bw0 = float(np.max(bw_eff))
     b0 = math.log10(float(np.min(bw_eff)))
-    L0 = max(math.log10(bw0) - b0, 0.05)
+    height0 = max(math.log10(bw0) - b0, 0.05)
     best: tuple[float, np.ndarray] | None = None
     for x0 in np.linspace(x.min(), x.max(), 6):
         for u in (0.3, 0.9):
-            p0 = np.array([math.log(ts0), math.log(bw0), b0, math.log(L0), x0, math.log(u / (1 - u))])
-            p, cur = _lm(p0, m, x, y, wt, iters)
+            p0 = np.array(
+                [math.log(ts0), math.log(bw0), b0, math.log(height0), x0, math.log(u / (1 - u))]
+            )
+            p, cur = _lm(p0, (m, x, y, wt), iters)
             if best is None or cur < best[0]:
                 best = (cur, p)
     assert best is not None
-    return PiecewiseCurve.from_core(*_unpack(best[1]))
+    ts, bw, height, x0, k, b = _unpack(best[1])
+    return PiecewiseCurve.from_core(ts, bw, height=height, x0=x0, k=k, b=b)

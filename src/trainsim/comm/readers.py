@@ -39,7 +39,16 @@ _KIND_WORDS: dict[str, C] = {
     "broadcast": C.BROADCAST, "reduce": C.REDUCE, "sendrecv": C.SEND, "p2p": C.SEND,
     "send": C.SEND, "recv": C.RECV,
 }  # fmt: skip
-_DTYPE_BYTES = {"fp16": 2, "bf16": 2, "half": 2, "fp32": 4, "float": 4, "fp64": 8, "double": 8, "int8": 1}
+_DTYPE_BYTES = {
+    "fp16": 2,
+    "bf16": 2,
+    "half": 2,
+    "fp32": 4,
+    "float": 4,
+    "fp64": 8,
+    "double": 8,
+    "int8": 1,
+}
 
 
 def kind_from_word(word: str) -> C | None:
@@ -67,14 +76,18 @@ _STARTING = re.compile(r"Collective test starting:\s*(\S+)")
 
 
 def _sniff_nccl_tests(head: str) -> bool:
-    return "nThread" in head and "nGpus" in head or ("out-of-place" in head and "busbw" in head)
+    return ("nThread" in head and "nGpus" in head) or ("out-of-place" in head and "busbw" in head)
 
 
 def _ratio_kind(ratio: float, nranks: int, redop: str) -> C | None:
     """Which collective, from nccl-tests' busbw/algbw factor (NCCL's bus-bandwidth maths)."""
     if nranks < 2 or ratio <= 0:
         return None
-    factors = {C.ALL_REDUCE: 2 * (nranks - 1) / nranks, C.REDUCE_SCATTER: (nranks - 1) / nranks, C.BROADCAST: 1.0}
+    factors = {
+        C.ALL_REDUCE: 2 * (nranks - 1) / nranks,
+        C.REDUCE_SCATTER: (nranks - 1) / nranks,
+        C.BROADCAST: 1.0,
+    }
     best = min(factors, key=lambda k: abs(factors[k] - ratio))
     if abs(factors[best] - ratio) > 0.1 * factors[best]:
         return None
@@ -112,7 +125,10 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
                 raise TraceFormatError(path, f"line {lineno}: data row before the column header")
             rows.append((lineno, s.split()))
     if not rows:
-        raise TraceFormatError(path, "no nccl-tests result rows found (expected lines of size, count, type, ... time, algbw, busbw)")
+        raise TraceFormatError(
+            path,
+            "no nccl-tests result rows found (expected lines of size, count, type, ... time, algbw, busbw)",
+        )
     nranks = len(ranks) or per_proc
     nodes = len(set(ranks.values())) or 1
     if nranks % nodes:
@@ -121,7 +137,9 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
     try:
         i_size, i_alg, i_bus = columns.index("size"), columns.index("algbw"), columns.index("busbw")
     except ValueError as e:
-        raise TraceFormatError(path, f"column header lacks {e.args[0].split()[0]}: {' '.join(columns)}") from None
+        raise TraceFormatError(
+            path, f"column header lacks {e.args[0].split()[0]}: {' '.join(columns)}"
+        ) from None
     if not t_cols:
         raise TraceFormatError(path, f"column header has no 'time' column: {' '.join(columns)}")
     i_redop = columns.index("redop") if "redop" in columns else None
@@ -133,9 +151,13 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
             ip = float(tok[t_cols[1]]) if len(t_cols) > 1 and len(tok) > t_cols[1] else None
             ratio = float(tok[i_bus]) / float(tok[i_alg]) if float(tok[i_alg]) > 0 else 0.0
         except (IndexError, ValueError):
-            raise TraceFormatError(path, f"line {lineno}: cannot read size/time/algbw/busbw from {' '.join(tok)!r}") from None
+            raise TraceFormatError(
+                path, f"line {lineno}: cannot read size/time/algbw/busbw from {' '.join(tok)!r}"
+            ) from None
         if oop <= 0 or size < 0:
-            raise TraceFormatError(path, f"line {lineno}: non-positive time {oop} us or negative size")
+            raise TraceFormatError(
+                path, f"line {lineno}: non-positive time {oop} us or negative size"
+            )
         if kind is None and size >= 1 << 20:
             kind = _ratio_kind(ratio, nranks, tok[i_redop].lower() if i_redop is not None else "")
         parsed.append((lineno, size, oop, ip))
@@ -145,7 +167,14 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
     use_min = timing == "min" and nranks > 1
     gpn = nranks // nodes
     samples = [
-        CommSample(kind, float(size), nodes, gpn, (min(oop, ip) if use_min and ip and ip > 0 else oop) * 1e-6, f"{path}:{ln}")
+        CommSample(
+            kind,
+            float(size),
+            nodes,
+            gpn,
+            (min(oop, ip) if use_min and ip and ip > 0 else oop) * 1e-6,
+            f"{path}:{ln}",
+        )
         for ln, size, oop, ip in parsed
     ]
     return FileRead(samples, device)
@@ -153,7 +182,9 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
 
 # --- paper 001 CSVs --------------------------------------------------------------------------
 
-_SEED001_NAME = re.compile(r"^(?P<gpu>.+?)_(?P<func>[a-z0-9]+(?:_large)?)_(?P<dtype>fp16|bf16|fp32)(?:_(?P<nodes>\d+)_(?P<gpn>\d+))?\.csv$")
+_SEED001_NAME = re.compile(
+    r"^(?P<gpu>.+?)_(?P<func>[a-z0-9]+(?:_large)?)_(?P<dtype>fp16|bf16|fp32)(?:_(?P<nodes>\d+)_(?P<gpn>\d+))?\.csv$"
+)
 _SEED001_HEADER = ["shape", "nodes", "GPUsPerNode", "dur(us)"]
 
 
@@ -164,7 +195,9 @@ def _sniff_seed001(head: str) -> bool:
 def read_seed001_csv(path: Path, *, timing: str = "min", kind: C | None = None) -> FileRead:
     m = _SEED001_NAME.match(path.name)
     if m is None:
-        raise TraceFormatError(path, "expected a name like <GPU>_<collective>_<dtype>_<nodes>_<gpus>.csv (paper 001)")
+        raise TraceFormatError(
+            path, "expected a name like <GPU>_<collective>_<dtype>_<nodes>_<gpus>.csv (paper 001)"
+        )
     kind = kind or kind_from_word(m.group("func"))
     if kind is None:
         raise TraceFormatError(path, f"unknown collective {m.group('func')!r} in the file name")
@@ -174,17 +207,32 @@ def read_seed001_csv(path: Path, *, timing: str = "min", kind: C | None = None) 
         reader = csv.reader(fh)
         header = next(reader, [])
         if header != _SEED001_HEADER:
-            raise TraceFormatError(path, f"line 1: expected columns {','.join(_SEED001_HEADER)}, got {','.join(header)}")
+            raise TraceFormatError(
+                path,
+                f"line 1: expected columns {','.join(_SEED001_HEADER)}, got {','.join(header)}",
+            )
         for lineno, row in enumerate(reader, 2):
             if not row:
                 continue
             try:
                 shape, nodes, gpn, dur_us = (float(v) for v in row)
             except ValueError:
-                raise TraceFormatError(path, f"line {lineno}: expected 4 numbers, got {row}") from None
+                raise TraceFormatError(
+                    path, f"line {lineno}: expected 4 numbers, got {row}"
+                ) from None
             if shape <= 0 or dur_us <= 0 or nodes < 1 or gpn < 1:
                 raise TraceFormatError(path, f"line {lineno}: non-positive value in {row}")
-            samples.append(CommSample(kind, shape * elem, int(nodes), int(gpn), dur_us * 1e-6, f"{path}:{lineno}", m.group("func")))
+            samples.append(
+                CommSample(
+                    kind,
+                    shape * elem,
+                    int(nodes),
+                    int(gpn),
+                    dur_us * 1e-6,
+                    f"{path}:{lineno}",
+                    m.group("func"),
+                )
+            )
     return FileRead(samples, m.group("gpu"))
 
 
@@ -233,7 +281,9 @@ def read_vtrain_lut(path: Path, *, timing: str = "min", kind: C | None = None) -
         header = next(reader, [])
         t_cols = [i for i, c in enumerate(header) if c == "time(ns)"]
         if not header or header[0] != "size(B)" or not t_cols:
-            raise TraceFormatError(path, f"line 1: expected size(B),count,type,time(ns),..., got {','.join(header)}")
+            raise TraceFormatError(
+                path, f"line 1: expected size(B),count,type,time(ns),..., got {','.join(header)}"
+            )
         for lineno, row in enumerate(reader, 2):
             if not row:
                 continue
@@ -241,11 +291,15 @@ def read_vtrain_lut(path: Path, *, timing: str = "min", kind: C | None = None) -
                 size = float(row[0])
                 times = [float(row[i]) for i in t_cols if i < len(row)]
             except ValueError:
-                raise TraceFormatError(path, f"line {lineno}: expected numbers, got {row}") from None
+                raise TraceFormatError(
+                    path, f"line {lineno}: expected numbers, got {row}"
+                ) from None
             t_ns = min(times) if timing == "min" else times[0]
             if t_ns <= 0:
                 raise TraceFormatError(path, f"line {lineno}: non-positive time {t_ns} ns")
-            samples.append(CommSample(kind or C.ALL_REDUCE, size, 1, n, t_ns * 1e-9, f"{path}:{lineno}"))
+            samples.append(
+                CommSample(kind or C.ALL_REDUCE, size, 1, n, t_ns * 1e-9, f"{path}:{lineno}")
+            )
     return FileRead(samples, None)
 
 
@@ -272,7 +326,9 @@ def read_bench_jsonl(path: Path, *, timing: str = "min", kind: C | None = None) 
                                           float(row["duration_s"]), f"{path}:{lineno}", row.get("backend", "")))  # fmt: skip
                 device = row.get("device", device)
             except (ValueError, KeyError, TypeError) as e:
-                raise TraceFormatError(path, f"line {lineno}: not a {BENCH_SCHEMA} row ({e})") from None
+                raise TraceFormatError(
+                    path, f"line {lineno}: not a {BENCH_SCHEMA} row ({e})"
+                ) from None
     return FileRead(samples, device)
 
 
@@ -310,7 +366,11 @@ def _expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
     out: list[tuple[Path, bool]] = []
     for p in paths:
         if p.is_dir():
-            out.extend((f, False) for f in sorted(p.rglob("*")) if f.is_file() and not f.name.startswith("."))
+            out.extend(
+                (f, False)
+                for f in sorted(p.rglob("*"))
+                if f.is_file() and not f.name.startswith(".")
+            )
         elif p.is_file():
             out.append((p, True))
         else:
@@ -338,13 +398,20 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
     plist = [Path(p) for p in paths]
     if not plist:
         raise TraceFormatError("(no paths)", "give at least one dataset file or folder")
-    ds = CommDataset(name or _dataset_name(plist), system_hint=" ".join(str(p.resolve()) for p in plist))
+    ds = CommDataset(
+        name or _dataset_name(plist), system_hint=" ".join(str(p.resolve()) for p in plist)
+    )
     deferred: list[Path] = []
     for path, explicit in _expand(plist):
         fmt = sniff_format(path)
-        if fmt is None or (not explicit and fmt.name == "seed001-csv" and _is_seed001_aggregate(path)):
+        if fmt is None or (
+            not explicit and fmt.name == "seed001-csv" and _is_seed001_aggregate(path)
+        ):
             if explicit and fmt is None:
-                raise TraceFormatError(path, f"not a known collective-benchmark format ({', '.join(f.name for f in FORMATS)})")
+                raise TraceFormatError(
+                    path,
+                    f"not a known collective-benchmark format ({', '.join(f.name for f in FORMATS)})",
+                )
             continue
         try:
             got = fmt.read(path, timing=timing, kind=kind)
@@ -359,7 +426,9 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
     if deferred:
         kinds = {s.kind for s in ds.samples}
         if len(kinds) != 1:
-            raise TraceFormatError(deferred[0], "cannot tell which collective this log measured; pass kind=")
+            raise TraceFormatError(
+                deferred[0], "cannot tell which collective this log measured; pass kind="
+            )
         for path in deferred:
             got = read_nccl_tests(path, timing=timing, kind=next(iter(kinds)))
             ds.extend(got.samples)
@@ -374,4 +443,8 @@ def _dataset_name(paths: list[Path]) -> str:
     base = p if p.is_dir() else p.parent
     if base.name in ("nccl", "comm", "data") and base.parent.name:
         base = base.parent / f"{base.parent.name}-{base.name}"
-    return base.name if len(paths) == 1 or all(q.resolve().parent == p.parent for q in paths) else f"{base.name}+{len(paths) - 1}"
+    return (
+        base.name
+        if len(paths) == 1 or all(q.resolve().parent == p.parent for q in paths)
+        else f"{base.name}+{len(paths) - 1}"
+    )

@@ -34,7 +34,9 @@ MODEL_TYPES: dict[str, Callable[[dict[str, Any]], CommModel]] = {
 def model_from_dict(doc: dict[str, Any]) -> CommModel:
     loader = MODEL_TYPES.get(str(doc.get("model")))
     if loader is None:
-        raise ModelError(f"unknown comm model type {doc.get('model')!r}; known: {', '.join(MODEL_TYPES)}")
+        raise ModelError(
+            f"unknown comm model type {doc.get('model')!r}; known: {', '.join(MODEL_TYPES)}"
+        )
     return loader(doc)
 
 
@@ -65,7 +67,7 @@ def save_model(model: CommModel, path: Path | str) -> Path:
             fh.write("\n")
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; artifacts are ordinary files
+        Path(tmp).chmod(0o666 & ~umask)  # mkstemp creates 0600; artifacts are ordinary files
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -77,7 +79,9 @@ def save_model(model: CommModel, path: Path | str) -> Path:
 def shipped_models() -> tuple[CalibratedCommModel, ...]:
     """The calibrated artifacts inside the package, by file name."""
     out: list[CalibratedCommModel] = []
-    for entry in sorted(resources.files("trainsim.comm").joinpath("data").iterdir(), key=lambda e: e.name):
+    for entry in sorted(
+        resources.files("trainsim.comm").joinpath("data").iterdir(), key=lambda e: e.name
+    ):
         if entry.name.endswith(".json"):
             try:
                 model = model_from_dict(json.loads(entry.read_text(encoding="utf-8")))
@@ -92,7 +96,9 @@ def shipped_models() -> tuple[CalibratedCommModel, ...]:
 def models_for(system: SystemSpec | str) -> list[CommModel]:
     """Calibrated models measured on ``system``, then its spec-based hierarchical model."""
     spec = get_system(system) if isinstance(system, str) else system
-    calibrated: list[CommModel] = [m for m in shipped_models() if m.system is not None and m.system.name == spec.name]
+    calibrated: list[CommModel] = [
+        m for m in shipped_models() if m.system is not None and m.system.name == spec.name
+    ]
     return [*calibrated, HierarchicalModel(spec)]
 
 

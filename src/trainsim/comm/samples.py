@@ -65,12 +65,14 @@ class CommDataset:
     def extend(self, rows: Iterable[CommSample]) -> None:
         self.samples.extend(rows)
 
-    def keys(self) -> list[CaseKey]:
+    def cases(self) -> list[CaseKey]:
         seen = {CaseKey(s.kind, s.nodes, s.gpus_per_node) for s in self.samples}
         return sorted(seen, key=lambda k: (k.kind.value, k.group_size, k.nodes))
 
     def series_of(self, key: CaseKey) -> list[str]:
-        return sorted({s.series for s in self.samples if CaseKey(s.kind, s.nodes, s.gpus_per_node) == key})
+        return sorted(
+            {s.series for s in self.samples if CaseKey(s.kind, s.nodes, s.gpus_per_node) == key}
+        )
 
     def arrays(self, key: CaseKey, series: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(bytes, seconds) of one case (optionally one series), sorted by size."""
@@ -86,7 +88,9 @@ class CommDataset:
         return a[:, 0], a[:, 1]
 
 
-def heldout_split(nbytes: np.ndarray, *, fraction: float, seed: int, keep_ends: bool = True) -> np.ndarray:
+def heldout_split(
+    nbytes: np.ndarray, *, fraction: float, seed: int, keep_ends: bool = True
+) -> np.ndarray:
     """Boolean mask of held-out rows: ``fraction`` of the distinct sizes, drawn with ``seed``.
 
     Whole sizes are held out (every repeat of a size goes to the same side). With

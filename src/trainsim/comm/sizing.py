@@ -35,7 +35,7 @@ def all_to_all_size_bytes(send_bytes: Sequence[Sequence[float]]) -> float:
         raise ModelError(f"all_to_all send matrix must be square and non-empty, got {n} rows")
     sent = [sum(row) for row in send_bytes]
     received = [sum(send_bytes[i][j] for i in range(n)) for j in range(n)]
-    return float(max(max(sent), max(received)))
+    return float(max(*sent, *received))
 
 
 def model_size_bytes(c: Collective, members: Mapping[int, Collective] | None = None) -> float:
@@ -49,7 +49,9 @@ def model_size_bytes(c: Collective, members: Mapping[int, Collective] | None = N
     n = c.group_size or 1
     if c.kind in _ALL_TO_ALL:
         rows = [members.get(r) for r in c.group_ranks] if members else []
-        if rows and all(m is not None and m.peer_bytes is not None and len(m.peer_bytes) == n for m in rows):
+        if rows and all(
+            m is not None and m.peer_bytes is not None and len(m.peer_bytes) == n for m in rows
+        ):
             return all_to_all_size_bytes([list(m.peer_bytes or ()) for m in rows if m is not None])
         return float(max(c.bytes, sum(c.peer_bytes or ())))
     if c.kind is CollectiveKind.ALL_GATHER:

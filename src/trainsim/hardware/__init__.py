@@ -5,8 +5,21 @@
 8
 """
 
-from trainsim.hardware.catalog import find_device, get_device, get_system, list_devices, list_systems
-from trainsim.hardware.schema import DeviceSpec, NetworkTier, Source, SystemSpec, TierKind, TierScope
+from trainsim.hardware.catalog import (
+    find_device,
+    get_device,
+    get_system,
+    list_devices,
+    list_systems,
+)
+from trainsim.hardware.schema import (
+    DeviceSpec,
+    NetworkTier,
+    Source,
+    SystemSpec,
+    TierKind,
+    TierScope,
+)
 
 __all__ = [
     "DeviceSpec",

@@ -35,7 +35,9 @@ def _load_yaml(text: str, origin: str, model: type[_M]) -> _M:
         raise ConfigError(f"{origin}: expected a mapping at the top level")
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ConfigError(f"{origin}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+        raise ConfigError(
+            f"{origin}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"
+        )
     try:
         return model.model_validate(doc)
     except ValidationError as e:
@@ -47,7 +49,9 @@ def _load_yaml(text: str, origin: str, model: type[_M]) -> _M:
 
 def _packaged(prefix: str, model: type[_M]) -> dict[str, _M]:
     out: dict[str, _M] = {}
-    for entry in sorted(resources.files("trainsim.hardware").joinpath("data").iterdir(), key=lambda p: p.name):
+    for entry in sorted(
+        resources.files("trainsim.hardware").joinpath("data").iterdir(), key=lambda p: p.name
+    ):
         if not (entry.name.startswith(prefix) and entry.name.endswith(".yaml")):
             continue
         spec = _load_yaml(entry.read_text(encoding="utf-8"), f"catalog file {entry.name}", model)
@@ -79,7 +83,9 @@ def _resolve(name_or_path: str | Path, table: dict[str, _M], model: type[_M], wh
     hit = table.get(_norm(text))
     if hit is None:
         names = sorted({s.name for s in table.values()})  # type: ignore[attr-defined]
-        raise ConfigError(f"unknown {what} {text!r}; known: {', '.join(names)} (or give a YAML file)")
+        raise ConfigError(
+            f"unknown {what} {text!r}; known: {', '.join(names)} (or give a YAML file)"
+        )
     return hit
 
 

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 SCHEMA_VERSION = 1
 
 
+# Field and property names carry units as people write them (GBps, Gbps, MB, Bps): STYLE.md
+# asks for units in names, so N802/N815 are silenced on those lines.
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,16 +58,18 @@ class DeviceSpec(_Strict):
     aliases: tuple[str, ...] = ()
     vendor: str
     architecture: str
-    memory_GB: float = Field(gt=0, description="marketed HBM capacity, decimal GB")
-    memory_bandwidth_GBps: float = Field(gt=0)
-    l2_cache_MB: float | None = Field(default=None, gt=0, description="null where not published")
-    sm_count: int | None = Field(default=None, gt=0, description="SMs (NVIDIA) or compute units (AMD)")
+    memory_GB: float = Field(gt=0, description="marketed HBM capacity, decimal GB")  # noqa: N815
+    memory_bandwidth_GBps: float = Field(gt=0)  # noqa: N815
+    l2_cache_MB: float | None = Field(default=None, gt=0, description="null where not published")  # noqa: N815
+    sm_count: int | None = Field(
+        default=None, gt=0, description="SMs (NVIDIA) or compute units (AMD)"
+    )
     peak_tflops: PeakTflops
     measured_gemm_bf16_tflops: float | None = Field(default=None, gt=0)
-    gpu_link_bandwidth_GBps: float | None = Field(
+    gpu_link_bandwidth_GBps: float | None = Field(  # noqa: N815
         default=None, gt=0, description="NVLink/Infinity Fabric per GPU, both directions together"
     )
-    pcie_bandwidth_GBps: float | None = Field(default=None, gt=0, description="one direction")
+    pcie_bandwidth_GBps: float | None = Field(default=None, gt=0, description="one direction")  # noqa: N815
     sources: tuple[Source, ...] = Field(min_length=1)
 
     @property
@@ -71,7 +77,7 @@ class DeviceSpec(_Strict):
         return self.memory_GB * 1e9
 
     @property
-    def memory_bandwidth_Bps(self) -> float:
+    def memory_bandwidth_Bps(self) -> float:  # noqa: N802
         return self.memory_bandwidth_GBps * 1e9
 
     @property
@@ -109,13 +115,13 @@ class NetworkTier(_Strict):
     name: str
     kind: TierKind
     scope: TierScope
-    bandwidth_per_gpu_GBps: float = Field(gt=0)
+    bandwidth_per_gpu_GBps: float = Field(gt=0)  # noqa: N815
     latency_us: float = Field(ge=0)
     nics_per_node: int | None = Field(default=None, gt=0)
-    nic_bandwidth_Gbps: float | None = Field(default=None, gt=0)
+    nic_bandwidth_Gbps: float | None = Field(default=None, gt=0)  # noqa: N815
 
     @property
-    def bandwidth_per_gpu_Bps(self) -> float:
+    def bandwidth_per_gpu_Bps(self) -> float:  # noqa: N802
         return self.bandwidth_per_gpu_GBps * 1e9
 
     @property
@@ -139,8 +145,14 @@ class SystemSpec(_Strict):
     @model_validator(mode="after")
     def _check_tiers(self) -> SystemSpec:
         scopes = [t.scope for t in self.tiers]
-        if scopes != sorted(scopes, key=lambda s: s is TierScope.CLUSTER) or scopes.count(TierScope.NODE) > 1 or scopes.count(TierScope.CLUSTER) > 1:
-            raise ValueError("tiers must be at most one 'node' tier followed by at most one 'cluster' tier")
+        if (
+            scopes != sorted(scopes, key=lambda s: s is TierScope.CLUSTER)
+            or scopes.count(TierScope.NODE) > 1
+            or scopes.count(TierScope.CLUSTER) > 1
+        ):
+            raise ValueError(
+                "tiers must be at most one 'node' tier followed by at most one 'cluster' tier"
+            )
         if self.gpus_per_node > 1 and self.node_tier is None:
             raise ValueError(f"{self.gpus_per_node} GPUs per node need a 'node' tier")
         for t in self.tiers:

@@ -37,7 +37,16 @@ Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]  # bytes and element co
 RawTime = Annotated[float, msgspec.Meta(ge=0)]  # ts/dur in the file's raw unit
 
 
+_NO_JSON = msgspec.Raw()
+
+
 class Args(msgspec.Struct, omit_defaults=True, gc=False):
+    """The ``args`` of an event: the fields trainsim reads (others are skipped by the decoder).
+
+    Raw JSON fields reference the file's bytes (zero-copy), which therefore live as long as
+    the events do.
+    """
+
     correlation: int | None = None
     # CUDA writes an int, ROCm runtime calls a hex string ("0x0"): decode_kineto normalises the
     # stream of every event it returns to ``int | None``.
@@ -47,8 +56,10 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False):
     external_id: int | None = msgspec.field(name="External id", default=None)
     rf_id: int | None = msgspec.field(name="Record function id", default=None)
     ev_idx: int | None = msgspec.field(name="Ev Idx", default=None)
-    input_dims: Any = msgspec.field(name="Input Dims", default=None)
-    input_type: Any = msgspec.field(name="Input type", default=None)
+    # Operator input shapes and dtypes stay raw JSON until read (``input_dims``/``input_type``):
+    # decoded, they are a quarter of a trace's memory, and only one step's ops are ever read.
+    input_dims_json: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_JSON)
+    input_type_json: msgspec.Raw = msgspec.field(name="Input type", default=_NO_JSON)
     # NCCL metadata written by recent PyTorch on kernels and record_param_comms ops.
     coll_name: str | None = msgspec.field(name="Collective name", default=None)
     in_nelems: Count | None = msgspec.field(name="In msg nelems", default=None)
@@ -68,6 +79,16 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False):
     # Launch dimensions [x, y, z] on kernels (Triton CPU ops write a string, "grid(100,)").
     grid: Any = None
     block: Any = None
+
+    @property
+    def input_dims(self) -> Any:
+        """'Input Dims': one shape (list of ints) per input, [] for non-tensors; or None."""
+        return msgspec.json.decode(self.input_dims_json) if self.input_dims_json else None
+
+    @property
+    def input_type(self) -> Any:
+        """'Input type': one dtype name per input ("float", "c10::Half", "Scalar"); or None."""
+        return msgspec.json.decode(self.input_type_json) if self.input_type_json else None
 
 
 class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
@@ -265,7 +286,9 @@ def _sort_by_time(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
     ts = np.fromiter(map(_BY_TS, events), dtype=np.float64, count=n)
     dur = np.fromiter(map(_BY_DUR, events), dtype=np.float64, count=n)
     order = np.lexsort((-dur, ts))  # stable: equal keys keep file order
-    events[:] = [events[i] for i in order.tolist()]
+    objs = np.empty(n, dtype=object)
+    objs[:] = events
+    events[:] = objs[order].tolist()
     return ts[order], dur[order]
 
 
@@ -399,7 +422,8 @@ def _check_cpu_args(
             continue
         if a.ev_idx is not None:
             idx_by_pid[e.pid].append(a.ev_idx)
-        if a.input_dims is not None and _has_negative(a.input_dims):
+        dims = a.input_dims_json
+        if dims and b"-" in bytes(dims) and _has_negative(a.input_dims):
             raise TraceFormatError(
                 name, f"event {e.name!r} at ts={e.ts}: negative size in 'Input Dims' {a.input_dims}"
             )

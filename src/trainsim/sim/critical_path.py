@@ -9,6 +9,7 @@ non-overlapping; consecutive host gaps of one op are merged into one segment.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from trainsim.sim.engine import INTRA, LAUNCH, STREAM, WAIT
@@ -51,8 +52,14 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
         if end > lo:
             rr = program.ranks[r].graph.rank
             last = out[-1] if out else None
-            if last is not None and last.kind is kind and kind is SegmentKind.HOST_GAP and \
-                    last.rank == rr and last.label == label and abs(last.start_s - end) < 1e-12:
+            if (
+                last is not None
+                and last.kind is kind
+                and kind is SegmentKind.HOST_GAP
+                and last.rank == rr
+                and last.label == label
+                and abs(last.start_s - end) < 1e-12
+            ):
                 out[-1] = Segment(kind, rr, lo, last.end_s, label)
             else:
                 out.append(Segment(kind, rr, lo, end, label))
@@ -66,18 +73,29 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
             inst = rp.k_inst[i]
             k = rp.kernels[i]
             if inst < 0:
-                node = (K_START, r, i) if emit(SegmentKind.KERNEL, r, t.k_start[i], t.k_end[i], k.name) else None
+                node = (
+                    (K_START, r, i)
+                    if emit(SegmentKind.KERNEL, r, t.k_start[i], t.k_end[i], k.name)
+                    else None
+                )
                 continue
             spec = program.instances[inst]
             br, bk = ev.inst_bind[inst]
             latest = ev.times[br].k_start[bk]
             label = f"{spec.kind.value} {spec.group} seq {spec.seq} (transfer)"
-            if not emit(SegmentKind.KERNEL, r, latest, t.k_end[i], label):
+            # globally the transfer belongs to the member whose arrival decided it
+            if not emit(
+                SegmentKind.KERNEL, r if rank is not None else br, latest, t.k_end[i], label
+            ):
                 break
             if rank is not None and br != r:
                 peer = program.ranks[br].graph.rank
                 wait_label = f"{spec.kind.value} {spec.group} seq {spec.seq}: waits for rank {peer}"
-                node = (K_START, r, i) if emit(SegmentKind.COLLECTIVE_WAIT, r, t.k_start[i], latest, wait_label) else None
+                node = (
+                    (K_START, r, i)
+                    if emit(SegmentKind.COLLECTIVE_WAIT, r, t.k_start[i], latest, wait_label)
+                    else None
+                )
             else:
                 node = (K_START, br, bk)
         elif kind == K_START:
@@ -89,7 +107,9 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
             elif b == STREAM:
                 if ref < 0:  # the previous step's backlog on this stream
                     break
-                ok = emit(SegmentKind.KERNEL_GAP, r, t.k_end[ref], s, f"stream {rp.kernels[i].stream}")
+                ok = emit(
+                    SegmentKind.KERNEL_GAP, r, t.k_end[ref], s, f"stream {rp.kernels[i].stream}"
+                )
                 node = (K_END, r, ref) if ok else None
             elif b == WAIT:
                 w = rp.kernels[ref]
@@ -105,17 +125,35 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
             prev, o = t.call_prev[i], rp.call_op[i]
             name = rp.ops[o].name
             if prev >= 0:
-                node = (CALL_END, r, prev) if emit(SegmentKind.HOST_GAP, r, t.call_end[prev], t.call_start[i], name) else None
+                node = (
+                    (CALL_END, r, prev)
+                    if emit(SegmentKind.HOST_GAP, r, t.call_end[prev], t.call_start[i], name)
+                    else None
+                )
             else:
-                node = (OP_START, r, o) if emit(SegmentKind.HOST_GAP, r, t.op_start[o], t.call_start[i], name) else None
+                node = (
+                    (OP_START, r, o)
+                    if emit(SegmentKind.HOST_GAP, r, t.op_start[o], t.call_start[i], name)
+                    else None
+                )
         elif kind == CALL_END:
             cb = t.call_bind[i]
             name = rp.ops[rp.call_op[i]].name
             if cb >= 0:
-                ok = emit(SegmentKind.STREAM_WAIT, r, t.k_end[cb], t.call_end[i], f"{name}: CPU blocked on stream {rp.kernels[cb].stream}")
+                ok = emit(
+                    SegmentKind.STREAM_WAIT,
+                    r,
+                    t.k_end[cb],
+                    t.call_end[i],
+                    f"{name}: CPU blocked on stream {rp.kernels[cb].stream}",
+                )
                 node = (K_END, r, cb) if ok else None
             else:
-                node = (CALL_START, r, i) if emit(SegmentKind.HOST_GAP, r, t.call_start[i], t.call_end[i], name) else None
+                node = (
+                    (CALL_START, r, i)
+                    if emit(SegmentKind.HOST_GAP, r, t.call_start[i], t.call_end[i], name)
+                    else None
+                )
         elif kind == OP_START:
             b = t.op_bind[i]
             name = rp.ops[i].name
@@ -123,14 +161,26 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
                 emit(SegmentKind.HOST_GAP, r, rp.cpu_start_s, t.op_start[i], name)
                 break
             src = prev_in_lane[r][i] if b == -2 else b
-            node = (OP_END, r, src) if emit(SegmentKind.HOST_GAP, r, t.op_end[src], t.op_start[i], name) else None
+            node = (
+                (OP_END, r, src)
+                if emit(SegmentKind.HOST_GAP, r, t.op_end[src], t.op_start[i], name)
+                else None
+            )
         else:  # OP_END
             last = t.op_last[i]
             name = rp.ops[i].name
             if last >= 0:
-                node = (CALL_END, r, last) if emit(SegmentKind.HOST_GAP, r, t.call_end[last], t.op_end[i], name) else None
+                node = (
+                    (CALL_END, r, last)
+                    if emit(SegmentKind.HOST_GAP, r, t.call_end[last], t.op_end[i], name)
+                    else None
+                )
             else:
-                node = (OP_START, r, i) if emit(SegmentKind.HOST_GAP, r, t.op_start[i], t.op_end[i], name) else None
+                node = (
+                    (OP_START, r, i)
+                    if emit(SegmentKind.HOST_GAP, r, t.op_start[i], t.op_end[i], name)
+                    else None
+                )
     if rank is None and out and out[-1].start_s > floor:
         first = out[-1]
         out.append(Segment(SegmentKind.RANK_START, first.rank, floor, first.start_s,
@@ -143,6 +193,6 @@ def _previous_op(rp: object) -> list[int]:
     """For each op, the previous op of its CPU thread (-1 for the first)."""
     prev = [-1] * len(rp.ops)  # type: ignore[attr-defined]
     for lane in rp.cpu_lanes:  # type: ignore[attr-defined]
-        for a, b in zip(lane, lane[1:], strict=False):
+        for a, b in itertools.pairwise(lane):
             prev[b] = a
     return prev

@@ -52,7 +52,9 @@ def _why(engine: Engine, g: int) -> str:
     if kind == "inst":
         inst = engine.p.instances[target]
         late = sorted(
-            engine.p.ranks[ri].graph.rank for ri, ki in inst.members if engine.t[ri].k_start[ki] is None
+            engine.p.ranks[ri].graph.rank
+            for ri, ki in inst.members
+            if engine.t[ri].k_start[ki] is None
         )
         return (f"{_head(engine, g)} waits in collective {inst.kind.value} of group {inst.group!r} "
                 f"seq {inst.seq} for rank(s) {late}")  # fmt: skip
@@ -76,7 +78,7 @@ def describe_deadlock(engine: Engine, stuck: list[int]) -> str:
                 break
             g = nxt[0]
         if g in seen:
-            cycle = path[seen[g]:]
+            cycle = path[seen[g] :]
             break
     ranks = sorted({engine.p.ranks[engine.lanes[g].rank].graph.rank for g in (cycle or stuck)})
     if cycle:

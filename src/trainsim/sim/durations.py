@@ -85,9 +85,14 @@ class ModelRegistry:
                     s, prov = got.seconds, got.provenance
                 else:
                     dev = device.name if device is not None else "unknown"
-                    s, prov = float(got), m.provenance if ":" in m.provenance else f"{m.provenance}:{dev}"
+                    s, prov = (
+                        float(got),
+                        m.provenance if ":" in m.provenance else f"{m.provenance}:{dev}",
+                    )
                 if not s >= 0.0:
-                    raise ModelError(f"kernel model {m.name} predicted {s!r} s for {kernel.name[:60]}")
+                    raise ModelError(
+                        f"kernel model {m.name} predicted {s!r} s for {kernel.name[:60]}"
+                    )
                 return Prediction(s, prov)
         return None
 
@@ -106,7 +111,7 @@ class RooflineMemcpy:
     """bytes / bandwidth: PCIe for host copies, device memory (read+write) otherwise."""
 
     name = "roofline-memcpy"
-    families = (KernelFamily.MEMCPY, KernelFamily.MEMSET)
+    families: tuple[KernelFamily, ...] = (KernelFamily.MEMCPY, KernelFamily.MEMSET)
     provenance = "spec-based"
 
     def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
@@ -135,7 +140,11 @@ def _gemm_flops(op: Op) -> tuple[float, int] | None:
     if len(shapes) < 2:
         return None
     name = op.name
-    a, b = (shapes[1], shapes[2]) if name == "aten::addmm" and len(shapes) >= 3 else (shapes[0], shapes[1])
+    a, b = (
+        (shapes[1], shapes[2])
+        if name == "aten::addmm" and len(shapes) >= 3
+        else (shapes[0], shapes[1])
+    )
     if name == "aten::linear":  # weight is [out, in]
         m = a.numel // a.shape[-1]
         return 2.0 * m * a.shape[-1] * b.shape[0], _elem_bytes(a.dtype)
@@ -149,7 +158,7 @@ class RooflineGemm:
     """max(FLOPs / peak, bytes / bandwidth) for matmul ops that launch one GEMM kernel."""
 
     name = "roofline-gemm"
-    families = (KernelFamily.GEMM,)
+    families: tuple[KernelFamily, ...] = (KernelFamily.GEMM,)
     provenance = "spec-based"
 
     def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
@@ -162,7 +171,9 @@ class RooflineGemm:
         fl = _gemm_flops(op)
         assert fl is not None
         flops, eb = fl
-        peak = device.peak_flops_per_s("fp16" if eb == 2 else "fp32") or device.peak_flops_per_s("fp32")
+        peak = device.peak_flops_per_s("fp16" if eb == 2 else "fp32") or device.peak_flops_per_s(
+            "fp32"
+        )
         assert peak is not None
         nbytes = sum(t.numel for t in op.inputs) * eb
         return max(_MIN_KERNEL_S, flops / peak, nbytes / device.memory_bandwidth_Bps)
@@ -175,7 +186,7 @@ class RooflineElementwise:
     """
 
     name = "roofline-elementwise"
-    families = (KernelFamily.ELEMENTWISE, KernelFamily.NORM, KernelFamily.SOFTMAX,
+    families: tuple[KernelFamily, ...] = (KernelFamily.ELEMENTWISE, KernelFamily.NORM, KernelFamily.SOFTMAX,
                 KernelFamily.REDUCTION, KernelFamily.OPTIMIZER)  # fmt: skip
     provenance = "spec-based"
 
@@ -204,11 +215,15 @@ class AlphaBetaCollective:
     bandwidth per direction from the catalog)."""
 
     name = "alpha-beta-collective"
-    families = tuple(f for f in KernelFamily if f.is_communication)
+    families: tuple[KernelFamily, ...] = tuple(f for f in KernelFamily if f.is_communication)
     provenance = "spec-based"
 
     def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
-        return device is not None and device.gpu_link_bandwidth_GBps is not None and kernel.collective is not None
+        return (
+            device is not None
+            and device.gpu_link_bandwidth_GBps is not None
+            and kernel.collective is not None
+        )
 
     def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float:
         assert device is not None and kernel.collective is not None
@@ -219,14 +234,14 @@ class AlphaBetaCollective:
             nbytes = max(nbytes, float(sum(c.peer_bytes)))
         factor = _RING_FACTOR.get(c.kind, lambda _n: 1.0)(n)
         assert device.gpu_link_bandwidth_GBps is not None
-        per_direction_Bps = device.gpu_link_bandwidth_GBps * 1e9 / 2
-        return _COLLECTIVE_LATENCY_S + factor * nbytes / per_direction_Bps
+        one_way = device.gpu_link_bandwidth_GBps * 1e9 / 2  # bytes/s in one direction
+        return _COLLECTIVE_LATENCY_S + factor * nbytes / one_way
 
 
 class CommModelKernels:
     """Adapter: a ``trainsim.comm`` collective model answering for collective kernels."""
 
-    families = tuple(f for f in KernelFamily if f.is_communication)
+    families: tuple[KernelFamily, ...] = tuple(f for f in KernelFamily if f.is_communication)
 
     def __init__(self, model: CommModel, *, gpus_per_node: int | None = None) -> None:
         self.model = model
@@ -244,7 +259,9 @@ class CommModelKernels:
         assert c is not None
         nbytes = float(max(c.bytes, sum(c.peer_bytes) if c.peer_bytes else 0))
         try:
-            p = self.model.predict(c.kind, nbytes, max(c.group_size, 1), gpus_per_node=self.gpus_per_node)
+            p = self.model.predict(
+                c.kind, nbytes, max(c.group_size, 1), gpus_per_node=self.gpus_per_node
+            )
         except ModelError as e:
             raise ModelError(f"kernel {kernel.id} ({kernel.name[:40]}): {e}") from e
         return Prediction(p.duration_s, p.provenance)
@@ -252,4 +269,6 @@ class CommModelKernels:
 
 def default_registry() -> ModelRegistry:
     """Spec-based roofline models for memory copies, GEMMs, element-wise kernels, collectives."""
-    return ModelRegistry([RooflineMemcpy(), RooflineGemm(), RooflineElementwise(), AlphaBetaCollective()])
+    return ModelRegistry(
+        [RooflineMemcpy(), RooflineGemm(), RooflineElementwise(), AlphaBetaCollective()]
+    )

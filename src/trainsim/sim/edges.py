@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,29 +30,37 @@ if TYPE_CHECKING:
     from trainsim.sim.program import RankProgram
 
 
-def thread_edges(rp: RankProgram, *, infer: bool) -> list[list[tuple[int, float | None]]]:
+Preds = tuple[tuple[int, float | None], ...]
+
+
+def thread_edges(rp: RankProgram, *, infer: bool) -> list[Preds]:
     """Per op, its cross-thread predecessors as (op index, measured delay after its end);
-    the delay is None for ``Op.deps`` edges (no delay)."""
+    the delay is None for ``Op.deps`` edges (no delay). Most ops have none: ``()``."""
     ops = rp.ops
-    out: list[list[tuple[int, float | None]]] = [[] for _ in ops]
+    out: dict[int, list[tuple[int, float | None]]] = {}
     if any(op.deps for op in ops):
         index = {op.id: i for i, op in enumerate(ops)}
         for oi, op in enumerate(ops):
             for d in op.deps:
                 di = index[d]
                 if ops[di].thread != op.thread or di > oi:
-                    out[oi].append((di, None))
+                    out.setdefault(oi, []).append((di, None))
     if infer and len(rp.cpu_lanes) > 1:
         _fork_join(rp, out)
-    return out
+    preds: list[Preds] = [()] * len(ops)
+    for oi, lst in out.items():
+        preds[oi] = tuple(lst)
+    return preds
 
 
-def _fork_join(rp: RankProgram, out: list[list[tuple[int, float | None]]]) -> None:
+def _fork_join(rp: RankProgram, out: dict[int, list[tuple[int, float | None]]]) -> None:
     """Vectorised over each lane's ops: the other-thread op that ended last in each gap."""
     ops = rp.ops
     lanes = []
     for lane in rp.cpu_lanes:
-        timed = [oi for oi in lane if ops[oi].start_s is not None and ops[oi].duration_s is not None]
+        timed = [
+            oi for oi in lane if ops[oi].start_s is not None and ops[oi].duration_s is not None
+        ]
         starts = np.array([ops[oi].start_s for oi in timed], dtype=float)
         ends = starts + np.array([ops[oi].duration_s for oi in timed], dtype=float)
         order = np.argsort(ends, kind="stable")
@@ -71,9 +80,10 @@ def _fork_join(rp: RankProgram, out: list[list[tuple[int, float | None]]]) -> No
             better = cand > best_end
             best_end = np.where(better, cand, best_end)
             best_op = np.where(better, oidx[oorder[jj]], best_op)
-        for i in np.flatnonzero(best_op >= 0):
-            out[int(idx[i])].append((int(best_op[i]), float(starts[i] - best_end[i])))
-            rp.diagnostics["thread_edges"] += 1
+        found = np.flatnonzero(best_op >= 0)
+        for i in found.tolist():
+            out.setdefault(int(idx[i]), []).append((int(best_op[i]), float(starts[i] - best_end[i])))
+        rp.diagnostics["thread_edges"] += int(found.size)
 
 
 def intra_rank_rule(rp: RankProgram, keys: list[float]) -> None:
@@ -105,13 +115,13 @@ def intra_rank_rule(rp: RankProgram, keys: list[float]) -> None:
             if cur is None or keys[d] < keys[cur]:
                 first_dep[c] = d
     for cs in colls_of_lane.values():
-        for c, nxt in zip(cs, cs[1:], strict=False):
-            d = first_dep.get(c)
-            if d is None or keys[d] >= keys[nxt]:
+        for c, nxt in itertools.pairwise(cs):
+            dep = first_dep.get(c)
+            if dep is None or keys[dep] >= keys[nxt]:
                 continue
-            s_next, s_dep = rp.kernels[nxt].start_s, rp.kernels[d].start_s
+            s_next, s_dep = rp.kernels[nxt].start_s, rp.kernels[dep].start_s
             if s_next is not None and s_dep is not None and s_next < s_dep - TOLERANCE_S:
                 rp.diagnostics["intra_rank_rule_contradicted"] += 1
                 continue
-            rp.k_after[nxt].append(d)
+            rp.k_after[nxt].append(dep)
             rp.diagnostics["intra_rank_rules"] += 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from trainsim.errors import SimulationError
 from trainsim.sim.program import Program, RankProgram
@@ -64,7 +65,7 @@ class Evaluation:
     inst_bind: list[tuple[int, int]]  # latest member (rank index, kernel index)
 
 
-def _none(n: int) -> list:  # type: ignore[type-arg]
+def _none(n: int) -> list[Any]:
     return [None] * n
 
 
@@ -134,7 +135,12 @@ class Engine:
         t = self.t[lane.rank]
         ops = rp.cpu_lanes[lane.idx]
         op_t1, op_cross, op_call0, op_tail = rp.op_t1, rp.op_cross, rp.op_call0, rp.op_tail
-        call_gap, call_dur, call_block, call_wake = rp.call_gap, rp.call_dur, rp.call_block, rp.call_wake
+        call_gap, call_dur, call_block, call_wake = (
+            rp.call_gap,
+            rp.call_dur,
+            rp.call_block,
+            rp.call_wake,
+        )
         op_end, call_start, call_end, k_end = t.op_end, t.call_start, t.call_end, t.k_end
         pos, cpos, clock, last = lane.pos, lane.cpos, lane.clock, lane.last
         n = len(ops)
@@ -143,7 +149,7 @@ class Engine:
             if cpos < 0:
                 start = clock + op_t1[o]
                 bind = -2 if pos else -1
-                for src, delay in op_cross[o]:
+                for src, delay in op_cross[o] or ():
                     e = op_end[src]
                     if e is None:
                         lane.pos, lane.cpos, lane.clock, lane.last = pos, cpos, clock, last
@@ -173,7 +179,9 @@ class Engine:
                         e = k_end[k]
                         if e is None:
                             lane.pos, lane.cpos, lane.clock, lane.last = pos, cpos, clock, last
-                            self._park(g, lane, self.stream_base[lane.rank] + rp.k_lane[k], "kernel", k)
+                            self._park(
+                                g, lane, self.stream_base[lane.rank] + rp.k_lane[k], "kernel", k
+                            )
                             return fresh
                         if e + wake > ce:
                             ce, cb = e + wake, k

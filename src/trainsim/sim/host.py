@@ -20,6 +20,8 @@ from trainsim.ir.kinds import KernelFamily
 from trainsim.sim.options import HostMode
 from trainsim.sim.syncs import TOLERANCE_S
 
+_KINDS = (Overhead.T1, Overhead.T2, Overhead.T3, Overhead.T4, Overhead.T5, Overhead.CPU)
+
 
 @dataclass(slots=True)
 class Call:
@@ -43,8 +45,12 @@ class Call:
                 continue
             if "DtoH" in k.name and "Pageable" in k.name:
                 return True
-            if (self.start_s is not None and self.duration_s is not None and k.start_s is not None
-                    and self.start_s + self.duration_s > k.start_s + TOLERANCE_S):
+            if (
+                self.start_s is not None
+                and self.duration_s is not None
+                and k.start_s is not None
+                and self.start_s + self.duration_s > k.start_s + TOLERANCE_S
+            ):
                 return True
         return False
 
@@ -52,9 +58,18 @@ class Call:
 def op_calls(op: Op, *, timed: bool, counter: list[int]) -> list[Call]:
     """The op's runtime calls in issue order.
 
-    ``timed``: every call of the rank has a measured start, which orders them. Otherwise calls
-    are ordered structurally (kernels in their tuple order, then syncs), keyed by ``counter``.
+    ``timed``: every call of the rank has a measured start, which orders them. Otherwise the
+    order is structural — event waits first (they order the kernels that follow), then the
+    kernels in their tuple order, then blocking syncs (they wait for the work just issued) —
+    keyed by ``counter``.
     """
+    if not op.syncs and len(op.kernels) == 1:  # the common case
+        k = op.kernels[0]
+        if timed:
+            assert k.launch_start_s is not None
+            return [Call(k.launch_start_s, k.launch_start_s, k.launch_duration_s, [k])]
+        counter[0] += 1
+        return [Call(float(counter[0]), k.launch_start_s, k.launch_duration_s, [k])]
     if not op.kernels and not op.syncs:
         return []
     calls: list[Call] = []
@@ -64,7 +79,9 @@ def op_calls(op: Op, *, timed: bool, counter: list[int]) -> list[Call]:
             assert k.launch_start_s is not None
             c = by_start.get(k.launch_start_s)
             if c is None:
-                c = by_start[k.launch_start_s] = Call(k.launch_start_s, k.launch_start_s, k.launch_duration_s)
+                c = by_start[k.launch_start_s] = Call(
+                    k.launch_start_s, k.launch_start_s, k.launch_duration_s
+                )
                 calls.append(c)
             c.kernels.append(k)
         for s in op.syncs:
@@ -72,12 +89,17 @@ def op_calls(op: Op, *, timed: bool, counter: list[int]) -> list[Call]:
             calls.append(Call(s.start_s, s.start_s, s.duration_s, sync=s))
         calls.sort(key=lambda c: c.key)
         return calls
+    for s in op.syncs:
+        if not s.kind.blocks_cpu:
+            counter[0] += 1
+            calls.append(Call(float(counter[0]), s.start_s, s.duration_s, sync=s))
     for k in op.kernels:
         counter[0] += 1
         calls.append(Call(float(counter[0]), k.launch_start_s, k.launch_duration_s, kernels=[k]))
     for s in op.syncs:
-        counter[0] += 1
-        calls.append(Call(float(counter[0]), s.start_s, s.duration_s, sync=s))
+        if s.kind.blocks_cpu:
+            counter[0] += 1
+            calls.append(Call(float(counter[0]), s.start_s, s.duration_s, sync=s))
     return calls
 
 
@@ -92,26 +114,47 @@ class OpTiming:
 
 
 class HostModel:
-    """Produces :class:`OpTiming` for ops in one of the host modes."""
+    """Produces :class:`OpTiming` for ops in one of the host modes.
 
-    def __init__(self, mode: HostMode, db: OverheadDB | None, *, entry_gap_s: float | None = None) -> None:
-        """``entry_gap_s``: the gap before a thread's first op, when known (self statistics);
-        otherwise that op's T1 is used."""
-        if mode is not HostMode.TRACE and db is None:
+    Statistics come from ``db`` (``SHARED``, or ``STATS`` with a given database) or from
+    ``means`` = (per op name (T1, T2, T3, T4, T5, CPU), global means) of the workload itself.
+    ``entry_gap_s``: the gap before a thread's first op, when known (self statistics);
+    otherwise that op's T1 is used.
+    """
+
+    def __init__(
+        self,
+        mode: HostMode,
+        db: OverheadDB | None = None,
+        *,
+        means: tuple[dict[str, tuple[float, ...]], tuple[float, ...]] | None = None,
+        entry_gap_s: float | None = None,
+    ) -> None:
+        if mode is not HostMode.TRACE and db is None and means is None:
             raise ConfigError(f"host mode {mode.value} needs an overhead database")
         self.mode = mode
-        self.db = db
         self.entry_gap_s = entry_gap_s
         self._cache: dict[str, tuple[float, ...]] = {}
+        self._global: tuple[float, ...] = (0.0,) * 6
+        if means is not None:
+            self._cache, self._global = dict(means[0]), means[1]
+        elif db is not None:
+            self._db = db
+            self._global = tuple(db.lookup("", k) for k in _KINDS)
+
+    @property
+    def cached_stats(self) -> dict[str, tuple[float, ...]]:
+        """The per-name cache behind :meth:`op_stats` (read it first in hot loops)."""
+        return self._cache
 
     def op_stats(self, name: str) -> tuple[float, ...]:
         """(T1, T2, T3, T4, T5, CPU) means of an op name (cached lookups with fallbacks)."""
         got = self._cache.get(name)
         if got is None:
-            assert self.db is not None
-            look = self.db.lookup
-            got = tuple(look(name, k) for k in (Overhead.T1, Overhead.T2, Overhead.T3, Overhead.T4,
-                                                Overhead.T5, Overhead.CPU))  # fmt: skip
+            if hasattr(self, "_db"):
+                got = tuple(self._db.lookup(name, k) for k in _KINDS)
+            else:
+                got = self._global
             self._cache[name] = got
         return got
 
@@ -121,9 +164,7 @@ class HostModel:
         Per-op T4 would be wrong here: it is dominated by the op's non-blocking launches, and
         where an op's only call blocks, its samples include the waiting.
         """
-        if self.db is None:
-            return 0.0
-        return self.db.lookup("", Overhead.T4)
+        return self._global[3]
 
     def timing(self, op: Op, calls: list[Call], anchor_s: float | None, *, first: bool) -> OpTiming:
         """``anchor_s``: measured end of the previous op on the thread (or the thread's start);

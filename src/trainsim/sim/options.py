@@ -47,7 +47,11 @@ class SimOptions:
     rule (a collective starts no earlier than the first dependent of the previous collective on
     its stream). ``thread_edges`` infers fork/join edges between CPU threads from the trace
     (e.g. the autograd thread starts after ``backward()`` is called and the optimizer waits for
-    it); it needs measured op times and is ignored without them.
+    it); it needs measured op times and is ignored without them. ``launch_latency_s`` (from a
+    runtime call's start to its kernel's earliest start) and ``kernel_gap_s`` (between
+    back-to-back kernels of a stream) replace the values otherwise estimated from the trace
+    (or 002 Alg. 3's T4/2 and 1 µs without one); ``TRACE`` mode keeps each measured kernel's
+    own values.
     """
 
     kernels: KernelSource = KernelSource.MEASURED
@@ -56,3 +60,5 @@ class SimOptions:
     kernel_models: ModelRegistry | None = None
     intra_rank_sync: bool = True
     thread_edges: bool = True
+    launch_latency_s: float | None = None
+    kernel_gap_s: float | None = None

@@ -66,7 +66,7 @@ class RankProgram:
     # structure
     op_lane: list[int] = field(default_factory=list)
     op_call0: list[int] = field(default_factory=list)  # calls of op o: op_call0[o]:op_call0[o+1]
-    op_preds: list[list[tuple[int, float | None]]] = field(default_factory=list)  # cross-thread
+    op_preds: list[tuple[tuple[int, float | None], ...]] = field(default_factory=list)  # cross-thread
     calls: list[Call] = field(default_factory=list)
     call_op: list[int] = field(default_factory=list)
     call_block: list[tuple[int, ...] | None] = field(default_factory=list)
@@ -107,21 +107,24 @@ class Program:
 def compile_workload(w: Workload, options: SimOptions) -> Program:
     registry = options.kernel_models or default_registry()
     ranks = [_structure(rg, registry, options) for rg in w.ranks]
-    db, entry = options.overhead_db, None
-    if options.overheads is HostMode.STATS and db is None:
-        from trainsim.sim.selfstats import self_overheads
+    if options.overheads is HostMode.STATS and options.overhead_db is None:
+        from trainsim.sim.selfstats import self_means
 
-        db, entry = self_overheads(ranks)
-    host = HostModel(options.overheads, db, entry_gap_s=entry)
+        per_op, glob, entry = self_means(ranks)
+        host = HostModel(options.overheads, means=(per_op, glob), entry_gap_s=entry)
+    else:
+        host = HostModel(options.overheads, options.overhead_db)
     for rp in ranks:
-        _timings(rp, host)
+        _timings(rp, host, options)
     return Program(w, ranks, _instances(w, ranks, options, registry), options)
 
 
 # ---------------------------------------------------------------------------------- structure
 
 
-def _duration(k: Kernel, op: Op, opts: SimOptions, reg: ModelRegistry, rp: RankProgram) -> tuple[float, str]:
+def _duration(
+    k: Kernel, op: Op, opts: SimOptions, reg: ModelRegistry, rp: RankProgram
+) -> tuple[float, str]:
     if k.predicted_s is not None and k.provenance.startswith(WHATIF):
         return k.predicted_s, k.provenance  # a what-if pass changed this kernel (whatif.py)
     if opts.kernels is KernelSource.MODEL:
@@ -156,23 +159,24 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
     timed = all(k.launch_start_s is not None for o in rg.ops for k in o.kernels) and all(
         s.start_s is not None for o in rg.ops for s in o.syncs
     )
-    lane_of_thread: dict[int, int] = {}
+    lane_of_thread: dict[int, tuple[int, list[int]]] = {}
     counter = [0]
     keys: list[float] = []
     threads: list[int] = []
     kernel_op: list[int] = []
     calls, call_op, kernels, k_call = rp.calls, rp.call_op, rp.kernels, rp.k_call
     k_dur, k_prov, op_lane, op_call0 = rp.k_dur, rp.k_prov, rp.op_lane, rp.op_call0
+    cpu_lanes, lane_thread = rp.cpu_lanes, rp.lane_thread
     measured = opts.kernels is KernelSource.MEASURED
     for oi, op in enumerate(rp.ops):
         thread = op.thread
-        lane = lane_of_thread.get(thread)
-        if lane is None:
-            lane = lane_of_thread[thread] = len(rp.cpu_lanes)
-            rp.cpu_lanes.append([])
-            rp.lane_thread.append(thread)
-        rp.cpu_lanes[lane].append(oi)
-        op_lane.append(lane)
+        got = lane_of_thread.get(thread)
+        if got is None:
+            got = lane_of_thread[thread] = (len(cpu_lanes), [])
+            cpu_lanes.append(got[1])
+            lane_thread.append(thread)
+        op_lane.append(got[0])
+        got[1].append(oi)
         op_call0.append(len(calls))
         if not op.kernels and not op.syncs:
             continue
@@ -238,8 +242,12 @@ def _sync_edges(rp: RankProgram, idx: syncs.IssueIndex) -> None:
         s = c.sync
         if s is not None:
             if s.kind.blocks_cpu:
-                end = None if c.start_s is None or c.duration_s is None else c.start_s + c.duration_s
-                rp.call_block[ci] = syncs.blocking_targets(s, key=c.key, idx=idx, end_s=end, diag=diag)
+                end = (
+                    None if c.start_s is None or c.duration_s is None else c.start_s + c.duration_s
+                )
+                rp.call_block[ci] = syncs.blocking_targets(
+                    s, key=c.key, idx=idx, end_s=end, diag=diag
+                )
             elif s.kind is SyncKind.STREAM_WAIT_EVENT:
                 thread = rp.ops[rp.call_op[ci]].thread
                 edge = syncs.event_wait(s, key=c.key, thread=thread, idx=idx, diag=diag)
@@ -277,14 +285,16 @@ def _dep_edges(rp: RankProgram, kernel_op: list[int]) -> None:
 # ------------------------------------------------------------------------------------ timings
 
 
-def _timings(rp: RankProgram, host: HostModel) -> None:
+def _timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
     ops, call0 = rp.ops, rp.op_call0
     seen: set[int] = set()
     if host.mode is HostMode.TRACE:
         anchor: dict[int, float] = {}
         for oi, op in enumerate(ops):
             c0, c1 = call0[oi], call0[oi + 1]
-            timing = host.timing(op, rp.calls[c0:c1], anchor.get(op.thread, rp.cpu_start_s), first=False)
+            timing = host.timing(
+                op, rp.calls[c0:c1], anchor.get(op.thread, rp.cpu_start_s), first=False
+            )
             anchor[op.thread] = op.end_s if op.end_s is not None else rp.cpu_start_s
             rp.op_t1.append(timing.t1_s)
             rp.op_tail.append(timing.tail_s)
@@ -292,13 +302,13 @@ def _timings(rp: RankProgram, host: HostModel) -> None:
             rp.call_dur.extend(timing.durations_s)
     else:  # inlined HostModel.timing: this loop runs once per op of every rank
         entry = host.entry_gap_s
-        stats = host.op_stats
-        t1s, tails, gaps, durs = rp.op_t1, rp.op_tail, rp.call_gap, rp.call_dur
+        stats, cached = host.op_stats, host.cached_stats
+        t1s, tails, gaps, durs, preds = rp.op_t1, rp.op_tail, rp.call_gap, rp.call_dur, rp.op_preds
         for oi, op in enumerate(ops):
-            t1, t2, t3, t4, t5, cpu = stats(op.name)
+            t1, t2, t3, t4, t5, cpu = cached.get(op.name) or stats(op.name)
             if op.thread not in seen:
                 seen.add(op.thread)
-                if entry is not None and not rp.op_preds[oi]:
+                if entry is not None and not preds[oi]:
                     t1 = entry
             t1s.append(t1)
             n = call0[oi + 1] - call0[oi]
@@ -317,14 +327,16 @@ def _timings(rp: RankProgram, host: HostModel) -> None:
             _blocking(rp, ci, targets, host.mode, blocking_dur)
     trace = host.mode is HostMode.TRACE
     # inferred thread edges carry their measured delay (TRACE) or the op's T1; deps carry none
-    rp.op_cross = [
-        tuple((src, 0.0 if d is None else d if trace else rp.op_t1[oi]) for src, d in preds) if preds else ()
-        for oi, preds in enumerate(rp.op_preds)
-    ]
-    _latencies(rp, host.mode)
+    rp.op_cross = [()] * len(ops)
+    for oi, pr in enumerate(rp.op_preds):
+        if pr:
+            rp.op_cross[oi] = tuple((src, 0.0 if d is None else d if trace else rp.op_t1[oi]) for src, d in pr)
+    _latencies(rp, host.mode, opts)
 
 
-def _blocking(rp: RankProgram, ci: int, targets: tuple[int, ...], mode: HostMode, own_s: float) -> None:
+def _blocking(
+    rp: RankProgram, ci: int, targets: tuple[int, ...], mode: HostMode, own_s: float
+) -> None:
     """Own duration and wake-up of a blocking call: it ends at
     max(start + own, awaited end + wake). ``TRACE`` reproduces the measured end exactly."""
     c = rp.calls[ci]
@@ -342,7 +354,7 @@ def _blocking(rp: RankProgram, ci: int, targets: tuple[int, ...], mode: HostMode
         rp.call_dur[ci] = c.duration_s
 
 
-def _latencies(rp: RankProgram, mode: HostMode) -> None:
+def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
     """Launch latency (from the call's start) and kernel-kernel gap of every kernel."""
     ready = _measured_readiness(rp)
     post: dict[bool, list[float]] = {True: [], False: []}
@@ -351,7 +363,12 @@ def _latencies(rp: RankProgram, mode: HostMode) -> None:
     for i, k in enumerate(rp.kernels):
         ci = rp.k_call[i]
         c = calls[ci]
-        if k.start_s is None or c.start_s is None or c.duration_s is None or rp.call_block[ci] is not None:
+        if (
+            k.start_s is None
+            or c.start_s is None
+            or c.duration_s is None
+            or rp.call_block[ci] is not None
+        ):
             continue
         mem = k.family in _MEMORY
         r = ready[i]
@@ -367,8 +384,17 @@ def _latencies(rp: RankProgram, mode: HostMode) -> None:
         mem = k.family in _MEMORY
         dur = rp.call_dur[ci]
         p, g = typ_post[mem], typ_gap[mem]
-        lat = max(0.0, dur + p) if p is not None else dur / 2
-        gap = g if g is not None else _ALG3_GAP_S
+        if opts.launch_latency_s is not None:
+            lat = opts.launch_latency_s
+        else:
+            lat = max(0.0, dur + p) if p is not None else dur / 2
+        gap = (
+            opts.kernel_gap_s
+            if opts.kernel_gap_s is not None
+            else g
+            if g is not None
+            else _ALG3_GAP_S
+        )
         c = calls[ci]
         if trace and k.start_s is not None and c.start_s is not None:
             own = k.start_s - c.start_s
@@ -413,7 +439,9 @@ def _measured_readiness(rp: RankProgram) -> list[float | None]:
 # -------------------------------------------------------------------------------- collectives
 
 
-def _instances(w: Workload, ranks: list[RankProgram], opts: SimOptions, reg: ModelRegistry) -> list[Instance]:
+def _instances(
+    w: Workload, ranks: list[RankProgram], opts: SimOptions, reg: ModelRegistry
+) -> list[Instance]:
     by_key: dict[tuple[str, int], Instance] = {}
     for ri, rp in enumerate(ranks):
         for ki, k in enumerate(rp.kernels):
@@ -458,7 +486,7 @@ def _instances(w: Workload, ranks: list[RankProgram], opts: SimOptions, reg: Mod
             rp.k_dur[ki], rp.k_prov[ki] = d
             durs.append(d)
         # measured: the last arrival's duration is the transfer; models: the largest member
-        inst.transfer_s, inst.provenance = min(durs) if opts.kernels is KernelSource.MEASURED else max(durs)
+        inst.transfer_s, inst.provenance = (
+            min(durs) if opts.kernels is KernelSource.MEASURED else max(durs)
+        )
     return instances
-
-

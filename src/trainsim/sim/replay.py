@@ -86,7 +86,9 @@ def load_workload(
             attach_execution_traces = None  # type: ignore[assignment]
         if attach_execution_traces is not None:
             workload, stats = attach_execution_traces(loaded)
-            et_link = {str(r): (s.to_dict() if hasattr(s, "to_dict") else str(s)) for r, s in stats.items()}
+            et_link = {
+                str(r): (s.to_dict() if hasattr(s, "to_dict") else str(s)) for r, s in stats.items()
+            }
     return workload, loaded.match.to_dict(), et_link
 
 

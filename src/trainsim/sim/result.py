@@ -10,7 +10,8 @@ Definitions (the same as for a measured step, ``Workload.measured_step_s``):
 - exposed communication: time when a communication kernel runs and no other kernel of the rank
   does; collective wait: time a rank's collective kernels spend waiting for the latest peer;
 - the kernel-sum baseline of 000 §IV-B: the max over ranks of the busiest stream's kernel sum
-  (with measured kernels: the raw measured durations, waiting included, as a trace shows them).
+  (with measured kernels: the raw measured durations, waiting included, as a trace shows them;
+  with models: a collective's predicted transfer).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from trainsim.analyze.intervals import intersect_length, length
 from trainsim.sim.engine import Evaluation
 from trainsim.sim.options import KernelSource, SegmentKind, SimOptions
 from trainsim.sim.program import Program, RankProgram
@@ -127,8 +127,10 @@ class SimResult:
             "predicted_step_s": self.predicted_step_s,
             "kernel_sum_baseline_s": self.kernel_sum_baseline_s,
             "ranks": [r.to_dict() for r in self.ranks],
-            "critical_path": {"by_kind_s": self.critical_path_by_kind(),
-                              "segments": len(self.critical_path)},  # fmt: skip
+            "critical_path": {
+                "by_kind_s": self.critical_path_by_kind(),
+                "segments": len(self.critical_path),
+            },  # fmt: skip
             "diagnostics": dict(sorted(self.diagnostics.items())),
         }
         if segments:
@@ -136,13 +138,21 @@ class SimResult:
         return doc
 
 
-def _kernel_sum_time(program: Program, rp: RankProgram, k: int) -> float:
-    """A kernel's duration as the kernel-sum baseline counts it: as given (measured: for a
-    collective, its raw duration on this rank, waiting included), models: the transfer."""
-    inst = rp.k_inst[k]
-    if inst < 0 or program.options.kernels is KernelSource.MEASURED:
-        return rp.k_dur[k]
-    return program.instances[inst].transfer_s
+def _busy_and_exposed(starts: np.ndarray, ends: np.ndarray, comm: np.ndarray) -> tuple[float, float]:
+    """Length of the union of all intervals, and of the time only communication runs
+    (a sweep over the interval boundaries counting active comm and other kernels)."""
+    if starts.size == 0:
+        return 0.0, 0.0
+    times = np.concatenate((starts, ends))
+    c = comm.astype(np.int64)
+    d_comm = np.concatenate((c, -c))
+    d_other = np.concatenate((1 - c, c - 1))
+    order = np.argsort(times, kind="stable")
+    times, n_comm, n_other = times[order], np.cumsum(d_comm[order]), np.cumsum(d_other[order])
+    seg = np.diff(times)
+    busy = (n_comm[:-1] > 0) | (n_other[:-1] > 0)
+    exposed = (n_comm[:-1] > 0) & (n_other[:-1] == 0)
+    return float(seg[busy].sum()), float(seg[exposed].sum())
 
 
 def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
@@ -151,20 +161,20 @@ def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
     ks = rp.kernels
     starts = np.array(t.k_start, dtype=float) if ks else np.zeros(0)
     ends = np.array(t.k_end, dtype=float) if ks else np.zeros(0)
-    cpu_end = max((e for e in t.op_end if e is not None), default=rp.cpu_start_s)
+    cpu_end = max(t.op_end, default=rp.cpu_start_s)
     end = float(ends.max()) if ks else cpu_end
     step = end - rp.step_start_s
+    dur = np.array(rp.k_dur, dtype=float)
+    if program.options.kernels is not KernelSource.MEASURED:  # models: a collective's transfer
+        for k, inst in enumerate(rp.k_inst):
+            if inst >= 0:
+                dur[k] = program.instances[inst].transfer_s
     streams = []
     for lane, kidx in enumerate(rp.stream_lanes):
         busy = float((ends[kidx] - starts[kidx]).sum())
-        ksum = sum(_kernel_sum_time(program, rp, k) for k in kidx)
-        streams.append(StreamResult(rp.lane_stream[lane], len(kidx), busy, step - busy, ksum))
+        streams.append(StreamResult(rp.lane_stream[lane], len(kidx), busy, step - busy, float(dur[kidx].sum())))
     comm = np.array([k.family.is_communication for k in ks], dtype=bool)
-    busy_all = length(starts, ends) if ks else 0.0
-    exposed = 0.0
-    if comm.any():
-        c = (starts[comm], ends[comm])
-        exposed = length(*c) - intersect_length(c, (starts[~comm], ends[~comm]))
+    busy_all, exposed = _busy_and_exposed(starts, ends, comm)
     wait = 0.0
     for k, inst in enumerate(rp.k_inst):
         if inst >= 0:

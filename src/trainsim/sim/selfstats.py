@@ -40,18 +40,19 @@ def collect(rp: RankProgram, into: Samples, entry: list[float]) -> None:
         d = into.get(op.name)
         if d is None:
             d = into[op.name] = [[], [], [], [], [], []]
-        anchor = prev_end.get(op.thread)
-        for src, _ in preds[oi]:
-            e = ops[src].end_s
-            if e is not None and (anchor is None or e > anchor):
-                anchor = e
+        thread = op.thread
+        pe = anchor = prev_end.get(thread)
+        if preds[oi]:
+            for src, _ in preds[oi]:
+                e = ops[src].end_s
+                if e is not None and (anchor is None or e > anchor):
+                    anchor = e
         if anchor is None:
             entry.append(max(0.0, start - rp.cpu_start_s))
         else:
             d[T1].append(max(0.0, start - anchor))
         end = start + dur
-        pe = prev_end.get(op.thread)
-        prev_end[op.thread] = end if pe is None or end > pe else pe
+        prev_end[thread] = end if pe is None or end > pe else pe
         c0, c1 = call0[oi], call0[oi + 1]
         if c1 == c0:
             d[CPU].append(dur)
@@ -69,25 +70,14 @@ def collect(rp: RankProgram, into: Samples, entry: list[float]) -> None:
                 t5.append(max(0.0, s - last))
             if blocks[ci] is None:
                 t4.append(cd)
-            if s + cd > last:
-                last = s + cd
+            last = max(last, s + cd)
         else:
             d[T3].append(max(0.0, end - last))
 
 
-def _unfiltered(values: list[float]) -> Stat:
-    """Plain statistics (pure Python: most lists hold a handful of samples)."""
-    n = len(values)
-    mean = sum(values) / n
-    ordered = sorted(values)
-    mid = n // 2
-    med = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
-    return Stat(mean_s=mean, median_s=med, std_s=std, count=n, raw_count=n)
-
-
-def self_overheads(ranks: list[RankProgram], *, filtered: bool = False) -> tuple[OverheadDB, float]:
-    """Per-op-name and global statistics over every rank, and the mean step-entry gap."""
+def self_overheads(ranks: list[RankProgram], *, filtered: bool = False) -> OverheadDB:
+    """An :class:`OverheadDB` of the workload (IQR-filtered like 002 §4.4.2 when ``filtered``,
+    else plain statistics), for export and comparison."""
     pooled: Samples = {}
     entry: list[float] = []
     for rp in ranks:
@@ -100,4 +90,42 @@ def self_overheads(ranks: list[RankProgram], *, filtered: bool = False) -> tuple
         for i, v in enumerate(lists):
             glob[i].extend(v)
     db.global_ = {_KINDS[i]: stat(v) for i, v in enumerate(glob) if v}
-    return db, sum(entry) / len(entry) if entry else 0.0
+    return db
+
+
+def self_means(ranks: list[RankProgram]) -> tuple[dict[str, tuple[float, ...]], tuple[float, ...], float]:
+    """What ``STATS`` mode needs: per op name the mean (T1, T2, T3, T4, T5, CPU) — a kind the
+    name has no sample of takes the global mean —, the global means, the mean step-entry gap.
+
+    Plain means, not 002's IQR-filtered ones: the simulator derives the waits that filtering
+    was meant to remove (blocking calls, thread hand-offs) by itself, and a mean keeps each op
+    name's total host time; the filtered means under-predict CPU-bound steps (DLRM: −10 %).
+    """
+    pooled: Samples = {}
+    entry: list[float] = []
+    for rp in ranks:
+        collect(rp, pooled, entry)
+    sums = [0.0] * 6
+    counts = [0] * 6
+    for lists in pooled.values():
+        for i, v in enumerate(lists):
+            if v:
+                sums[i] += math.fsum(v)
+                counts[i] += len(v)
+    glob = tuple(s / c if c else 0.0 for s, c in zip(sums, counts, strict=True))
+    per_op = {
+        name: tuple(math.fsum(v) / len(v) if v else glob[i] for i, v in enumerate(lists))
+        for name, lists in pooled.items()
+    }
+    return per_op, glob, (math.fsum(entry) / len(entry) if entry else 0.0)
+
+
+def _unfiltered(values: list[float]) -> Stat:
+    """Plain statistics (no outlier filtering: count == raw_count)."""
+    n = len(values)
+    mean = math.fsum(values) / n
+    ordered = sorted(values)
+    mid = n // 2
+    med = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
+    return Stat(mean_s=mean, median_s=med, std_s=std, count=n, raw_count=n)

@@ -19,12 +19,17 @@ _STREAM_TID = 1_000_000  # stream tracks: this + stream id (CPU tracks use small
 _PATH_TID = 2_000_000
 
 
-def _x(name: str, cat: str, pid: int, tid: int, start_s: float, end_s: float, **args: Any) -> dict[str, Any]:
+def _x(
+    name: str, cat: str, where: tuple[int, int], start_s: float, end_s: float, **args: Any
+) -> dict[str, Any]:
+    pid, tid = where
     return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": start_s * _US,
             "dur": max(0.0, end_s - start_s) * _US, "args": args}  # fmt: skip
 
 
-def _meta(kind: str, pid: int, tid: int | None, name: str, sort: int | None = None) -> list[dict[str, Any]]:
+def _meta(
+    kind: str, pid: int, tid: int | None, name: str, sort: int | None = None
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"ph": "M", "name": kind, "pid": pid, "args": {"name": name}}]
     if tid is not None:
         out[0]["tid"] = tid
@@ -46,32 +51,43 @@ def timeline_events(res: SimResult) -> list[dict[str, Any]]:
         for lane, thread in enumerate(rp.lane_thread):
             events += _meta("thread_name", pid, lane, f"CPU thread {thread}", sort=lane)
         for lane, stream in enumerate(rp.lane_stream):
-            events += _meta("thread_name", pid, _STREAM_TID + stream, f"stream {stream}", sort=100 + lane)
+            events += _meta(
+                "thread_name", pid, _STREAM_TID + stream, f"stream {stream}", sort=100 + lane
+            )
         events += _meta("thread_name", pid, _PATH_TID, "critical path", sort=1000)
         for oi, op in enumerate(rp.ops):
             tid = rp.op_lane[oi]
-            events.append(_x(op.name, "cpu_op", pid, tid, t.op_start[oi], t.op_end[oi], op_id=op.id))
+            events.append(
+                _x(op.name, "cpu_op", (pid, tid), t.op_start[oi], t.op_end[oi], op_id=op.id)
+            )
             for ci in range(rp.op_call0[oi], rp.op_call0[oi + 1]):
                 c = rp.calls[ci]
                 name = c.sync.kind.value if c.sync is not None else "launch"
-                events.append(_x(name, "runtime", pid, tid, t.call_start[ci], t.call_end[ci],
+                events.append(_x(name, "runtime", (pid, tid), t.call_start[ci], t.call_end[ci],
                                  blocking=rp.call_block[ci] is not None))  # fmt: skip
         for ki, k in enumerate(rp.kernels):
             tid = _STREAM_TID + k.stream
-            args: dict[str, Any] = {"kernel_id": k.id, "family": k.family.value, "provenance": rp.k_prov[ki]}
+            args: dict[str, Any] = {
+                "kernel_id": k.id,
+                "family": k.family.value,
+                "provenance": rp.k_prov[ki],
+            }
             inst = rp.k_inst[ki]
             if inst < 0:
-                events.append(_x(k.name, "kernel", pid, tid, t.k_start[ki], t.k_end[ki], **args))
+                events.append(_x(k.name, "kernel", (pid, tid), t.k_start[ki], t.k_end[ki], **args))
                 continue
             spec = program.instances[inst]
             args.update(collective=spec.kind.value, group=spec.group, seq=spec.seq)
             begin = ev.inst_end[inst] - spec.transfer_s
             if begin > t.k_start[ki]:
                 events.append(_x(f"wait for peers: {spec.kind.value} seq {spec.seq}", "collective_wait",
-                                 pid, tid, t.k_start[ki], begin, **args))  # fmt: skip
-            events.append(_x(k.name, "kernel", pid, tid, max(begin, t.k_start[ki]), t.k_end[ki], **args))
+                                 (pid, tid), t.k_start[ki], begin, **args))  # fmt: skip
+            events.append(
+                _x(k.name, "kernel", (pid, tid), max(begin, t.k_start[ki]), t.k_end[ki], **args)
+            )
     for s in res.critical_path:
-        events.append(_x(s.label[:120], s.kind.value, s.rank, _PATH_TID, s.start_s, s.end_s, kind=s.kind.value))
+        events.append(_x(f"{s.kind.value}: {s.label[:100]}", "critical_path", (s.rank, _PATH_TID),
+                         s.start_s, s.end_s, kind=s.kind.value))  # fmt: skip
     return events
 
 

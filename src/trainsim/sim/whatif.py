@@ -47,13 +47,17 @@ def _map_kernels(rg: RankGraph, pick: Callable[[Kernel], bool], factor: float) -
 def scale_family(w: Workload, family: KernelFamily, factor: float) -> Workload:
     """Kernels of one family run ``factor`` × as long (0.5: twice as fast), on every rank."""
     _check(factor, "--factor")
-    return replace(w, ranks=tuple(_map_kernels(r, lambda k: k.family is family, factor) for r in w.ranks))
+    return replace(
+        w, ranks=tuple(_map_kernels(r, lambda k: k.family is family, factor) for r in w.ranks)
+    )
 
 
 def scale_collectives(w: Workload, factor: float) -> Workload:
     """Every collective transfer takes ``factor`` × as long (a slower or faster network)."""
     _check(factor, "network factor")
-    return replace(w, ranks=tuple(_map_kernels(r, lambda k: k.collective is not None, factor) for r in w.ranks))
+    return replace(
+        w, ranks=tuple(_map_kernels(r, lambda k: k.collective is not None, factor) for r in w.ranks)
+    )
 
 
 def faster_network(w: Workload, speedup: float) -> Workload:
@@ -72,11 +76,15 @@ def straggler(w: Workload, rank: int, factor: float) -> Workload:
     target = w.rank(rank)
     pick = lambda k: not k.family.is_communication  # noqa: E731
     if target.represents == 1:
-        return replace(w, ranks=tuple(_map_kernels(r, pick, factor) if r.rank == rank else r for r in w.ranks))
+        return replace(
+            w, ranks=tuple(_map_kernels(r, pick, factor) if r.rank == rank else r for r in w.ranks)
+        )
     present = {r.rank for r in w.ranks}
-    members = sorted({m for k in target.kernels() if k.collective for m in k.collective.group_ranks} - present)
+    members = sorted(
+        {m for k in target.kernels() if k.collective for m in k.collective.group_ranks} - present
+    )
     new_id = members[0] if members else max(present) + 1
     slow = replace(_map_kernels(target, pick, factor), rank=new_id, represents=1)
     rest = replace(target, represents=target.represents - 1)
-    ranks = tuple(rest if r.rank == rank else r for r in w.ranks) + (slow,)
+    ranks = (*(rest if r.rank == rank else r for r in w.ranks), slow)
     return replace(w, ranks=ranks)

@@ -36,7 +36,7 @@ from trainsim.comm.hierarchical import HierarchicalModel
 from trainsim.comm.metrics import abs_rel_errors, gmae_pct, mape_pct, max_abs_err_pct
 from trainsim.comm.piecewise import fit_piecewise
 from trainsim.comm.readers import PaperError, read_comm_dataset, read_seed001_errors
-from trainsim.comm.samples import CaseKey, CommDataset, heldout_split
+from trainsim.comm.samples import CommDataset, heldout_split
 
 AZURE = "comm/nccl_tests_allreduce_a100_40gb_azure"
 SEED001 = ("calibration/a100-sxm4-80gb_perlmutter/nccl", "calibration/gh200-120gb_vista/nccl")
@@ -45,7 +45,9 @@ SEED = 0
 _KIB64 = 64 * 1024
 
 
-def _case(name: str, group: str, pred: np.ndarray, meas: np.ndarray, nbytes: np.ndarray, **extra: Any) -> dict[str, Any]:
+def _case(
+    name: str, group: str, pred: np.ndarray, meas: np.ndarray, nbytes: np.ndarray, **extra: Any
+) -> dict[str, Any]:
     big = nbytes >= _KIB64
     return {
         "name": name, "group": group, "points": int(meas.size),
@@ -59,7 +61,7 @@ def _case(name: str, group: str, pred: np.ndarray, meas: np.ndarray, nbytes: np.
 
 def _azure_heldout(ds: CommDataset) -> list[dict[str, Any]]:
     out = []
-    for key in ds.keys():
+    for key in ds.cases():
         m, t = ds.arrays(key)
         test = heldout_split(m, fraction=0.25, seed=SEED)
         curve = fit_piecewise(m[~test], t[~test])
@@ -73,11 +75,13 @@ def _azure_extrapolation(ds: CommDataset) -> list[dict[str, Any]]:
                         ds.device, ds.system_hint, ds.formats)  # fmt: skip
     model = fit_comm(small, system=guess_system(ds)).model
     out = []
-    for key in ds.keys():
+    for key in ds.cases():
         if key.group_size <= 16:
             continue
         m, t = ds.arrays(key)
-        pred, prov = model.predict_many(key.kind, m, key.group_size, gpus_per_node=key.gpus_per_node)
+        pred, prov = model.predict_many(
+            key.kind, m, key.group_size, gpus_per_node=key.gpus_per_node
+        )
         out.append(_case(f"all_reduce {key.group_size} GPUs from fits on <=16 GPUs", "azure-extrapolation",
                          pred, t, m, group_size=key.group_size, provenance=prov))  # fmt: skip
     return out
@@ -94,7 +98,7 @@ def _seed001(data_dir: Path, folder: str) -> list[dict[str, Any]]:
             continue
         paper.update({(e.series, e.nodes, e.gpus_per_node): e for e in read_seed001_errors(f)})
     out = []
-    for key in ds.keys():
+    for key in ds.cases():
         for series in ds.series_of(key):
             m, t = ds.arrays(key, series)
             test = heldout_split(m, fraction=0.2, seed=SEED, keep_ends=False)
@@ -116,7 +120,7 @@ def _seed001(data_dir: Path, folder: str) -> list[dict[str, Any]]:
 def _vtrain(data_dir: Path, folder: str) -> list[dict[str, Any]]:
     ds = read_comm_dataset([data_dir / folder])
     out = []
-    for key in ds.keys():
+    for key in ds.cases():
         m, t = ds.arrays(key)
         test = heldout_split(m, fraction=0.25, seed=SEED)
         curve = fit_piecewise(m[~test], t[~test])
@@ -137,9 +141,16 @@ def run_comm_suite(data_dir: Path, *, include_errors: bool = False) -> dict[str,
     groups: list[tuple[str, Callable[[], list[dict[str, Any]]]]] = []
     if (data_dir / AZURE).is_dir():
         az = read_comm_dataset([data_dir / AZURE])
-        groups += [("azure-heldout", lambda: _azure_heldout(az)), ("azure-extrapolation", lambda: _azure_extrapolation(az))]
-    groups += [("seed001", lambda f=f: _seed001(data_dir, f)) for f in SEED001 if (data_dir / f).is_dir()]  # type: ignore[misc]
-    groups += [("vtrain", lambda f=f: _vtrain(data_dir, f)) for f in VTRAIN if (data_dir / f).is_dir()]  # type: ignore[misc]
+        groups += [
+            ("azure-heldout", lambda: _azure_heldout(az)),
+            ("azure-extrapolation", lambda: _azure_extrapolation(az)),
+        ]
+    groups += [
+        ("seed001", lambda f=f: _seed001(data_dir, f)) for f in SEED001 if (data_dir / f).is_dir()
+    ]  # type: ignore[misc]
+    groups += [
+        ("vtrain", lambda f=f: _vtrain(data_dir, f)) for f in VTRAIN if (data_dir / f).is_dir()
+    ]  # type: ignore[misc]
     cases: list[dict[str, Any]] = []
     for _, run in groups:
         cases.extend(run())
@@ -160,9 +171,13 @@ def _summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
                            "predictions": int(p.size)}  # fmt: skip
     az_p, az_m = _pooled(cases, ("azure-heldout",))
     if az_p.size:
-        sizes = np.array([x["bytes"] for c in cases if c["group"] == "azure-heldout" for x in c["errors"]])
+        sizes = np.array(
+            [x["bytes"] for c in cases if c["group"] == "azure-heldout" for x in c["errors"]]
+        )
         out["azure_heldout_gmae_pct"] = gmae_pct(az_p, az_m)
-        out["azure_heldout_gmae_ge64KiB_pct"] = gmae_pct(az_p[sizes >= _KIB64], az_m[sizes >= _KIB64])
+        out["azure_heldout_gmae_ge64KiB_pct"] = gmae_pct(
+            az_p[sizes >= _KIB64], az_m[sizes >= _KIB64]
+        )
     ex_p, ex_m = _pooled(cases, ("azure-extrapolation",))
     if ex_p.size:
         out["azure_extrapolation_gmae_pct"] = gmae_pct(ex_p, ex_m)
@@ -170,5 +185,7 @@ def _summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
     if s001:
         out["seed001_cases"] = len(s001)
         out["seed001_cases_over_10pct"] = [c["name"] for c in s001 if c["mape_pct"] > 10]
-        out["seed001_paper_cases_over_10pct"] = [c["name"] for c in s001 if (c["paper_error_pct"] or 0) > 10]
+        out["seed001_paper_cases_over_10pct"] = [
+            c["name"] for c in s001 if (c["paper_error_pct"] or 0) > 10
+        ]
     return out

@@ -29,8 +29,10 @@ class SuiteSpec:
     help: str
 
     def load(self) -> Callable[..., dict[str, Any]]:
-        fn = getattr(importlib.import_module(self.module), self.function)
-        return fn  # type: ignore[no-any-return]
+        fn: Callable[..., dict[str, Any]] = getattr(
+            importlib.import_module(self.module), self.function
+        )
+        return fn
 
     def parameters(self) -> tuple[str, ...]:
         sig = inspect.signature(self.load())
@@ -52,7 +54,9 @@ def suite_names() -> list[str]:
 def get_suite(name: str) -> SuiteSpec:
     names = suite_names()
     if len(names) != len(set(names)):  # the table is the one source of truth: no duplicates
-        raise ConfigError(f"validation suites registered twice: {sorted(n for n in names if names.count(n) > 1)}")
+        raise ConfigError(
+            f"validation suites registered twice: {sorted(n for n in names if names.count(n) > 1)}"
+        )
     for s in SUITES:
         if s.name == name:
             return s
@@ -67,9 +71,13 @@ def run_suite(name: str, data_dir: Path, **params: Any) -> dict[str, Any]:
     unknown = sorted(set(given) - set(accepted))
     if unknown:
         opts = ", ".join("--" + u.replace("_", "-") for u in unknown)
-        raise ConfigError(f"suite {name} does not take {opts} (it takes: {', '.join(accepted) or 'no options'})")
+        raise ConfigError(
+            f"suite {name} does not take {opts} (it takes: {', '.join(accepted) or 'no options'})"
+        )
     if not data_dir.is_dir():
-        raise ConfigError(f"data folder {data_dir} does not exist; pass --data PATH (the shared/data folder)")
+        raise ConfigError(
+            f"data folder {data_dir} does not exist; pass --data PATH (the shared/data folder)"
+        )
     return spec.load()(data_dir, **given)
 
 

@@ -1,9 +1,13 @@
-"""A tiny GPT-2 built from a local ``transformers.GPT2Config`` (nothing is downloaded)."""
+"""A tiny GPT-2 built from a local ``transformers.GPT2Config`` (nothing is downloaded).
+
+transformers is imported at module level so that a capture's forkserver preloads it once.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from trainsim.capture.examples import TrainingStep
 
@@ -18,8 +22,6 @@ def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
 
 
 def build(*, batch_size: int, device: str, seed: int) -> TrainingStep:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     config = GPT2Config(
         n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=128,
         bos_token_id=0, eos_token_id=0,

@@ -1,0 +1,1 @@
+"""Micro-benchmarks run on this machine into datasets (``trainsim bench SUITE``)."""

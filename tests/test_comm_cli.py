@@ -1,0 +1,66 @@
+"""CLI contract of ``trainsim fit-comm`` and ``trainsim hw``: JSON alone on stdout, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# Until the lead lists trainsim.cli.comm_cmd in COMMAND_MODULES, import it before the entry point.
+_ENTRY = "import trainsim.cli.comm_cmd; from trainsim.cli.main import app_entry; app_entry()"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _ENTRY, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.shared_data
+def test_fit_comm_json(shared_data, tmp_path):
+    out = tmp_path / "v100.json"
+    p = _cli(
+        "fit-comm",
+        str(shared_data / "comm" / "vtrain_allreduce_lut_v100"),
+        "--format",
+        "json",
+        "-o",
+        str(out),
+    )
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert len(doc["models"]) == 7
+    for m in doc["models"]:
+        assert {"family", "kind", "gmae_pct", "mape_pct", "samples"} <= set(m)
+        assert m["kind"] == "all_reduce" and m["samples"] == 1024 and m["gmae_pct"] < 2
+    assert json.loads(out.read_text())["model"] == "calibrated"
+
+
+def test_fit_comm_bad_input_is_one_line_exit_1(tmp_path):
+    f = tmp_path / "x.log"
+    f.write_text("nothing to see\n")
+    p = _cli("fit-comm", str(f))
+    assert p.returncode == 1
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(f) in lines[0]
+
+
+def test_hw_list_and_show():
+    p = _cli("hw", "list", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert "dgx-h100" in {s["name"] for s in doc["systems"]} and "mi300x" in {
+        d["name"] for d in doc["devices"]
+    }
+    p = _cli("hw", "show", "perlmutter", "--format", "json")
+    assert json.loads(p.stdout)["tiers"][1]["nic_bandwidth_Gbps"] == 50
+    p = _cli("hw", "show", "H100")
+    assert p.returncode == 0 and "989" in p.stdout
+    p = _cli("hw", "show", "tpu-v9")
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1

@@ -1,0 +1,118 @@
+"""fit_comm on real data: family selection, hierarchical calibration, shipped artifacts, API."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainsim.comm import (
+    CommDataset,
+    fit_comm,
+    guess_system,
+    load_model,
+    predict_collective,
+    read_comm_dataset,
+    save_model,
+    shipped_models,
+)
+from trainsim.comm.sizing import all_to_all_size_bytes, model_size_bytes
+from trainsim.errors import ModelError
+from trainsim.hardware import get_system
+from trainsim.ir.graph import Collective
+from trainsim.ir.kinds import CollectiveKind as C
+
+
+@pytest.fixture(scope="module")
+def azure_fit(shared_data):
+    ds = read_comm_dataset([shared_data / "comm" / "nccl_tests_allreduce_a100_40gb_azure"])
+    return ds, fit_comm(ds, system=guess_system(ds))
+
+
+@pytest.mark.shared_data
+def test_azure_fit(azure_fit):
+    ds, res = azure_fit
+    assert res.model.system.name == "azure-nd-a100-v4"
+    assert len(res.cases) == 8 and all(c.family == "piecewise" for c in res.cases)
+    assert all(c.heldout_gmae_pct < 10 for c in res.cases)  # selection score on the 25 % split
+    p = res.model.hier.params
+    assert (
+        0.5 < p.eff_node < 0.9 and 0.5 < p.eff_cluster < 0.8
+    )  # ~230 of 300 GB/s, ~125 of 200 GB/s
+    assert p.fitted_on == ds.name
+
+
+@pytest.mark.shared_data
+def test_shipped_artifact_is_reproducible(azure_fit, tmp_path):
+    """The packaged Azure artifact is what fit-comm produces from the published logs."""
+    _, res = azure_fit
+    shipped = next(
+        m for m in shipped_models() if m.dataset == "nccl_tests_allreduce_a100_40gb_azure"
+    )
+    sizes = 2.0 ** np.arange(10, 34)
+    for key in res.model.cases:
+        a, _ = res.model.predict_many(
+            key.kind, sizes, key.group_size, gpus_per_node=key.gpus_per_node
+        )
+        b, _ = shipped.predict_many(
+            key.kind, sizes, key.group_size, gpus_per_node=key.gpus_per_node
+        )
+        assert np.allclose(a, b, rtol=1e-4)
+    back = load_model(save_model(res.model, tmp_path / "m.json"))
+    assert back.to_dict() == res.model.to_dict()
+
+
+def test_predict_collective_prefers_calibrated_then_spec():
+    cal = predict_collective("all_reduce", 2**30, 16, system="azure-nd-a100-v4")
+    assert cal.provenance == "calibrated:nccl_tests_allreduce_a100_40gb_azure"
+    assert cal.duration_s == pytest.approx(16.17e-3, rel=0.05)  # measured 16,166 us
+    ext = predict_collective("all_reduce", 2**30, 256, system="azure-nd-a100-v4")
+    assert ext.provenance.endswith("extrapolated-from:16x8") and ext.duration_s > cal.duration_s
+    spec = predict_collective(
+        "all_gather", 2**30, 16, system="azure-nd-a100-v4"
+    )  # never measured: spec-based
+    assert spec.provenance == "spec-based:azure-nd-a100-v4" and spec.duration_s < cal.duration_s
+    with pytest.raises(ModelError, match="no comm model"):
+        predict_collective("all_reduce", 1024, 18, system="dgx-a100", gpus_per_node=9)
+
+
+def test_fit_without_a_system_answers_measured_cases_only():
+    m = 2.0 ** np.arange(10, 30)
+    ds = CommDataset("synthetic")
+    from trainsim.comm import CommSample
+
+    ds.extend(
+        CommSample(C.ALL_REDUCE, float(x), 1, 4, 10e-6 + x / 50e9, f"row{i}")
+        for i, x in enumerate(m)
+    )
+    model = fit_comm(ds).model
+    assert model.predict("all_reduce", 2**20, 4).provenance == "calibrated:synthetic"
+    assert not model.supports("all_reduce", 8)  # no system to extrapolate with
+
+
+def test_implausible_rows_are_dropped(shared_data):
+    ds = read_comm_dataset(
+        [
+            shared_data
+            / "calibration"
+            / "gh200-120gb_vista"
+            / "nccl"
+            / "NVIDIAGH200120GB_allgather_large_fp16_8_1.csv"
+        ]
+    )
+    res = fit_comm(ds, system=get_system("vista"))
+    (case,) = res.cases
+    assert case.excluded_samples > 100  # most rows beat 400 Gb/s InfiniBand by orders of magnitude
+
+
+def test_all_to_all_sizing_rule():
+    send = [[0, 10, 30], [5, 0, 5], [5, 5, 0]]  # rank 0 sends 40, rank 2 receives 35
+    assert all_to_all_size_bytes(send) == 40
+    assert all_to_all_size_bytes([[0, 1, 1], [1, 0, 1], [30, 30, 0]]) == 60
+    members = {
+        r: Collective(C.ALL_TO_ALLV, "g", (0, 1, 2), sum(row), 0, peer_bytes=tuple(row))
+        for r, row in enumerate(send)
+    }
+    assert model_size_bytes(members[1], members) == 40  # the busiest device, not this rank's 10
+    assert model_size_bytes(members[1]) == 10  # alone, a member can only size itself
+    gather = Collective(C.ALL_GATHER, "g", (0, 1, 2, 3), 100, 0)
+    assert model_size_bytes(gather) == 400  # nccl-tests convention: the gathered output

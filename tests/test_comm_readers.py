@@ -1,0 +1,118 @@
+"""Readers of collective measurements, on the published files and on broken copies of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.comm import read_comm_dataset, read_seed001_errors
+from trainsim.comm.readers import read_nccl_tests, sniff_format
+from trainsim.errors import TraceFormatError
+from trainsim.ir.kinds import CollectiveKind as C
+
+pytestmark = pytest.mark.shared_data
+
+
+@pytest.fixture(scope="module")
+def azure(shared_data):
+    return shared_data / "comm" / "nccl_tests_allreduce_a100_40gb_azure"
+
+
+def test_azure_logs_ranks_hosts_and_collective(azure):
+    ds = read_comm_dataset([azure])
+    assert ds.device == "A100-SXM4-40GB" and ds.formats == {"nccl-tests"}
+    layout = {(k.nodes, k.gpus_per_node) for k in ds.cases()}
+    # 1..8 GPUs in one node; 16..128 GPUs 8 per node. The 128-rank log splices MPI tags into
+    # host names ("node-[1,0]<stdout>:00000C") and has CRLF line ends: still 16 hosts.
+    assert layout == {(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (8, 8), (16, 8)}
+    assert {k.kind for k in ds.cases()} == {
+        C.ALL_REDUCE
+    }  # from busbw/algbw = 2(n-1)/n; 1 GPU from its siblings
+    m, t = ds.arrays(next(k for k in ds.cases() if k.group_size == 16))
+    assert m.size == 25 and m[0] == 1024 and m[-1] == 16 * 2**30
+    assert t[-1] == pytest.approx(250681e-6)  # min(out-of-place 251757, in-place 250681) us
+
+
+def test_out_of_place_timing_and_one_rank(azure):
+    got = read_nccl_tests(azure / "nccl_128.log", timing="out-of-place")
+    assert got.samples[0].duration_s == pytest.approx(
+        1242.3e-6
+    )  # the warm-up outlier is kept as measured
+    one = read_nccl_tests(
+        azure / "nccl_1.log", kind=C.ALL_REDUCE
+    )  # in-place with 1 rank is a no-op: out-of-place kept
+    assert one.samples[0].duration_s == pytest.approx(4.47e-6)
+
+
+def test_single_one_rank_log_cannot_tell_its_collective(azure):
+    with pytest.raises(TraceFormatError, match="kind="):
+        read_comm_dataset([azure / "nccl_1.log"])
+
+
+def test_seed001_csvs(shared_data):
+    ds = read_comm_dataset([shared_data / "calibration" / "gh200-120gb_vista" / "nccl"])
+    assert ds.device == "NVIDIAGH200120GB"
+    assert {k.label for k in ds.cases()} == {"all_gather 2x1", "all_gather 4x1", "all_gather 8x1", "all_reduce 2x1",
+                                            "all_reduce 4x1", "all_reduce 8x1", "send 2x1"}  # fmt: skip
+    key = next(k for k in ds.cases() if k.label == "all_reduce 2x1")
+    assert ds.series_of(key) == ["allreduce", "allreduce_large"]
+    m, t = ds.arrays(key, "allreduce")
+    assert m[0] == 20971520 * 2 and t[0] == pytest.approx(
+        1020.6648e-6
+    )  # shape counts fp16 elements
+
+
+def test_seed001_error_table_holds_fractions(shared_data):
+    rows = read_seed001_errors(
+        shared_data
+        / "calibration"
+        / "a100-sxm4-80gb_perlmutter"
+        / "nccl"
+        / "NVIDIAA100-SXM4-80GB.csv"
+    )
+    worst = {(e.series, e.nodes, e.gpus_per_node): e.error_pct for e in rows}
+    assert worst[("allgather_large", 1, 4)] == pytest.approx(76.767, abs=1e-3)  # README: "76.8 %"
+
+
+def test_vtrain_lut_in_nanoseconds(shared_data):
+    ds = read_comm_dataset(
+        [shared_data / "comm" / "vtrain_allreduce_lut_a100" / "AR_GPU8_1M_1024M_LUT"]
+    )
+    (key,) = ds.cases()
+    assert (key.kind, key.nodes, key.gpus_per_node) == (C.ALL_REDUCE, 1, 8)
+    m, t = ds.arrays(key)
+    assert m.size == 1024 and m[0] == 2**20 and t.max() < 0.1  # ns became seconds
+
+
+def _broken_copy(src, tmp_path, old, new):
+    f = tmp_path / src.name
+    f.write_text(src.read_text().replace(old, new, 1))
+    return f
+
+
+def test_bad_nccl_row_names_file_and_line(azure, tmp_path):
+    f = _broken_copy(azure / "nccl_2.log", tmp_path, "     float     sum ", "     float     sum x")
+    with pytest.raises(TraceFormatError, match=r"nccl_2\.log: line \d+: cannot read"):
+        read_comm_dataset([f])
+
+
+def test_bad_seed001_row_names_line(shared_data, tmp_path):
+    src = (
+        shared_data
+        / "calibration"
+        / "gh200-120gb_vista"
+        / "nccl"
+        / "NVIDIAGH200120GB_p2p_fp16_2_1.csv"
+    )
+    f = _broken_copy(src, tmp_path, "2097152,2,1,98.4958", "2097152,2,one,98.4958")
+    with pytest.raises(TraceFormatError, match="line 2: expected 4 numbers"):
+        read_comm_dataset([f])
+
+
+def test_unknown_file_named_explicitly_is_an_error(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("hello\n")
+    assert sniff_format(f) is None
+    with pytest.raises(TraceFormatError, match="not a known collective-benchmark format"):
+        read_comm_dataset([f])
+    with pytest.raises(TraceFormatError, match="no such file"):
+        read_comm_dataset([tmp_path / "missing.log"])

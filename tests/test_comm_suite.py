@@ -1,0 +1,48 @@
+"""The comm validation suite on the shared data: acceptance figures as a table of tolerances."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.validate.comm_suite import run_comm_suite
+
+pytestmark = pytest.mark.shared_data
+
+
+@pytest.fixture(scope="module")
+def suite(shared_data):
+    return run_comm_suite(shared_data)
+
+
+def test_shape(suite):
+    assert suite["suite"] == "comm"
+    assert {"median_abs_err_pct", "mape_pct", "max_abs_err_pct"} <= set(suite["summary"])
+    groups = {c["group"] for c in suite["cases"]}
+    assert groups == {"azure-heldout", "azure-extrapolation", "seed001", "vtrain"}
+    assert all(c["points"] > 0 and c["abs_err_pct"] >= 0 for c in suite["cases"])
+
+
+# (summary key, bound %): the issue's acceptance figures, pooled over the cases of each group.
+ACCEPTANCE = [
+    ("azure_heldout_gmae_ge64KiB_pct", 5.0),
+    ("azure_heldout_gmae_pct", 10.0),
+    ("azure_extrapolation_gmae_pct", 10.0),
+]
+
+
+@pytest.mark.parametrize(("key", "bound"), ACCEPTANCE)
+def test_acceptance(suite, key, bound):
+    assert suite["summary"][key] <= bound
+
+
+def test_seed001_cases_beside_the_paper(suite):
+    cases = [c for c in suite["cases"] if c["group"] == "seed001"]
+    assert len(cases) == 31 and all(c["paper_error_pct"] is not None for c in cases)
+    # Known exceptions (docs/communication.md): sweeps whose timings scatter by 10x at one size
+    # (A100 all_gather 1x4) or are mostly physically impossible (GH200 all_gather 8x1), and
+    # GH200 all_gather 2x1 at ~10.6 % (the paper: 10.1 %). Everything else is under 10 %.
+    over = set(suite["summary"]["seed001_cases_over_10pct"])
+    assert over <= {"NVIDIAA100-SXM4-80GB allgather_large 1x4", "NVIDIAGH200120GB allgather_large 8x1",
+                    "NVIDIAGH200120GB allgather_large 2x1"}  # fmt: skip
+    beaten = [c for c in cases if c["mape_pct"] <= (c["paper_error_pct"] or 0) or c["mape_pct"] < 2]
+    assert len(beaten) >= 20

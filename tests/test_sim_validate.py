@@ -1,0 +1,65 @@
+"""The validation registry and the ``replay`` suite on the real traces of ../shared/data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainsim.errors import ConfigError
+from trainsim.validate.registry import SUITES, default_data_dir, error_summary, get_suite, run_suite
+from trainsim.validate.replay_suite import CASES
+
+from .conftest import SHARED_DATA
+
+
+def test_error_summary_uses_absolute_errors():
+    s = error_summary([-4.0, 1.0, 2.0, None])
+    assert s == {
+        "median_abs_err_pct": 2.0,
+        "mape_pct": pytest.approx(7 / 3),
+        "max_abs_err_pct": 4.0,
+        "cases": 3,
+    }
+    assert error_summary([])["median_abs_err_pct"] is None
+
+
+def test_registry_names_suites_once_and_rejects_unknown_ones_and_options(tmp_path: Path):
+    assert len({s.name for s in SUITES}) == len(SUITES)
+    assert get_suite("replay").parameters() == ("overheads", "kernels")
+    with pytest.raises(ConfigError, match="unknown validation suite 'nope'; known: replay"):
+        get_suite("nope")
+    with pytest.raises(ConfigError, match="does not take --bogus"):
+        run_suite("replay", tmp_path, bogus=1)
+    with pytest.raises(ConfigError, match="pass --data"):
+        run_suite("replay", tmp_path / "missing")
+
+
+def test_default_data_folder_is_beside_the_repository():
+    assert default_data_dir() == SHARED_DATA.resolve()
+
+
+def test_every_case_points_at_shared_data(shared_data: Path):
+    for case in CASES:
+        for p in case.paths:
+            assert (shared_data / "traces" / p).exists(), p
+
+
+@pytest.mark.shared_data
+def test_replay_suite_in_trace_mode_reproduces_every_case(shared_data: Path):
+    doc = run_suite("replay", shared_data, overheads="trace")
+    assert doc["suite"] == "replay" and doc["params"]["overheads"] == "trace"
+    ok = [c for c in doc["cases"] if c["status"] == "ok"]
+    assert {c["case"] for c in ok} >= {
+        "param_dlrm_8xv100",
+        "hta_resnet50_ddp_a100",
+        "hta_recsys_16rank_a100",
+        "hta_resnet50_v100",
+        "param_linear_2080ti",
+        "param_resnet_2080ti",
+    }
+    for c in ok:
+        assert abs(c["error_pct"]) <= 0.5, c
+        assert c["baseline_error_pct"] is not None
+    assert doc["summary"]["max_abs_err_pct"] <= 0.5
+    assert set(doc["summary"]) >= {"median_abs_err_pct", "mape_pct", "max_abs_err_pct"}
