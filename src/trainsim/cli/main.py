@@ -30,6 +30,8 @@ COMMAND_MODULES = (
     "trainsim.cli.capture_cmd",
     "trainsim.cli.replay_cmd",
     "trainsim.cli.validate_cmd",
+    "trainsim.cli.comm_cmd",
+    "trainsim.cli.bench_cmd",
 )
 
 _state = {"debug": False}

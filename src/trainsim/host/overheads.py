@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from itertools import pairwise
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -120,9 +121,8 @@ def collect_samples(rank: RankGraph) -> dict[str, dict[Overhead, list[float]]]:
         d[Overhead.T2].append(max(0.0, calls[0][0] - op.start_s))
         last_end = calls[-1][0] + calls[-1][1]
         d[Overhead.T3].append(max(0.0, end - last_end))
-        for start, dur in _calls(op):
-            d[Overhead.T4].append(dur)
-        for (s0, d0), (s1, _d1) in zip(calls, calls[1:], strict=False):
+        d[Overhead.T4].extend(dur for _start, dur in _calls(op))
+        for (s0, d0), (s1, _d1) in pairwise(calls):
             d[Overhead.T5].append(max(0.0, s1 - (s0 + d0)))
     return out
 

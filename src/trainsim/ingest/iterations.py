@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from itertools import pairwise
 
 from trainsim.errors import TraceFormatError
 from trainsim.ingest.kineto import Event, KinetoTrace
@@ -75,7 +76,7 @@ def detect_repeating_steps(trace: KinetoTrace, *, min_repeats: int = 2) -> list[
         if k < min_repeats:
             continue
         idx = [i for i, n in enumerate(names) if n == name]
-        segments = [tuple(names[a:b]) for a, b in zip(idx, idx[1:], strict=False)]
+        segments = [tuple(names[a:b]) for a, b in pairwise(idx)]
         if not segments:
             continue
         mode, mode_count = Counter(segments).most_common(1)[0]

@@ -17,6 +17,9 @@ from trainsim.ingest.sources import BlobKind, TraceBlob, read_paths
 from trainsim.ir.graph import RankGraph, Workload
 
 
+MANIFEST_NAME = "capture.json"  # written by `trainsim capture` beside the traces
+
+
 @dataclass(slots=True)
 class CollectiveMatch:
     instances: int = 0
@@ -93,7 +96,11 @@ def load_traces(
     blobs = read_paths(paths)
     kineto_blobs = [b for b in blobs if b.kind is BlobKind.KINETO]
     et_blobs = [b for b in blobs if b.kind is BlobKind.EXECUTION_TRACE]
-    skipped = [f"{b.name}: {b.kind.value}" for b in blobs if b.kind in (BlobKind.CHAKRA, BlobKind.UNKNOWN)]
+    skipped = [
+        f"{b.name}: {b.kind.value}"
+        for b in blobs
+        if b.kind in (BlobKind.CHAKRA, BlobKind.UNKNOWN) and not b.name.endswith(MANIFEST_NAME)
+    ]
     if not kineto_blobs:
         first = blobs[0].name if blobs else str(list(paths))
         if et_blobs:
@@ -121,9 +128,11 @@ def build_workload(
     steps: dict[int, list[StepWindow]] = {}
     chosen: dict[int, StepWindow] = {}
     for r in sorted(traces):
+        steps[r] = find_steps(traces[r])
+    which = _common_step(steps, step)
+    for r in sorted(traces):
         t = traces[r]
-        steps[r] = find_steps(t)
-        chosen[r] = _pick(steps[r], step, t)
+        chosen[r] = _pick(steps[r], which, t)
         builder = RankBuilder(t, origin=origin_s / t.unit_to_s, world=world)
         i = steps[r].index(chosen[r])
         previous = steps[r][i - 1] if i > 0 else None
@@ -148,14 +157,30 @@ def build_workload(
 
 
 def _pick(steps: list[StepWindow], which: str | int, t: KinetoTrace) -> StepWindow:
-    # Across ranks, a step number must refer to the same iteration: choose by number when the
-    # traces have markers (median by duration could differ per rank).
-    if which == "median" and steps and steps[0].from_marker and len(steps) > 1:
-        return choose_step(steps, "median")
     try:
         return choose_step(steps, which)
     except TraceFormatError as e:
         raise TraceFormatError(t.source, e.problem) from e
+
+
+def _common_step(steps: dict[int, list[StepWindow]], which: str | int) -> str | int:
+    """Across ranks a step selector must name the same iteration on every rank.
+
+    With ProfilerStep markers on every rank, ``median`` is resolved once: the step numbers all
+    ranks share, ranked by their slowest rank's window, median taken — then used everywhere.
+    """
+    if which != "median" or len(steps) < 2:
+        return which
+    if not all(s and s[0].from_marker for s in steps.values()):
+        return which
+    common = set.intersection(*({w.number for w in s} for s in steps.values()))
+    if not common:
+        return which
+    slowest = {
+        n: max(w.end - w.start for s in steps.values() for w in s if w.number == n) for n in common
+    }
+    pool = [StepWindow(n, 0.0, d, True) for n, d in slowest.items()]
+    return choose_step(sorted(pool, key=lambda w: w.number), "median").number
 
 
 def _process_groups(ranks: list[RankGraph], world: tuple[int, ...]) -> dict[str, tuple[int, ...]]:

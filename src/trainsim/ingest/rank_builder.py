@@ -215,7 +215,10 @@ class RankBuilder:
             lst.sort()
         kernels_by_id = {k.id: k for _, _, ks, _ in pending for k in ks}
         for op_id, d, kernels, sync_calls in pending:
-            syncs = [self._sync(rt, d, kernels, n, launches, kernels_by_id) for rt, n in sync_calls]
+            syncs = [
+                self._sync(rt, d=d, kernels=kernels, n_before=n, launches=launches, kernels_by_id=kernels_by_id)
+                for rt, n in sync_calls
+            ]
             ops.append(
                 Op(
                     id=op_id, name=d.name, thread=d.thread,
@@ -305,6 +308,7 @@ class RankBuilder:
     def _sync(
         self,
         rt: Event,
+        *,
         d: _OpDraft,
         kernels: list[Kernel],
         n_before: int,

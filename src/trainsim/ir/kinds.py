@@ -64,7 +64,7 @@ class FamilyGroup(StrEnum):
 
 
 _GROUP_OF: dict[KernelFamily, FamilyGroup] = {
-    **{f: FamilyGroup.OTHER for f in KernelFamily},
+    **dict.fromkeys(KernelFamily, FamilyGroup.OTHER),
     KernelFamily.GEMM: FamilyGroup.GEMM,
     KernelFamily.CONV: FamilyGroup.GEMM,
     KernelFamily.ATTENTION: FamilyGroup.GEMM,

@@ -26,6 +26,7 @@ No family selection happens on any test split: the suite always uses the piecewi
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -142,15 +143,13 @@ def run_comm_suite(data_dir: Path, *, include_errors: bool = False) -> dict[str,
     if (data_dir / AZURE).is_dir():
         az = read_comm_dataset([data_dir / AZURE])
         groups += [
-            ("azure-heldout", lambda: _azure_heldout(az)),
-            ("azure-extrapolation", lambda: _azure_extrapolation(az)),
+            ("azure-heldout", partial(_azure_heldout, az)),
+            ("azure-extrapolation", partial(_azure_extrapolation, az)),
         ]
     groups += [
-        ("seed001", lambda f=f: _seed001(data_dir, f)) for f in SEED001 if (data_dir / f).is_dir()
-    ]  # type: ignore[misc]
-    groups += [
-        ("vtrain", lambda f=f: _vtrain(data_dir, f)) for f in VTRAIN if (data_dir / f).is_dir()
-    ]  # type: ignore[misc]
+        ("seed001", partial(_seed001, data_dir, f)) for f in SEED001 if (data_dir / f).is_dir()
+    ]
+    groups += [("vtrain", partial(_vtrain, data_dir, f)) for f in VTRAIN if (data_dir / f).is_dir()]
     cases: list[dict[str, Any]] = []
     for _, run in groups:
         cases.extend(run())
