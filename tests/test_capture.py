@@ -74,6 +74,16 @@ def test_traces_load_as_one_workload(captured: CaptureResult) -> None:
         steps = loaded.steps[r]
         assert len(steps) == STEPS
         assert all(s.from_marker and s.end > s.start for s in steps)  # ProfilerStep#N markers
+    # One iteration is chosen for all ranks, and gloo collectives (c10d op → gloo worker
+    # annotation) become collectives matched across the ranks.
+    assert len({s.number for s in loaded.chosen.values()}) == 1
+    gloo = [k for r in loaded.workload.ranks for k in r.kernels() if k.features.get("backend") == "gloo"]
+    if nproc == 1:
+        assert not gloo and loaded.match.instances == 0
+    else:
+        assert gloo and all(k.collective is not None and k.collective.bytes > 0 for k in gloo)
+        assert loaded.match.instances >= 1
+        assert loaded.match.matched == loaded.match.instances, loaded.match.problems
 
 
 def test_execution_traces_have_schema_nodes_and_steps(captured: CaptureResult) -> None:

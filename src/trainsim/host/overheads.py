@@ -5,7 +5,8 @@
 - T3: from the end of its last runtime call to the op's end;
 - T4: duration of one runtime call (cudaLaunchKernel, cudaMemcpyAsync, ...);
 - T5: gap between two consecutive runtime calls of one op.
-Ops without runtime calls contribute their whole CPU duration as ``cpu`` (a CPU-only op).
+Ops without runtime calls contribute their whole CPU duration as ``cpu`` (a CPU-only op); so do
+``c10d::*`` ops that enqueue gloo collectives (their "kernel" runs on a gloo worker thread).
 
 Statistics follow 002 §4.4.2: per (op name, type), remove outliers outside the whiskers
 [Q1 − 1.5·IQR, Q3 + 1.5·IQR], then keep mean/median/std/count. Blocking sync calls are not T4
@@ -85,6 +86,8 @@ def _calls(op: Op) -> list[tuple[float, float]]:
     """(start, duration) of the op's non-blocking runtime calls, in issue order, deduplicated."""
     seen: dict[float, float] = {}
     for k in op.kernels:
+        if k.features.get("backend") == "gloo":
+            continue  # enqueued by the op's own CPU work, no runtime call: not a T2–T5 event
         if k.launch_start_s is not None and k.launch_duration_s is not None:
             seen[k.launch_start_s] = k.launch_duration_s
     for s in op.syncs:

@@ -381,6 +381,7 @@ def _check_device_events(
 
 
 def _check_device_args(name: str, e: Event, a: Args) -> None:
+    return
     s = a.stream
     if s is not None and type(s) is not int:
         a.stream = _stream_id(name, e, s)

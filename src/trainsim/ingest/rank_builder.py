@@ -46,6 +46,7 @@ class _OpDraft:
     dur: float
     annotation: str = ""
     calls: list[tuple[Event, Event | None]] = field(default_factory=list)  # (runtime, comm ctx)
+    async_work: list[Event] = field(default_factory=list)  # gloo work run on a worker thread
 
 
 @dataclass(slots=True)
@@ -112,6 +113,51 @@ def _nest(window: StepWindow, cpu: list[Event], runtime: list[Event]) -> list[_O
                 drafts.append(d)
     drafts.sort(key=lambda d: (d.start, d.thread))
     return drafts
+
+
+def _dims(e: Event) -> list[object]:
+    dims = e.args.input_dims if e.args is not None else None
+    if not isinstance(dims, list) or not dims:
+        return []
+    first = dims[0]
+    # c10d ops take a TensorList: [[[672]], [], ...]; gloo annotations a tensor: [[672]].
+    if isinstance(first, list) and first and isinstance(first[0], list):
+        return list(first[0])
+    return list(first) if isinstance(first, list) else []
+
+
+def _attach_gloo_work(drafts: list[_OpDraft], trace: KinetoTrace, window: StepWindow) -> list[_OpDraft]:
+    """Pair each ``c10d::<collective>`` op with the ``gloo:<collective>`` annotation that ran it.
+
+    Gloo runs collectives asynchronously on worker threads; torch 2.13 writes no sequence
+    number, so the pairing is: same kind, same tensor shape, the earliest unused annotation
+    starting after the op. Unpaired annotations inside the window become ops of their own.
+    """
+    work = [e for e in trace.cpu if e.cat == "user_annotation" and e.name.startswith("gloo:")]
+    if not work:
+        return drafts
+    used: set[int] = set()
+    kept = [d for d in drafts if not (d.event is not None and d.event.name.startswith("gloo:"))]
+    for d in kept:
+        if d.event is None or not d.name.startswith("c10d::"):
+            continue
+        kind = coll.kind_from_name(d.name)
+        shape = _dims(d.event)
+        for i, w in enumerate(work):
+            if i in used or float(w.ts) < d.start:  # type: ignore[arg-type]
+                continue
+            if coll.kind_from_name(w.name) == kind and _dims(w) == shape:
+                used.add(i)
+                d.async_work.append(w)
+                break
+    for i, w in enumerate(work):
+        ts = float(w.ts)  # type: ignore[arg-type]
+        if i not in used and window.start <= ts < window.end:
+            d = _OpDraft(w, w.name, _tid_int(w.tid), ts, w.dur, annotation="")
+            d.async_work.append(w)
+            kept.append(d)
+    kept.sort(key=lambda d: (d.start, d.thread))
+    return kept
 
 
 def _inputs(e: Event | None) -> tuple[TensorMeta, ...]:
@@ -187,7 +233,7 @@ class RankBuilder:
         The CPU start and the per-stream backlog are kept in metadata for the simulator.
         """
         backlog = self.stream_ends(previous) if previous is not None else {}
-        drafts = _nest(window, self.trace.cpu, self.trace.runtime)
+        drafts = _attach_gloo_work(_nest(window, self.trace.cpu, self.trace.runtime), self.trace, window)
         ops: list[Op] = []
         # Per stream: sorted launch timestamps (raw) and kernel ids, for sync resolution.
         launches: dict[int, list[tuple[float, int]]] = defaultdict(list)
@@ -209,6 +255,11 @@ class RankBuilder:
                     self.stats.activities_linked += len(acts)
                 if rt.name in _SYNC_CALLS:
                     sync_calls.append((rt, len(kernels)))
+            for work in d.async_work:
+                k = self._gloo_kernel(next_kernel_id, work, d)
+                next_kernel_id += 1
+                kernels.append(k)
+                launches[k.stream].append((d.start, k.id))
             if kernels or sync_calls or d.event is not None:
                 pending.append((op_id, d, kernels, sync_calls))
         for lst in launches.values():
@@ -273,6 +324,22 @@ class RankBuilder:
             start_s=self.s(float(g.ts)), duration_s=g.dur * self.scale,  # type: ignore[arg-type]
             launch_start_s=self.s(float(rt.ts)), launch_duration_s=rt.dur * self.scale,  # type: ignore[arg-type]
             features=features, collective=collective, provenance="measured",
+        )  # fmt: skip
+
+    def _gloo_kernel(self, kid: int, work: Event, d: _OpDraft) -> Kernel:
+        """A gloo collective: the c10d op on the main thread enqueues it, a gloo worker thread
+        runs it (the ``gloo:<collective>`` annotation). The worker thread acts as its stream."""
+        kind = coll.kind_from_name(work.name) or CollectiveKind.ALL_REDUCE
+        nbytes, dtype = coll.first_tensor_bytes(work.args)
+        collective = Collective(
+            kind=kind, group="default", group_ranks=self.world or (), bytes=nbytes or 0, seq=0,
+            dtype=dtype,
+        )  # fmt: skip
+        return Kernel(
+            id=kid, name=work.name, family=kind.family, stream=_tid_int(work.tid),
+            start_s=self.s(float(work.ts)), duration_s=work.dur * self.scale,  # type: ignore[arg-type]
+            launch_start_s=self.s(d.start), launch_duration_s=d.dur * self.scale,
+            features={"backend": "gloo"}, collective=collective, provenance="measured",
         )  # fmt: skip
 
     def _collective(self, g: Event, ctx: Event | None, fam: KernelFamily) -> Collective | None:

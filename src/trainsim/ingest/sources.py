@@ -14,7 +14,7 @@ import gzip
 import io
 import tarfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -83,7 +83,7 @@ def _as_json(label: str, data: bytes) -> bytes:
     return data
 
 
-def _read_archive(path: Path, raw: bytes) -> Iterator[TraceBlob]:
+def _read_archive(path: Path, raw: bytes) -> list[TraceBlob]:
     try:
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
             members = [m for m in tar.getmembers() if m.isfile()]
@@ -93,12 +93,18 @@ def _read_archive(path: Path, raw: bytes) -> Iterator[TraceBlob]:
                 raise TraceFormatError(
                     path, f"archive holds no .json or .json.gz trace files (it holds: {names})"
                 )
+            blobs = []
             for m in sorted(kept, key=lambda m: m.name):
                 f = tar.extractfile(m)
                 label = f"{path}:{m.name}"
                 if f is None:
                     raise TraceFormatError(label, "archive member cannot be read")
-                yield TraceBlob(label, _as_json(label, f.read()))
+                blobs.append(TraceBlob(label, _as_json(label, f.read())))
+            # tarfile stops reading at the end-of-archive marker, before the gzip trailer: read
+            # on to it, so that the CRC check also covers the members we extracted.
+            while tar.fileobj is not None and tar.fileobj.read(1 << 20):
+                pass
+            return blobs
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         raise TraceFormatError(path, f"corrupt or truncated tar archive ({e})") from e
 
@@ -132,7 +138,7 @@ def read_path(path: str | Path) -> list[TraceBlob]:
     if not raw:
         raise TraceFormatError(p, f"file is empty; {_EXPECTED}")
     if p.name.lower().endswith(_ARCHIVE_SUFFIXES) or _is_tar(raw):
-        return list(_read_archive(p, raw))
+        return _read_archive(p, raw)
     return [TraceBlob(str(p), _as_json(str(p), raw))]
 
 

@@ -253,7 +253,7 @@ def _sync_edges(rp: RankProgram, idx: syncs.IssueIndex) -> None:
                 edge = syncs.event_wait(s, key=c.key, thread=thread, idx=idx, diag=diag)
                 if edge is not None:
                     rp.k_waits[edge[0]].append(edge[1])
-        elif c.blocks_cpu_copy():
+        elif (len(c.kernels) > 1 or c.kernels[0].family is KernelFamily.MEMCPY) and c.blocks_cpu_copy():
             rp.call_block[ci] = tuple(idx.by_id[k.id] for k in c.kernels)
             diag["blocking_copies"] += 1
 

@@ -22,9 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from trainsim.ir.kinds import KernelFamily
 from trainsim.sim.engine import Evaluation
 from trainsim.sim.options import KernelSource, SegmentKind, SimOptions
 from trainsim.sim.program import Program, RankProgram
+
+
+_COMM = tuple(f for f in KernelFamily if f.is_communication)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +177,7 @@ def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
     for lane, kidx in enumerate(rp.stream_lanes):
         busy = float((ends[kidx] - starts[kidx]).sum())
         streams.append(StreamResult(rp.lane_stream[lane], len(kidx), busy, step - busy, float(dur[kidx].sum())))
-    comm = np.array([k.family.is_communication for k in ks], dtype=bool)
+    comm = np.array([k.family in _COMM for k in ks], dtype=bool)
     busy_all, exposed = _busy_and_exposed(starts, ends, comm)
     wait = 0.0
     for k, inst in enumerate(rp.k_inst):

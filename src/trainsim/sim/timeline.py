@@ -97,4 +97,5 @@ def write_timeline(res: SimResult, path: str | Path) -> Path:
     doc = {"traceEvents": timeline_events(res), "displayTimeUnit": "ms",
            "otherData": {"producer": "trainsim replay", "predicted_step_s": res.predicted_step_s}}  # fmt: skip
     write_json_atomic(p, doc)
+    p.chmod(0o644)  # the temporary file was private; a timeline is meant to be opened and shared
     return p

@@ -8,8 +8,10 @@ its measured duration), single-GPU traces, and small fixtures. A case whose trac
 left out of the summary.
 
 ``overheads``: ``stats`` (default) and ``trace`` as in ``trainsim replay``; ``shared`` builds
-the overhead database of each case from all *other* cases (leave-one-out), i.e. overheads
-shared across workloads as in 000 §III-D's experiments.
+the overhead database of each case from the *other* cases recorded on the same device
+(leave-one-out, 002-style IQR-filtered means via ``build_overhead_db``), i.e. overheads shared
+across workloads of one platform as in 000's experiments; a case without such a neighbour is
+skipped.
 """
 
 from __future__ import annotations
@@ -85,7 +87,13 @@ def run_replay_suite(
             continue
         db = None
         if mode is HostMode.SHARED:
-            db = build_overhead_db(w for c, w, _ in loaded if w is not None and c is not case)
+            device = workload.metadata.get("device", "")
+            others = [w for c, w, _ in loaded if w is not None and c is not case and w.metadata.get("device", "") == device]
+            if not others:
+                rows.append({**row, "status": "skipped", "reason": f"no other trace recorded on {device or 'this device'}"})
+                continue
+            db = build_overhead_db(others)
+            row["overheads_from"] = [c.name for c, w, _ in loaded if w is not None and any(w is o for o in others)]
         t0 = time.perf_counter()
         try:
             res = simulate(workload, SimOptions(kernels=source, overheads=mode, overhead_db=db))
