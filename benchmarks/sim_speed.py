@@ -57,7 +57,11 @@ def run(repeat: int) -> list[dict[str, Any]]:
     dlrm = load_traces([DLRM]).workload
     for mode in (HostMode.STATS, HostMode.TRACE):
         opts = SimOptions(overheads=mode)
-        rows.append(_row(f"dlrm 8xV100, {mode.value}", dlrm, _best(lambda o=opts: simulate(dlrm, o), repeat)))  # type: ignore[misc]
+        rows.append(
+            _row(
+                f"dlrm 8xV100, {mode.value}", dlrm, _best(lambda o=opts: simulate(dlrm, o), repeat)
+            )
+        )  # type: ignore[misc]
     opts = SimOptions()
     rows.append(_row("dlrm 8xV100, stats + critical path", dlrm,
                      _best(lambda: simulate(dlrm, opts).critical_path, repeat)))  # fmt: skip
@@ -73,7 +77,9 @@ def run(repeat: int) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     args = ap.parse_args()

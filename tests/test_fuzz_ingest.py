@@ -64,10 +64,16 @@ def check_invariants(loaded: LoadedTraces) -> list[str]:
             problems.append(f"rank {r.rank}: step time {step}")
         for op in r.ops:
             if not (ws - TOL_S <= op.start_s <= we + TOL_S):  # type: ignore[operator]
-                problems.append(f"op {op.name} starts at {op.start_s} outside its step [{ws}, {we}]")
+                problems.append(
+                    f"op {op.name} starts at {op.start_s} outside its step [{ws}, {we}]"
+                )
             if not (op.duration_s is not None and 0 <= op.duration_s < math.inf):
                 problems.append(f"op {op.name} duration {op.duration_s}")
-            problems += [f"op {op.name} input shape {t.shape}" for t in op.inputs if min(t.shape, default=0) < 0]
+            problems += [
+                f"op {op.name} input shape {t.shape}"
+                for t in op.inputs
+                if min(t.shape, default=0) < 0
+            ]
             for k in op.kernels:
                 problems += _kernel_problems(k, ws, we, r.step_end_s)
     return problems
@@ -119,9 +125,14 @@ def originals() -> Corpus:
     """(JSON, gzip) bytes of each small trace and of DLRM rank 0."""
     if not TRACES.is_dir():
         pytest.skip("../shared/data is not beside the repository")
-    out = Corpus((rel, (gzip.decompress((TRACES / rel).read_bytes()), (TRACES / rel).read_bytes())) for rel in SMALL)
+    out = Corpus(
+        (rel, (gzip.decompress((TRACES / rel).read_bytes()), (TRACES / rel).read_bytes()))
+        for rel in SMALL
+    )
     with tarfile.open(TRACES / DLRM) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith(".json") and "worker0_" in m.name)
+        member = next(
+            m for m in tar.getmembers() if m.name.endswith(".json") and "worker0_" in m.name
+        )
         raw = tar.extractfile(member).read()  # type: ignore[union-attr]
     out["dlrm_rank0"] = (raw, gzip.compress(raw, mtime=0))
     return out
@@ -207,12 +218,19 @@ def test_wrong_types_are_an_error_or_consistent(originals, work, rel, data):
             by_cat.setdefault(e.get("cat", ""), []).append(e)
     for _ in range(data.draw(st.integers(1, 3), label="edits")):
         # Category first: kernels and runtime calls are few but read the most.
-        e = data.draw(st.sampled_from(by_cat[data.draw(st.sampled_from(sorted(by_cat)), label="cat")]), label="event")
+        e = data.draw(
+            st.sampled_from(by_cat[data.draw(st.sampled_from(sorted(by_cat)), label="cat")]),
+            label="event",
+        )
         if data.draw(st.booleans(), label="in args"):
-            keys = st.one_of(st.sampled_from(sorted(e.get("args", {})) or ["correlation"]), ARG_KEYS)
-            e.setdefault("args", {})[data.draw(keys, label="key")] = data.draw(WRONG_VALUES, label="value")
+            if not isinstance(e.get("args"), dict):
+                e["args"] = {}
+            keys = st.one_of(st.sampled_from(sorted(e["args"]) or ["correlation"]), ARG_KEYS)
+            e["args"][data.draw(keys, label="key")] = data.draw(WRONG_VALUES, label="value")
         else:
-            e[data.draw(st.sampled_from(sorted(e)), label="field")] = data.draw(WRONG_VALUES, label="value")
+            e[data.draw(st.sampled_from(sorted(e)), label="field")] = data.draw(
+                WRONG_VALUES, label="value"
+            )
     out = load(work / "rank0.json", json.dumps(doc).encode())
     assert isinstance(out, TraceFormatError) or not check_invariants(out), check_invariants(out)  # type: ignore[arg-type]
 
@@ -232,7 +250,9 @@ def test_corrupt_archive_is_an_error_or_harmless(originals, work, data):
     if data.draw(st.booleans(), label="truncate"):
         archive = archive[: data.draw(st.integers(0, len(archive) - 1), label="cut")]
     else:
-        archive[data.draw(st.integers(0, len(archive) - 1), label="pos")] ^= data.draw(st.integers(1, 255))
+        archive[data.draw(st.integers(0, len(archive) - 1), label="pos")] ^= data.draw(
+            st.integers(1, 255)
+        )
     out = load(work / "job.tar.gz", bytes(archive))
     assert isinstance(out, TraceFormatError) or fingerprint(out) == fingerprint(intact)
 

@@ -17,7 +17,15 @@ EPOCH_US = 1_700_000_000_000_000.0  # 2023 in epoch microseconds
 
 
 def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
-    e: dict[str, Any] = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+    e: dict[str, Any] = {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "dur": dur,
+    }
     if args:
         e["args"] = args
     return e
@@ -26,10 +34,43 @@ def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any
 def _doc(*events: dict[str, Any], t0: float = EPOCH_US, **top: Any) -> bytes:
     """A small but complete trace: one op launching one kernel, plus ``events``."""
     base = [
-        _x("cpu_op", "aten::mm", t0, 50, **{"External id": 1, "Ev Idx": 0, "Input Dims": [[4, 8], [8, 2]], "Input type": ["float", "float"]}),
+        _x(
+            "cpu_op",
+            "aten::mm",
+            t0,
+            50,
+            **{
+                "External id": 1,
+                "Ev Idx": 0,
+                "Input Dims": [[4, 8], [8, 2]],
+                "Input type": ["float", "float"],
+            },
+        ),
         _x("cuda_runtime", "cudaLaunchKernel", t0 + 10, 5, correlation=7),
-        {**_x("kernel", "volta_sgemm_128x64_nn", t0 + 20, 3, correlation=7, stream=7, grid=[1, 2, 3], block=[128, 1, 1]), "pid": 0, "tid": 7},
-        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 7, "pid": 0, "tid": 7, "ts": t0 + 20, "bp": "e"},
+        {
+            **_x(
+                "kernel",
+                "volta_sgemm_128x64_nn",
+                t0 + 20,
+                3,
+                correlation=7,
+                stream=7,
+                grid=[1, 2, 3],
+                block=[128, 1, 1],
+            ),
+            "pid": 0,
+            "tid": 7,
+        },
+        {
+            "ph": "f",
+            "cat": "ac2g",
+            "name": "ac2g",
+            "id": 7,
+            "pid": 0,
+            "tid": 7,
+            "ts": t0 + 20,
+            "bp": "e",
+        },
         {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
     ]
     return json.dumps({"schemaVersion": 1, **top, "traceEvents": base + list(events)}).encode()
@@ -37,7 +78,9 @@ def _doc(*events: dict[str, Any], t0: float = EPOCH_US, **top: Any) -> bytes:
 
 def test_events_are_split_by_role_and_sorted_parent_first():
     data = _doc(
-        _x("cpu_op", "aten::child", EPOCH_US, 20, **{"Ev Idx": 1}),  # same ts, shorter: after parent
+        _x(
+            "cpu_op", "aten::child", EPOCH_US, 20, **{"Ev Idx": 1}
+        ),  # same ts, shorter: after parent
         _x("user_annotation", "ProfilerStep#3", EPOCH_US - 5, 100),
         _x("cuda_sync", "Stream Wait Event", EPOCH_US + 30, 0, stream=7),
     )
@@ -46,14 +89,22 @@ def test_events_are_split_by_role_and_sorted_parent_first():
     assert [e.name for e in t.runtime] == ["cudaLaunchKernel"]
     assert [e.name for e in t.gpu] == ["volta_sgemm_128x64_nn"]
     assert len(t.sync) == 1 and t.rank == 3
-    assert t.counts == {"cpu_op": 2, "user_annotation": 1, "cuda_runtime": 1, "kernel": 1, "cuda_sync": 1}
+    assert t.counts == {
+        "cpu_op": 2,
+        "user_annotation": 1,
+        "cuda_runtime": 1,
+        "kernel": 1,
+        "cuda_sync": 1,
+    }
     assert all(type(e) is Event for e in t.cpu)  # flow and metadata events are not kept
 
 
 def test_operator_shapes_are_decoded_on_access():
     t = decode_kineto("t.json", _doc())
     mm = t.cpu[0].args
-    assert mm is not None and mm.input_dims == [[4, 8], [8, 2]] and mm.input_type == ["float", "float"]
+    assert (
+        mm is not None and mm.input_dims == [[4, 8], [8, 2]] and mm.input_type == ["float", "float"]
+    )
     launch = t.runtime[0].args
     assert launch is not None and launch.input_dims is None and launch.input_type is None
 
@@ -81,8 +132,26 @@ def test_unknown_time_unit_is_a_config_error():
 
 def test_rocm_hex_streams_become_integers():
     data = _doc(
-        _x("cuda_runtime", "hipMemcpyWithStream", EPOCH_US + 30, 5, correlation=9, stream="0x1a", size="2560"),
-        {**_x("gpu_memcpy", "Memcpy HtoD (Host -> Device)", EPOCH_US + 40, 2, correlation=9, stream=26), "pid": 2},
+        _x(
+            "cuda_runtime",
+            "hipMemcpyWithStream",
+            EPOCH_US + 30,
+            5,
+            correlation=9,
+            stream="0x1a",
+            size="2560",
+        ),
+        {
+            **_x(
+                "gpu_memcpy",
+                "Memcpy HtoD (Host -> Device)",
+                EPOCH_US + 40,
+                2,
+                correlation=9,
+                stream=26,
+            ),
+            "pid": 2,
+        },
         _x("cuda_runtime", "hipLaunchKernel", EPOCH_US + 45, 5, correlation=10, stream="0"),
     )
     t = decode_kineto("mi250.json", data)
@@ -110,7 +179,15 @@ def test_event_coverage_detects_sampled_traces(ev_idx, coverage, sampled):
 
 def test_truncated_process_group_lists_are_accepted():
     # PyTorch shortens long lists to "[0, 1, ..., ...]": not JSON, not an error.
-    data = _doc(_x("cpu_op", "record_param_comms", EPOCH_US + 5, 1, **{"Process Group Ranks": "[0, 1, ..., ...]"}))
+    data = _doc(
+        _x(
+            "cpu_op",
+            "record_param_comms",
+            EPOCH_US + 5,
+            1,
+            **{"Process Group Ranks": "[0, 1, ..., ...]"},
+        )
+    )
     decode_kineto("t.json", data)
 
 
@@ -137,7 +214,11 @@ BAD_DOCUMENTS: list[tuple[str, bytes, str]] = [
     ("other object", b'{"foo": 1}', "no 'traceEvents' list"),
     ("traceEvents not a list", b'{"traceEvents": 5}', "$.traceEvents"),
     ("event not an object", b'{"traceEvents": [1, 2]}', "$.traceEvents[0]"),
-    ("ts is a string", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": "1"}]}', "$.traceEvents[0].ts"),
+    (
+        "ts is a string",
+        b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": "1"}]}',
+        "$.traceEvents[0].ts",
+    ),
     ("missing ph", b'{"traceEvents": [{"cat": "cpu_op", "ts": 1}]}', "`ph`"),
     ("unknown ph", b'{"traceEvents": [{"ph": "Q", "ts": 1}]}', "$.traceEvents[0].ph"),
     ("truncated", _doc()[:-40], "invalid or truncated JSON"),
@@ -148,24 +229,47 @@ BAD_DOCUMENTS: list[tuple[str, bytes, str]] = [
     ("negative ts", _doc(_x("cpu_op", "a", -EPOCH_US, 3)), "$.traceEvents[5].ts"),
     ("far timestamp", _doc(_x("cpu_op", "a", EPOCH_US * 5, 3)), "outside the trace's time range"),
     ("huge duration", _doc(_x("cpu_op", "a", EPOCH_US, 1e12)), "outside the trace's time range"),
-    ("kernel before launch", _doc(_bad_kernel(), _x("cuda_runtime", "cudaLaunchKernel", EPOCH_US + 900, 1, correlation=99)), "before the runtime call"),
+    (
+        "kernel before launch",
+        _doc(
+            _bad_kernel(), _x("cuda_runtime", "cudaLaunchKernel", EPOCH_US + 900, 1, correlation=99)
+        ),
+        "before the runtime call",
+    ),
     ("stream not a number", _doc(_bad_kernel(stream="seven")), "'stream' is 'seven'"),
     ("grid of strings", _doc(_bad_kernel(grid=["a", "b", "c"])), "'grid'"),
     ("negative block", _doc(_bad_kernel(block=[-1, 1, 1])), "'block'"),
     ("negative bytes", _doc(_bad_kernel(bytes=-8)), "args.bytes"),
     ("absurd message", _doc(_bad_kernel(**{"In msg nelems": 1 << 60})), "args.In msg nelems"),
-    ("negative shape", _doc(_x("cpu_op", "nccl:all_reduce", EPOCH_US, 3, **{"Input Dims": [[2, -3]]})), "negative size in 'Input Dims'"),
-    ("negative split", _doc(_x("cpu_op", "c10d::alltoall_", EPOCH_US, 3, **{"In split size": "[-5, 3]"})), "'In split size'"),
+    (
+        "negative shape",
+        _doc(_x("cpu_op", "nccl:all_reduce", EPOCH_US, 3, **{"Input Dims": [[2, -3]]})),
+        "negative size in 'Input Dims'",
+    ),
+    (
+        "negative split",
+        _doc(_x("cpu_op", "c10d::alltoall_", EPOCH_US, 3, **{"In split size": "[-5, 3]"})),
+        "'In split size'",
+    ),
     ("repeated rank", _doc(_bad_kernel(**{"Process Group Ranks": "[0, 0]"})), "lists a rank twice"),
     ("negative rank", _doc(_bad_kernel(**{"Process Group Ranks": [0, -1]})), "non-rank value"),
-    ("rank beyond world", _doc(_bad_kernel(**{"Process Group Ranks": "[0, 5]"}), distributedInfo={"rank": 0, "world_size": 2}), "exceeds world_size 2"),
+    (
+        "rank beyond world",
+        _doc(
+            _bad_kernel(**{"Process Group Ranks": "[0, 5]"}),
+            distributedInfo={"rank": 0, "world_size": 2},
+        ),
+        "exceeds world_size 2",
+    ),
     ("world size 0", _doc(distributedInfo={"rank": 0, "world_size": 0}), "world_size is 0"),
     ("absurd world size", _doc(distributedInfo={"rank": 0, "world_size": 10**20}), "world_size is"),
     ("rank beyond world size", _doc(distributedInfo={"rank": 8, "world_size": 8}), "rank is 8"),
 ]
 
 
-@pytest.mark.parametrize(("data", "fragment"), [c[1:] for c in BAD_DOCUMENTS], ids=[c[0] for c in BAD_DOCUMENTS])
+@pytest.mark.parametrize(
+    ("data", "fragment"), [c[1:] for c in BAD_DOCUMENTS], ids=[c[0] for c in BAD_DOCUMENTS]
+)
 def test_bad_documents_raise_trace_format_error_naming_the_file(data, fragment):
     with pytest.raises(TraceFormatError) as info:
         decode_kineto("some/rank0.json", data)
@@ -174,7 +278,10 @@ def test_bad_documents_raise_trace_format_error_naming_the_file(data, fragment):
 
 
 def test_error_messages_name_the_bad_event():
-    with pytest.raises(TraceFormatError, match=r"event .late. \(cpu_op\) at ts=8500000000000000\.0 dur=3\.0 lies outside"):
+    with pytest.raises(
+        TraceFormatError,
+        match=r"event .late. \(cpu_op\) at ts=8500000000000000\.0 dur=3\.0 lies outside",
+    ):
         decode_kineto("t.json", _doc(_x("cpu_op", "late", EPOCH_US * 5, 3)))
 
 

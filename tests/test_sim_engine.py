@@ -174,3 +174,15 @@ def test_kernel_sum_baseline_is_the_busiest_stream_of_the_busiest_rank():
     ]
     assert res.kernel_sum_baseline_s == pytest.approx(max(sums))
     assert res.predicted_step_s > res.kernel_sum_baseline_s
+
+
+def test_a_rank_without_kernels_ends_with_its_cpu_window():
+    """CPU-only ranks end at ``step_end_s`` (Python after the last op), as measured."""
+    from dataclasses import replace
+
+    ops = tuple(replace(op(i), start_s=i * 10 * US, duration_s=5 * US) for i in range(3))
+    rg = RankGraph(0, ops, step_start_s=0.0, step_end_s=40 * US)
+    for mode in (HostMode.TRACE, HostMode.STATS):
+        res = simulate(_w(rg), SimOptions(overheads=mode))
+        assert res.predicted_step_s == pytest.approx(40 * US)
+        assert sum(s.duration_s for s in res.critical_path) == pytest.approx(40 * US)

@@ -25,10 +25,28 @@ def kineto_doc(rank: int = 0) -> bytes:
     events = [
         {**x, "cat": "user_annotation", "name": "ProfilerStep#1", "ts": EPOCH_US, "dur": 100},
         {**x, "cat": "cpu_op", "name": "aten::relu", "ts": EPOCH_US + 1, "dur": 20},
-        {**x, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": EPOCH_US + 5, "dur": 5, "args": {"correlation": 3}},
-        {**x, "cat": "kernel", "name": "relu_kernel", "pid": 0, "tid": 7, "ts": EPOCH_US + 30, "dur": 10, "args": {"correlation": 3, "stream": 7}},
+        {
+            **x,
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": EPOCH_US + 5,
+            "dur": 5,
+            "args": {"correlation": 3},
+        },
+        {
+            **x,
+            "cat": "kernel",
+            "name": "relu_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": EPOCH_US + 30,
+            "dur": 10,
+            "args": {"correlation": 3, "stream": 7},
+        },
     ]
-    return json.dumps({"distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": events}).encode()
+    return json.dumps(
+        {"distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": events}
+    ).encode()
 
 
 ET_DOC = json.dumps({"schema": "1.0.1", "pid": 1, "time": "x", "nodes": []}).encode()
@@ -53,15 +71,37 @@ def _write(path: Path, data: bytes) -> Path:
 # Each input format: how to write it, and the blob names it must yield (relative to tmp_path).
 FORMATS: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
     ".json": (lambda d: _write(d / "rank0.json", kineto_doc()), ["rank0.json"]),
-    ".json.gz": (lambda d: _write(d / "rank0.json.gz", gzip.compress(kineto_doc())), ["rank0.json.gz"]),
-    ".pt.trace.json with BOM": (lambda d: _write(d / "w.pt.trace.json", b"\xef\xbb\xbf" + kineto_doc()), ["w.pt.trace.json"]),
+    ".json.gz": (
+        lambda d: _write(d / "rank0.json.gz", gzip.compress(kineto_doc())),
+        ["rank0.json.gz"],
+    ),
+    ".pt.trace.json with BOM": (
+        lambda d: _write(d / "w.pt.trace.json", b"\xef\xbb\xbf" + kineto_doc()),
+        ["w.pt.trace.json"],
+    ),
     "gzip without suffix": (lambda d: _write(d / "trace", gzip.compress(kineto_doc())), ["trace"]),
     ".tar.gz": (
-        lambda d: _write(d / "t.tar.gz", _tar({"t/rank1.json": kineto_doc(1), "t/rank0.json.gz": gzip.compress(kineto_doc(0)), "t/._rank0.json": b"\x00\x05", "t/README.md": b"hi"})),
+        lambda d: _write(
+            d / "t.tar.gz",
+            _tar(
+                {
+                    "t/rank1.json": kineto_doc(1),
+                    "t/rank0.json.gz": gzip.compress(kineto_doc(0)),
+                    "t/._rank0.json": b"\x00\x05",
+                    "t/README.md": b"hi",
+                }
+            ),
+        ),
         ["t.tar.gz:t/rank0.json.gz", "t.tar.gz:t/rank1.json"],
     ),
-    ".tgz": (lambda d: _write(d / "t.tgz", _tar({"rank0.json": kineto_doc()})), ["t.tgz:rank0.json"]),
-    ".tar": (lambda d: _write(d / "t.tar", _tar({"rank0.json": kineto_doc()}, mode="w")), ["t.tar:rank0.json"]),
+    ".tgz": (
+        lambda d: _write(d / "t.tgz", _tar({"rank0.json": kineto_doc()})),
+        ["t.tgz:rank0.json"],
+    ),
+    ".tar": (
+        lambda d: _write(d / "t.tar", _tar({"rank0.json": kineto_doc()}, mode="w")),
+        ["t.tar:rank0.json"],
+    ),
     "folder": (
         lambda d: (
             _write(d / "f/a/rank1.json.gz", gzip.compress(kineto_doc(1))),
@@ -87,7 +127,9 @@ def test_every_input_format_yields_its_traces(tmp_path, fmt):
 
 
 def test_archive_of_ranks_loads_as_a_multi_rank_workload(tmp_path):
-    path = _write(tmp_path / "job.tar.gz", _tar({"rank0.json": kineto_doc(0), "rank1.json": kineto_doc(1)}))
+    path = _write(
+        tmp_path / "job.tar.gz", _tar({"rank0.json": kineto_doc(0), "rank1.json": kineto_doc(1)})
+    )
     loaded = load_traces([path])
     assert [r.rank for r in loaded.workload.ranks] == [0, 1]
     assert [len(r.kernels()) for r in loaded.workload.ranks] == [1, 1]
@@ -103,13 +145,23 @@ def test_read_paths_concatenates_in_argument_order(tmp_path):
     ("data", "kind"),
     [
         (kineto_doc(), BlobKind.KINETO),
-        (b'{"deviceProperties": [' + b'{"name": "x"},' * 8000 + b'{}], "traceEvents": []}', BlobKind.KINETO),
+        (
+            b'{"deviceProperties": [' + b'{"name": "x"},' * 8000 + b'{}], "traceEvents": []}',
+            BlobKind.KINETO,
+        ),
         (ET_DOC, BlobKind.EXECUTION_TRACE),
         (b'{"workload_graph": {}}', BlobKind.CHAKRA),
         (b'{"foo": 1}', BlobKind.UNKNOWN),
         (b"[]", BlobKind.UNKNOWN),
     ],
-    ids=["kineto", "kineto after a large header", "execution trace", "chakra", "other object", "array"],
+    ids=[
+        "kineto",
+        "kineto after a large header",
+        "execution trace",
+        "chakra",
+        "other object",
+        "array",
+    ],
 )
 def test_kinds_are_sniffed_from_content(data, kind):
     assert sniff_kind(data) is kind
@@ -127,23 +179,65 @@ BAD_INPUTS: list[tuple[str, str, bytes | None, str]] = [
     ("missing file", "nope.json", None, "no such file or folder"),
     ("empty file", "rank0.json", b"", "file is empty"),
     ("whitespace only", "rank0.json", b" \n\t\n", "file is empty"),
-    ("zip archive", "rank0.json", b"PK\x03\x04" + b"\x00" * 40, "not JSON (starts with b'PK\\x03\\x04"),
+    (
+        "zip archive",
+        "rank0.json",
+        b"PK\x03\x04" + b"\x00" * 40,
+        "not JSON (starts with b'PK\\x03\\x04",
+    ),
     ("plain text", "rank0.json", b"hello, trace\n", "not JSON"),
     ("truncated gzip", "rank0.json.gz", gzip.compress(BIG)[:-9], "corrupt or truncated gzip"),
-    ("corrupt gzip", "rank0.json.gz", _corrupt_middle(gzip.compress(BIG)), "corrupt or truncated gzip"),
+    (
+        "corrupt gzip",
+        "rank0.json.gz",
+        _corrupt_middle(gzip.compress(BIG)),
+        "corrupt or truncated gzip",
+    ),
     ("gzip of nothing", "rank0.json.gz", gzip.compress(b""), "file is empty"),
     ("gzip of text", "rank0.json.gz", gzip.compress(b"col1,col2\n1,2\n"), "not JSON"),
-    ("archive without traces", "t.tar.gz", _tar({"a.txt": b"x", "b.csv": b"1,2"}), "holds no .json or .json.gz trace files (it holds: a.txt, b.csv)"),
-    ("empty archive", "t.tar.gz", _tar({}), "holds no .json or .json.gz trace files (it holds: nothing)"),
+    (
+        "archive without traces",
+        "t.tar.gz",
+        _tar({"a.txt": b"x", "b.csv": b"1,2"}),
+        "holds no .json or .json.gz trace files (it holds: a.txt, b.csv)",
+    ),
+    (
+        "empty archive",
+        "t.tar.gz",
+        _tar({}),
+        "holds no .json or .json.gz trace files (it holds: nothing)",
+    ),
     ("truncated archive", "t.tar.gz", _tar({"rank0.json": BIG})[:-30], "corrupt or truncated"),
-    ("corrupt archive", "t.tgz", _corrupt_middle(_tar({"rank0.json": BIG * 20})), "corrupt or truncated"),
-    ("archive member not JSON", "t.tar.gz", _tar({"rank0.json": b"\x00\x01binary"}), "t.tar.gz:rank0.json: not JSON"),
-    ("archive member empty", "t.tar.gz", _tar({"rank0.json": b""}), "t.tar.gz:rank0.json: file is empty"),
-    ("archive member bad gzip", "t.tar.gz", _tar({"rank0.json.gz": gzip.compress(BIG)[:-4]}), "t.tar.gz:rank0.json.gz: corrupt or truncated gzip"),
+    (
+        "corrupt archive",
+        "t.tgz",
+        _corrupt_middle(_tar({"rank0.json": BIG * 20})),
+        "corrupt or truncated",
+    ),
+    (
+        "archive member not JSON",
+        "t.tar.gz",
+        _tar({"rank0.json": b"\x00\x01binary"}),
+        "t.tar.gz:rank0.json: not JSON",
+    ),
+    (
+        "archive member empty",
+        "t.tar.gz",
+        _tar({"rank0.json": b""}),
+        "t.tar.gz:rank0.json: file is empty",
+    ),
+    (
+        "archive member bad gzip",
+        "t.tar.gz",
+        _tar({"rank0.json.gz": gzip.compress(BIG)[:-4]}),
+        "t.tar.gz:rank0.json.gz: corrupt or truncated gzip",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "content", "fragment"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS]
+)
 def test_bad_inputs_raise_one_clear_error(tmp_path, name, content, fragment):
     path = tmp_path / name
     if content is not None:
@@ -156,7 +250,10 @@ def test_bad_inputs_raise_one_clear_error(tmp_path, name, content, fragment):
 
 @pytest.mark.parametrize(
     ("files", "fragment"),
-    [({}, "folder holds no .json, .json.gz or .tar.gz trace files"), ({"notes.txt": b"x", ".rank0.json": b"{}"}, "folder holds no")],
+    [
+        ({}, "folder holds no .json, .json.gz or .tar.gz trace files"),
+        ({"notes.txt": b"x", ".rank0.json": b"{}"}, "folder holds no"),
+    ],
     ids=["empty folder", "only other files"],
 )
 def test_folder_without_traces(tmp_path, files, fragment):
@@ -173,13 +270,23 @@ NOT_A_TRACE: list[tuple[str, bytes, str]] = [
     ("empty array", b"[]", "expected an object with 'traceEvents'"),
     ("other object", b'{"foo": 1}', "no 'traceEvents' key (top-level keys: foo)"),
     ("execution trace only", ET_DOC, "only execution traces given"),
-    ("traceEvents of numbers", b'{"traceEvents": [1, 2]}', "Expected `object`, got `int` - at `$.traceEvents[0]`"),
+    (
+        "traceEvents of numbers",
+        b'{"traceEvents": [1, 2]}',
+        "Expected `object`, got `int` - at `$.traceEvents[0]`",
+    ),
     ("traceEvents not a list", b'{"traceEvents": {"a": 1}}', "at `$.traceEvents`"),
-    ("wrong field type", b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": "5"}]}', "at `$.traceEvents[0].dur`"),
+    (
+        "wrong field type",
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": "5"}]}',
+        "at `$.traceEvents[0].dur`",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("data", "fragment"), [c[1:] for c in NOT_A_TRACE], ids=[c[0] for c in NOT_A_TRACE])
+@pytest.mark.parametrize(
+    ("data", "fragment"), [c[1:] for c in NOT_A_TRACE], ids=[c[0] for c in NOT_A_TRACE]
+)
 def test_json_that_is_not_a_trace(tmp_path, data, fragment):
     path = _write(tmp_path / "rank0.json", data)
     with pytest.raises(TraceFormatError) as info:

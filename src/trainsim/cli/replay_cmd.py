@@ -42,6 +42,7 @@ def replay(
     step: str = typer.Option("median", "--step", help="Which iteration: median, first, last or a ProfilerStep number."),
     no_et: bool = typer.Option(False, "--no-et", help="Do not link execution traces found beside the Kineto traces."),
     no_intra_rank_sync: bool = typer.Option(False, "--no-intra-rank-sync", help="Drop 000 §III-D's intra-rank rule (for comparison)."),
+    stats_iqr: bool = typer.Option(False, "--stats-iqr", help="stats: 002's IQR-filtered means instead of plain means (for comparison)."),
     straggler: str | None = typer.Option(None, "--straggler", help="What-if: RANK:FACTOR, e.g. 3:1.5 (rank 3's kernels 1.5× slower)."),
     network: float | None = typer.Option(None, "--network-speedup", help="What-if: collectives this many times faster (0.5: twice slower)."),
     family: str | None = typer.Option(None, "--scale-family", help="What-if: FAMILY:FACTOR, e.g. gemm:0.5 (GEMMs twice as fast)."),
@@ -61,7 +62,7 @@ def replay(
     if db is not None and overheads is HostMode.TRACE:
         raise ConfigError("--overhead-db is used by --overheads shared or stats, not trace")
     options = SimOptions(kernels=kernels, overheads=overheads, overhead_db=db,
-                         intra_rank_sync=not no_intra_rank_sync)  # fmt: skip
+                         intra_rank_sync=not no_intra_rank_sync, stats_iqr=stats_iqr)  # fmt: skip
     with stderr.status("loading and simulating...", spinner="dots"):
         rep = replay_paths(paths, options, step=_step(step), link_et=not no_et, timeline=timeline)
         whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family)
@@ -69,6 +70,15 @@ def replay(
     doc["whatif"] = whatif
     if timeline is not None:
         stderr.print(f"wrote timeline: {timeline}")
+    fallback = rep.result.diagnostics.get("kernels_model_fallback_measured", 0)
+    if fallback:
+        stderr.print(
+            f"[yellow]warning:[/] {fallback} kernels had no applicable model and kept their measured duration"
+        )
+    if rep.sampled:
+        stderr.print(
+            "[yellow]warning:[/] a sampled trace (a fraction of its events recorded): the step is incomplete"
+        )
     if fmt is Format.JSON:
         emit_json(doc)
         return

@@ -21,7 +21,7 @@ from __future__ import annotations
 import gc
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -56,8 +56,9 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False):
     external_id: int | None = msgspec.field(name="External id", default=None)
     rf_id: int | None = msgspec.field(name="Record function id", default=None)
     ev_idx: int | None = msgspec.field(name="Ev Idx", default=None)
-    # Operator input shapes and dtypes stay raw JSON until read (``input_dims``/``input_type``):
-    # decoded, they are a quarter of a trace's memory, and only one step's ops are ever read.
+    # Shapes, dtypes and launch dimensions stay raw JSON until read (the properties below):
+    # decoded, they are a quarter of a trace's memory and a million objects for the garbage
+    # collector to scan, and only the chosen step's events are ever read.
     input_dims_json: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_JSON)
     input_type_json: msgspec.Raw = msgspec.field(name="Input type", default=_NO_JSON)
     # NCCL metadata written by recent PyTorch on kernels and record_param_comms ops.
@@ -76,14 +77,24 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False):
     wait_on_record_corr: int | None = msgspec.field(
         name="wait_on_cuda_event_record_corr_id", default=None
     )
-    # Launch dimensions [x, y, z] on kernels (Triton CPU ops write a string, "grid(100,)").
-    grid: Any = None
-    block: Any = None
+    # Launch dimensions [x, y, z] of kernels (a Triton CPU op writes a string, "grid(100,)").
+    grid_json: msgspec.Raw = msgspec.field(name="grid", default=_NO_JSON)
+    block_json: msgspec.Raw = msgspec.field(name="block", default=_NO_JSON)
 
     @property
     def input_dims(self) -> Any:
         """'Input Dims': one shape (list of ints) per input, [] for non-tensors; or None."""
         return msgspec.json.decode(self.input_dims_json) if self.input_dims_json else None
+
+    @property
+    def grid(self) -> Any:
+        """'grid': the kernel's launch grid [x, y, z]; or None."""
+        return msgspec.json.decode(self.grid_json) if self.grid_json else None
+
+    @property
+    def block(self) -> Any:
+        """'block': the kernel's thread block [x, y, z]; or None."""
+        return msgspec.json.decode(self.block_json) if self.block_json else None
 
     @property
     def input_type(self) -> Any:
@@ -128,6 +139,7 @@ CPU_CATS = frozenset({"cpu_op", "user_annotation", "operator", "Operator"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "Runtime"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
 SYNC_CAT = "cuda_sync"
+_ROLES = (CPU_CATS, RUNTIME_CATS, GPU_CATS, frozenset({SYNC_CAT}))  # KinetoTrace's four lists
 
 TIME_UNITS_S = {"us": 1e-6, "ns": 1e-9, "ms": 1e-3}
 COMPLETE_COVERAGE = 0.9  # below this share of 'Ev Idx' indices, events were removed (sampled)
@@ -206,7 +218,7 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
     with _gc_paused():
         doc = _decode_document(name, data)
         by_cat = _complete_events_by_category(doc)
-        lists = [_join(by_cat, cats) for cats in (CPU_CATS, RUNTIME_CATS, GPU_CATS, {SYNC_CAT})]
+        lists = [_join(by_cat, cats) for cats in _ROLES]
         cpu, runtime, gpu, sync = lists
         if not (cpu or runtime or gpu):
             raise TraceFormatError(
@@ -274,9 +286,9 @@ def _complete_events_by_category(doc: _Doc) -> dict[str, list[Event]]:
     return by_cat
 
 
-def _join(by_cat: dict[str, list[Event]], cats: Iterable[str]) -> list[Event]:
-    parts = [by_cat[c] for c in cats if c in by_cat]
-    return parts[0][:] if len(parts) == 1 else [e for p in parts for e in p]
+def _join(by_cat: dict[str, list[Event]], cats: frozenset[str]) -> list[Event]:
+    parts = [by_cat[c] for c in cats if c in by_cat]  # by_cat is private: no copy needed
+    return parts[0] if len(parts) == 1 else [e for p in parts for e in p]
 
 
 def _sort_by_time(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
@@ -358,7 +370,8 @@ def _check_device_events(
     for e in runtime:  # sorted by ts: setdefault keeps the earliest call per correlation
         a = e.args
         if a is not None:
-            _check_device_args(name, e, a)
+            if _needs_check(a):
+                _check_device_args(name, e, a)
             if a.correlation is not None:
                 launch_ts.setdefault(a.correlation, e.ts)  # type: ignore[arg-type]
     slack = LAUNCH_SKEW_S / unit_to_s
@@ -366,7 +379,8 @@ def _check_device_events(
         a = g.args
         if a is None:
             continue
-        _check_device_args(name, g, a)
+        if _needs_check(a):
+            _check_device_args(name, g, a)
         t0 = launch_ts.get(a.correlation) if a.correlation is not None else None
         if t0 is not None and g.ts < t0 - slack:  # type: ignore[operator]
             raise TraceFormatError(
@@ -380,8 +394,18 @@ def _check_device_events(
             _check_device_args(name, e, e.args)
 
 
+def _needs_check(a: Args) -> bool:
+    s = a.stream
+    return (
+        (s is not None and type(s) is not int)
+        or bool(a.grid_json)
+        or bool(a.block_json)
+        or a.in_split is not None
+        or a.out_split is not None
+    )
+
+
 def _check_device_args(name: str, e: Event, a: Args) -> None:
-    return
     s = a.stream
     if s is not None and type(s) is not int:
         a.stream = _stream_id(name, e, s)
@@ -393,7 +417,8 @@ def _check_device_args(name: str, e: Event, a: Args) -> None:
                 bad = True
             if bad:
                 raise TraceFormatError(
-                    name, f"kernel {e.name[:60]!r} at ts={e.ts}: '{label}' {dims!r} is not a list of sizes"
+                    name,
+                    f"kernel {e.name[:60]!r} at ts={e.ts}: '{label}' {dims!r} is not a list of sizes",
                 )
     if a.in_split is not None or a.out_split is not None:
         _check_comm_args(name, e, a, None)
@@ -471,14 +496,20 @@ def _check_comm_args(name: str, e: Event, a: Args, world_size: int | None) -> No
     for label, value in (("In split size", a.in_split), ("Out split size", a.out_split)):
         splits = _int_list(value)
         if splits and not all(type(s) is int and 0 <= s <= MAX_COUNT for s in splits):
-            raise TraceFormatError(name, f"{where}: '{label}' {value!r} holds a negative or non-integer size")
+            raise TraceFormatError(
+                name, f"{where}: '{label}' {value!r} holds a negative or non-integer size"
+            )
     ranks = _int_list(a.pg_ranks)
     if not ranks:
         return
     if not all(type(r) is int and r >= 0 for r in ranks):
-        raise TraceFormatError(name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} holds a non-rank value")
+        raise TraceFormatError(
+            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} holds a non-rank value"
+        )
     if len(set(ranks)) != len(ranks):
-        raise TraceFormatError(name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} lists a rank twice")
+        raise TraceFormatError(
+            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} lists a rank twice"
+        )
     if world_size is not None and max(ranks) >= world_size:
         raise TraceFormatError(
             name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} exceeds world_size {world_size}"

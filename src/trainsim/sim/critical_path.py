@@ -65,7 +65,18 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
                 out.append(Segment(kind, rr, lo, end, label))
         return start > floor
 
-    node: tuple[int, int, int] | None = _end_node(res, ri)
+    end_node = _end_node(res, ri)
+    tail = program.ranks[ri].end_tail_s
+    if end_node[0] == OP_END and tail > 0:  # a rank without kernels ends after its last op
+        last_end = ev.times[ri].op_end[end_node[2]]
+        emit(
+            SegmentKind.HOST_GAP,
+            ri,
+            last_end,
+            last_end + tail,
+            "after the last op (step window end)",
+        )
+    node: tuple[int, int, int] | None = end_node
     while node is not None:
         kind, r, i = node
         rp, t = program.ranks[r], ev.times[r]

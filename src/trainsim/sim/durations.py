@@ -8,9 +8,9 @@ their predictions are lower bounds and say so in their provenance.
 
 Collectives (measured): a collective kernel's measured duration on one rank includes waiting
 for its peers. The transfer time of one instance is the duration seen by its last-arriving
-member, i.e. the minimum over members of the measured durations; members absent from the
-workload (rank 0 of a 16-rank job) are assumed to arrive on time, so a lone member's transfer
-is its own measured duration.
+member (for NCCL, whose members end together, the minimum over members); members absent from
+the workload (rank 0 of a 16-rank job) are assumed to arrive on time, so a lone member's
+transfer is its own measured duration (see ``program._transfer``).
 """
 
 from __future__ import annotations

@@ -82,7 +82,9 @@ def _fork_join(rp: RankProgram, out: dict[int, list[tuple[int, float | None]]]) 
             best_op = np.where(better, oidx[oorder[jj]], best_op)
         found = np.flatnonzero(best_op >= 0)
         for i in found.tolist():
-            out.setdefault(int(idx[i]), []).append((int(best_op[i]), float(starts[i] - best_end[i])))
+            out.setdefault(int(idx[i]), []).append(
+                (int(best_op[i]), float(starts[i] - best_end[i]))
+            )
         rp.diagnostics["thread_edges"] += int(found.size)
 
 
@@ -123,5 +125,5 @@ def intra_rank_rule(rp: RankProgram, keys: list[float]) -> None:
             if s_next is not None and s_dep is not None and s_next < s_dep - TOLERANCE_S:
                 rp.diagnostics["intra_rank_rule_contradicted"] += 1
                 continue
-            rp.k_after[nxt].append(dep)
+            rp.k_after[nxt] = (*rp.k_after[nxt], dep)
             rp.diagnostics["intra_rank_rules"] += 1

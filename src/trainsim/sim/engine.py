@@ -61,8 +61,9 @@ class _Lane:
 @dataclass(slots=True)
 class Evaluation:
     times: list[RankTimes]
-    inst_end: list[float]
+    inst_end: list[float]  # every member's end
     inst_bind: list[tuple[int, int]]  # latest member (rank index, kernel index)
+    inst_start: list[float]  # the latest member's start (when the transfer begins)
 
 
 def _none(n: int) -> list[Any]:
@@ -118,7 +119,7 @@ class Engine:
             from trainsim.sim.deadlock import describe_deadlock
 
             raise SimulationError(describe_deadlock(self, stuck))
-        return Evaluation(self.t, self.inst_end, self.inst_bind)
+        return Evaluation(self.t, self.inst_end, self.inst_bind, self.inst_max)
 
     def _push(self, g: int) -> None:
         if not self.queued[g] and not self.lanes[g].done:

@@ -62,3 +62,4 @@ class SimOptions:
     thread_edges: bool = True
     launch_latency_s: float | None = None
     kernel_gap_s: float | None = None
+    stats_iqr: bool = False  # STATS: 002 §4.4.2's IQR-filtered means instead of plain means

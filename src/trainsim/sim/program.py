@@ -14,47 +14,29 @@ runtime calls) and one per stream (its kernels in FIFO order). Everything else i
 - every member of a collective instance (same group and sequence number) ends at the latest
   member's start plus the instance's transfer time.
 
-Compilation has two phases: the *structure* (calls, lanes, edges) and the *timings* (host
-gaps, durations of blocking calls, launch latencies), so that ``STATS`` mode can take its
-statistics from the structure of every rank first (``selfstats.py``).
-
-Launch latency and kernel-kernel gap: with measured kernels, their medians over the rank
-(launch-bound kernels: start − runtime-call end; stream-bound kernels: start − readiness), per
-class (memory copies vs. kernels); ``TRACE`` host mode keeps each kernel's own measured value
-where it decided the start. Without measurements, 002 Alg. 3's T4/2 and 1 µs.
+Compilation has three phases: the *structure* (calls, lanes, edges: here), the *timings*
+(host gaps, blocking calls, launch latencies: ``timings.py``) — apart so that ``STATS`` mode can
+take its statistics from the structure of every rank first (``selfstats.py``) — and the
+collective instances across ranks (``collectives.py``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Any
 
 from trainsim.errors import SimulationError
 from trainsim.ir.graph import Kernel, Op, RankGraph, Workload
-from trainsim.ir.kinds import CollectiveKind, KernelFamily, SyncKind
+from trainsim.ir.kinds import KernelFamily, SyncKind
 from trainsim.sim import syncs
+from trainsim.sim.collectives import Instance, build_instances
 from trainsim.sim.durations import ModelRegistry, default_registry, device_spec
 from trainsim.sim.edges import intra_rank_rule, thread_edges
 from trainsim.sim.host import Call, HostModel, op_calls
 from trainsim.sim.options import HostMode, KernelSource, SimOptions
+from trainsim.sim.timings import end_tails, fill_timings
 from trainsim.sim.whatif import WHATIF
-
-_ALG3_GAP_S = 1e-6  # 002 Alg. 3 line 11: consecutive kernels of a stream are ≥ 1 µs apart
-_MEMORY = (KernelFamily.MEMCPY, KernelFamily.MEMSET)
-
-
-@dataclass(slots=True)
-class Instance:
-    """One collective instance across ranks."""
-
-    group: str
-    seq: int
-    kind: CollectiveKind
-    members: list[tuple[int, int]]  # (rank program index, kernel index)
-    transfer_s: float = 0.0
-    provenance: str = ""
 
 
 @dataclass(slots=True)
@@ -66,7 +48,9 @@ class RankProgram:
     # structure
     op_lane: list[int] = field(default_factory=list)
     op_call0: list[int] = field(default_factory=list)  # calls of op o: op_call0[o]:op_call0[o+1]
-    op_preds: list[tuple[tuple[int, float | None], ...]] = field(default_factory=list)  # cross-thread
+    op_preds: list[tuple[tuple[int, float | None], ...]] = field(
+        default_factory=list
+    )  # cross-thread
     calls: list[Call] = field(default_factory=list)
     call_op: list[int] = field(default_factory=list)
     call_block: list[tuple[int, ...] | None] = field(default_factory=list)
@@ -75,8 +59,10 @@ class RankProgram:
     k_lane: list[int] = field(default_factory=list)
     k_dur: list[float] = field(default_factory=list)  # collectives: the member's own duration
     k_prov: list[str] = field(default_factory=list)
-    k_waits: list[list[int]] = field(default_factory=list)  # kernels whose END bounds the start
-    k_after: list[list[int]] = field(default_factory=list)  # kernels whose START bounds it
+    k_waits: list[tuple[int, ...]] = field(
+        default_factory=list
+    )  # kernels whose END bounds the start
+    k_after: list[tuple[int, ...]] = field(default_factory=list)  # kernels whose START bounds it
     k_inst: list[int] = field(default_factory=list)
     cpu_lanes: list[list[int]] = field(default_factory=list)
     lane_thread: list[int] = field(default_factory=list)
@@ -84,6 +70,7 @@ class RankProgram:
     lane_stream: list[int] = field(default_factory=list)
     lane_busy_until: list[float | None] = field(default_factory=list)
     device: Any = None  # catalog DeviceSpec once looked up (False: not in the catalog)
+    end_tail_s: float = 0.0  # a rank without kernels: its step ends this long after its last op
     # timings
     op_t1: list[float] = field(default_factory=list)
     op_cross: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
@@ -108,15 +95,25 @@ def compile_workload(w: Workload, options: SimOptions) -> Program:
     registry = options.kernel_models or default_registry()
     ranks = [_structure(rg, registry, options) for rg in w.ranks]
     if options.overheads is HostMode.STATS and options.overhead_db is None:
-        from trainsim.sim.selfstats import self_means
+        from trainsim.sim.selfstats import self_means, self_overheads
 
         per_op, glob, entry = self_means(ranks)
-        host = HostModel(options.overheads, means=(per_op, glob), entry_gap_s=entry)
+        if options.stats_iqr:
+            host = HostModel(
+                options.overheads, self_overheads(ranks, filtered=True), entry_gap_s=entry
+            )
+        else:
+            host = HostModel(options.overheads, means=(per_op, glob), entry_gap_s=entry)
     else:
         host = HostModel(options.overheads, options.overhead_db)
     for rp in ranks:
-        _timings(rp, host, options)
-    return Program(w, ranks, _instances(w, ranks, options, registry), options)
+        fill_timings(rp, host, options)
+    end_tails(ranks, options.overheads)
+
+    def duration(k: Kernel, op: Op, rp: RankProgram) -> tuple[float, str]:
+        return _duration(k, op, options, registry, rp)
+
+    return Program(w, ranks, build_instances(w, ranks, options, duration), options)
 
 
 # ---------------------------------------------------------------------------------- structure
@@ -190,7 +187,7 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
                 keys.append(c.key)
                 threads.append(thread)
                 kernel_op.append(oi)
-                if k.collective is not None:  # durations set per instance by _instances
+                if k.collective is not None:  # durations set per instance (collectives.py)
                     k_dur.append(0.0)
                     k_prov.append("")
                 elif measured and k.duration_s is not None and not k.provenance.startswith(WHATIF):
@@ -203,8 +200,8 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
     rp.call_block = [None] * len(calls)
     rp.op_call0.append(len(rp.calls))
     n = len(rp.kernels)
-    rp.k_waits = [[] for _ in range(n)]
-    rp.k_after = [[] for _ in range(n)]
+    rp.k_waits = [()] * n  # tuples, replaced when an edge is added (most kernels have none)
+    rp.k_after = [()] * n
     rp.k_inst = [-1] * n
     idx = syncs.IssueIndex.build(rp.kernels, keys, threads)
     _stream_lanes(rp, keys)
@@ -252,8 +249,10 @@ def _sync_edges(rp: RankProgram, idx: syncs.IssueIndex) -> None:
                 thread = rp.ops[rp.call_op[ci]].thread
                 edge = syncs.event_wait(s, key=c.key, thread=thread, idx=idx, diag=diag)
                 if edge is not None:
-                    rp.k_waits[edge[0]].append(edge[1])
-        elif (len(c.kernels) > 1 or c.kernels[0].family is KernelFamily.MEMCPY) and c.blocks_cpu_copy():
+                    rp.k_waits[edge[0]] = (*rp.k_waits[edge[0]], edge[1])
+        elif (
+            len(c.kernels) > 1 or c.kernels[0].family is KernelFamily.MEMCPY
+        ) and c.blocks_cpu_copy():
             rp.call_block[ci] = tuple(idx.by_id[k.id] for k in c.kernels)
             diag["blocking_copies"] += 1
 
@@ -278,215 +277,5 @@ def _dep_edges(rp: RankProgram, kernel_op: list[int]) -> None:
                     if syncs.contradicted(rp.kernels[dependent], rp.kernels[awaited]):
                         rp.diagnostics["dep_edges_dropped_contradicted"] += 1
                         continue
-                    rp.k_waits[dependent].append(awaited)
+                    rp.k_waits[dependent] = (*rp.k_waits[dependent], awaited)
                     rp.diagnostics["dep_edges"] += 1
-
-
-# ------------------------------------------------------------------------------------ timings
-
-
-def _timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
-    ops, call0 = rp.ops, rp.op_call0
-    seen: set[int] = set()
-    if host.mode is HostMode.TRACE:
-        anchor: dict[int, float] = {}
-        for oi, op in enumerate(ops):
-            c0, c1 = call0[oi], call0[oi + 1]
-            timing = host.timing(
-                op, rp.calls[c0:c1], anchor.get(op.thread, rp.cpu_start_s), first=False
-            )
-            anchor[op.thread] = op.end_s if op.end_s is not None else rp.cpu_start_s
-            rp.op_t1.append(timing.t1_s)
-            rp.op_tail.append(timing.tail_s)
-            rp.call_gap.extend(timing.gaps_s)
-            rp.call_dur.extend(timing.durations_s)
-    else:  # inlined HostModel.timing: this loop runs once per op of every rank
-        entry = host.entry_gap_s
-        stats, cached = host.op_stats, host.cached_stats
-        t1s, tails, gaps, durs, preds = rp.op_t1, rp.op_tail, rp.call_gap, rp.call_dur, rp.op_preds
-        for oi, op in enumerate(ops):
-            t1, t2, t3, t4, t5, cpu = cached.get(op.name) or stats(op.name)
-            if op.thread not in seen:
-                seen.add(op.thread)
-                if entry is not None and not preds[oi]:
-                    t1 = entry
-            t1s.append(t1)
-            n = call0[oi + 1] - call0[oi]
-            if n:
-                gaps.append(t2)
-                if n > 1:
-                    gaps.extend([t5] * (n - 1))
-                durs.extend([t4] * n)
-                tails.append(t3)
-            else:
-                tails.append(cpu)
-    rp.call_wake = [0.0] * len(rp.calls)
-    blocking_dur = host.blocking_call_duration()
-    for ci, targets in enumerate(rp.call_block):
-        if targets is not None:
-            _blocking(rp, ci, targets, host.mode, blocking_dur)
-    trace = host.mode is HostMode.TRACE
-    # inferred thread edges carry their measured delay (TRACE) or the op's T1; deps carry none
-    rp.op_cross = [()] * len(ops)
-    for oi, pr in enumerate(rp.op_preds):
-        if pr:
-            rp.op_cross[oi] = tuple((src, 0.0 if d is None else d if trace else rp.op_t1[oi]) for src, d in pr)
-    _latencies(rp, host.mode, opts)
-
-
-def _blocking(
-    rp: RankProgram, ci: int, targets: tuple[int, ...], mode: HostMode, own_s: float
-) -> None:
-    """Own duration and wake-up of a blocking call: it ends at
-    max(start + own, awaited end + wake). ``TRACE`` reproduces the measured end exactly."""
-    c = rp.calls[ci]
-    if mode is not HostMode.TRACE:
-        rp.call_dur[ci] = own_s
-        return
-    assert c.start_s is not None and c.duration_s is not None
-    ends = [e for t in targets if (e := rp.kernels[t].end_s) is not None]
-    done = max(ends) if ends else None
-    end = c.start_s + c.duration_s
-    if done is not None and done > c.start_s:
-        rp.call_dur[ci] = 0.0
-        rp.call_wake[ci] = end - done  # may be < 0: pageable copies return before the last chunk
-    else:
-        rp.call_dur[ci] = c.duration_s
-
-
-def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
-    """Launch latency (from the call's start) and kernel-kernel gap of every kernel."""
-    ready = _measured_readiness(rp)
-    post: dict[bool, list[float]] = {True: [], False: []}
-    gaps: dict[bool, list[float]] = {True: [], False: []}
-    calls = rp.calls
-    for i, k in enumerate(rp.kernels):
-        ci = rp.k_call[i]
-        c = calls[ci]
-        if (
-            k.start_s is None
-            or c.start_s is None
-            or c.duration_s is None
-            or rp.call_block[ci] is not None
-        ):
-            continue
-        mem = k.family in _MEMORY
-        r = ready[i]
-        if r is None or c.start_s + c.duration_s >= r:
-            post[mem].append(k.start_s - (c.start_s + c.duration_s))
-        else:
-            gaps[mem].append(max(0.0, k.start_s - r))
-    typ_post = {m: _median(post[m], post[not m]) for m in (True, False)}
-    typ_gap = {m: _median(gaps[m], gaps[not m]) for m in (True, False)}
-    trace = mode is HostMode.TRACE
-    for i, k in enumerate(rp.kernels):
-        ci = rp.k_call[i]
-        mem = k.family in _MEMORY
-        dur = rp.call_dur[ci]
-        p, g = typ_post[mem], typ_gap[mem]
-        if opts.launch_latency_s is not None:
-            lat = opts.launch_latency_s
-        else:
-            lat = max(0.0, dur + p) if p is not None else dur / 2
-        gap = (
-            opts.kernel_gap_s
-            if opts.kernel_gap_s is not None
-            else g
-            if g is not None
-            else _ALG3_GAP_S
-        )
-        c = calls[ci]
-        if trace and k.start_s is not None and c.start_s is not None:
-            own = k.start_s - c.start_s
-            r = ready[i]
-            if r is None or c.start_s + (c.duration_s or 0.0) >= r:
-                lat = own
-                if r is not None:
-                    gap = min(gap, max(0.0, k.start_s - r))
-            else:
-                gap = max(0.0, k.start_s - r)
-                lat = min(lat, own)
-        rp.k_lat.append(lat)
-        rp.k_gap.append(gap)
-
-
-def _median(values: list[float], fallback: list[float]) -> float | None:
-    if values:
-        return float(median(values))
-    return float(median(fallback)) if fallback else None
-
-
-def _measured_readiness(rp: RankProgram) -> list[float | None]:
-    """Per kernel, the measured time its stream, event and data constraints were all met."""
-    ready: list[float | None] = [None] * len(rp.kernels)
-    for lane, ks in enumerate(rp.stream_lanes):
-        prev_end = rp.lane_busy_until[lane]
-        for i in ks:
-            r = prev_end
-            for w in rp.k_waits[i]:
-                e = rp.kernels[w].end_s
-                if e is not None and (r is None or e > r):
-                    r = e
-            for a in rp.k_after[i]:
-                s = rp.kernels[a].start_s
-                if s is not None and (r is None or s > r):
-                    r = s
-            ready[i] = r
-            prev_end = rp.kernels[i].end_s
-    return ready
-
-
-# -------------------------------------------------------------------------------- collectives
-
-
-def _instances(
-    w: Workload, ranks: list[RankProgram], opts: SimOptions, reg: ModelRegistry
-) -> list[Instance]:
-    by_key: dict[tuple[str, int], Instance] = {}
-    for ri, rp in enumerate(ranks):
-        for ki, k in enumerate(rp.kernels):
-            c = k.collective
-            if c is None:
-                continue
-            inst = by_key.get((c.group, c.seq))
-            if inst is None:
-                inst = by_key[(c.group, c.seq)] = Instance(c.group, c.seq, c.kind, [])
-            if inst.members and inst.members[-1][0] == ri:
-                raise SimulationError(
-                    f"rank {rp.graph.rank} issues collective {c.kind.value} of group {c.group!r} "
-                    f"seq {c.seq} twice (kernels {rp.kernels[inst.members[-1][1]].id} and {k.id}); "
-                    "sequence numbers must be unique per group and rank"
-                )
-            inst.members.append((ri, ki))
-    present = {rp.graph.rank for rp in ranks}
-    expected_of: dict[tuple[str, int], frozenset[int]] = {}
-    instances = list(by_key.values())
-    for n, inst in enumerate(instances):
-        ri0, ki0 = inst.members[0]
-        c0 = ranks[ri0].kernels[ki0].collective
-        assert c0 is not None
-        ck = (inst.group, id(c0.group_ranks))
-        expected = expected_of.get(ck)
-        if expected is None:
-            group = c0.group_ranks or tuple(w.process_groups.get(inst.group, ())) or tuple(present)
-            expected = expected_of[ck] = frozenset(r for r in group if r in present)
-        have = {ranks[ri].graph.rank for ri, _ in inst.members}
-        missing = sorted(expected - have)
-        if missing:
-            raise SimulationError(
-                f"collective {inst.kind.value} of group {inst.group!r} seq {inst.seq}: issued by "
-                f"ranks {sorted(have)} but never by member rank(s) {missing}; the traces do not "
-                "belong to one step of one job, or a rank's trace is truncated"
-            )
-        durs = []
-        for ri, ki in inst.members:
-            rp = ranks[ri]
-            rp.k_inst[ki] = n
-            d = _duration(rp.kernels[ki], rp.ops[rp.call_op[rp.k_call[ki]]], opts, reg, rp)
-            rp.k_dur[ki], rp.k_prov[ki] = d
-            durs.append(d)
-        # measured: the last arrival's duration is the transfer; models: the largest member
-        inst.transfer_s, inst.provenance = (
-            min(durs) if opts.kernels is KernelSource.MEASURED else max(durs)
-        )
-    return instances

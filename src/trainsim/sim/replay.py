@@ -28,6 +28,7 @@ class Replay:
     collectives: dict[str, Any] = field(default_factory=dict)
     et_link: dict[str, Any] = field(default_factory=dict)
     whatif: dict[str, Any] = field(default_factory=dict)
+    sampled: bool = False  # a sampled trace: its measured step is incomplete
 
     @property
     def measured_step_s(self) -> float | None:
@@ -64,16 +65,26 @@ class Replay:
             "collectives_matched": self.collectives,
             "et_link": self.et_link,
             "whatif": self.whatif,
+            "sampled_trace": self.sampled,
             "diagnostics": sim["diagnostics"],
             "provenance": "measured kernels" if o.kernels.value == "measured" else "kernel models (see diagnostics)",
         }  # fmt: skip
 
 
-def load_workload(
+@dataclass(frozen=True, eq=False)
+class Loaded:
+    """A workload read from traces, with what ``replay`` reports about its ingestion."""
+
+    workload: Workload
+    collectives: dict[str, Any]
+    et_link: dict[str, Any]
+    sampled: bool  # some trace records only a sample of its events: no complete step
+
+
+def load_for_replay(
     paths: Sequence[str | Path], *, step: str | int = "median", link_et: bool = True
-) -> tuple[Workload, dict[str, Any], dict[str, Any]]:
-    """The workload of some traces (with execution traces linked when given and linkable),
-    its collective matching summary and the ET link statistics."""
+) -> Loaded:
+    """The workload of some traces, with execution traces linked when given and linkable."""
     from trainsim.ingest import load_traces
 
     loaded = load_traces(paths, step=step)
@@ -89,7 +100,8 @@ def load_workload(
             et_link = {
                 str(r): (s.to_dict() if hasattr(s, "to_dict") else str(s)) for r, s in stats.items()
             }
-    return workload, loaded.match.to_dict(), et_link
+    sampled = any(getattr(t, "is_sampled", False) for t in loaded.traces.values())
+    return Loaded(workload, loaded.match.to_dict(), et_link, sampled)
 
 
 def replay_paths(
@@ -100,11 +112,14 @@ def replay_paths(
     link_et: bool = True,
     timeline: str | Path | None = None,
 ) -> Replay:
-    workload, match, et_link = load_workload(paths, step=step, link_et=link_et)
+    loaded = load_for_replay(paths, step=step, link_et=link_et)
+    workload = loaded.workload
     result = simulate(workload, options)
     if timeline is not None:
         from trainsim.sim.timeline import write_timeline
 
         write_timeline(result, timeline)
     files = tuple(str(f) for f in workload.metadata.get("files", paths))
-    return Replay(files, workload, result, match, et_link)
+    return Replay(
+        files, workload, result, loaded.collectives, loaded.et_link, sampled=loaded.sampled
+    )

@@ -25,8 +25,7 @@ import numpy as np
 from trainsim.ir.kinds import KernelFamily
 from trainsim.sim.engine import Evaluation
 from trainsim.sim.options import KernelSource, SegmentKind, SimOptions
-from trainsim.sim.program import Program, RankProgram
-
+from trainsim.sim.program import Program
 
 _COMM = tuple(f for f in KernelFamily if f.is_communication)
 
@@ -142,7 +141,9 @@ class SimResult:
         return doc
 
 
-def _busy_and_exposed(starts: np.ndarray, ends: np.ndarray, comm: np.ndarray) -> tuple[float, float]:
+def _busy_and_exposed(
+    starts: np.ndarray, ends: np.ndarray, comm: np.ndarray
+) -> tuple[float, float]:
     """Length of the union of all intervals, and of the time only communication runs
     (a sweep over the interval boundaries counting active comm and other kernels)."""
     if starts.size == 0:
@@ -166,7 +167,7 @@ def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
     starts = np.array(t.k_start, dtype=float) if ks else np.zeros(0)
     ends = np.array(t.k_end, dtype=float) if ks else np.zeros(0)
     cpu_end = max(t.op_end, default=rp.cpu_start_s)
-    end = float(ends.max()) if ks else cpu_end
+    end = float(ends.max()) if ks else cpu_end + rp.end_tail_s
     step = end - rp.step_start_s
     dur = np.array(rp.k_dur, dtype=float)
     if program.options.kernels is not KernelSource.MEASURED:  # models: a collective's transfer
@@ -176,13 +177,15 @@ def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
     streams = []
     for lane, kidx in enumerate(rp.stream_lanes):
         busy = float((ends[kidx] - starts[kidx]).sum())
-        streams.append(StreamResult(rp.lane_stream[lane], len(kidx), busy, step - busy, float(dur[kidx].sum())))
+        streams.append(
+            StreamResult(rp.lane_stream[lane], len(kidx), busy, step - busy, float(dur[kidx].sum()))
+        )
     comm = np.array([k.family in _COMM for k in ks], dtype=bool)
     busy_all, exposed = _busy_and_exposed(starts, ends, comm)
     wait = 0.0
     for k, inst in enumerate(rp.k_inst):
         if inst >= 0:
-            wait += ev.inst_end[inst] - program.instances[inst].transfer_s - t.k_start[k]
+            wait += ev.inst_start[inst] - t.k_start[k]
     g = rp.graph
     return RankResult(g.rank, g.represents, rp.step_start_s, end, step, g.measured_step_s, cpu_end,
                       busy_all, step - busy_all, exposed, wait, tuple(streams))  # fmt: skip

@@ -75,7 +75,7 @@ def collect(rp: RankProgram, into: Samples, entry: list[float]) -> None:
             d[T3].append(max(0.0, end - last))
 
 
-def self_overheads(ranks: list[RankProgram], *, filtered: bool = False) -> OverheadDB:
+def self_overheads(ranks: list[RankProgram], *, filtered: bool) -> OverheadDB:
     """An :class:`OverheadDB` of the workload (IQR-filtered like 002 §4.4.2 when ``filtered``,
     else plain statistics), for export and comparison."""
     pooled: Samples = {}
@@ -93,7 +93,9 @@ def self_overheads(ranks: list[RankProgram], *, filtered: bool = False) -> Overh
     return db
 
 
-def self_means(ranks: list[RankProgram]) -> tuple[dict[str, tuple[float, ...]], tuple[float, ...], float]:
+def self_means(
+    ranks: list[RankProgram],
+) -> tuple[dict[str, tuple[float, ...]], tuple[float, ...], float]:
     """What ``STATS`` mode needs: per op name the mean (T1, T2, T3, T4, T5, CPU) — a kind the
     name has no sample of takes the global mean —, the global means, the mean step-entry gap.
 

@@ -37,19 +37,22 @@ class IssueIndex:
     threads: list[int]  # CPU thread of each kernel's op
     by_id: dict[int, int]  # Kernel.id → kernel index
     _all: list[tuple[float, int]]
-    _thread: dict[int, list[tuple[float, int]]]
     _stream: dict[int, list[tuple[float, int]]]
+    _thread: dict[int, list[tuple[float, int]]] | None = None  # built on first use
 
     @classmethod
     def build(cls, kernels: list[Kernel], keys: list[float], threads: list[int]) -> IssueIndex:
-        everything = sorted((keys[i], i) for i in range(len(kernels)))
-        per_thread: dict[int, list[tuple[float, int]]] = {}
+        everything = sorted(zip(keys, range(len(kernels)), strict=True))
         per_stream: dict[int, list[tuple[float, int]]] = {}
-        for key, i in everything:
-            per_thread.setdefault(threads[i], []).append((key, i))
-            per_stream.setdefault(kernels[i].stream, []).append((key, i))
-        return cls(kernels, keys, threads, {k.id: i for i, k in enumerate(kernels)},
-                   everything, per_thread, per_stream)  # fmt: skip
+        for item in everything:
+            st = kernels[item[1]].stream
+            lst = per_stream.get(st)
+            if lst is None:
+                per_stream[st] = [item]
+            else:
+                lst.append(item)
+        by_id = {k.id: i for i, k in enumerate(kernels)}
+        return cls(kernels, keys, threads, by_id, everything, per_stream)
 
     @staticmethod
     def _after(lst: list[tuple[float, int]], key: float) -> int | None:
@@ -62,6 +65,10 @@ class IssueIndex:
         return lst[j][1] if j >= 0 else None
 
     def next_on_thread(self, thread: int, key: float) -> int | None:
+        if self._thread is None:
+            self._thread = {}
+            for item in self._all:
+                self._thread.setdefault(self.threads[item[1]], []).append(item)
         return self._after(self._thread.get(thread, []), key)
 
     def next_any(self, key: float) -> int | None:

@@ -78,7 +78,7 @@ def timeline_events(res: SimResult) -> list[dict[str, Any]]:
                 continue
             spec = program.instances[inst]
             args.update(collective=spec.kind.value, group=spec.group, seq=spec.seq)
-            begin = ev.inst_end[inst] - spec.transfer_s
+            begin = ev.inst_start[inst]
             if begin > t.k_start[ki]:
                 events.append(_x(f"wait for peers: {spec.kind.value} seq {spec.seq}", "collective_wait",
                                  (pid, tid), t.k_start[ki], begin, **args))  # fmt: skip

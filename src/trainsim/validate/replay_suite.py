@@ -37,7 +37,7 @@ CASES: tuple[ReplayCase, ...] = (
     ReplayCase("param_dlrm_8xv100", ("param_dlrm_8xv100/dlrm_kineto.tar.gz",),
                "8 ranks, DLRM, NCCL all_to_all + all_reduce"),
     ReplayCase("hta_misc/sampled_ranks_0_1", ("hta_misc/sampled_rank-0.json.gz", "hta_misc/sampled_rank-1.json.gz"),
-               "ranks 0-1 of 128 (sampled traces); absent peers on time"),
+               "ranks 0-1 of 128, sampled traces (skipped: incomplete steps)"),
     ReplayCase("hta_resnet50_ddp_a100", ("hta_resnet50_ddp_a100",), "rank 0 of 2, DDP; absent peer on time"),
     ReplayCase("hta_recsys_16rank_a100", ("hta_recsys_16rank_a100",), "rank 0 of 16, recsys; absent peers on time"),
     ReplayCase("hta_resnet50_v100", ("hta_resnet50_v100",), "1 GPU, GPU-bound"),
@@ -55,16 +55,21 @@ CASES: tuple[ReplayCase, ...] = (
 
 
 def _load(data_dir: Path, case: ReplayCase) -> tuple[Any, str | None]:
-    from trainsim.sim.replay import load_workload
+    from trainsim.sim.replay import load_for_replay
 
     paths = [data_dir / "traces" / p for p in case.paths]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         return None, f"missing {', '.join(missing)}"
     try:
-        workload, _, _ = load_workload(paths, link_et=False)
+        loaded = load_for_replay(paths, link_et=False)
     except TrainsimError as e:
         return None, f"does not load: {e}"
+    workload = loaded.workload
+    if loaded.sampled:
+        return None, "sampled trace (a fraction of its events recorded): no complete step to replay"
+    if workload.measured_step_s is None:
+        return None, "no measured step"
     if not any(r.kernels() for r in workload.ranks):
         return None, "no GPU kernels in the step"
     return workload, None
@@ -88,12 +93,24 @@ def run_replay_suite(
         db = None
         if mode is HostMode.SHARED:
             device = workload.metadata.get("device", "")
-            others = [w for c, w, _ in loaded if w is not None and c is not case and w.metadata.get("device", "") == device]
+            others = [
+                w
+                for c, w, _ in loaded
+                if w is not None and c is not case and w.metadata.get("device", "") == device
+            ]
             if not others:
-                rows.append({**row, "status": "skipped", "reason": f"no other trace recorded on {device or 'this device'}"})
+                rows.append(
+                    {
+                        **row,
+                        "status": "skipped",
+                        "reason": f"no other trace recorded on {device or 'this device'}",
+                    }
+                )
                 continue
             db = build_overhead_db(others)
-            row["overheads_from"] = [c.name for c, w, _ in loaded if w is not None and any(w is o for o in others)]
+            row["overheads_from"] = [
+                c.name for c, w, _ in loaded if w is not None and any(w is o for o in others)
+            ]
         t0 = time.perf_counter()
         try:
             res = simulate(workload, SimOptions(kernels=source, overheads=mode, overhead_db=db))

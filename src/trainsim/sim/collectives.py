@@ -1,0 +1,100 @@
+"""Collective instances across ranks: membership checks and transfer times (see ``program.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trainsim.errors import SimulationError
+from trainsim.ir.graph import Kernel, Op, Workload
+from trainsim.ir.kinds import CollectiveKind
+from trainsim.sim.options import KernelSource, SimOptions
+
+if TYPE_CHECKING:
+    from trainsim.sim.program import RankProgram
+
+DurationFn = Callable[[Kernel, Op, "RankProgram"], tuple[float, str]]
+
+
+@dataclass(slots=True)
+class Instance:
+    """One collective instance across ranks."""
+
+    group: str
+    seq: int
+    kind: CollectiveKind
+    members: list[tuple[int, int]]  # (rank program index, kernel index)
+    transfer_s: float = 0.0  # from the latest member's start to every member's end
+    provenance: str = ""
+
+
+def build_instances(
+    w: Workload, ranks: list[RankProgram], opts: SimOptions, duration: DurationFn
+) -> list[Instance]:
+    by_key: dict[tuple[str, int], Instance] = {}
+    for ri, rp in enumerate(ranks):
+        for ki, k in enumerate(rp.kernels):
+            c = k.collective
+            if c is None:
+                continue
+            inst = by_key.get((c.group, c.seq))
+            if inst is None:
+                inst = by_key[(c.group, c.seq)] = Instance(c.group, c.seq, c.kind, [])
+            if inst.members and inst.members[-1][0] == ri:
+                raise SimulationError(
+                    f"rank {rp.graph.rank} issues collective {c.kind.value} of group {c.group!r} "
+                    f"seq {c.seq} twice (kernels {rp.kernels[inst.members[-1][1]].id} and {k.id}); "
+                    "sequence numbers must be unique per group and rank"
+                )
+            inst.members.append((ri, ki))
+    present = {rp.graph.rank for rp in ranks}
+    expected_of: dict[tuple[str, int], frozenset[int]] = {}
+    instances = list(by_key.values())
+    for n, inst in enumerate(instances):
+        ri0, ki0 = inst.members[0]
+        c0 = ranks[ri0].kernels[ki0].collective
+        assert c0 is not None
+        ck = (inst.group, id(c0.group_ranks))
+        expected = expected_of.get(ck)
+        if expected is None:
+            group = c0.group_ranks or tuple(w.process_groups.get(inst.group, ())) or tuple(present)
+            expected = expected_of[ck] = frozenset(r for r in group if r in present)
+        have = {ranks[ri].graph.rank for ri, _ in inst.members}
+        missing = sorted(expected - have)
+        if missing:
+            raise SimulationError(
+                f"collective {inst.kind.value} of group {inst.group!r} seq {inst.seq}: issued by "
+                f"ranks {sorted(have)} but never by member rank(s) {missing}; the traces do not "
+                "belong to one step of one job, or a rank's trace is truncated"
+            )
+        durs = []
+        for ri, ki in inst.members:
+            rp = ranks[ri]
+            rp.k_inst[ki] = n
+            d = duration(rp.kernels[ki], rp.ops[rp.call_op[rp.k_call[ki]]], rp)
+            rp.k_dur[ki], rp.k_prov[ki] = d
+            durs.append(d)
+        _transfer(inst, [ranks[ri].kernels[ki] for ri, ki in inst.members], durs, opts)
+    return instances
+
+
+def _transfer(
+    inst: Instance, members: list[Kernel], durs: list[tuple[float, str]], opts: SimOptions
+) -> None:
+    """The transfer time of an instance: all members end at the latest start plus it.
+
+    Models: the largest member prediction. Measured: a member's duration includes waiting for
+    its peers, so the transfer is the duration of the member that arrived last (latest measured
+    start) — for NCCL, whose members end together, the shortest duration; without measured
+    starts, the shortest duration. A what-if pass scales it through that member's duration.
+    """
+    if opts.kernels is KernelSource.MODEL:
+        inst.transfer_s, inst.provenance = max(durs)
+        return
+    starts = [k.start_s for k in members]
+    if any(s is None for s in starts):
+        inst.transfer_s, inst.provenance = min(durs)
+        return
+    last = max(range(len(members)), key=lambda i: starts[i])  # type: ignore[arg-type,return-value]
+    inst.transfer_s, inst.provenance = durs[last]

@@ -1,0 +1,196 @@
+"""The *timings* phase of compilation: host gaps of every op and call, how long blocking calls
+hold the CPU, launch latency and kernel-kernel gap of every kernel (see ``program.py``).
+
+Launch latency and kernel-kernel gap: with measured kernels, their medians over the rank
+(launch-bound kernels: start − runtime-call end; stream-bound kernels: start − readiness), per
+class (memory copies vs. kernels); ``TRACE`` host mode keeps each kernel's own measured value
+where it decided the start. Without measurements, 002 Alg. 3's T4/2 and 1 µs.
+"""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import TYPE_CHECKING
+
+from trainsim.ir.kinds import KernelFamily
+from trainsim.sim.host import HostModel
+from trainsim.sim.options import HostMode, SimOptions
+
+if TYPE_CHECKING:
+    from trainsim.sim.program import RankProgram
+
+_ALG3_GAP_S = 1e-6  # 002 Alg. 3 line 11: consecutive kernels of a stream are ≥ 1 µs apart
+_MEMORY = (KernelFamily.MEMCPY, KernelFamily.MEMSET)
+
+
+def fill_timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
+    ops, call0 = rp.ops, rp.op_call0
+    seen: set[int] = set()
+    if host.mode is HostMode.TRACE:
+        anchor: dict[int, float] = {}
+        for oi, op in enumerate(ops):
+            c0, c1 = call0[oi], call0[oi + 1]
+            timing = host.timing(
+                op, rp.calls[c0:c1], anchor.get(op.thread, rp.cpu_start_s), first=False
+            )
+            anchor[op.thread] = op.end_s if op.end_s is not None else rp.cpu_start_s
+            rp.op_t1.append(timing.t1_s)
+            rp.op_tail.append(timing.tail_s)
+            rp.call_gap.extend(timing.gaps_s)
+            rp.call_dur.extend(timing.durations_s)
+    else:  # inlined HostModel.timing: this loop runs once per op of every rank
+        entry = host.entry_gap_s
+        stats, cached = host.op_stats, host.cached_stats
+        t1s, tails, gaps, durs, preds = rp.op_t1, rp.op_tail, rp.call_gap, rp.call_dur, rp.op_preds
+        for oi, op in enumerate(ops):
+            t1, t2, t3, t4, t5, cpu = cached.get(op.name) or stats(op.name)
+            if op.thread not in seen:
+                seen.add(op.thread)
+                if entry is not None and not preds[oi]:
+                    t1 = entry
+            t1s.append(t1)
+            n = call0[oi + 1] - call0[oi]
+            if n:
+                gaps.append(t2)
+                if n > 1:
+                    gaps.extend([t5] * (n - 1))
+                durs.extend([t4] * n)
+                tails.append(t3)
+            else:
+                tails.append(cpu)
+    rp.call_wake = [0.0] * len(rp.calls)
+    blocking_dur = host.blocking_call_duration()
+    for ci, targets in enumerate(rp.call_block):
+        if targets is not None:
+            _blocking(rp, ci, targets, host.mode, blocking_dur)
+    trace = host.mode is HostMode.TRACE
+    # inferred thread edges carry their measured delay (TRACE) or the op's T1; deps carry none
+    rp.op_cross = [()] * len(ops)
+    for oi, pr in enumerate(rp.op_preds):
+        if pr:
+            rp.op_cross[oi] = tuple(
+                (src, 0.0 if d is None else d if trace else rp.op_t1[oi]) for src, d in pr
+            )
+    _latencies(rp, host.mode, opts)
+
+
+def end_tails(ranks: list[RankProgram], mode: HostMode) -> None:
+    """A rank that launches no kernel ends its step with its CPU window (``step_end_s``), some
+    Python after its last op: measured (``TRACE``) or the mean of such ranks (``STATS``)."""
+    if mode is HostMode.SHARED:
+        return
+    tails: list[float] = []
+    for rp in ranks:
+        if rp.kernels or rp.graph.step_end_s is None:
+            continue
+        ends = [e for op in rp.ops if (e := op.end_s) is not None]
+        if ends:
+            rp.end_tail_s = max(0.0, rp.graph.step_end_s - max(ends))
+            tails.append(rp.end_tail_s)
+    if mode is HostMode.STATS and tails:
+        mean = sum(tails) / len(tails)
+        for rp in ranks:
+            if not rp.kernels:
+                rp.end_tail_s = mean
+
+
+def _blocking(
+    rp: RankProgram, ci: int, targets: tuple[int, ...], mode: HostMode, own_s: float
+) -> None:
+    """Own duration and wake-up of a blocking call: it ends at
+    max(start + own, awaited end + wake). ``TRACE`` reproduces the measured end exactly."""
+    c = rp.calls[ci]
+    if mode is not HostMode.TRACE:
+        rp.call_dur[ci] = own_s
+        return
+    assert c.start_s is not None and c.duration_s is not None
+    ends = [e for t in targets if (e := rp.kernels[t].end_s) is not None]
+    done = max(ends) if ends else None
+    end = c.start_s + c.duration_s
+    if done is not None and done > c.start_s:
+        rp.call_dur[ci] = 0.0
+        rp.call_wake[ci] = end - done  # may be < 0: pageable copies return before the last chunk
+    else:
+        rp.call_dur[ci] = c.duration_s
+
+
+def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
+    """Launch latency (from the call's start) and kernel-kernel gap of every kernel."""
+    kernels, k_call, calls, call_dur = rp.kernels, rp.k_call, rp.calls, rp.call_dur
+    measured = any(k.start_s is not None for k in kernels)
+    ready = _measured_readiness(rp) if measured else []
+    post: dict[bool, list[float]] = {True: [], False: []}
+    gaps: dict[bool, list[float]] = {True: [], False: []}
+    for i, k in enumerate(kernels if measured else ()):
+        ci = k_call[i]
+        c = calls[ci]
+        if (
+            k.start_s is None
+            or c.start_s is None
+            or c.duration_s is None
+            or rp.call_block[ci] is not None
+        ):
+            continue
+        mem = k.family in _MEMORY
+        r = ready[i]
+        if r is None or c.start_s + c.duration_s >= r:
+            post[mem].append(k.start_s - (c.start_s + c.duration_s))
+        else:
+            gaps[mem].append(max(0.0, k.start_s - r))
+    typ_post = {m: _median(post[m], post[not m]) for m in (True, False)}
+    typ_gap = {m: _median(gaps[m], gaps[not m]) for m in (True, False)}
+    fixed_lat, fixed_gap = opts.launch_latency_s, opts.kernel_gap_s
+    if not measured:  # 002 Alg. 3 (or the given values) for every kernel
+        rp.k_lat = [fixed_lat if fixed_lat is not None else call_dur[ci] / 2 for ci in k_call]
+        rp.k_gap = [fixed_gap if fixed_gap is not None else _ALG3_GAP_S] * len(kernels)
+        return
+    trace = mode is HostMode.TRACE
+    for i, k in enumerate(kernels):
+        ci = k_call[i]
+        mem = k.family in _MEMORY
+        dur = call_dur[ci]
+        p, g = typ_post[mem], typ_gap[mem]
+        if fixed_lat is not None:
+            lat = fixed_lat
+        else:
+            lat = max(0.0, dur + p) if p is not None else dur / 2
+        gap = fixed_gap if fixed_gap is not None else g if g is not None else _ALG3_GAP_S
+        c = calls[ci]
+        if trace and k.start_s is not None and c.start_s is not None:
+            own = k.start_s - c.start_s
+            r = ready[i]
+            if r is None or c.start_s + (c.duration_s or 0.0) >= r:
+                lat = own
+                if r is not None:
+                    gap = min(gap, max(0.0, k.start_s - r))
+            else:
+                gap = max(0.0, k.start_s - r)
+                lat = min(lat, own)
+        rp.k_lat.append(lat)
+        rp.k_gap.append(gap)
+
+
+def _median(values: list[float], fallback: list[float]) -> float | None:
+    if values:
+        return float(median(values))
+    return float(median(fallback)) if fallback else None
+
+
+def _measured_readiness(rp: RankProgram) -> list[float | None]:
+    """Per kernel, the measured time its stream, event and data constraints were all met."""
+    ready: list[float | None] = [None] * len(rp.kernels)
+    for lane, ks in enumerate(rp.stream_lanes):
+        prev_end = rp.lane_busy_until[lane]
+        for i in ks:
+            r = prev_end
+            for w in rp.k_waits[i]:
+                e = rp.kernels[w].end_s
+                if e is not None and (r is None or e > r):
+                    r = e
+            for a in rp.k_after[i]:
+                s = rp.kernels[a].start_s
+                if s is not None and (r is None or s > r):
+                    r = s
+            ready[i] = r
+            prev_end = rp.kernels[i].end_s
+    return ready
