@@ -9,7 +9,7 @@ Ops without runtime calls contribute their whole CPU duration as ``cpu`` (a CPU-
 ``c10d::*`` ops that enqueue gloo collectives (their "kernel" runs on a gloo worker thread).
 
 Statistics follow 002 §4.4.2: per (op name, type), remove outliers outside the whiskers
-[Q1 − 1.5·IQR, Q3 + 1.5·IQR], then keep mean/median/std/count. Blocking sync calls are not T4
+[Q1 − 1.5·IQR, Q3 + 1.5·IQR], then keep mean/median/std/count. Blocking sync calls and blocking copies are not T4
 samples (their duration is waiting, which the simulator derives), so they are excluded.
 The database is JSON: it can be built from one workload ("stats" mode) or merged from many
 traces and shipped ("shared" mode).
@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from trainsim.errors import ConfigError
-from trainsim.ir.graph import Op, RankGraph, Workload
+from trainsim.ir.graph import Kernel, Op, RankGraph, Workload
+from trainsim.ir.kinds import KernelFamily
 from trainsim.ir.serialize import write_json_atomic
 
 SCHEMA_VERSION = "1.0"
@@ -82,6 +83,14 @@ def summarize(values: Iterable[float]) -> Stat:
     )  # fmt: skip
 
 
+def _blocking_copy(k: Kernel) -> bool:
+    """A memcpy whose runtime call returns only after the copy finished blocked the CPU."""
+    if k.family is not KernelFamily.MEMCPY or k.end_s is None:
+        return False
+    assert k.launch_start_s is not None and k.launch_duration_s is not None
+    return k.launch_start_s + k.launch_duration_s >= k.end_s
+
+
 def _calls(op: Op) -> list[tuple[float, float]]:
     """(start, duration) of the op's non-blocking runtime calls, in issue order, deduplicated."""
     seen: dict[float, float] = {}
@@ -89,6 +98,8 @@ def _calls(op: Op) -> list[tuple[float, float]]:
         if k.features.get("backend") == "gloo":
             continue  # enqueued by the op's own CPU work, no runtime call: not a T2–T5 event
         if k.launch_start_s is not None and k.launch_duration_s is not None:
+            if _blocking_copy(k):
+                continue  # a synchronous copy (e.g. to pageable memory): waiting, not launch cost
             seen[k.launch_start_s] = k.launch_duration_s
     for s in op.syncs:
         if s.start_s is not None and s.duration_s is not None and not s.kind.blocks_cpu:
