@@ -36,13 +36,17 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _ID_KEYS = ("correlation", "External id", "Record function id", "Ev Idx")
 
 _CHILD = r"""
-import json, resource, sys, time, cProfile, pstats, io
+import json, sys, time, cProfile, pstats, io
 from trainsim.ingest import load_traces
 path, profile = sys.argv[1], sys.argv[2] == "1"
 
-def rss_kib():
+def status_kib(key):
     with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+        return next(int(l.split()[1]) for l in f if l.startswith(key))
+
+# VmHWM, not ru_maxrss: ru_maxrss survives exec and starts at the parent's size.
+def rss_kib():
+    return status_kib("VmRSS:")
 
 base = rss_kib()
 prof = cProfile.Profile() if profile else None
@@ -51,7 +55,7 @@ if prof: prof.enable()
 lt = load_traces([path])
 if prof: prof.disable()
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+peak = status_kib("VmHWM:")
 r = lt.workload.ranks[0]
 out = {"wall_s": wall, "cpu_s": cpu, "base_kib": base, "peak_kib": peak, "steps": len(lt.steps[r.rank]),
        "kernels": len(r.kernels()), "step_s": lt.workload.measured_step_s}

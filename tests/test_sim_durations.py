@@ -11,7 +11,7 @@ import pytest
 
 from trainsim.comm.model import CommModel
 from trainsim.errors import ConfigError
-from trainsim.ir.graph import Kernel, Op, RankGraph, TensorMeta, Workload
+from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, TensorMeta, Workload
 from trainsim.ir.kinds import CollectiveKind, KernelFamily, OpCategory
 from trainsim.sim import KernelSource, SimOptions, simulate
 from trainsim.sim.durations import CommModelKernels, ModelRegistry, default_registry, device_spec
@@ -111,3 +111,79 @@ def test_model_mode_falls_back_to_measured_and_counts_it():
     assert res.predicted_step_s == pytest.approx(3e-6)
     assert res.diagnostics["kernels_model_fallback_measured"] == 1
     assert res.program.ranks[0].k_prov == ["measured (no model)"]
+
+
+def _instance(
+    kind: CollectiveKind, per_rank: list[dict[str, Any]], *, device: str = ""
+) -> Workload:
+    """One collective instance across ``len(per_rank)`` ranks (fields of each rank's Collective)."""
+    group = tuple(range(len(per_rank)))
+    ranks = []
+    for r, fields in enumerate(per_rank):
+        c = Collective(kind=kind, group="g", group_ranks=group, seq=0, **fields)
+        ranks.append(
+            RankGraph(r, (op(0, kernels=[kernel(0, 84, 1.0, collective=c)]),), device=device)
+        )
+    return Workload(ranks=tuple(ranks), process_groups={"g": group})
+
+
+MODEL = SimOptions(kernels=KernelSource.MODEL, launch_latency_s=0.0, kernel_gap_s=0.0)
+
+
+def test_collectives_are_sized_like_every_comm_model():
+    """nccl-tests sizes (trainsim.comm.model_size_bytes): an all-gather by its gathered output,
+    an all-to-allv by its busiest device — here rank 2 receives 600 B though nobody sends
+    more than 300 B (000 §III-C)."""
+    seen: list[float] = []
+
+    class Probe(_FixedComm):
+        def supports(self, kind: Any, group_size: int, *, gpus_per_node: int | None = None) -> bool:
+            return True
+
+        def predict_many(self, kind: Any, nbytes: Any, group_size: int, *,
+                         gpus_per_node: int | None = None) -> tuple[np.ndarray, str]:  # fmt: skip
+            seen.append(float(np.asarray(nbytes)[0]))
+            return super().predict_many(kind, nbytes, group_size)
+
+    opts = replace(MODEL, kernel_models=ModelRegistry([CommModelKernels(Probe())]))
+    simulate(_instance(CollectiveKind.ALL_GATHER, [{"bytes": 1000}] * 4), opts)
+    assert set(seen) == {4000.0}
+    seen.clear()
+    sends = [(0, 0, 300), (0, 0, 300), (0, 0, 0)]
+    a2a = _instance(CollectiveKind.ALL_TO_ALLV, [{"bytes": sum(s), "peer_bytes": s} for s in sends])
+    res = simulate(a2a, opts)
+    assert set(seen) == {600.0}
+    assert res.program.instances[0].transfer_s == pytest.approx(1e-3 + 600e-9)
+    # the spec-based alpha-beta model sizes the same way: 8x the bytes of one rank's input
+    ag = _instance(
+        CollectiveKind.ALL_GATHER, [{"bytes": 1 << 20}] * 8, device="Tesla V100-SXM2-32GB"
+    )
+    t = simulate(ag, MODEL).program.instances[0].transfer_s
+    assert V100 is not None and V100.gpu_link_bandwidth_GBps is not None
+    assert t == pytest.approx(
+        10e-6 + 7 / 8 * 8 * (1 << 20) / (V100.gpu_link_bandwidth_GBps * 1e9 / 2)
+    )
+
+
+def test_model_mode_uses_the_comm_models_of_a_known_system_with_their_provenance():
+    ar = _instance(
+        CollectiveKind.ALL_REDUCE, [{"bytes": 1 << 24}] * 8, device="NVIDIA A100-SXM4-40GB"
+    )
+    given = simulate(ar, replace(MODEL, system="dgx-a100"))
+    assert given.program.collective_system is not None
+    assert given.program.collective_system.source == "given"
+    assert given.program.instances[0].provenance == "spec-based:dgx-a100"
+    # no system given: the only catalog system built of A100-SXM4-40GB, whose calibrated
+    # all-reduce answers first
+    guessed = simulate(ar, MODEL)
+    cs = guessed.program.collective_system
+    assert cs is not None and cs.spec.name == "azure-nd-a100-v4"
+    assert cs.source == "guessed from device NVIDIA A100-SXM4-40GB"
+    assert guessed.program.instances[0].provenance.startswith("calibrated:")
+    # a device no catalog system is built of: the device's own alpha-beta model
+    v100 = _instance(
+        CollectiveKind.ALL_REDUCE, [{"bytes": 1 << 24}] * 8, device="Tesla V100-SXM2-32GB"
+    )
+    res = simulate(v100, MODEL)
+    assert res.program.collective_system is None
+    assert res.program.instances[0].provenance == "spec-based:v100-sxm2-32gb"

@@ -63,3 +63,24 @@ def test_replay_suite_in_trace_mode_reproduces_every_case(shared_data: Path):
         assert c["baseline_error_pct"] is not None
     assert doc["summary"]["max_abs_err_pct"] <= 0.5
     assert set(doc["summary"]) >= {"median_abs_err_pct", "mape_pct", "max_abs_err_pct"}
+
+
+@pytest.mark.shared_data
+def test_replay_suite_in_stats_mode_meets_its_target_on_replayable_cases(shared_data: Path):
+    doc = run_suite("replay", shared_data)
+    ok = {c["case"]: c for c in doc["cases"] if c["status"] == "ok"}
+    target = doc["target_pct"]
+    for name, c in ok.items():
+        if c["replayable"]:
+            assert abs(c["error_pct"]) <= target, c
+        else:  # only the 16-rank recsys rank waits on what its trace does not show
+            assert name == "hta_recsys_16rank_a100"
+            assert c["unexplained_step_pct"] > target and "traced cause" in c["reason"]
+            # what the trace leaves unexplained bounds the error
+            assert abs(c["error_pct"]) <= c["unexplained_step_pct"] + 1.0
+    replayable = [c for c in ok.values() if c["replayable"]]
+    assert doc["summary"]["cases"] == len(replayable) and doc["summary_all"]["cases"] == len(ok)
+    assert doc["summary"]["not_replayable"] == len(ok) - len(replayable)
+    assert doc["summary"]["median_abs_err_pct"] <= 2.0
+    assert doc["summary"]["max_abs_err_pct"] <= target
+    assert doc["summary_all"]["max_abs_err_pct"] >= doc["summary"]["max_abs_err_pct"]

@@ -43,6 +43,7 @@ def replay(
     no_et: bool = typer.Option(False, "--no-et", help="Do not link execution traces found beside the Kineto traces."),
     no_intra_rank_sync: bool = typer.Option(False, "--no-intra-rank-sync", help="Drop 000 §III-D's intra-rank rule (for comparison)."),
     stats_iqr: bool = typer.Option(False, "--stats-iqr", help="stats: 002's IQR-filtered means instead of plain means (for comparison)."),
+    system: str | None = typer.Option(None, "--system", help="--kernels model: catalog system (name or YAML) whose collective models answer; default: the only catalog system of the trace's device."),
     straggler: str | None = typer.Option(None, "--straggler", help="What-if: RANK:FACTOR, e.g. 3:1.5 (rank 3's kernels 1.5× slower)."),
     network: float | None = typer.Option(None, "--network-speedup", help="What-if: collectives this many times faster (0.5: twice slower)."),
     family: str | None = typer.Option(None, "--scale-family", help="What-if: FAMILY:FACTOR, e.g. gemm:0.5 (GEMMs twice as fast)."),
@@ -62,7 +63,9 @@ def replay(
     if db is not None and overheads is HostMode.TRACE:
         raise ConfigError("--overhead-db is used by --overheads shared or stats, not trace")
     options = SimOptions(kernels=kernels, overheads=overheads, overhead_db=db,
-                         intra_rank_sync=not no_intra_rank_sync, stats_iqr=stats_iqr)  # fmt: skip
+                         intra_rank_sync=not no_intra_rank_sync, stats_iqr=stats_iqr, system=system)  # fmt: skip
+    if system is not None and kernels is not KernelSource.MODEL:
+        raise ConfigError("--system chooses the collective models of --kernels model")
     with stderr.status("loading and simulating...", spinner="dots"):
         rep = replay_paths(paths, options, step=_step(step), link_et=not no_et, timeline=timeline)
         whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family)
@@ -74,6 +77,11 @@ def replay(
     if fallback:
         stderr.print(
             f"[yellow]warning:[/] {fallback} kernels had no applicable model and kept their measured duration"
+        )
+    cs = doc["collective_system"]
+    if cs is not None:
+        stderr.print(
+            f"collectives: comm models of system {cs['name']} ({cs['source']}; --system to choose)"
         )
     if rep.sampled:
         stderr.print(

@@ -59,36 +59,13 @@ def _fmt(v: Any, unit: str = "") -> str:
 def _print_table(doc: dict[str, Any]) -> None:
     from rich.console import Console
 
-    out = Console(width=None if sys.stdout.isatty() else 140)
+    out = Console(width=None if sys.stdout.isatty() else 160)
     cases = doc["cases"]
     if cases and "measured_step_s" in next((c for c in cases if c.get("status") == "ok"), {}):
-        t = Table(title=f"suite {doc['suite']} {doc.get('params', '')}", title_justify="left")
-        for col in (
-            "case",
-            "ranks",
-            "measured ms",
-            "predicted ms",
-            "err %",
-            "kernel-sum ms",
-            "kernel-sum err %",
-        ):
-            t.add_column(col, justify="left" if col == "case" else "right")
+        out.print(_replay_table(doc))
         for c in cases:
-            if c.get("status") != "ok":
-                t.add_row(
-                    c["case"],
-                    "",
-                    "",
-                    "",
-                    f"[yellow]{c.get('status')}[/]",
-                    "",
-                    c.get("reason", "")[:60],
-                )
-                continue
-            t.add_row(c["case"], str(c["ranks"]), _fmt(c["measured_step_s"], "ms"), _fmt(c["predicted_step_s"], "ms"),
-                      _fmt(c["error_pct"], "%"), _fmt(c["kernel_sum_baseline_s"], "ms"),
-                      _fmt(c["baseline_error_pct"], "%"))  # fmt: skip
-        out.print(t)
+            if c.get("status") == "ok" and c.get("replayable") is False:
+                out.print(f"[red]not replayable[/] {c['case']}: {c.get('reason', '')}")
     else:
         t = Table(title=f"suite {doc['suite']}", title_justify="left")
         keys = [k for k in (cases[0] if cases else {}) if not isinstance(cases[0][k], list | dict)][
@@ -99,6 +76,34 @@ def _print_table(doc: dict[str, Any]) -> None:
         for c in cases:
             t.add_row(*(_fmt(c.get(k)) for k in keys))
         out.print(t)
-    s = doc["summary"]
-    parts = [f"{k} {_fmt(v)}" for k, v in s.items() if not isinstance(v, list | dict)]
-    out.print("summary: " + ", ".join(parts))
+    for key in ("summary", "summary_all"):
+        if key not in doc:
+            continue
+        label = {"summary": "summary", "summary_all": "summary (all cases)"}[key]
+        if key == "summary" and "summary_all" in doc:
+            label = "summary (replayable cases)"
+        parts = [f"{k} {_fmt(v)}" for k, v in doc[key].items() if not isinstance(v, list | dict)]
+        out.print(f"{label}: " + ", ".join(parts))
+
+
+def _replay_table(doc: dict[str, Any]) -> Table:
+    """Per case: measured vs predicted, the kernel-sum baseline, and how much of the step the
+    trace leaves unexplained (``replayable``: within the suite's target)."""
+    t = Table(title=f"suite {doc['suite']} {doc.get('params', '')}", title_justify="left")
+    cols = ("case", "ranks", "measured ms", "predicted ms", "err %", "kernel-sum ms",
+            "kernel-sum err %", "unexplained %", "replayable")  # fmt: skip
+    for col in cols:
+        t.add_column(col, justify="left" if col == "case" else "right")
+    for c in doc["cases"]:
+        if c.get("status") != "ok":
+            t.add_row(c["case"], "", "", "", f"[yellow]{c.get('status')}[/]", "",
+                      c.get("reason", "")[:60], "", "")  # fmt: skip
+            continue
+        replayable = c.get("replayable")
+        mark = "—" if replayable is None else "yes" if replayable else "[red]no[/]"
+        unexplained = c.get("unexplained_step_pct")
+        t.add_row(c["case"], str(c["ranks"]), _fmt(c["measured_step_s"], "ms"), _fmt(c["predicted_step_s"], "ms"),
+                  _fmt(c["error_pct"], "%"), _fmt(c["kernel_sum_baseline_s"], "ms"),
+                  _fmt(c["baseline_error_pct"], "%"),
+                  "—" if unexplained is None else f"{unexplained:.2f}", mark)  # fmt: skip
+    return t

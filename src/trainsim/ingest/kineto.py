@@ -13,7 +13,8 @@ producers write nanoseconds; we detect them by the magnitude of the median times
 Decoding also rejects what cannot be a real trace, so that a corrupt file fails loudly instead
 of yielding a plausible but wrong workload (see docs/ingestion.md, "Error policy"): negative
 times or counts, timestamps far outside the trace's own time range, and device activity that
-starts before the runtime call that launched it.
+starts before the runtime call that launched it. Those checks are most of this module's
+length; they share its types and its one pass over the events, so they stay here.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False):
 
     correlation: int | None = None
     # CUDA writes an int, ROCm runtime calls a hex string ("0x0"): decode_kineto normalises the
-    # stream of every event it returns to ``int | None``.
+    # stream of every runtime, device and cuda_sync event to ``int | None``.
     stream: Any = None
     device: int | None = None
     bytes: Count | None = None
@@ -409,7 +410,10 @@ def _check_device_args(name: str, e: Event, a: Args) -> None:
     s = a.stream
     if s is not None and type(s) is not int:
         a.stream = _stream_id(name, e, s)
-    for label, dims in (("grid", a.grid), ("block", a.block)):
+    for label, raw in (("grid", a.grid_json), ("block", a.block_json)):
+        if not raw or not bytes(raw).strip(b"[]0123456789, "):
+            continue  # absent, or a list of non-negative integers
+        dims = msgspec.json.decode(raw)
         if type(dims) is list and dims:
             try:
                 bad = min(dims) < 0

@@ -10,10 +10,16 @@ See docs/simulator.md for the semantics, the host modes and the what-if passes.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from trainsim.ir.graph import Workload
 from trainsim.sim.options import HostMode, KernelSource, SegmentKind, SimOptions
 from trainsim.sim.result import RankResult, Segment, SimResult, StreamResult
+
+if TYPE_CHECKING:
+    from trainsim.sim.program import Program
 
 
 def simulate(workload: Workload, options: SimOptions | None = None) -> SimResult:
@@ -23,15 +29,27 @@ def simulate(workload: Workload, options: SimOptions | None = None) -> SimResult
     objects without cycles, and full collections over a large workload would double the run
     time (benchmarks/sim_speed.py); it is restored, and runs as usual, afterwards.
     """
-    from trainsim.sim.engine import evaluate
     from trainsim.sim.program import compile_workload
+
+    with _gc_paused():
+        return simulate_program(compile_workload(workload, options or SimOptions()))
+
+
+def simulate_program(program: Program) -> SimResult:
+    """Evaluate an already compiled program (e.g. one whose timings a diagnostic adjusted)."""
+    from trainsim.sim.engine import evaluate
     from trainsim.sim.result import build_result
 
+    with _gc_paused():
+        return build_result(program, evaluate(program))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        program = compile_workload(workload, options or SimOptions())
-        return build_result(program, evaluate(program))
+        yield
     finally:
         if was_enabled:
             gc.enable()
@@ -47,4 +65,5 @@ __all__ = [
     "SimResult",
     "StreamResult",
     "simulate",
+    "simulate_program",
 ]

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainsim.errors import SimulationError
-from trainsim.ir.graph import Kernel, Op, Workload
+from trainsim.ir.graph import Collective, Kernel, Op, Workload
 from trainsim.ir.kinds import CollectiveKind
 from trainsim.sim.options import KernelSource, SimOptions
 
 if TYPE_CHECKING:
     from trainsim.sim.program import RankProgram
 
-DurationFn = Callable[[Kernel, Op, "RankProgram"], tuple[float, str]]
+# (kernel, its op, its rank, the instance's members rank → Collective) → (seconds, provenance)
+DurationFn = Callable[
+    [Kernel, Op, "RankProgram", Mapping[int, Collective] | None], tuple[float, str]
+]
 
 
 @dataclass(slots=True)
@@ -69,10 +72,15 @@ def build_instances(
                 "belong to one step of one job, or a rank's trace is truncated"
             )
         durs = []
+        members = None
+        if opts.kernels is KernelSource.MODEL:  # models size the instance as a whole
+            members = {
+                ranks[ri].graph.rank: ranks[ri].kernels[ki].collective for ri, ki in inst.members
+            }
         for ri, ki in inst.members:
             rp = ranks[ri]
             rp.k_inst[ki] = n
-            d = duration(rp.kernels[ki], rp.ops[rp.call_op[rp.k_call[ki]]], rp)
+            d = duration(rp.kernels[ki], rp.ops[rp.call_op[rp.k_call[ki]]], rp, members)  # type: ignore[arg-type]
             rp.k_dur[ki], rp.k_prov[ki] = d
             durs.append(d)
         _transfer(inst, [ranks[ri].kernels[ki] for ri, ki in inst.members], durs, opts)

@@ -15,13 +15,13 @@ transfer is its own measured duration (see ``program._transfer``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from trainsim.errors import ConfigError, ModelError
-from trainsim.hardware import DeviceSpec
-from trainsim.ir.graph import Kernel, Op
+from trainsim.hardware import DeviceSpec, SystemSpec
+from trainsim.ir.graph import Collective, Kernel, Op
 from trainsim.ir.kinds import CollectiveKind, KernelFamily
 
 if TYPE_CHECKING:
@@ -48,7 +48,11 @@ class KernelModel(Protocol):
     def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool: ...
 
     def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float | Prediction:
-        """Seconds, or a :class:`Prediction` when the provenance depends on the kernel."""
+        """Seconds, or a :class:`Prediction` when the provenance depends on the kernel.
+
+        A model with ``instance_sizing = True`` (collectives) is also given ``members``: the
+        instance's ``Collective`` of every member rank present, by rank, so that it can size
+        the instance as a whole (:func:`trainsim.comm.model_size_bytes`)."""
         ...
 
 
@@ -77,10 +81,16 @@ class ModelRegistry:
     def models_for(self, family: KernelFamily) -> tuple[KernelModel, ...]:
         return tuple(self._by_family.get(family, ()))
 
-    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> Prediction | None:
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None, *,
+                members: Mapping[int, Collective] | None = None) -> Prediction | None:  # fmt: skip
+        """The first supporting model's answer; ``members``: a collective instance's members
+        (rank → ``Collective``), given to models with ``instance_sizing``."""
         for m in self._by_family.get(kernel.family, ()):
             if m.supports(kernel, op, device):
-                got = m.predict(kernel, op, device)
+                if getattr(m, "instance_sizing", False):
+                    got = m.predict(kernel, op, device, members=members)  # type: ignore[call-arg]
+                else:
+                    got = m.predict(kernel, op, device)
                 if isinstance(got, Prediction):
                     s, prov = got.seconds, got.provenance
                 else:
@@ -212,11 +222,14 @@ _COLLECTIVE_LATENCY_S = 10e-6  # Approximation: NCCL launch + one ring step insi
 
 class AlphaBetaCollective:
     """latency + bus factor × bytes / link bandwidth (one node; the device's NVLink/fabric
-    bandwidth per direction from the catalog)."""
+    bandwidth per direction from the catalog). Sized like every comm model
+    (:func:`trainsim.comm.model_size_bytes`, the nccl-tests convention): all-gather by its
+    gathered output, all-to-all(v) by its busiest device (000 §III-C)."""
 
     name = "alpha-beta-collective"
     families: tuple[KernelFamily, ...] = tuple(f for f in KernelFamily if f.is_communication)
     provenance = "spec-based"
+    instance_sizing = True
 
     def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
         return (
@@ -225,23 +238,26 @@ class AlphaBetaCollective:
             and kernel.collective is not None
         )
 
-    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> float:
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None, *,
+                members: Mapping[int, Collective] | None = None) -> float:  # fmt: skip
+        from trainsim.comm.sizing import model_size_bytes
+
         assert device is not None and kernel.collective is not None
         c = kernel.collective
         n = max(c.group_size, 2)
-        nbytes = float(c.bytes)
-        if c.peer_bytes:  # 000 §III-C: size an all_to_allv by its largest per-device traffic
-            nbytes = max(nbytes, float(sum(c.peer_bytes)))
         factor = _RING_FACTOR.get(c.kind, lambda _n: 1.0)(n)
         assert device.gpu_link_bandwidth_GBps is not None
         one_way = device.gpu_link_bandwidth_GBps * 1e9 / 2  # bytes/s in one direction
-        return _COLLECTIVE_LATENCY_S + factor * nbytes / one_way
+        return _COLLECTIVE_LATENCY_S + factor * model_size_bytes(c, members) / one_way
 
 
 class CommModelKernels:
-    """Adapter: a ``trainsim.comm`` collective model answering for collective kernels."""
+    """Adapter: a ``trainsim.comm`` collective model answering for collective kernels, sized
+    by :func:`trainsim.comm.model_size_bytes` over the instance's members, with the model's
+    own provenance (``calibrated:<dataset>`` or ``spec-based:<system>``)."""
 
     families: tuple[KernelFamily, ...] = tuple(f for f in KernelFamily if f.is_communication)
+    instance_sizing = True
 
     def __init__(self, model: CommModel, *, gpus_per_node: int | None = None) -> None:
         self.model = model
@@ -254,21 +270,55 @@ class CommModelKernels:
         return c is not None and self.model.supports(c.kind, max(c.group_size, 1),
                                                       gpus_per_node=self.gpus_per_node)  # fmt: skip
 
-    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> Prediction:
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None, *,
+                members: Mapping[int, Collective] | None = None) -> Prediction:  # fmt: skip
+        from trainsim.comm.sizing import model_size_bytes
+
         c = kernel.collective
         assert c is not None
-        nbytes = float(max(c.bytes, sum(c.peer_bytes) if c.peer_bytes else 0))
         try:
-            p = self.model.predict(
-                c.kind, nbytes, max(c.group_size, 1), gpus_per_node=self.gpus_per_node
-            )
+            p = self.model.predict(c.kind, model_size_bytes(c, members), max(c.group_size, 1),
+                                   gpus_per_node=self.gpus_per_node)  # fmt: skip
         except ModelError as e:
             raise ModelError(f"kernel {kernel.id} ({kernel.name[:40]}): {e}") from e
         return Prediction(p.duration_s, p.provenance)
 
 
-def default_registry() -> ModelRegistry:
-    """Spec-based roofline models for memory copies, GEMMs, element-wise kernels, collectives."""
+def default_registry(system: SystemSpec | None = None) -> ModelRegistry:
+    """Spec-based roofline models for memory copies, GEMMs, element-wise kernels; for
+    collectives, the ``trainsim.comm`` models of ``system`` when one is known (its calibrated
+    models first, then its spec-based hierarchical model), then the device's alpha-beta."""
+    comm: list[KernelModel] = []
+    if system is not None:
+        from trainsim.comm.registry import models_for
+
+        comm = [CommModelKernels(m) for m in models_for(system)]
     return ModelRegistry(
-        [RooflineMemcpy(), RooflineGemm(), RooflineElementwise(), AlphaBetaCollective()]
+        [RooflineMemcpy(), RooflineGemm(), RooflineElementwise(), *comm, AlphaBetaCollective()]
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveSystem:
+    """The catalog system whose collective models answer in ``--kernels model`` mode."""
+
+    spec: SystemSpec
+    source: str  # "given", or "guessed from device <name>"
+
+
+def collective_system(devices: Iterable[str], given: str | None) -> CollectiveSystem | None:
+    """``given`` (a catalog name or YAML path), else the only catalog system built of the
+    workload's device (as ``trainsim.comm.guess_system`` does), else None."""
+    from trainsim.hardware import get_system, list_systems
+
+    if given:
+        return CollectiveSystem(get_system(given), "given")
+    names = {d for d in devices if d}
+    if len(names) != 1:
+        return None
+    (name,) = names
+    dev = device_spec(name)
+    if dev is None:
+        return None
+    same = [s for s in list_systems() if s.device == dev.name]
+    return CollectiveSystem(same[0], f"guessed from device {name}") if len(same) == 1 else None

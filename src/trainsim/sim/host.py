@@ -119,7 +119,8 @@ class HostModel:
     Statistics come from ``db`` (``SHARED``, or ``STATS`` with a given database) or from
     ``means`` = (per op name (T1, T2, T3, T4, T5, CPU), global means) of the workload itself.
     ``entry_gap_s``: the gap before a thread's first op, when known (self statistics);
-    otherwise that op's T1 is used.
+    otherwise that op's T1 is used. ``blocking_s``: the own duration of a blocking call that
+    does not wait (default: the database's global median T4).
     """
 
     def __init__(
@@ -129,6 +130,7 @@ class HostModel:
         *,
         means: tuple[dict[str, tuple[float, ...]], tuple[float, ...]] | None = None,
         entry_gap_s: float | None = None,
+        blocking_s: float | None = None,
     ) -> None:
         if mode is not HostMode.TRACE and db is None and means is None:
             raise ConfigError(f"host mode {mode.value} needs an overhead database")
@@ -141,6 +143,10 @@ class HostModel:
         elif db is not None:
             self._db = db
             self._global = tuple(db.lookup("", k) for k in _KINDS)
+            t4 = db.global_.get(Overhead.T4)
+            if blocking_s is None and t4 is not None:
+                blocking_s = t4.median_s
+        self._blocking_s = self._global[3] if blocking_s is None else blocking_s
 
     @property
     def cached_stats(self) -> dict[str, tuple[float, ...]]:
@@ -159,12 +165,14 @@ class HostModel:
         return got
 
     def blocking_call_duration(self) -> float:
-        """Own duration of a blocking call (when it does not wait): the global T4 mean.
+        """Own duration of a blocking call (when it does not wait): the typical (median)
+        runtime-call duration.
 
         Per-op T4 would be wrong here: it is dominated by the op's non-blocking launches, and
-        where an op's only call blocks, its samples include the waiting.
+        where an op's only call blocks, its samples include the waiting. The global *mean* is
+        no better: one-time costs (a first launch loading a code module) dominate it.
         """
-        return self._global[3]
+        return self._blocking_s
 
     def timing(self, op: Op, calls: list[Call], anchor_s: float | None, *, first: bool) -> OpTiming:
         """``anchor_s``: measured end of the previous op on the thread (or the thread's start);

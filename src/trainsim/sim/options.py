@@ -51,7 +51,9 @@ class SimOptions:
     runtime call's start to its kernel's earliest start) and ``kernel_gap_s`` (between
     back-to-back kernels of a stream) replace the values otherwise estimated from the trace
     (or 002 Alg. 3's T4/2 and 1 µs without one); ``TRACE`` mode keeps each measured kernel's
-    own values.
+    own values. ``system`` (``KernelSource.MODEL``): the catalog system whose collective
+    models (``trainsim.comm``: calibrated, then spec-based hierarchical) size and time the
+    collectives; without it, the only catalog system built of the workload's device, if any.
     """
 
     kernels: KernelSource = KernelSource.MEASURED
@@ -63,3 +65,4 @@ class SimOptions:
     launch_latency_s: float | None = None
     kernel_gap_s: float | None = None
     stats_iqr: bool = False  # STATS: 002 §4.4.2's IQR-filtered means instead of plain means
+    system: str | None = None  # MODEL: catalog system (name or YAML) whose comm models answer

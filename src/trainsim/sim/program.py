@@ -23,15 +23,22 @@ collective instances across ranks (``collectives.py``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainsim.errors import SimulationError
-from trainsim.ir.graph import Kernel, Op, RankGraph, Workload
+from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, Workload
 from trainsim.ir.kinds import KernelFamily, SyncKind
 from trainsim.sim import syncs
 from trainsim.sim.collectives import Instance, build_instances
-from trainsim.sim.durations import ModelRegistry, default_registry, device_spec
+from trainsim.sim.durations import (
+    CollectiveSystem,
+    ModelRegistry,
+    collective_system,
+    default_registry,
+    device_spec,
+)
 from trainsim.sim.edges import intra_rank_rule, thread_edges
 from trainsim.sim.host import Call, HostModel, op_calls
 from trainsim.sim.options import HostMode, KernelSource, SimOptions
@@ -80,6 +87,9 @@ class RankProgram:
     call_wake: list[float] = field(default_factory=list)
     k_lat: list[float] = field(default_factory=list)  # from the call's start
     k_gap: list[float] = field(default_factory=list)
+    k_hold: dict[int, float] = field(default_factory=dict)  # graph nodes: measured internal wait
+    typical_post_s: dict[bool, float | None] = field(default_factory=dict)  # by is-memory class
+    typical_gap_s: dict[bool, float | None] = field(default_factory=dict)
     diagnostics: Counter[str] = field(default_factory=Counter)
 
 
@@ -89,38 +99,58 @@ class Program:
     ranks: list[RankProgram]
     instances: list[Instance]
     options: SimOptions
+    collective_system: CollectiveSystem | None = None  # MODEL mode: whose comm models answer
 
 
 def compile_workload(w: Workload, options: SimOptions) -> Program:
-    registry = options.kernel_models or default_registry()
+    system = None
+    if options.kernels is KernelSource.MODEL and options.kernel_models is None:
+        system = collective_system((rg.device for rg in w.ranks), options.system)
+    registry = options.kernel_models or default_registry(system.spec if system else None)
     ranks = [_structure(rg, registry, options) for rg in w.ranks]
     if options.overheads is HostMode.STATS and options.overhead_db is None:
         from trainsim.sim.selfstats import self_means, self_overheads
 
-        per_op, glob, entry = self_means(ranks)
+        means = self_means(ranks)
         if options.stats_iqr:
             host = HostModel(
-                options.overheads, self_overheads(ranks, filtered=True), entry_gap_s=entry
+                options.overheads,
+                self_overheads(ranks, filtered=True),
+                entry_gap_s=means.entry_gap_s,
+                blocking_s=means.call_median_s,
             )
         else:
-            host = HostModel(options.overheads, means=(per_op, glob), entry_gap_s=entry)
+            host = HostModel(
+                options.overheads,
+                means=(means.per_op, means.global_),
+                entry_gap_s=means.entry_gap_s,
+                blocking_s=means.call_median_s,
+            )
     else:
         host = HostModel(options.overheads, options.overhead_db)
     for rp in ranks:
         fill_timings(rp, host, options)
     end_tails(ranks, options.overheads)
 
-    def duration(k: Kernel, op: Op, rp: RankProgram) -> tuple[float, str]:
-        return _duration(k, op, options, registry, rp)
+    def duration(
+        k: Kernel, op: Op, rp: RankProgram, members: Mapping[int, Collective] | None
+    ) -> tuple[float, str]:
+        return _duration(k, op, options, registry, rp, members=members)
 
-    return Program(w, ranks, build_instances(w, ranks, options, duration), options)
+    return Program(w, ranks, build_instances(w, ranks, options, duration), options, system)
 
 
 # ---------------------------------------------------------------------------------- structure
 
 
 def _duration(
-    k: Kernel, op: Op, opts: SimOptions, reg: ModelRegistry, rp: RankProgram
+    k: Kernel,
+    op: Op,
+    opts: SimOptions,
+    reg: ModelRegistry,
+    rp: RankProgram,
+    *,
+    members: Mapping[int, Collective] | None = None,
 ) -> tuple[float, str]:
     if k.predicted_s is not None and k.provenance.startswith(WHATIF):
         return k.predicted_s, k.provenance  # a what-if pass changed this kernel (whatif.py)
@@ -129,7 +159,7 @@ def _duration(
             return k.predicted_s, k.provenance or "predicted"
         if rp.device is None:
             rp.device = device_spec(rp.graph.device) or False
-        p = reg.predict(k, op, rp.device or None)
+        p = reg.predict(k, op, rp.device or None, members=members)
         if p is not None:
             rp.diagnostics["kernels_model"] += 1
             return p.seconds, p.provenance

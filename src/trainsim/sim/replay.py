@@ -68,7 +68,14 @@ class Replay:
             "sampled_trace": self.sampled,
             "diagnostics": sim["diagnostics"],
             "provenance": "measured kernels" if o.kernels.value == "measured" else "kernel models (see diagnostics)",
+            "collective_system": _system(res),
         }  # fmt: skip
+
+
+def _system(res: SimResult) -> dict[str, str] | None:
+    """The catalog system whose comm models timed the collectives (``--kernels model``)."""
+    cs = res.program.collective_system
+    return None if cs is None else {"name": cs.spec.name, "source": cs.source}
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,6 +9,7 @@ where it decided the start. Without measurements, 002 Alg. 3's T4/2 and 1 µs.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from statistics import median
 from typing import TYPE_CHECKING
 
@@ -19,8 +20,10 @@ from trainsim.sim.options import HostMode, SimOptions
 if TYPE_CHECKING:
     from trainsim.sim.program import RankProgram
 
-_ALG3_GAP_S = 1e-6  # 002 Alg. 3 line 11: consecutive kernels of a stream are ≥ 1 µs apart
-_MEMORY = (KernelFamily.MEMCPY, KernelFamily.MEMSET)
+ALG3_GAP_S = 1e-6  # 002 Alg. 3 line 11: consecutive kernels of a stream are ≥ 1 µs apart
+MEMORY_FAMILIES = (KernelFamily.MEMCPY, KernelFamily.MEMSET)
+# Runtime calls that launch a whole graph (its nodes share the call's correlation id).
+GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 
 
 def fill_timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
@@ -115,13 +118,19 @@ def _blocking(
 
 
 def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
-    """Launch latency (from the call's start) and kernel-kernel gap of every kernel."""
+    """Launch latency (from the call's start) and kernel-kernel gap of every kernel, and the
+    graph-internal holds (``rp.k_hold``) of kernels launched by a CUDA/HIP graph."""
     kernels, k_call, calls, call_dur = rp.kernels, rp.k_call, rp.calls, rp.call_dur
-    measured = any(k.start_s is not None for k in kernels)
-    ready = _measured_readiness(rp) if measured else []
+    fixed_lat, fixed_gap = opts.launch_latency_s, opts.kernel_gap_s
+    if not any(k.start_s is not None for k in kernels):  # 002 Alg. 3 (or the given values)
+        rp.k_lat = [fixed_lat if fixed_lat is not None else call_dur[ci] / 2 for ci in k_call]
+        rp.k_gap = [fixed_gap if fixed_gap is not None else ALG3_GAP_S] * len(kernels)
+        return
+    ready = _measured_readiness(rp)
+    graph = graph_kernels(rp)
     post: dict[bool, list[float]] = {True: [], False: []}
     gaps: dict[bool, list[float]] = {True: [], False: []}
-    for i, k in enumerate(kernels if measured else ()):
+    for i, k in enumerate(kernels):
         ci = k_call[i]
         c = calls[ci]
         if (
@@ -129,9 +138,10 @@ def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
             or c.start_s is None
             or c.duration_s is None
             or rp.call_block[ci] is not None
+            or i in graph  # a graph's nodes follow its internal schedule, not launches
         ):
             continue
-        mem = k.family in _MEMORY
+        mem = k.family in MEMORY_FAMILIES
         r = ready[i]
         if r is None or c.start_s + c.duration_s >= r:
             post[mem].append(k.start_s - (c.start_s + c.duration_s))
@@ -139,22 +149,21 @@ def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
             gaps[mem].append(max(0.0, k.start_s - r))
     typ_post = {m: _median(post[m], post[not m]) for m in (True, False)}
     typ_gap = {m: _median(gaps[m], gaps[not m]) for m in (True, False)}
-    fixed_lat, fixed_gap = opts.launch_latency_s, opts.kernel_gap_s
-    if not measured:  # 002 Alg. 3 (or the given values) for every kernel
-        rp.k_lat = [fixed_lat if fixed_lat is not None else call_dur[ci] / 2 for ci in k_call]
-        rp.k_gap = [fixed_gap if fixed_gap is not None else _ALG3_GAP_S] * len(kernels)
-        return
+    rp.typical_post_s, rp.typical_gap_s = typ_post, typ_gap
+    if graph:
+        rp.k_hold = _graph_holds(rp, graph, ready, typ_post, typ_gap)
     trace = mode is HostMode.TRACE
+    hold = rp.k_hold if not trace else {}
     for i, k in enumerate(kernels):
         ci = k_call[i]
-        mem = k.family in _MEMORY
+        mem = k.family in MEMORY_FAMILIES
         dur = call_dur[ci]
         p, g = typ_post[mem], typ_gap[mem]
         if fixed_lat is not None:
             lat = fixed_lat
         else:
             lat = max(0.0, dur + p) if p is not None else dur / 2
-        gap = fixed_gap if fixed_gap is not None else g if g is not None else _ALG3_GAP_S
+        gap = fixed_gap if fixed_gap is not None else g if g is not None else ALG3_GAP_S
         c = calls[ci]
         if trace and k.start_s is not None and c.start_s is not None:
             own = k.start_s - c.start_s
@@ -166,8 +175,61 @@ def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
             else:
                 gap = max(0.0, k.start_s - r)
                 lat = min(lat, own)
+        elif hold:
+            h = hold.get(i)
+            if h:  # start = max(launch, ready + gap) + h
+                lat += h
+                gap += h
         rp.k_lat.append(lat)
         rp.k_gap.append(gap)
+
+
+def graph_kernels(rp: RankProgram) -> set[int]:
+    """Kernels launched by a CUDA/HIP graph: one runtime call that launched several device
+    activities under one correlation id (only a graph launch does), or a kernel whose
+    ``features["launch_api"]`` names a graph launch (ingestion records it when it can)."""
+    out = {i for i, k in enumerate(rp.kernels) if k.features.get("launch_api") in GRAPH_LAUNCH_APIS}
+    for ci, c in enumerate(rp.calls):
+        ks = c.kernels
+        if len(ks) > 1:
+            corr = {k.features.get("correlation") for k in ks}
+            if len(corr) == 1 and None not in corr:
+                out.update(_call_kernels(rp, ci))
+    return out
+
+
+def _call_kernels(rp: RankProgram, ci: int) -> range:
+    """Kernel indices of call ``ci`` (a call's kernels are contiguous, in call order)."""
+    lo = bisect_left(rp.k_call, ci)
+    return range(lo, bisect_right(rp.k_call, ci, lo))
+
+
+def _graph_holds(
+    rp: RankProgram,
+    graph: set[int],
+    ready: list[float | None],
+    typ_post: dict[bool, float | None],
+    typ_gap: dict[bool, float | None],
+) -> dict[int, float]:
+    """Per graph node, how much later than its launch and stream readiness allow it started
+    (measured): time the graph spent in nodes the trace does not record (or waiting inside
+    itself). A graph executes as one unit on its stream, so this is its device time, replayed
+    as measured like a kernel's duration."""
+    holds: dict[int, float] = {}
+    for i in sorted(graph):
+        k = rp.kernels[i]
+        c = rp.calls[rp.k_call[i]]
+        if k.start_s is None or c.start_s is None or c.duration_s is None:
+            continue
+        mem = k.family in MEMORY_FAMILIES
+        p, g = typ_post[mem], typ_gap[mem]
+        allowed = c.start_s + (max(0.0, c.duration_s + p) if p is not None else c.duration_s / 2)
+        r = ready[i]
+        if r is not None:
+            allowed = max(allowed, r + (g if g is not None else ALG3_GAP_S))
+        if k.start_s > allowed:
+            holds[i] = k.start_s - allowed
+    return holds
 
 
 def _median(values: list[float], fallback: list[float]) -> float | None:
