@@ -60,7 +60,9 @@ def check_invariants(loaded: LoadedTraces) -> list[str]:
         ws = window.start * trace.unit_to_s - loaded.origin
         we = window.end * trace.unit_to_s - loaded.origin
         step = r.measured_step_s
-        if step is None or not (math.isfinite(step) and 0 <= step <= 2 * MAX_TIME_RANGE_S):
+        if step is None and r.metadata.get("sampled"):
+            pass  # sampled/cut traces report no step time by design
+        elif step is None or not (math.isfinite(step) and 0 <= step <= 2 * MAX_TIME_RANGE_S):
             problems.append(f"rank {r.rank}: step time {step}")
         for op in r.ops:
             if not (ws - TOL_S <= op.start_s <= we + TOL_S):  # type: ignore[operator]
@@ -257,10 +259,5 @@ def test_corrupt_archive_is_an_error_or_harmless(originals, work, data):
     assert isinstance(out, TraceFormatError) or fingerprint(out) == fingerprint(intact)
 
 
-@pytest.mark.xfail(
-    strict=True, raises=UnicodeDecodeError,
-    reason="lead: multirank._explain_unknown catches msgspec.DecodeError but not the "
-    "UnicodeDecodeError msgspec raises for invalid UTF-8 in strings",
-)  # fmt: skip
 def test_unknown_json_with_invalid_utf8(work):
     assert isinstance(load(work / "rank0.json", b'{"foo": "\xff"}'), TraceFormatError)

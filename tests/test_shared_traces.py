@@ -155,11 +155,6 @@ def test_shared_trace(case: Case):
     assert not check_invariants(loaded), check_invariants(loaded)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lead: a sampled trace (KinetoTrace.is_sampled: ~1 % of 'Ev Idx' present) still "
-    "reports a step time and matches collectives by sequence number; it should report none",
-)
 @pytest.mark.parametrize("paths", [(SAMPLED.format(0),), (SAMPLED.format(0), SAMPLED.format(1))])
 def test_sampled_traces_give_no_step_time(paths):
     if not TRACES.is_dir():

@@ -21,6 +21,21 @@ class Analysis:
     et_link: dict[int, dict[str, Any]] = field(default_factory=dict)
     written: dict[str, str] = field(default_factory=dict)
 
+    def warnings(self) -> list[str]:
+        out = []
+        for r in self.workload.ranks:
+            if r.metadata.get("sampled"):
+                cov = r.metadata.get("event_coverage") or 0.0
+                out.append(
+                    f"rank {r.rank}: sampled or cut trace ({100 * cov:.1f} % of its events kept): "
+                    "no step time, collectives not matched"
+                )
+            if r.metadata.get("step_anchor"):
+                out.append(f"rank {r.rank}: no ProfilerStep markers; iteration cut at {r.metadata['step_anchor']!r}")
+        if self.loaded.match.peers_missing:
+            out.append("some collective peers are not among the input traces (single rank of a larger job)")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         w = self.workload
         return {
@@ -41,6 +56,7 @@ class Analysis:
             "collectives_matched": self.loaded.match.to_dict(),
             "et_link": {str(k): v for k, v in self.et_link.items()},
             "skipped_inputs": self.loaded.skipped,
+            "warnings": self.warnings(),
             "written": self.written,
             "provenance": "measured (real trace)",
         }  # fmt: skip

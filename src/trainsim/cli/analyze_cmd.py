@@ -80,5 +80,7 @@ def _print_table(doc: dict) -> None:
     if ov:
         parts = [f"{k} {v['mean_s'] * 1e6:.1f} µs" for k, v in ov.items()]
         out.print(f"host overheads (rank {doc['ranks'][0]['rank']}, IQR-filtered means): " + ", ".join(parts))
+    for w in doc["warnings"]:
+        stderr.print(f"[yellow]note:[/] {w}")
     for k, v in doc["written"].items():
         stderr.print(f"wrote {k}: {v}")

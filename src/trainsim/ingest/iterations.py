@@ -1,9 +1,9 @@
 """Iteration (step) windows of a Kineto trace.
 
 ``ProfilerStep#N`` annotations give the windows directly. Traces recorded without them (the
-PARAM ResNet and linear traces) are cut at the repeating iteration: the sequence of top-level
-CPU events on the busiest thread is periodic, and an event name that occurs exactly once per
-period with identical segments between occurrences is an iteration boundary.
+PARAM ResNet and linear traces) are cut by PyTorch's own once-per-iteration record functions
+(DataLoader fetch, optimizer zero_grad/step), or else at the repeating pattern of top-level
+events (see ``detect_repeating_steps``).
 """
 
 from __future__ import annotations
@@ -65,28 +65,67 @@ def _main_thread_events(trace: KinetoTrace) -> list[Event]:
     return top_level(by_tid[tid])
 
 
+# PyTorch names these record functions itself, once per training iteration (optimizer hooks,
+# DataLoader iteration): the most reliable iteration boundaries when markers are missing.
+_SEMANTIC_ANCHORS: tuple[tuple[str, bool], ...] = (
+    ("enumerate(DataLoader)#", False),  # (name prefix, window ends at the anchor's end)
+    ("Optimizer.zero_grad#", False),
+    ("Optimizer.step#", True),
+)
+
+
+def _semantic_steps(trace: KinetoTrace) -> list[StepWindow] | None:
+    by_tid: dict[object, list[Event]] = defaultdict(list)
+    for e in trace.cpu:
+        by_tid[(e.pid, e.tid)].append(e)
+    tops = [e for evs in by_tid.values() for e in top_level(evs)]
+    for prefix, ends_window in _SEMANTIC_ANCHORS:
+        hits = sorted((e for e in tops if e.name.startswith(prefix)), key=lambda e: float(e.ts))  # type: ignore[arg-type]
+        if len(hits) < 2:
+            continue
+        first = min(float(e.ts) for e in tops)  # type: ignore[arg-type]
+        last = max(float(e.ts) + e.dur for e in tops)  # type: ignore[arg-type]
+        if ends_window:
+            bounds = [first] + [float(e.ts) + e.dur for e in hits]  # type: ignore[arg-type]
+        else:
+            bounds = [float(e.ts) for e in hits] + [last]  # type: ignore[arg-type]
+        return [
+            StepWindow(i, a, b, False, hits[0].name)
+            for i, (a, b) in enumerate(pairwise(bounds))
+            if b > a
+        ]
+    return None
+
+
 def detect_repeating_steps(trace: KinetoTrace, *, min_repeats: int = 2) -> list[StepWindow]:
-    """Cut the trace at a once-per-iteration anchor event (see module docstring)."""
+    """Iteration windows without ProfilerStep markers.
+
+    1. PyTorch's own once-per-iteration record functions (DataLoader fetch, optimizer
+       zero_grad/step), when present;
+    2. otherwise the repeating pattern of top-level events on the busiest thread: an event that
+       recurs with identical segments between its occurrences. Exact periodicity wins over
+       near-periodicity (an op that recurs once per layer leaves one odd segment per
+       iteration), then the most repeats;
+    3. otherwise the whole trace is one window (a single-iteration trace).
+    """
+    semantic = _semantic_steps(trace)
+    if semantic:
+        return semantic
     seq = _main_thread_events(trace)
     names = [e.name for e in seq]
     counts = Counter(names)
-    best: tuple[float, int, int, int, str] | None = None
+    best: tuple[float, int, int, str] | None = None  # (score, repeats, -first index, name)
     first_index = {n: i for i, n in reversed(list(enumerate(names)))}
     for name, k in counts.items():
         if k < min_repeats:
             continue
         idx = [i for i, n in enumerate(names) if n == name]
         segments = [tuple(names[a:b]) for a, b in pairwise(idx)]
-        if not segments:
-            continue
         mode, mode_count = Counter(segments).most_common(1)[0]
         score = mode_count / len(segments)
         if score < 0.8 or len(mode) < 2:
             continue
-        # Exact periodicity beats near-periodicity: a once-per-layer op repeats with one odd
-        # segment per iteration (score (L-1)/L), a once-per-iteration op with none.
-        preference = 2 if "DataLoader" in name else 1 if "zero_grad" in name else 0
-        key = (round(score, 2), k, preference, -first_index[name], name)
+        key = (round(score, 2), k, -first_index[name], name)
         if best is None or key > best:
             best = key
     if best is None:
@@ -94,7 +133,7 @@ def detect_repeating_steps(trace: KinetoTrace, *, min_repeats: int = 2) -> list[
         start = min(float(e.ts) for e in seq)  # type: ignore[arg-type]
         end = max(float(e.ts) + e.dur for e in seq)  # type: ignore[arg-type]
         return [StepWindow(0, start, end, False, WHOLE_TRACE)]
-    anchor = best[4]
+    anchor = best[3]
     starts = [float(e.ts) for e in seq if e.name == anchor]  # type: ignore[arg-type]
     last_end = max(float(e.ts) + e.dur for e in seq)  # type: ignore[arg-type]
     ends = [*starts[1:], last_end]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from trainsim.errors import TraceFormatError, TraceMismatchError
+from trainsim.errors import GraphError, TraceFormatError, TraceMismatchError
 from trainsim.ingest.iterations import StepWindow, choose_step, find_steps
 from trainsim.ingest.kineto import KinetoTrace, decode_kineto
 from trainsim.ingest.rank_builder import RankBuilder
@@ -55,7 +55,7 @@ def _explain_unknown(blob: TraceBlob) -> str:
 
     try:
         doc = msgspec.json.decode(blob.data)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
         return f"not valid JSON ({e}); expected a Kineto trace (.json/.json.gz/.tar.gz)"
     if isinstance(doc, dict):
         keys = ", ".join(sorted(doc)[:5]) or "none"
@@ -136,7 +136,18 @@ def build_workload(
         builder = RankBuilder(t, origin=origin_s / t.unit_to_s, world=world)
         i = steps[r].index(chosen[r])
         previous = steps[r][i - 1] if i > 0 else None
-        ranks.append(builder.build(chosen[r], rank=r, previous=previous))
+        try:
+            graph = builder.build(chosen[r], rank=r, previous=previous)
+        except GraphError as e:  # safety net: corrupt values that slipped past decoding
+            raise TraceFormatError(t.source, f"inconsistent trace content: {e}") from e
+        if t.is_sampled:
+            # ~1 % of events kept (sampled profiling): kernels and collectives are unreliable,
+            # so the rank gives no step time and takes no part in collective matching.
+            graph = replace(
+                graph, step_start_s=None, step_end_s=None,
+                metadata={**graph.metadata, "sampled": True, "event_coverage": t.event_coverage},
+            )  # fmt: skip
+        ranks.append(graph)
     groups = _process_groups(ranks, world)
     workload = Workload(
         ranks=tuple(ranks),
@@ -195,14 +206,22 @@ def _process_groups(ranks: list[RankGraph], world: tuple[int, ...]) -> dict[str,
 
 def match_collectives(w: Workload) -> CollectiveMatch:
     """Every collective instance (group, seq) must appear on every loaded member rank."""
-    loaded = {r.rank for r in w.ranks}
+    sampled = [r.rank for r in w.ranks if r.metadata.get("sampled")]
+    loaded = {r.rank for r in w.ranks} - set(sampled)
     inst: dict[tuple[str, int], dict[int, str]] = defaultdict(dict)
     for r in w.ranks:
+        if r.rank in sampled:
+            continue
         for k in r.kernels():
             c = k.collective
             if c is not None:
                 inst[(c.group, c.seq)][r.rank] = c.kind.value
     m = CollectiveMatch()
+    if sampled:
+        m.problems.append(
+            f"ranks {sampled} are sampled traces (a small share of events kept): "
+            "their collectives cannot be matched by sequence number and are not counted"
+        )
     by_kind: dict[str, Counter[str]] = defaultdict(Counter)
     for (group, seq), members in sorted(inst.items()):
         expected = set(w.process_groups.get(group, ())) or loaded

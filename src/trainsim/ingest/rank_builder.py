@@ -13,6 +13,7 @@ Pipeline (002 §4.3.1, §4.3.3; 000 §III-B):
 from __future__ import annotations
 
 import bisect
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -63,7 +64,8 @@ def _tid_int(tid: int | str) -> int:
     if isinstance(tid, int):
         return tid
     digits = "".join(ch for ch in str(tid) if ch.isdigit())
-    return int(digits) if digits else abs(hash(tid)) % (1 << 31)
+    # A stable id for textual thread names (hash() is salted per process).
+    return int(digits) if digits else zlib.crc32(str(tid).encode()) % (1 << 31)
 
 
 def _is_comm_context(e: Event) -> bool:
@@ -73,7 +75,7 @@ def _is_comm_context(e: Event) -> bool:
 def _nest(window: StepWindow, cpu: list[Event], runtime: list[Event]) -> list[_OpDraft]:
     """Assign runtime calls to top-level CPU ops, thread by thread (events sorted by ts, -dur)."""
     lo, hi = window.start, window.end
-    by_thread: dict[object, list[tuple[float, int, Event]]] = defaultdict(list)
+    by_thread: dict[tuple[int | str, int | str], list[tuple[float, int, Event]]] = defaultdict(list)
     for e in cpu:
         ts = float(e.ts)  # type: ignore[arg-type]
         if lo <= ts < hi and not e.name.startswith("ProfilerStep#"):
@@ -384,7 +386,7 @@ class RankBuilder:
     ) -> SyncPoint:
         kind = _SYNC_CALLS[rt.name]
         ts = float(rt.ts)  # type: ignore[arg-type]
-        info = self.sync_by_corr.get(rt.args.correlation) if rt.args else None
+        info = self.sync_by_corr.get(rt.args.correlation) if rt.args and rt.args.correlation is not None else None
         stream = wait_stream = wait_kernel = None
         if info is not None and info.args is not None:
             self.stats.syncs_resolved += 1

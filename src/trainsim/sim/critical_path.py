@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from trainsim.sim.engine import INTRA, LAUNCH, STREAM, WAIT
+from trainsim.sim.engine import INTRA, LAUNCH, STREAM, WAIT, unbind
 from trainsim.sim.options import SegmentKind
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
             else:
                 node = (K_START, br, bk)
         elif kind == K_START:
-            b, ref = t.k_bind[i]
+            b, ref = unbind(t.k_bind[i])
             s = t.k_start[i]
             if b == LAUNCH:
                 ok = emit(SegmentKind.LAUNCH_DELAY, r, t.call_start[ref], s, rp.kernels[i].name)

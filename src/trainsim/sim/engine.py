@@ -24,8 +24,19 @@ from trainsim.errors import SimulationError
 from trainsim.sim.program import Program, RankProgram
 
 NEG_INF = float("-inf")
-# Kernel binding kinds (what decided a kernel's start).
+# Kernel binding kinds (what decided a kernel's start), stored with their reference in one int
+# (``bind(kind, ref)``; no tuple per kernel: the evaluation allocates nothing per item).
 LAUNCH, STREAM, WAIT, INTRA = 0, 1, 2, 3
+
+
+def bind(kind: int, ref: int) -> int:
+    """``RankTimes.k_bind`` value: ``ref`` >= -1 (a call, kernel, or -1: none)."""
+    return (ref + 1) * 4 + kind
+
+
+def unbind(value: int) -> tuple[int, int]:
+    """(kind, ref) of a ``RankTimes.k_bind`` value."""
+    return value & 3, (value >> 2) - 1
 
 
 @dataclass(slots=True)
@@ -42,7 +53,7 @@ class RankTimes:
     call_prev: list[int]  # call whose end set the clock before this call's gap, -1: op start
     k_start: list[float]
     k_end: list[float]
-    k_bind: list[tuple[int, int]]  # (kind, ref): LAUNCH call, STREAM kernel/-1, WAIT/INTRA kernel
+    k_bind: list[int]  # bind(kind, ref): LAUNCH call, STREAM kernel/-1, WAIT/INTRA kernel
 
 
 @dataclass(slots=True)
@@ -96,9 +107,9 @@ class Engine:
 
     @staticmethod
     def _times(rp: RankProgram) -> RankTimes:
-        no, nc, nk = len(rp.ops), len(rp.calls), len(rp.kernels)
+        no, nc, nk = len(rp.ops), len(rp.call_key), len(rp.kernels)
         return RankTimes(_none(no), _none(no), [-1] * no, [-1] * no, _none(nc), _none(nc),
-                         [-1] * nc, [-1] * nc, _none(nk), _none(nk), [(LAUNCH, -1)] * nk)  # fmt: skip
+                         [-1] * nc, [-1] * nc, _none(nk), _none(nk), [LAUNCH] * nk)  # fmt: skip
 
     def run(self) -> Evaluation:
         for g in range(len(self.lanes)):
@@ -136,30 +147,37 @@ class Engine:
         t = self.t[lane.rank]
         ops = rp.cpu_lanes[lane.idx]
         op_t1, op_cross, op_call0, op_tail = rp.op_t1, rp.op_cross, rp.op_call0, rp.op_tail
-        call_gap, call_dur, call_block, call_wake = (
-            rp.call_gap,
-            rp.call_dur,
-            rp.call_block,
-            rp.call_wake,
+        call_gap, call_dur, call_block = rp.call_gap, rp.call_dur, rp.call_block
+        call_wake = rp.call_wake
+        op_start, op_end, op_bind, op_last = t.op_start, t.op_end, t.op_bind, t.op_last
+        call_start, call_end, call_prev, call_bind = (
+            t.call_start,
+            t.call_end,
+            t.call_prev,
+            t.call_bind,
         )
-        op_end, call_start, call_end, k_end = t.op_end, t.call_start, t.call_end, t.k_end
+        k_end = t.k_end
         pos, cpos, clock, last = lane.pos, lane.cpos, lane.clock, lane.last
         n = len(ops)
         while pos < n:
             o = ops[pos]
             if cpos < 0:
                 start = clock + op_t1[o]
-                bind = -2 if pos else -1
-                for src, delay in op_cross[o] or ():
-                    e = op_end[src]
-                    if e is None:
-                        lane.pos, lane.cpos, lane.clock, lane.last = pos, cpos, clock, last
-                        self._park(g, lane, self.cpu_base[lane.rank] + rp.op_lane[src], "op", src)
-                        return False
-                    if e + delay > start:
-                        start, bind = e + delay, src
-                t.op_start[o] = start
-                t.op_bind[o] = bind
+                b = -2 if pos else -1
+                cross = op_cross[o]
+                if cross:
+                    for src, delay in cross:
+                        e = op_end[src]
+                        if e is None:
+                            lane.pos, lane.cpos, lane.clock, lane.last = pos, cpos, clock, last
+                            self._park(
+                                g, lane, self.cpu_base[lane.rank] + rp.op_lane[src], "op", src
+                            )
+                            return False
+                        if e + delay > start:
+                            start, b = e + delay, src
+                op_start[o] = start
+                op_bind[o] = b
                 clock, last, cpos = start, -1, op_call0[o]
             c1 = op_call0[o + 1]
             while cpos < c1:
@@ -167,7 +185,7 @@ class Engine:
                 cs = call_start[c]
                 if cs is None:
                     cs = call_start[c] = clock + call_gap[c]
-                    t.call_prev[c] = last
+                    call_prev[c] = last
                     fresh = True
                 else:
                     fresh = False
@@ -186,12 +204,12 @@ class Engine:
                             return fresh
                         if e + wake > ce:
                             ce, cb = e + wake, k
-                    t.call_bind[c] = cb
+                    call_bind[c] = cb
                 call_end[c] = ce
                 if ce >= clock:
                     clock, last = ce, c
                 cpos += 1
-            t.op_last[o] = last
+            op_last[o] = last
             clock = op_end[o] = clock + op_tail[o]
             cpos = -1
             pos += 1
@@ -207,44 +225,48 @@ class Engine:
         ks = rp.stream_lanes[lane.idx]
         k_call, k_lat, k_gap, k_dur = rp.k_call, rp.k_lat, rp.k_gap, rp.k_dur
         k_waits, k_after, k_inst = rp.k_waits, rp.k_after, rp.k_inst
-        k_start, k_end, call_start = t.k_start, t.k_end, t.call_start
+        k_start, k_end, k_bind, call_start = t.k_start, t.k_end, t.k_bind, t.call_start
         pos, clock = lane.pos, lane.clock
         prev = ks[pos - 1] if pos else -1
         n = len(ks)
         while pos < n:
             k = ks[pos]
             if k_start[k] is None:
-                cs = call_start[k_call[k]]
+                c = k_call[k]
+                cs = call_start[c]
                 if cs is None:
                     lane.pos, lane.clock = pos, clock
-                    c = k_call[k]
                     self._park(g, lane, self.cpu_base[r] + rp.op_lane[rp.call_op[c]], "call", c)
                     return False
-                ready, rb = clock, (STREAM, prev)
-                for w in k_waits[k]:
-                    e = k_end[w]
-                    if e is None:
-                        lane.pos, lane.clock = pos, clock
-                        self._park(g, lane, self.stream_base[r] + rp.k_lane[w], "kernel", w)
-                        return False
-                    if e > ready:
-                        ready, rb = e, (WAIT, w)
+                ready, rb = clock, (prev + 1) * 4 + STREAM  # bind(STREAM, prev)
+                waits = k_waits[k]
+                if waits:
+                    for w in waits:
+                        e = k_end[w]
+                        if e is None:
+                            lane.pos, lane.clock = pos, clock
+                            self._park(g, lane, self.stream_base[r] + rp.k_lane[w], "kernel", w)
+                            return False
+                        if e > ready:
+                            ready, rb = e, (w + 1) * 4 + WAIT
                 launch = cs + k_lat[k]
                 ready += k_gap[k]
                 if launch >= ready:
-                    start, bind = launch, (LAUNCH, k_call[k])
+                    start, b = launch, (c + 1) * 4 + LAUNCH
                 else:
-                    start, bind = ready, rb
-                for a in k_after[k]:
-                    s = k_start[a]
-                    if s is None:
-                        lane.pos, lane.clock = pos, clock
-                        self._park(g, lane, self.stream_base[r] + rp.k_lane[a], "kernel", a)
-                        return False
-                    if s > start:
-                        start, bind = s, (INTRA, a)
+                    start, b = ready, rb
+                after = k_after[k]
+                if after:
+                    for a in after:
+                        s = k_start[a]
+                        if s is None:
+                            lane.pos, lane.clock = pos, clock
+                            self._park(g, lane, self.stream_base[r] + rp.k_lane[a], "kernel", a)
+                            return False
+                        if s > start:
+                            start, b = s, (a + 1) * 4 + INTRA
                 k_start[k] = start
-                t.k_bind[k] = bind
+                k_bind[k] = b
                 inst = k_inst[k]
                 if inst < 0:
                     k_end[k] = start + k_dur[k]

@@ -11,7 +11,8 @@ A runtime call is a kernel launch (kernels launched by one call share it) or a s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from trainsim.errors import ConfigError
 from trainsim.host.overheads import Overhead, OverheadDB
@@ -23,83 +24,72 @@ from trainsim.sim.syncs import TOLERANCE_S
 _KINDS = (Overhead.T1, Overhead.T2, Overhead.T3, Overhead.T4, Overhead.T5, Overhead.CPU)
 
 
-@dataclass(slots=True)
-class Call:
-    """One runtime call of an op: the kernels it launched or the sync it made."""
-
-    key: float  # issue order within the rank (measured start when known)
-    start_s: float | None
-    duration_s: float | None
-    kernels: list[Kernel] = field(default_factory=list)
-    sync: SyncPoint | None = None
-
-    def blocks_cpu_copy(self) -> bool:
-        """A copy whose runtime call holds the CPU until the copy is done.
-
-        cudaMemcpy(Async) to pageable host memory always does; from pageable memory it does
-        when the data cannot be staged at once — visible in a trace as a call still running
-        after its copy started.
-        """
-        for k in self.kernels:
-            if k.family is not KernelFamily.MEMCPY:
-                continue
-            if "DtoH" in k.name and "Pageable" in k.name:
-                return True
-            if (
-                self.start_s is not None
-                and self.duration_s is not None
-                and k.start_s is not None
-                and self.start_s + self.duration_s > k.start_s + TOLERANCE_S
-            ):
-                return True
-        return False
+# One runtime call of an op: (issue key, measured start, measured duration, the kernels it
+# launched, the sync it made). The issue key orders calls within a rank (the measured start
+# when every call has one). The simulator keeps calls as columns (``RankProgram.call_*``).
+CallSpec = tuple[float, float | None, float | None, tuple[Kernel, ...], SyncPoint | None]
 
 
-def op_calls(op: Op, *, timed: bool, counter: list[int]) -> list[Call]:
+def blocks_cpu_copy(kernels: Sequence[Kernel], start_s: float | None, duration_s: float | None) -> bool:
+    """A copy whose runtime call holds the CPU until the copy is done.
+
+    cudaMemcpy(Async) to pageable host memory always does; from pageable memory it does
+    when the data cannot be staged at once — visible in a trace as a call still running
+    after its copy started.
+    """
+    for k in kernels:
+        if k.family is not KernelFamily.MEMCPY:
+            continue
+        if "DtoH" in k.name and "Pageable" in k.name:
+            return True
+        if (
+            start_s is not None
+            and duration_s is not None
+            and k.start_s is not None
+            and start_s + duration_s > k.start_s + TOLERANCE_S
+        ):
+            return True
+    return False
+
+
+def op_calls(op: Op, *, timed: bool, counter: list[int]) -> list[CallSpec]:
     """The op's runtime calls in issue order.
 
-    ``timed``: every call of the rank has a measured start, which orders them. Otherwise the
-    order is structural — event waits first (they order the kernels that follow), then the
-    kernels in their tuple order, then blocking syncs (they wait for the work just issued) —
-    keyed by ``counter``.
+    ``timed``: every call of the rank has a measured start, which orders them (kernels with
+    one launch start share one call). Otherwise the order is structural — event waits first
+    (they order the kernels that follow), then the kernels in their tuple order, then blocking
+    syncs (they wait for the work just issued) — keyed by ``counter``.
     """
-    if not op.syncs and len(op.kernels) == 1:  # the common case
-        k = op.kernels[0]
-        if timed:
-            assert k.launch_start_s is not None
-            return [Call(k.launch_start_s, k.launch_start_s, k.launch_duration_s, [k])]
-        counter[0] += 1
-        return [Call(float(counter[0]), k.launch_start_s, k.launch_duration_s, [k])]
-    if not op.kernels and not op.syncs:
-        return []
-    calls: list[Call] = []
+    calls: list[CallSpec] = []
     if timed:
-        by_start: dict[float, Call] = {}
+        by_start: dict[float, list[Kernel]] = {}
+        first: dict[float, Kernel] = {}
         for k in op.kernels:
             assert k.launch_start_s is not None
-            c = by_start.get(k.launch_start_s)
-            if c is None:
-                c = by_start[k.launch_start_s] = Call(
-                    k.launch_start_s, k.launch_start_s, k.launch_duration_s
-                )
-                calls.append(c)
-            c.kernels.append(k)
+            got = by_start.get(k.launch_start_s)
+            if got is None:
+                by_start[k.launch_start_s] = [k]
+                first[k.launch_start_s] = k
+            else:
+                got.append(k)
+        for t, ks in by_start.items():
+            calls.append((t, t, first[t].launch_duration_s, tuple(ks), None))
         for s in op.syncs:
             assert s.start_s is not None
-            calls.append(Call(s.start_s, s.start_s, s.duration_s, sync=s))
-        calls.sort(key=lambda c: c.key)
+            calls.append((s.start_s, s.start_s, s.duration_s, (), s))
+        calls.sort(key=lambda c: c[0])
         return calls
     for s in op.syncs:
         if not s.kind.blocks_cpu:
             counter[0] += 1
-            calls.append(Call(float(counter[0]), s.start_s, s.duration_s, sync=s))
+            calls.append((float(counter[0]), s.start_s, s.duration_s, (), s))
     for k in op.kernels:
         counter[0] += 1
-        calls.append(Call(float(counter[0]), k.launch_start_s, k.launch_duration_s, kernels=[k]))
+        calls.append((float(counter[0]), k.launch_start_s, k.launch_duration_s, (k,), None))
     for s in op.syncs:
         if s.kind.blocks_cpu:
             counter[0] += 1
-            calls.append(Call(float(counter[0]), s.start_s, s.duration_s, sync=s))
+            calls.append((float(counter[0]), s.start_s, s.duration_s, (), s))
     return calls
 
 
@@ -174,21 +164,35 @@ class HostModel:
         """
         return self._blocking_s
 
-    def timing(self, op: Op, calls: list[Call], anchor_s: float | None, *, first: bool) -> OpTiming:
-        """``anchor_s``: measured end of the previous op on the thread (or the thread's start);
+    def timing(
+        self,
+        op: Op,
+        call_starts: Sequence[float | None],
+        call_durations: Sequence[float | None],
+        anchor_s: float | None,
+        *,
+        first: bool,
+    ) -> OpTiming:
+        """``call_starts``/``call_durations``: the measured times of the op's runtime calls;
+        ``anchor_s``: measured end of the previous op on the thread (or the thread's start);
         ``first``: the op starts its thread (nothing precedes it in the step)."""
         if self.mode is HostMode.TRACE:
-            return self._measured(op, calls, anchor_s)
+            return self._measured(op, call_starts, call_durations, anchor_s)
         t1, t2, t3, t4, t5, cpu = self.op_stats(op.name)
         if first and self.entry_gap_s is not None:
             t1 = self.entry_gap_s
-        if not calls:
+        n = len(call_starts)
+        if not n:
             return OpTiming(t1, [], [], cpu)
-        gaps = [t2] + [t5] * (len(calls) - 1)
-        return OpTiming(t1, gaps, [t4] * len(calls), t3)
+        return OpTiming(t1, [t2] + [t5] * (n - 1), [t4] * n, t3)
 
     @staticmethod
-    def _measured(op: Op, calls: list[Call], anchor_s: float | None) -> OpTiming:
+    def _measured(
+        op: Op,
+        call_starts: Sequence[float | None],
+        call_durations: Sequence[float | None],
+        anchor_s: float | None,
+    ) -> OpTiming:
         if op.start_s is None or op.duration_s is None or anchor_s is None:
             raise ConfigError(
                 f"op {op.id} ({op.name}) has no measured CPU time: host mode 'trace' replays "
@@ -197,13 +201,13 @@ class HostModel:
         gaps: list[float] = []
         durs: list[float] = []
         prev = op.start_s
-        for c in calls:
-            if c.start_s is None or c.duration_s is None:
+        for cs, cd in zip(call_starts, call_durations, strict=True):
+            if cs is None or cd is None:
                 raise ConfigError(
                     f"op {op.id} ({op.name}): a runtime call has no measured time; "
                     "use host mode 'stats'"
                 )
-            gaps.append(c.start_s - prev)
-            durs.append(c.duration_s)
-            prev = max(prev, c.start_s + c.duration_s)
+            gaps.append(cs - prev)
+            durs.append(cd)
+            prev = max(prev, cs + cd)
         return OpTiming(op.start_s - anchor_s, gaps, durs, op.start_s + op.duration_s - prev)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainsim.errors import SimulationError
-from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, Workload
+from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, SyncPoint, Workload
 from trainsim.ir.kinds import KernelFamily, SyncKind
 from trainsim.sim import syncs
 from trainsim.sim.collectives import Instance, build_instances
@@ -40,7 +40,7 @@ from trainsim.sim.durations import (
     device_spec,
 )
 from trainsim.sim.edges import intra_rank_rule, thread_edges
-from trainsim.sim.host import Call, HostModel, op_calls
+from trainsim.sim.host import HostModel, blocks_cpu_copy, op_calls
 from trainsim.sim.options import HostMode, KernelSource, SimOptions
 from trainsim.sim.timings import end_tails, fill_timings
 from trainsim.sim.whatif import WHATIF
@@ -58,8 +58,15 @@ class RankProgram:
     op_preds: list[tuple[tuple[int, float | None], ...]] = field(
         default_factory=list
     )  # cross-thread
-    calls: list[Call] = field(default_factory=list)
+    # runtime calls, as columns (a call launches kernels call_k0[c]:call_k0[c+1], or syncs)
+    call_key: list[float] = field(default_factory=list)  # issue order within the rank
+    call_start_m: list[float | None] = field(default_factory=list)  # measured start
+    call_dur_m: list[float | None] = field(default_factory=list)  # measured duration
+    call_sync: list[SyncPoint | None] = field(default_factory=list)
+    call_k0: list[int] = field(default_factory=list)
     call_op: list[int] = field(default_factory=list)
+    multi_calls: list[int] = field(default_factory=list)  # calls that launched several kernels
+    blocking_calls: list[int] = field(default_factory=list)  # calls with a call_block
     call_block: list[tuple[int, ...] | None] = field(default_factory=list)
     kernels: list[Kernel] = field(default_factory=list)
     k_call: list[int] = field(default_factory=list)
@@ -186,56 +193,18 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
     timed = all(k.launch_start_s is not None for o in rg.ops for k in o.kernels) and all(
         s.start_s is not None for o in rg.ops for s in o.syncs
     )
-    lane_of_thread: dict[int, tuple[int, list[int]]] = {}
-    counter = [0]
-    keys: list[float] = []
-    threads: list[int] = []
-    kernel_op: list[int] = []
-    calls, call_op, kernels, k_call = rp.calls, rp.call_op, rp.kernels, rp.k_call
-    k_dur, k_prov, op_lane, op_call0 = rp.k_dur, rp.k_prov, rp.op_lane, rp.op_call0
-    cpu_lanes, lane_thread = rp.cpu_lanes, rp.lane_thread
-    measured = opts.kernels is KernelSource.MEASURED
-    for oi, op in enumerate(rp.ops):
-        thread = op.thread
-        got = lane_of_thread.get(thread)
-        if got is None:
-            got = lane_of_thread[thread] = (len(cpu_lanes), [])
-            cpu_lanes.append(got[1])
-            lane_thread.append(thread)
-        op_lane.append(got[0])
-        got[1].append(oi)
-        op_call0.append(len(calls))
-        if not op.kernels and not op.syncs:
-            continue
-        for c in op_calls(op, timed=timed, counter=counter):
-            ci = len(calls)
-            calls.append(c)
-            call_op.append(oi)
-            for k in c.kernels:
-                kernels.append(k)
-                k_call.append(ci)
-                keys.append(c.key)
-                threads.append(thread)
-                kernel_op.append(oi)
-                if k.collective is not None:  # durations set per instance (collectives.py)
-                    k_dur.append(0.0)
-                    k_prov.append("")
-                elif measured and k.duration_s is not None and not k.provenance.startswith(WHATIF):
-                    k_dur.append(k.duration_s)
-                    k_prov.append("measured")
-                else:
-                    d, prov = _duration(k, op, opts, reg, rp)
-                    k_dur.append(d)
-                    k_prov.append(prov)
-    rp.call_block = [None] * len(calls)
-    rp.op_call0.append(len(rp.calls))
+    kernel_op, copy_calls = _calls(rp, timed=timed)
+    _durations(rp, kernel_op, reg, opts)
     n = len(rp.kernels)
+    rp.call_block = [None] * len(rp.call_key)
     rp.k_waits = [()] * n  # tuples, replaced when an edge is added (most kernels have none)
     rp.k_after = [()] * n
     rp.k_inst = [-1] * n
-    idx = syncs.IssueIndex.build(rp.kernels, keys, threads)
-    _stream_lanes(rp, keys)
-    _sync_edges(rp, idx)
+    keys = [rp.call_key[c] for c in rp.k_call]
+    ops = rp.ops
+    idx = syncs.IssueIndex(rp.kernels, keys, lambda i: ops[kernel_op[i]].thread, ordered=not timed)
+    _stream_lanes(rp, keys, ordered=not timed)
+    _sync_edges(rp, idx, copy_calls)
     _dep_edges(rp, kernel_op)
     if opts.intra_rank_sync:
         intra_rank_rule(rp, keys)
@@ -243,47 +212,152 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
     return rp
 
 
-def _stream_lanes(rp: RankProgram, keys: list[float]) -> None:
+def _calls(rp: RankProgram, *, timed: bool) -> tuple[list[int], list[int]]:
+    """CPU lanes, runtime calls and kernels in issue order; returns each kernel's op and the
+    calls that may be blocking copies (a memcpy, or several activities).
+
+    This loop runs once per op of every rank: ops without syncs whose kernels each have
+    their own call (one kernel, or no measured launch times) are handled inline."""
+    lane_of_thread: dict[int, tuple[int, list[int]]] = {}
+    counter = [0]
+    kernel_op: list[int] = []
+    copy_calls: list[int] = []
+    memcpy = KernelFamily.MEMCPY
+    kernels, call_key, k0 = rp.kernels, rp.call_key, rp.call_k0
+    add_kernel, add_k_call, add_kernel_op = kernels.append, rp.k_call.append, kernel_op.append
+    add_key, add_start, add_dur = call_key.append, rp.call_start_m.append, rp.call_dur_m.append
+    add_sync, add_k0, add_call_op = rp.call_sync.append, k0.append, rp.call_op.append
+    add_op_lane, add_op_call0 = rp.op_lane.append, rp.op_call0.append
+    cpu_lanes, lane_thread = rp.cpu_lanes, rp.lane_thread
+    for oi, op in enumerate(rp.ops):
+        thread = op.thread
+        got = lane_of_thread.get(thread)
+        if got is None:
+            got = lane_of_thread[thread] = (len(cpu_lanes), [])
+            cpu_lanes.append(got[1])
+            lane_thread.append(thread)
+        add_op_lane(got[0])
+        got[1].append(oi)
+        ci = len(call_key)
+        add_op_call0(ci)
+        ks = op.kernels
+        if not op.syncs and (not timed or len(ks) == 1):  # the common case: a call per kernel
+            for k in ks:
+                if timed:
+                    add_key(k.launch_start_s)
+                else:
+                    counter[0] += 1
+                    add_key(float(counter[0]))
+                add_start(k.launch_start_s)
+                add_dur(k.launch_duration_s)
+                add_sync(None)
+                add_k0(len(kernels))
+                add_call_op(oi)
+                add_kernel(k)
+                add_k_call(ci)
+                add_kernel_op(oi)
+                if k.family is memcpy:
+                    copy_calls.append(ci)
+                ci += 1
+            continue
+        for key, start, dur, cks, sync in op_calls(op, timed=timed, counter=counter):
+            add_key(key)
+            add_start(start)
+            add_dur(dur)
+            add_sync(sync)
+            add_k0(len(kernels))
+            add_call_op(oi)
+            for k in cks:
+                add_kernel(k)
+                add_k_call(ci)
+                add_kernel_op(oi)
+            if len(cks) > 1:
+                rp.multi_calls.append(ci)
+                copy_calls.append(ci)
+            elif cks and cks[0].family is memcpy:
+                copy_calls.append(ci)
+            ci += 1
+    k0.append(len(kernels))
+    add_op_call0(len(call_key))
+    return kernel_op, copy_calls
+
+
+def _durations(
+    rp: RankProgram, kernel_op: list[int], reg: ModelRegistry, opts: SimOptions
+) -> None:
+    """Each kernel's duration and its provenance (collectives: per instance, collectives.py)."""
+    kernels = rp.kernels
+    if opts.kernels is KernelSource.MEASURED:
+        rp.k_dur = [k.duration_s for k in kernels]  # type: ignore[misc]
+        rp.k_prov = ["measured"] * len(kernels)
+        other = [
+            i
+            for i, k in enumerate(kernels)
+            if k.collective is not None
+            or k.duration_s is None
+            or (k.predicted_s is not None and k.provenance.startswith(WHATIF))
+        ]
+    else:
+        rp.k_dur, rp.k_prov = [0.0] * len(kernels), [""] * len(kernels)
+        other = list(range(len(kernels)))
+    for i in other:
+        k = kernels[i]
+        if k.collective is not None:
+            rp.k_dur[i], rp.k_prov[i] = 0.0, ""
+        else:
+            rp.k_dur[i], rp.k_prov[i] = _duration(k, rp.ops[kernel_op[i]], opts, reg, rp)
+
+
+def _stream_lanes(rp: RankProgram, keys: list[float], *, ordered: bool) -> None:
+    """One lane per stream, its kernels in FIFO order: by measured start when every kernel
+    of the stream has one, else by issue key (``ordered``: keys already ascend with the
+    kernel index, as they do without measured launch times)."""
     by_stream: dict[int, list[int]] = {}
     for i, k in enumerate(rp.kernels):
-        by_stream.setdefault(k.stream, []).append(i)
+        lst = by_stream.get(k.stream)
+        if lst is None:
+            by_stream[k.stream] = [i]
+        else:
+            lst.append(i)
     busy = {int(s): float(t) for s, t in rp.graph.metadata.get("stream_busy_until_s", {}).items()}
-    rp.k_lane = [0] * len(rp.kernels)
+    rp.k_lane = k_lane = [0] * len(rp.kernels)
+    kernels = rp.kernels
     for stream in sorted(by_stream):
         ks = by_stream[stream]
-        if all(rp.kernels[i].start_s is not None for i in ks):
-            ks.sort(key=lambda i: (rp.kernels[i].start_s, keys[i]))
-        else:
-            ks.sort(key=lambda i: keys[i])
+        if all(kernels[i].start_s is not None for i in ks):
+            ks.sort(key=lambda i: (kernels[i].start_s, keys[i]))
+        elif not ordered:
+            ks.sort(key=keys.__getitem__)
         lane = len(rp.stream_lanes)
         for i in ks:
-            rp.k_lane[i] = lane
+            k_lane[i] = lane
         rp.stream_lanes.append(ks)
         rp.lane_stream.append(stream)
         rp.lane_busy_until.append(busy.get(stream))
 
 
-def _sync_edges(rp: RankProgram, idx: syncs.IssueIndex) -> None:
+def _sync_edges(rp: RankProgram, idx: syncs.IssueIndex, copy_calls: list[int]) -> None:
     diag = rp.diagnostics
-    for ci, c in enumerate(rp.calls):
-        s = c.sync
-        if s is not None:
-            if s.kind.blocks_cpu:
-                end = (
-                    None if c.start_s is None or c.duration_s is None else c.start_s + c.duration_s
-                )
-                rp.call_block[ci] = syncs.blocking_targets(
-                    s, key=c.key, idx=idx, end_s=end, diag=diag
-                )
-            elif s.kind is SyncKind.STREAM_WAIT_EVENT:
-                thread = rp.ops[rp.call_op[ci]].thread
-                edge = syncs.event_wait(s, key=c.key, thread=thread, idx=idx, diag=diag)
-                if edge is not None:
-                    rp.k_waits[edge[0]] = (*rp.k_waits[edge[0]], edge[1])
-        elif (
-            len(c.kernels) > 1 or c.kernels[0].family is KernelFamily.MEMCPY
-        ) and c.blocks_cpu_copy():
-            rp.call_block[ci] = tuple(idx.by_id[k.id] for k in c.kernels)
+    kernels, call_k0 = rp.kernels, rp.call_k0
+    for ci, s in enumerate(rp.call_sync):
+        if s is None:
+            continue
+        key = rp.call_key[ci]
+        if s.kind.blocks_cpu:
+            cs, cd = rp.call_start_m[ci], rp.call_dur_m[ci]
+            end = None if cs is None or cd is None else cs + cd
+            rp.call_block[ci] = syncs.blocking_targets(s, key=key, idx=idx, end_s=end, diag=diag)
+            rp.blocking_calls.append(ci)
+        elif s.kind is SyncKind.STREAM_WAIT_EVENT:
+            thread = rp.ops[rp.call_op[ci]].thread
+            edge = syncs.event_wait(s, key=key, thread=thread, idx=idx, diag=diag)
+            if edge is not None:
+                rp.k_waits[edge[0]] = (*rp.k_waits[edge[0]], edge[1])
+    for ci in copy_calls:
+        ks = kernels[call_k0[ci] : call_k0[ci + 1]]
+        if blocks_cpu_copy(ks, rp.call_start_m[ci], rp.call_dur_m[ci]):
+            rp.call_block[ci] = tuple(range(call_k0[ci], call_k0[ci + 1]))
+            rp.blocking_calls.append(ci)
             diag["blocking_copies"] += 1
 
 

@@ -33,7 +33,8 @@ Samples = dict[str, list[list[float]]]
 def collect(rp: RankProgram, into: Samples, entry: list[float]) -> None:
     """Add one rank's samples to ``into`` (op name → kind index → seconds) and its threads'
     step-entry gaps (CPU step start → first op without a predecessor) to ``entry``."""
-    ops, calls, blocks, call0, preds = rp.ops, rp.calls, rp.call_block, rp.op_call0, rp.op_preds
+    ops, blocks, call0, preds = rp.ops, rp.call_block, rp.op_call0, rp.op_preds
+    c_start, c_dur = rp.call_start_m, rp.call_dur_m
     prev_end: dict[int, float] = {}
     for oi, op in enumerate(ops):
         start, dur = op.start_s, op.duration_s
@@ -62,8 +63,7 @@ def collect(rp: RankProgram, into: Samples, entry: list[float]) -> None:
         last = start
         t5, t4 = d[T5], d[T4]
         for ci in range(c0, c1):
-            c = calls[ci]
-            s, cd = c.start_s, c.duration_s
+            s, cd = c_start[ci], c_dur[ci]
             if s is None or cd is None:
                 break
             if ci == c0:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+
+import numpy as np
 
 from trainsim.ir.graph import Kernel, SyncPoint
 from trainsim.ir.kinds import SyncKind
@@ -28,60 +30,103 @@ from trainsim.ir.kinds import SyncKind
 TOLERANCE_S = 2e-6
 
 
-@dataclass(slots=True)
 class IssueIndex:
-    """Per-rank lookups over kernels in issue order (keys are call issue keys)."""
+    """Per-rank lookups over kernels in issue order (keys are call issue keys).
 
-    kernels: list[Kernel]
-    keys: list[float]  # issue key of each kernel (by kernel index)
-    threads: list[int]  # CPU thread of each kernel's op
-    by_id: dict[int, int]  # Kernel.id → kernel index
-    _all: list[tuple[float, int]]
-    _stream: dict[int, list[tuple[float, int]]]
-    _thread: dict[int, list[tuple[float, int]]] | None = None  # built on first use
+    Built lazily, piece by piece, on first use: most ranks need only a few lookups, and
+    some none. ``ordered``: the keys already ascend with the kernel index (no sort needed);
+    ``thread_of``: a kernel's CPU thread (its op's), asked only for thread lookups.
+    """
 
-    @classmethod
-    def build(cls, kernels: list[Kernel], keys: list[float], threads: list[int]) -> IssueIndex:
-        everything = sorted(zip(keys, range(len(kernels)), strict=True))
-        per_stream: dict[int, list[tuple[float, int]]] = {}
-        for item in everything:
-            st = kernels[item[1]].stream
-            lst = per_stream.get(st)
-            if lst is None:
-                per_stream[st] = [item]
+    def __init__(self, kernels: list[Kernel], keys: list[float], thread_of: Callable[[int], int],
+                 *, ordered: bool = False) -> None:  # fmt: skip
+        self.kernels = kernels
+        self.keys = keys
+        self._thread_of = thread_of
+        self._ordered = ordered
+        self._order: list[int] | None = None
+        self._by_id: dict[int, int] | None = None
+        self._stream: dict[int, tuple[list[float], list[int]]] | None = None
+        self._thread: dict[int, tuple[list[float], list[int]]] | None = None
+
+    def index_of(self, kernel_id: int) -> int | None:
+        """The kernel index of ``Kernel.id``, or None (ids are usually the indices)."""
+        kernels = self.kernels
+        if 0 <= kernel_id < len(kernels) and kernels[kernel_id].id == kernel_id:
+            return kernel_id
+        if self._by_id is None:
+            self._by_id = {k.id: i for i, k in enumerate(self.kernels)}
+        return self._by_id.get(kernel_id)
+
+    def _issue_order(self) -> list[int]:
+        if self._order is None:
+            n = len(self.kernels)
+            self._order = (
+                list(range(n)) if self._ordered else sorted(range(n), key=self.keys.__getitem__)
+            )
+        return self._order
+
+    def _grouped(self, group_of: Callable[[int], int]) -> dict[int, tuple[list[float], list[int]]]:
+        out: dict[int, tuple[list[float], list[int]]] = {}
+        keys = self.keys
+        for i in self._issue_order():
+            g = group_of(i)
+            got = out.get(g)
+            if got is None:
+                out[g] = ([keys[i]], [i])
             else:
-                lst.append(item)
-        by_id = {k.id: i for i, k in enumerate(kernels)}
-        return cls(kernels, keys, threads, by_id, everything, per_stream)
+                got[0].append(keys[i])
+                got[1].append(i)
+        return out
+
+    def _streams(self) -> dict[int, tuple[list[float], list[int]]]:
+        """Per stream, its kernels in issue order (vectorised: this runs for every rank with
+        a sync to resolve); streams in the order their first kernel was issued."""
+        if self._stream is None:
+            n = len(self.kernels)
+            stream = np.fromiter((k.stream for k in self.kernels), dtype=np.int64, count=n)
+            keys = np.asarray(self.keys, dtype=float)
+            order = np.lexsort((np.arange(n), keys, stream))  # by stream, key, index
+            cuts = np.flatnonzero(np.diff(stream[order])) + 1
+            groups = [(keys[g].tolist(), g.tolist()) for g in np.split(order, cuts) if g.size]
+            groups.sort(key=lambda grp: (grp[0][0], grp[1][0]))
+            self._stream = {self.kernels[g[1][0]].stream: g for g in groups}
+        return self._stream
 
     @staticmethod
-    def _after(lst: list[tuple[float, int]], key: float) -> int | None:
-        j = bisect.bisect_right(lst, (key, float("inf")))
-        return lst[j][1] if j < len(lst) else None
+    def _after(group: tuple[list[float], list[int]] | None, key: float) -> int | None:
+        """The first kernel issued after ``key``."""
+        if group is None:
+            return None
+        j = bisect.bisect_right(group[0], key)
+        return group[1][j] if j < len(group[1]) else None
 
     @staticmethod
-    def _before(lst: list[tuple[float, int]], key: float) -> int | None:
-        j = bisect.bisect_left(lst, (key, -1)) - 1
-        return lst[j][1] if j >= 0 else None
+    def _before(group: tuple[list[float], list[int]] | None, key: float) -> int | None:
+        """The last kernel issued before ``key``."""
+        if group is None:
+            return None
+        j = bisect.bisect_left(group[0], key) - 1
+        return group[1][j] if j >= 0 else None
 
     def next_on_thread(self, thread: int, key: float) -> int | None:
         if self._thread is None:
-            self._thread = {}
-            for item in self._all:
-                self._thread.setdefault(self.threads[item[1]], []).append(item)
-        return self._after(self._thread.get(thread, []), key)
+            self._thread = self._grouped(self._thread_of)
+        return self._after(self._thread.get(thread), key)
 
     def next_any(self, key: float) -> int | None:
-        return self._after(self._all, key)
+        order = self._issue_order()
+        keys = [self.keys[i] for i in order] if not self._ordered else self.keys
+        return self._after((keys, order), key)
 
     def next_on_stream(self, stream: int, key: float) -> int | None:
-        return self._after(self._stream.get(stream, []), key)
+        return self._after(self._streams().get(stream), key)
 
     def last_on_stream(self, stream: int, key: float) -> int | None:
-        return self._before(self._stream.get(stream, []), key)
+        return self._before(self._streams().get(stream), key)
 
     def streams(self) -> list[int]:
-        return list(self._stream)
+        return list(self._streams())
 
 
 def contradicted(dependent: Kernel, awaited: Kernel) -> bool:
@@ -94,7 +139,7 @@ def event_wait(
     s: SyncPoint, *, key: float, thread: int, idx: IssueIndex, diag: Counter[str]
 ) -> tuple[int, int] | None:
     """(dependent kernel, awaited kernel) for a STREAM_WAIT_EVENT, or None when it has no effect."""
-    awaited = idx.by_id.get(s.wait_on_kernel) if s.wait_on_kernel is not None else None
+    awaited = idx.index_of(s.wait_on_kernel) if s.wait_on_kernel is not None else None
     if awaited is None and s.wait_on_stream is not None:
         awaited = idx.last_on_stream(s.wait_on_stream, key)
     if awaited is None:
@@ -138,7 +183,7 @@ def blocking_targets(
     if s.kind is SyncKind.DEVICE_SYNC:
         targets = [k for st in idx.streams() if (k := idx.last_on_stream(st, key)) is not None]
     else:
-        k = idx.by_id.get(s.wait_on_kernel) if s.wait_on_kernel is not None else None
+        k = idx.index_of(s.wait_on_kernel) if s.wait_on_kernel is not None else None
         stream = s.stream if s.stream is not None else s.wait_on_stream
         if k is None and stream is not None:
             k = idx.last_on_stream(stream, key)

@@ -61,8 +61,8 @@ def timeline_events(res: SimResult) -> list[dict[str, Any]]:
                 _x(op.name, "cpu_op", (pid, tid), t.op_start[oi], t.op_end[oi], op_id=op.id)
             )
             for ci in range(rp.op_call0[oi], rp.op_call0[oi + 1]):
-                c = rp.calls[ci]
-                name = c.sync.kind.value if c.sync is not None else "launch"
+                sync = rp.call_sync[ci]
+                name = sync.kind.value if sync is not None else "launch"
                 events.append(_x(name, "runtime", (pid, tid), t.call_start[ci], t.call_end[ci],
                                  blocking=rp.call_block[ci] is not None))  # fmt: skip
         for ki, k in enumerate(rp.kernels):

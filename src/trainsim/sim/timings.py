@@ -9,9 +9,10 @@ where it decided the start. Without measurements, 002 Alg. 3's T4/2 and 1 µs.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from statistics import median
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from trainsim.ir.kinds import KernelFamily
 from trainsim.sim.host import HostModel
@@ -28,44 +29,23 @@ GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaun
 
 def fill_timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
     ops, call0 = rp.ops, rp.op_call0
-    seen: set[int] = set()
     if host.mode is HostMode.TRACE:
         anchor: dict[int, float] = {}
         for oi, op in enumerate(ops):
             c0, c1 = call0[oi], call0[oi + 1]
-            timing = host.timing(
-                op, rp.calls[c0:c1], anchor.get(op.thread, rp.cpu_start_s), first=False
-            )
+            timing = host.timing(op, rp.call_start_m[c0:c1], rp.call_dur_m[c0:c1],
+                                 anchor.get(op.thread, rp.cpu_start_s), first=False)  # fmt: skip
             anchor[op.thread] = op.end_s if op.end_s is not None else rp.cpu_start_s
             rp.op_t1.append(timing.t1_s)
             rp.op_tail.append(timing.tail_s)
             rp.call_gap.extend(timing.gaps_s)
             rp.call_dur.extend(timing.durations_s)
-    else:  # inlined HostModel.timing: this loop runs once per op of every rank
-        entry = host.entry_gap_s
-        stats, cached = host.op_stats, host.cached_stats
-        t1s, tails, gaps, durs, preds = rp.op_t1, rp.op_tail, rp.call_gap, rp.call_dur, rp.op_preds
-        for oi, op in enumerate(ops):
-            t1, t2, t3, t4, t5, cpu = cached.get(op.name) or stats(op.name)
-            if op.thread not in seen:
-                seen.add(op.thread)
-                if entry is not None and not preds[oi]:
-                    t1 = entry
-            t1s.append(t1)
-            n = call0[oi + 1] - call0[oi]
-            if n:
-                gaps.append(t2)
-                if n > 1:
-                    gaps.extend([t5] * (n - 1))
-                durs.extend([t4] * n)
-                tails.append(t3)
-            else:
-                tails.append(cpu)
-    rp.call_wake = [0.0] * len(rp.calls)
+    else:
+        _stat_timings(rp, host)
+    rp.call_wake = [0.0] * len(rp.call_key)
     blocking_dur = host.blocking_call_duration()
-    for ci, targets in enumerate(rp.call_block):
-        if targets is not None:
-            _blocking(rp, ci, targets, host.mode, blocking_dur)
+    for ci in rp.blocking_calls:
+        _blocking(rp, ci, rp.call_block[ci], host.mode, blocking_dur)  # type: ignore[arg-type]
     trace = host.mode is HostMode.TRACE
     # inferred thread edges carry their measured delay (TRACE) or the op's T1; deps carry none
     rp.op_cross = [()] * len(ops)
@@ -75,6 +55,31 @@ def fill_timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
                 (src, 0.0 if d is None else d if trace else rp.op_t1[oi]) for src, d in pr
             )
     _latencies(rp, host.mode, opts)
+
+
+def _stat_timings(rp: RankProgram, host: HostModel) -> None:
+    """``HostModel.timing`` for every op at once (vectorised: this runs once per op of every
+    rank): T1 before each op (a thread's first op: the step-entry gap), T2 before its first
+    call, T5 between calls, T4 per call, T3 after the last one (CPU time without calls)."""
+    ops, call0 = rp.ops, rp.op_call0
+    row_of: dict[str, int] = {}
+    rows = [row_of.setdefault(op.name, len(row_of)) for op in ops]
+    table = np.array([host.op_stats(name) for name in row_of], dtype=float).reshape(-1, 6)
+    per_op = table[np.asarray(rows, dtype=np.intp)]
+    starts = np.asarray(call0, dtype=np.intp)
+    ncalls = np.diff(starts)
+    t1 = per_op[:, 0].copy()
+    if host.entry_gap_s is not None:
+        for lane in rp.cpu_lanes:  # the op that starts each thread
+            if lane and not rp.op_preds[lane[0]]:
+                t1[lane[0]] = host.entry_gap_s
+    op_of_call = np.repeat(np.arange(len(ops)), ncalls)
+    first = np.zeros(op_of_call.size, dtype=bool)
+    first[starts[:-1][ncalls > 0]] = True
+    rp.op_t1 = t1.tolist()
+    rp.op_tail = np.where(ncalls > 0, per_op[:, 2], per_op[:, 5]).tolist()
+    rp.call_gap = np.where(first, per_op[op_of_call, 1], per_op[op_of_call, 4]).tolist()
+    rp.call_dur = per_op[op_of_call, 3].tolist()
 
 
 def end_tails(ranks: list[RankProgram], mode: HostMode) -> None:
@@ -102,25 +107,25 @@ def _blocking(
 ) -> None:
     """Own duration and wake-up of a blocking call: it ends at
     max(start + own, awaited end + wake). ``TRACE`` reproduces the measured end exactly."""
-    c = rp.calls[ci]
     if mode is not HostMode.TRACE:
         rp.call_dur[ci] = own_s
         return
-    assert c.start_s is not None and c.duration_s is not None
+    start, dur = rp.call_start_m[ci], rp.call_dur_m[ci]
+    assert start is not None and dur is not None
     ends = [e for t in targets if (e := rp.kernels[t].end_s) is not None]
     done = max(ends) if ends else None
-    end = c.start_s + c.duration_s
-    if done is not None and done > c.start_s:
+    if done is not None and done > start:
         rp.call_dur[ci] = 0.0
-        rp.call_wake[ci] = end - done  # may be < 0: pageable copies return before the last chunk
+        rp.call_wake[ci] = start + dur - done  # < 0: pageable copies return before the last chunk
     else:
-        rp.call_dur[ci] = c.duration_s
+        rp.call_dur[ci] = dur
 
 
 def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
     """Launch latency (from the call's start) and kernel-kernel gap of every kernel, and the
     graph-internal holds (``rp.k_hold``) of kernels launched by a CUDA/HIP graph."""
-    kernels, k_call, calls, call_dur = rp.kernels, rp.k_call, rp.calls, rp.call_dur
+    kernels, k_call, call_dur = rp.kernels, rp.k_call, rp.call_dur
+    c_start, c_dur = rp.call_start_m, rp.call_dur_m
     fixed_lat, fixed_gap = opts.launch_latency_s, opts.kernel_gap_s
     if not any(k.start_s is not None for k in kernels):  # 002 Alg. 3 (or the given values)
         rp.k_lat = [fixed_lat if fixed_lat is not None else call_dur[ci] / 2 for ci in k_call]
@@ -132,19 +137,19 @@ def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
     gaps: dict[bool, list[float]] = {True: [], False: []}
     for i, k in enumerate(kernels):
         ci = k_call[i]
-        c = calls[ci]
+        cs, cd = c_start[ci], c_dur[ci]
         if (
             k.start_s is None
-            or c.start_s is None
-            or c.duration_s is None
+            or cs is None
+            or cd is None
             or rp.call_block[ci] is not None
             or i in graph  # a graph's nodes follow its internal schedule, not launches
         ):
             continue
         mem = k.family in MEMORY_FAMILIES
         r = ready[i]
-        if r is None or c.start_s + c.duration_s >= r:
-            post[mem].append(k.start_s - (c.start_s + c.duration_s))
+        if r is None or cs + cd >= r:
+            post[mem].append(k.start_s - (cs + cd))
         else:
             gaps[mem].append(max(0.0, k.start_s - r))
     typ_post = {m: _median(post[m], post[not m]) for m in (True, False)}
@@ -164,11 +169,11 @@ def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
         else:
             lat = max(0.0, dur + p) if p is not None else dur / 2
         gap = fixed_gap if fixed_gap is not None else g if g is not None else ALG3_GAP_S
-        c = calls[ci]
-        if trace and k.start_s is not None and c.start_s is not None:
-            own = k.start_s - c.start_s
+        cs = c_start[ci]
+        if trace and k.start_s is not None and cs is not None:
+            own = k.start_s - cs
             r = ready[i]
-            if r is None or c.start_s + (c.duration_s or 0.0) >= r:
+            if r is None or cs + (c_dur[ci] or 0.0) >= r:
                 lat = own
                 if r is not None:
                     gap = min(gap, max(0.0, k.start_s - r))
@@ -188,20 +193,13 @@ def graph_kernels(rp: RankProgram) -> set[int]:
     """Kernels launched by a CUDA/HIP graph: one runtime call that launched several device
     activities under one correlation id (only a graph launch does), or a kernel whose
     ``features["launch_api"]`` names a graph launch (ingestion records it when it can)."""
-    out = {i for i, k in enumerate(rp.kernels) if k.features.get("launch_api") in GRAPH_LAUNCH_APIS}
-    for ci, c in enumerate(rp.calls):
-        ks = c.kernels
-        if len(ks) > 1:
-            corr = {k.features.get("correlation") for k in ks}
-            if len(corr) == 1 and None not in corr:
-                out.update(_call_kernels(rp, ci))
+    kernels, k0 = rp.kernels, rp.call_k0
+    out = {i for i, k in enumerate(kernels) if k.features.get("launch_api") in GRAPH_LAUNCH_APIS}
+    for ci in rp.multi_calls:
+        corr = {k.features.get("correlation") for k in kernels[k0[ci] : k0[ci + 1]]}
+        if len(corr) == 1 and None not in corr:
+            out.update(range(k0[ci], k0[ci + 1]))
     return out
-
-
-def _call_kernels(rp: RankProgram, ci: int) -> range:
-    """Kernel indices of call ``ci`` (a call's kernels are contiguous, in call order)."""
-    lo = bisect_left(rp.k_call, ci)
-    return range(lo, bisect_right(rp.k_call, ci, lo))
 
 
 def _graph_holds(
@@ -218,12 +216,12 @@ def _graph_holds(
     holds: dict[int, float] = {}
     for i in sorted(graph):
         k = rp.kernels[i]
-        c = rp.calls[rp.k_call[i]]
-        if k.start_s is None or c.start_s is None or c.duration_s is None:
+        cs, cd = rp.call_start_m[rp.k_call[i]], rp.call_dur_m[rp.k_call[i]]
+        if k.start_s is None or cs is None or cd is None:
             continue
         mem = k.family in MEMORY_FAMILIES
         p, g = typ_post[mem], typ_gap[mem]
-        allowed = c.start_s + (max(0.0, c.duration_s + p) if p is not None else c.duration_s / 2)
+        allowed = cs + (max(0.0, cd + p) if p is not None else cd / 2)
         r = ready[i]
         if r is not None:
             allowed = max(allowed, r + (g if g is not None else ALG3_GAP_S))

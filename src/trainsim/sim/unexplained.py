@@ -154,7 +154,7 @@ def _typical_latency(rp: RankProgram, k: int) -> float:
     blocking call's duration is mostly waiting: the latency alone)."""
     post = rp.typical_post_s.get(rp.kernels[k].family in MEMORY_FAMILIES)
     ci = rp.k_call[k]
-    dur = rp.calls[ci].duration_s
+    dur = rp.call_dur_m[ci]
     if rp.call_block[ci] is not None or dur is None:
         return max(0.0, post or 0.0)
     return max(0.0, dur + post) if post is not None else dur / 2
