@@ -1,44 +1,149 @@
-"""``trainsim bench SUITE…``: run micro-benchmarks on this machine into a dataset."""
+"""``trainsim bench [SUITE…]``: run micro-benchmarks on this machine into a dataset.
+
+Kernel suites (:data:`trainsim.bench.suites.SUITES`, all of them when none is named) write
+``trainsim.kernel-bench/1`` rows for ``trainsim fit``; ``comm`` runs the collective benchmark
+(:func:`trainsim.bench.comm.run_comm_bench`) into its own ``trainsim.comm-bench/1`` dataset, so
+it is run on its own. Both are resumable: a rerun measures only what the dataset lacks.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from trainsim.cli.main import app
 from trainsim.cli.output import Format, emit_json, log
 
-BENCH_SUITES = ("comm",)  # one table of suites; kernel suites join it with the kernel-model issue
+COMM_SUITE = "comm"
+
+
+def _suite_names() -> tuple[str, ...]:
+    from trainsim.bench.suites import SUITES
+
+    return tuple(SUITES)
+
+
+def _run_comm(
+    dataset: Path | None, *, nproc: int, device: str, quick: bool, resume: bool
+) -> dict[str, Any]:
+    from trainsim.bench.comm import run_comm_bench
+
+    path = dataset or Path("bench/comm.jsonl")
+    log(f"benchmarking collectives with {nproc} ranks on {device} → {path}")
+    r = run_comm_bench(path, world_size=nproc, device=device, quick=quick, resume=resume)
+    return {
+        "dataset": str(r.dataset), "samples": r.samples, "skipped_existing": r.skipped,
+        "unsupported": list(r.unsupported), "device": r.device,
+    }  # fmt: skip
+
+
+def _run_kernels(
+    suites: list[str], dataset: Path | None, *, device: str, quick: bool, resume: bool,
+    threads: int | None, ops: list[str], progress: bool,
+) -> dict[str, Any]:  # fmt: skip
+    from trainsim.bench.dataset import noise_floor, read_kernel_dataset
+    from trainsim.bench.runner import Schedule, run_sweep
+    from trainsim.bench.suites import SweepSpec, get_suite, suite_cases
+    from trainsim.bench.suites.roofline import roofline_peaks
+    from trainsim.errors import ConfigError
+
+    for name in suites:
+        get_suite(name)  # unknown names fail before anything runs
+    path = dataset or Path(f"bench/kernels-{device}.jsonl")
+    spec = SweepSpec(device=device, quick=quick)
+    log(f"benchmarking {', '.join(suites)} on {device}{' (quick)' if quick else ''} → {path}")
+    cases = list(suite_cases(suites, spec, ops=ops))
+    if not cases:
+        known = sorted({c.op for c in suite_cases(suites, spec)})
+        raise ConfigError(f"no case of {', '.join(suites)} runs op(s) {ops}; their ops: {', '.join(known)}")
+    r = run_sweep(
+        path, cases, device=device, resume=resume, threads=threads,
+        schedule=Schedule.for_run(quick=quick), progress=progress,
+    )  # fmt: skip
+    mine = [s for s in read_kernel_dataset([path]) if s.fingerprint == r.fingerprint and s.suite in suites]
+    per_suite: dict[str, dict[str, Any]] = {}
+    for name in suites:
+        rows = [s for s in mine if s.suite == name]
+        per_suite[name] = {"rows": len(rows), "written": r.per_suite.get(name, 0),
+                           "noise_floor": noise_floor(rows) if rows else None}  # fmt: skip
+    return {
+        "dataset": str(r.dataset), "samples": r.samples, "skipped_existing": r.skipped,
+        "device": r.device, "fingerprint": r.fingerprint, "wall_s": round(r.wall_s, 1),
+        "rows": len(mine), "noise_floor": noise_floor(mine) if mine else None,
+        "suites": per_suite, "roofline": roofline_peaks(mine) if "roofline" in suites else None,
+        "failed": [{"key": k, "error": e} for k, e in r.failed],
+    }  # fmt: skip
+
+
+def _table(doc: dict[str, Any]) -> None:
+    out = Console(width=None if sys.stdout.isatty() else 120)
+    t = Table(title=f"{doc['dataset']} — {doc['device']}")
+    for col in ("suite", "rows", "written now", "noise floor %"):
+        t.add_column(col, justify="left" if col == "suite" else "right")
+    for name, s in doc["suites"].items():
+        nf = s["noise_floor"]
+        t.add_row(name, str(s["rows"]), str(s["written"]), "—" if nf is None else f"{100 * nf:.1f}")
+    out.print(t)
+    nf = doc["noise_floor"]
+    log(f"wrote {doc['samples']} rows ({doc['skipped_existing']} already there) in {doc['wall_s']} s; "
+        f"noise floor (median (p75−p25)/median of repeats): {'—' if nf is None else f'{100 * nf:.1f} %'}")  # fmt: skip
+    roof = doc.get("roofline")
+    if roof and (roof["flops_per_s"] or roof["bandwidth_Bps"]):
+        peaks = ", ".join(f"{d} {v / 1e9:.1f} GFLOP/s" for d, v in roof["flops_per_s"].items())
+        bw = roof["bandwidth_Bps"]
+        log(f"roofline: {peaks or 'no FLOP/s probe'}; {f'{bw / 1e9:.1f} GB/s' if bw else 'no bandwidth probe'}")
+    if doc["failed"]:
+        log(f"{len(doc['failed'])} case(s) failed (retried on the next run), first: "
+            f"{doc['failed'][0]['key']}: {doc['failed'][0]['error']}")  # fmt: skip
 
 
 @app.command()
 def bench(
-    suites: list[str] = typer.Argument(..., help=f"Suites to run: {', '.join(BENCH_SUITES)}."),
-    dataset: Path = typer.Option(Path("bench/comm.jsonl"), "--dataset", help="Dataset file (JSONL, appended; resumable)."),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
-    nproc: int = typer.Option(2, help="Ranks for collective suites (ignored under torchrun)."),
-    quick: bool = typer.Option(False, "--quick", help="Fewer sizes and repeats."),
+    suites: list[str] | None = typer.Argument(
+        None, help="Suites: comm, or kernel suites (gemm, attention, norm, softmax, elementwise, "
+        "embedding, memory, index, conv, optimizer, roofline); all kernel suites when omitted.",
+    ),
+    dataset: Path | None = typer.Option(
+        None, "--dataset", help="Dataset file (JSONL, appended; resumable). Default bench/kernels-DEVICE.jsonl or bench/comm.jsonl.",
+    ),
+    device: str = typer.Option("cpu", help="cpu or cuda (CUDA kernels are timed with events)."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer shapes and repeats (a CPU run takes minutes)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip rows already in the dataset."),
+    threads: int | None = typer.Option(None, help="torch intra-op threads for kernel suites (default: torch's)."),
+    ops: list[str] = typer.Option([], "--op", help="Only these ops of the kernel suites (repeatable), e.g. --op mm."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
+    nproc: int = typer.Option(2, help="Ranks for the comm suite (ignored under torchrun)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
 ) -> None:
-    """Benchmark collectives (gloo here, NCCL on GPUs) into a dataset for `trainsim fit-comm`."""
+    """Benchmark kernels (and, as suite `comm`, collectives) into a dataset for `trainsim fit`."""
     from trainsim.errors import ConfigError
 
-    unknown = [s for s in suites if s not in BENCH_SUITES]
+    names = list(suites or _suite_names())
+    known = {*_suite_names(), COMM_SUITE}
+    unknown = [s for s in names if s not in known]
     if unknown:
-        raise ConfigError(f"unknown bench suite(s) {unknown}; available: {', '.join(BENCH_SUITES)}")
-    from trainsim.bench.comm import run_comm_bench
-
-    log(f"benchmarking collectives with {nproc} ranks on {device} → {dataset}")
-    r = run_comm_bench(dataset, world_size=nproc, device=device, quick=quick, resume=resume)
-    doc = {
-        "dataset": str(r.dataset), "samples": r.samples, "skipped_existing": r.skipped,
-        "unsupported": list(r.unsupported), "device": r.device,
-    }  # fmt: skip
+        raise ConfigError(f"unknown bench suite(s) {unknown}; available: {', '.join(sorted(known))}")
+    if COMM_SUITE in names and len(names) > 1:
+        raise ConfigError(
+            "the comm suite writes its own dataset format; run `trainsim bench comm` separately from kernel suites"
+        )
+    if names == [COMM_SUITE]:
+        doc = _run_comm(dataset, nproc=nproc, device=device, quick=quick, resume=resume)
+        if fmt is Format.JSON:
+            emit_json(doc)
+            return
+        log(f"wrote {doc['samples']} rows to {doc['dataset']} ({doc['skipped_existing']} already there); device {doc['device']}")
+        if doc["unsupported"]:
+            log(f"backend refused: {', '.join(doc['unsupported'])}")
+        return
+    doc = _run_kernels(names, dataset, device=device, quick=quick, resume=resume, threads=threads,
+                       ops=ops, progress=progress)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
     else:
-        log(f"wrote {r.samples} rows to {r.dataset} ({r.skipped} already there); device {r.device}")
-        if r.unsupported:
-            log(f"backend refused: {', '.join(r.unsupported)}")
+        _table(doc)

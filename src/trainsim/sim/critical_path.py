@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from trainsim.sim.engine import INTRA, LAUNCH, STREAM, WAIT, unbind
+from trainsim.sim.engine import INTRA, LAUNCH, STREAM, WAIT
 from trainsim.sim.options import SegmentKind
 
 if TYPE_CHECKING:
@@ -43,26 +43,34 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
     else:
         ri = next(i for i, rp in enumerate(program.ranks) if rp.graph.rank == rank)
         floor = res.ranks[ri].start_s
-    prev_in_lane = [_previous_op(rp) for rp in program.ranks]
-    out: list[Segment] = []
+    prev_cache: dict[int, list[int]] = {}
+
+    def prev_in_lane(r: int) -> list[int]:
+        got = prev_cache.get(r)
+        if got is None:
+            got = prev_cache[r] = _previous_op(program.ranks[r])
+        return got
+
+    out: list[list] = []  # [kind, rank, start, end, label], latest first; Segments at the end
+    host_gap = SegmentKind.HOST_GAP
 
     def emit(kind: SegmentKind, r: int, start: float, end: float, label: str) -> bool:
         """Add a segment (clipped at the floor); False once the floor is reached."""
-        lo = max(start, floor)
+        lo = start if start > floor else floor
         if end > lo:
             rr = program.ranks[r].graph.rank
             last = out[-1] if out else None
             if (
                 last is not None
-                and last.kind is kind
-                and kind is SegmentKind.HOST_GAP
-                and last.rank == rr
-                and last.label == label
-                and abs(last.start_s - end) < 1e-12
+                and kind is host_gap
+                and last[0] is kind
+                and last[1] == rr
+                and last[4] == label
+                and abs(last[2] - end) < 1e-12
             ):
-                out[-1] = Segment(kind, rr, lo, last.end_s, label)
+                last[2] = lo  # consecutive host gaps of one op: one segment
             else:
-                out.append(Segment(kind, rr, lo, end, label))
+                out.append([kind, rr, lo, end, label])
         return start > floor
 
     end_node = _end_node(res, ri)
@@ -110,7 +118,8 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
             else:
                 node = (K_START, br, bk)
         elif kind == K_START:
-            b, ref = unbind(t.k_bind[i])
+            v = t.k_bind[i]
+            b, ref = v & 3, (v >> 2) - 1  # engine.unbind
             s = t.k_start[i]
             if b == LAUNCH:
                 ok = emit(SegmentKind.LAUNCH_DELAY, r, t.call_start[ref], s, rp.kernels[i].name)
@@ -171,7 +180,7 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
             if b == -1:
                 emit(SegmentKind.HOST_GAP, r, rp.cpu_start_s, t.op_start[i], name)
                 break
-            src = prev_in_lane[r][i] if b == -2 else b
+            src = prev_in_lane(r)[i] if b == -2 else b
             node = (
                 (OP_END, r, src)
                 if emit(SegmentKind.HOST_GAP, r, t.op_end[src], t.op_start[i], name)
@@ -192,12 +201,11 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
                     if emit(SegmentKind.HOST_GAP, r, t.op_start[i], t.op_end[i], name)
                     else None
                 )
-    if rank is None and out and out[-1].start_s > floor:
+    if rank is None and out and out[-1][2] > floor:
         first = out[-1]
-        out.append(Segment(SegmentKind.RANK_START, first.rank, floor, first.start_s,
-                           f"rank {first.rank} starts its step later (traced offset)"))  # fmt: skip
-    out.reverse()
-    return out
+        out.append([SegmentKind.RANK_START, first[1], floor, first[2],
+                    f"rank {first[1]} starts its step later (traced offset)"])  # fmt: skip
+    return [Segment(*seg) for seg in reversed(out)]
 
 
 def _previous_op(rp: object) -> list[int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from trainsim.errors import ConfigError
 from trainsim.host.overheads import Overhead, OverheadDB
@@ -30,7 +31,9 @@ _KINDS = (Overhead.T1, Overhead.T2, Overhead.T3, Overhead.T4, Overhead.T5, Overh
 CallSpec = tuple[float, float | None, float | None, tuple[Kernel, ...], SyncPoint | None]
 
 
-def blocks_cpu_copy(kernels: Sequence[Kernel], start_s: float | None, duration_s: float | None) -> bool:
+def blocks_cpu_copy(
+    kernels: Sequence[Kernel], start_s: float | None, duration_s: float | None
+) -> bool:
     """A copy whose runtime call holds the CPU until the copy is done.
 
     cudaMemcpy(Async) to pageable host memory always does; from pageable memory it does
@@ -62,22 +65,27 @@ def op_calls(op: Op, *, timed: bool, counter: list[int]) -> list[CallSpec]:
     """
     calls: list[CallSpec] = []
     if timed:
-        by_start: dict[float, list[Kernel]] = {}
-        first: dict[float, Kernel] = {}
-        for k in op.kernels:
+        kernels = op.kernels
+        if len(kernels) == 1:
+            k = kernels[0]
             assert k.launch_start_s is not None
-            got = by_start.get(k.launch_start_s)
-            if got is None:
-                by_start[k.launch_start_s] = [k]
-                first[k.launch_start_s] = k
-            else:
-                got.append(k)
-        for t, ks in by_start.items():
-            calls.append((t, t, first[t].launch_duration_s, tuple(ks), None))
+            calls.append((k.launch_start_s, k.launch_start_s, k.launch_duration_s, kernels, None))
+        elif kernels:
+            by_start: dict[float, list[Kernel]] = {}
+            for k in kernels:
+                assert k.launch_start_s is not None
+                got = by_start.get(k.launch_start_s)
+                if got is None:
+                    by_start[k.launch_start_s] = [k]
+                else:
+                    got.append(k)
+            for t, ks in by_start.items():
+                calls.append((t, t, ks[0].launch_duration_s, tuple(ks), None))
         for s in op.syncs:
             assert s.start_s is not None
             calls.append((s.start_s, s.start_s, s.duration_s, (), s))
-        calls.sort(key=lambda c: c[0])
+        if len(calls) > 1:
+            calls.sort(key=itemgetter(0))
         return calls
     for s in op.syncs:
         if not s.kind.blocks_cpu:

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from trainsim.errors import SimulationError
 from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, SyncPoint, Workload
 from trainsim.ir.kinds import KernelFamily, SyncKind
@@ -190,9 +192,9 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
     cpu_start = float(cpu_start if cpu_start is not None else (first if first is not None else 0.0))
     step_start = float(rg.step_start_s if rg.step_start_s is not None else cpu_start)
     rp = RankProgram(graph=rg, cpu_start_s=cpu_start, step_start_s=step_start, ops=list(rg.ops))
-    timed = all(k.launch_start_s is not None for o in rg.ops for k in o.kernels) and all(
-        s.start_s is not None for o in rg.ops for s in o.syncs
-    )
+    timed = None not in [k.launch_start_s for o in rg.ops for k in o.kernels] and None not in [
+        s.start_s for o in rg.ops for s in o.syncs
+    ]
     kernel_op, copy_calls = _calls(rp, timed=timed)
     _durations(rp, kernel_op, reg, opts)
     n = len(rp.kernels)
@@ -201,9 +203,15 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
     rp.k_after = [()] * n
     rp.k_inst = [-1] * n
     keys = [rp.call_key[c] for c in rp.k_call]
+    by_start = _stream_lanes(rp, keys, ordered=not timed)
     ops = rp.ops
-    idx = syncs.IssueIndex(rp.kernels, keys, lambda i: ops[kernel_op[i]].thread, ordered=not timed)
-    _stream_lanes(rp, keys, ordered=not timed)
+    idx = syncs.IssueIndex(
+        rp.kernels,
+        keys,
+        lambda: [ops[o].thread for o in kernel_op],
+        ordered=not timed,  # then lanes not ordered by measured starts are in issue order
+        stream_lanes=None if by_start else dict(zip(rp.lane_stream, rp.stream_lanes, strict=True)),
+    )
     _sync_edges(rp, idx, copy_calls)
     _dep_edges(rp, kernel_op)
     if opts.intra_rank_sync:
@@ -217,18 +225,19 @@ def _calls(rp: RankProgram, *, timed: bool) -> tuple[list[int], list[int]]:
     calls that may be blocking copies (a memcpy, or several activities).
 
     This loop runs once per op of every rank: ops without syncs whose kernels each have
-    their own call (one kernel, or no measured launch times) are handled inline."""
+    their own call (one kernel, or no measured launch times) are handled inline, and the
+    columns that follow from the others (a call's op and first kernel, a kernel's op) are
+    derived at the end."""
     lane_of_thread: dict[int, tuple[int, list[int]]] = {}
     counter = [0]
-    kernel_op: list[int] = []
     copy_calls: list[int] = []
     memcpy = KernelFamily.MEMCPY
-    kernels, call_key, k0 = rp.kernels, rp.call_key, rp.call_k0
-    add_kernel, add_k_call, add_kernel_op = kernels.append, rp.k_call.append, kernel_op.append
+    kernels, call_key, k_call = rp.kernels, rp.call_key, rp.k_call
+    add_kernel, add_k_call = kernels.append, k_call.append
     add_key, add_start, add_dur = call_key.append, rp.call_start_m.append, rp.call_dur_m.append
-    add_sync, add_k0, add_call_op = rp.call_sync.append, k0.append, rp.call_op.append
-    add_op_lane, add_op_call0 = rp.op_lane.append, rp.op_call0.append
+    add_sync, add_op_lane, add_op_call0 = rp.call_sync.append, rp.op_lane.append, rp.op_call0.append
     cpu_lanes, lane_thread = rp.cpu_lanes, rp.lane_thread
+    count = 0  # issue keys without measured launch times
     for oi, op in enumerate(rp.ops):
         thread = op.thread
         got = lane_of_thread.get(thread)
@@ -246,45 +255,43 @@ def _calls(rp: RankProgram, *, timed: bool) -> tuple[list[int], list[int]]:
                 if timed:
                     add_key(k.launch_start_s)
                 else:
-                    counter[0] += 1
-                    add_key(float(counter[0]))
+                    count += 1
+                    add_key(float(count))
                 add_start(k.launch_start_s)
                 add_dur(k.launch_duration_s)
                 add_sync(None)
-                add_k0(len(kernels))
-                add_call_op(oi)
                 add_kernel(k)
                 add_k_call(ci)
-                add_kernel_op(oi)
                 if k.family is memcpy:
                     copy_calls.append(ci)
                 ci += 1
             continue
+        counter[0] = count
         for key, start, dur, cks, sync in op_calls(op, timed=timed, counter=counter):
             add_key(key)
             add_start(start)
             add_dur(dur)
             add_sync(sync)
-            add_k0(len(kernels))
-            add_call_op(oi)
             for k in cks:
                 add_kernel(k)
                 add_k_call(ci)
-                add_kernel_op(oi)
             if len(cks) > 1:
                 rp.multi_calls.append(ci)
                 copy_calls.append(ci)
             elif cks and cks[0].family is memcpy:
                 copy_calls.append(ci)
             ci += 1
-    k0.append(len(kernels))
+        count = counter[0]
     add_op_call0(len(call_key))
-    return kernel_op, copy_calls
+    call0 = np.asarray(rp.op_call0, dtype=np.intp)
+    call_op = np.repeat(np.arange(len(rp.ops), dtype=np.intp), np.diff(call0))
+    rp.call_op = call_op.tolist()
+    k_calls = np.asarray(k_call, dtype=np.intp)
+    rp.call_k0 = np.searchsorted(k_calls, np.arange(len(call_key) + 1)).tolist()
+    return call_op[k_calls].tolist(), copy_calls
 
 
-def _durations(
-    rp: RankProgram, kernel_op: list[int], reg: ModelRegistry, opts: SimOptions
-) -> None:
+def _durations(rp: RankProgram, kernel_op: list[int], reg: ModelRegistry, opts: SimOptions) -> None:
     """Each kernel's duration and its provenance (collectives: per instance, collectives.py)."""
     kernels = rp.kernels
     if opts.kernels is KernelSource.MEASURED:
@@ -308,10 +315,12 @@ def _durations(
             rp.k_dur[i], rp.k_prov[i] = _duration(k, rp.ops[kernel_op[i]], opts, reg, rp)
 
 
-def _stream_lanes(rp: RankProgram, keys: list[float], *, ordered: bool) -> None:
+def _stream_lanes(rp: RankProgram, keys: list[float], *, ordered: bool) -> bool:
     """One lane per stream, its kernels in FIFO order: by measured start when every kernel
     of the stream has one, else by issue key (``ordered``: keys already ascend with the
-    kernel index, as they do without measured launch times)."""
+    kernel index, as they do without measured launch times). True if a lane is ordered by
+    measured starts."""
+    by_start = False
     by_stream: dict[int, list[int]] = {}
     for i, k in enumerate(rp.kernels):
         lst = by_stream.get(k.stream)
@@ -326,6 +335,7 @@ def _stream_lanes(rp: RankProgram, keys: list[float], *, ordered: bool) -> None:
         ks = by_stream[stream]
         if all(kernels[i].start_s is not None for i in ks):
             ks.sort(key=lambda i: (kernels[i].start_s, keys[i]))
+            by_start = True
         elif not ordered:
             ks.sort(key=keys.__getitem__)
         lane = len(rp.stream_lanes)
@@ -334,6 +344,7 @@ def _stream_lanes(rp: RankProgram, keys: list[float], *, ordered: bool) -> None:
         rp.stream_lanes.append(ks)
         rp.lane_stream.append(stream)
         rp.lane_busy_until.append(busy.get(stream))
+    return by_start
 
 
 def _sync_edges(rp: RankProgram, idx: syncs.IssueIndex, copy_calls: list[int]) -> None:

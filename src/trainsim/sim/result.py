@@ -27,7 +27,7 @@ from trainsim.sim.engine import Evaluation
 from trainsim.sim.options import KernelSource, SegmentKind, SimOptions
 from trainsim.sim.program import Program
 
-_COMM = tuple(f for f in KernelFamily if f.is_communication)
+_IS_COMM = {f: f.is_communication for f in KernelFamily}
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,22 +170,24 @@ def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
     end = float(ends.max()) if ks else cpu_end + rp.end_tail_s
     step = end - rp.step_start_s
     dur = np.array(rp.k_dur, dtype=float)
-    if program.options.kernels is not KernelSource.MEASURED:  # models: a collective's transfer
-        for k, inst in enumerate(rp.k_inst):
-            if inst >= 0:
-                dur[k] = program.instances[inst].transfer_s
+    inst = np.array(rp.k_inst, dtype=np.intp)
+    member = inst >= 0
+    if member.any() and program.options.kernels is not KernelSource.MEASURED:
+        transfer = np.array([i.transfer_s for i in program.instances], dtype=float)
+        dur[member] = transfer[inst[member]]  # models: a collective's transfer
     streams = []
     for lane, kidx in enumerate(rp.stream_lanes):
-        busy = float((ends[kidx] - starts[kidx]).sum())
+        sel = np.array(kidx, dtype=np.intp)
+        busy = float((ends[sel] - starts[sel]).sum())
         streams.append(
-            StreamResult(rp.lane_stream[lane], len(kidx), busy, step - busy, float(dur[kidx].sum()))
+            StreamResult(rp.lane_stream[lane], len(kidx), busy, step - busy, float(dur[sel].sum()))
         )
-    comm = np.array([k.family in _COMM for k in ks], dtype=bool)
+    comm = np.array([_IS_COMM[k.family] for k in ks], dtype=bool)
     busy_all, exposed = _busy_and_exposed(starts, ends, comm)
     wait = 0.0
-    for k, inst in enumerate(rp.k_inst):
-        if inst >= 0:
-            wait += ev.inst_start[inst] - t.k_start[k]
+    if member.any():
+        inst_start = np.array(ev.inst_start, dtype=float)
+        wait = float((inst_start[inst[member]] - starts[member]).sum())
     g = rp.graph
     return RankResult(g.rank, g.represents, rp.step_start_s, end, step, g.measured_step_s, cpu_end,
                       busy_all, step - busy_all, exposed, wait, tuple(streams))  # fmt: skip

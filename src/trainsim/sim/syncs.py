@@ -33,21 +33,25 @@ TOLERANCE_S = 2e-6
 class IssueIndex:
     """Per-rank lookups over kernels in issue order (keys are call issue keys).
 
-    Built lazily, piece by piece, on first use: most ranks need only a few lookups, and
-    some none. ``ordered``: the keys already ascend with the kernel index (no sort needed);
-    ``thread_of``: a kernel's CPU thread (its op's), asked only for thread lookups.
+    Kernels are ranked by issue order (key, then index); a stream's or thread's kernels are
+    kept as ascending ranks, so that every lookup is two bisections. Built lazily on first
+    use: most ranks need a few lookups, some none. ``ordered``: the keys already ascend with
+    the kernel index, and ``stream_lanes`` (stream → its kernel indices, ascending), when
+    given, are the per-stream groups as they are; ``threads()``: each kernel's CPU thread,
+    asked only for thread lookups.
     """
 
-    def __init__(self, kernels: list[Kernel], keys: list[float], thread_of: Callable[[int], int],
-                 *, ordered: bool = False) -> None:  # fmt: skip
+    def __init__(self, kernels: list[Kernel], keys: list[float], threads: Callable[[], list[int]], *,
+                 ordered: bool = False, stream_lanes: dict[int, list[int]] | None = None) -> None:  # fmt: skip
         self.kernels = kernels
         self.keys = keys
-        self._thread_of = thread_of
+        self._threads = threads
         self._ordered = ordered
-        self._order: list[int] | None = None
+        self._order: list[int] | None = None  # rank → kernel index
+        self._okeys: list[float] | None = None  # rank → key (ascending)
         self._by_id: dict[int, int] | None = None
-        self._stream: dict[int, tuple[list[float], list[int]]] | None = None
-        self._thread: dict[int, tuple[list[float], list[int]]] | None = None
+        self._stream: dict[int, list[int]] | None = stream_lanes if ordered else None
+        self._thread: dict[int, list[int]] | None = None
 
     def index_of(self, kernel_id: int) -> int | None:
         """The kernel index of ``Kernel.id``, or None (ids are usually the indices)."""
@@ -58,66 +62,56 @@ class IssueIndex:
             self._by_id = {k.id: i for i, k in enumerate(self.kernels)}
         return self._by_id.get(kernel_id)
 
-    def _issue_order(self) -> list[int]:
+    def _ranked(self) -> tuple[list[int], list[float]]:
         if self._order is None:
-            n = len(self.kernels)
-            self._order = (
-                list(range(n)) if self._ordered else sorted(range(n), key=self.keys.__getitem__)
-            )
-        return self._order
-
-    def _grouped(self, group_of: Callable[[int], int]) -> dict[int, tuple[list[float], list[int]]]:
-        out: dict[int, tuple[list[float], list[int]]] = {}
-        keys = self.keys
-        for i in self._issue_order():
-            g = group_of(i)
-            got = out.get(g)
-            if got is None:
-                out[g] = ([keys[i]], [i])
+            keys = self.keys
+            if self._ordered:
+                self._order, self._okeys = list(range(len(keys))), keys
             else:
-                got[0].append(keys[i])
-                got[1].append(i)
-        return out
+                self._order = sorted(range(len(keys)), key=keys.__getitem__)
+                self._okeys = [keys[i] for i in self._order]
+        assert self._okeys is not None
+        return self._order, self._okeys
 
-    def _streams(self) -> dict[int, tuple[list[float], list[int]]]:
-        """Per stream, its kernels in issue order (vectorised: this runs for every rank with
-        a sync to resolve); streams in the order their first kernel was issued."""
+    def _grouped(self, group: list[int]) -> dict[int, list[int]]:
+        """Ranks of each group's kernels (``group``: per kernel), ascending; groups in the
+        order of their first kernel's rank (vectorised: this runs for every rank with syncs
+        to resolve, and there are few groups: streams, threads)."""
+        order = self._ranked()[0]
+        by_rank = np.fromiter((group[i] for i in order), dtype=np.int64, count=len(order))
+        values, first = np.unique(by_rank, return_index=True)
+        return {int(v): np.flatnonzero(by_rank == v).tolist() for v in values[np.argsort(first)]}
+
+    def _streams(self) -> dict[int, list[int]]:
         if self._stream is None:
-            n = len(self.kernels)
-            stream = np.fromiter((k.stream for k in self.kernels), dtype=np.int64, count=n)
-            keys = np.asarray(self.keys, dtype=float)
-            order = np.lexsort((np.arange(n), keys, stream))  # by stream, key, index
-            cuts = np.flatnonzero(np.diff(stream[order])) + 1
-            groups = [(keys[g].tolist(), g.tolist()) for g in np.split(order, cuts) if g.size]
-            groups.sort(key=lambda grp: (grp[0][0], grp[1][0]))
-            self._stream = {self.kernels[g[1][0]].stream: g for g in groups}
+            self._stream = self._grouped([k.stream for k in self.kernels])
         return self._stream
 
-    @staticmethod
-    def _after(group: tuple[list[float], list[int]] | None, key: float) -> int | None:
-        """The first kernel issued after ``key``."""
-        if group is None:
+    def _after(self, group: list[int] | None, key: float) -> int | None:
+        """The group's first kernel issued after ``key``."""
+        if not group:
             return None
-        j = bisect.bisect_right(group[0], key)
-        return group[1][j] if j < len(group[1]) else None
+        okeys = self._okeys if self._okeys is not None else self._ranked()[1]
+        q = bisect.bisect_left(group, bisect.bisect_right(okeys, key))
+        return self._order[group[q]] if q < len(group) else None  # type: ignore[index]
 
-    @staticmethod
-    def _before(group: tuple[list[float], list[int]] | None, key: float) -> int | None:
-        """The last kernel issued before ``key``."""
-        if group is None:
+    def _before(self, group: list[int] | None, key: float) -> int | None:
+        """The group's last kernel issued before ``key``."""
+        if not group:
             return None
-        j = bisect.bisect_left(group[0], key) - 1
-        return group[1][j] if j >= 0 else None
+        okeys = self._okeys if self._okeys is not None else self._ranked()[1]
+        q = bisect.bisect_left(group, bisect.bisect_left(okeys, key)) - 1
+        return self._order[group[q]] if q >= 0 else None  # type: ignore[index]
 
     def next_on_thread(self, thread: int, key: float) -> int | None:
         if self._thread is None:
-            self._thread = self._grouped(self._thread_of)
+            self._thread = self._grouped(self._threads())
         return self._after(self._thread.get(thread), key)
 
     def next_any(self, key: float) -> int | None:
-        order = self._issue_order()
-        keys = [self.keys[i] for i in order] if not self._ordered else self.keys
-        return self._after((keys, order), key)
+        order, okeys = self._ranked()
+        r = bisect.bisect_right(okeys, key)
+        return order[r] if r < len(order) else None
 
     def next_on_stream(self, stream: int, key: float) -> int | None:
         return self._after(self._streams().get(stream), key)
@@ -126,7 +120,9 @@ class IssueIndex:
         return self._before(self._streams().get(stream), key)
 
     def streams(self) -> list[int]:
-        return list(self._streams())
+        """Streams in the order their first kernel was issued."""
+        groups = self._streams()
+        return sorted(groups, key=lambda st: groups[st][0] if groups[st] else -1)
 
 
 def contradicted(dependent: Kernel, awaited: Kernel) -> bool:

@@ -9,11 +9,13 @@ where it decided the start. Without measurements, 002 Alg. 3's T4/2 and 1 µs.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from statistics import median
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trainsim.errors import ConfigError
 from trainsim.ir.kinds import KernelFamily
 from trainsim.sim.host import HostModel
 from trainsim.sim.options import HostMode, SimOptions
@@ -28,18 +30,9 @@ GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaun
 
 
 def fill_timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
-    ops, call0 = rp.ops, rp.op_call0
+    ops = rp.ops
     if host.mode is HostMode.TRACE:
-        anchor: dict[int, float] = {}
-        for oi, op in enumerate(ops):
-            c0, c1 = call0[oi], call0[oi + 1]
-            timing = host.timing(op, rp.call_start_m[c0:c1], rp.call_dur_m[c0:c1],
-                                 anchor.get(op.thread, rp.cpu_start_s), first=False)  # fmt: skip
-            anchor[op.thread] = op.end_s if op.end_s is not None else rp.cpu_start_s
-            rp.op_t1.append(timing.t1_s)
-            rp.op_tail.append(timing.tail_s)
-            rp.call_gap.extend(timing.gaps_s)
-            rp.call_dur.extend(timing.durations_s)
+        _trace_timings(rp)
     else:
         _stat_timings(rp, host)
     rp.call_wake = [0.0] * len(rp.call_key)
@@ -57,29 +50,67 @@ def fill_timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
     _latencies(rp, host.mode, opts)
 
 
+def _trace_timings(rp: RankProgram) -> None:
+    """``HostModel.timing`` in ``TRACE`` mode inlined (once per op of every rank): each op at
+    its measured offset after the previous op of its thread, calls at their measured offsets
+    with their measured durations, the measured tail after the last call."""
+    ops, call0, c_start, c_dur = rp.ops, rp.op_call0, rp.call_start_m, rp.call_dur_m
+    t1s, tails, gaps, durs = rp.op_t1, rp.op_tail, rp.call_gap, rp.call_dur
+    anchor: dict[int, float] = {}
+    cpu_start = rp.cpu_start_s
+    for oi, op in enumerate(ops):
+        start, dur = op.start_s, op.duration_s
+        if start is None or dur is None:
+            raise ConfigError(
+                f"op {op.id} ({op.name}) has no measured CPU time: host mode 'trace' replays "
+                "measured gaps; use 'stats' or 'shared' for built workloads"
+            )
+        thread = op.thread
+        t1s.append(start - anchor.get(thread, cpu_start))
+        anchor[thread] = start + dur
+        prev = start
+        for c in range(call0[oi], call0[oi + 1]):
+            cs, cd = c_start[c], c_dur[c]
+            if cs is None or cd is None:
+                raise ConfigError(
+                    f"op {op.id} ({op.name}): a runtime call has no measured time; "
+                    "use host mode 'stats'"
+                )
+            gaps.append(cs - prev)
+            durs.append(cd)
+            prev = max(prev, cs + cd)
+        tails.append(start + dur - prev)
+
+
 def _stat_timings(rp: RankProgram, host: HostModel) -> None:
-    """``HostModel.timing`` for every op at once (vectorised: this runs once per op of every
-    rank): T1 before each op (a thread's first op: the step-entry gap), T2 before its first
-    call, T5 between calls, T4 per call, T3 after the last one (CPU time without calls)."""
-    ops, call0 = rp.ops, rp.op_call0
-    row_of: dict[str, int] = {}
-    rows = [row_of.setdefault(op.name, len(row_of)) for op in ops]
-    table = np.array([host.op_stats(name) for name in row_of], dtype=float).reshape(-1, 6)
-    per_op = table[np.asarray(rows, dtype=np.intp)]
-    starts = np.asarray(call0, dtype=np.intp)
-    ncalls = np.diff(starts)
-    t1 = per_op[:, 0].copy()
-    if host.entry_gap_s is not None:
-        for lane in rp.cpu_lanes:  # the op that starts each thread
-            if lane and not rp.op_preds[lane[0]]:
-                t1[lane[0]] = host.entry_gap_s
-    op_of_call = np.repeat(np.arange(len(ops)), ncalls)
-    first = np.zeros(op_of_call.size, dtype=bool)
-    first[starts[:-1][ncalls > 0]] = True
-    rp.op_t1 = t1.tolist()
-    rp.op_tail = np.where(ncalls > 0, per_op[:, 2], per_op[:, 5]).tolist()
-    rp.call_gap = np.where(first, per_op[op_of_call, 1], per_op[op_of_call, 4]).tolist()
-    rp.call_dur = per_op[op_of_call, 3].tolist()
+    """``HostModel.timing`` inlined (this loop runs once per op of every rank): T1 before each
+    op (a thread's first op: the step-entry gap), T2 before its first call, T5 between calls,
+    T4 per call, T3 after the last one (its CPU time when it has no calls)."""
+    ops, call0, preds = rp.ops, rp.op_call0, rp.op_preds
+    entry = host.entry_gap_s
+    stats, cached = host.op_stats, host.cached_stats
+    seen: set[int] = set()
+    t1s, tails, gaps, durs = rp.op_t1, rp.op_tail, rp.call_gap, rp.call_dur
+    add_t1, add_tail, add_gap, add_dur = t1s.append, tails.append, gaps.append, durs.append
+    for oi, op in enumerate(ops):
+        t1, t2, t3, t4, t5, cpu = cached.get(op.name) or stats(op.name)
+        if op.thread not in seen:
+            seen.add(op.thread)
+            if entry is not None and not preds[oi]:
+                t1 = entry
+        add_t1(t1)
+        n = call0[oi + 1] - call0[oi]
+        if n == 1:
+            add_gap(t2)
+            add_dur(t4)
+            add_tail(t3)
+        elif n:
+            add_gap(t2)
+            gaps.extend([t5] * (n - 1))
+            durs.extend([t4] * n)
+            add_tail(t3)
+        else:
+            add_tail(cpu)
 
 
 def end_tails(ranks: list[RankProgram], mode: HostMode) -> None:
@@ -127,8 +158,12 @@ def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
     kernels, k_call, call_dur = rp.kernels, rp.k_call, rp.call_dur
     c_start, c_dur = rp.call_start_m, rp.call_dur_m
     fixed_lat, fixed_gap = opts.launch_latency_s, opts.kernel_gap_s
-    if not any(k.start_s is not None for k in kernels):  # 002 Alg. 3 (or the given values)
-        rp.k_lat = [fixed_lat if fixed_lat is not None else call_dur[ci] / 2 for ci in k_call]
+    starts = list(map(attrgetter("start_s"), kernels))
+    if starts.count(None) == len(starts):  # 002 Alg. 3 (or the given values)
+        if fixed_lat is not None:
+            rp.k_lat = [fixed_lat] * len(kernels)
+        else:
+            rp.k_lat = (np.asarray(call_dur, dtype=float)[k_call] / 2).tolist() if kernels else []
         rp.k_gap = [fixed_gap if fixed_gap is not None else ALG3_GAP_S] * len(kernels)
         return
     ready = _measured_readiness(rp)

@@ -1,0 +1,301 @@
+"""The micro-benchmark runner: warm-up/repeat schedule, timers, and resumable sweeps.
+
+Schedule (001 §III-A, 002 §4.3.2): build the case (allocation and the first forward are not
+timed), run ``warmup`` calls, then ``repeats`` repeats; a repeat is ``inner`` back-to-back
+calls, with ``inner`` chosen from the warm-up so that one repeat lasts at least
+``min_repeat_s`` (a µs op is timed over many calls, a 10 ms op once). A row keeps every repeat's
+per-call time and their median. On CUDA, repeats are timed with CUDA events around the calls;
+on CPU with ``time.perf_counter``.
+
+Sweeps are resumable and crash-safe: rows are appended one ``write`` + ``fsync`` at a time
+(:func:`trainsim.bench.dataset.append_row`); before a sweep starts, a torn last line left by a
+crash is cut off and the keys already present for this device fingerprint and thread count are
+skipped. An exclusive ``flock`` on the dataset keeps two sweeps from writing the same file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import math
+import os
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainsim.bench.dataset import KERNEL_BENCH_SCHEMA, append_row, iter_rows, repair_tail
+from trainsim.bench.suites.base import Case, Timed
+from trainsim.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """How each case is timed (see the module docstring)."""
+
+    warmup: int = 5  # calls, at least ...
+    min_warmup_s: float = 0.05  # ... and at least this long
+    repeats: int = 15  # first batch of repeats
+    max_repeats: int = 45  # more while the spread exceeds target_spread ...
+    target_spread: float = 0.03  # (p75 − p25) / median of the repeats
+    max_case_s: float = 3.0  # ... and this case has been timed for less than this
+    min_repeat_s: float = 5e-3
+    max_inner: int = 1000
+
+    @classmethod
+    def for_run(cls, *, quick: bool) -> Schedule:
+        if quick:
+            return cls(warmup=2, min_warmup_s=0.01, repeats=7, max_repeats=21, target_spread=0.05,
+                       max_case_s=1.0, min_repeat_s=2e-3, max_inner=300)  # fmt: skip
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    times_s: tuple[float, ...]  # per-call seconds of each repeat
+    inner: int
+    timer: str
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+
+class CpuTimer:
+    name = "perf_counter"
+
+    def total_s(self, fn: Timed, calls: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return time.perf_counter() - t0
+
+
+class CudaEventTimer:
+    """Device time between two CUDA events around the calls (the launch queue stays full)."""
+
+    name = "cuda_event"
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def total_s(self, fn: Timed, calls: int) -> float:
+        self._torch.cuda.synchronize()
+        self._start.record()
+        for _ in range(calls):
+            fn()
+        self._end.record()
+        self._end.synchronize()
+        return float(self._start.elapsed_time(self._end)) / 1e3
+
+
+def time_call(fn: Timed, *, schedule: Schedule, timer: CpuTimer | CudaEventTimer) -> Timing:
+    """Warm up, pick ``inner``, time ``repeats`` repeats of ``inner`` calls, then keep adding
+    repeats while their spread exceeds ``target_spread`` (within ``max_repeats`` and
+    ``max_case_s``), as ``torch.utils.benchmark``'s adaptive_autorange does."""
+    from trainsim.bench.dataset import relative_iqr
+
+    start = time.perf_counter()
+    warm: list[float] = []
+    while len(warm) < max(schedule.warmup, 1) or (
+        sum(warm) < schedule.min_warmup_s and len(warm) < schedule.max_inner
+    ):
+        warm.append(timer.total_s(fn, 1))
+    per_call = min(warm[1:] or warm)  # the first call pays one-off set-up
+    inner = 1
+    if per_call < schedule.min_repeat_s:
+        inner = min(schedule.max_inner, math.ceil(schedule.min_repeat_s / max(per_call, 1e-9)))
+    times = [timer.total_s(fn, inner) / inner for _ in range(schedule.repeats)]
+    while (
+        len(times) < schedule.max_repeats
+        and relative_iqr(times) > schedule.target_spread
+        and time.perf_counter() - start < schedule.max_case_s
+    ):
+        times.append(timer.total_s(fn, inner) / inner)
+    return Timing(tuple(times), inner, timer.name)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    dataset: Path
+    samples: int  # rows written by this run
+    skipped: int  # cases already in the dataset (resume)
+    failed: tuple[tuple[str, str], ...]  # (case key, first line of the error)
+    device: str  # device name (CPU model or GPU name)
+    fingerprint: str
+    wall_s: float
+    per_suite: dict[str, int] = field(default_factory=dict)  # rows written per suite
+
+
+def _sig(x: float) -> float:
+    """Four significant digits: far below the repeat-to-repeat noise, and short rows."""
+    return float(f"{x:.4g}")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, single writer assumed
+        yield
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"{path}: another benchmark sweep is writing this dataset; wait for it or use another --dataset"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def done_keys(path: Path, fingerprint: str, threads: int | None) -> set[str]:
+    """Keys of rows already in ``path`` for this fingerprint and thread count."""
+    if not path.exists():
+        return set()
+    return {
+        str(r["key"])
+        for _, r in iter_rows(path)
+        if r.get("fingerprint") == fingerprint and r.get("threads") == threads
+    }
+
+
+def _row(case: Case, t: Timing, *, schedule: Schedule, env: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema": KERNEL_BENCH_SCHEMA, "key": case.key, "suite": case.suite, "op": case.op,
+        "phase": case.phase.value, "family": case.family.value, "dtype": case.dtype,
+        "params": dict(case.params), "shapes": [list(s) for s in case.shapes],
+        "flops": case.flops, "bytes": case.bytes, "duration_s": _sig(t.median_s),
+        "times_s": [_sig(x) for x in t.times_s], "inner": t.inner, "warmup": schedule.warmup,
+        "timer": t.timer, **env,
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }  # fmt: skip
+
+
+def _environment(device: str, threads: int | None) -> tuple[dict[str, Any], Any, Any]:
+    """(row fields describing the machine, torch device, timer); sets the thread count."""
+    import torch
+
+    from trainsim.bench.comm import device_fingerprint
+
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is visible to torch")
+    if threads is not None:
+        if threads < 1:
+            raise ConfigError(f"--threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+    fp = device_fingerprint(device)
+    versions = {k: v for k, v in fp["versions"].items() if v}
+    env = {"device": device, "device_name": fp["gpu"] or fp["cpu"], "fingerprint": fp["id"],
+           "threads": torch.get_num_threads(), "versions": versions}  # fmt: skip
+    timer = CudaEventTimer() if device == "cuda" else CpuTimer()
+    return env, torch.device(device), timer
+
+
+def _progress(enabled: bool, total: int) -> Any:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True), disable=not enabled or total == 0,
+    )  # fmt: skip
+
+
+def measure(case: Case, *, device: Any, schedule: Schedule, timer: Any) -> Timing:
+    """Build ``case`` on ``device`` and time it (a fixed seed makes the inputs reproducible)."""
+    import torch
+
+    torch.manual_seed(0)
+    fn = case.build(device)
+    try:
+        return time_call(fn, schedule=schedule, timer=timer)
+    finally:
+        del fn  # no gc.collect(): it costs ~0.1 s a case; the inputs are freed by refcount
+
+
+def run_sweep(
+    dataset: str | Path,
+    cases: Iterable[Case],
+    *,
+    device: str = "cpu",
+    schedule: Schedule | None = None,
+    resume: bool = True,
+    threads: int | None = None,
+    progress: bool = True,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> SweepResult:
+    """Measure every case not yet in ``dataset`` and append one row per case.
+
+    A case that raises (unsupported dtype, out of memory) is reported in ``failed`` and the sweep
+    goes on; it is retried by the next resumed run.
+    """
+    schedule = schedule or Schedule()
+    path = Path(dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    env, dev, timer = _environment(device, threads)
+    todo = list(cases)
+    t0 = time.perf_counter()
+    written: Counter[str] = Counter()
+    failed: list[tuple[str, str]] = []
+    with _locked(path):
+        repair_tail(path)
+        done = done_keys(path, env["fingerprint"], env["threads"]) if resume else set()
+        pending = []
+        for c in todo:
+            if c.key not in done:
+                done.add(c.key)  # a case listed twice is measured once
+                pending.append(c)
+        with _progress(progress, len(pending)) as bar:
+            task = bar.add_task("benchmark", total=len(pending))
+            for case in pending:
+                bar.update(task, description=f"{case.suite}/{case.op} {case.phase.value}")
+                try:
+                    timing = measure(case, device=dev, schedule=schedule, timer=timer)
+                except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
+                    failed.append((case.key, (str(e).strip().splitlines() or [type(e).__name__])[0]))
+                else:
+                    row = _row(case, timing, schedule=schedule, env=env)
+                    append_row(path, row)
+                    written[case.suite] += 1
+                    if on_row is not None:
+                        on_row(row)
+                bar.advance(task)
+    return SweepResult(
+        dataset=path, samples=sum(written.values()), skipped=len(todo) - len(pending),
+        failed=tuple(failed), device=env["device_name"], fingerprint=env["fingerprint"],
+        wall_s=time.perf_counter() - t0, per_suite=dict(written),
+    )  # fmt: skip
+
+
+__all__ = [
+    "CpuTimer",
+    "CudaEventTimer",
+    "Schedule",
+    "SweepResult",
+    "Timing",
+    "done_keys",
+    "measure",
+    "run_sweep",
+    "time_call",
+]

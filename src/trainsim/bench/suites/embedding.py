@@ -1,0 +1,109 @@
+"""Embedding suite: ``embedding_bag`` (sum pooling) with index batches of a given reuse histogram.
+
+Parameters: ``B`` bags, ``L`` lookups per bag (fixed pooling), ``E`` table rows, ``D`` embedding
+dimension, ``hist`` the reuse-factor histogram the indices follow (:mod:`trainsim.bench.reuse`;
+default the published DLRM locality ``dlrm2022``; the full sweep adds ``uniform`` indices), and
+the derived ``unique_rows`` and ``mean_reuse`` (lookups per unique row). Backward is the sparse
+weight gradient (``sparse=True``, as DLRM trains its tables), not a dense E×D tensor.
+
+Approximation (002 §4.3.2.1, without L2): FLOPs are the pooling adds (B·L·D); bytes count every
+looked-up row read (B·L·D), the pooled output written (B·D) and the int64 indices and offsets —
+reuse shows in ``unique_rows``, not in ``bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from trainsim.bench.reuse import DLRM_2022, ReuseHistogram, reuse_indices, unique_rows
+from trainsim.bench.suites.base import (
+    DTYPE_BYTES,
+    Case,
+    Choice,
+    Cost,
+    LogRange,
+    OpSweep,
+    Params,
+    Phase,
+    Suite,
+    SweepSpec,
+    Timed,
+    autograd_call,
+    expand,
+    torch_dtype,
+)
+from trainsim.ir.kinds import KernelFamily
+
+NAME = "embedding"
+UNIFORM = "uniform"
+
+
+def _unique(p: Params, hist: ReuseHistogram | None) -> int:
+    n, e = p["B"] * p["L"], p["E"]
+    if hist is None:  # expected distinct rows of n uniform draws from e
+        return round(e * -math.expm1(-n / e))
+    return unique_rows(n, hist)
+
+
+def _derive(p: Params, hist: ReuseHistogram | None) -> Params:
+    u = _unique(p, hist)
+    return {"hist": hist.name if hist else UNIFORM, "unique_rows": u,
+            "mean_reuse": round(p["B"] * p["L"] / u, 3)}  # fmt: skip
+
+
+def _cost(phase: Phase, p: Params, dtype: str) -> Cost:
+    es = DTYPE_BYTES[dtype]
+    n, b, d = p["B"] * p["L"], p["B"], p["D"]
+    traffic = es * (n * d + b * d) + 8 * (n + b)
+    table = es * p["E"] * d
+    if phase is Phase.FWD:
+        return Cost(flops=float(n * d), bytes=float(traffic), alloc_bytes=float(table + traffic))
+    return Cost(flops=float(n * d), bytes=float(traffic), alloc_bytes=float(table + 2 * traffic))
+
+
+def _build(hist: ReuseHistogram | None, phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    n, e = p["B"] * p["L"], p["E"]
+    idx = (np.random.default_rng(0).integers(0, e, n) if hist is None
+           else reuse_indices(n, e, hist, seed=0))  # fmt: skip
+    indices = torch.from_numpy(idx).to(device)
+    offsets = torch.arange(0, n, p["L"], device=device)
+    # A constant table: filling is memset-fast, and values do not change the access pattern.
+    weight = torch.full((e, p["D"]), 0.01, dtype=torch_dtype(dtype), device=device, requires_grad=True)
+    sparse = phase is Phase.BWD
+    return autograd_call(
+        phase, lambda w: F.embedding_bag(indices, w, offsets, mode="sum", sparse=sparse), [weight]
+    )
+
+
+def _op(hist: ReuseHistogram | None, spec: SweepSpec) -> OpSweep:
+    dims = {
+        "B": LogRange(16, 1 << 15, align=1), "L": LogRange(1, 128, align=1),
+        "E": LogRange(1000, 100_000_000 if spec.cuda else 10_000_000, align=1),
+        "D": Choice((16, 32, 64, 128, 256)),
+    }  # fmt: skip
+    return OpSweep(
+        op="embedding_bag", family=KernelFamily.EMBEDDING_FWD, dims=dims, quick_cases=24,
+        backward_family=KernelFamily.EMBEDDING_BWD,
+        valid=lambda p: _unique(p, hist) <= p["E"], derive=lambda p: _derive(p, hist),
+        cost=_cost, shapes=lambda p: [(p["E"], p["D"]), (p["B"] * p["L"],), (p["B"],)],
+        build=lambda phase, dtype, p, device: _build(hist, phase, dtype, p, device),
+    )  # fmt: skip
+
+
+def embedding_cases(spec: SweepSpec, *, hist: ReuseHistogram = DLRM_2022) -> Iterator[Case]:
+    """The suite's cases with indices following ``hist`` (plus uniform indices in a full sweep)."""
+    ops = [_op(hist, spec)] + ([] if spec.quick else [_op(None, spec)])
+    return expand(NAME, ops, spec)
+
+
+def cases(spec: SweepSpec) -> Iterator[Case]:
+    return embedding_cases(spec)
+
+
+SUITE = Suite(NAME, "embedding_bag (sum) with DLRM-like index reuse; forward and backward", cases)

@@ -1,0 +1,83 @@
+"""GEMM suite: ``mm``, ``addmm``, ``bmm`` and ``linear``, forward and backward.
+
+Parameters: ``m``, ``n``, ``k`` (``C[m, n] = A[m, k] · B[k, n]``) and ``b`` (bmm batch).
+Approximation: FLOPs count the multiply-adds (2·m·n·k per product; backward computes dA and dB,
+twice that) plus the bias add/reduction; bytes count each operand read once and each result
+written once (no cache reuse, no workspace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from trainsim.bench.suites.base import (
+    DTYPE_BYTES,
+    Case,
+    Cost,
+    LogRange,
+    OpSweep,
+    Params,
+    Phase,
+    Suite,
+    SweepSpec,
+    Timed,
+    autograd_call,
+    expand,
+    randn,
+)
+from trainsim.ir.kinds import KernelFamily
+
+NAME = "gemm"
+
+
+def _shapes(op: str, p: Params) -> list[tuple[int, ...]]:
+    m, n, k = p["m"], p["n"], p["k"]
+    if op == "bmm":
+        return [(p["b"], m, k), (p["b"], k, n)]
+    if op == "linear":
+        return [(m, k), (n, k), (n,)]
+    if op == "addmm":
+        return [(n,), (m, k), (k, n)]
+    return [(m, k), (k, n)]
+
+
+def _cost(op: str, phase: Phase, p: Params, dtype: str) -> Cost:
+    es = DTYPE_BYTES[dtype]
+    b, m, n, k = p.get("b", 1), p["m"], p["n"], p["k"]
+    bias = n if op in ("addmm", "linear") else 0
+    times = 1 if phase is Phase.FWD else 2
+    return Cost(
+        flops=times * 2.0 * b * m * n * k + (m * bias),
+        bytes=times * es * (b * (m * k + k * n + m * n) + bias),
+    )
+
+
+def _build(op: str, phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
+    import torch
+    import torch.nn.functional as F
+
+    forward = {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm, "linear": F.linear}[op]
+    grad = phase is Phase.BWD
+    inputs = [randn(s, dtype=dtype, device=device, grad=grad) for s in _shapes(op, p)]
+    return autograd_call(phase, forward, inputs)
+
+
+def _op(op: str, hi: int) -> OpSweep:
+    dims: dict[str, Any] = {"m": LogRange(8, hi), "n": LogRange(8, hi), "k": LogRange(8, hi)}
+    if op == "bmm":
+        dims["b"] = LogRange(1, 512, align=1)
+    return OpSweep(
+        op=op, family=KernelFamily.GEMM, dims=dims, quick_cases=24,
+        cost=lambda phase, p, dtype: _cost(op, phase, p, dtype),
+        shapes=lambda p: _shapes(op, p),
+        build=lambda phase, dtype, p, device: _build(op, phase, dtype, p, device),
+    )  # fmt: skip
+
+
+def cases(spec: SweepSpec) -> Iterator[Case]:
+    hi = 16384 if spec.cuda else 4096
+    return expand(NAME, [_op(op, hi) for op in ("mm", "addmm", "bmm", "linear")], spec)
+
+
+SUITE = Suite(NAME, "mm, addmm, bmm, linear; forward and backward", cases)

@@ -1,0 +1,106 @@
+"""Roofline probes: peak FLOP/s (large square ``mm``) and memory bandwidth (STREAM-like ``copy``,
+``triad`` a = b + 2·c, and ``read`` = sum), each over a few sizes.
+
+:func:`roofline_peaks` reads them back as the device's measured peaks: the best FLOP/s per dtype
+and the best bytes/s of any bandwidth probe (002 §4.3.2.1 uses "the maximum measured bandwidth
+of the benchmark as the corrected peak bandwidth"). Rows carry the family of the kernel each probe
+runs, so they are also ordinary samples of that family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from trainsim.bench.suites.base import (
+    DTYPE_BYTES,
+    Case,
+    Choice,
+    Cost,
+    LogRange,
+    OpSweep,
+    Params,
+    Phase,
+    Suite,
+    SweepSpec,
+    Timed,
+    expand,
+    randn,
+)
+from trainsim.ir.kinds import KernelFamily
+
+NAME = "roofline"
+_FWD = (Phase.FWD,)
+BANDWIDTH_PROBES = ("stream_copy", "stream_triad", "stream_read")
+# probe: (family, tensors read+written)
+_STREAM = {
+    "stream_copy": (KernelFamily.MEMCPY, 2),
+    "stream_triad": (KernelFamily.ELEMENTWISE, 3),
+    "stream_read": (KernelFamily.REDUCTION, 1),
+}
+
+
+def _mm(phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
+    import torch
+
+    a = randn((p["n"], p["n"]), dtype=dtype, device=device)
+    b = randn((p["n"], p["n"]), dtype=dtype, device=device)
+    out = torch.empty_like(a)
+    return lambda: torch.mm(a, b, out=out)
+
+
+def _stream(op: str, phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
+    import torch
+
+    a, b, c = (randn((p["n"],), dtype=dtype, device=device) for _ in range(3))
+    if op == "stream_copy":
+        return lambda: a.copy_(b)
+    if op == "stream_triad":
+        return lambda: torch.add(b, c, alpha=2.0, out=a)
+    return lambda: b.sum()
+
+
+def _stream_op(op: str, lo: int, hi: int) -> OpSweep:
+    family, tensors = _STREAM[op]
+    return OpSweep(
+        op=op, family=family, dims={"n": LogRange(lo, hi)}, phases=_FWD, dtypes=("float32",),
+        quick_cases=4, shapes=lambda p: [(p["n"],)] * tensors,
+        cost=lambda phase, p, dtype: Cost(flops=float(p["n"] * (tensors - 1)),
+                                          bytes=float(tensors * DTYPE_BYTES[dtype] * p["n"])),
+        build=lambda phase, dtype, p, device: _stream(op, phase, dtype, p, device),
+    )  # fmt: skip
+
+
+def cases(spec: SweepSpec) -> Iterator[Case]:
+    mm = OpSweep(
+        op="peak_mm", family=KernelFamily.GEMM, phases=_FWD, quick_cases=4, build=_mm,
+        slowdown=0.15,  # a large square mm runs near peak: allow ~7x the conservative budget
+        dims={"n": Choice((2048, 4096, 6144, 8192, 12288, 16384) if spec.cuda
+                          else (512, 768, 1024, 1536, 2048, 3072, 4096))},
+        shapes=lambda p: [(p["n"], p["n"])] * 2,
+        cost=lambda phase, p, dtype: Cost(flops=2.0 * p["n"] ** 3,
+                                          bytes=3.0 * DTYPE_BYTES[dtype] * p["n"] ** 2),
+    )  # fmt: skip
+    # Streams well beyond the last-level cache of a CPU (hundreds of MB here) and of a GPU's L2.
+    lo, hi = (1 << 24, 1 << 30) if spec.cuda else (1 << 20, 1 << 26)
+    return expand(NAME, [mm, *(_stream_op(op, lo, hi) for op in _STREAM)], spec)
+
+
+def roofline_peaks(samples: Iterable[Any]) -> dict[str, Any]:
+    """Measured peaks from roofline rows (:class:`~trainsim.bench.dataset.KernelSample`):
+    ``{"flops_per_s": {dtype: best}, "bandwidth_Bps": best, "device": name}``."""
+    flops: dict[str, float] = {}
+    bandwidth = 0.0
+    device = ""
+    for s in samples:
+        if s.suite != NAME or s.duration_s <= 0:
+            continue
+        device = device or s.device_name
+        if s.op == "peak_mm":
+            flops[s.dtype] = max(flops.get(s.dtype, 0.0), s.flops / s.duration_s)
+        elif s.op in BANDWIDTH_PROBES:
+            bandwidth = max(bandwidth, s.bytes / s.duration_s)
+    return {"flops_per_s": flops, "bandwidth_Bps": bandwidth or None, "device": device}
+
+
+SUITE = Suite(NAME, "peak FLOP/s and memory-bandwidth probes for rooflines", cases)

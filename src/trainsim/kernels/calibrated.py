@@ -1,0 +1,140 @@
+"""Learned kernel models fitted on one device's measurements: one regressor per entry.
+
+An entry (operator, phase, dtype) holds the regressor chosen for it (a kind of
+:mod:`trainsim.kernels.learned`), the model columns it reads
+(:func:`trainsim.kernels.features.model_columns`, by name), the range of every input it was
+fitted on, and the evidence: held-out errors, the candidates' validation errors, row counts.
+
+Prediction: ``t = 2 ** f(columns(x))``. Inside the fitted range that is all. Outside it (a
+larger model than was benchmarked, a new parallel degree) trees would answer flat, so the
+inputs are clipped to the range and the answer is carried along the roofline::
+
+    t(x) = t(clip(x)) * roofline(x) / roofline(clip(x))
+
+(the measured efficiency at the nearest measured point, applied to the new problem); the
+provenance then reads ``calibrated:<dataset>;extrapolated``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from trainsim.errors import ConfigError, ModelError
+from trainsim.hardware import DeviceSpec
+from trainsim.hardware.schema import DeviceSpec as _DeviceSchema
+from trainsim.ir.kinds import KernelFamily
+from trainsim.kernels.features import as_inputs, derive, model_columns, op_spec, roofline_s
+from trainsim.kernels.learned import Portable, kind
+from trainsim.kernels.model import KernelModel, KernelQuery
+from trainsim.kernels.samples import EntryKey
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LearnedEntry:
+    key: EntryKey
+    family: KernelFamily
+    kind: str
+    config: dict[str, Any]
+    columns: tuple[str, ...]
+    regressor: Portable
+    ranges: dict[str, tuple[float, float]]
+    samples: int  # rows of the final fit
+    metrics: dict[str, Any] = field(default_factory=dict)  # held-out errors, candidates, ...
+
+    def design(self, inputs: Mapping[str, np.ndarray], device: DeviceSpec) -> np.ndarray:
+        names, mat = model_columns(op_spec(self.key.op), inputs, device=device, dtype=self.key.dtype)
+        try:
+            idx = [names.index(c) for c in self.columns]
+        except ValueError as e:
+            raise ModelError(f"entry {self.key.label}: {e}") from None
+        return mat[:, idx]
+
+    def predict(self, inputs: Mapping[str, ArrayLike], device: DeviceSpec) -> tuple[np.ndarray, bool]:
+        """(seconds, whether any row was outside the fitted range)."""
+        spec = op_spec(self.key.op)
+        x = as_inputs(spec, inputs)
+        shape = next(iter(x.values())).shape
+        x = {k: np.atleast_1d(v).ravel() for k, v in x.items()}
+        clipped = {k: np.clip(v, *self.ranges[k]) if k in self.ranges else v for k, v in x.items()}
+        outside = any(bool(np.any(clipped[k] != x[k])) for k in x)
+        t = np.exp2(self.regressor.predict(self.design(clipped, device)))
+        if outside:
+            eb_dtype = self.key.dtype
+            w_x, w_c = derive(spec, x, eb_dtype), derive(spec, clipped, eb_dtype)
+            t = t * roofline_s(w_x["flops"], w_x["bytes"], device, eb_dtype) / roofline_s(
+                w_c["flops"], w_c["bytes"], device, eb_dtype
+            )
+        return t.reshape(shape) if shape else t, outside
+
+
+class LearnedKernelModel(KernelModel):
+    model_type = "learned"
+
+    def __init__(self, *, device: DeviceSpec, dataset: str, entries: list[LearnedEntry],
+                 provenance: dict[str, Any] | None = None, name: str | None = None) -> None:  # fmt: skip
+        self.spec = device
+        self.device = device.name
+        self.dataset = dataset
+        self.entries = {e.key: e for e in entries}
+        if len(self.entries) != len(entries):
+            raise ModelError(f"learned kernel model {dataset}: an entry appears twice")
+        self.provenance_info = dict(provenance or {})
+        self.name = name or f"learned:{dataset}"
+
+    def supports(self, q: KernelQuery) -> bool:
+        e = self.entries.get(q.key)
+        if e is None:
+            return False
+        spec = op_spec(q.op)
+        return all(n in q.inputs or (spec.defaults and n in spec.defaults) for n in spec.inputs)
+
+    def predict_many(self, q: KernelQuery, inputs: Mapping[str, ArrayLike]) -> tuple[np.ndarray, str]:
+        e = self.entries.get(q.key)
+        if e is None:
+            raise ModelError(f"{self.name} has no model for {q.key.label}")
+        t, outside = e.predict(inputs, self.spec)
+        return t, f"calibrated:{self.dataset}" + (";extrapolated" if outside else "")
+
+    def domain(self) -> list[tuple[KernelFamily, EntryKey, dict[str, tuple[float, float]]]]:
+        return [(e.family, e.key, dict(e.ranges)) for e in self.entries.values()]
+
+    # --- artifact ----------------------------------------------------------------------------
+
+    def to_artifact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        manifest: dict[str, Any] = {"model": self.model_type, "name": self.name, "dataset": self.dataset,
+                                    "device": self.device, "device_spec": self.spec.model_dump(mode="json"),
+                                    "provenance": self.provenance_info, "entries": []}  # fmt: skip
+        arrays: dict[str, np.ndarray] = {}
+        for i, e in enumerate(sorted(self.entries.values(), key=lambda e: e.key)):
+            meta, arr = e.regressor.to_arrays()
+            prefix = f"e{i}/"
+            manifest["entries"].append({
+                "entry": e.key.label, "family": e.family.value, "kind": e.kind, "config": e.config,
+                "columns": list(e.columns), "ranges": {k: list(v) for k, v in e.ranges.items()},
+                "samples": e.samples, "metrics": e.metrics, "regressor": meta, "arrays": prefix,
+            })  # fmt: skip
+            arrays.update({prefix + k: v for k, v in arr.items()})
+        return manifest, arrays
+
+    @classmethod
+    def from_artifact(cls, manifest: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> LearnedKernelModel:
+        try:
+            spec = _DeviceSchema.model_validate(manifest["device_spec"])
+            entries = []
+            for d in manifest["entries"]:
+                prefix = d["arrays"]
+                arr = {k[len(prefix):]: np.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
+                entries.append(LearnedEntry(
+                    EntryKey.parse(d["entry"]), KernelFamily(d["family"]), d["kind"], dict(d["config"]),
+                    tuple(d["columns"]), kind(d["kind"]).load(d["regressor"], arr),
+                    {k: (float(v[0]), float(v[1])) for k, v in d["ranges"].items()}, int(d["samples"]),
+                    dict(d.get("metrics", {}))))  # fmt: skip
+            return cls(device=spec, dataset=manifest["dataset"], entries=entries,
+                       provenance=manifest.get("provenance"), name=manifest.get("name"))  # fmt: skip
+        except (KeyError, TypeError, ValueError, ConfigError) as e:
+            raise ModelError(f"learned kernel model artifact: bad or missing field ({e!r})") from None

@@ -1,0 +1,406 @@
+"""What a kernel model sees: operators, the inputs a caller gives, and the physics derived from them.
+
+An :class:`OpSpec` describes one operator: its kernel family, the inputs a caller must give
+(paper 001 Table I for the GPT-NeoX operators: ``b`` batch, ``l`` sequence length, ``dim``
+hidden size, ``h`` heads, ``mp`` model-parallel degree; plain ``m, n, k`` for a GEMM), how each
+input moves the time where physics says so (``+1`` never faster when it grows, ``-1`` never
+slower, ``0`` no claim: more heads at a fixed hidden size can go either way), and
+:func:`derive`, which turns inputs into the work done: FLOPs, bytes moved, and the problem's
+dimensions (GEMM ``m, n, k``, attention head size, ...). Everything is vectorized over numpy
+arrays.
+
+Models take :func:`model_columns` (log2 of inputs, dimensions, FLOPs, bytes, the device's
+roofline time and GEMM tile/wave counts) and :func:`column_signs` says how each column moves
+with the signed inputs, so tree models can be constrained to be monotone where physics says so.
+
+Approximations (each FLOP/byte count is a first-order estimate of what the measured operator
+does; learned models use them as features, so only their order of magnitude matters there):
+
+* GEMMs move each operand once; element-wise kernels read every input and write one output.
+* The padded vocabulary follows 001 Eq. 1–2: ``ceil(v / (128 mp)) * 128`` rows per partition.
+* Optimizer stages update their parameters with Adam in mixed precision: ~16 bytes per
+  parameter (fp32 master weight, two moments, fp16 gradient/weight); stage sizes from 001
+  Table III with ``#encoder_parameters = 12 d^2 / mp`` (Eq. 6 without the bias terms).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from trainsim.errors import ModelError
+from trainsim.hardware import DeviceSpec
+from trainsim.ir.kinds import KernelFamily as F
+
+Arrays = dict[str, np.ndarray]
+
+DEFAULT_VOCAB = 50257  # GPT-NeoX-20B tokenizer (001 §III-D)
+_TILE = 128  # Approximation: a 128x128 output tile per thread block (cuBLAS' common tile)
+_ATTN_BLOCK = 128  # FlashAttention's query block
+
+
+class Phase(StrEnum):
+    """Which pass of the operator was timed (001's ``F_dur`` / ``B_dur`` / optimizer ``dur``)."""
+
+    FWD = "fwd"
+    BWD = "bwd"
+    STEP = "step"  # one optimizer update (fused kernels over many tensors)
+
+
+_DTYPE_BYTES = {"fp16": 2, "bf16": 2, "half": 2, "float16": 2, "bfloat16": 2, "fp32": 4,
+                "float": 4, "float32": 4, "tf32": 4, "fp8": 1, "fp64": 8, "double": 8}  # fmt: skip
+_DTYPE_PEAK = {"fp16": "fp16", "bf16": "bf16", "half": "fp16", "float16": "fp16",
+               "bfloat16": "bf16", "fp32": "fp32", "float": "fp32", "float32": "fp32",
+               "tf32": "tf32", "fp8": "fp8"}  # fmt: skip
+DEFAULT_DTYPE = "fp16"
+
+
+def canonical_dtype(dtype: str) -> str:
+    d = dtype.strip().lower().removeprefix("torch.").removeprefix("c10::")
+    if d not in _DTYPE_BYTES:
+        raise ModelError(f"unknown dtype {dtype!r}; known: {', '.join(sorted(_DTYPE_BYTES))}")
+    return _DTYPE_PEAK.get(d, d)
+
+
+def dtype_bytes(dtype: str) -> int:
+    return _DTYPE_BYTES[canonical_dtype(dtype)]
+
+
+def peak_flops(device: DeviceSpec, dtype: str) -> float:
+    """Dense peak of ``device`` for ``dtype`` (FP32 where the device has no such unit)."""
+    p = device.peak_flops_per_s(canonical_dtype(dtype))
+    return p if p is not None else device.peak_flops_per_s("fp32")  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    """One operator: its family per phase, its inputs with monotone signs, and its physics."""
+
+    name: str
+    family: F
+    inputs: dict[str, int]  # input -> +1 / -1 / 0 (see the module docstring)
+    derive: Callable[[Arrays, int], Arrays]  # (inputs, element bytes) -> flops, bytes, dims
+    example: dict[str, float]  # a typical point (docs, tests, sweeps)
+    defaults: dict[str, float] | None = None  # optional inputs and their values
+    bwd_family: F | None = None  # when the backward kernels belong to another family
+    note: str = ""
+
+    def family_for(self, phase: Phase) -> F:
+        return self.bwd_family if phase is Phase.BWD and self.bwd_family else self.family
+
+
+OPS: dict[str, OpSpec] = {}
+
+
+def _register(spec: OpSpec) -> None:
+    if spec.name in OPS:
+        raise ModelError(f"operator {spec.name!r} is registered twice")
+    OPS[spec.name] = spec
+
+
+def op_spec(name: str) -> OpSpec:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise ModelError(f"unknown operator {name!r}; known: {', '.join(sorted(OPS))}") from None
+
+
+# --- physics helpers (vectorized) --------------------------------------------------------------
+
+
+def vocab_partition(mp: np.ndarray, vocab: np.ndarray | float = DEFAULT_VOCAB) -> np.ndarray:
+    """Rows of one model-parallel vocabulary partition (001 Eq. 1–2)."""
+    return np.ceil(vocab / (128.0 * mp)) * 128.0
+
+
+def _gemm(batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, eb: int) -> Arrays:
+    return {"batch": batch, "m": m, "n": n, "k": k, "flops": 2.0 * batch * m * n * k,
+            "bytes": eb * batch * (m * k + k * n + m * n)}  # fmt: skip
+
+
+def _elementwise(numel: np.ndarray, eb: int, *, reads: float, writes: float, flops_per: float) -> Arrays:  # fmt: skip
+    return {"numel": numel, "flops": flops_per * numel, "bytes": (reads + writes) * eb * numel}
+
+
+def _linear(k_of: Callable[[Arrays], np.ndarray], n_of: Callable[[Arrays], np.ndarray]) -> Callable[[Arrays, int], Arrays]:  # fmt: skip
+    def derive(x: Arrays, eb: int) -> Arrays:
+        return _gemm(np.ones_like(x["b"]), x["b"] * x["l"], n_of(x), k_of(x), eb)
+
+    return derive
+
+
+def _heads(x: Arrays) -> tuple[np.ndarray, np.ndarray]:
+    """(attention batch b·h/mp, head size d/h)."""
+    return x["b"] * x["h"] / x["mp"], x["dim"] / x["h"]
+
+
+def _qk(x: Arrays, eb: int) -> Arrays:  # scores = Q K^T: [bh/mp, l, d/h] x [bh/mp, d/h, l]
+    bh, hd = _heads(x)
+    return _gemm(bh, x["l"], x["l"], hd, eb)
+
+
+def _pv(x: Arrays, eb: int) -> Arrays:  # context = P V: [bh/mp, l, l] x [bh/mp, l, d/h]
+    bh, hd = _heads(x)
+    return _gemm(bh, x["l"], hd, x["l"], eb)
+
+
+def _fillmask(x: Arrays, eb: int) -> Arrays:
+    """001's fillmask benchmark: QK^T (baddbmm), masked_fill and softmax of the scores."""
+    g = _qk(x, eb)
+    scores = g["batch"] * g["m"] * g["n"]
+    return {**g, "numel": scores, "flops": g["flops"] + 6.0 * scores,
+            "bytes": g["bytes"] + 4.0 * eb * scores}  # fmt: skip
+
+
+def _flash(x: Arrays, eb: int) -> Arrays:
+    """FlashAttention (non-causal): 4·b·(h/mp)·l²·(d/h) FLOPs; Q, K, V, O move once. The
+    kernel pads the head size to a multiple of 32 (``head_dim_padded``)."""
+    bh, hd = _heads(x)
+    l = x["l"]  # noqa: E741 - 001's name for the sequence length
+    hp = np.ceil(hd / 32.0) * 32.0
+    return {"batch": bh, "seq": l, "head_dim": hd, "head_dim_padded": hp,
+            "flops": 4.0 * bh * l * l * hd, "flops_padded": 4.0 * bh * l * l * hp,
+            "bytes": 4.0 * eb * bh * l * hd, "q_blocks": bh * np.ceil(l / _ATTN_BLOCK)}  # fmt: skip
+
+
+def _scores_softmax(x: Arrays, eb: int) -> Arrays:
+    bh = x["b"] * x["h"] / x.get("mp", np.ones_like(x["b"]))
+    rows = bh * x["l"]
+    return {"rows": rows, "cols": x["l"],
+            **_elementwise(rows * x["l"], eb, reads=1, writes=1, flops_per=5)}  # fmt: skip
+
+
+def _rows_cols(cols_of: Callable[[Arrays], np.ndarray], **kw: float) -> Callable[[Arrays, int], Arrays]:  # fmt: skip
+    def derive(x: Arrays, eb: int) -> Arrays:
+        rows, cols = x["b"] * x["l"], cols_of(x)
+        return {"rows": rows, "cols": cols, **_elementwise(rows * cols, eb, **kw)}
+
+    return derive
+
+
+def _rope(x: Arrays, eb: int) -> Arrays:
+    bh, hd = _heads(x)
+    numel = x["b"] * x["l"] * x["dim"] / x["mp"]  # one of Q, K; both are rotated
+    return {"rows": bh * x["l"], "cols": hd,
+            **_elementwise(2.0 * numel, eb, reads=1, writes=1, flops_per=3)}  # fmt: skip
+
+
+def _embedding(x: Arrays, eb: int) -> Arrays:
+    """Gather ``b·l`` rows of ``d`` from a ``v/mp``-row partition (backward: scatter-add into a
+    zeroed table gradient, which is why the table size is a feature)."""
+    tokens, table_rows = x["b"] * x["l"], vocab_partition(x["mp"], x["vocab"])
+    return {"tokens": tokens, "dim": x["dim"], "table_rows": table_rows,
+            "table_bytes": eb * table_rows * x["dim"], "flops": tokens * x["dim"],
+            "bytes": eb * 2.0 * tokens * x["dim"]}  # fmt: skip
+
+
+def _cross_entropy(x: Arrays, eb: int) -> Arrays:
+    tokens, vp = x["b"] * x["l"], vocab_partition(x["mp"], x["vocab"])
+    return {"tokens": tokens, "vocab_partition": vp,
+            **_elementwise(tokens * vp, eb, reads=2, writes=1, flops_per=6)}  # fmt: skip
+
+
+def _stage_params(first: bool, last: bool) -> Callable[[Arrays, int], Arrays]:
+    """Parameters of one pipeline stage (001 Table III), updated by Adam (~16 B/param)."""
+
+    def derive(x: Arrays, eb: int) -> Arrays:
+        d, mp = x["dim"], x["mp"]
+        vd = vocab_partition(mp, x["vocab"]) * d
+        params = x["encoders"] * 12.0 * d * d / mp + (vd if first else 0.0) + (vd + 2 * d if last else 0.0)
+        return {"params": params, "flops": 12.0 * params, "bytes": 16.0 * params}
+
+    return derive
+
+
+def _optimizer(x: Arrays, eb: int) -> Arrays:
+    p = x["params"]
+    return {"params": p, "tensors": x["param_tensors"], "flops": 12.0 * p, "bytes": 16.0 * p}
+
+
+def _embedding_bag(x: Arrays, eb: int) -> Arrays:
+    """A batched embedding-bag lookup (DLRM/FBGEMM TBE): B samples x T tables x L rows of D."""
+    lookups = x["B"] * x["T"] * x["L"]
+    return {"lookups": lookups, "dim": x["D"], "flops": lookups * x["D"],
+            "bytes": eb * (lookups * x["D"] + x["B"] * x["T"] * x["D"])}  # fmt: skip
+
+
+def _generic_gemm(x: Arrays, eb: int) -> Arrays:
+    return _gemm(x["batch"], x["m"], x["n"], x["k"], eb)
+
+
+def _generic_attention(x: Arrays, eb: int) -> Arrays:
+    return _flash({"b": x["batch"], "h": x["heads"], "mp": np.ones_like(x["batch"]),
+                   "l": x["seq_len"], "dim": x["heads"] * x["head_dim"]}, eb)  # fmt: skip
+
+
+# --- the table ------------------------------------------------------------------------------
+
+_LIN = {"mp": -1, "b": 1, "l": 1, "dim": 1}
+_ATT = {"mp": -1, "b": 1, "h": 0, "l": 1, "dim": 1}
+_BLD = {"b": 1, "l": 1, "dim": 1}
+_EX_LIN = {"mp": 2.0, "b": 4.0, "l": 2048.0, "dim": 4096.0}
+_EX_ATT = {"mp": 2.0, "b": 4.0, "h": 32.0, "l": 2048.0, "dim": 4096.0}
+_EX_BLD = {"b": 4.0, "l": 2048.0, "dim": 4096.0}
+_VOCAB = {"vocab": float(DEFAULT_VOCAB)}
+
+for _name, _k, _n in (
+    ("linear1", lambda x: x["dim"], lambda x: 3 * x["dim"] / x["mp"]),  # QKV projection
+    ("linear2", lambda x: x["dim"] / x["mp"], lambda x: x["dim"]),  # attention output
+    ("linear3", lambda x: x["dim"], lambda x: 4 * x["dim"] / x["mp"]),  # MLP up
+    ("linear4", lambda x: 4 * x["dim"] / x["mp"], lambda x: x["dim"]),  # MLP down
+):
+    _register(OpSpec(_name, F.GEMM, _LIN, _linear(_k, _n), _EX_LIN))
+_register(OpSpec("linear_final", F.GEMM, {**_LIN, "vocab": 1},
+                 _linear(lambda x: x["dim"], lambda x: vocab_partition(x["mp"], x["vocab"])),
+                 _EX_LIN, _VOCAB, note="logits over the vocabulary partition"))  # fmt: skip
+_register(OpSpec("baddbmm", F.GEMM, _ATT, _qk, _EX_ATT, note="attention scores Q K^T"))
+_register(OpSpec("bmm", F.GEMM, _ATT, _pv, _EX_ATT, note="attention context P V"))
+_register(OpSpec("fillmask", F.ELEMENTWISE, _ATT, _fillmask, _EX_ATT,
+                 note="001's benchmark times Q K^T, masked_fill and softmax together"))  # fmt: skip
+_register(OpSpec("flash_atten", F.ATTENTION, _ATT, _flash, _EX_ATT))
+_register(OpSpec("softmax", F.SOFTMAX, {"mp": -1, "b": 1, "h": 1, "l": 1}, _scores_softmax,
+                 {"mp": 2.0, "b": 4.0, "h": 32.0, "l": 2048.0}))  # fmt: skip
+_register(OpSpec("ScaledUpperTriangMaskedSoftmax", F.SOFTMAX, {"mp": -1, "b": 1, "h": 1, "l": 1},
+                 _scores_softmax, {"mp": 1.0, "b": 4.0, "h": 32.0, "l": 2048.0}, {"mp": 1.0},
+                 note="Megatron's fused causal softmax"))  # fmt: skip
+_register(OpSpec("RoPE", F.ELEMENTWISE, _ATT, _rope, _EX_ATT))
+_register(OpSpec("layernorm", F.NORM, _BLD,
+                 _rows_cols(lambda x: x["dim"], reads=1, writes=1, flops_per=8), _EX_BLD))  # fmt: skip
+_register(OpSpec("RMSlayernorm", F.NORM, _BLD,
+                 _rows_cols(lambda x: x["dim"], reads=1, writes=1, flops_per=6), _EX_BLD))  # fmt: skip
+_register(OpSpec("res_add", F.ELEMENTWISE, _BLD,
+                 _rows_cols(lambda x: x["dim"], reads=2, writes=1, flops_per=1), _EX_BLD))  # fmt: skip
+_register(OpSpec("gelu", F.ELEMENTWISE, _LIN,
+                 _rows_cols(lambda x: 4 * x["dim"] / x["mp"], reads=1, writes=1, flops_per=10),
+                 _EX_LIN))  # fmt: skip
+_register(OpSpec("embedding", F.EMBEDDING_FWD, {"mp": 0, "b": 1, "l": 1, "dim": 1, "vocab": 0},
+                 _embedding, {"mp": 2.0, "b": 4.0, "l": 2048.0, "dim": 4096.0}, _VOCAB,
+                 bwd_family=F.EMBEDDING_BWD, note="vocabulary-parallel word embedding"))  # fmt: skip
+_register(OpSpec("parallel_cross_entropy_128", F.SOFTMAX, {"mp": -1, "b": 1, "l": 1, "vocab": 1},
+                 _cross_entropy, {"mp": 2.0, "b": 4.0, "l": 2048.0}, _VOCAB,
+                 note="vocabulary-parallel cross-entropy, vocabulary padded to 128·mp"))  # fmt: skip
+for _name, _first, _last in (("firstStage_optimizer", True, False),
+                             ("middleStage_optimizer", False, False),
+                             ("lastStage_optimizer", False, True)):  # fmt: skip
+    _register(OpSpec(_name, F.OPTIMIZER, {"mp": -1, "dim": 1, "encoders": 1, "vocab": 1},
+                     _stage_params(_first, _last), {"mp": 2.0, "dim": 4096.0, "encoders": 8.0},
+                     _VOCAB, note="one FusedAdam step over a pipeline stage's parameters"))  # fmt: skip
+_register(OpSpec("optimizer", F.OPTIMIZER,
+                 {"num_layers": 0, "hidden_size": 0, "param_tensors": 0, "params": 1}, _optimizer,
+                 {"num_layers": 24.0, "hidden_size": 2048.0, "param_tensors": 292.0, "params": 1.3e9},
+                 note="one optimizer step over a whole model"))  # fmt: skip
+# Generic operators, for datasets of single kernels (ours, or exported from traces).
+_register(OpSpec("gemm", F.GEMM, {"batch": 1, "m": 1, "n": 1, "k": 1}, _generic_gemm,
+                 {"batch": 1.0, "m": 4096.0, "n": 4096.0, "k": 4096.0}, {"batch": 1.0}))  # fmt: skip
+_register(OpSpec("attention", F.ATTENTION, {"batch": 1, "heads": 1, "seq_len": 1, "head_dim": 1},
+                 _generic_attention, {"batch": 4.0, "heads": 16.0, "seq_len": 2048.0, "head_dim": 128.0}))  # fmt: skip
+_register(OpSpec("elementwise", F.ELEMENTWISE, {"numel": 1},
+                 lambda x, eb: _elementwise(x["numel"], eb, reads=2, writes=1, flops_per=1),
+                 {"numel": 2.0**24}, note="Approximation: two inputs, one output"))  # fmt: skip
+_register(OpSpec("embedding_bag", F.EMBEDDING_FWD, {"B": 1, "E": 0, "T": 1, "L": 1, "D": 1},
+                 _embedding_bag, {"B": 2048.0, "E": 1e6, "T": 8.0, "L": 32.0, "D": 128.0},
+                 bwd_family=F.EMBEDDING_BWD, note="batched embedding-bag (FBGEMM TBE)"))  # fmt: skip
+_register(OpSpec("memcpy", F.MEMCPY, {"bytes": 1},
+                 lambda x, eb: {"flops": np.zeros_like(x["bytes"]), "bytes": 2.0 * x["bytes"]},
+                 {"bytes": 2.0**26}, note="a device-to-device copy reads and writes each byte"))  # fmt: skip
+
+_register(OpSpec("work", F.OTHER, {"flops": 1, "bytes": 1},
+                 lambda x, eb: {"flops": x["flops"], "bytes": x["bytes"]}, {"flops": 1e12, "bytes": 1e9},
+                 {"flops": 1.0, "bytes": 1.0}, note="any kernel given by its FLOPs and bytes moved"))  # fmt: skip
+WORK_OP = "work"
+
+GENERIC_OP: dict[F, str] = {F.GEMM: "gemm", F.ATTENTION: "attention", F.ELEMENTWISE: "elementwise",
+                            F.EMBEDDING_FWD: "embedding_bag", F.EMBEDDING_BWD: "embedding_bag",
+                            F.MEMCPY: "memcpy"}  # fmt: skip
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+
+def as_inputs(spec: OpSpec, features: Mapping[str, ArrayLike]) -> Arrays:
+    """The op's inputs as float arrays (defaults filled in); raises naming what is missing."""
+    out: Arrays = {}
+    for name in spec.inputs:
+        if name in features:
+            v = np.asarray(features[name], dtype=float)
+        elif spec.defaults and name in spec.defaults:
+            v = np.asarray(spec.defaults[name], dtype=float)
+        else:
+            raise ModelError(
+                f"operator {spec.name} needs input {name!r} (inputs: {', '.join(spec.inputs)})"
+            )
+        if not np.all(np.isfinite(v) & (v > 0)):
+            raise ModelError(f"operator {spec.name}: input {name!r} must be positive, got {v!r}")
+        out[name] = v
+    shape = np.broadcast_shapes(*(v.shape for v in out.values()))
+    return {k: np.broadcast_to(v, shape).astype(float) for k, v in out.items()}
+
+
+def derive(spec: OpSpec, features: Mapping[str, ArrayLike], dtype: str = DEFAULT_DTYPE) -> Arrays:
+    """FLOPs, bytes and dimensions of ``spec`` at ``features`` (arrays broadcast together)."""
+    x = as_inputs(spec, features)
+    return spec.derive(x, dtype_bytes(dtype))
+
+
+def roofline_s(flops: np.ndarray, nbytes: np.ndarray, device: DeviceSpec, dtype: str) -> np.ndarray:
+    """max(FLOPs / peak, bytes / memory bandwidth) with datasheet peaks: a lower bound."""
+    return np.maximum(flops / peak_flops(device, dtype), nbytes / device.memory_bandwidth_Bps)
+
+
+def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: DeviceSpec,
+                  dtype: str = DEFAULT_DTYPE) -> tuple[list[str], np.ndarray]:  # fmt: skip
+    """(column names, matrix): log2 of inputs, derived quantities and the roofline time; for
+    GEMMs also log2 of 128x128 output tiles and of waves over the device's SMs (both grow in
+    steps with the problem: tile and wave quantization, 002 §4.2.3)."""
+    x = as_inputs(spec, features)
+    w = spec.derive(x, dtype_bytes(dtype))
+    cols: dict[str, np.ndarray] = {f"in:{k}": v for k, v in x.items()}
+    cols.update({f"d:{k}": np.broadcast_to(v, next(iter(x.values())).shape) for k, v in w.items()})
+    cols["roofline_s"] = roofline_s(w["flops"], w["bytes"], device, dtype)
+    sms = float(device.sm_count or 100)
+    if {"m", "n", "batch"} <= w.keys():
+        tiles = w["batch"] * np.ceil(w["m"] / _TILE) * np.ceil(w["n"] / _TILE)
+        cols["tiles"], cols["waves"] = tiles, np.ceil(tiles / sms)
+    if "q_blocks" in w:
+        cols["waves"] = np.ceil(w["q_blocks"] / sms)
+    names = sorted(cols)
+    mat = np.column_stack([np.log2(np.maximum(cols[n], 1e-30)) for n in names])
+    return names, mat
+
+
+def column_signs(spec: OpSpec, example: Mapping[str, ArrayLike], *, device: DeviceSpec,
+                 dtype: str = DEFAULT_DTYPE) -> tuple[list[str], list[int], list[str]]:  # fmt: skip
+    """(column names, sign per column, conflicting columns).
+
+    A column's sign is +1 if it never decreases when a ``+1`` input grows or a ``-1`` input
+    shrinks (at every row of ``example``), -1 if it never increases, 0 if no signed input moves
+    it. A column that moves both ways is *conflicting*: a monotone model must leave it out.
+    A model non-decreasing in the +1 columns and non-increasing in the -1 columns, without the
+    conflicting ones, is monotone in every signed input (the chain rule, term by term)."""
+    names, base = model_columns(spec, example, device=device, dtype=dtype)
+    x = as_inputs(spec, example)
+    up = np.zeros(len(names), dtype=bool)
+    down = np.zeros(len(names), dtype=bool)
+    for name, sign in spec.inputs.items():
+        if sign == 0:
+            continue
+        moved = dict(x)
+        moved[name] = x[name] * (1.5 if sign > 0 else 1 / 1.5)  # the direction of "more work"
+        _, m = model_columns(spec, moved, device=device, dtype=dtype)
+        up |= np.any(m - base > 1e-12, axis=0)
+        down |= np.any(m - base < -1e-12, axis=0)
+    signs = [1 if u and not d else -1 if d and not u else 0 for u, d in zip(up, down, strict=True)]
+    conflicts = [n for n, u, d in zip(names, up, down, strict=True) if u and d]
+    return names, signs, conflicts
+
+
+def sweep_values(lo: float, hi: float, n: int = 9) -> np.ndarray:
+    """``n`` points from ``lo`` to ``hi``, evenly spaced in log2 (for monotonicity sweeps)."""
+    if lo <= 0 or hi < lo:
+        raise ModelError(f"bad sweep range [{lo}, {hi}]")
+    return np.unique(np.exp2(np.linspace(math.log2(lo), math.log2(hi), n)))

@@ -1,0 +1,315 @@
+"""Fit kernel models on a dataset: per entry, choose a regressor by validation error inside
+the training rows, measure it on held-out rows, refit it on everything (001 §III-B).
+
+Per entry (operator, phase, dtype):
+
+1. **Split.** ``holdout`` (20 %) of the rows are held out (seeded by ``seed`` and the entry's
+   label, :func:`~trainsim.kernels.samples.heldout_rows`); nothing below looks at them until
+   step 5.
+2. **Screen.** Training rows more than 4x away from a smooth fit of the others (a degree-2
+   power law, refitted once without them) are timing failures, not physics (paper 001's
+   GH200 ``firstStage_optimizer`` sweep has rows 1000x slower than their neighbours); they are
+   left out and counted.
+3. **Select.** The training rows are split again 80/20 (validation); every configuration of
+   every kind (``grid``) is fitted on the 80 % and scored by MAPE on the 20 %. Kinds that
+   cannot be constrained to be monotone (``mlp``, ``poly``) are rejected when a sweep of any
+   signed input along the data's range finds their time going the wrong way. The best score
+   wins; a candidate within 2 % of it that is smaller wins instead (artifacts stay small).
+4. **Fit** the winner on all training rows; fit the calibrated roofline's efficiency curve too.
+5. **Measure** both on the held-out rows: MAPE, GMAE, max error — on plausible rows (within 4x
+   of the prediction) and on all of them.
+6. **Refit** the winner on every plausible row (``refit_all``): that is the shipped entry,
+   as in 001 ("once selected, the final regressor is built on the entire dataset").
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainsim.comm.metrics import gmae_pct, mape_pct, max_abs_err_pct
+from trainsim.errors import ModelError
+from trainsim.hardware import DeviceSpec, find_device
+from trainsim.ir.kinds import KernelFamily
+from trainsim.kernels.calibrated import LearnedEntry, LearnedKernelModel
+from trainsim.kernels.features import (
+    Arrays,
+    as_inputs,
+    column_signs,
+    derive,
+    model_columns,
+    op_spec,
+    roofline_s,
+)
+from trainsim.kernels.learned import DEFAULT_KINDS, Config, configs, fit_poly, kind, size_bytes
+from trainsim.kernels.roofline import EfficiencyCurve, RooflineModel, fit_efficiency
+from trainsim.kernels.samples import EntryKey, KernelDataset, heldout_rows
+
+IMPLAUSIBLE_FACTOR = 4.0
+_LOG_BAD = math.log2(IMPLAUSIBLE_FACTOR)
+_OCCAM = 1.02  # a smaller candidate within 2 % of the best validation MAPE wins
+_MIN_ROWS = 10
+_SWEEP_BASES = 12
+_SWEEP_VALUES = 24
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    kind: str
+    config: Config
+    val_mape_pct: float
+    size_bytes: int
+    rejected: str = ""  # why it cannot be chosen (not monotone, failed to fit)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryReport:
+    key: EntryKey
+    family: KernelFamily
+    kind: str | None
+    config: Config
+    heldout_mape_pct: float | None
+    heldout_gmae_pct: float | None
+    heldout_max_pct: float | None
+    heldout_mape_all_rows_pct: float | None
+    roofline_mape_pct: float | None
+    heldout_rows: int
+    train_rows: int
+    samples: int
+    excluded: int  # implausible training rows left out
+    size_bytes: int
+    seconds: float  # wall time of this entry's fit
+    candidates: list[Candidate] = field(default_factory=list)
+    heldout: list[tuple[float, float]] = field(default_factory=list)  # (measured s, predicted s)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "entry": self.key.label, "op": self.key.op, "phase": self.key.phase.value, "dtype": self.key.dtype,
+            "family": self.family.value, "kind": self.kind, "config": self.config,
+            "gmae_pct": self.heldout_gmae_pct, "mape_pct": self.heldout_mape_pct,
+            "max_abs_err_pct": self.heldout_max_pct, "mape_all_rows_pct": self.heldout_mape_all_rows_pct,
+            "roofline_mape_pct": self.roofline_mape_pct, "samples": self.samples,
+            "heldout_rows": self.heldout_rows, "train_rows": self.train_rows, "excluded_rows": self.excluded,
+            "size_bytes": self.size_bytes, "fit_seconds": round(self.seconds, 2),
+            "candidates": [{"kind": c.kind, "config": c.config, "val_mape_pct": c.val_mape_pct,
+                            "size_bytes": c.size_bytes, "rejected": c.rejected} for c in self.candidates],
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    model: LearnedKernelModel | None  # None when no entry had enough rows
+    roofline: RooflineModel
+    reports: list[EntryReport]
+
+
+def guess_device(ds: KernelDataset) -> DeviceSpec:
+    dev = find_device(ds.device) if ds.device else None
+    if dev is None:
+        raise ModelError(
+            f"dataset {ds.name}: device {ds.device!r} is not in the hardware catalog; pass the device (name or YAML)"
+        )
+    return dev
+
+
+def _layout(spec_name: str, inputs: Arrays, device: DeviceSpec, dtype: str) -> tuple[list[str], list[int], np.ndarray]:  # fmt: skip
+    """Columns a model of this entry reads (conflicting and constant ones left out), their
+    monotone signs and the design matrix."""
+    spec = op_spec(spec_name)
+    names, mat = model_columns(spec, inputs, device=device, dtype=dtype)
+    sub = {k: v[:: max(1, v.size // 256)] for k, v in inputs.items()}
+    _, signs, conflicts = column_signs(spec, sub, device=device, dtype=dtype)
+    keep = [i for i, n in enumerate(names) if n not in conflicts and np.ptp(mat[:, i]) > 1e-12]
+    return [names[i] for i in keep], [signs[i] for i in keep], mat[:, keep]
+
+
+def _implausible(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Rows more than 4x from a degree-2 power law of the others (two passes)."""
+    bad = np.zeros(y.size, dtype=bool)
+    if y.size < 20:
+        return bad
+    for _ in range(2):
+        fit = fit_poly(x[~bad], y[~bad], [], {"degree": 2, "alpha": 1e-4}, 0)
+        bad = np.abs(fit.predict(x) - y) > _LOG_BAD
+    return bad
+
+
+def _ranges(inputs: Arrays, rows: np.ndarray) -> dict[str, tuple[float, float]]:
+    return {k: (float(v[rows].min()), float(v[rows].max())) for k, v in inputs.items()}
+
+
+def _entry(key: EntryKey, family: KernelFamily, kname: str, cfg: Config, cols: list[str], reg: Any,
+           inputs: Arrays, rows: np.ndarray, metrics: dict[str, Any] | None = None) -> LearnedEntry:  # fmt: skip
+    return LearnedEntry(key, family, kname, dict(cfg), tuple(cols), reg, _ranges(inputs, rows), int(rows.size),
+                        metrics or {})  # fmt: skip
+
+
+def _take(inputs: Arrays, rows: np.ndarray) -> Arrays:
+    return {k: v[rows] for k, v in inputs.items()}
+
+
+def monotone_violation(entry: LearnedEntry, inputs: Arrays, rows: np.ndarray, device: DeviceSpec,
+                       *, seed: int = 0) -> float:  # fmt: skip
+    """Largest step (in log2 time) against physics over sweeps of every signed input along its
+    values in ``rows``, from up to 12 base rows. 0 when the entry is monotone on the sweeps."""
+    spec = op_spec(entry.key.op)
+    rng = np.random.default_rng(seed)
+    bases = rng.choice(rows, size=min(_SWEEP_BASES, rows.size), replace=False)
+    worst = 0.0
+    for name, sign in spec.inputs.items():
+        if sign == 0 or name not in inputs:
+            continue
+        values = np.unique(inputs[name][rows])
+        if values.size < 2:
+            continue
+        if values.size > _SWEEP_VALUES:
+            values = np.unique(np.quantile(values, np.linspace(0, 1, _SWEEP_VALUES)))
+        batch = {k: np.repeat(v[bases], values.size) for k, v in inputs.items()}
+        batch[name] = np.tile(values, bases.size)
+        t, _ = entry.predict(batch, device)
+        steps = np.diff(np.log2(t).reshape(bases.size, values.size), axis=1) * sign
+        worst = max(worst, float(-steps.min(initial=0.0)))
+    return worst
+
+
+def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str, cols: list[str], signs: list[int],
+            x: np.ndarray, y: np.ndarray, inputs: Arrays, rows: np.ndarray, device: DeviceSpec, seed: int,
+            n_jobs: int) -> list[Candidate]:  # fmt: skip
+    val = heldout_rows(rows.size, fraction=0.2, seed=seed + 1, label=key.label)
+    fit_rows, val_rows = rows[~val], rows[val]
+    out: list[Candidate] = []
+    for kname in kinds:
+        k = kind(kname)
+        for cfg in configs(k, grid):
+            try:
+                reg = k.fit(x[fit_rows], y[fit_rows], signs, {**cfg, **({"n_jobs": n_jobs} if k.monotone else {})}, seed)
+            except (ValueError, np.linalg.LinAlgError) as e:
+                out.append(Candidate(kname, cfg, math.inf, 0, f"fit failed: {e}"))
+                continue
+            entry = _entry(key, family, kname, cfg, cols, reg, inputs, fit_rows)
+            pred, _ = entry.predict(_take(inputs, val_rows), device)
+            score = mape_pct(pred, np.exp2(y[val_rows]))
+            why = ""
+            if not k.monotone and monotone_violation(entry, inputs, fit_rows, device, seed=seed) > 1e-9:
+                why = "not monotone in a signed input along the data's range"
+            out.append(Candidate(kname, cfg, score if math.isfinite(score) else math.inf, size_bytes(reg), why))
+    return out
+
+
+def _choose(cands: list[Candidate]) -> Candidate | None:
+    ok = [c for c in cands if not c.rejected and math.isfinite(c.val_mape_pct)]
+    if not ok:
+        return None
+    best = min(c.val_mape_pct for c in ok)
+    near = [c for c in ok if c.val_mape_pct <= best * _OCCAM]
+    return min(near, key=lambda c: (c.size_bytes, c.val_mape_pct))
+
+
+def _errors(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float, float, float]:
+    """(MAPE, GMAE, max) on plausible rows, MAPE on all rows."""
+    ok = np.abs(np.log2(pred / meas)) <= _LOG_BAD
+    p, m = pred[ok], meas[ok]
+    return mape_pct(p, m), gmae_pct(p, m), max_abs_err_pct(p, m), mape_pct(pred, meas)
+
+
+def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Sequence[str] = DEFAULT_KINDS,
+              grid: str = "quick", holdout: float = 0.2, seed: int = 0, refit_all: bool = True,
+              n_jobs: int = 2) -> tuple[LearnedEntry | None, EfficiencyCurve, EntryReport]:  # fmt: skip
+    """One entry (see the module docstring)."""
+    t0 = time.perf_counter()
+    spec = op_spec(key.op)
+    family = spec.family_for(key.phase)
+    raw, secs, _ = ds.arrays(key)
+    inputs = as_inputs(spec, raw)
+    cols, signs, x = _layout(key.op, inputs, device, key.dtype)
+    y = np.log2(secs)
+    test = heldout_rows(y.size, fraction=holdout, seed=seed, label=key.label)
+    train_all = np.flatnonzero(~test)
+    bad = _implausible(x[train_all], y[train_all])
+    train = train_all[~bad]
+    w = derive(spec, inputs, key.dtype)
+    roof = roofline_s(w["flops"], w["bytes"], device, key.dtype)
+    curve = fit_efficiency(roof[train], secs[train])
+    test_rows = np.flatnonzero(test)
+    r_mape = mape_pct(curve(roof[test_rows]), secs[test_rows]) if test_rows.size else None
+    cands: list[Candidate] = []
+    chosen = None
+    if train.size >= _MIN_ROWS and cols:
+        cands = _select(key, family, kinds, grid, cols, signs, x, y, inputs, train, device, seed, n_jobs)
+        chosen = _choose(cands)
+    entry = None
+    errs: tuple[float | None, ...] = (None, None, None, None)
+    heldout: list[tuple[float, float]] = []
+    size = 0
+    if chosen is not None:
+        k = kind(chosen.kind)
+        extra = {"n_jobs": n_jobs} if k.monotone else {}
+        reg = k.fit(x[train], y[train], signs, {**chosen.config, **extra}, seed)
+        trained = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, train)
+        if test_rows.size:
+            pred, _ = trained.predict(_take(inputs, test_rows), device)
+            errs = _errors(pred, secs[test_rows])
+            heldout = [(float(m), float(p)) for m, p in zip(secs[test_rows], pred, strict=True)]
+        entry, size = trained, size_bytes(reg)
+        if refit_all:
+            every = np.arange(y.size)
+            keep = every[~_implausible(x, y)]
+            reg = k.fit(x[keep], y[keep], signs, {**chosen.config, **extra}, seed)
+            entry, size = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, keep), size_bytes(reg)
+            curve = fit_efficiency(roof[keep], secs[keep])
+    curve = EfficiencyCurve(curve.u, curve.g, curve.samples, r_mape)
+    report = EntryReport(key, family, chosen.kind if chosen else None, dict(chosen.config) if chosen else {},
+                         errs[0], errs[1], errs[2], errs[3], r_mape, int(test_rows.size), int(train.size),
+                         entry.samples if entry else 0, int(bad.sum()), size, time.perf_counter() - t0,
+                         cands, heldout)  # fmt: skip
+    if entry is not None:
+        metrics = {k: v for k, v in report.as_dict().items() if k.endswith("_pct") or k in ("heldout_rows", "train_rows", "excluded_rows")}
+        metrics["candidates"] = [{"kind": c.kind, "config": c.config, "val_mape_pct": c.val_mape_pct,
+                                  "rejected": c.rejected} for c in cands]  # fmt: skip
+        entry = LearnedEntry(entry.key, entry.family, entry.kind, entry.config, entry.columns, entry.regressor,
+                             entry.ranges, entry.samples, metrics)  # fmt: skip
+    return entry, curve, report
+
+
+def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: Sequence[str] = DEFAULT_KINDS,
+                grid: str = "quick", holdout: float = 0.2, seed: int = 0, families: Iterable[KernelFamily] | None = None,
+                ops: Iterable[str] | None = None, refit_all: bool = True, n_jobs: int = 2,
+                progress: Callable[[EntryReport], None] | None = None) -> FitResult:  # fmt: skip
+    """Fit every entry of ``ds`` (optionally only some families or operators)."""
+    dev = device or guess_device(ds)
+    for k in kinds:
+        kind(k)
+    fams = set(families) if families is not None else None
+    keep_ops = set(ops) if ops is not None else None
+    keys = [k for k in ds.keys()
+            if (fams is None or op_spec(k.op).family_for(k.phase) in fams) and (keep_ops is None or k.op in keep_ops)]  # fmt: skip
+    if not keys:
+        raise ModelError(f"dataset {ds.name}: no rows of the requested families/operators")
+    entries, curves, reports = [], {}, []
+    for key in keys:
+        entry, curve, report = fit_entry(ds, key, device=dev, kinds=kinds, grid=grid, holdout=holdout, seed=seed,
+                                         refit_all=refit_all, n_jobs=n_jobs)  # fmt: skip
+        if entry is not None:
+            entries.append(entry)
+        curves[key] = curve
+        reports.append(report)
+        if progress is not None:
+            progress(report)
+    prov = {
+        "dataset": ds.name, "device_as_measured": ds.device, "fingerprint": ds.fingerprint,
+        "formats": sorted(ds.formats), "rows": len(ds), "kinds": list(kinds), "grid": grid,
+        "fitted_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "split": f"{holdout:.0%} of rows held out per entry (seed {seed} + CRC-32 of the entry label); "
+                 "selection on an 80/20 split of the rest; final fit on all plausible rows" if refit_all else
+                 f"{holdout:.0%} of rows held out per entry (seed {seed}); fitted on the rest",
+        "ranges": {e.key.label: {k: list(v) for k, v in e.ranges.items()} for e in entries},
+    }  # fmt: skip
+    model = LearnedKernelModel(device=dev, dataset=ds.name, entries=entries, provenance=prov) if entries else None
+    roof = RooflineModel(dev, curves=curves, dataset=ds.name, provenance=prov)
+    return FitResult(model, roof, reports)
