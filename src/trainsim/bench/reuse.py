@@ -76,7 +76,9 @@ def reuse_counts(n_indices: int, hist: ReuseHistogram) -> Any:
     for (lo, hi, _), rows in zip(hist.buckets, per_bucket, strict=True):
         if rows:
             # evenly over the integers lo+1..hi
-            parts.append(lo + 1 + np.floor((hi - lo) * (np.arange(rows) + 0.5) / rows).astype(np.int64))
+            parts.append(
+                lo + 1 + np.floor((hi - lo) * (np.arange(rows) + 0.5) / rows).astype(np.int64)
+            )
             lows.append(np.full(rows, lo + 1))
             highs.append(np.full(rows, hi))
     counts, low, high = (np.concatenate(x) for x in (parts, lows, highs))
@@ -103,9 +105,7 @@ def _adjust(counts: Any, low: Any, high: Any, diff: int) -> None:
         counts[i] = max(1, counts[i] + diff)
 
 
-def reuse_indices(
-    n_indices: int, num_rows: int, hist: ReuseHistogram, *, seed: int = 0
-) -> Any:
+def reuse_indices(n_indices: int, num_rows: int, hist: ReuseHistogram, *, seed: int = 0) -> Any:
     """A shuffled int64 index batch of ``n_indices`` lookups into ``num_rows`` rows under ``hist``."""
     import numpy as np
 

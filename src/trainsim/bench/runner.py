@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.bench.dataset import KERNEL_BENCH_SCHEMA, append_row, iter_rows, repair_tail
-from trainsim.bench.suites.base import Case, Timed
+from trainsim.bench.suites.base import DTYPE_LABEL, Case, Timed
 from trainsim.errors import ConfigError
 
 
@@ -165,21 +165,33 @@ def done_keys(path: Path, fingerprint: str, threads: int | None) -> set[str]:
         return set()
     return {
         str(r["key"])
-        for _, r in iter_rows(path)
-        if r.get("fingerprint") == fingerprint and r.get("threads") == threads
+        for r in iter_rows(path)
+        if "key" in r and r.get("fingerprint") == fingerprint and r.get("threads") == threads
     }
 
 
 def _row(case: Case, t: Timing, *, schedule: Schedule, env: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "schema": KERNEL_BENCH_SCHEMA, "key": case.key, "suite": case.suite, "op": case.op,
-        "phase": case.phase.value, "family": case.family.value, "dtype": case.dtype,
-        "params": dict(case.params), "shapes": [list(s) for s in case.shapes],
-        "flops": case.flops, "bytes": case.bytes, "duration_s": _sig(t.median_s),
-        "times_s": [_sig(x) for x in t.times_s], "inner": t.inner, "warmup": schedule.warmup,
-        "timer": t.timer, **env,
+    """A row in :mod:`trainsim.kernels.readers`' format plus the runner's own fields."""
+    features = {k: _int_if_whole(v) for k, v in case.features}
+    params = dict(case.params)
+    row = {
+        "schema": KERNEL_BENCH_SCHEMA, "device": env["device"], "fingerprint": env["fingerprint"],
+        "family": case.family.value, "op": case.model_op, "phase": case.phase.value,
+        "dtype": DTYPE_LABEL[case.dtype], "features": features, "duration_s": _sig(t.median_s),
+        "repeats": len(t.times_s), "statistic": "median", "samples_s": [_sig(x) for x in t.times_s],
+        "key": case.key, "suite": case.suite, "bench_op": case.op,
+        "shapes": [list(s) for s in case.shapes], "flops": case.flops, "bytes": case.bytes,
+        "inner": t.inner, "warmup": schedule.warmup, "timer": t.timer,
+        "device_kind": env["device_kind"], "threads": env["threads"], "versions": env["versions"],
         "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }  # fmt: skip
+    if params != features:
+        row["params"] = params
+    return row
+
+
+def _int_if_whole(v: float) -> float | int:
+    return int(v) if float(v).is_integer() else v
 
 
 def _environment(device: str, threads: int | None) -> tuple[dict[str, Any], Any, Any]:
@@ -198,7 +210,7 @@ def _environment(device: str, threads: int | None) -> tuple[dict[str, Any], Any,
         torch.set_num_threads(threads)
     fp = device_fingerprint(device)
     versions = {k: v for k, v in fp["versions"].items() if v}
-    env = {"device": device, "device_name": fp["gpu"] or fp["cpu"], "fingerprint": fp["id"],
+    env = {"device": fp["gpu"] or fp["cpu"], "device_kind": device, "fingerprint": fp["id"],
            "threads": torch.get_num_threads(), "versions": versions}  # fmt: skip
     timer = CudaEventTimer() if device == "cuda" else CpuTimer()
     return env, torch.device(device), timer
@@ -273,7 +285,9 @@ def run_sweep(
                 try:
                     timing = measure(case, device=dev, schedule=schedule, timer=timer)
                 except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
-                    failed.append((case.key, (str(e).strip().splitlines() or [type(e).__name__])[0]))
+                    failed.append(
+                        (case.key, (str(e).strip().splitlines() or [type(e).__name__])[0])
+                    )
                 else:
                     row = _row(case, timing, schedule=schedule, env=env)
                     append_row(path, row)
@@ -283,7 +297,7 @@ def run_sweep(
                 bar.advance(task)
     return SweepResult(
         dataset=path, samples=sum(written.values()), skipped=len(todo) - len(pending),
-        failed=tuple(failed), device=env["device_name"], fingerprint=env["fingerprint"],
+        failed=tuple(failed), device=env["device"], fingerprint=env["fingerprint"],
         wall_s=time.perf_counter() - t0, per_suite=dict(written),
     )  # fmt: skip
 

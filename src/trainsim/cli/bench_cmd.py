@@ -46,7 +46,8 @@ def _run_kernels(
     suites: list[str], dataset: Path | None, *, device: str, quick: bool, resume: bool,
     threads: int | None, ops: list[str], progress: bool,
 ) -> dict[str, Any]:  # fmt: skip
-    from trainsim.bench.dataset import noise_floor, read_kernel_dataset
+    from trainsim.bench.dataset import iter_rows, noise_floor
+    from trainsim.bench.devicespec import measured_device, write_device_yaml
     from trainsim.bench.runner import Schedule, run_sweep
     from trainsim.bench.suites import SweepSpec, get_suite, suite_cases
     from trainsim.bench.suites.roofline import roofline_peaks
@@ -56,26 +57,37 @@ def _run_kernels(
         get_suite(name)  # unknown names fail before anything runs
     path = dataset or Path(f"bench/kernels-{device}.jsonl")
     spec = SweepSpec(device=device, quick=quick)
-    log(f"benchmarking {', '.join(suites)} on {device}{' (quick)' if quick else ''} → {path}")
     cases = list(suite_cases(suites, spec, ops=ops))
     if not cases:
         known = sorted({c.op for c in suite_cases(suites, spec)})
-        raise ConfigError(f"no case of {', '.join(suites)} runs op(s) {ops}; their ops: {', '.join(known)}")
-    r = run_sweep(
-        path, cases, device=device, resume=resume, threads=threads,
-        schedule=Schedule.for_run(quick=quick), progress=progress,
-    )  # fmt: skip
-    mine = [s for s in read_kernel_dataset([path]) if s.fingerprint == r.fingerprint and s.suite in suites]
-    per_suite: dict[str, dict[str, Any]] = {}
-    for name in suites:
-        rows = [s for s in mine if s.suite == name]
-        per_suite[name] = {"rows": len(rows), "written": r.per_suite.get(name, 0),
-                           "noise_floor": noise_floor(rows) if rows else None}  # fmt: skip
+        raise ConfigError(
+            f"no case of {', '.join(suites)} runs op(s) {ops}; their ops: {', '.join(known)}"
+        )
+    log(
+        f"benchmarking {len(cases)} cases of {', '.join(suites)} on {device}{' (quick)' if quick else ''} → {path}"
+    )
+    r = run_sweep(path, cases, device=device, resume=resume, threads=threads,
+                  schedule=Schedule.for_run(quick=quick), progress=progress)  # fmt: skip
+    mine = [
+        x
+        for x in iter_rows(path)
+        if x.get("fingerprint") == r.fingerprint and x.get("suite") in suites
+    ]
+    per_suite = {
+        name: {"rows": len(rows), "written": r.per_suite.get(name, 0), "noise_floor": noise_floor(rows)}
+        for name in suites
+        for rows in [[x for x in mine if x["suite"] == name]]
+    }  # fmt: skip
+    device_spec = None
+    if "roofline" in suites:
+        device_spec = path.with_suffix(".device.yaml")
+        write_device_yaml(measured_device(mine, fingerprint=r.fingerprint), device_spec)
     return {
         "dataset": str(r.dataset), "samples": r.samples, "skipped_existing": r.skipped,
         "device": r.device, "fingerprint": r.fingerprint, "wall_s": round(r.wall_s, 1),
-        "rows": len(mine), "noise_floor": noise_floor(mine) if mine else None,
-        "suites": per_suite, "roofline": roofline_peaks(mine) if "roofline" in suites else None,
+        "rows": len(mine), "noise_floor": noise_floor(mine), "suites": per_suite,
+        "roofline": roofline_peaks(mine) if "roofline" in suites else None,
+        "device_spec": str(device_spec) if device_spec else None,
         "failed": [{"key": k, "error": e} for k, e in r.failed],
     }  # fmt: skip
 
@@ -96,7 +108,11 @@ def _table(doc: dict[str, Any]) -> None:
     if roof and (roof["flops_per_s"] or roof["bandwidth_Bps"]):
         peaks = ", ".join(f"{d} {v / 1e9:.1f} GFLOP/s" for d, v in roof["flops_per_s"].items())
         bw = roof["bandwidth_Bps"]
-        log(f"roofline: {peaks or 'no FLOP/s probe'}; {f'{bw / 1e9:.1f} GB/s' if bw else 'no bandwidth probe'}")
+        log(
+            f"roofline: {peaks or 'no FLOP/s probe'}; {f'{bw / 1e9:.1f} GB/s' if bw else 'no bandwidth probe'}"
+        )
+    if doc.get("device_spec"):
+        log(f"device file for `trainsim fit --device`: {doc['device_spec']}")
     if doc["failed"]:
         log(f"{len(doc['failed'])} case(s) failed (retried on the next run), first: "
             f"{doc['failed'][0]['key']}: {doc['failed'][0]['error']}")  # fmt: skip
@@ -105,17 +121,28 @@ def _table(doc: dict[str, Any]) -> None:
 @app.command()
 def bench(
     suites: list[str] | None = typer.Argument(
-        None, help="Suites: comm, or kernel suites (gemm, attention, norm, softmax, elementwise, "
+        None,
+        help="Suites: comm, or kernel suites (gemm, attention, norm, softmax, elementwise, "
         "embedding, memory, index, conv, optimizer, roofline); all kernel suites when omitted.",
     ),
     dataset: Path | None = typer.Option(
-        None, "--dataset", help="Dataset file (JSONL, appended; resumable). Default bench/kernels-DEVICE.jsonl or bench/comm.jsonl.",
+        None,
+        "--dataset",
+        help="Dataset file (JSONL, appended; resumable). Default bench/kernels-DEVICE.jsonl or bench/comm.jsonl.",
     ),
     device: str = typer.Option("cpu", help="cpu or cuda (CUDA kernels are timed with events)."),
-    quick: bool = typer.Option(False, "--quick", help="Fewer shapes and repeats (a CPU run takes minutes)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip rows already in the dataset."),
-    threads: int | None = typer.Option(None, help="torch intra-op threads for kernel suites (default: torch's)."),
-    ops: list[str] = typer.Option([], "--op", help="Only these ops of the kernel suites (repeatable), e.g. --op mm."),
+    quick: bool = typer.Option(
+        False, "--quick", help="Fewer shapes and repeats (a CPU run takes minutes)."
+    ),
+    resume: bool = typer.Option(
+        True, "--resume/--no-resume", help="Skip rows already in the dataset."
+    ),
+    threads: int | None = typer.Option(
+        None, help="torch intra-op threads for kernel suites (default: torch's)."
+    ),
+    ops: list[str] = typer.Option(
+        [], "--op", help="Only these ops of the kernel suites (repeatable), e.g. --op mm."
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
     nproc: int = typer.Option(2, help="Ranks for the comm suite (ignored under torchrun)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
@@ -123,11 +150,15 @@ def bench(
     """Benchmark kernels (and, as suite `comm`, collectives) into a dataset for `trainsim fit`."""
     from trainsim.errors import ConfigError
 
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
     names = list(suites or _suite_names())
     known = {*_suite_names(), COMM_SUITE}
     unknown = [s for s in names if s not in known]
     if unknown:
-        raise ConfigError(f"unknown bench suite(s) {unknown}; available: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"unknown bench suite(s) {unknown}; available: {', '.join(sorted(known))}"
+        )
     if COMM_SUITE in names and len(names) > 1:
         raise ConfigError(
             "the comm suite writes its own dataset format; run `trainsim bench comm` separately from kernel suites"
@@ -137,7 +168,9 @@ def bench(
         if fmt is Format.JSON:
             emit_json(doc)
             return
-        log(f"wrote {doc['samples']} rows to {doc['dataset']} ({doc['skipped_existing']} already there); device {doc['device']}")
+        log(
+            f"wrote {doc['samples']} rows to {doc['dataset']} ({doc['skipped_existing']} already there); device {doc['device']}"
+        )
         if doc["unsupported"]:
             log(f"backend refused: {', '.join(doc['unsupported'])}")
         return

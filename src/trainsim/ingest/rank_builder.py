@@ -306,6 +306,10 @@ class RankBuilder:
         fam = classify_kernel(g.name, g.cat, op_name)
         a = g.args
         features: dict[str, int | float | str] = {"correlation": a.correlation or 0} if a else {}
+        if rt.name != "cudaLaunchKernel":
+            # Graph launches (cudaGraphLaunch/hipGraphLaunch) replay many recorded kernels from
+            # one call; the simulator schedules those from the graph, not from the call.
+            features["launch_api"] = rt.name
         if a is not None:
             if a.bytes is not None:
                 features["bytes"] = a.bytes

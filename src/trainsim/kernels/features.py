@@ -175,6 +175,14 @@ def _scores_softmax(x: Arrays, eb: int) -> Arrays:
             **_elementwise(rows * x["l"], eb, reads=1, writes=1, flops_per=5)}  # fmt: skip
 
 
+def _fused_softmax(x: Arrays, eb: int) -> Arrays:
+    """Megatron's fused upper-triangular softmax sizes each warp's work by the next power of
+    two of the row length (``log2_ceil`` in its kernel), so ``cols_padded`` drives the time."""
+    out = _scores_softmax(x, eb)
+    padded = np.exp2(np.ceil(np.log2(out["cols"])))
+    return {**out, "cols_padded": padded, "numel_padded": out["rows"] * padded}
+
+
 def _rows_cols(cols_of: Callable[[Arrays], np.ndarray], **kw: float) -> Callable[[Arrays, int], Arrays]:  # fmt: skip
     def derive(x: Arrays, eb: int) -> Arrays:
         rows, cols = x["b"] * x["l"], cols_of(x)
@@ -241,7 +249,7 @@ def _generic_attention(x: Arrays, eb: int) -> Arrays:
 # --- the table ------------------------------------------------------------------------------
 
 _LIN = {"mp": -1, "b": 1, "l": 1, "dim": 1}
-_ATT = {"mp": -1, "b": 1, "h": 0, "l": 1, "dim": 1}
+_ATT = {"mp": -1, "b": 1, "h": 0, "l": 1, "dim": 0}
 _BLD = {"b": 1, "l": 1, "dim": 1}
 _EX_LIN = {"mp": 2.0, "b": 4.0, "l": 2048.0, "dim": 4096.0}
 _EX_ATT = {"mp": 2.0, "b": 4.0, "h": 32.0, "l": 2048.0, "dim": 4096.0}
@@ -266,7 +274,7 @@ _register(OpSpec("flash_atten", F.ATTENTION, _ATT, _flash, _EX_ATT))
 _register(OpSpec("softmax", F.SOFTMAX, {"mp": -1, "b": 1, "h": 1, "l": 1}, _scores_softmax,
                  {"mp": 2.0, "b": 4.0, "h": 32.0, "l": 2048.0}))  # fmt: skip
 _register(OpSpec("ScaledUpperTriangMaskedSoftmax", F.SOFTMAX, {"mp": -1, "b": 1, "h": 1, "l": 1},
-                 _scores_softmax, {"mp": 1.0, "b": 4.0, "h": 32.0, "l": 2048.0}, {"mp": 1.0},
+                 _fused_softmax, {"mp": 1.0, "b": 4.0, "h": 32.0, "l": 2048.0}, {"mp": 1.0},
                  note="Megatron's fused causal softmax"))  # fmt: skip
 _register(OpSpec("RoPE", F.ELEMENTWISE, _ATT, _rope, _EX_ATT))
 _register(OpSpec("layernorm", F.NORM, _BLD,
@@ -302,9 +310,12 @@ _register(OpSpec("attention", F.ATTENTION, {"batch": 1, "heads": 1, "seq_len": 1
 _register(OpSpec("elementwise", F.ELEMENTWISE, {"numel": 1},
                  lambda x, eb: _elementwise(x["numel"], eb, reads=2, writes=1, flops_per=1),
                  {"numel": 2.0**24}, note="Approximation: two inputs, one output"))  # fmt: skip
-_register(OpSpec("embedding_bag", F.EMBEDDING_FWD, {"B": 1, "E": 0, "T": 1, "L": 1, "D": 1},
+_register(OpSpec("embedding_bag", F.EMBEDDING_FWD, {"B": 0, "E": 0, "T": 1, "L": 1, "D": 1},
                  _embedding_bag, {"B": 2048.0, "E": 1e6, "T": 8.0, "L": 32.0, "D": 128.0},
-                 bwd_family=F.EMBEDDING_BWD, note="batched embedding-bag (FBGEMM TBE)"))  # fmt: skip
+                 bwd_family=F.EMBEDDING_BWD,
+                 note="batched embedding-bag (FBGEMM TBE). No claim in B: in 002's L2 model a larger "
+                      "batch leaves fewer tables sharing the L2 and can raise the hit rate enough to "
+                      "outweigh the extra lookups"))  # fmt: skip
 _register(OpSpec("memcpy", F.MEMCPY, {"bytes": 1},
                  lambda x, eb: {"flops": np.zeros_like(x["bytes"]), "bytes": 2.0 * x["bytes"]},
                  {"bytes": 2.0**26}, note="a device-to-device copy reads and writes each byte"))  # fmt: skip

@@ -47,7 +47,7 @@ from trainsim.kernels.features import (
     op_spec,
     roofline_s,
 )
-from trainsim.kernels.learned import DEFAULT_KINDS, Config, configs, fit_poly, kind, size_bytes
+from trainsim.kernels.learned import DEFAULT_KINDS, Config, configs, fit_poly, kind, kind_columns, size_bytes
 from trainsim.kernels.roofline import EfficiencyCurve, RooflineModel, fit_efficiency
 from trainsim.kernels.samples import EntryKey, KernelDataset, heldout_rows
 
@@ -186,13 +186,15 @@ def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str
     out: list[Candidate] = []
     for kname in kinds:
         k = kind(kname)
+        idx = kind_columns(k, cols)
+        kx, kcols, ksigns = x[:, idx], [cols[i] for i in idx], [signs[i] for i in idx]
         for cfg in configs(k, grid):
             try:
-                reg = k.fit(x[fit_rows], y[fit_rows], signs, {**cfg, **({"n_jobs": n_jobs} if k.monotone else {})}, seed)
+                reg = k.fit(kx[fit_rows], y[fit_rows], ksigns, {**cfg, **({"n_jobs": n_jobs} if k.monotone else {})}, seed)
             except (ValueError, np.linalg.LinAlgError) as e:
                 out.append(Candidate(kname, cfg, math.inf, 0, f"fit failed: {e}"))
                 continue
-            entry = _entry(key, family, kname, cfg, cols, reg, inputs, fit_rows)
+            entry = _entry(key, family, kname, cfg, kcols, reg, inputs, fit_rows)
             pred, _ = entry.predict(_take(inputs, val_rows), device)
             score = mape_pct(pred, np.exp2(y[val_rows]))
             why = ""
@@ -250,6 +252,8 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     if chosen is not None:
         k = kind(chosen.kind)
         extra = {"n_jobs": n_jobs} if k.monotone else {}
+        idx = kind_columns(k, cols)
+        cols, signs, x = [cols[i] for i in idx], [signs[i] for i in idx], x[:, idx]
         reg = k.fit(x[train], y[train], signs, {**chosen.config, **extra}, seed)
         trained = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, train)
         if test_rows.size:

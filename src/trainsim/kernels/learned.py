@@ -12,8 +12,8 @@ kind              what, and its search space (``grid="quick"`` default / ``grid=
 ``mlp``           multi-layer perceptron, ReLU, MSE on standardized log features and log time
                   (002 §4.3.2.2); paper grid: Table 4.2 (3–7 layers x 128–1024 neurons x
                   Adam/SGD x 7 learning rates, SGD's rate x10)
-``poly``          ridge regression on a degree-2/3 polynomial of the standardized log features:
-                  a smooth power law with interactions (tiny; extrapolates gently)
+``poly``          ridge regression on a degree-2/3 polynomial of the standardized log2 inputs
+                  and roofline time: a smooth power law with interactions (tiny)
 ================  ==========================================================================
 
 Every kind fits ``(X, y, signs, config, seed)`` and returns a *portable* predictor (numpy
@@ -202,7 +202,7 @@ class Kind:
     quick: tuple[Config, ...]
     paper: tuple[Config, ...]
     monotone: bool  # honours monotone constraints by construction
-    max_rows_per_column: int = 0  # 0: any; poly's term count grows fast with columns
+    inputs_only: bool = False  # reads only the op's inputs (log2) and the roofline time
 
 
 KINDS: dict[str, Kind] = {}
@@ -215,13 +215,13 @@ def _register(k: Kind) -> None:
 
 
 _register(Kind("xgboost", fit_xgboost, TreeEnsemble.from_arrays,
-               _grid(n_estimators=[300], learning_rate=[0.1], max_depth=[4, 6], subsample=[0.8],
+               _grid(n_estimators=[300], learning_rate=[0.1], max_depth=[6], subsample=[0.8],
                      colsample_bytree=[0.8], min_child_weight=[1]),
                _grid(n_estimators=[100, 200, 300], learning_rate=[0.1, 0.2], max_depth=[3, 6, 9],
                      min_child_weight=[1, 5, 10], gamma=[0, 0.1, 0.2], subsample=[0.8, 1.0],
                      colsample_bytree=[0.8, 1.0]), monotone=True))  # fmt: skip
 _register(Kind("lightgbm", fit_lightgbm, TreeEnsemble.from_arrays,
-               _grid(n_estimators=[300], learning_rate=[0.1], num_leaves=[15, 31], min_child_samples=[5],
+               _grid(n_estimators=[300], learning_rate=[0.1], num_leaves=[31], min_child_samples=[5],
                      subsample=[0.8], subsample_freq=[1], colsample_bytree=[0.8]),
                _grid(n_estimators=[200, 400], learning_rate=[0.05, 0.1, 0.2], num_leaves=[15, 31, 63],
                      min_child_samples=[5, 10, 20], subsample=[0.8, 1.0], subsample_freq=[1],
@@ -236,7 +236,7 @@ _register(Kind("mlp", fit_mlp, MLPNet.from_arrays,
                      learning_rate=[1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2]), monotone=False))  # fmt: skip
 _register(Kind("poly", fit_poly, PolyRidge.from_arrays,
                _grid(degree=[2, 3], alpha=[1e-6, 1e-4]), _grid(degree=[1, 2, 3], alpha=[1e-6, 1e-4, 1e-2]),
-               monotone=False))  # fmt: skip
+               monotone=False, inputs_only=True))  # fmt: skip
 
 DEFAULT_KINDS: tuple[str, ...] = ("xgboost", "lightgbm", "rforest", "poly")
 GRIDS = ("quick", "paper")
@@ -257,3 +257,8 @@ def configs(k: Kind, grid: str) -> tuple[Config, ...]:
 
 def size_bytes(p: Portable) -> int:
     return sum(int(a.nbytes) for a in p.to_arrays()[1].values())
+
+
+def kind_columns(k: Kind, cols: list[str]) -> list[int]:
+    """Indices of the columns kind ``k`` reads."""
+    return [i for i, c in enumerate(cols) if not k.inputs_only or c.startswith("in:") or c == "roofline_s"]

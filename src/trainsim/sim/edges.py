@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,7 +39,7 @@ def thread_edges(rp: RankProgram, *, infer: bool) -> list[Preds]:
     the delay is None for ``Op.deps`` edges (no delay). Most ops have none: ``()``."""
     ops = rp.ops
     out: dict[int, list[tuple[int, float | None]]] = {}
-    if any(op.deps for op in ops):
+    if any(map(attrgetter("deps"), ops)):
         index = {op.id: i for i, op in enumerate(ops)}
         for oi, op in enumerate(ops):
             for d in op.deps:

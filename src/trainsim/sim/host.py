@@ -1,4 +1,5 @@
-"""CPU-side timing of one op for the simulator: T1–T5 gaps (002 §4.3.3, Fig. 4.6, Alg. 3).
+"""The host side of an op for the simulator: its runtime calls, and the T1–T5 statistics
+that time them (002 §4.3.3, Fig. 4.6, Alg. 3).
 
 - ``TRACE``: the measured gaps of this trace (op start relative to the previous op's end on its
   thread, runtime calls at their measured offsets, measured call durations);
@@ -6,13 +7,13 @@
   T1 before the op, T2 before its first runtime call, T4 per call, T5 between calls, T3 after
   the last one; an op without runtime calls takes its mean CPU duration.
 
-A runtime call is a kernel launch (kernels launched by one call share it) or a sync call.
+A runtime call is a kernel launch (kernels launched by one call share it: a CUDA/HIP graph)
+or a sync call. ``timings.py`` applies the gaps to every op at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from operator import itemgetter
 
 from trainsim.errors import ConfigError
@@ -101,18 +102,9 @@ def op_calls(op: Op, *, timed: bool, counter: list[int]) -> list[CallSpec]:
     return calls
 
 
-@dataclass(slots=True)
-class OpTiming:
-    """CPU timing parameters of one op (seconds)."""
-
-    t1_s: float  # before the op (after the previous op on its thread, or the thread's start)
-    gaps_s: list[float]  # before each call (T2 for the first, T5 between calls)
-    durations_s: list[float]  # each call's own duration (T4; for blocking calls: when not waiting)
-    tail_s: float  # T3 after the last call, or the whole CPU duration of an op without calls
-
-
 class HostModel:
-    """Produces :class:`OpTiming` for ops in one of the host modes.
+    """The T1–T5 statistics of one host mode, per op name (``timings.py`` applies them; in
+    ``TRACE`` mode it replays the measured gaps instead).
 
     Statistics come from ``db`` (``SHARED``, or ``STATS`` with a given database) or from
     ``means`` = (per op name (T1, T2, T3, T4, T5, CPU), global means) of the workload itself.
@@ -171,51 +163,3 @@ class HostModel:
         no better: one-time costs (a first launch loading a code module) dominate it.
         """
         return self._blocking_s
-
-    def timing(
-        self,
-        op: Op,
-        call_starts: Sequence[float | None],
-        call_durations: Sequence[float | None],
-        anchor_s: float | None,
-        *,
-        first: bool,
-    ) -> OpTiming:
-        """``call_starts``/``call_durations``: the measured times of the op's runtime calls;
-        ``anchor_s``: measured end of the previous op on the thread (or the thread's start);
-        ``first``: the op starts its thread (nothing precedes it in the step)."""
-        if self.mode is HostMode.TRACE:
-            return self._measured(op, call_starts, call_durations, anchor_s)
-        t1, t2, t3, t4, t5, cpu = self.op_stats(op.name)
-        if first and self.entry_gap_s is not None:
-            t1 = self.entry_gap_s
-        n = len(call_starts)
-        if not n:
-            return OpTiming(t1, [], [], cpu)
-        return OpTiming(t1, [t2] + [t5] * (n - 1), [t4] * n, t3)
-
-    @staticmethod
-    def _measured(
-        op: Op,
-        call_starts: Sequence[float | None],
-        call_durations: Sequence[float | None],
-        anchor_s: float | None,
-    ) -> OpTiming:
-        if op.start_s is None or op.duration_s is None or anchor_s is None:
-            raise ConfigError(
-                f"op {op.id} ({op.name}) has no measured CPU time: host mode 'trace' replays "
-                "measured gaps; use 'stats' or 'shared' for built workloads"
-            )
-        gaps: list[float] = []
-        durs: list[float] = []
-        prev = op.start_s
-        for cs, cd in zip(call_starts, call_durations, strict=True):
-            if cs is None or cd is None:
-                raise ConfigError(
-                    f"op {op.id} ({op.name}): a runtime call has no measured time; "
-                    "use host mode 'stats'"
-                )
-            gaps.append(cs - prev)
-            durs.append(cd)
-            prev = max(prev, cs + cd)
-        return OpTiming(op.start_s - anchor_s, gaps, durs, op.start_s + op.duration_s - prev)

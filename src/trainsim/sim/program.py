@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -192,9 +194,9 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
     cpu_start = float(cpu_start if cpu_start is not None else (first if first is not None else 0.0))
     step_start = float(rg.step_start_s if rg.step_start_s is not None else cpu_start)
     rp = RankProgram(graph=rg, cpu_start_s=cpu_start, step_start_s=step_start, ops=list(rg.ops))
-    timed = None not in [k.launch_start_s for o in rg.ops for k in o.kernels] and None not in [
-        s.start_s for o in rg.ops for s in o.syncs
-    ]
+    timed = _all_known(rg.ops, "kernels", "launch_start_s") and _all_known(
+        rg.ops, "syncs", "start_s"
+    )
     kernel_op, copy_calls = _calls(rp, timed=timed)
     _durations(rp, kernel_op, reg, opts)
     n = len(rp.kernels)
@@ -218,6 +220,11 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
         intra_rank_rule(rp, keys)
     rp.op_preds = thread_edges(rp, infer=opts.thread_edges)
     return rp
+
+
+def _all_known(ops: list[Op] | tuple[Op, ...], items: str, time: str) -> bool:
+    """Every kernel (sync) of ``ops`` has a measured ``time`` (iterated in C: once per op)."""
+    return None not in map(attrgetter(time), chain.from_iterable(map(attrgetter(items), ops)))
 
 
 def _calls(rp: RankProgram, *, timed: bool) -> tuple[list[int], list[int]]:
@@ -250,10 +257,10 @@ def _calls(rp: RankProgram, *, timed: bool) -> tuple[list[int], list[int]]:
         ci = len(call_key)
         add_op_call0(ci)
         ks = op.kernels
-        if not op.syncs and (not timed or len(ks) == 1):  # the common case: a call per kernel
+        if not op.syncs and (not timed or len(ks) <= 1):  # the common case: a call per kernel
             for k in ks:
                 if timed:
-                    add_key(k.launch_start_s)
+                    add_key(k.launch_start_s)  # type: ignore[arg-type]  # timed: all known
                 else:
                     count += 1
                     add_key(float(count))
@@ -374,7 +381,7 @@ def _sync_edges(rp: RankProgram, idx: syncs.IssueIndex, copy_calls: list[int]) -
 
 def _dep_edges(rp: RankProgram, kernel_op: list[int]) -> None:
     """``Op.deps``: an op's kernels start after the last kernel (per stream) of each dep op."""
-    if not any(op.deps for op in rp.ops):
+    if not any(map(attrgetter("deps"), rp.ops)):
         return
     index = {op.id: i for i, op in enumerate(rp.ops)}
     last: dict[int, dict[int, int]] = {}

@@ -32,28 +32,33 @@ Samples = dict[str, list[list[float]]]
 
 def collect(rp: RankProgram, into: Samples, entry: list[float]) -> None:
     """Add one rank's samples to ``into`` (op name → kind index → seconds) and its threads'
-    step-entry gaps (CPU step start → first op without a predecessor) to ``entry``."""
+    step-entry gaps (CPU step start → first op without a predecessor) to ``entry``.
+
+    This loop runs once per op of every rank (``max(0, x)`` written out: it is hot)."""
     ops, blocks, call0, preds = rp.ops, rp.call_block, rp.op_call0, rp.op_preds
     c_start, c_dur = rp.call_start_m, rp.call_dur_m
     prev_end: dict[int, float] = {}
+    get_samples, get_prev = into.get, prev_end.get
     for oi, op in enumerate(ops):
         start, dur = op.start_s, op.duration_s
         if start is None or dur is None:
             continue
-        d = into.get(op.name)
+        d = get_samples(op.name)
         if d is None:
             d = into[op.name] = [[], [], [], [], [], []]
         thread = op.thread
-        pe = anchor = prev_end.get(thread)
+        pe = anchor = get_prev(thread)
         if preds[oi]:
             for src, _ in preds[oi]:
                 e = ops[src].end_s
                 if e is not None and (anchor is None or e > anchor):
                     anchor = e
         if anchor is None:
-            entry.append(max(0.0, start - rp.cpu_start_s))
+            x = start - rp.cpu_start_s
+            entry.append(x if x > 0.0 else 0.0)
         else:
-            d[T1].append(max(0.0, start - anchor))
+            x = start - anchor
+            d[T1].append(x if x > 0.0 else 0.0)
         end = start + dur
         prev_end[thread] = end if pe is None or end > pe else pe
         c0, c1 = call0[oi], call0[oi + 1]
@@ -66,15 +71,14 @@ def collect(rp: RankProgram, into: Samples, entry: list[float]) -> None:
             s, cd = c_start[ci], c_dur[ci]
             if s is None or cd is None:
                 break
-            if ci == c0:
-                d[T2].append(max(0.0, s - start))
-            else:
-                t5.append(max(0.0, s - last))
+            x = s - (start if ci == c0 else last)
+            (d[T2] if ci == c0 else t5).append(x if x > 0.0 else 0.0)
             if blocks[ci] is None:
                 t4.append(cd)
             last = max(last, s + cd)
         else:
-            d[T3].append(max(0.0, end - last))
+            x = end - last
+            d[T3].append(x if x > 0.0 else 0.0)
 
 
 def self_overheads(ranks: list[RankProgram], *, filtered: bool) -> OverheadDB:

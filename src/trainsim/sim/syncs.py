@@ -20,8 +20,6 @@ import bisect
 from collections import Counter
 from collections.abc import Callable
 
-import numpy as np
-
 from trainsim.ir.graph import Kernel, SyncPoint
 from trainsim.ir.kinds import SyncKind
 
@@ -75,12 +73,16 @@ class IssueIndex:
 
     def _grouped(self, group: list[int]) -> dict[int, list[int]]:
         """Ranks of each group's kernels (``group``: per kernel), ascending; groups in the
-        order of their first kernel's rank (vectorised: this runs for every rank with syncs
-        to resolve, and there are few groups: streams, threads)."""
-        order = self._ranked()[0]
-        by_rank = np.fromiter((group[i] for i in order), dtype=np.int64, count=len(order))
-        values, first = np.unique(by_rank, return_index=True)
-        return {int(v): np.flatnonzero(by_rank == v).tolist() for v in values[np.argsort(first)]}
+        order of their first kernel's rank."""
+        out: dict[int, list[int]] = {}
+        for r, i in enumerate(self._ranked()[0]):
+            g = group[i]
+            got = out.get(g)
+            if got is None:
+                out[g] = [r]
+            else:
+                got.append(r)
+        return out
 
     def _streams(self) -> dict[int, list[int]]:
         if self._stream is None:

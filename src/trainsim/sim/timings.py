@@ -5,6 +5,12 @@ Launch latency and kernel-kernel gap: with measured kernels, their medians over 
 (launch-bound kernels: start − runtime-call end; stream-bound kernels: start − readiness), per
 class (memory copies vs. kernels); ``TRACE`` host mode keeps each kernel's own measured value
 where it decided the start. Without measurements, 002 Alg. 3's T4/2 and 1 µs.
+
+CUDA/HIP graphs (``graph_kernels``): one runtime call launches all of a graph's nodes, which
+run as one unit on its stream, and a trace records only some of them. Each recorded node keeps
+its measured delay beyond what its launch and stream allow (``RankProgram.k_hold``): time the
+graph spent in nodes the trace does not show, replayed in every host mode as measured device
+time, like a kernel's duration. Graph nodes are not launch-latency or gap samples.
 """
 
 from __future__ import annotations
@@ -51,9 +57,9 @@ def fill_timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
 
 
 def _trace_timings(rp: RankProgram) -> None:
-    """``HostModel.timing`` in ``TRACE`` mode inlined (once per op of every rank): each op at
-    its measured offset after the previous op of its thread, calls at their measured offsets
-    with their measured durations, the measured tail after the last call."""
+    """``TRACE`` host gaps (this loop runs once per op of every rank): each op at its measured
+    offset after the previous op of its thread, calls at their measured offsets with their
+    measured durations, the measured tail after the last call."""
     ops, call0, c_start, c_dur = rp.ops, rp.op_call0, rp.call_start_m, rp.call_dur_m
     t1s, tails, gaps, durs = rp.op_t1, rp.op_tail, rp.call_gap, rp.call_dur
     anchor: dict[int, float] = {}
@@ -83,9 +89,10 @@ def _trace_timings(rp: RankProgram) -> None:
 
 
 def _stat_timings(rp: RankProgram, host: HostModel) -> None:
-    """``HostModel.timing`` inlined (this loop runs once per op of every rank): T1 before each
-    op (a thread's first op: the step-entry gap), T2 before its first call, T5 between calls,
-    T4 per call, T3 after the last one (its CPU time when it has no calls)."""
+    """``STATS``/``SHARED`` host gaps from the ``HostModel`` (this loop runs once per op of
+    every rank): T1 before each op (a thread's first op: the step-entry gap), T2 before its
+    first call, T5 between calls, T4 per call, T3 after the last one (its CPU time when it has
+    no calls)."""
     ops, call0, preds = rp.ops, rp.op_call0, rp.op_preds
     entry = host.entry_gap_s
     stats, cached = host.op_stats, host.cached_stats

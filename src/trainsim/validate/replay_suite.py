@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from trainsim.errors import TrainsimError
 from trainsim.sim.options import HostMode, KernelSource
+from trainsim.validate.registry import error_summary
 
 if TYPE_CHECKING:
     from trainsim.sim.unexplained import Explanation
-from trainsim.validate.registry import error_summary
 
 TARGET_PCT = 5.0  # the suite's error target: |error| <= 5 % of the measured step
 

@@ -26,19 +26,34 @@ Params = dict[str, Any]
 
 
 class Phase(StrEnum):
-    FWD = "fwd"  # the op itself (optimizer steps and probes too)
+    """The pass timed; the values are :class:`trainsim.kernels.features.Phase`'s."""
+
+    FWD = "fwd"  # the op itself (probes too)
     BWD = "bwd"  # the gradients of its differentiable inputs
+    STEP = "step"  # one optimizer update
 
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_LABEL = {
+    "float32": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+}  # as kernel models name them
 
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One measurement: an op at one shape, phase and dtype, and how to build its timed call."""
+    """One measurement: an op at one shape, phase and dtype, and how to build its timed call.
+
+    ``op`` is the torch call benchmarked (``mm``, ``addmm``...); ``model_op`` and ``features``
+    are the operator of :data:`trainsim.kernels.features.OPS` whose model the row calibrates
+    and that operator's inputs (``gemm`` with ``batch, m, n, k`` for all four GEMM calls).
+    """
 
     suite: str
     op: str
+    model_op: str
+    features: tuple[tuple[str, float], ...]
     family: KernelFamily
     phase: Phase
     dtype: str
@@ -83,7 +98,7 @@ class SweepSpec:
         return 100e12 if self.cuda else 60e9
 
     @property
-    def bandwidth_Bps(self) -> float:
+    def bandwidth_Bps(self) -> float:  # noqa: N802 - unit in the name (STYLE.md)
         return 1e12 if self.cuda else 5e9
 
     @property
@@ -117,8 +132,8 @@ class LogRange:
     def draw(self, rng: Any) -> int:
         v = math.exp(rng.uniform(math.log(self.lo), math.log(self.hi)))
         if v >= 4 * self.align:
-            return int(round(v / self.align)) * self.align
-        return max(self.lo, int(round(v)))
+            return round(v / self.align) * self.align
+        return max(self.lo, round(v))
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +187,7 @@ def randn(shape: Sequence[int], *, dtype: str, device: Any, grad: bool = False) 
     return torch.randn(*shape, dtype=torch_dtype(dtype), device=device, requires_grad=grad)
 
 
-def autograd_call(
-    phase: Phase, forward: Callable[..., Any], inputs: Sequence[Any]
-) -> Timed:
+def autograd_call(phase: Phase, forward: Callable[..., Any], inputs: Sequence[Any]) -> Timed:
     """The forward call (grad mode on, as in training), or the backward of one forward output.
 
     Backward times ``torch.autograd.grad`` of the retained graph with a fixed random gradient,
@@ -201,7 +214,8 @@ class Cost:
 
 @dataclass(frozen=True, slots=True)
 class OpSweep:
-    """How one op is swept: its shape space, cost and shapes per draw, and its timed call.
+    """How one op is swept: its shape space, cost and shapes per draw, and its timed call;
+    ``model_op`` and ``features(params)`` say which kernel-model operator the rows calibrate.
 
     ``cost(phase, params, dtype)``, ``shapes(params)``, ``build(phase, dtype, params, device)``;
     ``valid(params)`` rejects draws the op cannot take (before the cost check); ``derive(params)``
@@ -209,6 +223,8 @@ class OpSweep:
     """
 
     op: str
+    model_op: str
+    features: Callable[[Params], Mapping[str, float]]
     family: KernelFamily
     dims: Mapping[str, Dim]
     cost: Callable[[Phase, Params, str], Cost]
@@ -229,19 +245,27 @@ def expand(suite: str, ops: Sequence[OpSweep], spec: SweepSpec) -> Iterator[Case
         for phase in o.phases:
             for dtype in o.dtypes or spec.dtypes:
 
-                def accept(p: Params, o: OpSweep = o, phase: Phase = phase, dtype: str = dtype) -> bool:
+                def accept(
+                    p: Params, o: OpSweep = o, phase: Phase = phase, dtype: str = dtype
+                ) -> bool:
                     if o.valid is not None and not o.valid(p):
                         return False
                     c = o.cost(phase, {**p, **o.derive(p)} if o.derive else p, dtype)
-                    return spec.fits(flops=c.flops * o.slowdown, nbytes=c.bytes * o.slowdown,
-                                     alloc_bytes=c.alloc_bytes)
+                    return spec.fits(
+                        flops=c.flops * o.slowdown,
+                        nbytes=c.bytes * o.slowdown,
+                        alloc_bytes=c.alloc_bytes,
+                    )
 
                 seed = f"{suite}/{o.op}/{phase.value}/{dtype}"
-                for drawn in draw_params(seed=seed, n=spec.count(o.quick_cases), dims=o.dims, accept=accept):
+                for drawn in draw_params(
+                    seed=seed, n=spec.count(o.quick_cases), dims=o.dims, accept=accept
+                ):
                     p = {**drawn, **o.derive(drawn)} if o.derive else drawn
                     c = o.cost(phase, p, dtype)
                     yield Case(
-                        suite=suite, op=o.op, phase=phase, dtype=dtype,
+                        suite=suite, op=o.op, model_op=o.model_op, phase=phase, dtype=dtype,
+                        features=tuple(sorted((k, float(v)) for k, v in o.features(p).items())),
                         family=o.backward_family if phase is Phase.BWD and o.backward_family else o.family,
                         params=tuple(sorted(p.items())),
                         shapes=tuple(tuple(int(d) for d in s) for s in o.shapes(p)),
@@ -261,9 +285,11 @@ class Suite:
 
 __all__ = [
     "DTYPE_BYTES",
+    "DTYPE_LABEL",
     "Case",
     "Choice",
     "Cost",
+    "Dim",
     "LogRange",
     "OpSweep",
     "Phase",

@@ -48,18 +48,18 @@ def _cost(phase: Phase, p: Params, dtype: str) -> Cost:
 
 
 def _build(phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
-    import torch.nn.functional as F
+    import torch.nn.functional as nnf
 
     grad = phase is Phase.BWD
     x = randn((p["n"], p["c"], p["hw"], p["hw"]), dtype=dtype, device=device, grad=grad)
     w = randn((p["k"], p["c"], p["r"], p["r"]), dtype=dtype, device=device, grad=grad)
     pad, stride = p["r"] // 2, p["stride"]
-    return autograd_call(phase, lambda x, w: F.conv2d(x, w, stride=stride, padding=pad), [x, w])
+    return autograd_call(phase, lambda x, w: nnf.conv2d(x, w, stride=stride, padding=pad), [x, w])
 
 
 def cases(spec: SweepSpec) -> Iterator[Case]:
     conv = OpSweep(
-        op="conv2d", family=KernelFamily.CONV, cost=_cost, build=_build, quick_cases=32,
+        op="conv2d", model_op="conv2d", features=dict, family=KernelFamily.CONV, cost=_cost, build=_build, quick_cases=32,
         dims={"n": LogRange(1, 256, align=1), "c": LogRange(3, 1024), "k": LogRange(8, 1024),
               "hw": LogRange(4, 256, align=1), "r": Choice((1, 3, 5, 7)), "stride": Choice((1, 2))},
         valid=lambda p: p["hw"] >= p["r"],

@@ -3,7 +3,8 @@
 Parameters: ``B`` bags, ``L`` lookups per bag (fixed pooling), ``E`` table rows, ``D`` embedding
 dimension, ``hist`` the reuse-factor histogram the indices follow (:mod:`trainsim.bench.reuse`;
 default the published DLRM locality ``dlrm2022``; the full sweep adds ``uniform`` indices), and
-the derived ``unique_rows`` and ``mean_reuse`` (lookups per unique row). Backward is the sparse
+the derived ``unique_rows`` and ``mean_reuse`` (lookups per unique row). Kernel-model operator
+``embedding_bag`` with one table (``T = 1``); the reuse parameters stay in the row's ``params``. Backward is the sparse
 weight gradient (``sparse=True``, as DLRM trains its tables), not a dense E×D tensor.
 
 Approximation (002 §4.3.2.1, without L2): FLOPs are the pooling adds (B·L·D); bytes count every
@@ -23,6 +24,7 @@ from trainsim.bench.suites.base import (
     Case,
     Choice,
     Cost,
+    Dim,
     LogRange,
     OpSweep,
     Params,
@@ -66,7 +68,7 @@ def _cost(phase: Phase, p: Params, dtype: str) -> Cost:
 def _build(hist: ReuseHistogram | None, phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
     import numpy as np
     import torch
-    import torch.nn.functional as F
+    import torch.nn.functional as nnf
 
     n, e = p["B"] * p["L"], p["E"]
     idx = (np.random.default_rng(0).integers(0, e, n) if hist is None
@@ -74,21 +76,24 @@ def _build(hist: ReuseHistogram | None, phase: Phase, dtype: str, p: Params, dev
     indices = torch.from_numpy(idx).to(device)
     offsets = torch.arange(0, n, p["L"], device=device)
     # A constant table: filling is memset-fast, and values do not change the access pattern.
-    weight = torch.full((e, p["D"]), 0.01, dtype=torch_dtype(dtype), device=device, requires_grad=True)
+    weight = torch.full(
+        (e, p["D"]), 0.01, dtype=torch_dtype(dtype), device=device, requires_grad=True
+    )
     sparse = phase is Phase.BWD
     return autograd_call(
-        phase, lambda w: F.embedding_bag(indices, w, offsets, mode="sum", sparse=sparse), [weight]
+        phase, lambda w: nnf.embedding_bag(indices, w, offsets, mode="sum", sparse=sparse), [weight]
     )
 
 
 def _op(hist: ReuseHistogram | None, spec: SweepSpec) -> OpSweep:
-    dims = {
+    dims: dict[str, Dim] = {
         "B": LogRange(16, 1 << 15, align=1), "L": LogRange(1, 128, align=1),
         "E": LogRange(1000, 100_000_000 if spec.cuda else 10_000_000, align=1),
         "D": Choice((16, 32, 64, 128, 256)),
     }  # fmt: skip
     return OpSweep(
-        op="embedding_bag", family=KernelFamily.EMBEDDING_FWD, dims=dims, quick_cases=24,
+        op="embedding_bag", model_op="embedding_bag", family=KernelFamily.EMBEDDING_FWD, dims=dims,
+        quick_cases=24, features=lambda p: {"B": p["B"], "E": p["E"], "T": 1, "L": p["L"], "D": p["D"]},
         backward_family=KernelFamily.EMBEDDING_BWD,
         valid=lambda p: _unique(p, hist) <= p["E"], derive=lambda p: _derive(p, hist),
         cost=_cost, shapes=lambda p: [(p["E"], p["D"]), (p["B"] * p["L"],), (p["B"],)],

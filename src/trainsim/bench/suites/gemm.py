@@ -1,6 +1,7 @@
 """GEMM suite: ``mm``, ``addmm``, ``bmm`` and ``linear``, forward and backward.
 
-Parameters: ``m``, ``n``, ``k`` (``C[m, n] = A[m, k] · B[k, n]``) and ``b`` (bmm batch).
+Parameters: ``m``, ``n``, ``k`` (``C[m, n] = A[m, k] · B[k, n]``) and ``b`` (bmm batch). Every
+call calibrates the kernel-model operator ``gemm`` (``batch, m, n, k``).
 Approximation: FLOPs count the multiply-adds (2·m·n·k per product; backward computes dA and dB,
 twice that) plus the bias add/reduction; bytes count each operand read once and each result
 written once (no cache reuse, no workspace).
@@ -55,12 +56,17 @@ def _cost(op: str, phase: Phase, p: Params, dtype: str) -> Cost:
 
 def _build(op: str, phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
     import torch
-    import torch.nn.functional as F
+    import torch.nn.functional as nnf
 
-    forward = {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm, "linear": F.linear}[op]
+    forward: dict[str, Any] = {
+        "mm": torch.mm,
+        "addmm": torch.addmm,
+        "bmm": torch.bmm,
+        "linear": nnf.linear,
+    }
     grad = phase is Phase.BWD
     inputs = [randn(s, dtype=dtype, device=device, grad=grad) for s in _shapes(op, p)]
-    return autograd_call(phase, forward, inputs)
+    return autograd_call(phase, forward[op], inputs)
 
 
 def _op(op: str, hi: int) -> OpSweep:
@@ -68,7 +74,8 @@ def _op(op: str, hi: int) -> OpSweep:
     if op == "bmm":
         dims["b"] = LogRange(1, 512, align=1)
     return OpSweep(
-        op=op, family=KernelFamily.GEMM, dims=dims, quick_cases=24,
+        op=op, model_op="gemm", family=KernelFamily.GEMM, dims=dims, quick_cases=24,
+        features=lambda p: {"batch": p.get("b", 1), "m": p["m"], "n": p["n"], "k": p["k"]},
         cost=lambda phase, p, dtype: _cost(op, phase, p, dtype),
         shapes=lambda p: _shapes(op, p),
         build=lambda phase, dtype, p, device: _build(op, phase, dtype, p, device),

@@ -66,12 +66,13 @@ def _index_select(phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
 
 def cases(spec: SweepSpec) -> Iterator[Case]:
     tril = OpSweep(
-        op="tril", family=KernelFamily.INDEX, cost=_tril_cost, build=_tril, quick_cases=20,
+        op="tril", model_op="tril", features=lambda p: {"B": p["B"], "F": p["F"]},
+        family=KernelFamily.INDEX, cost=_tril_cost, build=_tril, quick_cases=20,
         dims={"B": LogRange(1, 1 << 15, align=1), "F": LogRange(3, 128, align=1)},
         shapes=lambda p: [(p["B"], p["F"], p["F"])],
     )  # fmt: skip
     select = OpSweep(
-        op="index_select", family=KernelFamily.INDEX, cost=_select_cost, build=_index_select,
+        op="index_select", model_op="index_select", features=dict, family=KernelFamily.INDEX, cost=_select_cost, build=_index_select,
         dims={"rows": LogRange(16, 1 << 22, align=1), "d": LogRange(1, 1024),
               "k": LogRange(1, 1 << 20, align=1)},
         shapes=lambda p: [(p["rows"], p["d"]), (p["k"],)], quick_cases=20,

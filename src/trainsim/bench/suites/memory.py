@@ -1,21 +1,22 @@
 """Memory suite: ``copy`` (same-device ``copy_``), ``concat`` and ``transpose``; on CUDA also
 ``h2d`` and ``d2h`` (pinned host memory, non-blocking).
 
-Parameters: copy ``n`` elements; concat ``parts`` tensors of ``rows`` × ``cols`` joined along
-``dim`` (0 or 1; DLRM concatenates features along 1); transpose ``b`` × ``m`` × ``n`` → swap of the
-last two axes made contiguous (the only permutation DLRM has, 002 §4.3.2). Bytes: every element
-read once and written once; no FLOPs. Forward only: their backward is the same kind of copy.
+Parameters: copy ``n`` float32 elements (kernel-model operator ``memcpy`` with ``bytes``);
+concat ``parts`` tensors of ``rows`` × ``cols`` joined along the columns (DLRM's feature concat;
+joining along rows is a plain copy); transpose ``b`` × ``m`` × ``n`` → swap of the last two axes
+made contiguous (the only permutation DLRM has, 002 §4.3.2). Bytes: every element read once and
+written once; no FLOPs. Forward only: their backward is the same kind of copy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from trainsim.bench.suites.base import (
     DTYPE_BYTES,
     Case,
-    Choice,
     Cost,
     LogRange,
     OpSweep,
@@ -70,7 +71,7 @@ def _concat(phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
     import torch
 
     parts = [randn((p["rows"], p["cols"]), dtype=dtype, device=device) for _ in range(p["parts"])]
-    return lambda: torch.cat(parts, dim=p["dim"])
+    return lambda: torch.cat(parts, dim=1)
 
 
 def _transpose(phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
@@ -82,25 +83,43 @@ def cases(spec: SweepSpec) -> Iterator[Case]:
     hi = 1 << 30 if spec.cuda else 1 << 26
     flat = {"n": LogRange(256, hi)}
 
-    def sweep(op: str, family: KernelFamily, dims: dict[str, Any], build: Any, n: int) -> OpSweep:
+    def sweep(op: str, model_op: str, family: KernelFamily, dims: dict[str, Any], *, build: Any,
+              n: int) -> OpSweep:  # fmt: skip
+        copy = model_op.startswith("memcpy")
         return OpSweep(
-            op=op, family=family, dims=dims, phases=_FWD, quick_cases=n, build=build,
+            op=op, model_op=model_op, family=family, dims=dims, phases=_FWD, quick_cases=n,
+            build=build, dtypes=("float32",) if copy else None,
+            features=(lambda p: {"bytes": 4 * p["n"]}) if copy else dict,
             cost=lambda phase, p, dtype: _cost(op, p, dtype), shapes=lambda p: _shapes(op, p),
         )  # fmt: skip
 
     ops = [
-        sweep("copy", KernelFamily.MEMCPY, flat, _copy, 20),
-        sweep("concat", KernelFamily.INDEX, {
+        sweep("copy", "memcpy", KernelFamily.MEMCPY, flat, build=_copy, n=20),
+        sweep("concat", "concat", KernelFamily.INDEX, {
             "parts": LogRange(2, 64, align=1), "rows": LogRange(1, 1 << 16, align=1),
-            "cols": LogRange(1, 4096), "dim": Choice((0, 1))}, _concat, 24),
-        sweep("transpose", KernelFamily.ELEMENTWISE, {
+            "cols": LogRange(1, 4096)}, build=_concat, n=24),
+        sweep("transpose", "transpose", KernelFamily.ELEMENTWISE, {
             "b": LogRange(1, 1024, align=1), "m": LogRange(8, 4096), "n": LogRange(8, 4096)},
-            _transpose, 24),
+            build=_transpose, n=24),
     ]  # fmt: skip
     if spec.cuda:
         ops += [
-            sweep("h2d", KernelFamily.MEMCPY, flat, lambda *a: _host_copy(True, *a), 16),
-            sweep("d2h", KernelFamily.MEMCPY, flat, lambda *a: _host_copy(False, *a), 16),
+            sweep(
+                "h2d",
+                "memcpy_h2d",
+                KernelFamily.MEMCPY,
+                flat,
+                build=partial(_host_copy, True),
+                n=16,
+            ),
+            sweep(
+                "d2h",
+                "memcpy_d2h",
+                KernelFamily.MEMCPY,
+                flat,
+                build=partial(_host_copy, False),
+                n=16,
+            ),
         ]
     return expand(NAME, ops, spec)
 

@@ -54,7 +54,8 @@ def _build(op: str, p: Params, device: Any) -> Timed:
 
 def _op(op: str, hi: int) -> OpSweep:
     return OpSweep(
-        op=op, family=KernelFamily.OPTIMIZER, phases=(Phase.FWD,), dtypes=("float32",),
+        op=op, model_op=op, family=KernelFamily.OPTIMIZER, phases=(Phase.STEP,), dtypes=("float32",),
+        features=lambda p: {"params": p["numel"], "tensors": p["tensors"]},
         dims={"numel": LogRange(1 << 12, hi), "tensors": LogRange(1, 512, align=1)},
         valid=lambda p: p["numel"] >= 8 * p["tensors"], quick_cases=20, slowdown=_OPS[op][3],
         cost=lambda phase, p, dtype: _cost(op, p),

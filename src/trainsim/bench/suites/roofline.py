@@ -9,7 +9,7 @@ runs, so they are also ordinary samples of that family.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from trainsim.bench.suites.base import (
@@ -38,6 +38,12 @@ _STREAM = {
     "stream_triad": (KernelFamily.ELEMENTWISE, 3),
     "stream_read": (KernelFamily.REDUCTION, 1),
 }
+# probe -> (kernel-model operator, its inputs)
+_MODEL_OP = {
+    "stream_copy": ("memcpy", lambda p: {"bytes": 4 * p["n"]}),
+    "stream_triad": ("elementwise", lambda p: {"numel": p["n"]}),
+    "stream_read": ("sum", lambda p: {"numel": p["n"]}),
+}
 
 
 def _mm(phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
@@ -57,13 +63,14 @@ def _stream(op: str, phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
         return lambda: a.copy_(b)
     if op == "stream_triad":
         return lambda: torch.add(b, c, alpha=2.0, out=a)
-    return lambda: b.sum()
+    return b.sum
 
 
 def _stream_op(op: str, lo: int, hi: int) -> OpSweep:
     family, tensors = _STREAM[op]
+    model_op, features = _MODEL_OP[op]
     return OpSweep(
-        op=op, family=family, dims={"n": LogRange(lo, hi)}, phases=_FWD, dtypes=("float32",),
+        op=op, model_op=model_op, features=features, family=family, dims={"n": LogRange(lo, hi)}, phases=_FWD, dtypes=("float32",),
         quick_cases=4, shapes=lambda p: [(p["n"],)] * tensors,
         cost=lambda phase, p, dtype: Cost(flops=float(p["n"] * (tensors - 1)),
                                           bytes=float(tensors * DTYPE_BYTES[dtype] * p["n"])),
@@ -73,7 +80,8 @@ def _stream_op(op: str, lo: int, hi: int) -> OpSweep:
 
 def cases(spec: SweepSpec) -> Iterator[Case]:
     mm = OpSweep(
-        op="peak_mm", family=KernelFamily.GEMM, phases=_FWD, quick_cases=4, build=_mm,
+        op="peak_mm", model_op="gemm", family=KernelFamily.GEMM,
+        features=lambda p: {"batch": 1, "m": p["n"], "n": p["n"], "k": p["n"]}, phases=_FWD, quick_cases=4, build=_mm,
         slowdown=0.15,  # a large square mm runs near peak: allow ~7x the conservative budget
         dims={"n": Choice((2048, 4096, 6144, 8192, 12288, 16384) if spec.cuda
                           else (512, 768, 1024, 1536, 2048, 3072, 4096))},
@@ -86,20 +94,20 @@ def cases(spec: SweepSpec) -> Iterator[Case]:
     return expand(NAME, [mm, *(_stream_op(op, lo, hi) for op in _STREAM)], spec)
 
 
-def roofline_peaks(samples: Iterable[Any]) -> dict[str, Any]:
-    """Measured peaks from roofline rows (:class:`~trainsim.bench.dataset.KernelSample`):
-    ``{"flops_per_s": {dtype: best}, "bandwidth_Bps": best, "device": name}``."""
+def roofline_peaks(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Measured peaks from a dataset's roofline rows (dicts as written by the runner):
+    ``{"flops_per_s": {dtype: best}, "bandwidth_Bps": best or None, "device": name}``."""
     flops: dict[str, float] = {}
     bandwidth = 0.0
     device = ""
-    for s in samples:
-        if s.suite != NAME or s.duration_s <= 0:
+    for r in rows:
+        if r.get("suite") != NAME or not r["duration_s"] > 0:
             continue
-        device = device or s.device_name
-        if s.op == "peak_mm":
-            flops[s.dtype] = max(flops.get(s.dtype, 0.0), s.flops / s.duration_s)
-        elif s.op in BANDWIDTH_PROBES:
-            bandwidth = max(bandwidth, s.bytes / s.duration_s)
+        device = device or r["device"]
+        if r["bench_op"] == "peak_mm":
+            flops[r["dtype"]] = max(flops.get(r["dtype"], 0.0), r["flops"] / r["duration_s"])
+        elif r["bench_op"] in BANDWIDTH_PROBES:
+            bandwidth = max(bandwidth, r["bytes"] / r["duration_s"])
     return {"flops_per_s": flops, "bandwidth_Bps": bandwidth or None, "device": device}
 
 

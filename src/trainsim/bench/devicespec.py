@@ -1,0 +1,97 @@
+"""A hardware-catalog device file for the machine a sweep ran on, from its roofline probes.
+
+Kernel models are fitted against a :class:`~trainsim.hardware.schema.DeviceSpec` (its peaks
+give the roofline features). A CPU, or a GPU missing from the catalog, has none; the roofline
+suite measures one: best FLOP/s per dtype and best memory bandwidth (002 §4.3.2.1 takes "the
+maximum measured bandwidth of the benchmark as the corrected peak bandwidth"). Measured peaks
+are below datasheet peaks; the file says so in its ``sources``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from trainsim.errors import ConfigError
+
+_PRECISION = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
+
+
+def _memory_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) * 1024 / 1e9, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return round(pages * size / 1e9, 1)
+
+
+def measured_device(rows: Iterable[Mapping[str, Any]], *, fingerprint: str) -> dict[str, Any]:
+    """The device document (catalog schema) measured by the roofline rows of ``fingerprint``."""
+    from trainsim.bench.suites.roofline import roofline_peaks
+    from trainsim.hardware.schema import DeviceSpec
+
+    mine = [r for r in rows if r.get("fingerprint") == fingerprint]
+    peaks = roofline_peaks(mine)
+    if "fp32" not in peaks["flops_per_s"] or not peaks["bandwidth_Bps"]:
+        raise ConfigError(
+            "no fp32 peak_mm and bandwidth probe rows for this machine; run `trainsim bench roofline` first"
+        )
+    name = peaks["device"]
+    kind = next((r.get("device_kind") for r in mine if r.get("device_kind")), "cpu")
+    tflops = {
+        _PRECISION[d]: round(v / 1e12, 4)
+        for d, v in peaks["flops_per_s"].items()
+        if d in _PRECISION
+    }
+    doc = {
+        "schema_version": 1,
+        "name": f"{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}-{fingerprint[:8]}",
+        "aliases": [name], "vendor": _vendor(name), "architecture": platform.machine() if kind == "cpu" else "gpu",
+        "memory_GB": _memory_gb() if kind == "cpu" else _gpu_memory_gb(),
+        "memory_bandwidth_GBps": round(peaks["bandwidth_Bps"] / 1e9, 2), "peak_tflops": tflops,
+        "sources": [{"kind": "measurement", "title": "trainsim bench roofline probes (best of peak_mm and stream_*)",
+                     "note": f"fingerprint {fingerprint}; {dt.date.today().isoformat()}; measured peaks, "
+                             "below datasheet peaks"}],
+    }  # fmt: skip
+    DeviceSpec.model_validate(doc)  # the catalog must accept it
+    return doc
+
+
+def _vendor(name: str) -> str:
+    low = name.lower()
+    return next((v for v in ("intel", "amd", "nvidia", "arm", "apple") if v in low), "unknown")
+
+
+def _gpu_memory_gb() -> float:
+    import torch
+
+    return round(torch.cuda.get_device_properties(0).total_memory / 1e9, 1)
+
+
+def write_device_yaml(doc: Mapping[str, Any], path: Path) -> Path:
+    """Write ``doc`` as YAML atomically (temporary file, then rename)."""
+    import tempfile
+
+    import yaml
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+__all__ = ["measured_device", "write_device_yaml"]

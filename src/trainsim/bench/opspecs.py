@@ -1,0 +1,131 @@
+"""Kernel-model operators for the benchmark ops that :data:`trainsim.kernels.features.OPS` lacks.
+
+The kernel suites calibrate existing operators where one fits (``gemm``, ``attention``,
+``layernorm``, ``RMSlayernorm``, ``softmax``, ``gelu``, ``elementwise``, ``embedding_bag``,
+``memcpy``); the ops below have no operator there yet. They are written in the same form as that
+table so they can move into it; until then :func:`register_bench_ops` adds them (idempotent: an
+operator already registered under the same name is left alone).
+
+Approximations: FLOPs and bytes are first-order counts (each tensor read or written once,
+nominal FLOPs per element for transcendental functions); learned models use them as features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from trainsim.ir.kinds import KernelFamily as F
+from trainsim.kernels.features import OPS, Arrays, OpSpec
+
+Derive = Callable[[Arrays, int], Arrays]
+
+
+def _elementwise(flops_per: float, reads: float, writes: float, extra_bytes: float = 0.0) -> Derive:
+    def derive(x: Arrays, eb: int) -> Arrays:
+        n = x["numel"]
+        return {
+            "numel": n,
+            "flops": flops_per * n,
+            "bytes": ((reads + writes) * eb + extra_bytes) * n,
+        }
+
+    return derive
+
+
+def _conv2d(x: Arrays, eb: int) -> Arrays:
+    """Direct convolution, "same" padding: FLOPs 2·n·k·c·r²·ho²; as an implicit GEMM
+    m = n·ho², n = k, k = c·r²."""
+    n, c, k, hw, r, s = x["n"], x["c"], x["k"], x["hw"], x["r"], x["stride"]
+    ho = np.floor((hw + 2 * np.floor(r / 2) - r) / s) + 1
+    return {"out_hw": ho, "gemm_m": n * ho * ho, "gemm_n": k, "gemm_k": c * r * r,
+            "flops": 2.0 * n * k * c * r * r * ho * ho,
+            "bytes": eb * (n * c * hw * hw + k * c * r * r + n * k * ho * ho)}  # fmt: skip
+
+
+def _batch_norm(x: Arrays, eb: int) -> Arrays:
+    numel = x["n"] * x["c"] * x["hw"] ** 2
+    return {"numel": numel, "flops": 8.0 * numel, "bytes": 2.0 * eb * numel}
+
+
+def _cross_entropy(x: Arrays, eb: int) -> Arrays:
+    numel = x["n"] * x["v"]
+    return {"rows": x["n"], "cols": x["v"], "numel": numel, "flops": 6.0 * numel,
+            "bytes": 3.0 * eb * numel}  # fmt: skip
+
+
+def _concat(x: Arrays, eb: int) -> Arrays:
+    numel = x["parts"] * x["rows"] * x["cols"]
+    return {"numel": numel, "flops": np.zeros_like(numel), "bytes": 2.0 * eb * numel}
+
+
+def _transpose(x: Arrays, eb: int) -> Arrays:
+    numel = x["b"] * x["m"] * x["n"]
+    return {"numel": numel, "flops": np.zeros_like(numel), "bytes": 2.0 * eb * numel}
+
+
+def _tril(x: Arrays, eb: int) -> Arrays:
+    pairs = x["F"] * (x["F"] - 1) / 2
+    return {"pairs": pairs, "numel": x["B"] * pairs, "flops": np.zeros_like(pairs),
+            "bytes": 2.0 * eb * x["B"] * pairs + 16.0 * pairs}  # fmt: skip
+
+
+def _index_select(x: Arrays, eb: int) -> Arrays:
+    gathered = x["k"] * x["d"]
+    return {"numel": gathered, "source_bytes": eb * x["rows"] * x["d"],
+            "flops": np.zeros_like(gathered), "bytes": 2.0 * eb * gathered + 8.0 * x["k"]}  # fmt: skip
+
+
+def _optimizer(bytes_per_param: float, flops_per_param: float) -> Derive:
+    def derive(x: Arrays, eb: int) -> Arrays:
+        p = x["params"]
+        return {"params": p, "per_tensor": p / x["tensors"], "flops": flops_per_param * p,
+                "bytes": bytes_per_param * p}  # fmt: skip
+
+    return derive
+
+
+def _copy(x: Arrays, eb: int) -> Arrays:
+    return {"flops": np.zeros_like(x["bytes"]), "bytes": 2.0 * x["bytes"]}
+
+
+_N = {"numel": 1}
+BENCH_OPS: tuple[OpSpec, ...] = (
+    OpSpec("relu", F.ELEMENTWISE, _N, _elementwise(1, 1, 1), {"numel": 2.0**24}),
+    OpSpec("tanh", F.ELEMENTWISE, _N, _elementwise(10, 1, 1), {"numel": 2.0**24}),
+    OpSpec("dropout", F.ELEMENTWISE, _N, _elementwise(2, 1, 1, extra_bytes=1), {"numel": 2.0**24},
+           note="training mode: also writes a one-byte mask per element"),
+    OpSpec("sum", F.REDUCTION, _N, _elementwise(1, 1, 0), {"numel": 2.0**24}),
+    OpSpec("conv2d", F.CONV, {"n": 1, "c": 1, "k": 1, "hw": 1, "r": 1, "stride": -1}, _conv2d,
+           {"n": 32.0, "c": 64.0, "k": 64.0, "hw": 56.0, "r": 3.0, "stride": 1.0}),
+    OpSpec("batch_norm", F.NORM, {"n": 1, "c": 1, "hw": 1}, _batch_norm,
+           {"n": 32.0, "c": 64.0, "hw": 56.0}, note="training mode (batch statistics)"),
+    OpSpec("cross_entropy", F.SOFTMAX, {"n": 1, "v": 1}, _cross_entropy, {"n": 4096.0, "v": 32000.0},
+           note="torch cross_entropy: log-softmax over v classes, then the target's log-probability"),
+    OpSpec("concat", F.INDEX, {"parts": 0, "rows": 1, "cols": 1}, _concat,
+           {"parts": 8.0, "rows": 2048.0, "cols": 128.0}, note="torch.cat along the columns"),
+    OpSpec("transpose", F.ELEMENTWISE, {"b": 1, "m": 1, "n": 1}, _transpose,
+           {"b": 64.0, "m": 512.0, "n": 512.0}, note="x.transpose(1, 2).contiguous() of (b, m, n)"),
+    OpSpec("tril", F.INDEX, {"B": 1, "F": 1}, _tril, {"B": 2048.0, "F": 27.0},
+           note="DLRM interaction: the strictly lower triangle of (B, F, F) by advanced indexing"),
+    OpSpec("index_select", F.INDEX, {"rows": 0, "d": 1, "k": 1}, _index_select,
+           {"rows": 1e5, "d": 128.0, "k": 1e4}, note="rows of a (rows, d) source; backward index_add"),
+    OpSpec("adam", F.OPTIMIZER, {"params": 1, "tensors": 0}, _optimizer(28, 12),
+           {"params": 1e7, "tensors": 100.0}, note="torch.optim.Adam step, fp32 (p, g, m, v)"),
+    OpSpec("sgd", F.OPTIMIZER, {"params": 1, "tensors": 0}, _optimizer(20, 3),
+           {"params": 1e7, "tensors": 100.0}, note="torch.optim.SGD step with momentum, fp32"),
+    OpSpec("memcpy_h2d", F.MEMCPY, {"bytes": 1}, _copy, {"bytes": 2.0**26},
+           note="pinned host to device, non-blocking"),
+    OpSpec("memcpy_d2h", F.MEMCPY, {"bytes": 1}, _copy, {"bytes": 2.0**26},
+           note="device to pinned host, non-blocking"),
+)  # fmt: skip
+
+
+def register_bench_ops() -> None:
+    """Add :data:`BENCH_OPS` to the kernel-model operator table (names already there are kept)."""
+    for spec in BENCH_OPS:
+        OPS.setdefault(spec.name, spec)
+
+
+__all__ = ["BENCH_OPS", "register_bench_ops"]

@@ -1,0 +1,202 @@
+"""Which kernel model answers: shipped calibrated artifacts first, spec-based models last.
+
+Artifacts are npz files (schema ``trainsim.kernel-model/1``) in ``trainsim/kernels/data``: a
+JSON manifest stored as bytes plus named numeric arrays, read with
+``numpy.load(allow_pickle=False)`` — loading reads numbers and JSON, never code, never pickle.
+They load lazily, once. For a device, :func:`models_for` lists, in order:
+
+1. learned models fitted on that device (``calibrated:<dataset>``),
+2. calibrated rooflines (efficiency curves) fitted on that device,
+3. the embedding heuristics (000 §III-E with reuse factors, then 002 §4.3.2.1),
+4. the spec-based roofline from the catalog's peaks (``spec-based:<device>``);
+
+the first model that supports a query answers it (:func:`predict_kernel`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainsim.errors import ConfigError, ModelError, NotCalibratedError
+from trainsim.hardware import DeviceSpec, get_device, list_devices
+from trainsim.ir.graph import Kernel
+from trainsim.kernels.calibrated import LearnedKernelModel
+from trainsim.kernels.embedding import EmbeddingLookupModel
+from trainsim.kernels.features import OPS, op_spec
+from trainsim.kernels.model import KernelModel, KernelPrediction, KernelQuery, query_from_kernel
+from trainsim.kernels.roofline import RooflineModel
+
+ARTIFACT_SCHEMA = "trainsim.kernel-model/1"
+_MANIFEST = "manifest.json"
+
+Loader = Callable[[dict[str, Any], Mapping[str, np.ndarray]], KernelModel]
+MODEL_TYPES: dict[str, Loader] = {}
+
+
+def register_model_type(name: str, loader: Loader) -> None:
+    """Add an artifact loader; a name registered twice is an error (one source of truth)."""
+    if name in MODEL_TYPES:
+        raise ModelError(f"kernel model type {name!r} is registered twice")
+    MODEL_TYPES[name] = loader
+
+
+register_model_type(LearnedKernelModel.model_type, LearnedKernelModel.from_artifact)
+register_model_type(RooflineModel.model_type, RooflineModel.from_artifact)
+register_model_type(EmbeddingLookupModel.model_type, EmbeddingLookupModel.from_artifact)
+
+
+def model_from_artifact(manifest: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> KernelModel:
+    if manifest.get("schema") != ARTIFACT_SCHEMA:
+        raise ModelError(f"not a kernel model artifact (schema {manifest.get('schema')!r}, expected {ARTIFACT_SCHEMA})")
+    loader = MODEL_TYPES.get(str(manifest.get("model")))
+    if loader is None:
+        raise ModelError(f"unknown kernel model type {manifest.get('model')!r}; known: {', '.join(MODEL_TYPES)}")
+    return loader(manifest, arrays)
+
+
+def artifact_bytes(model: KernelModel) -> bytes:
+    """The npz artifact of ``model`` (compressed)."""
+    manifest, arrays = model.to_artifact()
+    doc = {"schema": ARTIFACT_SCHEMA, **manifest}
+    if _MANIFEST in arrays:
+        raise ModelError(f"array name {_MANIFEST!r} is reserved")
+    for name, a in arrays.items():
+        if a.dtype == object:
+            raise ModelError(f"array {name!r} holds Python objects; artifacts hold numbers only")
+    text = json.dumps(doc, sort_keys=True, allow_nan=True).encode("utf-8")
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **{_MANIFEST: np.frombuffer(text, dtype=np.uint8)}, **arrays)
+    return buf.getvalue()
+
+
+def save_model(model: KernelModel, path: Path | str) -> Path:
+    """Write the artifact atomically (temporary file in the same folder, then rename)."""
+    p = Path(path)
+    if p.suffix != ".npz":
+        raise ConfigError(f"kernel model artifacts are .npz files, got {p.name}")
+    data = artifact_bytes(model)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        Path(tmp).chmod(0o666 & ~umask)  # mkstemp creates 0600; artifacts are ordinary files
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def read_artifact(data: bytes | Path | str, origin: str = "") -> KernelModel:
+    """Load an artifact: numbers and JSON only (``allow_pickle=False``)."""
+    where = origin or (str(data) if not isinstance(data, bytes) else "(bytes)")
+    src = io.BytesIO(data) if isinstance(data, bytes) else Path(data)
+    try:
+        with np.load(src, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise ConfigError(f"kernel model {where} does not exist") from None
+    except (OSError, ValueError) as e:  # ValueError: object arrays refused, not an npz
+        raise ConfigError(f"{where}: not a kernel model artifact ({e})") from None
+    raw = arrays.pop(_MANIFEST, None)
+    if raw is None or raw.dtype != np.uint8:
+        raise ConfigError(f"{where}: no {_MANIFEST} in the artifact")
+    try:
+        manifest = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{where}: manifest is not JSON ({e})") from None
+    try:
+        return model_from_artifact(manifest, arrays)
+    except ModelError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def load_model(path: Path | str) -> KernelModel:
+    return read_artifact(Path(path))
+
+
+@cache
+def shipped_models() -> tuple[KernelModel, ...]:
+    """The calibrated artifacts inside the package, by file name."""
+    out: list[KernelModel] = []
+    folder = resources.files("trainsim.kernels").joinpath("data")
+    if not folder.is_dir():
+        return ()
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".npz"):
+            try:
+                out.append(read_artifact(entry.read_bytes(), f"packaged kernel model {entry.name}"))
+            except ConfigError as e:
+                raise ModelError(f"{e} (the package is broken; reinstall trainsim)") from None
+    return tuple(out)
+
+
+def _build_spec_models(dev: DeviceSpec) -> tuple[KernelModel, ...]:
+    out: list[KernelModel] = []
+    if dev.l2_cache_bytes is not None and dev.sm_count is not None:
+        out += [EmbeddingLookupModel(dev, reuse_factors=True), EmbeddingLookupModel(dev)]
+    out.append(RooflineModel(dev))
+    return tuple(out)
+
+
+@cache
+def _spec_models(device_name: str) -> tuple[KernelModel, ...]:
+    return _build_spec_models(get_device(device_name))
+
+
+def models_for(device: DeviceSpec | str) -> list[KernelModel]:
+    """Calibrated models of ``device`` (learned, then rooflines), then its spec-based models."""
+    spec = device if isinstance(device, DeviceSpec) else get_device(device)
+    mine = [m for m in shipped_models() if m.device == spec.name]
+    learned = [m for m in mine if isinstance(m, LearnedKernelModel)]
+    rest = [m for m in mine if not isinstance(m, LearnedKernelModel)]
+    cataloged = any(d.name == spec.name and d == spec for d in list_devices())
+    spec_based = _spec_models(spec.name) if cataloged else _build_spec_models(spec)
+    return [*learned, *rest, *spec_based]
+
+
+def registered_models() -> list[KernelModel]:
+    """Every model trainsim can answer with out of the box (what the conformance test checks)."""
+    return [*shipped_models(), *(m for d in list_devices() for m in _spec_models(d.name))]
+
+
+def predict_query(q: KernelQuery, device: DeviceSpec | str, *,
+                  models: Sequence[KernelModel] | None = None) -> KernelPrediction:  # fmt: skip
+    """The first model for ``device`` that supports ``q`` answers it."""
+    for m in models if models is not None else models_for(device):
+        if m.supports(q):
+            return m.predict(q)
+    spec = op_spec(q.op) if q.op in OPS else None
+    need = ", ".join(spec.inputs) if spec else "?"
+    have = ", ".join(sorted(q.inputs)) or "none"
+    name = device if isinstance(device, str) else device.name
+    raise NotCalibratedError(
+        f"no kernel model for {q.family.value} {q.key.label} on {name}: operator {q.op} needs inputs "
+        f"{need} (the kernel has: {have}); give them in Kernel.features, or flops and bytes"
+    )
+
+
+def predict_kernel(kernel: Kernel, device: DeviceSpec | str, *,
+                   models: Sequence[KernelModel] | None = None) -> tuple[float, str]:  # fmt: skip
+    """Seconds for ``kernel`` on ``device`` and where the number came from:
+    ``calibrated:<dataset>`` when a fitted model covers it, else ``spec-based:<device>``.
+
+    Raises :class:`~trainsim.errors.NotCalibratedError` when no model can answer (the kernel's
+    features do not say what the operator needs, see :mod:`trainsim.kernels.model`)."""
+    p = predict_query(query_from_kernel(kernel), device, models=models)
+    return p.duration_s, p.provenance

@@ -1,0 +1,51 @@
+"""CLI contract of ``trainsim bench``: JSON alone on stdout, resumable, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainsim.bench.dataset import iter_rows
+
+_ENTRY = "from trainsim.cli.main import app_entry; app_entry()"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _ENTRY, "bench", *args],
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_kernel_suite_json_and_resume(tmp_path):
+    path = tmp_path / "k.jsonl"
+    args = ("index", "--op", "tril", "--quick", "--threads", "1", "--dataset", str(path),
+            "--format", "json", "--no-progress")  # fmt: skip
+    p = _cli(*args)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert {"dataset", "samples", "device"} <= set(doc)
+    rows = list(iter_rows(path))
+    assert doc["samples"] == len(rows) == 40 and doc["skipped_existing"] == 0
+    assert {r["op"] for r in rows} == {"tril"} and {r["threads"] for r in rows} == {1}
+    assert doc["suites"]["index"]["rows"] == 40 and doc["noise_floor"] >= 0
+
+    again = json.loads(_cli(*args).stdout)
+    assert (again["samples"], again["skipped_existing"]) == (0, 40)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("nope",), "unknown bench suite"),
+        (("comm", "gemm"), "separately"),
+        (("index", "--op", "nope"), "their ops"),
+        (("gemm", "--device", "tpu"), "cpu or cuda"),
+    ],
+)
+def test_errors_are_one_line(tmp_path, args, message):
+    p = _cli(*args, "--dataset", str(tmp_path / "k.jsonl"), "--no-progress")
+    assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr
+    assert p.stdout == ""

@@ -1,0 +1,172 @@
+"""The benchmark runner: schedule, rows, resume, torn tails, and a sweep killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from trainsim.bench.dataset import iter_rows, noise_floor, relative_iqr, repair_tail
+from trainsim.bench.runner import CpuTimer, Schedule, run_sweep, time_call
+from trainsim.bench.suites.base import Case, Phase
+from trainsim.errors import TraceFormatError
+from trainsim.ir.kinds import KernelFamily
+
+FAST = Schedule(warmup=1, min_warmup_s=0.0, repeats=3, max_repeats=3, min_repeat_s=0.0, max_inner=1)
+
+# The subprocess of the SIGKILL test builds its cases here: slow enough to be killed mid-sweep.
+_CASES_SRC = textwrap.dedent(
+    """
+    import time
+    from trainsim.bench.suites.base import Case, Phase
+    from trainsim.ir.kinds import KernelFamily
+
+    def _build(device):
+        return lambda: time.sleep(0.02)
+
+    def cases(n):
+        return [
+            Case(suite="fake", op="sleep", model_op="elementwise", features=(("numel", float(i + 1)),),
+                 family=KernelFamily.ELEMENTWISE, phase=Phase.FWD, dtype="float32",
+                 params=(("i", i),), shapes=((i + 1,),), flops=0.0, bytes=4.0 * (i + 1), build=_build)
+            for i in range(n)
+        ]
+    """
+)
+
+
+def _case(i: int, build=None) -> Case:
+    return Case(
+        suite="fake", op="noop", model_op="elementwise", features=(("numel", float(i + 1)),),
+        family=KernelFamily.ELEMENTWISE, phase=Phase.FWD, dtype="float32", params=(("i", i),),
+        shapes=((i + 1,),), flops=float(i), bytes=4.0 * (i + 1),
+        build=build or (lambda device: (lambda: None)),
+    )  # fmt: skip
+
+
+def _keys(path: Path) -> list[str]:
+    return [r["key"] for r in iter_rows(path)]
+
+
+def test_schedule_repeats_and_inner():
+    t = time_call(lambda: None, schedule=Schedule.for_run(quick=True), timer=CpuTimer())
+    assert 7 <= len(t.times_s) <= 21 and t.inner > 1  # a no-op is looped to last a repeat
+    assert t.median_s == statistics.median(t.times_s)
+    one = time_call(lambda: None, schedule=FAST, timer=CpuTimer())
+    assert (len(one.times_s), one.inner) == (3, 1)
+
+
+def test_rows_follow_the_kernel_dataset_format(tmp_path):
+    path = tmp_path / "k.jsonl"
+    r = run_sweep(path, [_case(i) for i in range(3)], schedule=FAST, progress=False)
+    assert (r.samples, r.skipped, r.failed) == (3, 0, ())
+    rows = list(iter_rows(path))
+    assert [x["key"] for x in rows] == [_case(i).key for i in range(3)]
+    for x in rows:
+        assert x["op"] == "elementwise" and x["phase"] == "fwd" and x["dtype"] == "fp32"
+        assert x["statistic"] == "median" and x["repeats"] == len(x["samples_s"]) == 3
+        assert x["fingerprint"] == r.fingerprint and x["versions"]["torch"]
+        assert x["device_kind"] == "cpu" and x["threads"] >= 1 and x["features"]["numel"] >= 1
+
+
+def test_resume_skips_done_rows_and_failures_are_retried(tmp_path):
+    path = tmp_path / "k.jsonl"
+    run_sweep(path, [_case(0), _case(1)], schedule=FAST, progress=False)
+
+    def boom(device):
+        raise RuntimeError("not on this device\nmore detail")
+
+    r = run_sweep(
+        path, [_case(0), _case(1), _case(2, boom), _case(3)], schedule=FAST, progress=False
+    )
+    assert (r.samples, r.skipped) == (1, 2)
+    assert r.failed == ((_case(2).key, "not on this device"),)
+    r = run_sweep(path, [_case(i) for i in range(4)], schedule=FAST, progress=False)
+    assert (r.samples, r.skipped) == (1, 3)
+    assert sorted(_keys(path)) == sorted(_case(i).key for i in range(4))
+    r = run_sweep(path, [_case(0), _case(0)], schedule=FAST, progress=False, resume=False)
+    assert r.samples == 1  # a case listed twice is measured once
+
+
+def test_torn_tail_is_ignored_by_readers_and_cut_on_resume(tmp_path):
+    path = tmp_path / "k.jsonl"
+    run_sweep(path, [_case(0)], schedule=FAST, progress=False)
+    good = path.read_bytes()
+    with path.open("ab") as fh:
+        fh.write(b'{"schema": "trainsim.kernel-bench/1", "key": "fake/noop/fw')
+    assert _keys(path) == [_case(0).key]
+    run_sweep(path, [_case(0), _case(1)], schedule=FAST, progress=False)
+    assert path.read_bytes().startswith(good) and _keys(path) == [_case(0).key, _case(1).key]
+    assert repair_tail(path) == 0
+
+
+def test_foreign_rows_are_an_error(tmp_path):
+    path = tmp_path / "comm.jsonl"
+    path.write_text('{"schema": "trainsim.comm-bench/1", "kind": "all_reduce"}\n')
+    with pytest.raises(TraceFormatError, match="line 1"):
+        run_sweep(path, [_case(0)], schedule=FAST, progress=False)
+
+
+def test_noise_floor():
+    assert relative_iqr([1.0, 1.0, 1.0]) == 0.0
+    assert relative_iqr([1.0, 2.0, 3.0]) == pytest.approx(1.0 / 2.0)
+    assert (
+        noise_floor([{"samples_s": [1, 1, 1]}, {"samples_s": [1, 2, 3]}, {"samples_s": [1, 2, 3]}])
+        == 0.5
+    )
+    assert noise_floor([]) is None
+
+
+@pytest.mark.slow
+def test_sigkill_mid_sweep_then_resume_loses_and_duplicates_nothing(tmp_path):
+    (tmp_path / "fakecases.py").write_text(_CASES_SRC)
+    path = tmp_path / "k.jsonl"
+    n = 40
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from fakecases import cases
+        from trainsim.bench.runner import Schedule, run_sweep
+        s = Schedule(warmup=1, min_warmup_s=0.0, repeats=3, max_repeats=3, min_repeat_s=0.0, max_inner=1)
+        run_sweep({str(path)!r}, cases({n}), schedule=s, progress=False)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if path.exists() and path.read_bytes().count(b"\n") >= 5:
+                break
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    before = path.read_bytes()
+    complete = before[: before.rfind(b"\n") + 1]
+    done_before = complete.count(b"\n")
+    assert 5 <= done_before < n
+    with path.open("ab") as fh:  # what a kill in the middle of a write leaves behind
+        fh.write(b'{"schema":"trainsim.kernel-bench/1","key":"fake/sleep/fwd/float32/i=99')
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from fakecases import cases  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    r = run_sweep(path, cases(n), schedule=FAST, progress=False)
+    assert r.skipped == done_before and r.samples == n - done_before
+    after = path.read_bytes()
+    assert after.startswith(complete)  # every row completed before the kill is kept as it was
+    keys = _keys(path)
+    assert len(keys) == len(set(keys)) == n
+    assert all(json.loads(line)["repeats"] == 3 for line in after.splitlines())

@@ -1,0 +1,119 @@
+"""Kernel suites: deterministic shape sampling, kernel-model operators, one tiny run per op."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from trainsim.bench.opspecs import BENCH_OPS, register_bench_ops
+from trainsim.bench.runner import CpuTimer, Schedule, measure, run_sweep
+from trainsim.bench.suites import SUITES, SweepSpec, get_suite, suite_cases
+from trainsim.bench.suites.base import LogRange, draw_params
+from trainsim.errors import ConfigError
+from trainsim.kernels.features import Phase as ModelPhase
+from trainsim.kernels.features import as_inputs, op_spec
+
+QUICK = SweepSpec(device="cpu", quick=True)
+FAST = Schedule(warmup=1, min_warmup_s=0.0, repeats=1, max_repeats=1, min_repeat_s=0.0, max_inner=1)
+EXPECTED_OPS = {
+    "mm", "addmm", "bmm", "linear", "sdpa", "layer_norm", "rms_norm", "batch_norm", "softmax",
+    "cross_entropy", "gelu", "relu", "tanh", "add", "mul", "dropout", "embedding_bag", "copy",
+    "concat", "transpose", "tril", "index_select", "conv2d", "adam", "sgd", "peak_mm",
+    "stream_copy", "stream_triad", "stream_read",
+}  # fmt: skip
+
+
+@pytest.fixture
+def bench_ops():
+    """The bench operators registered for one test, then removed (the table is global)."""
+    from trainsim.kernels.features import OPS
+
+    added = [s.name for s in BENCH_OPS if s.name not in OPS]
+    register_bench_ops()
+    yield
+    for name in added:
+        OPS.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def quick_cases():
+    return list(suite_cases(list(SUITES), QUICK))
+
+
+def test_every_requested_op_is_swept_with_unique_keys(quick_cases):
+    assert {c.op for c in quick_cases} == EXPECTED_OPS
+    keys = [c.key for c in quick_cases]
+    assert len(keys) == len(set(keys))
+    assert [c.key for c in suite_cases(list(SUITES), QUICK)] == keys  # deterministic
+
+
+def test_quick_is_a_prefix_of_full_per_op_phase_dtype():
+    full = defaultdict(list)
+    for c in get_suite("gemm").cases(SweepSpec(quick=False)):
+        full[(c.op, c.phase, c.dtype)].append(c.key)
+    quick = defaultdict(list)
+    for c in get_suite("gemm").cases(QUICK):
+        quick[(c.op, c.phase, c.dtype)].append(c.key)
+    for k, keys in quick.items():
+        assert full[k][: len(keys)] == keys and len(full[k]) > len(keys)
+
+
+def test_cases_stay_within_the_device_budget(quick_cases):
+    for c in quick_cases:
+        assert c.flops >= 0 and c.bytes > 0
+        # the sizing estimate (before an op's known slowdown) stays within a few budgets
+        assert QUICK.estimate_s(c.flops, c.bytes) <= 8 * QUICK.max_case_s, c.key
+
+
+def test_rows_calibrate_registered_kernel_model_operators(quick_cases, bench_ops):
+    for c in quick_cases:
+        spec = op_spec(c.model_op)
+        features = dict(c.features)
+        assert set(features) <= set(spec.inputs), c.key
+        as_inputs(spec, features)  # every input present (or defaulted) and positive
+        assert spec.family_for(ModelPhase(c.phase.value)) is c.family, c.key
+
+
+def test_bench_ops_do_not_shadow_the_kernel_table(bench_ops):
+    register_bench_ops()  # idempotent
+    for spec in BENCH_OPS:
+        assert op_spec(spec.name).inputs == spec.inputs
+
+
+def test_one_tiny_case_per_op_and_phase_runs_on_cpu(quick_cases):
+    import torch
+
+    smallest = {}
+    for c in quick_cases:
+        k = (c.op, c.phase)
+        if k not in smallest or QUICK.estimate_s(c.flops, c.bytes) < QUICK.estimate_s(
+            smallest[k].flops, smallest[k].bytes
+        ):
+            smallest[k] = c
+    for c in smallest.values():
+        t = measure(c, device=torch.device("cpu"), schedule=FAST, timer=CpuTimer())
+        assert t.median_s > 0, c.key
+
+
+def test_sweep_rows_are_read_by_trainsim_fit(tmp_path, bench_ops):
+    from trainsim.kernels.readers import read_kernel_dataset
+
+    cases = list(suite_cases(["index", "optimizer"], QUICK))[::10]
+    path = tmp_path / "k.jsonl"
+    run_sweep(path, cases, schedule=FAST, progress=False)
+    ds = read_kernel_dataset([path])
+    assert len(ds) == len(cases)
+    assert {s.key.op for s in ds} == {"tril", "index_select", "adam", "sgd"}
+    assert all(s.statistic == "median" for s in ds)
+
+
+def test_sampling_and_registry_edges():
+    draws = draw_params(seed="x", n=50, dims={"n": LogRange(8, 4096)}, accept=lambda p: True)
+    assert all(8 <= p["n"] <= 4096 for p in draws)
+    assert all(p["n"] % 8 == 0 for p in draws if p["n"] >= 32)
+    assert draws == draw_params(
+        seed="x", n=50, dims={"n": LogRange(8, 4096)}, accept=lambda p: True
+    )
+    with pytest.raises(ConfigError, match="available"):
+        get_suite("nope")
