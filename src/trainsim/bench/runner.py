@@ -1,11 +1,16 @@
 """The micro-benchmark runner: warm-up/repeat schedule, timers, and resumable sweeps.
 
 Schedule (001 §III-A, 002 §4.3.2): build the case (allocation and the first forward are not
-timed), run ``warmup`` calls, then ``repeats`` repeats; a repeat is ``inner`` back-to-back
-calls, with ``inner`` chosen from the warm-up so that one repeat lasts at least
-``min_repeat_s`` (a µs op is timed over many calls, a 10 ms op once). A row keeps every repeat's
-per-call time and their median. On CUDA, repeats are timed with CUDA events around the calls;
-on CPU with ``time.perf_counter``.
+timed); warm up for at least ``warmup`` calls and ``min_warmup_s``; then time ``repeats``
+repeats, a repeat being ``inner`` back-to-back calls with ``inner`` chosen from the fastest
+warm-up call so that one repeat lasts about ``min_repeat_s`` (a µs op is timed over many calls,
+a 10 ms op once). While the repeats' spread ((p75 − p25) / median) exceeds ``target_spread``,
+more repeats are taken, up to ``max_repeats`` and ``max_case_s`` (as
+``torch.utils.benchmark``'s ``adaptive_autorange``). A row keeps every repeat's per-call time
+and their median. On CUDA, repeats are timed with CUDA events around the calls; on CPU with
+``time.perf_counter``, each repeat started right after ``sched_yield`` so that a short repeat
+rarely spans a preemption on a shared machine. Rows record the load average: on a machine
+shared with other jobs, contention is the main source of repeat-to-repeat noise.
 
 Sweeps are resumable and crash-safe: rows are appended one ``write`` + ``fsync`` at a time
 (:func:`trainsim.bench.dataset.append_row`); before a sweep starts, a torn last line left by a
@@ -48,7 +53,7 @@ class Schedule:
     @classmethod
     def for_run(cls, *, quick: bool) -> Schedule:
         if quick:
-            return cls(warmup=2, min_warmup_s=0.01, repeats=7, max_repeats=21, target_spread=0.05,
+            return cls(warmup=2, min_warmup_s=0.01, repeats=7, max_repeats=15, target_spread=0.05,
                        max_case_s=1.0, min_repeat_s=5e-4, max_inner=300)  # fmt: skip
         return cls()
 
@@ -141,9 +146,9 @@ class SweepResult:
     per_suite: dict[str, int] = field(default_factory=dict)  # rows written per suite
 
 
-def _sig(x: float) -> float:
-    """Four significant digits: far below the repeat-to-repeat noise, and short rows."""
-    return float(f"{x:.4g}")
+def _sig(x: float, digits: int = 4) -> float:
+    """Rounded to ``digits`` significant digits: far below the repeat-to-repeat noise, short rows."""
+    return float(f"{x:.{digits}g}")
 
 
 @contextlib.contextmanager
@@ -185,16 +190,25 @@ def _row(case: Case, t: Timing, *, schedule: Schedule, env: dict[str, Any]) -> d
         "schema": KERNEL_BENCH_SCHEMA, "device": env["device"], "fingerprint": env["fingerprint"],
         "family": case.family.value, "op": case.model_op, "phase": case.phase.value,
         "dtype": DTYPE_LABEL[case.dtype], "features": features, "duration_s": _sig(t.median_s),
-        "repeats": len(t.times_s), "statistic": "median", "samples_s": [_sig(x) for x in t.times_s],
+        "repeats": len(t.times_s), "statistic": "median", "samples_s": [_sig(x, 3) for x in t.times_s],
         "key": case.key, "suite": case.suite, "bench_op": case.op,
         "shapes": [list(s) for s in case.shapes], "flops": case.flops, "bytes": case.bytes,
         "inner": t.inner, "warmup": schedule.warmup, "timer": t.timer,
-        "device_kind": env["device_kind"], "threads": env["threads"], "versions": env["versions"],
+        "device_kind": env["device_kind"], "threads": env["threads"], "load_1m": _load_1m(),
+        "versions": env["versions"],
         "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }  # fmt: skip
     if params != features:
         row["params"] = params
     return row
+
+
+def _load_1m() -> float | None:
+    """The machine's 1-minute load average when the row was measured (contention shows here)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def _int_if_whole(v: float) -> float | int:

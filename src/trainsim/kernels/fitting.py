@@ -11,10 +11,21 @@ Per entry (operator, phase, dtype):
    GH200 ``firstStage_optimizer`` sweep has rows 1000x slower than their neighbours); they are
    left out and counted.
 3. **Select.** The training rows are split again 80/20 (validation); every configuration of
-   every kind (``grid``) is fitted on the 80 % and scored by MAPE on the 20 %. Kinds that
-   cannot be constrained to be monotone (``mlp``, ``poly``) are rejected when a sweep of any
-   signed input along the data's range finds their time going the wrong way. The best score
-   wins; a candidate within 2 % of it that is smaller wins instead (artifacts stay small).
+   every kind (``grid``) is fitted on the 80 % and scored by MAPE on the 20 %. A candidate is
+   rejected when sweeping any signed input (an input the operator's spec says cannot make it
+   faster) along the data's range finds twice the problem more than 10 % faster than the
+   problem (:func:`monotone_violation`). The ``roofline`` kind is monotone by construction,
+   so some candidate always qualifies. The best score wins; a candidate within 2 % of it that
+   is smaller wins instead (artifacts stay small).
+
+   Why "twice" and a 10 % allowance, not strict monotonicity: the measurements themselves
+   are not monotone at fine steps — cuBLAS switches kernels, e.g. 001's A100 ``baddbmm``
+   forward at mp=16, b=4, h=16, d=4608 takes 443 µs at l=4608 and 364 µs at l=5120 — and are
+   noisy (repeated A100 FlashAttention configurations differ by 12 % at the median). Trees
+   constrained to be strictly monotone (``strict_monotone=True``: XGBoost/LightGBM/sklearn
+   monotone constraints on every column that grows with a signed input) cannot follow such
+   steps and lose accuracy (A100 ``baddbmm`` forward held-out MAPE 6.0 % unconstrained, 7.9 %
+   constrained, with the earlier, stricter claims).
 4. **Fit** the winner on all training rows; fit the calibrated roofline's efficiency curve too.
 5. **Measure** both on the held-out rows: MAPE, GMAE, max error — on plausible rows (within 4x
    of the prediction) and on all of them.
@@ -57,6 +68,9 @@ _OCCAM = 1.02  # a smaller candidate within 2 % of the best validation MAPE wins
 _MIN_ROWS = 10
 _SWEEP_BASES = 12
 _SWEEP_VALUES = 24
+MONOTONE_STEP = 2.0  # twice the problem (in any signed input) ...
+MONOTONE_SLACK = 0.10  # ... is never more than 10 % faster (learned models; noise allowance)
+_LOG_SLACK = -math.log2(1.0 - MONOTONE_SLACK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +169,12 @@ def _take(inputs: Arrays, rows: np.ndarray) -> Arrays:
 
 
 def monotone_violation(entry: LearnedEntry, inputs: Arrays, rows: np.ndarray, device: DeviceSpec,
-                       *, seed: int = 0) -> float:  # fmt: skip
-    """Largest step (in log2 time) against physics over sweeps of every signed input along its
-    values in ``rows``, from up to 12 base rows. 0 when the entry is monotone on the sweeps."""
+                       *, step: float | None = MONOTONE_STEP, seed: int = 0) -> float:  # fmt: skip
+    """Largest move against physics (in log2 time) over sweeps of every signed input along its
+    values in ``rows``, from up to 12 base rows; 0 when there is none.
+
+    ``step=2``: compares each value with its double (when both are in the range): twice the
+    problem is never faster. ``step=None``: compares neighbouring values (strict monotonicity)."""
     spec = op_spec(entry.key.op)
     rng = np.random.default_rng(seed)
     bases = rng.choice(rows, size=min(_SWEEP_BASES, rows.size), replace=False)
@@ -166,21 +183,28 @@ def monotone_violation(entry: LearnedEntry, inputs: Arrays, rows: np.ndarray, de
         if sign == 0 or name not in inputs:
             continue
         values = np.unique(inputs[name][rows])
-        if values.size < 2:
-            continue
         if values.size > _SWEEP_VALUES:
             values = np.unique(np.quantile(values, np.linspace(0, 1, _SWEEP_VALUES)))
-        batch = {k: np.repeat(v[bases], values.size) for k, v in inputs.items()}
-        batch[name] = np.tile(values, bases.size)
+        if step is None:
+            lo, hi = values[:-1], values[1:]
+        else:
+            lo = values[values * step <= values[-1] * (1 + 1e-12)]
+            hi = lo * step
+        if lo.size == 0:
+            continue
+        pts = np.concatenate([lo, hi])
+        batch = {k: np.repeat(v[bases], pts.size) for k, v in inputs.items()}
+        batch[name] = np.tile(pts, bases.size)
         t, _ = entry.predict(batch, device)
-        steps = np.diff(np.log2(t).reshape(bases.size, values.size), axis=1) * sign
+        lt = np.log2(t).reshape(bases.size, pts.size)
+        steps = (lt[:, lo.size :] - lt[:, : lo.size]) * sign
         worst = max(worst, float(-steps.min(initial=0.0)))
     return worst
 
 
 def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str, cols: list[str], signs: list[int],
             x: np.ndarray, y: np.ndarray, inputs: Arrays, rows: np.ndarray, device: DeviceSpec, seed: int,
-            n_jobs: int) -> list[Candidate]:  # fmt: skip
+            n_jobs: int, strict: bool) -> list[Candidate]:  # fmt: skip
     val = heldout_rows(rows.size, fraction=0.2, seed=seed + 1, label=key.label)
     fit_rows, val_rows = rows[~val], rows[val]
     out: list[Candidate] = []
@@ -190,7 +214,8 @@ def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str
         kx, kcols, ksigns = x[:, idx], [cols[i] for i in idx], [signs[i] for i in idx]
         for cfg in configs(k, grid):
             try:
-                reg = k.fit(kx[fit_rows], y[fit_rows], ksigns, {**cfg, **({"n_jobs": n_jobs} if k.monotone else {})}, seed)
+                reg = k.fit(kx[fit_rows], y[fit_rows], ksigns if strict else [0] * len(ksigns),
+                            {**cfg, **({"n_jobs": n_jobs} if k.threads else {})}, seed)
             except (ValueError, np.linalg.LinAlgError) as e:
                 out.append(Candidate(kname, cfg, math.inf, 0, f"fit failed: {e}"))
                 continue
@@ -198,8 +223,11 @@ def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str
             pred, _ = entry.predict(_take(inputs, val_rows), device)
             score = mape_pct(pred, np.exp2(y[val_rows]))
             why = ""
-            if not k.monotone and monotone_violation(entry, inputs, fit_rows, device, seed=seed) > 1e-9:
-                why = "not monotone in a signed input along the data's range"
+            if not (strict and k.monotone) and monotone_violation(
+                entry, inputs, fit_rows, device, step=None if strict else MONOTONE_STEP, seed=seed
+            ) > (1e-9 if strict else _LOG_SLACK):
+                why = "not monotone in a signed input" if strict else (
+                    f"more than {MONOTONE_SLACK:.0%} faster at twice the problem size")
             out.append(Candidate(kname, cfg, score if math.isfinite(score) else math.inf, size_bytes(reg), why))
     return out
 
@@ -222,7 +250,7 @@ def _errors(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float, float, fl
 
 def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Sequence[str] = DEFAULT_KINDS,
               grid: str = "quick", holdout: float = 0.2, seed: int = 0, refit_all: bool = True,
-              n_jobs: int = 2) -> tuple[LearnedEntry | None, EfficiencyCurve, EntryReport]:  # fmt: skip
+              n_jobs: int = 2, strict_monotone: bool = False) -> tuple[LearnedEntry | None, EfficiencyCurve, EntryReport]:  # fmt: skip
     """One entry (see the module docstring)."""
     t0 = time.perf_counter()
     spec = op_spec(key.op)
@@ -243,7 +271,8 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     cands: list[Candidate] = []
     chosen = None
     if train.size >= _MIN_ROWS and cols:
-        cands = _select(key, family, kinds, grid, cols, signs, x, y, inputs, train, device, seed, n_jobs)
+        cands = _select(key, family, kinds, grid, cols, signs, x, y, inputs, train, device, seed, n_jobs,
+                        strict_monotone)
         chosen = _choose(cands)
     entry = None
     errs: tuple[float | None, ...] = (None, None, None, None)
@@ -251,9 +280,10 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     size = 0
     if chosen is not None:
         k = kind(chosen.kind)
-        extra = {"n_jobs": n_jobs} if k.monotone else {}
+        extra = {"n_jobs": n_jobs} if k.threads else {}
         idx = kind_columns(k, cols)
-        cols, signs, x = [cols[i] for i in idx], [signs[i] for i in idx], x[:, idx]
+        cols, x = [cols[i] for i in idx], x[:, idx]
+        signs = [signs[i] for i in idx] if strict_monotone else [0] * len(idx)
         reg = k.fit(x[train], y[train], signs, {**chosen.config, **extra}, seed)
         trained = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, train)
         if test_rows.size:
@@ -284,7 +314,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
 def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: Sequence[str] = DEFAULT_KINDS,
                 grid: str = "quick", holdout: float = 0.2, seed: int = 0, families: Iterable[KernelFamily] | None = None,
                 ops: Iterable[str] | None = None, refit_all: bool = True, n_jobs: int = 2,
-                progress: Callable[[EntryReport], None] | None = None) -> FitResult:  # fmt: skip
+                strict_monotone: bool = False, progress: Callable[[EntryReport], None] | None = None) -> FitResult:  # fmt: skip
     """Fit every entry of ``ds`` (optionally only some families or operators)."""
     dev = device or guess_device(ds)
     for k in kinds:
@@ -298,7 +328,7 @@ def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: S
     entries, curves, reports = [], {}, []
     for key in keys:
         entry, curve, report = fit_entry(ds, key, device=dev, kinds=kinds, grid=grid, holdout=holdout, seed=seed,
-                                         refit_all=refit_all, n_jobs=n_jobs)  # fmt: skip
+                                         refit_all=refit_all, n_jobs=n_jobs, strict_monotone=strict_monotone)  # fmt: skip
         if entry is not None:
             entries.append(entry)
         curves[key] = curve
@@ -308,6 +338,7 @@ def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: S
     prov = {
         "dataset": ds.name, "device_as_measured": ds.device, "fingerprint": ds.fingerprint,
         "formats": sorted(ds.formats), "rows": len(ds), "kinds": list(kinds), "grid": grid,
+        "monotone": "strict (constrained trees)" if strict_monotone else f"never faster at {MONOTONE_STEP:g}x a signed input",
         "fitted_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "split": f"{holdout:.0%} of rows held out per entry (seed {seed} + CRC-32 of the entry label); "
                  "selection on an 80/20 split of the rest; final fit on all plausible rows" if refit_all else

@@ -14,14 +14,17 @@ kind              what, and its search space (``grid="quick"`` default / ``grid=
                   Adam/SGD x 7 learning rates, SGD's rate x10)
 ``poly``          ridge regression on a degree-2/3 polynomial of the standardized log2 inputs
                   and roofline time: a smooth power law with interactions (tiny)
+``roofline``      the calibrated roofline: the spec-based roofline time times an efficiency
+                  curve of it (:mod:`trainsim.kernels.roofline`); monotone, tiny
 ================  ==========================================================================
 
 Every kind fits ``(X, y, signs, config, seed)`` and returns a *portable* predictor (numpy
 arrays only: :class:`~trainsim.kernels.trees.TreeEnsemble`, :class:`MLPNet`,
 :class:`PolyRidge`) that the artifact stores in npz. ``signs`` (+1/-1/0 per column, from
 :func:`trainsim.kernels.features.column_signs`) become monotone constraints for the tree
-kinds; ``mlp`` and ``poly`` cannot be constrained and are checked instead (fitting rejects a
-candidate that is not monotone along the data's range).
+kinds when fitting asks for strict monotonicity (all zeros otherwise); ``mlp`` and ``poly``
+cannot be constrained. Fitting checks every candidate against physics either way
+(:func:`trainsim.kernels.fitting.monotone_violation`).
 """
 
 from __future__ import annotations
@@ -110,6 +113,25 @@ def poly_terms(z: np.ndarray, powers: np.ndarray) -> np.ndarray:
     return terms
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class CurveRegressor:
+    """``y = u + interp(u, knots_u, knots_g)`` with ``u`` the (only) column: log2 roofline time."""
+
+    u: np.ndarray
+    g: np.ndarray
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        u = np.asarray(x, dtype=float)[:, 0]
+        return u + np.interp(u, self.u, self.g)
+
+    def to_arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        return {}, {"u": self.u, "g": self.g}
+
+    @classmethod
+    def from_arrays(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> CurveRegressor:
+        return cls(np.asarray(arrays["u"], dtype=float), np.asarray(arrays["g"], dtype=float))
+
+
 def _scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean, std = x.mean(axis=0), x.std(axis=0)
     return mean, np.where(std > 1e-12, std, 1.0)
@@ -172,6 +194,13 @@ def fit_mlp(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: i
                   x_mean, x_scale, y_mean, y_scale)  # fmt: skip
 
 
+def fit_curve(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int) -> CurveRegressor:
+    from trainsim.kernels.roofline import efficiency_knots
+
+    u = x[:, 0]
+    return CurveRegressor(*efficiency_knots(u, y - u, int(cfg["knots"])))
+
+
 def fit_poly(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int) -> PolyRidge:
     x_mean, x_scale = _scale(x)
     z = (x - x_mean) / x_scale
@@ -201,8 +230,9 @@ class Kind:
     load: Callable[[dict[str, Any], dict[str, np.ndarray]], Portable]
     quick: tuple[Config, ...]
     paper: tuple[Config, ...]
-    monotone: bool  # honours monotone constraints by construction
-    inputs_only: bool = False  # reads only the op's inputs (log2) and the roofline time
+    monotone: bool  # honours monotone constraints (strict mode) by construction
+    threads: bool = True  # takes n_jobs
+    reads: str = "all"  # columns: "all", "inputs" (the op's inputs and the roofline time), "roofline"
 
 
 KINDS: dict[str, Kind] = {}
@@ -233,12 +263,14 @@ _register(Kind("rforest", fit_rforest, TreeEnsemble.from_arrays,
 _register(Kind("mlp", fit_mlp, MLPNet.from_arrays,
                _grid(num_layers=[3], neurons=[128], optimizer=["adam"], learning_rate=[1e-3, 5e-3]),
                _grid(num_layers=[3, 4, 5, 6, 7], neurons=[128, 256, 512, 1024], optimizer=["adam", "sgd"],
-                     learning_rate=[1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2]), monotone=False))  # fmt: skip
+                     learning_rate=[1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2]), monotone=False, threads=False))  # fmt: skip
 _register(Kind("poly", fit_poly, PolyRidge.from_arrays,
                _grid(degree=[2, 3], alpha=[1e-6, 1e-4]), _grid(degree=[1, 2, 3], alpha=[1e-6, 1e-4, 1e-2]),
-               monotone=False, inputs_only=True))  # fmt: skip
+               monotone=False, threads=False, reads="inputs"))  # fmt: skip
+_register(Kind("roofline", fit_curve, CurveRegressor.from_arrays, _grid(knots=[6, 12, 24]),
+               _grid(knots=[4, 6, 8, 12, 16, 24, 32]), monotone=True, threads=False, reads="roofline"))  # fmt: skip
 
-DEFAULT_KINDS: tuple[str, ...] = ("xgboost", "lightgbm", "rforest", "poly")
+DEFAULT_KINDS: tuple[str, ...] = ("xgboost", "lightgbm", "rforest", "poly", "roofline")
 GRIDS = ("quick", "paper")
 
 
@@ -261,4 +293,6 @@ def size_bytes(p: Portable) -> int:
 
 def kind_columns(k: Kind, cols: list[str]) -> list[int]:
     """Indices of the columns kind ``k`` reads."""
-    return [i for i, c in enumerate(cols) if not k.inputs_only or c.startswith("in:") or c == "roofline_s"]
+    if k.reads == "roofline":
+        return [cols.index("roofline_s")] if "roofline_s" in cols else []
+    return [i for i, c in enumerate(cols) if k.reads == "all" or c.startswith("in:") or c == "roofline_s"]

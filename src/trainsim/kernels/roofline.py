@@ -63,18 +63,24 @@ class EfficiencyCurve:
         return float(np.exp2(-self.g.min()))
 
 
-def fit_efficiency(roof_s: np.ndarray, seconds: np.ndarray) -> EfficiencyCurve:
-    u = np.log2(roof_s)
-    v = np.log2(seconds / roof_s)
+def efficiency_knots(u: np.ndarray, v: np.ndarray, knots: int = _KNOTS) -> tuple[np.ndarray, np.ndarray]:
+    """Knots of ``v = log2(t / roofline)`` against ``u = log2(roofline)``: medians of up to
+    ``knots`` equal-count bins of u, then the slope clipped to >= -1 (so ``u + v`` never
+    decreases: time never drops as the roofline time grows)."""
     order = np.argsort(u, kind="stable")
     u, v = u[order], v[order]
-    bins = np.array_split(np.arange(u.size), min(_KNOTS, max(1, u.size // 10)))
+    bins = np.array_split(np.arange(u.size), min(knots, max(1, u.size // 10)))
     ku = np.array([np.median(u[b]) for b in bins if b.size])
     kg = np.array([np.median(v[b]) for b in bins if b.size])
     ku, idx = np.unique(ku, return_index=True)
     kg = kg[idx]
-    for i in range(1, kg.size):  # slope >= -1: time never decreases with the roofline time
+    for i in range(1, kg.size):
         kg[i] = max(kg[i], kg[i - 1] - (ku[i] - ku[i - 1]))
+    return ku, kg
+
+
+def fit_efficiency(roof_s: np.ndarray, seconds: np.ndarray) -> EfficiencyCurve:
+    ku, kg = efficiency_knots(np.log2(roof_s), np.log2(seconds / roof_s))
     return EfficiencyCurve(ku, kg, int(seconds.size))
 
 

@@ -1,9 +1,10 @@
 """Tree ensembles as plain arrays: one evaluator for RandomForest, XGBoost and LightGBM.
 
-A fitted forest or boosted ensemble is converted once into flat node arrays (``feature``,
-``threshold``, ``left``, ``right``, ``value``; ``feature == -1`` marks a leaf) plus the root
-of each tree, how trees combine (``mean`` for a forest, ``sum`` + ``base`` for boosting) and the
-split rule of the library that grew them:
+A fitted forest or boosted ensemble is converted once into flat node arrays in pre-order
+(``feature``, -1 at a leaf; ``split``, the threshold of an inner node or the value of a leaf;
+``right``, the right child — the left one is the next node) plus the root of each tree, how
+trees combine (``mean`` for a forest, ``sum`` + ``base`` for boosting) and the split rule of
+the library that grew them:
 
 ============  ===================  ==================================================
 library       goes left when       inputs compared as
@@ -14,9 +15,12 @@ XGBoost       ``x < threshold``    float32 (thresholds are float32 in the model 
 LightGBM      ``x <= threshold``   float64
 ============  ===================  ==================================================
 
-Saved in npz (``numpy.load(..., allow_pickle=False)``): loading reads numbers, never code, and
-prediction needs numpy only — the learning libraries are needed to *fit*, not to predict.
-The converters are checked against each library's own ``predict`` in the tests.
+Thresholds and leaf values are stored as float32 (9–10 bytes a node): thresholds rounded so
+that decisions on float32 inputs are unchanged (LightGBM compares float64 inputs; they differ
+only within 1e-7 of a threshold, where no training value lies). Saved in npz
+(``numpy.load(..., allow_pickle=False)``): loading reads numbers, never code, and prediction
+needs numpy only — the learning libraries are needed to *fit*, not to predict. The converters
+are checked against each library's own ``predict`` in the tests.
 """
 
 from __future__ import annotations
@@ -34,12 +38,13 @@ _RULES = ("le", "lt")
 
 @dataclass(frozen=True, slots=True, eq=False)
 class TreeEnsemble:
-    feature: np.ndarray  # int32 per node, -1 at leaves
-    threshold: np.ndarray  # per node
-    left: np.ndarray  # int32 per node (absolute index), -1 at leaves
-    right: np.ndarray
-    value: np.ndarray  # float64 per node (leaves)
-    roots: np.ndarray  # int32 per tree
+    """Trees in pre-order: an inner node's left child is the next node, ``right`` names the
+    other; ``split`` holds the threshold at inner nodes and the value at leaves (float32)."""
+
+    feature: np.ndarray  # int per node, -1 at leaves
+    split: np.ndarray  # float32: threshold (inner) or leaf value
+    right: np.ndarray  # int per node (absolute index), -1 at leaves
+    roots: np.ndarray  # int per tree
     combine: str  # "mean" or "sum"
     base: float  # added to the combined leaves
     rule: str  # "le" or "lt"
@@ -49,12 +54,12 @@ class TreeEnsemble:
         if self.combine not in ("mean", "sum") or self.rule not in _RULES:
             raise ModelError(f"tree ensemble: bad combine/rule {self.combine!r}/{self.rule!r}")
         n = self.feature.size
-        if not (self.threshold.size == self.left.size == self.right.size == self.value.size == n):
+        if not (self.split.size == self.right.size == n):
             raise ModelError("tree ensemble: node arrays differ in length")
         inner = self.feature >= 0
-        for arr in (self.left, self.right):
-            if np.any(inner & ((arr <= np.arange(n)) | (arr >= n))):
-                raise ModelError("tree ensemble: a child index points backwards or out of range")
+        idx = np.arange(n)
+        if np.any(inner & ((self.right <= idx + 1) | (self.right >= n))) or np.any(inner & (idx + 1 >= n)):
+            raise ModelError("tree ensemble: a child index points backwards or out of range")
         if self.roots.size == 0 or np.any((self.roots < 0) | (self.roots >= n)):
             raise ModelError("tree ensemble: bad root indices")
 
@@ -73,6 +78,7 @@ class TreeEnsemble:
             raise ModelError(f"tree ensemble needs {self.n_features_used} columns, got shape {x.shape}")
         if self.float32_inputs:
             x = x.astype(np.float32).astype(np.float64)
+        split = self.split.astype(np.float64)
         rows = np.arange(x.shape[0])[:, None]
         node = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
         while True:
@@ -81,10 +87,10 @@ class TreeEnsemble:
             if not inner.any():
                 break
             xv = x[rows, np.where(inner, f, 0)]
-            thr = self.threshold[node]
+            thr = split[node]
             go_left = xv <= thr if self.rule == "le" else xv < thr
-            node = np.where(inner, np.where(go_left, self.left[node], self.right[node]), node)
-        leaves = self.value[node]
+            node = np.where(inner, np.where(go_left, node + 1, self.right[node]), node)
+        leaves = split[node]
         agg = leaves.mean(axis=1) if self.combine == "mean" else leaves.sum(axis=1)
         return agg + self.base
 
@@ -93,13 +99,10 @@ class TreeEnsemble:
     def to_arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         meta = {"combine": self.combine, "base": self.base, "rule": self.rule,
                 "float32_inputs": self.float32_inputs, "nodes": self.n_nodes, "trees": int(self.roots.size)}  # fmt: skip
-        small = self.n_nodes < 2**31
         arrays = {
-            "feature": self.feature.astype(np.int16 if self.feature.max(initial=0) < 2**15 else np.int32),
-            "threshold": self.threshold.astype(np.float32) if self.float32_inputs else self.threshold,
-            "left": self.left.astype(np.int32 if small else np.int64),
-            "right": self.right.astype(np.int32 if small else np.int64),
-            "value": self.value,
+            "feature": self.feature.astype(np.int8 if self.feature.max(initial=0) < 127 else np.int32),
+            "split": self.split.astype(np.float32),
+            "right": self.right.astype(np.int32),
             "roots": self.roots.astype(np.int32),
         }
         return meta, arrays
@@ -107,9 +110,8 @@ class TreeEnsemble:
     @classmethod
     def from_arrays(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> TreeEnsemble:
         try:
-            return cls(arrays["feature"].astype(np.int64), arrays["threshold"].astype(np.float64),
-                       arrays["left"].astype(np.int64), arrays["right"].astype(np.int64),
-                       arrays["value"].astype(np.float64), arrays["roots"].astype(np.int64),
+            return cls(arrays["feature"].astype(np.int64), arrays["split"].astype(np.float32),
+                       arrays["right"].astype(np.int64), arrays["roots"].astype(np.int64),
                        str(meta["combine"]), float(meta["base"]), str(meta["rule"]), bool(meta["float32_inputs"]))  # fmt: skip
         except KeyError as e:
             raise ModelError(f"tree ensemble artifact: missing {e}") from None
@@ -123,23 +125,52 @@ def _floor_float32(t: np.ndarray) -> np.ndarray:
     return t32.astype(np.float64)
 
 
+def _ceil_float32(t: np.ndarray) -> np.ndarray:
+    """The smallest float32 >= t: for float32 x, ``x < t`` iff ``x < ceil32(t)``."""
+    t32 = t.astype(np.float32)
+    under = t32.astype(np.float64) < t
+    t32[under] = np.nextafter(t32[under], np.float32(np.inf))
+    return t32.astype(np.float64)
+
+
+def _preorder(f: np.ndarray, t: np.ndarray, lc: np.ndarray, rc: np.ndarray, v: np.ndarray,
+              offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """One tree (root 0, any node order) as pre-order (feature, split, right) arrays."""
+    order: list[int] = []
+    stack = [0]
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        if f[i] >= 0:
+            stack += [int(rc[i]), int(lc[i])]  # left is visited next
+    new = np.full(f.size, -1, dtype=np.int64)
+    new[order] = np.arange(len(order))
+    o = np.array(order)
+    leaf = f[o] < 0
+    feature = np.where(leaf, -1, f[o])
+    split = np.where(leaf, v[o], t[o]).astype(np.float32)
+    right = np.where(leaf, -1, new[np.where(leaf, 0, rc[o])] + offset)
+    return feature, split, right
+
+
 def _stack(trees: list[tuple[np.ndarray, ...]], *, combine: str, base: float, rule: str,
            float32_inputs: bool) -> TreeEnsemble:  # fmt: skip
-    """Concatenate per-tree (feature, threshold, left, right, value) with local child indices."""
-    feats, thrs, lefts, rights, vals, roots = [], [], [], [], [], []
+    """Concatenate trees given as (feature, threshold, left, right, value) with local indices,
+    root 0. Thresholds become float32 (rounded down for ``<=``, up for ``<``: decisions on
+    float32 inputs are unchanged), leaf values float32."""
+    feats, splits, rights, roots = [], [], [], []
     offset = 0
     for f, t, lc, rc, v in trees:
-        leaf = f < 0
+        t = np.asarray(t, dtype=np.float64)
+        t32 = _floor_float32(t) if rule == "le" else _ceil_float32(t)
+        fe, sp, ri = _preorder(np.asarray(f), t32, np.asarray(lc), np.asarray(rc), np.asarray(v, dtype=np.float64), offset)
         roots.append(offset)
-        feats.append(np.where(leaf, -1, f))
-        thrs.append(np.where(leaf, 0.0, t))
-        lefts.append(np.where(leaf, -1, lc + offset))
-        rights.append(np.where(leaf, -1, rc + offset))
-        vals.append(np.where(leaf, v, 0.0))
-        offset += f.size
-    return TreeEnsemble(np.concatenate(feats).astype(np.int64), np.concatenate(thrs).astype(float),
-                        np.concatenate(lefts).astype(np.int64), np.concatenate(rights).astype(np.int64),
-                        np.concatenate(vals).astype(float), np.array(roots, dtype=np.int64),
+        feats.append(fe)
+        splits.append(sp)
+        rights.append(ri)
+        offset += fe.size
+    return TreeEnsemble(np.concatenate(feats).astype(np.int64), np.concatenate(splits).astype(np.float32),
+                        np.concatenate(rights).astype(np.int64), np.array(roots, dtype=np.int64),
                         combine, float(base), rule, float32_inputs)  # fmt: skip
 
 
@@ -149,8 +180,8 @@ def from_sklearn_forest(forest: Any) -> TreeEnsemble:
     for est in forest.estimators_:
         t = est.tree_
         leaf = t.children_left < 0
-        trees.append((np.where(leaf, -1, t.feature), _floor_float32(t.threshold),
-                      t.children_left, t.children_right, t.value[:, 0, 0]))  # fmt: skip
+        trees.append((np.where(leaf, -1, t.feature), t.threshold, t.children_left, t.children_right,
+                      t.value[:, 0, 0]))  # fmt: skip
     return _stack(trees, combine="mean", base=0.0, rule="le", float32_inputs=True)
 
 

@@ -1,10 +1,10 @@
 """What a suite is: a deterministic list of :class:`Case` s, each able to build its timed call.
 
 Sampling follows 001 §III-A: each op is swept over shapes that span realistic sizes, but every
-case is kept short on the device at hand. Shape parameters are drawn log-uniformly (sizes are
-multiples of 8 from 64 up, like real layer sizes) from a seeded generator per (suite, op, phase,
-dtype) and a draw is kept only if its estimated time (roofline with conservative peaks) and
-memory fit the device's :class:`SweepSpec`. The draws do not depend on ``quick``: a quick sweep
+case is kept short on the device at hand. Shape parameters are spread log-uniformly by a
+shifted Halton sequence seeded per (suite, op, phase, dtype) (sizes from 8 up are multiples of
+8, like real layer sizes), and a point is kept only if its estimated time (roofline with
+conservative peaks) and memory fit the device's :class:`SweepSpec`. The draws do not depend on ``quick``: a quick sweep
 is a prefix of the full one, so a full run after a quick one measures only what is new.
 """
 
@@ -123,16 +123,17 @@ class SweepSpec:
 
 @dataclass(frozen=True, slots=True)
 class LogRange:
-    """An integer drawn log-uniformly in [lo, hi]; multiples of ``align`` from ``4 * align`` up."""
+    """An integer log-uniform in [lo, hi]; from ``align`` up, a multiple of ``align``."""
 
     lo: int
     hi: int
     align: int = 8
 
-    def draw(self, rng: Any) -> int:
-        v = math.exp(rng.uniform(math.log(self.lo), math.log(self.hi)))
-        if v >= 4 * self.align:
-            return round(v / self.align) * self.align
+    def at(self, u: float) -> int:
+        """The value at quantile ``u`` in [0, 1)."""
+        v = math.exp(math.log(self.lo) + u * (math.log(self.hi) - math.log(self.lo)))
+        if v >= self.align:
+            return min(self.hi, max(self.lo, round(v / self.align) * self.align))
         return max(self.lo, round(v))
 
 
@@ -140,11 +141,21 @@ class LogRange:
 class Choice:
     values: tuple[Any, ...]
 
-    def draw(self, rng: Any) -> Any:
-        return self.values[int(rng.integers(len(self.values)))]
+    def at(self, u: float) -> Any:
+        return self.values[min(int(u * len(self.values)), len(self.values) - 1)]
 
 
 Dim = LogRange | Choice
+_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29)
+
+
+def _radical_inverse(i: int, base: int) -> float:
+    f, r = 1.0, 0.0
+    while i:
+        f /= base
+        r += f * (i % base)
+        i //= base
+    return r
 
 
 def draw_params(
@@ -155,16 +166,26 @@ def draw_params(
     accept: Callable[[Params], bool],
     max_tries: int = 200,
 ) -> list[Params]:
-    """Up to ``n`` distinct accepted draws, in draw order (deterministic for a given ``seed``)."""
+    """Up to ``n`` distinct accepted draws, in draw order (deterministic for a given ``seed``).
+
+    Points come from a Halton sequence (one prime base per dimension) rotated by a seeded random
+    shift: space-filling like a Latin hypercube, but extensible, so the first ``n`` accepted
+    points are the same whatever ``n`` — a quick sweep is a prefix of the full one.
+    """
     import numpy as np
 
-    rng = np.random.default_rng(zlib.crc32(seed.encode()))
+    if len(dims) > len(_PRIMES):
+        raise ValueError(f"at most {len(_PRIMES)} swept dimensions, got {len(dims)}")
+    shift = np.random.default_rng(zlib.crc32(seed.encode())).random(len(dims))
     out: list[Params] = []
     seen: set[tuple[Any, ...]] = set()
-    for _ in range(n * max_tries):
+    for i in range(1, n * max_tries + 1):
         if len(out) >= n:
             break
-        p = {name: d.draw(rng) for name, d in dims.items()}
+        p = {
+            name: d.at((_radical_inverse(i, base) + off) % 1.0)
+            for (name, d), base, off in zip(dims.items(), _PRIMES, shift, strict=False)
+        }
         ident = tuple(sorted(p.items()))
         if ident not in seen and accept(p):
             seen.add(ident)

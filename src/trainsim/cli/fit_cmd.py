@@ -1,0 +1,128 @@
+"""``trainsim fit DATASET…``: fit kernel models on measurements; print every entry's held-out error."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trainsim.cli.main import app
+from trainsim.cli.output import Format, emit_json, log
+
+
+def _out() -> Console:
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+@app.command("fit")
+def fit_cmd(
+    datasets: list[Path] = typer.Argument(
+        ..., help="Paper-001 operator CSVs, `trainsim bench` JSONL/CSV datasets, or folders of them."
+    ),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+    family: list[str] | None = typer.Option(None, "--family", "-f", help="Only these kernel families (repeat or comma-separate)."),
+    op: list[str] | None = typer.Option(None, "--op", help="Only these operators (repeat or comma-separate)."),
+    kinds: str | None = typer.Option(None, "--kinds", help="Candidate kinds, comma-separated (default: xgboost,lightgbm,rforest,poly,roofline; also mlp)."),
+    grid: str = typer.Option("quick", "--grid", help="Hyperparameter grid: quick, or paper (001's and 002 Table 4.2's full spaces; slow)."),
+    device: str | None = typer.Option(None, "--device", help="Catalog device (or YAML) the data were measured on; read from the data if omitted."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the fitted model here (.npz artifact, atomically)."),
+    holdout: float = typer.Option(0.2, help="Fraction of each entry's rows held out to measure the chosen model."),
+    seed: int = typer.Option(0, help="Seed of the held-out and validation splits."),
+    jobs: int = typer.Option(2, "--jobs", "-j", help="Threads per tree fit."),
+    strict_monotone: bool = typer.Option(False, "--strict-monotone", help="Constrain trees to be monotone in every signed input (less accurate on cuBLAS kernel switches)."),
+    name: str | None = typer.Option(None, help="Dataset name used in provenance (default: the folder name)."),
+) -> None:  # fmt: skip
+    """Fit kernel models (per operator, phase and dtype): choose a regressor by validation error
+    inside the training rows, report its error on held-out rows, refit it on all rows."""
+    from trainsim.errors import ConfigError
+    from trainsim.hardware import get_device
+    from trainsim.ir.kinds import KernelFamily
+    from trainsim.kernels import DEFAULT_KINDS, fit_kernels, read_kernel_dataset, save_model
+
+    _register_bench_ops()
+    fams = None
+    if family:
+        try:
+            fams = [KernelFamily(f) for f in _split(family) or []]
+        except ValueError as e:
+            raise ConfigError(f"--family: {e}; known: {', '.join(f.value for f in KernelFamily)}") from None
+    kind_list = tuple(_split([kinds]) or ()) if kinds else DEFAULT_KINDS
+    ds = read_kernel_dataset(datasets, name=name, ops=_split(op))
+    spec = get_device(device) if device else None
+    log(f"{len(ds)} rows, {len(ds.keys())} entries from {ds.name} ({', '.join(sorted(ds.formats))}); "
+        f"device {spec.name if spec else ds.device}")  # fmt: skip
+
+    def progress(r: Any) -> None:
+        log(f"  {r.key.label}: {r.kind or 'no model'}  held-out MAPE {_pct(r.heldout_mape_pct)} %  ({r.seconds:.0f} s)")
+
+    result = fit_kernels(ds, device=spec, kinds=kind_list, grid=grid, holdout=holdout, seed=seed, families=fams,
+                         n_jobs=jobs, strict_monotone=strict_monotone, progress=progress)  # fmt: skip
+    if output is not None:
+        if result.model is None:
+            raise ConfigError("no entry had enough rows to fit a model; nothing to write")
+        save_model(result.model, output)
+        log(f"wrote {output}")
+    doc = {
+        "dataset": ds.name, "device": result.roofline.device, "rows": len(ds), "kinds": list(kind_list),
+        "grid": grid, "holdout": holdout, "seed": seed,
+        "models": [_model_row(r) for r in result.reports],
+        "artifact": str(output) if output else None,
+    }  # fmt: skip
+    if fmt is Format.JSON:
+        emit_json(doc)
+        return
+    _print(doc)
+
+
+def _model_row(r: Any) -> dict[str, Any]:
+    d = r.as_dict()
+    d.pop("candidates")
+    d["candidates_val_mape_pct"] = {f"{c.kind}{_cfg(c.config)}": (None if c.rejected else c.val_mape_pct)
+                                    for c in r.candidates}  # fmt: skip
+    return d
+
+
+def _cfg(cfg: dict[str, Any]) -> str:
+    return "" if not cfg else "(" + ",".join(f"{k}={v}" for k, v in cfg.items()) + ")"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+
+def _print(doc: dict[str, Any]) -> None:
+    t = Table(title=f"{doc['dataset']} on {doc['device']}: held-out errors ({doc['holdout']:.0%} of rows, seed {doc['seed']})",
+              title_justify="left")  # fmt: skip
+    cols = ("entry", "family", "kind", "MAPE %", "GMAE %", "max %", "all rows MAPE %", "roofline MAPE %",
+            "samples", "excluded")  # fmt: skip
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("entry", "family", "kind") else "right")
+    for m in doc["models"]:
+        t.add_row(m["entry"], m["family"], m["kind"] or "—", _pct(m["mape_pct"]), _pct(m["gmae_pct"]),
+                  _pct(m["max_abs_err_pct"]), _pct(m["mape_all_rows_pct"]), _pct(m["roofline_mape_pct"]),
+                  str(m["samples"]), str(m["excluded_rows"]))  # fmt: skip
+    out = _out()
+    out.print(t)
+    done = [m["mape_pct"] for m in doc["models"] if m["mape_pct"] is not None]
+    if done:
+        out.print(f"mean MAPE {sum(done) / len(done):.2f} %, max {max(done):.2f} % over {len(done)} entries")
+
+
+def _register_bench_ops() -> None:
+    """Operators the micro-benchmark suites calibrate beyond the kernel table (if installed)."""
+    try:
+        from trainsim.bench.opspecs import register_bench_ops
+    except ImportError:
+        return
+    register_bench_ops()
