@@ -245,19 +245,19 @@ def _register(k: Kind) -> None:
 
 
 _register(Kind("xgboost", fit_xgboost, TreeEnsemble.from_arrays,
-               _grid(n_estimators=[300], learning_rate=[0.1], max_depth=[6], subsample=[0.8],
-                     colsample_bytree=[0.8], min_child_weight=[1]),
+               _grid(n_estimators=[300], learning_rate=[0.1], max_depth=[5], subsample=[0.8],
+                     colsample_bytree=[0.8], min_child_weight=[3]),
                _grid(n_estimators=[100, 200, 300], learning_rate=[0.1, 0.2], max_depth=[3, 6, 9],
                      min_child_weight=[1, 5, 10], gamma=[0, 0.1, 0.2], subsample=[0.8, 1.0],
                      colsample_bytree=[0.8, 1.0]), monotone=True))  # fmt: skip
 _register(Kind("lightgbm", fit_lightgbm, TreeEnsemble.from_arrays,
-               _grid(n_estimators=[300], learning_rate=[0.1], num_leaves=[31], min_child_samples=[5],
+               _grid(n_estimators=[300], learning_rate=[0.1], num_leaves=[15], min_child_samples=[10],
                      subsample=[0.8], subsample_freq=[1], colsample_bytree=[0.8]),
                _grid(n_estimators=[200, 400], learning_rate=[0.05, 0.1, 0.2], num_leaves=[15, 31, 63],
                      min_child_samples=[5, 10, 20], subsample=[0.8, 1.0], subsample_freq=[1],
                      colsample_bytree=[0.8, 1.0]), monotone=True))  # fmt: skip
 _register(Kind("rforest", fit_rforest, TreeEnsemble.from_arrays,
-               _grid(n_estimators=[60], max_features=[0.6], min_samples_leaf=[2], max_depth=[None]),
+               _grid(n_estimators=[50], max_features=[0.6], min_samples_leaf=[3], max_depth=[14]),
                _grid(n_estimators=[100, 200, 300, 400, 500], max_depth=[None, 10, 20], max_features=[None],
                      min_samples_leaf=[1], min_samples_split=[2]), monotone=True))  # fmt: skip
 _register(Kind("mlp", fit_mlp, MLPNet.from_arrays,

@@ -10,6 +10,7 @@ and 5 for RMS norm, backward twice that; bytes count the input read and output w
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from trainsim.bench.suites.base import (
@@ -98,7 +99,9 @@ def cases(spec: SweepSpec) -> Iterator[Case]:
         "c": LogRange(3, 1024),
         "hw": LogRange(1, 224, align=1),
     }
-    ops = [_op("layer_norm", rows), _op("rms_norm", rows), _op("batch_norm", images)]
+    # training-mode batch norm needs more than one value per channel
+    batch_norm = replace(_op("batch_norm", images), valid=lambda p: p["n"] * p["hw"] ** 2 > 1)
+    ops = [_op("layer_norm", rows), _op("rms_norm", rows), batch_norm]
     return expand(NAME, ops, spec)
 
 
