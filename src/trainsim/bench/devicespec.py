@@ -87,6 +87,7 @@ def write_device_yaml(doc: Mapping[str, Any], path: Path) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True))
+        Path(tmp).chmod(0o644)  # mkstemp makes it private; it is a data file like any other
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

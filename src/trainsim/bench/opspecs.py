@@ -35,10 +35,11 @@ def _elementwise(flops_per: float, reads: float, writes: float, extra_bytes: flo
 
 
 def _conv2d(x: Arrays, eb: int) -> Arrays:
-    """Direct convolution, "same" padding: FLOPs 2·n·k·c·r²·ho²; as an implicit GEMM
-    m = n·ho², n = k, k = c·r²."""
+    """Direct convolution, "same" padding (odd r): FLOPs 2·n·k·c·r²·ho²; as an implicit GEMM
+    m = n·ho², n = k, k = c·r². Approximation: ho = (hw − 1)/stride + 1 without the floor, so
+    that it moves smoothly (and monotonically) with its inputs."""
     n, c, k, hw, r, s = x["n"], x["c"], x["k"], x["hw"], x["r"], x["stride"]
-    ho = np.floor((hw + 2 * np.floor(r / 2) - r) / s) + 1
+    ho = (hw - 1) / s + 1
     return {"out_hw": ho, "gemm_m": n * ho * ho, "gemm_n": k, "gemm_k": c * r * r,
             "flops": 2.0 * n * k * c * r * r * ho * ho,
             "bytes": eb * (n * c * hw * hw + k * c * r * r + n * k * ho * ho)}  # fmt: skip

@@ -39,7 +39,7 @@ def fit_cmd(
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the fitted model here (.npz artifact, atomically)."),
     holdout: float = typer.Option(0.2, help="Fraction of each entry's rows held out to measure the chosen model."),
     seed: int = typer.Option(0, help="Seed of the held-out and validation splits."),
-    jobs: int = typer.Option(2, "--jobs", "-j", help="Threads per tree fit."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Threads per tree fit (1 is fastest on small data and busy machines)."),
     strict_monotone: bool = typer.Option(False, "--strict-monotone", help="Constrain trees to be monotone in every signed input (less accurate on cuBLAS kernel switches)."),
     name: str | None = typer.Option(None, help="Dataset name used in provenance (default: the folder name)."),
 ) -> None:  # fmt: skip

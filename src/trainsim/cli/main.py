@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "trainsim.cli.validate_cmd",
     "trainsim.cli.comm_cmd",
     "trainsim.cli.bench_cmd",
+    "trainsim.cli.fit_cmd",
 )
 
 _state = {"debug": False}

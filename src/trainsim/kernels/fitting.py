@@ -250,7 +250,7 @@ def _errors(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float, float, fl
 
 def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Sequence[str] = DEFAULT_KINDS,
               grid: str = "quick", holdout: float = 0.2, seed: int = 0, refit_all: bool = True,
-              n_jobs: int = 2, strict_monotone: bool = False) -> tuple[LearnedEntry | None, EfficiencyCurve, EntryReport]:  # fmt: skip
+              n_jobs: int = 1, strict_monotone: bool = False) -> tuple[LearnedEntry | None, EfficiencyCurve, EntryReport]:  # fmt: skip
     """One entry (see the module docstring)."""
     t0 = time.perf_counter()
     spec = op_spec(key.op)
@@ -313,7 +313,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
 
 def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: Sequence[str] = DEFAULT_KINDS,
                 grid: str = "quick", holdout: float = 0.2, seed: int = 0, families: Iterable[KernelFamily] | None = None,
-                ops: Iterable[str] | None = None, refit_all: bool = True, n_jobs: int = 2,
+                ops: Iterable[str] | None = None, refit_all: bool = True, n_jobs: int = 1,
                 strict_monotone: bool = False, progress: Callable[[EntryReport], None] | None = None) -> FitResult:  # fmt: skip
     """Fit every entry of ``ds`` (optionally only some families or operators)."""
     dev = device or guess_device(ds)

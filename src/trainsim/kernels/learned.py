@@ -154,7 +154,7 @@ def _need(module: str) -> Any:
 def fit_xgboost(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int) -> TreeEnsemble:
     xgb = _need("xgboost")
     m = xgb.XGBRegressor(objective="reg:squarederror", monotone_constraints=tuple(signs), random_state=seed,
-                         n_jobs=cfg.pop("n_jobs", 2), tree_method="hist", **cfg)  # fmt: skip
+                         n_jobs=cfg.pop("n_jobs", 1), tree_method="hist", **cfg)  # fmt: skip
     m.fit(x, y)
     return from_xgboost(m.get_booster())
 
@@ -162,14 +162,14 @@ def fit_xgboost(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, see
 def fit_lightgbm(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int) -> TreeEnsemble:
     lgb = _need("lightgbm")
     m = lgb.LGBMRegressor(monotone_constraints=list(signs), random_state=seed, verbose=-1,
-                          n_jobs=cfg.pop("n_jobs", 2), deterministic=True, force_row_wise=True, **cfg)  # fmt: skip
+                          n_jobs=cfg.pop("n_jobs", 1), deterministic=True, force_row_wise=True, **cfg)  # fmt: skip
     m.fit(x, y)
     return from_lightgbm(m.booster_)
 
 
 def fit_rforest(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int) -> TreeEnsemble:
     ens = _need("sklearn.ensemble")
-    m = ens.RandomForestRegressor(monotonic_cst=list(signs), random_state=seed, n_jobs=cfg.pop("n_jobs", 2), **cfg)
+    m = ens.RandomForestRegressor(monotonic_cst=list(signs), random_state=seed, n_jobs=cfg.pop("n_jobs", 1), **cfg)
     m.fit(x, y)
     return from_sklearn_forest(m)
 

@@ -43,7 +43,7 @@ def _device_cases(data_dir: Path, device: str, ops: list[str] | None, seed: int)
         raise ConfigError(f"{folder} does not exist; pass --data PATH (the shared/data folder)")
     ds = read_kernel_dataset([folder], ops=ops)
     dev = find_device(ds.device or "")
-    result = fit_kernels(ds, device=dev, holdout=0.2, seed=seed, refit_all=False, n_jobs=2)
+    result = fit_kernels(ds, device=dev, holdout=0.2, seed=seed, refit_all=False, n_jobs=1)
     paper = _paper_errors(folder)
     cases = []
     for r in result.reports:

@@ -1,0 +1,78 @@
+"""predict_kernel: calibrated where a fitted model covers the kernel, spec-based otherwise,
+NotCalibratedError when nothing can answer; artifacts are written atomically."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.errors import ConfigError, ModelError, NotCalibratedError
+from trainsim.ir.graph import Kernel
+from trainsim.ir.kinds import KernelFamily as F
+from trainsim.kernels import RooflineModel, load_model, predict_kernel, save_model
+from trainsim.kernels.registry import MODEL_TYPES, register_model_type
+
+LINEAR1 = {"op": "linear1", "phase": "fwd", "mp": 1, "b": 2, "l": 1024, "dim": 5632}  # 001's first A100 row
+
+
+def _k(family: F, **features) -> Kernel:
+    return Kernel(1, "k", family, 7, features=features)
+
+
+def test_calibrated_on_the_measured_device():
+    s, prov = predict_kernel(_k(F.GEMM, **LINEAR1), "a100")
+    assert prov == "calibrated:a100-sxm4-80gb_perlmutter-operator"
+    assert s == pytest.approx(1728.8e-6, rel=0.10)  # measured 1728.8 µs
+    s_gh, prov_gh = predict_kernel(_k(F.GEMM, **LINEAR1), "gh200")
+    assert prov_gh == "calibrated:gh200-120gb_vista-operator" and s_gh < s
+
+
+def test_spec_based_elsewhere_and_a_lower_bound():
+    s, prov = predict_kernel(_k(F.GEMM, **LINEAR1), "h100")
+    assert prov == "spec-based:h100-sxm5-80gb"
+    spec_a100, _ = predict_kernel(_k(F.GEMM, **LINEAR1), "a100", models=[RooflineModel(_dev("a100"))])
+    assert spec_a100 < 1728.8e-6  # datasheet peaks: faster than measured
+
+
+def _dev(name: str):
+    from trainsim.hardware import get_device
+
+    return get_device(name)
+
+
+def test_outside_the_measured_range_goes_along_the_roofline():
+    inside, _ = predict_kernel(_k(F.GEMM, **{**LINEAR1, "dim": 8192}), "a100")
+    outside, prov = predict_kernel(_k(F.GEMM, **{**LINEAR1, "dim": 16384}), "a100")
+    assert prov.endswith(";extrapolated") and outside > 3.0 * inside  # 4x the FLOPs
+
+
+def test_generic_kernels_and_work():
+    s, prov = predict_kernel(_k(F.GEMM, m=4096, n=4096, k=4096, dtype="bf16"), "h100")
+    assert prov == "spec-based:h100-sxm5-80gb" and s == pytest.approx(2 * 4096**3 / 989e12)
+    s, prov = predict_kernel(_k(F.ELEMENTWISE, flops=1e6, bytes=4e9), "a100")
+    assert prov.startswith("spec-based") and s == pytest.approx(4e9 / 2039e9)
+
+
+def test_not_calibrated_says_what_is_missing():
+    with pytest.raises(NotCalibratedError, match="op="):
+        predict_kernel(_k(F.SOFTMAX), "a100")
+    with pytest.raises(NotCalibratedError, match="needs inputs mp, b, l, dim"):
+        predict_kernel(_k(F.GEMM, op="linear1", b=2), "a100")
+    with pytest.raises(ConfigError, match="unknown device"):
+        predict_kernel(_k(F.GEMM, **LINEAR1), "no-such-gpu")
+
+
+def test_save_is_atomic_and_npz_only(tmp_path):
+    model = RooflineModel(_dev("a100"))
+    out = save_model(model, tmp_path / "m.npz")
+    assert [p.name for p in tmp_path.iterdir()] == ["m.npz"]
+    back = load_model(out)
+    assert back.name == model.name
+    with pytest.raises(ConfigError, match=".npz"):
+        save_model(model, tmp_path / "m.pkl")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_model(tmp_path / "missing.npz")
+
+
+def test_model_types_have_a_duplicate_guard():
+    with pytest.raises(ModelError, match="registered twice"):
+        register_model_type("learned", MODEL_TYPES["learned"])
