@@ -3,7 +3,9 @@
 An entry (operator, phase, dtype) holds the regressor chosen for it (a kind of
 :mod:`trainsim.kernels.learned`), the model columns it reads
 (:func:`trainsim.kernels.features.model_columns`, by name), the range of every input it was
-fitted on, and the evidence: held-out errors, the candidates' validation errors, row counts.
+fitted on, the monotone claims it honours (the operator's, less those its measurements
+contradict, :func:`trainsim.kernels.fitting.data_claims`), and the evidence: held-out errors,
+the candidates' validation errors, row counts.
 
 Prediction: ``t = 2 ** f(columns(x))``. Inside the fitted range that is all. Outside it (a
 larger model than was benchmarked, a new parallel degree) trees would answer flat, so the
@@ -45,6 +47,7 @@ class LearnedEntry:
     ranges: dict[str, tuple[float, float]]
     samples: int  # rows of the final fit
     metrics: dict[str, Any] = field(default_factory=dict)  # held-out errors, candidates, ...
+    claims: dict[str, int] = field(default_factory=dict)  # monotone claims the data support
 
     def design(self, inputs: Mapping[str, np.ndarray], device: DeviceSpec) -> np.ndarray:
         names, mat = model_columns(op_spec(self.key.op), inputs, device=device, dtype=self.key.dtype)
@@ -116,7 +119,7 @@ class LearnedKernelModel(KernelModel):
             manifest["entries"].append({
                 "entry": e.key.label, "family": e.family.value, "kind": e.kind, "config": e.config,
                 "columns": list(e.columns), "ranges": {k: list(v) for k, v in e.ranges.items()},
-                "samples": e.samples, "metrics": e.metrics, "regressor": meta, "arrays": prefix,
+                "samples": e.samples, "metrics": e.metrics, "claims": e.claims, "regressor": meta, "arrays": prefix,
             })  # fmt: skip
             arrays.update({prefix + k: v for k, v in arr.items()})
         return manifest, arrays
@@ -133,7 +136,7 @@ class LearnedKernelModel(KernelModel):
                     EntryKey.parse(d["entry"]), KernelFamily(d["family"]), d["kind"], dict(d["config"]),
                     tuple(d["columns"]), kind(d["kind"]).load(d["regressor"], arr),
                     {k: (float(v[0]), float(v[1])) for k, v in d["ranges"].items()}, int(d["samples"]),
-                    dict(d.get("metrics", {}))))  # fmt: skip
+                    dict(d.get("metrics", {})), {k: int(v) for k, v in d.get("claims", {}).items()}))  # fmt: skip
             return cls(device=spec, dataset=manifest["dataset"], entries=entries,
                        provenance=manifest.get("provenance"), name=manifest.get("name"))  # fmt: skip
         except (KeyError, TypeError, ValueError, ConfigError) as e:

@@ -393,20 +393,21 @@ def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: De
     return names, mat
 
 
-def column_signs(spec: OpSpec, example: Mapping[str, ArrayLike], *, device: DeviceSpec,
-                 dtype: str = DEFAULT_DTYPE) -> tuple[list[str], list[int], list[str]]:  # fmt: skip
+def column_signs(spec: OpSpec, example: Mapping[str, ArrayLike], *, device: DeviceSpec, dtype: str = DEFAULT_DTYPE,
+                 claims: Mapping[str, int] | None = None) -> tuple[list[str], list[int], list[str]]:  # fmt: skip
     """(column names, sign per column, conflicting columns).
 
     A column's sign is +1 if it never decreases when a ``+1`` input grows or a ``-1`` input
     shrinks (at every row of ``example``), -1 if it never increases, 0 if no signed input moves
     it. A column that moves both ways is *conflicting*: a monotone model must leave it out.
     A model non-decreasing in the +1 columns and non-increasing in the -1 columns, without the
-    conflicting ones, is monotone in every signed input (the chain rule, term by term)."""
+    conflicting ones, is monotone in every signed input (the chain rule, term by term).
+    ``claims`` replaces the spec's signs (e.g. those its measurements do not contradict)."""
     names, base = model_columns(spec, example, device=device, dtype=dtype)
     x = as_inputs(spec, example)
     up = np.zeros(len(names), dtype=bool)
     down = np.zeros(len(names), dtype=bool)
-    for name, sign in spec.inputs.items():
+    for name, sign in (spec.inputs if claims is None else claims).items():
         if sign == 0:
             continue
         moved = dict(x)

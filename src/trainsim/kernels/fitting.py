@@ -12,9 +12,12 @@ Per entry (operator, phase, dtype):
    left out and counted.
 3. **Select.** The training rows are split again 80/20 (validation); every configuration of
    every kind (``grid``) is fitted on the 80 % and scored by MAPE on the 20 %. A candidate is
-   rejected when sweeping any signed input (an input the operator's spec says cannot make it
-   faster) along the data's range finds twice the problem more than 10 % faster than the
-   problem (:func:`monotone_violation`). The ``roofline`` kind is monotone by construction,
+   rejected when sweeping any *claimed* input along the data's range finds twice the problem
+   more than 10 % faster than the problem (:func:`monotone_violation`). The claims are the
+   operator spec's signed inputs, less those the training rows themselves contradict
+   (:func:`data_claims`: paper 001's GH200 ``middleStage_optimizer`` is 5–45 % *slower* at
+   twice the model-parallel degree in 22 % of its measured pairs; a model faithful to those
+   measurements cannot honour that claim, and the entry records why it was dropped). The ``roofline`` kind is monotone by construction,
    so some candidate always qualifies. The best score wins; a candidate within 2 % of it that
    is smaller wins instead (artifacts stay small).
 
@@ -36,6 +39,7 @@ Per entry (operator, phase, dtype):
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -66,7 +70,7 @@ IMPLAUSIBLE_FACTOR = 4.0
 _LOG_BAD = math.log2(IMPLAUSIBLE_FACTOR)
 _OCCAM = 1.02  # a smaller candidate within 2 % of the best validation MAPE wins
 _MIN_ROWS = 10
-_SWEEP_BASES = 12
+_SWEEP_BASES = 32
 _SWEEP_VALUES = 24
 MONOTONE_STEP = 2.0  # twice the problem (in any signed input) ...
 MONOTONE_SLACK = 0.10  # ... is never more than 10 % faster (learned models; noise allowance)
@@ -101,6 +105,7 @@ class EntryReport:
     seconds: float  # wall time of this entry's fit
     candidates: list[Candidate] = field(default_factory=list)
     heldout: list[tuple[float, float]] = field(default_factory=list)  # (measured s, predicted s)
+    contradicted: dict[str, str] = field(default_factory=dict)  # monotone claims the data refute
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +116,7 @@ class EntryReport:
             "roofline_mape_pct": self.roofline_mape_pct, "samples": self.samples,
             "heldout_rows": self.heldout_rows, "train_rows": self.train_rows, "excluded_rows": self.excluded,
             "size_bytes": self.size_bytes, "fit_seconds": round(self.seconds, 2),
+            "claims_contradicted_by_data": self.contradicted,
             "candidates": [{"kind": c.kind, "config": c.config, "val_mape_pct": c.val_mape_pct,
                             "size_bytes": c.size_bytes, "rejected": c.rejected} for c in self.candidates],
         }  # fmt: skip
@@ -143,6 +149,15 @@ def _layout(spec_name: str, inputs: Arrays, device: DeviceSpec, dtype: str) -> t
     return [names[i] for i in keep], [signs[i] for i in keep], mat[:, keep]
 
 
+def _claim_signs(spec_name: str, inputs: Arrays, cols: list[str], claims: dict[str, int], device: DeviceSpec,
+                 dtype: str) -> list[int]:  # fmt: skip
+    """Monotone-constraint signs of ``cols`` that make a tree monotone in the ``claims``."""
+    sub = {k: v[:: max(1, v.size // 256)] for k, v in inputs.items()}
+    names, signs, _ = column_signs(op_spec(spec_name), sub, device=device, dtype=dtype, claims=claims)
+    by = dict(zip(names, signs, strict=True))
+    return [by[c] for c in cols]
+
+
 def _implausible(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Rows more than 4x from a degree-2 power law of the others (two passes)."""
     bad = np.zeros(y.size, dtype=bool)
@@ -159,9 +174,34 @@ def _ranges(inputs: Arrays, rows: np.ndarray) -> dict[str, tuple[float, float]]:
 
 
 def _entry(key: EntryKey, family: KernelFamily, kname: str, cfg: Config, cols: list[str], reg: Any,
-           inputs: Arrays, rows: np.ndarray, metrics: dict[str, Any] | None = None) -> LearnedEntry:  # fmt: skip
+           inputs: Arrays, rows: np.ndarray, claims: dict[str, int], metrics: dict[str, Any] | None = None) -> LearnedEntry:  # fmt: skip
     return LearnedEntry(key, family, kname, dict(cfg), tuple(cols), reg, _ranges(inputs, rows), int(rows.size),
-                        metrics or {})  # fmt: skip
+                        metrics or {}, dict(claims))  # fmt: skip
+
+
+def data_claims(spec_name: str, inputs: Arrays, seconds: np.ndarray, rows: np.ndarray) -> tuple[dict[str, int], dict[str, str]]:  # fmt: skip
+    """(claims kept, claims dropped with the evidence): the operator's monotone claims checked
+    against the measurements of ``rows``. For each signed input, every pair of rows that differ
+    only in that input, by a factor of 2, is a test; the claim is dropped when more than 1 % of
+    them (and at least 2) measure twice the problem more than 10 % faster."""
+    spec = op_spec(spec_name)
+    kept: dict[str, int] = {}
+    dropped: dict[str, str] = {}
+    logt = np.log2(seconds[rows])
+    for name, sign in spec.inputs.items():
+        if sign == 0 or name not in inputs:
+            continue
+        others = [k for k in inputs if k != name]
+        groups: dict[tuple[float, ...], dict[float, float]] = {}
+        for i, r in enumerate(rows):
+            groups.setdefault(tuple(float(inputs[k][r]) for k in others), {})[float(inputs[name][r])] = float(logt[i])
+        steps = [sign * (g[2 * v] - t) for g in groups.values() for v, t in g.items() if 2 * v in g]
+        bad = sum(st < -_LOG_SLACK for st in steps)
+        if bad >= 2 and bad > 0.01 * len(steps):
+            dropped[name] = f"{bad} of {len(steps)} measured doublings more than {MONOTONE_SLACK:.0%} the wrong way"
+        else:
+            kept[name] = sign
+    return kept, dropped
 
 
 def _take(inputs: Arrays, rows: np.ndarray) -> Arrays:
@@ -170,16 +210,15 @@ def _take(inputs: Arrays, rows: np.ndarray) -> Arrays:
 
 def monotone_violation(entry: LearnedEntry, inputs: Arrays, rows: np.ndarray, device: DeviceSpec,
                        *, step: float | None = MONOTONE_STEP, seed: int = 0) -> float:  # fmt: skip
-    """Largest move against physics (in log2 time) over sweeps of every signed input along its
-    values in ``rows``, from up to 12 base rows; 0 when there is none.
+    """Largest move against the entry's claims (in log2 time) over sweeps of every claimed
+    input along its values in ``rows``, from up to 32 base rows; 0 when there is none.
 
     ``step=2``: compares each value with its double (when both are in the range): twice the
     problem is never faster. ``step=None``: compares neighbouring values (strict monotonicity)."""
-    spec = op_spec(entry.key.op)
     rng = np.random.default_rng(seed)
     bases = rng.choice(rows, size=min(_SWEEP_BASES, rows.size), replace=False)
     worst = 0.0
-    for name, sign in spec.inputs.items():
+    for name, sign in entry.claims.items():
         if sign == 0 or name not in inputs:
             continue
         values = np.unique(inputs[name][rows])
@@ -204,7 +243,7 @@ def monotone_violation(entry: LearnedEntry, inputs: Arrays, rows: np.ndarray, de
 
 def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str, cols: list[str], signs: list[int],
             x: np.ndarray, y: np.ndarray, inputs: Arrays, rows: np.ndarray, device: DeviceSpec, seed: int,
-            n_jobs: int, strict: bool) -> list[Candidate]:  # fmt: skip
+            n_jobs: int, strict: bool, claims: dict[str, int]) -> list[Candidate]:  # fmt: skip
     val = heldout_rows(rows.size, fraction=0.2, seed=seed + 1, label=key.label)
     fit_rows, val_rows = rows[~val], rows[val]
     out: list[Candidate] = []
@@ -212,23 +251,25 @@ def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str
         k = kind(kname)
         idx = kind_columns(k, cols)
         kx, kcols, ksigns = x[:, idx], [cols[i] for i in idx], [signs[i] for i in idx]
-        for cfg in configs(k, grid):
+        variants = (True,) if strict and k.monotone else (False, True) if k.monotone and any(ksigns) else (False,)
+        for cfg, constrained in itertools.product(configs(k, grid), variants):
+            label = {**cfg, "constrained": True} if constrained else dict(cfg)
             try:
-                reg = k.fit(kx[fit_rows], y[fit_rows], ksigns if strict else [0] * len(ksigns),
+                reg = k.fit(kx[fit_rows], y[fit_rows], ksigns if constrained else [0] * len(ksigns),
                             {**cfg, **({"n_jobs": n_jobs} if k.threads else {})}, seed)
             except (ValueError, np.linalg.LinAlgError) as e:
-                out.append(Candidate(kname, cfg, math.inf, 0, f"fit failed: {e}"))
+                out.append(Candidate(kname, label, math.inf, 0, f"fit failed: {e}"))
                 continue
-            entry = _entry(key, family, kname, cfg, kcols, reg, inputs, fit_rows)
+            entry = _entry(key, family, kname, label, kcols, reg, inputs, fit_rows, claims)
             pred, _ = entry.predict(_take(inputs, val_rows), device)
             score = mape_pct(pred, np.exp2(y[val_rows]))
             why = ""
-            if not (strict and k.monotone) and monotone_violation(
+            if not (constrained or k.name == "roofline") and monotone_violation(
                 entry, inputs, fit_rows, device, step=None if strict else MONOTONE_STEP, seed=seed
             ) > (1e-9 if strict else _LOG_SLACK):
-                why = "not monotone in a signed input" if strict else (
+                why = "not monotone in a claimed input" if strict else (
                     f"more than {MONOTONE_SLACK:.0%} faster at twice the problem size")
-            out.append(Candidate(kname, cfg, score if math.isfinite(score) else math.inf, size_bytes(reg), why))
+            out.append(Candidate(kname, label, score if math.isfinite(score) else math.inf, size_bytes(reg), why))
     return out
 
 
@@ -268,11 +309,15 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     curve = fit_efficiency(roof[train], secs[train])
     test_rows = np.flatnonzero(test)
     r_mape = mape_pct(curve(roof[test_rows]), secs[test_rows]) if test_rows.size else None
+    claims, contradicted = data_claims(key.op, inputs, secs, train)
+    if strict_monotone:
+        claims, contradicted = {k: s for k, s in spec.inputs.items() if s}, {}
+    signs = _claim_signs(key.op, inputs, cols, claims, device, key.dtype)
     cands: list[Candidate] = []
     chosen = None
     if train.size >= _MIN_ROWS and cols:
         cands = _select(key, family, kinds, grid, cols, signs, x, y, inputs, train, device, seed, n_jobs,
-                        strict_monotone)
+                        strict_monotone, claims)
         chosen = _choose(cands)
     entry = None
     errs: tuple[float | None, ...] = (None, None, None, None)
@@ -280,12 +325,13 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     size = 0
     if chosen is not None:
         k = kind(chosen.kind)
+        cfg = {c: v for c, v in chosen.config.items() if c != "constrained"}
         extra = {"n_jobs": n_jobs} if k.threads else {}
         idx = kind_columns(k, cols)
         cols, x = [cols[i] for i in idx], x[:, idx]
-        signs = [signs[i] for i in idx] if strict_monotone else [0] * len(idx)
-        reg = k.fit(x[train], y[train], signs, {**chosen.config, **extra}, seed)
-        trained = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, train)
+        signs = [signs[i] for i in idx] if chosen.config.get("constrained") else [0] * len(idx)
+        reg = k.fit(x[train], y[train], signs, {**cfg, **extra}, seed)
+        trained = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, train, claims)
         if test_rows.size:
             pred, _ = trained.predict(_take(inputs, test_rows), device)
             errs = _errors(pred, secs[test_rows])
@@ -294,20 +340,21 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         if refit_all:
             every = np.arange(y.size)
             keep = every[~_implausible(x, y)]
-            reg = k.fit(x[keep], y[keep], signs, {**chosen.config, **extra}, seed)
-            entry, size = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, keep), size_bytes(reg)
+            reg = k.fit(x[keep], y[keep], signs, {**cfg, **extra}, seed)
+            entry, size = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, keep, claims), size_bytes(reg)
             curve = fit_efficiency(roof[keep], secs[keep])
     curve = EfficiencyCurve(curve.u, curve.g, curve.samples, r_mape)
     report = EntryReport(key, family, chosen.kind if chosen else None, dict(chosen.config) if chosen else {},
                          errs[0], errs[1], errs[2], errs[3], r_mape, int(test_rows.size), int(train.size),
                          entry.samples if entry else 0, int(bad.sum()), size, time.perf_counter() - t0,
-                         cands, heldout)  # fmt: skip
+                         cands, heldout, contradicted)  # fmt: skip
     if entry is not None:
         metrics = {k: v for k, v in report.as_dict().items() if k.endswith("_pct") or k in ("heldout_rows", "train_rows", "excluded_rows")}
         metrics["candidates"] = [{"kind": c.kind, "config": c.config, "val_mape_pct": c.val_mape_pct,
                                   "rejected": c.rejected} for c in cands]  # fmt: skip
+        metrics["claims_contradicted_by_data"] = contradicted
         entry = LearnedEntry(entry.key, entry.family, entry.kind, entry.config, entry.columns, entry.regressor,
-                             entry.ranges, entry.samples, metrics)  # fmt: skip
+                             entry.ranges, entry.samples, metrics, entry.claims)  # fmt: skip
     return entry, curve, report
 
 
