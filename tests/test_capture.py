@@ -188,4 +188,5 @@ def test_failed_worker_is_reported_with_its_log(
 
 def test_hung_capture_times_out(tmp_path: Path) -> None:
     with pytest.raises(CaptureError, match="timed out after"):
-        capture(model="dlrm", out_dir=tmp_path, nproc=2, threads_per_rank=1, timeout_s=0.5)
+        # Many warm-up steps: the ranks cannot finish within the 1 s limit even on a fast machine.
+        capture(model="dlrm", out_dir=tmp_path, nproc=2, warmup_steps=100_000, threads_per_rank=1, timeout_s=1.0)

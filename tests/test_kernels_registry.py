@@ -76,3 +76,22 @@ def test_save_is_atomic_and_npz_only(tmp_path):
 def test_model_types_have_a_duplicate_guard():
     with pytest.raises(ModelError, match="registered twice"):
         register_model_type("learned", MODEL_TYPES["learned"])
+
+
+def test_simulator_adapter_reads_traced_gemm_shapes():
+    from trainsim.ir.graph import Op, TensorMeta
+    from trainsim.ir.kinds import OpCategory
+    from trainsim.kernels.adapter import SimKernelModels, features_from_op
+    from trainsim.sim.durations import KernelModel, Prediction
+
+    kern = Kernel(3, "ampere_sgemm_128x64_nn", F.GEMM, 7)
+    op = Op(1, "aten::mm", 1, OpCategory.COMPUTE, kernels=(kern,),
+            inputs=(TensorMeta((512, 1024), "float"), TensorMeta((1024, 256), "float")))  # fmt: skip
+    assert features_from_op(op, kern) == {"op": "gemm", "batch": 1, "m": 512, "k": 1024, "n": 256, "dtype": "fp32"}
+    adapter = SimKernelModels()
+    assert isinstance(adapter, KernelModel)
+    v100 = _dev("v100")
+    assert adapter.supports(kern, op, v100) and not adapter.supports(kern, op, None)
+    p = adapter.predict(kern, op, v100)
+    assert isinstance(p, Prediction) and p.provenance == "spec-based:v100-sxm2-32gb"
+    assert p.seconds == pytest.approx(max(2e-6, 2 * 512 * 1024 * 256 / 15.7e12))

@@ -31,7 +31,7 @@ from trainsim.hardware import DeviceSpec
 from trainsim.hardware.schema import DeviceSpec as _DeviceSchema
 from trainsim.ir.kinds import KernelFamily
 from trainsim.kernels.features import as_inputs, derive, model_columns, op_spec, roofline_s
-from trainsim.kernels.learned import Portable, kind
+from trainsim.kernels.learned import Portable, load_portable
 from trainsim.kernels.model import KernelModel, KernelQuery
 from trainsim.kernels.samples import EntryKey
 
@@ -134,7 +134,7 @@ class LearnedKernelModel(KernelModel):
                 arr = {k[len(prefix):]: np.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
                 entries.append(LearnedEntry(
                     EntryKey.parse(d["entry"]), KernelFamily(d["family"]), d["kind"], dict(d["config"]),
-                    tuple(d["columns"]), kind(d["kind"]).load(d["regressor"], arr),
+                    tuple(d["columns"]), load_portable(d["kind"], d["regressor"], arr),
                     {k: (float(v[0]), float(v[1])) for k, v in d["ranges"].items()}, int(d["samples"]),
                     dict(d.get("metrics", {})), {k: int(v) for k, v in d.get("claims", {}).items()}))  # fmt: skip
             return cls(device=spec, dataset=manifest["dataset"], entries=entries,

@@ -62,7 +62,16 @@ from trainsim.kernels.features import (
     op_spec,
     roofline_s,
 )
-from trainsim.kernels.learned import DEFAULT_KINDS, Config, configs, fit_poly, kind, kind_columns, size_bytes
+from trainsim.kernels.learned import (
+    DEFAULT_KINDS,
+    Config,
+    configs,
+    fit_kind,
+    fit_poly,
+    kind,
+    kind_columns,
+    size_bytes,
+)
 from trainsim.kernels.roofline import EfficiencyCurve, RooflineModel, fit_efficiency
 from trainsim.kernels.samples import EntryKey, KernelDataset, heldout_rows
 
@@ -255,8 +264,8 @@ def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str
         for cfg, constrained in itertools.product(configs(k, grid), variants):
             label = {**cfg, "constrained": True} if constrained else dict(cfg)
             try:
-                reg = k.fit(kx[fit_rows], y[fit_rows], ksigns if constrained else [0] * len(ksigns),
-                            {**cfg, **({"n_jobs": n_jobs} if k.threads else {})}, seed)
+                reg = fit_kind(k, kx[fit_rows], y[fit_rows], kcols, ksigns if constrained else [0] * len(ksigns),
+                               {**cfg, **({"n_jobs": n_jobs} if k.threads else {})}, seed)
             except (ValueError, np.linalg.LinAlgError) as e:
                 out.append(Candidate(kname, label, math.inf, 0, f"fit failed: {e}"))
                 continue
@@ -330,7 +339,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         idx = kind_columns(k, cols)
         cols, x = [cols[i] for i in idx], x[:, idx]
         signs = [signs[i] for i in idx] if chosen.config.get("constrained") else [0] * len(idx)
-        reg = k.fit(x[train], y[train], signs, {**cfg, **extra}, seed)
+        reg = fit_kind(k, x[train], y[train], cols, signs, {**cfg, **extra}, seed)
         trained = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, train, claims)
         if test_rows.size:
             pred, _ = trained.predict(_take(inputs, test_rows), device)
@@ -340,7 +349,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         if refit_all:
             every = np.arange(y.size)
             keep = every[~_implausible(x, y)]
-            reg = k.fit(x[keep], y[keep], signs, {**cfg, **extra}, seed)
+            reg = fit_kind(k, x[keep], y[keep], cols, signs, {**cfg, **extra}, seed)
             entry, size = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, keep, claims), size_bytes(reg)
             curve = fit_efficiency(roof[keep], secs[keep])
     curve = EfficiencyCurve(curve.u, curve.g, curve.samples, r_mape)
