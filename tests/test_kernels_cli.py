@@ -23,7 +23,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.shared_data
 def test_fit_seed001_csv_json_and_artifact(shared_data, tmp_path):
     out = tmp_path / "ln.npz"
-    p = _cli("fit", str(shared_data / LN), "--kinds", "poly,roofline", "--format", "json", "-o", str(out))
+    p = _cli(
+        "fit", str(shared_data / LN), "--kinds", "poly,roofline", "--format", "json", "-o", str(out)
+    )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert [m["entry"] for m in doc["models"]] == ["layernorm/bwd/fp16", "layernorm/fwd/fp16"]
@@ -36,7 +38,10 @@ def test_fit_seed001_csv_json_and_artifact(shared_data, tmp_path):
 
 @pytest.mark.shared_data
 def test_fit_our_format_with_family_filter(shared_data, tmp_path):
-    ds = read_kernel_dataset([shared_data / "calibration/a100-sxm4-80gb_perlmutter/operator"], ops=["layernorm", "res_add"])
+    ds = read_kernel_dataset(
+        [shared_data / "calibration/a100-sxm4-80gb_perlmutter/operator"],
+        ops=["layernorm", "res_add"],
+    )
     path = write_kernel_dataset(ds, tmp_path / "mine.jsonl")
     p = _cli("fit", str(path), "--family", "elementwise", "--kinds", "roofline", "--format", "json")
     assert p.returncode == 0, p.stderr

@@ -26,7 +26,9 @@ MODELS = registered_models()
 _N = 64  # random points per entry
 
 
-def _points(ranges: dict[str, tuple[float, float]], rng: np.random.Generator, n: int = _N) -> dict[str, np.ndarray]:
+def _points(
+    ranges: dict[str, tuple[float, float]], rng: np.random.Generator, n: int = _N
+) -> dict[str, np.ndarray]:
     return {k: np.exp2(rng.uniform(np.log2(lo), np.log2(hi), n)) for k, (lo, hi) in ranges.items()}
 
 
@@ -78,7 +80,9 @@ def test_non_negative_and_deterministic(model):
         assert one.duration_s > 0 and one.model == model.name
 
 
-def _sweep(model: KernelModel, fam, key, ranges, name: str, values: np.ndarray, base: dict[str, float]) -> np.ndarray:
+def _sweep(
+    model: KernelModel, fam, key, *, name: str, values: np.ndarray, base: dict[str, float]
+) -> np.ndarray:
     x = {k: np.full(values.size, v) for k, v in base.items()}
     x[name] = values
     if key.op == "embedding_bag":
@@ -95,7 +99,11 @@ def test_monotone_where_physics_says_so(model):
     entry claims only what its measurements do not contradict (see ``trainsim.kernels.fitting``)."""
     rng = np.random.default_rng(1)
     for fam, key, ranges in _domain(model):
-        claims = model.entries[key].claims if isinstance(model, LearnedKernelModel) else op_spec(key.op).inputs
+        claims = (
+            model.entries[key].claims
+            if isinstance(model, LearnedKernelModel)
+            else op_spec(key.op).inputs
+        )
         for _ in range(4):
             base = {k: float(v[0]) for k, v in _points(ranges, rng, 1).items()}
             for name, sign in claims.items():
@@ -106,11 +114,25 @@ def test_monotone_where_physics_says_so(model):
                     if hi < MONOTONE_STEP * lo:
                         continue
                     v = np.exp2(rng.uniform(np.log2(lo), np.log2(hi / MONOTONE_STEP), 8))
-                    t = _sweep(model, fam, key, ranges, name, np.concatenate([v, v * MONOTONE_STEP]), base)
+                    t = _sweep(
+                        model,
+                        fam,
+                        key,
+                        name=name,
+                        values=np.concatenate([v, v * MONOTONE_STEP]),
+                        base=base,
+                    )
                     ratio = (t[8:] / t[:8]) ** sign
-                    assert ratio.min() >= 1 - MONOTONE_SLACK - 1e-9, (model.name, key.label, name, base)
+                    assert ratio.min() >= 1 - MONOTONE_SLACK - 1e-9, (
+                        model.name,
+                        key.label,
+                        name,
+                        base,
+                    )
                 else:
-                    t = _sweep(model, fam, key, ranges, name, np.geomspace(lo, hi, 33), base)
+                    t = _sweep(
+                        model, fam, key, name=name, values=np.geomspace(lo, hi, 33), base=base
+                    )
                     steps = np.diff(t) * sign
                     assert steps.min() >= -1e-12 * t.max(), (model.name, key.label, name)
 
@@ -119,7 +141,9 @@ def test_monotone_where_physics_says_so(model):
 def test_supports_is_honoured(model):
     fam, key, ranges = _domain(model)[0]
     inputs = {k: float(np.sqrt(lo * hi)) for k, (lo, hi) in ranges.items()}
-    wrong_op = KernelQuery(fam, EntryKey("memcpy" if key.op != "memcpy" else "gemm", key.phase, key.dtype), inputs)
+    wrong_op = KernelQuery(
+        fam, EntryKey("memcpy" if key.op != "memcpy" else "gemm", key.phase, key.dtype), inputs
+    )
     missing = KernelQuery(fam, key, {})
     for q in (wrong_op, missing):
         if not model.supports(q):
@@ -153,6 +177,12 @@ def test_artifact_round_trip(model, monkeypatch):
 
 def test_object_arrays_are_refused():
     buf = io.BytesIO()
-    np.savez(buf, **{"manifest.json": np.frombuffer(b"{}", dtype=np.uint8), "x": np.array([{"a": 1}], dtype=object)})
+    np.savez(
+        buf,
+        **{
+            "manifest.json": np.frombuffer(b"{}", dtype=np.uint8),
+            "x": np.array([{"a": 1}], dtype=object),
+        },
+    )
     with pytest.raises(ConfigError, match="not a kernel model artifact"):
         read_artifact(buf.getvalue())

@@ -18,26 +18,42 @@ DLRM = dict(zip([f"rf_{i}" for i in range(17)],
 
 def test_forward_traffic_matches_the_formulas_when_nothing_is_cached():
     m = EmbeddingLookupModel(V100)
-    b, e, t, l, d = 2048, 10**8, 8, 32, 64  # huge tables: p = 0
-    q = query("embedding_bag", phase="fwd", dtype="fp32", B=b, E=e, T=t, L=l, D=d)
-    per_warp_dram = np.ceil(4 * l / 32) * 32 + np.ceil(4 * d / 32) * 32 + l * np.ceil(4 * d / 32) * 32
+    b, e, t, pool, d = 2048, 10**8, 8, 32, 64  # huge tables: p = 0
+    q = query("embedding_bag", phase="fwd", dtype="fp32", B=b, E=e, T=t, L=pool, D=d)
+    per_warp_dram = (
+        np.ceil(4 * pool / 32) * 32 + np.ceil(4 * d / 32) * 32 + pool * np.ceil(4 * d / 32) * 32
+    )
     per_warp_l2 = 32 + 64
-    expect = b * t * (per_warp_dram / V100.memory_bandwidth_Bps + per_warp_l2 / (L2_OVER_DRAM * V100.memory_bandwidth_Bps))
+    expect = (
+        b
+        * t
+        * (
+            per_warp_dram / V100.memory_bandwidth_Bps
+            + per_warp_l2 / (L2_OVER_DRAM * V100.memory_bandwidth_Bps)
+        )
+    )
     assert m.predict(q).duration_s == pytest.approx(expect, rel=1e-9)
     assert m.predict(q).provenance == "spec-based:v100-sxm2-32gb"
 
 
 def test_small_tables_hit_the_l2():
     m = EmbeddingLookupModel(V100)
-    big = m.predict(query("embedding_bag", dtype="fp32", B=2048, E=10**8, T=8, L=32, D=64)).duration_s
-    small = m.predict(query("embedding_bag", dtype="fp32", B=2048, E=100, T=8, L=32, D=64)).duration_s
+    big = m.predict(
+        query("embedding_bag", dtype="fp32", B=2048, E=10**8, T=8, L=32, D=64)
+    ).duration_s
+    small = m.predict(
+        query("embedding_bag", dtype="fp32", B=2048, E=100, T=8, L=32, D=64)
+    ).duration_s
     assert small < big / 1.5
 
 
 def test_backward_reads_and_writes_the_rows():
     m = EmbeddingLookupModel(V100)
     kw = {"dtype": "fp32", "B": 2048, "E": 10**8, "T": 8, "L": 32, "D": 64}
-    assert m.predict(query("embedding_bag", phase="bwd", **kw)).duration_s > m.predict(query("embedding_bag", **kw)).duration_s
+    assert (
+        m.predict(query("embedding_bag", phase="bwd", **kw)).duration_s
+        > m.predict(query("embedding_bag", **kw)).duration_s
+    )
 
 
 def test_reuse_factors_mean_accesses():

@@ -25,7 +25,9 @@ def test_every_operator_derives_positive_work(name):
     spec = op_spec(name)
     w = derive(spec, spec.example)
     assert np.all(w["bytes"] > 0) and np.all(w["flops"] >= 0)
-    names, mat = model_columns(spec, {k: np.array([v, 2 * v]) for k, v in spec.example.items()}, device=A100)
+    names, mat = model_columns(
+        spec, {k: np.array([v, 2 * v]) for k, v in spec.example.items()}, device=A100
+    )
     assert mat.shape == (2, len(names)) and np.all(np.isfinite(mat))
     _, signs, conflicts = column_signs(spec, spec.example, device=A100)
     assert not conflicts, (name, conflicts)
@@ -39,7 +41,12 @@ def test_table_one_shapes():
     w = derive(op_spec("linear4"), x)  # [bl, 4d/mp, d]
     assert (float(w["m"]), float(w["k"]), float(w["n"])) == (8192.0, 8192.0, 4096.0)
     w = derive(op_spec("baddbmm"), x)  # QK^T: [b(h/mp), l, d/h, l]
-    assert (float(w["batch"]), float(w["m"]), float(w["k"]), float(w["n"])) == (64.0, 2048.0, 128.0, 2048.0)
+    assert (float(w["batch"]), float(w["m"]), float(w["k"]), float(w["n"])) == (
+        64.0,
+        2048.0,
+        128.0,
+        2048.0,
+    )
     w = derive(op_spec("flash_atten"), x)  # [b, l, h/mp, d/h]: 4·b·(h/mp)·l²·(d/h) FLOPs
     assert float(w["flops"]) == 4 * 4 * 16 * 2048**2 * 128
 
@@ -54,11 +61,15 @@ def test_roofline_is_max_of_compute_and_memory():
     t = float(roofline_s(w["flops"], w["bytes"], A100, "fp16"))
     assert t == pytest.approx(2 * 8192**3 / 312e12)
     w = derive(op_spec("elementwise"), {"numel": 2**28})
-    assert float(roofline_s(w["flops"], w["bytes"], A100, "fp16")) == pytest.approx(3 * 2 * 2**28 / 2039e9)
+    assert float(roofline_s(w["flops"], w["bytes"], A100, "fp16")) == pytest.approx(
+        3 * 2 * 2**28 / 2039e9
+    )
 
 
 def test_signed_inputs_move_columns_one_way():
-    names, signs, _ = column_signs(op_spec("linear2"), {"mp": 2.0, "b": 4.0, "l": 2048.0, "dim": 4096.0}, device=A100)
+    names, signs, _ = column_signs(
+        op_spec("linear2"), {"mp": 2.0, "b": 4.0, "l": 2048.0, "dim": 4096.0}, device=A100
+    )
     s = dict(zip(names, signs, strict=True))
     assert s["in:mp"] == -1 and s["d:k"] == 1 and s["d:flops"] == 1 and s["tiles"] == 1
 

@@ -19,18 +19,25 @@ KINDS = ("poly", "roofline", "xgboost")
 
 @pytest.fixture(scope="module")
 def layernorm(shared_data) -> KernelDataset:
-    return read_kernel_dataset([shared_data / "calibration/a100-sxm4-80gb_perlmutter/operator"], ops=["layernorm"])
+    return read_kernel_dataset(
+        [shared_data / "calibration/a100-sxm4-80gb_perlmutter/operator"], ops=["layernorm"]
+    )
 
 
 def _with_durations(ds: KernelDataset, key, scale: np.ndarray) -> KernelDataset:
     rows = ds.select(key)
-    changed = {id(r): dataclasses.replace(r, duration_s=r.duration_s * f) for r, f in zip(rows, scale, strict=True)}
-    return KernelDataset(ds.name, [changed.get(id(s), s) for s in ds], ds.device, ds.fingerprint, set(ds.formats))
+    changed = {
+        id(r): dataclasses.replace(r, duration_s=r.duration_s * f)
+        for r, f in zip(rows, scale, strict=True)
+    }
+    return KernelDataset(
+        ds.name, [changed.get(id(s), s) for s in ds], ds.device, ds.fingerprint, set(ds.formats)
+    )
 
 
 @pytest.mark.shared_data
 def test_held_out_rows_never_influence_the_choice(layernorm):
-    key = layernorm.keys()[0]
+    key = layernorm.entry_keys()[0]
     n = len(layernorm.select(key))
     test = heldout_rows(n, fraction=0.2, seed=0, label=key.label)
     _, _, a = fit_entry(layernorm, key, device=A100, kinds=KINDS, refit_all=False)
@@ -40,17 +47,21 @@ def test_held_out_rows_never_influence_the_choice(layernorm):
     assert [c.val_mape_pct for c in a.candidates] == [c.val_mape_pct for c in b.candidates]
     assert [p for _, p in a.heldout] == [p for _, p in b.heldout]  # same predictions ...
     assert b.heldout_mape_all_rows_pct > 90  # ... of rows that now measure 50x longer
-    assert a.heldout_rows == int(test.sum()) == round(0.2 * n) and a.train_rows == n - a.heldout_rows
+    assert (
+        a.heldout_rows == int(test.sum()) == round(0.2 * n) and a.train_rows == n - a.heldout_rows
+    )
     assert a.heldout_mape_pct is not None and a.heldout_mape_pct < 10
 
 
 @pytest.mark.shared_data
 def test_timing_failures_are_left_out(layernorm):
-    key = layernorm.keys()[1]
+    key = layernorm.entry_keys()[1]
     n = len(layernorm.select(key))
     scale = np.ones(n)
     scale[np.flatnonzero(~heldout_rows(n, fraction=0.2, seed=0, label=key.label))[:5]] = 1000.0
-    entry, _, r = fit_entry(_with_durations(layernorm, key, scale), key, device=A100, kinds=("poly", "roofline"))
+    entry, _, r = fit_entry(
+        _with_durations(layernorm, key, scale), key, device=A100, kinds=("poly", "roofline")
+    )
     assert r.excluded == 5 and entry is not None and entry.samples == n - 5
     assert r.heldout_mape_pct < 10
 
@@ -67,7 +78,7 @@ def test_fit_kernels_refits_on_all_rows_and_records_evidence(layernorm):
 
 @pytest.mark.shared_data
 def test_strict_monotone_trees(layernorm):
-    key = layernorm.keys()[0]
+    key = layernorm.entry_keys()[0]
     entry, _, r = fit_entry(layernorm, key, device=A100, kinds=("xgboost",), strict_monotone=True)
     assert r.kind == "xgboost" and entry is not None
     raw, _, _ = layernorm.arrays(key)

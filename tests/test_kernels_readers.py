@@ -34,21 +34,28 @@ def test_seed001_operator_csv(shared_data):
 @pytest.mark.parametrize("folder", [A100, GH200])
 def test_every_operator_file_is_read(shared_data, folder):
     ds = read_kernel_dataset([shared_data / folder])
-    files = [p for p in (shared_data / folder).glob("*_fp16.csv")]
+    files = list((shared_data / folder).glob("*_fp16.csv"))
     expected = 0
     for p in files:
         header, *rows = list(csv.reader(p.open()))
         expected += len(rows) * sum(h.endswith("dur(us)") or h == "dur" for h in header)
     assert len(ds) == expected
     fams = {s.key.op: s.family for s in ds}
-    assert fams["flash_atten"] is F.ATTENTION and fams["layernorm"] is F.NORM and fams["gelu"] is F.ELEMENTWISE
+    assert (
+        fams["flash_atten"] is F.ATTENTION
+        and fams["layernorm"] is F.NORM
+        and fams["gelu"] is F.ELEMENTWISE
+    )
     assert {s.family for s in ds if s.key.op == "embedding"} == {F.EMBEDDING_FWD, F.EMBEDDING_BWD}
     assert {s.key.phase for s in ds if s.key.op.endswith("optimizer")} == {Phase.STEP}
 
 
 @pytest.mark.shared_data
 def test_paper_error_table(shared_data):
-    errs = {(e.op, e.phase): e for e in read_seed001_errors(shared_data / A100 / "NVIDIAA100-SXM4-80GB.csv")}
+    errs = {
+        (e.op, e.phase): e
+        for e in read_seed001_errors(shared_data / A100 / "NVIDIAA100-SXM4-80GB.csv")
+    }
     assert len(errs) == 39
     fa = errs[("flash_atten", Phase.FWD)]
     assert fa.model == "xgboost" and fa.error_pct == pytest.approx(11.866712, rel=1e-6)
@@ -61,9 +68,17 @@ def test_our_format_round_trip(shared_data, tmp_path):
     ds.fingerprint = "abc123"
     out = write_kernel_dataset(ds, tmp_path / "ln.jsonl")
     first = json.loads(out.read_text().splitlines()[0])
-    assert first["schema"] == SCHEMA and first["op"] == "layernorm" and first["fingerprint"] == "abc123"
+    assert (
+        first["schema"] == SCHEMA
+        and first["op"] == "layernorm"
+        and first["fingerprint"] == "abc123"
+    )
     back = read_kernel_dataset([out])
-    assert back.formats == {"kernel-jsonl"} and back.device == ds.device and back.fingerprint == "abc123"
+    assert (
+        back.formats == {"kernel-jsonl"}
+        and back.device == ds.device
+        and back.fingerprint == "abc123"
+    )
     assert [(s.key, s.features, s.duration_s, s.family) for s in back] == [
         (s.key, s.features, s.duration_s, s.family) for s in ds
     ]
@@ -74,16 +89,48 @@ def test_our_csv_format(tmp_path):
     p.write_text("device,op,phase,dtype,duration_s,m,n,k\nH100,gemm,fwd,bf16,1e-4,4096,4096,4096\n")
     ds = read_kernel_dataset([p])
     (s,) = ds.samples
-    assert s.family is F.GEMM and s.key.dtype == "bf16" and s.features == {"m": 4096.0, "n": 4096.0, "k": 4096.0}
+    assert (
+        s.family is F.GEMM
+        and s.key.dtype == "bf16"
+        and s.features == {"m": 4096.0, "n": 4096.0, "k": 4096.0}
+    )
 
 
 @pytest.mark.parametrize(
     ("line", "match"),
     [
-        ({"op": "gemm", "phase": "fwd", "features": {"m": 1, "n": 1, "k": 1, "q": 2}, "duration_s": 1e-5}, "no input"),
-        ({"op": "gemm", "phase": "fwd", "features": {"m": 1, "n": 1, "k": 1}, "duration_s": -1.0}, "positive"),
-        ({"op": "gemm", "phase": "fwd", "family": "norm", "features": {"m": 1}, "duration_s": 1e-5}, "belongs to family"),
-        ({"op": "nosuchop", "phase": "fwd", "features": {}, "duration_s": 1e-5}, "unknown operator"),
+        (
+            {
+                "op": "gemm",
+                "phase": "fwd",
+                "features": {"m": 1, "n": 1, "k": 1, "q": 2},
+                "duration_s": 1e-5,
+            },
+            "no input",
+        ),
+        (
+            {
+                "op": "gemm",
+                "phase": "fwd",
+                "features": {"m": 1, "n": 1, "k": 1},
+                "duration_s": -1.0,
+            },
+            "positive",
+        ),
+        (
+            {
+                "op": "gemm",
+                "phase": "fwd",
+                "family": "norm",
+                "features": {"m": 1},
+                "duration_s": 1e-5,
+            },
+            "belongs to family",
+        ),
+        (
+            {"op": "nosuchop", "phase": "fwd", "features": {}, "duration_s": 1e-5},
+            "unknown operator",
+        ),
     ],
 )
 def test_bad_rows_name_file_and_line(tmp_path, line, match):

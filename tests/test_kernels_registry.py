@@ -11,7 +11,14 @@ from trainsim.ir.kinds import KernelFamily as F
 from trainsim.kernels import RooflineModel, load_model, predict_kernel, save_model
 from trainsim.kernels.registry import MODEL_TYPES, register_model_type
 
-LINEAR1 = {"op": "linear1", "phase": "fwd", "mp": 1, "b": 2, "l": 1024, "dim": 5632}  # 001's first A100 row
+LINEAR1 = {
+    "op": "linear1",
+    "phase": "fwd",
+    "mp": 1,
+    "b": 2,
+    "l": 1024,
+    "dim": 5632,
+}  # 001's first A100 row
 
 
 def _k(family: F, **features) -> Kernel:
@@ -27,9 +34,11 @@ def test_calibrated_on_the_measured_device():
 
 
 def test_spec_based_elsewhere_and_a_lower_bound():
-    s, prov = predict_kernel(_k(F.GEMM, **LINEAR1), "h100")
+    _, prov = predict_kernel(_k(F.GEMM, **LINEAR1), "h100")
     assert prov == "spec-based:h100-sxm5-80gb"
-    spec_a100, _ = predict_kernel(_k(F.GEMM, **LINEAR1), "a100", models=[RooflineModel(_dev("a100"))])
+    spec_a100, _ = predict_kernel(
+        _k(F.GEMM, **LINEAR1), "a100", models=[RooflineModel(_dev("a100"))]
+    )
     assert spec_a100 < 1728.8e-6  # datasheet peaks: faster than measured
 
 
@@ -67,7 +76,7 @@ def test_save_is_atomic_and_npz_only(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["m.npz"]
     back = load_model(out)
     assert back.name == model.name
-    with pytest.raises(ConfigError, match=".npz"):
+    with pytest.raises(ConfigError, match=r"\.npz"):
         save_model(model, tmp_path / "m.pkl")
     with pytest.raises(ConfigError, match="does not exist"):
         load_model(tmp_path / "missing.npz")
@@ -87,7 +96,14 @@ def test_simulator_adapter_reads_traced_gemm_shapes():
     kern = Kernel(3, "ampere_sgemm_128x64_nn", F.GEMM, 7)
     op = Op(1, "aten::mm", 1, OpCategory.COMPUTE, kernels=(kern,),
             inputs=(TensorMeta((512, 1024), "float"), TensorMeta((1024, 256), "float")))  # fmt: skip
-    assert features_from_op(op, kern) == {"op": "gemm", "batch": 1, "m": 512, "k": 1024, "n": 256, "dtype": "fp32"}
+    assert features_from_op(op, kern) == {
+        "op": "gemm",
+        "batch": 1,
+        "m": 512,
+        "k": 1024,
+        "n": 256,
+        "dtype": "fp32",
+    }
     adapter = SimKernelModels()
     assert isinstance(adapter, KernelModel)
     v100 = _dev("v100")

@@ -13,7 +13,11 @@ def test_suite_on_two_operators(shared_data):
     doc = run_kernels_suite(shared_data, device="a100", ops="layernorm,res_add")
     assert doc["suite"] == "kernels" and len(doc["cases"]) == 4
     for c in doc["cases"]:
-        assert c["mape_pct"] is not None and c["paper_mape_pct"] is not None and c["heldout_rows"] == 70
+        assert (
+            c["mape_pct"] is not None
+            and c["paper_mape_pct"] is not None
+            and c["heldout_rows"] == 70
+        )
         assert c["paper_model"] in ("rforest", "xgboost") and len(c["worst"]) == 3
     s = doc["summary"]
     assert {"median_abs_err_pct", "mape_pct", "max_abs_err_pct", "paper_mape_pct"} <= set(s)

@@ -33,7 +33,9 @@ def test_xgboost(data):
     x, y, test = data
     m = xgb.XGBRegressor(n_estimators=60, max_depth=4, learning_rate=0.2, n_jobs=1).fit(x, y)
     te = from_xgboost(m.get_booster())
-    assert np.allclose(te.predict(test), m.predict(test), rtol=0, atol=1e-4)  # XGBoost sums in float32
+    assert np.allclose(
+        te.predict(test), m.predict(test), rtol=0, atol=1e-4
+    )  # XGBoost sums in float32
 
 
 def test_lightgbm(data):
@@ -57,4 +59,13 @@ def test_arrays_round_trip_is_exact(data):
 def test_bad_children_are_rejected():
     one = np.array([0, -1, -1])
     with pytest.raises(ModelError, match="child"):
-        TreeEnsemble(one, np.zeros(3, np.float32), np.array([1, -1, -1]), np.array([0]), "sum", 0.0, "le", False)
+        TreeEnsemble(
+            one,
+            np.zeros(3, np.float32),
+            np.array([1, -1, -1]),
+            np.array([0]),
+            "sum",
+            0.0,
+            "le",
+            False,
+        )

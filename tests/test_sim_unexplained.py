@@ -98,7 +98,7 @@ def test_explain_needs_a_trace_mode_replay_with_measured_kernels():
 
 
 @pytest.mark.shared_data
-def test_recsys_graph_launches_hold_most_of_its_idle_and_the_rest_is_unexplained(
+def test_recsys_graph_launches_explain_its_idle(
     shared_data: Path,
 ):
     from trainsim.sim.replay import load_for_replay
@@ -107,9 +107,11 @@ def test_recsys_graph_launches_hold_most_of_its_idle_and_the_rest_is_unexplained
     why = explain(w)
     step = w.measured_step_s
     assert step is not None
-    # graph launches that record only some of their nodes: ~126 ms of the 217 ms step
+    # Graph launches that record only some of their nodes hold most of the idle (~126 ms of
+    # the 217 ms step). With the launch API recorded by ingest (features["launch_api"]), the
+    # graph's own schedule explains them and the case is replayable within the 5 % target.
     assert why.graph_internal_wait_s > 0.5 * step
-    assert 0.05 * step < why.unexplained_step_s < 0.10 * step
+    assert why.unexplained_step_s < 0.05 * step
     res = simulate(w, SimOptions(overheads=HostMode.STATS))
     assert abs(res.predicted_step_s - step) < why.unexplained_step_s + 0.01 * step
 

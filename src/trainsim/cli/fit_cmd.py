@@ -56,15 +56,19 @@ def fit_cmd(
         try:
             fams = [KernelFamily(f) for f in _split(family) or []]
         except ValueError as e:
-            raise ConfigError(f"--family: {e}; known: {', '.join(f.value for f in KernelFamily)}") from None
+            raise ConfigError(
+                f"--family: {e}; known: {', '.join(f.value for f in KernelFamily)}"
+            ) from None
     kind_list = tuple(_split([kinds]) or ()) if kinds else DEFAULT_KINDS
     ds = read_kernel_dataset(datasets, name=name, ops=_split(op))
     spec = get_device(device) if device else None
-    log(f"{len(ds)} rows, {len(ds.keys())} entries from {ds.name} ({', '.join(sorted(ds.formats))}); "
+    log(f"{len(ds)} rows, {len(ds.entry_keys())} entries from {ds.name} ({', '.join(sorted(ds.formats))}); "
         f"device {spec.name if spec else ds.device}")  # fmt: skip
 
     def progress(r: Any) -> None:
-        log(f"  {r.key.label}: {r.kind or 'no model'}  held-out MAPE {_pct(r.heldout_mape_pct)} %  ({r.seconds:.0f} s)")
+        log(
+            f"  {r.key.label}: {r.kind or 'no model'}  held-out MAPE {_pct(r.heldout_mape_pct)} %  ({r.seconds:.0f} s)"
+        )
 
     result = fit_kernels(ds, device=spec, kinds=kind_list, grid=grid, holdout=holdout, seed=seed, families=fams,
                          n_jobs=jobs, strict_monotone=strict_monotone, progress=progress)  # fmt: skip
@@ -116,7 +120,9 @@ def _print(doc: dict[str, Any]) -> None:
     out.print(t)
     done = [m["mape_pct"] for m in doc["models"] if m["mape_pct"] is not None]
     if done:
-        out.print(f"mean MAPE {sum(done) / len(done):.2f} %, max {max(done):.2f} % over {len(done)} entries")
+        out.print(
+            f"mean MAPE {sum(done) / len(done):.2f} %, max {max(done):.2f} % over {len(done)} entries"
+        )
 
 
 def _register_bench_ops() -> None:

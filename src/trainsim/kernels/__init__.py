@@ -15,7 +15,13 @@ from trainsim.kernels.embedding import EmbeddingLookupModel
 from trainsim.kernels.features import OPS, OpSpec, Phase, derive, op_spec
 from trainsim.kernels.fitting import EntryReport, FitResult, fit_entry, fit_kernels
 from trainsim.kernels.learned import DEFAULT_KINDS, KINDS
-from trainsim.kernels.model import KernelModel, KernelPrediction, KernelQuery, query, query_from_kernel
+from trainsim.kernels.model import (
+    KernelModel,
+    KernelPrediction,
+    KernelQuery,
+    query,
+    query_from_kernel,
+)
 from trainsim.kernels.readers import (
     FORMATS,
     read_kernel_dataset,

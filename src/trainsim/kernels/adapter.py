@@ -11,12 +11,17 @@ a single-kernel op -> ``elementwise`` numel). Register it ahead of the spec-base
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.errors import ModelError
 from trainsim.hardware import DeviceSpec
 from trainsim.ir.graph import Kernel, Op, TensorMeta
 from trainsim.ir.kinds import KernelFamily
 from trainsim.kernels.model import KernelQuery, query_from_kernel
 from trainsim.kernels.registry import predict_query
+
+if TYPE_CHECKING:
+    from trainsim.sim.durations import Prediction
 
 _GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"})
 _DTYPES = {"c10::half": "fp16", "c10::bfloat16": "bf16", "float": "fp32", "half": "fp16", "bfloat16": "bf16",
@@ -33,7 +38,11 @@ def features_from_op(op: Op, kernel: Kernel) -> dict[str, float | str]:
     if kernel.family is KernelFamily.GEMM and op.name in _GEMM_OPS and len(shapes) >= 2:
         if sum(k.family is KernelFamily.GEMM for k in op.kernels) != 1:
             return {}  # several GEMMs under one op (e.g. a backward): shapes do not say which
-        a, b = (shapes[1], shapes[2]) if op.name == "aten::addmm" and len(shapes) >= 3 else (shapes[0], shapes[1])
+        a, b = (
+            (shapes[1], shapes[2])
+            if op.name == "aten::addmm" and len(shapes) >= 3
+            else (shapes[0], shapes[1])
+        )
         if op.name == "aten::linear":  # weight is [out, in]
             return {"op": "gemm", "batch": 1, "m": a.numel // a.shape[-1], "k": a.shape[-1], "n": b.shape[0],
                     "dtype": _dtype(a)}  # fmt: skip
@@ -42,7 +51,11 @@ def features_from_op(op: Op, kernel: Kernel) -> dict[str, float | str]:
         return {"op": "gemm", "batch": a.numel // (a.shape[-1] * a.shape[-2]), "m": a.shape[-2], "k": a.shape[-1],
                 "n": b.shape[-1], "dtype": _dtype(a)}  # fmt: skip
     if kernel.family is KernelFamily.ELEMENTWISE and len(op.kernels) == 1 and shapes:
-        return {"op": "elementwise", "numel": max(t.numel for t in shapes), "dtype": _dtype(shapes[0])}
+        return {
+            "op": "elementwise",
+            "numel": max(t.numel for t in shapes),
+            "dtype": _dtype(shapes[0]),
+        }
     return {}
 
 
@@ -79,11 +92,13 @@ class SimKernelModels:
             return False
         return True
 
-    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None):  # noqa: ANN201 - sim.durations.Prediction
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> Prediction:
         from trainsim.sim.durations import Prediction
 
         q = self._query(kernel, op)
         if q is None or device is None:
-            raise ModelError(f"kernel {kernel.id} ({kernel.name[:40]}): no features a kernel model can use")
+            raise ModelError(
+                f"kernel {kernel.id} ({kernel.name[:40]}): no features a kernel model can use"
+            )
         p = predict_query(q, device)
         return Prediction(p.duration_s, p.provenance)

@@ -50,14 +50,18 @@ class LearnedEntry:
     claims: dict[str, int] = field(default_factory=dict)  # monotone claims the data support
 
     def design(self, inputs: Mapping[str, np.ndarray], device: DeviceSpec) -> np.ndarray:
-        names, mat = model_columns(op_spec(self.key.op), inputs, device=device, dtype=self.key.dtype)
+        names, mat = model_columns(
+            op_spec(self.key.op), inputs, device=device, dtype=self.key.dtype
+        )
         try:
             idx = [names.index(c) for c in self.columns]
         except ValueError as e:
             raise ModelError(f"entry {self.key.label}: {e}") from None
         return mat[:, idx]
 
-    def predict(self, inputs: Mapping[str, ArrayLike], device: DeviceSpec) -> tuple[np.ndarray, bool]:
+    def predict(
+        self, inputs: Mapping[str, ArrayLike], device: DeviceSpec
+    ) -> tuple[np.ndarray, bool]:
         """(seconds, whether any row was outside the fitted range)."""
         spec = op_spec(self.key.op)
         x = as_inputs(spec, inputs)
@@ -69,8 +73,10 @@ class LearnedEntry:
         if outside:
             eb_dtype = self.key.dtype
             w_x, w_c = derive(spec, x, eb_dtype), derive(spec, clipped, eb_dtype)
-            t = t * roofline_s(w_x["flops"], w_x["bytes"], device, eb_dtype) / roofline_s(
-                w_c["flops"], w_c["bytes"], device, eb_dtype
+            t = (
+                t
+                * roofline_s(w_x["flops"], w_x["bytes"], device, eb_dtype)
+                / roofline_s(w_c["flops"], w_c["bytes"], device, eb_dtype)
             )
         return t.reshape(shape) if shape else t, outside
 
@@ -96,7 +102,9 @@ class LearnedKernelModel(KernelModel):
         spec = op_spec(q.op)
         return all(n in q.inputs or (spec.defaults and n in spec.defaults) for n in spec.inputs)
 
-    def predict_many(self, q: KernelQuery, inputs: Mapping[str, ArrayLike]) -> tuple[np.ndarray, str]:
+    def predict_many(
+        self, q: KernelQuery, inputs: Mapping[str, ArrayLike]
+    ) -> tuple[np.ndarray, str]:
         e = self.entries.get(q.key)
         if e is None:
             raise ModelError(f"{self.name} has no model for {q.key.label}")
@@ -125,13 +133,19 @@ class LearnedKernelModel(KernelModel):
         return manifest, arrays
 
     @classmethod
-    def from_artifact(cls, manifest: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> LearnedKernelModel:
+    def from_artifact(
+        cls, manifest: dict[str, Any], arrays: Mapping[str, np.ndarray]
+    ) -> LearnedKernelModel:
         try:
             spec = _DeviceSchema.model_validate(manifest["device_spec"])
             entries = []
             for d in manifest["entries"]:
                 prefix = d["arrays"]
-                arr = {k[len(prefix):]: np.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
+                arr = {
+                    k[len(prefix) :]: np.asarray(v)
+                    for k, v in arrays.items()
+                    if k.startswith(prefix)
+                }
                 entries.append(LearnedEntry(
                     EntryKey.parse(d["entry"]), KernelFamily(d["family"]), d["kind"], dict(d["config"]),
                     tuple(d["columns"]), load_portable(d["kind"], d["regressor"], arr),
@@ -140,4 +154,6 @@ class LearnedKernelModel(KernelModel):
             return cls(device=spec, dataset=manifest["dataset"], entries=entries,
                        provenance=manifest.get("provenance"), name=manifest.get("name"))  # fmt: skip
         except (KeyError, TypeError, ValueError, ConfigError) as e:
-            raise ModelError(f"learned kernel model artifact: bad or missing field ({e!r})") from None
+            raise ModelError(
+                f"learned kernel model artifact: bad or missing field ({e!r})"
+            ) from None

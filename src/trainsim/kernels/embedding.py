@@ -87,7 +87,9 @@ class EmbeddingLookupModel(KernelModel):
     def __init__(self, device: DeviceSpec, *, reuse_factors: bool = False, rows_per_block: int = 32,
                  l2_bandwidth_Bps: float | None = None, index_bytes: int = 4) -> None:  # fmt: skip  # noqa: N803
         if device.l2_cache_bytes is None or device.sm_count is None:
-            raise ModelError(f"device {device.name}: the embedding heuristic needs l2_cache_MB and sm_count")
+            raise ModelError(
+                f"device {device.name}: the embedding heuristic needs l2_cache_MB and sm_count"
+            )
         self.spec = device
         self.device = device.name
         self.reuse_factors = reuse_factors
@@ -99,10 +101,14 @@ class EmbeddingLookupModel(KernelModel):
     def supports(self, q: KernelQuery) -> bool:
         if q.op != _OP or q.key.phase not in (Phase.FWD, Phase.BWD):
             return False
-        need = op_spec(_OP).inputs if not self.reuse_factors else (*op_spec(_OP).inputs, *RF_NAMES[:1])
+        need = (
+            op_spec(_OP).inputs if not self.reuse_factors else (*op_spec(_OP).inputs, *RF_NAMES[:1])
+        )
         return all(n in q.inputs for n in need)
 
-    def _hit_rate(self, x: dict[str, np.ndarray], eb: int, inputs: Mapping[str, ArrayLike]) -> np.ndarray:
+    def _hit_rate(
+        self, x: dict[str, np.ndarray], eb: int, inputs: Mapping[str, ArrayLike]
+    ) -> np.ndarray:
         l2 = float(self.spec.l2_cache_bytes or 0.0)
         if self.reuse_factors:
             rf = np.stack([np.broadcast_to(np.asarray(inputs.get(n, 0.0), dtype=float), x["B"].shape)
@@ -116,7 +122,9 @@ class EmbeddingLookupModel(KernelModel):
         cached = np.minimum(l2 / (num_tables * x["D"] * eb), x["E"])
         return np.exp(_log_comb_ratio(np.floor(cached), x["E"], x["L"]))
 
-    def predict_many(self, q: KernelQuery, inputs: Mapping[str, ArrayLike]) -> tuple[np.ndarray, str]:
+    def predict_many(
+        self, q: KernelQuery, inputs: Mapping[str, ArrayLike]
+    ) -> tuple[np.ndarray, str]:
         x = as_inputs(op_spec(_OP), inputs)
         eb = dtype_bytes(q.key.dtype)
         row = _round32(eb * x["D"])
@@ -133,8 +141,17 @@ class EmbeddingLookupModel(KernelModel):
         return t, f"spec-based:{self.device}"
 
     def domain(self) -> list[tuple[KernelFamily, EntryKey, dict[str, tuple[float, float]]]]:
-        ranges = {"B": (256.0, 65536.0), "E": (1e3, 1e8), "T": (1.0, 64.0), "L": (1.0, 128.0), "D": (16.0, 512.0)}
-        return [(op_spec(_OP).family_for(p), EntryKey(_OP, p, "fp32"), ranges) for p in (Phase.FWD, Phase.BWD)]
+        ranges = {
+            "B": (256.0, 65536.0),
+            "E": (1e3, 1e8),
+            "T": (1.0, 64.0),
+            "L": (1.0, 128.0),
+            "D": (16.0, 512.0),
+        }
+        return [
+            (op_spec(_OP).family_for(p), EntryKey(_OP, p, "fp32"), ranges)
+            for p in (Phase.FWD, Phase.BWD)
+        ]
 
     def to_artifact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {"model": self.model_type, "name": self.name, "device": self.device,
@@ -143,7 +160,9 @@ class EmbeddingLookupModel(KernelModel):
                 "index_bytes": self.index_bytes}, {}  # fmt: skip
 
     @classmethod
-    def from_artifact(cls, manifest: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> EmbeddingLookupModel:
+    def from_artifact(
+        cls, manifest: dict[str, Any], arrays: Mapping[str, np.ndarray]
+    ) -> EmbeddingLookupModel:
         try:
             return cls(_DeviceSchema.model_validate(manifest["device_spec"]),
                        reuse_factors=bool(manifest["reuse_factors"]), rows_per_block=int(manifest["rows_per_block"]),

@@ -228,7 +228,11 @@ def _stage_params(first: bool, last: bool) -> Callable[[Arrays, int], Arrays]:
     def derive(x: Arrays, eb: int) -> Arrays:
         d, mp = x["dim"], x["mp"]
         vd = vocab_partition(mp, x["vocab"]) * d
-        params = x["encoders"] * 12.0 * d * d / mp + (vd if first else 0.0) + (vd + 2 * d if last else 0.0)
+        params = (
+            x["encoders"] * 12.0 * d * d / mp
+            + (vd if first else 0.0)
+            + (vd + 2 * d if last else 0.0)
+        )
         return {"params": params, "flops": 12.0 * params, "bytes": 16.0 * params}
 
     return derive
@@ -285,7 +289,9 @@ _register(OpSpec("softmax", F.SOFTMAX, {"mp": -1, "b": 1, "h": 1, "l": 1}, _scor
 _register(OpSpec("ScaledUpperTriangMaskedSoftmax", F.SOFTMAX, {"mp": -1, "b": 1, "h": 1, "l": 1},
                  _fused_softmax, {"mp": 1.0, "b": 4.0, "h": 32.0, "l": 2048.0}, {"mp": 1.0},
                  note="Megatron's fused causal softmax"))  # fmt: skip
-_register(OpSpec("RoPE", F.ELEMENTWISE, {"mp": -1, "b": 1, "h": 0, "l": 1, "dim": 1}, _rope, _EX_ATT))
+_register(
+    OpSpec("RoPE", F.ELEMENTWISE, {"mp": -1, "b": 1, "h": 0, "l": 1, "dim": 1}, _rope, _EX_ATT)
+)
 _register(OpSpec("layernorm", F.NORM, _BLD,
                  _rows_cols(lambda x: x["dim"], reads=1, writes=1, flops_per=8), _EX_BLD))  # fmt: skip
 _register(OpSpec("RMSlayernorm", F.NORM, _BLD,

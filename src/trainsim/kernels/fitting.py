@@ -7,7 +7,8 @@ Per entry (operator, phase, dtype):
    label, :func:`~trainsim.kernels.samples.heldout_rows`); nothing below looks at them until
    step 5.
 2. **Screen.** Training rows more than 4x away from a smooth fit of the others (a degree-2
-   power law, refitted once without them) are timing failures, not physics (paper 001's
+   power law, refitted on the 80 % closest to it, then on the rows within 4x) are timing
+   failures, not physics (paper 001's
    GH200 ``firstStage_optimizer`` sweep has rows 1000x slower than their neighbours); they are
    left out and counted.
 3. **Select.** The training rows are split again 80/20 (validation); every configuration of
@@ -158,23 +159,29 @@ def _layout(spec_name: str, inputs: Arrays, device: DeviceSpec, dtype: str) -> t
     return [names[i] for i in keep], [signs[i] for i in keep], mat[:, keep]
 
 
-def _claim_signs(spec_name: str, inputs: Arrays, cols: list[str], claims: dict[str, int], device: DeviceSpec,
+def _claim_signs(spec_name: str, inputs: Arrays, cols: list[str], claims: dict[str, int], *, device: DeviceSpec,
                  dtype: str) -> list[int]:  # fmt: skip
     """Monotone-constraint signs of ``cols`` that make a tree monotone in the ``claims``."""
     sub = {k: v[:: max(1, v.size // 256)] for k, v in inputs.items()}
-    names, signs, _ = column_signs(op_spec(spec_name), sub, device=device, dtype=dtype, claims=claims)
+    names, signs, _ = column_signs(
+        op_spec(spec_name), sub, device=device, dtype=dtype, claims=claims
+    )
     by = dict(zip(names, signs, strict=True))
     return [by[c] for c in cols]
 
 
 def _implausible(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Rows more than 4x from a degree-2 power law of the others (two passes)."""
+    """Rows more than 4x from a degree-2 power law of the others: fitted on all rows, refitted
+    on the 80 % closest to it (trimmed least squares), then on the rows within 4x of that."""
     bad = np.zeros(y.size, dtype=bool)
     if y.size < 20:
         return bad
-    for _ in range(2):
-        fit = fit_poly(x[~bad], y[~bad], [], {"degree": 2, "alpha": 1e-4}, 0)
-        bad = np.abs(fit.predict(x) - y) > _LOG_BAD
+    keep = np.ones(y.size, dtype=bool)
+    for step in range(3):
+        fit = fit_poly(x[keep], y[keep], [], {"degree": 2, "alpha": 1e-4}, 0)
+        res = np.abs(fit.predict(x) - y)
+        bad = res > _LOG_BAD
+        keep = res <= np.quantile(res, 0.8) if step == 0 else ~bad
     return bad
 
 
@@ -182,10 +189,10 @@ def _ranges(inputs: Arrays, rows: np.ndarray) -> dict[str, tuple[float, float]]:
     return {k: (float(v[rows].min()), float(v[rows].max())) for k, v in inputs.items()}
 
 
-def _entry(key: EntryKey, family: KernelFamily, kname: str, cfg: Config, cols: list[str], reg: Any,
-           inputs: Arrays, rows: np.ndarray, claims: dict[str, int], metrics: dict[str, Any] | None = None) -> LearnedEntry:  # fmt: skip
+def _entry(key: EntryKey, family: KernelFamily, *, kname: str, cfg: Config, cols: list[str], reg: Any,
+           inputs: Arrays, rows: np.ndarray, claims: dict[str, int]) -> LearnedEntry:  # fmt: skip
     return LearnedEntry(key, family, kname, dict(cfg), tuple(cols), reg, _ranges(inputs, rows), int(rows.size),
-                        metrics or {}, dict(claims))  # fmt: skip
+                        {}, dict(claims))  # fmt: skip
 
 
 def data_claims(spec_name: str, inputs: Arrays, seconds: np.ndarray, rows: np.ndarray) -> tuple[dict[str, int], dict[str, str]]:  # fmt: skip
@@ -203,11 +210,15 @@ def data_claims(spec_name: str, inputs: Arrays, seconds: np.ndarray, rows: np.nd
         others = [k for k in inputs if k != name]
         groups: dict[tuple[float, ...], dict[float, float]] = {}
         for i, r in enumerate(rows):
-            groups.setdefault(tuple(float(inputs[k][r]) for k in others), {})[float(inputs[name][r])] = float(logt[i])
+            groups.setdefault(tuple(float(inputs[k][r]) for k in others), {})[
+                float(inputs[name][r])
+            ] = float(logt[i])
         steps = [sign * (g[2 * v] - t) for g in groups.values() for v, t in g.items() if 2 * v in g]
         bad = sum(st < -_LOG_SLACK for st in steps)
         if bad >= 2 and bad > 0.01 * len(steps):
-            dropped[name] = f"{bad} of {len(steps)} measured doublings more than {MONOTONE_SLACK:.0%} the wrong way"
+            dropped[name] = (
+                f"{bad} of {len(steps)} measured doublings more than {MONOTONE_SLACK:.0%} the wrong way"
+            )
         else:
             kept[name] = sign
     return kept, dropped
@@ -250,7 +261,7 @@ def monotone_violation(entry: LearnedEntry, inputs: Arrays, rows: np.ndarray, de
     return worst
 
 
-def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str, cols: list[str], signs: list[int],
+def _select(key: EntryKey, family: KernelFamily, *, kinds: Sequence[str], grid: str, cols: list[str], signs: list[int],
             x: np.ndarray, y: np.ndarray, inputs: Arrays, rows: np.ndarray, device: DeviceSpec, seed: int,
             n_jobs: int, strict: bool, claims: dict[str, int]) -> list[Candidate]:  # fmt: skip
     val = heldout_rows(rows.size, fraction=0.2, seed=seed + 1, label=key.label)
@@ -260,25 +271,46 @@ def _select(key: EntryKey, family: KernelFamily, kinds: Sequence[str], grid: str
         k = kind(kname)
         idx = kind_columns(k, cols)
         kx, kcols, ksigns = x[:, idx], [cols[i] for i in idx], [signs[i] for i in idx]
-        variants = (True,) if strict and k.monotone else (False, True) if k.monotone and any(ksigns) else (False,)
+        variants = (
+            (True,)
+            if strict and k.monotone
+            else (False, True)
+            if k.monotone and any(ksigns)
+            else (False,)
+        )
         for cfg, constrained in itertools.product(configs(k, grid), variants):
             label = {**cfg, "constrained": True} if constrained else dict(cfg)
             try:
-                reg = fit_kind(k, kx[fit_rows], y[fit_rows], kcols, ksigns if constrained else [0] * len(ksigns),
-                               {**cfg, **({"n_jobs": n_jobs} if k.threads else {})}, seed)
+                reg = fit_kind(
+                    k,
+                    kx[fit_rows],
+                    y[fit_rows],
+                    cols=kcols,
+                    signs=ksigns if constrained else [0] * len(ksigns),
+                    cfg={**cfg, **({"n_jobs": n_jobs} if k.threads else {})},
+                    seed=seed,
+                )
             except (ValueError, np.linalg.LinAlgError) as e:
                 out.append(Candidate(kname, label, math.inf, 0, f"fit failed: {e}"))
                 continue
-            entry = _entry(key, family, kname, label, kcols, reg, inputs, fit_rows, claims)
+            entry = _entry(key, family, kname=kname, cfg=label, cols=kcols, reg=reg, inputs=inputs, rows=fit_rows,
+                           claims=claims)  # fmt: skip
             pred, _ = entry.predict(_take(inputs, val_rows), device)
             score = mape_pct(pred, np.exp2(y[val_rows]))
             why = ""
             if not (constrained or k.name == "roofline") and monotone_violation(
                 entry, inputs, fit_rows, device, step=None if strict else MONOTONE_STEP, seed=seed
             ) > (1e-9 if strict else _LOG_SLACK):
-                why = "not monotone in a claimed input" if strict else (
-                    f"more than {MONOTONE_SLACK:.0%} faster at twice the problem size")
-            out.append(Candidate(kname, label, score if math.isfinite(score) else math.inf, size_bytes(reg), why))
+                why = (
+                    "not monotone in a claimed input"
+                    if strict
+                    else (f"more than {MONOTONE_SLACK:.0%} faster at twice the problem size")
+                )
+            out.append(
+                Candidate(
+                    kname, label, score if math.isfinite(score) else math.inf, size_bytes(reg), why
+                )
+            )
     return out
 
 
@@ -321,12 +353,12 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     claims, contradicted = data_claims(key.op, inputs, secs, train)
     if strict_monotone:
         claims, contradicted = {k: s for k, s in spec.inputs.items() if s}, {}
-    signs = _claim_signs(key.op, inputs, cols, claims, device, key.dtype)
+    signs = _claim_signs(key.op, inputs, cols, claims, device=device, dtype=key.dtype)
     cands: list[Candidate] = []
     chosen = None
     if train.size >= _MIN_ROWS and cols:
-        cands = _select(key, family, kinds, grid, cols, signs, x, y, inputs, train, device, seed, n_jobs,
-                        strict_monotone, claims)
+        cands = _select(key, family, kinds=kinds, grid=grid, cols=cols, signs=signs, x=x, y=y, inputs=inputs,
+                        rows=train, device=device, seed=seed, n_jobs=n_jobs, strict=strict_monotone, claims=claims)  # fmt: skip
         chosen = _choose(cands)
     entry = None
     errs: tuple[float | None, ...] = (None, None, None, None)
@@ -339,8 +371,11 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         idx = kind_columns(k, cols)
         cols, x = [cols[i] for i in idx], x[:, idx]
         signs = [signs[i] for i in idx] if chosen.config.get("constrained") else [0] * len(idx)
-        reg = fit_kind(k, x[train], y[train], cols, signs, {**cfg, **extra}, seed)
-        trained = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, train, claims)
+        reg = fit_kind(
+            k, x[train], y[train], cols=cols, signs=signs, cfg={**cfg, **extra}, seed=seed
+        )
+        trained = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
+                         rows=train, claims=claims)  # fmt: skip
         if test_rows.size:
             pred, _ = trained.predict(_take(inputs, test_rows), device)
             errs = _errors(pred, secs[test_rows])
@@ -349,8 +384,12 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         if refit_all:
             every = np.arange(y.size)
             keep = every[~_implausible(x, y)]
-            reg = fit_kind(k, x[keep], y[keep], cols, signs, {**cfg, **extra}, seed)
-            entry, size = _entry(key, family, chosen.kind, chosen.config, cols, reg, inputs, keep, claims), size_bytes(reg)
+            reg = fit_kind(
+                k, x[keep], y[keep], cols=cols, signs=signs, cfg={**cfg, **extra}, seed=seed
+            )
+            entry = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
+                           rows=keep, claims=claims)  # fmt: skip
+            size = size_bytes(reg)
             curve = fit_efficiency(roof[keep], secs[keep])
     curve = EfficiencyCurve(curve.u, curve.g, curve.samples, r_mape)
     report = EntryReport(key, family, chosen.kind if chosen else None, dict(chosen.config) if chosen else {},
@@ -358,7 +397,11 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
                          entry.samples if entry else 0, int(bad.sum()), size, time.perf_counter() - t0,
                          cands, heldout, contradicted)  # fmt: skip
     if entry is not None:
-        metrics = {k: v for k, v in report.as_dict().items() if k.endswith("_pct") or k in ("heldout_rows", "train_rows", "excluded_rows")}
+        metrics = {
+            k: v
+            for k, v in report.as_dict().items()
+            if k.endswith("_pct") or k in ("heldout_rows", "train_rows", "excluded_rows")
+        }
         metrics["candidates"] = [{"kind": c.kind, "config": c.config, "val_mape_pct": c.val_mape_pct,
                                   "rejected": c.rejected} for c in cands]  # fmt: skip
         metrics["claims_contradicted_by_data"] = contradicted
@@ -377,7 +420,7 @@ def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: S
         kind(k)
     fams = set(families) if families is not None else None
     keep_ops = set(ops) if ops is not None else None
-    keys = [k for k in ds.keys()
+    keys = [k for k in ds.entry_keys()
             if (fams is None or op_spec(k.op).family_for(k.phase) in fams) and (keep_ops is None or k.op in keep_ops)]  # fmt: skip
     if not keys:
         raise ModelError(f"dataset {ds.name}: no rows of the requested families/operators")
@@ -401,6 +444,10 @@ def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: S
                  f"{holdout:.0%} of rows held out per entry (seed {seed}); fitted on the rest",
         "ranges": {e.key.label: {k: list(v) for k, v in e.ranges.items()} for e in entries},
     }  # fmt: skip
-    model = LearnedKernelModel(device=dev, dataset=ds.name, entries=entries, provenance=prov) if entries else None
+    model = (
+        LearnedKernelModel(device=dev, dataset=ds.name, entries=entries, provenance=prov)
+        if entries
+        else None
+    )
     roof = RooflineModel(dev, curves=curves, dataset=ds.name, provenance=prov)
     return FitResult(model, roof, reports)

@@ -172,7 +172,9 @@ def _need(module: str) -> Any:
         ) from None
 
 
-def fit_xgboost(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int) -> TreeEnsemble:
+def fit_xgboost(
+    x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int
+) -> TreeEnsemble:
     xgb = _need("xgboost")
     m = xgb.XGBRegressor(objective="reg:squarederror", monotone_constraints=tuple(signs), random_state=seed,
                          n_jobs=cfg.pop("n_jobs", 1), tree_method="hist", **cfg)  # fmt: skip
@@ -180,7 +182,9 @@ def fit_xgboost(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, see
     return from_xgboost(m.get_booster())
 
 
-def fit_lightgbm(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int) -> TreeEnsemble:
+def fit_lightgbm(
+    x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int
+) -> TreeEnsemble:
     lgb = _need("lightgbm")
     m = lgb.LGBMRegressor(monotone_constraints=list(signs), random_state=seed, verbose=-1,
                           n_jobs=cfg.pop("n_jobs", 1), deterministic=True, force_row_wise=True, **cfg)  # fmt: skip
@@ -188,9 +192,13 @@ def fit_lightgbm(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, se
     return from_lightgbm(m.booster_)
 
 
-def fit_rforest(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int) -> TreeEnsemble:
+def fit_rforest(
+    x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int
+) -> TreeEnsemble:
     ens = _need("sklearn.ensemble")
-    m = ens.RandomForestRegressor(monotonic_cst=list(signs), random_state=seed, n_jobs=cfg.pop("n_jobs", 1), **cfg)
+    m = ens.RandomForestRegressor(
+        monotonic_cst=list(signs), random_state=seed, n_jobs=cfg.pop("n_jobs", 1), **cfg
+    )
     m.fit(x, y)
     return from_sklearn_forest(m)
 
@@ -215,7 +223,9 @@ def fit_mlp(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: i
                   x_mean, x_scale, y_mean, y_scale)  # fmt: skip
 
 
-def fit_curve(x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int) -> CurveRegressor:
+def fit_curve(
+    x: np.ndarray, y: np.ndarray, signs: list[int], cfg: Config, seed: int
+) -> CurveRegressor:
     from trainsim.kernels.roofline import efficiency_knots
 
     u = x[:, 0]
@@ -254,7 +264,9 @@ class Kind:
     monotone: bool  # honours monotone constraints (strict mode) by construction
     threads: bool = True  # takes n_jobs
     on_roofline: bool = False  # learns log2(t / roofline) (see :class:`OnRoofline`)
-    reads: str = "all"  # columns: "all", "inputs" (the op's inputs and the roofline time), "roofline"
+    reads: str = (
+        "all"  # columns: "all", "inputs" (the op's inputs and the roofline time), "roofline"
+    )
 
 
 KINDS: dict[str, Kind] = {}
@@ -318,10 +330,14 @@ def kind_columns(k: Kind, cols: list[str]) -> list[int]:
     """Indices of the columns kind ``k`` reads."""
     if k.reads == "roofline":
         return [cols.index("roofline_s")] if "roofline_s" in cols else []
-    return [i for i, c in enumerate(cols) if k.reads == "all" or c.startswith("in:") or c == "roofline_s"]
+    return [
+        i
+        for i, c in enumerate(cols)
+        if k.reads == "all" or c.startswith("in:") or c == "roofline_s"
+    ]
 
 
-def fit_kind(k: Kind, x: np.ndarray, y: np.ndarray, cols: list[str], signs: list[int], cfg: Config,
+def fit_kind(k: Kind, x: np.ndarray, y: np.ndarray, *, cols: list[str], signs: list[int], cfg: Config,
              seed: int) -> Portable:  # fmt: skip
     """Fit kind ``k`` on the columns ``cols`` (those :func:`kind_columns` selects)."""
     if k.on_roofline and "roofline_s" in cols:

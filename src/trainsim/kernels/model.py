@@ -43,6 +43,7 @@ from trainsim.kernels.features import (
 )
 from trainsim.kernels.samples import EntryKey
 
+
 @dataclass(frozen=True, slots=True)
 class KernelQuery:
     family: KernelFamily
@@ -68,7 +69,9 @@ class KernelPrediction:
 def query_from_kernel(kernel: Kernel) -> KernelQuery:
     """The query a model answers for ``kernel`` (see the module docstring for the defaults)."""
     f = kernel.features
-    numeric = {k: float(v) for k, v in f.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    numeric = {
+        k: float(v) for k, v in f.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
     op = str(f.get("op", ""))
     if not op:
         if "flops" in numeric or "bytes" in numeric:
@@ -108,7 +111,9 @@ class KernelModel(ABC):
     def supports(self, q: KernelQuery) -> bool: ...
 
     @abstractmethod
-    def predict_many(self, q: KernelQuery, inputs: Mapping[str, ArrayLike]) -> tuple[np.ndarray, str]:
+    def predict_many(
+        self, q: KernelQuery, inputs: Mapping[str, ArrayLike]
+    ) -> tuple[np.ndarray, str]:
         """Seconds for each row of ``inputs`` (arrays broadcast together) of query ``q``'s
         operator, phase and dtype, and the provenance shared by all of them."""
 
@@ -122,7 +127,9 @@ class KernelModel(ABC):
 
     def predict(self, q: KernelQuery) -> KernelPrediction:
         if not self.supports(q):
-            raise ModelError(f"kernel model {self.name} cannot predict {q.family.value} {q.key.label}")
+            raise ModelError(
+                f"kernel model {self.name} cannot predict {q.family.value} {q.key.label}"
+            )
         t, prov = self.predict_many(q, {k: np.array([v]) for k, v in q.inputs.items()})
         s = float(t[0])
         if not (math.isfinite(s) and s >= 0):

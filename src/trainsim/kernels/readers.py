@@ -42,7 +42,12 @@ from trainsim.kernels.features import DEFAULT_DTYPE, Phase, canonical_dtype, op_
 from trainsim.kernels.samples import EntryKey, KernelDataset, KernelSample
 
 SCHEMA = "trainsim.kernel-bench/1"
-_PHASE_COLUMNS = {"F_dur(us)": Phase.FWD, "B_dur(us)": Phase.BWD, "dur(us)": Phase.STEP, "dur": Phase.STEP}
+_PHASE_COLUMNS = {
+    "F_dur(us)": Phase.FWD,
+    "B_dur(us)": Phase.BWD,
+    "dur(us)": Phase.STEP,
+    "dur": Phase.STEP,
+}
 _OURS_META = ("schema", "device", "fingerprint", "family", "op", "phase", "dtype", "duration_s",
               "repeats", "statistic")  # fmt: skip
 
@@ -88,7 +93,9 @@ def _sample(path: Path, lineno: int, *, op: str, phase: Phase, dtype: str, featu
         raise TraceFormatError(path, f"line {lineno}: {op} has no input(s) {unknown} "
                                f"(inputs: {', '.join(spec.inputs)})")  # fmt: skip
     if not (duration_s > 0 and duration_s < float("inf")):
-        raise TraceFormatError(path, f"line {lineno}: duration must be positive, got {duration_s!r}")
+        raise TraceFormatError(
+            path, f"line {lineno}: duration must be positive, got {duration_s!r}"
+        )
     return KernelSample(expected, key, features, duration_s, where, repeats, statistic)
 
 
@@ -122,7 +129,9 @@ def read_seed001_operator(path: Path) -> FileRead:
             except ValueError:
                 raise TraceFormatError(path, f"line {lineno}: not a number in {row}") from None
             if len(values) != len(header):
-                raise TraceFormatError(path, f"line {lineno}: {len(values)} fields, header has {len(header)}")
+                raise TraceFormatError(
+                    path, f"line {lineno}: {len(values)} fields, header has {len(header)}"
+                )
             feats = {name: values[i] for i, name in inputs.items()}
             for i, phase in phases.items():
                 out.append(_sample(path, lineno, op=op, phase=phase, dtype=dtype, features=feats,
@@ -185,7 +194,11 @@ def read_kernel_csv(path: Path) -> FileRead:
     with path.open(encoding="utf-8-sig", newline="") as fh:
         for lineno, row in enumerate(csv.DictReader(fh), 2):
             try:
-                feats = {k: float(v) for k, v in row.items() if k not in _OURS_META and v not in ("", None)}
+                feats = {
+                    k: float(v)
+                    for k, v in row.items()
+                    if k not in _OURS_META and v not in ("", None)
+                }
                 out.append(_sample(path, lineno, op=row["op"], phase=Phase(row["phase"]),
                                    dtype=row.get("dtype") or DEFAULT_DTYPE, features=feats,
                                    duration_s=float(row["duration_s"]), family=row.get("family") or None,
@@ -248,7 +261,11 @@ def _expand(paths: list[Path]) -> list[tuple[Path, bool]]:
     out: list[tuple[Path, bool]] = []
     for p in paths:
         if p.is_dir():
-            out += [(f, False) for f in sorted(p.rglob("*")) if f.is_file() and f.suffix in (".csv", ".jsonl")]
+            out += [
+                (f, False)
+                for f in sorted(p.rglob("*"))
+                if f.is_file() and f.suffix in (".csv", ".jsonl")
+            ]
         elif p.is_file():
             out.append((p, True))
         else:
@@ -260,7 +277,11 @@ def dataset_name(paths: list[Path]) -> str:
     """The folder's name (``<parent>-operator`` for 001's ``operator`` folders), else the file's stem."""
     p = paths[0].resolve()
     if p.is_file():
-        return p.stem if p.suffix == ".jsonl" or p.parent.name != "operator" else f"{p.parent.parent.name}-operator"
+        return (
+            p.stem
+            if p.suffix == ".jsonl" or p.parent.name != "operator"
+            else f"{p.parent.parent.name}-operator"
+        )
     return f"{p.parent.name}-{p.name}" if p.name == "operator" and p.parent.name else p.name
 
 
@@ -279,7 +300,10 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
         fmt = sniff_format(path)
         if fmt is None:
             if explicit:
-                raise TraceFormatError(path, f"not a known kernel-measurement format ({', '.join(f.name for f in FORMATS)})")
+                raise TraceFormatError(
+                    path,
+                    f"not a known kernel-measurement format ({', '.join(f.name for f in FORMATS)})",
+                )
             continue
         if keep is not None and fmt.name == "seed001-op":
             m = _SEED001_NAME.match(path.stem)
@@ -289,7 +313,10 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
         rows = [s for s in got.samples if keep is None or s.key.op in keep]
         ds.extend(rows)
         if got.device and ds.device and got.device != ds.device:
-            raise TraceFormatError(path, f"measured on {got.device}, but other files on {ds.device}; fit one device at a time")
+            raise TraceFormatError(
+                path,
+                f"measured on {got.device}, but other files on {ds.device}; fit one device at a time",
+            )
         ds.device = ds.device or got.device
         ds.fingerprint = ds.fingerprint or got.fingerprint
         ds.formats.add(fmt.name)

@@ -57,10 +57,14 @@ register_model_type(EmbeddingLookupModel.model_type, EmbeddingLookupModel.from_a
 
 def model_from_artifact(manifest: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> KernelModel:
     if manifest.get("schema") != ARTIFACT_SCHEMA:
-        raise ModelError(f"not a kernel model artifact (schema {manifest.get('schema')!r}, expected {ARTIFACT_SCHEMA})")
+        raise ModelError(
+            f"not a kernel model artifact (schema {manifest.get('schema')!r}, expected {ARTIFACT_SCHEMA})"
+        )
     loader = MODEL_TYPES.get(str(manifest.get("model")))
     if loader is None:
-        raise ModelError(f"unknown kernel model type {manifest.get('model')!r}; known: {', '.join(MODEL_TYPES)}")
+        raise ModelError(
+            f"unknown kernel model type {manifest.get('model')!r}; known: {', '.join(MODEL_TYPES)}"
+        )
     return loader(manifest, arrays)
 
 
@@ -75,7 +79,9 @@ def artifact_bytes(model: KernelModel) -> bytes:
             raise ModelError(f"array {name!r} holds Python objects; artifacts hold numbers only")
     text = json.dumps(doc, sort_keys=True, allow_nan=True).encode("utf-8")
     buf = io.BytesIO()
-    np.savez_compressed(buf, **{_MANIFEST: np.frombuffer(text, dtype=np.uint8)}, **arrays)
+    payload = {_MANIFEST: np.frombuffer(text, dtype=np.uint8), **arrays}
+    # numpy's stub types **kwds as if they could be its own keyword (allow_pickle: bool)
+    np.savez_compressed(buf, **payload)  # type: ignore[arg-type]
     return buf.getvalue()
 
 

@@ -63,7 +63,9 @@ class EfficiencyCurve:
         return float(np.exp2(-self.g.min()))
 
 
-def efficiency_knots(u: np.ndarray, v: np.ndarray, knots: int = _KNOTS) -> tuple[np.ndarray, np.ndarray]:
+def efficiency_knots(
+    u: np.ndarray, v: np.ndarray, knots: int = _KNOTS
+) -> tuple[np.ndarray, np.ndarray]:
     """Knots of ``v = log2(t / roofline)`` against ``u = log2(roofline)``: medians of up to
     ``knots`` equal-count bins of u, then the slope clipped to >= -1 (so ``u + v`` never
     decreases: time never drops as the roofline time grows)."""
@@ -114,7 +116,9 @@ class RooflineModel(KernelModel):
         spec = op_spec(q.op)
         return all(n in q.inputs or (spec.defaults and n in spec.defaults) for n in spec.inputs)
 
-    def predict_many(self, q: KernelQuery, inputs: Mapping[str, ArrayLike]) -> tuple[np.ndarray, str]:
+    def predict_many(
+        self, q: KernelQuery, inputs: Mapping[str, ArrayLike]
+    ) -> tuple[np.ndarray, str]:
         w = derive(op_spec(q.op), inputs, q.key.dtype)
         roof = roofline_s(w["flops"], w["bytes"], self.spec, q.key.dtype)
         if self.curves is None:
@@ -154,7 +158,9 @@ class RooflineModel(KernelModel):
         return manifest, arrays
 
     @classmethod
-    def from_artifact(cls, manifest: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> RooflineModel:
+    def from_artifact(
+        cls, manifest: dict[str, Any], arrays: Mapping[str, np.ndarray]
+    ) -> RooflineModel:
         try:
             spec = _DeviceSchema.model_validate(manifest["device_spec"])
             curves = None
@@ -166,7 +172,12 @@ class RooflineModel(KernelModel):
                         int(c["samples"]), c.get("heldout_mape_pct"))
                     for c in manifest["curves"]
                 }  # fmt: skip
-            return cls(spec, curves=curves, dataset=manifest.get("dataset"), provenance=manifest.get("provenance"))
+            return cls(
+                spec,
+                curves=curves,
+                dataset=manifest.get("dataset"),
+                provenance=manifest.get("provenance"),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise ModelError(f"roofline artifact: bad or missing field ({e!r})") from None
 

@@ -72,7 +72,7 @@ class KernelDataset:
     def extend(self, rows: Iterable[KernelSample]) -> None:
         self.samples.extend(rows)
 
-    def keys(self) -> list[EntryKey]:
+    def entry_keys(self) -> list[EntryKey]:
         return sorted({s.key for s in self.samples})
 
     def families(self) -> set[KernelFamily]:
@@ -93,9 +93,7 @@ class KernelDataset:
         ]
         if missing:
             raise ModelError(f"dataset {self.name}, {key.label}: no column for input(s) {missing}")
-        x = {
-            n: np.array([r.features.get(n, np.nan) for r in rows], dtype=float) for n in names
-        }
+        x = {n: np.array([r.features.get(n, np.nan) for r in rows], dtype=float) for n in names}
         for n, v in x.items():
             if np.isnan(v).any():
                 bad = rows[int(np.argmax(np.isnan(v)))].origin

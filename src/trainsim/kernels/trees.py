@@ -26,6 +26,7 @@ are checked against each library's own ``predict`` in the tests.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +59,9 @@ class TreeEnsemble:
             raise ModelError("tree ensemble: node arrays differ in length")
         inner = self.feature >= 0
         idx = np.arange(n)
-        if np.any(inner & ((self.right <= idx + 1) | (self.right >= n))) or np.any(inner & (idx + 1 >= n)):
+        if np.any(inner & ((self.right <= idx + 1) | (self.right >= n))) or np.any(
+            inner & (idx + 1 >= n)
+        ):
             raise ModelError("tree ensemble: a child index points backwards or out of range")
         if self.roots.size == 0 or np.any((self.roots < 0) | (self.roots >= n)):
             raise ModelError("tree ensemble: bad root indices")
@@ -75,7 +78,9 @@ class TreeEnsemble:
         """Vectorized over rows and trees: every row walks every tree one level per step."""
         x = np.asarray(x, dtype=float)
         if x.ndim != 2 or x.shape[1] < self.n_features_used:
-            raise ModelError(f"tree ensemble needs {self.n_features_used} columns, got shape {x.shape}")
+            raise ModelError(
+                f"tree ensemble needs {self.n_features_used} columns, got shape {x.shape}"
+            )
         if self.float32_inputs:
             x = x.astype(np.float32).astype(np.float64)
         split = self.split.astype(np.float64)
@@ -100,7 +105,9 @@ class TreeEnsemble:
         meta = {"combine": self.combine, "base": self.base, "rule": self.rule,
                 "float32_inputs": self.float32_inputs, "nodes": self.n_nodes, "trees": int(self.roots.size)}  # fmt: skip
         arrays = {
-            "feature": self.feature.astype(np.int8 if self.feature.max(initial=0) < 127 else np.int32),
+            "feature": self.feature.astype(
+                np.int8 if self.feature.max(initial=0) < 127 else np.int32
+            ),
             "split": self.split.astype(np.float32),
             "right": self.right.astype(np.int32),
             "roots": self.roots.astype(np.int32),
@@ -133,7 +140,7 @@ def _ceil_float32(t: np.ndarray) -> np.ndarray:
     return t32.astype(np.float64)
 
 
-def _preorder(f: np.ndarray, t: np.ndarray, lc: np.ndarray, rc: np.ndarray, v: np.ndarray,
+def _preorder(f: np.ndarray, t: np.ndarray, lc: np.ndarray, rc: np.ndarray, v: np.ndarray, *,
               offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """One tree (root 0, any node order) as pre-order (feature, split, right) arrays."""
     order: list[int] = []
@@ -153,17 +160,18 @@ def _preorder(f: np.ndarray, t: np.ndarray, lc: np.ndarray, rc: np.ndarray, v: n
     return feature, split, right
 
 
-def _stack(trees: list[tuple[np.ndarray, ...]], *, combine: str, base: float, rule: str,
+def _stack(trees: Sequence[tuple[Any, ...]], *, combine: str, base: float, rule: str,
            float32_inputs: bool) -> TreeEnsemble:  # fmt: skip
     """Concatenate trees given as (feature, threshold, left, right, value) with local indices,
     root 0. Thresholds become float32 (rounded down for ``<=``, up for ``<``: decisions on
     float32 inputs are unchanged), leaf values float32."""
     feats, splits, rights, roots = [], [], [], []
     offset = 0
-    for f, t, lc, rc, v in trees:
-        t = np.asarray(t, dtype=np.float64)
-        t32 = _floor_float32(t) if rule == "le" else _ceil_float32(t)
-        fe, sp, ri = _preorder(np.asarray(f), t32, np.asarray(lc), np.asarray(rc), np.asarray(v, dtype=np.float64), offset)
+    for f, thr, lc, rc, v in trees:
+        t64 = np.asarray(thr, dtype=np.float64)
+        t32 = _floor_float32(t64) if rule == "le" else _ceil_float32(t64)
+        fe, sp, ri = _preorder(np.asarray(f), t32, np.asarray(lc), np.asarray(rc), np.asarray(v, dtype=np.float64),
+                               offset=offset)  # fmt: skip
         roots.append(offset)
         feats.append(fe)
         splits.append(sp)
@@ -204,38 +212,44 @@ def from_xgboost(booster: Any) -> TreeEnsemble:
         cond = np.array(t["split_conditions"], dtype=np.float32).astype(np.float64)
         trees.append((np.where(leaf, -1, np.array(t["split_indices"], dtype=np.int64)), cond, lc,
                       np.array(t["right_children"], dtype=np.int64), cond))  # fmt: skip
-    return _stack(trees, combine="sum", base=_xgb_base_score(learner), rule="lt", float32_inputs=True)
+    return _stack(
+        trees, combine="sum", base=_xgb_base_score(learner), rule="lt", float32_inputs=True
+    )
+
+
+def _flatten_lightgbm(root: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    """One LightGBM tree (nested dicts) as (feature, threshold, left, right, value), root 0."""
+    f: list[int] = []
+    thr: list[float] = []
+    lc: list[int] = []
+    rc: list[int] = []
+    val: list[float] = []
+
+    def walk(node: dict[str, Any]) -> int:
+        i = len(f)
+        f.append(-1)
+        thr.append(0.0)
+        lc.append(-1)
+        rc.append(-1)
+        val.append(0.0)
+        if "leaf_value" in node or "split_feature" not in node:
+            val[i] = float(node.get("leaf_value", 0.0))
+            return i
+        if node.get("decision_type", "<=") != "<=":
+            raise ModelError(f"cannot convert LightGBM split {node.get('decision_type')!r}")
+        f[i] = int(node["split_feature"])
+        thr[i] = float(node["threshold"])
+        lc[i] = walk(node["left_child"])
+        rc[i] = walk(node["right_child"])
+        return i
+
+    walk(root)
+    return np.array(f), np.array(thr), np.array(lc), np.array(rc), np.array(val)
 
 
 def from_lightgbm(booster: Any) -> TreeEnsemble:
     """A fitted ``lightgbm.Booster`` (numerical splits, no missing values, no linear trees)."""
-    doc = booster.dump_model()
-    trees = []
-    for info in doc["tree_info"]:
-        f: list[int] = []
-        thr: list[float] = []
-        lc: list[int] = []
-        rc: list[int] = []
-        val: list[float] = []
-
-        def walk(node: dict[str, Any], f=f, thr=thr, lc=lc, rc=rc, val=val) -> int:
-            i = len(f)
-            f.append(-1)
-            thr.append(0.0)
-            lc.append(-1)
-            rc.append(-1)
-            val.append(0.0)
-            if "leaf_value" in node or "split_feature" not in node:
-                val[i] = float(node.get("leaf_value", 0.0))
-                return i
-            if node.get("decision_type", "<=") != "<=":
-                raise ModelError(f"cannot convert LightGBM split {node.get('decision_type')!r}")
-            f[i] = int(node["split_feature"])
-            thr[i] = float(node["threshold"])
-            lc[i] = walk(node["left_child"])
-            rc[i] = walk(node["right_child"])
-            return i
-
-        walk(info["tree_structure"])
-        trees.append((np.array(f), np.array(thr), np.array(lc), np.array(rc), np.array(val)))
+    trees = [
+        _flatten_lightgbm(info["tree_structure"]) for info in booster.dump_model()["tree_info"]
+    ]
     return _stack(trees, combine="sum", base=0.0, rule="le", float32_inputs=False)

@@ -37,7 +37,9 @@ def _paper_errors(folder: Path) -> dict[tuple[str, str], Any]:
     return {(e.op, e.phase.value): e for t in tables for e in read_seed001_errors(t)}
 
 
-def _device_cases(data_dir: Path, device: str, ops: list[str] | None, seed: int) -> list[dict[str, Any]]:
+def _device_cases(
+    data_dir: Path, device: str, ops: list[str] | None, seed: int
+) -> list[dict[str, Any]]:
     folder = data_dir / DEVICES[device]
     if not folder.is_dir():
         raise ConfigError(f"{folder} does not exist; pass --data PATH (the shared/data folder)")
@@ -63,17 +65,25 @@ def _device_cases(data_dir: Path, device: str, ops: list[str] | None, seed: int)
     return cases
 
 
-def run_kernels_suite(data_dir: Path, *, device: str = "a100", ops: str | None = None, seed: int = 0) -> dict[str, Any]:
+def run_kernels_suite(
+    data_dir: Path, *, device: str = "a100", ops: str | None = None, seed: int = 0
+) -> dict[str, Any]:
     """Per-operator held-out errors on 001's data for ``device`` (a100, gh200 or all); ``ops``
     restricts to some operators (comma-separated)."""
     names = list(DEVICES) if device == "all" else [device]
     unknown = [d for d in names if d not in DEVICES]
     if unknown:
-        raise ConfigError(f"unknown device {device!r} for the kernels suite; known: {', '.join(DEVICES)}, all")
+        raise ConfigError(
+            f"unknown device {device!r} for the kernels suite; known: {', '.join(DEVICES)}, all"
+        )
     op_list = [o.strip() for o in ops.split(",")] if ops else None
     cases = [c for d in names for c in _device_cases(data_dir, d, op_list, seed)]
     ours = [c["mape_pct"] for c in cases if c["mape_pct"] is not None]
-    theirs = [c["paper_mape_pct"] for c in cases if c["paper_mape_pct"] is not None and c["paper_mape_pct"] < 100]
+    theirs = [
+        c["paper_mape_pct"]
+        for c in cases
+        if c["paper_mape_pct"] is not None and c["paper_mape_pct"] < 100
+    ]
     summary = {
         **error_summary(ours),
         "paper_mape_pct": statistics.fmean(theirs) if theirs else None,
