@@ -36,7 +36,7 @@ def test_registry_names_suites_once_and_rejects_unknown_ones_and_options(tmp_pat
 
 
 def test_default_data_folder_is_beside_the_repository():
-    assert default_data_dir() == SHARED_DATA.resolve()
+    assert default_data_dir().resolve() == SHARED_DATA.resolve()
 
 
 def test_every_case_points_at_shared_data(shared_data: Path):
