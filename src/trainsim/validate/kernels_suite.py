@@ -5,7 +5,7 @@ One case per (operator, phase) of 001's micro-benchmarks on Perlmutter (A100) or
 the other 80 % exactly as ``trainsim fit`` does (selection on an inner 80/20 split, never on
 the held-out rows) and its MAPE on the held-out rows is reported beside the error of the
 regressor 001 chose (its ``<GPU>.csv``, a validation error of the selected model) and beside
-the calibrated roofline's. Rows more than 4x from the prediction are timing failures; the
+the calibrated roofline's. Rows more than 10x from the prediction are timing failures; the
 error is given on the others (``mape_pct``) and on all of them (``mape_all_rows_pct``).
 
 The summary's ``median_abs_err_pct``/``mape_pct``/``max_abs_err_pct`` are the median, mean and

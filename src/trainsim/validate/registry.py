@@ -42,6 +42,8 @@ class SuiteSpec:
 SUITES: tuple[SuiteSpec, ...] = (
     SuiteSpec("replay", "trainsim.validate.replay_suite", "run_replay_suite",
               "simulate every real GPU trace in shared/data/traces against its measured step"),
+    SuiteSpec("kernels", "trainsim.validate.kernels_suite", "run_kernels_suite",
+              "kernel models against paper 001's held-out operator measurements (A100, GH200)"),
     SuiteSpec("comm", "trainsim.validate.comm_suite", "run_comm_suite",
               "collective models against nccl-tests logs and published sweeps"),
 )  # fmt: skip
