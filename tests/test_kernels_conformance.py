@@ -17,8 +17,8 @@ from trainsim.kernels import (
     read_artifact,
     registered_models,
 )
-from trainsim.kernels.fitting import MONOTONE_SLACK, MONOTONE_STEP
 from trainsim.kernels.model import KernelModel, KernelQuery
+from trainsim.kernels.monotone import MONOTONE_SLACK, MONOTONE_STEP
 from trainsim.kernels.registry import artifact_bytes
 from trainsim.kernels.samples import EntryKey
 

@@ -10,7 +10,8 @@ import pytest
 
 from trainsim.hardware import get_device
 from trainsim.kernels import fit_entry, fit_kernels, read_kernel_dataset
-from trainsim.kernels.fitting import Candidate, _choose, monotone_violation
+from trainsim.kernels.fitting import Candidate, _choose
+from trainsim.kernels.monotone import monotone_violation
 from trainsim.kernels.samples import KernelDataset, heldout_rows
 
 A100 = get_device("a100")

@@ -1,0 +1,97 @@
+"""Monotone claims: which inputs cannot make an operator faster, checked against its data.
+
+An operator's :class:`~trainsim.kernels.features.OpSpec` signs the inputs where physics says
+more work cannot take less time. :func:`data_claims` keeps the claims an entry's measurements
+do not contradict; :func:`monotone_violation` checks a fitted entry against them (twice the
+problem never more than 10 % faster, or strictly); :func:`claim_signs` turns claims into
+monotone constraints for trees. See :mod:`trainsim.kernels.fitting` for how fitting uses them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trainsim.hardware import DeviceSpec
+from trainsim.kernels.calibrated import LearnedEntry
+from trainsim.kernels.features import Arrays, column_signs, op_spec
+
+_SWEEP_BASES = 32
+_SWEEP_VALUES = 24
+MONOTONE_STEP = 2.0  # twice the problem (in any signed input) ...
+MONOTONE_SLACK = 0.10  # ... is never more than 10 % faster (learned models; noise allowance)
+LOG_SLACK = -math.log2(1.0 - MONOTONE_SLACK)
+
+
+def claim_signs(spec_name: str, inputs: Arrays, cols: list[str], claims: dict[str, int], *, device: DeviceSpec,
+                 dtype: str) -> list[int]:  # fmt: skip
+    """Monotone-constraint signs of ``cols`` that make a tree monotone in the ``claims``."""
+    sub = {k: v[:: max(1, v.size // 256)] for k, v in inputs.items()}
+    names, signs, _ = column_signs(
+        op_spec(spec_name), sub, device=device, dtype=dtype, claims=claims
+    )
+    by = dict(zip(names, signs, strict=True))
+    return [by[c] for c in cols]
+
+
+def data_claims(spec_name: str, inputs: Arrays, seconds: np.ndarray, rows: np.ndarray) -> tuple[dict[str, int], dict[str, str]]:  # fmt: skip
+    """(claims kept, claims dropped with the evidence): the operator's monotone claims checked
+    against the measurements of ``rows``. For each signed input, every pair of rows that differ
+    only in that input, by a factor of 2, is a test; the claim is dropped when more than 1 % of
+    them (and at least 2) measure twice the problem more than 10 % faster."""
+    spec = op_spec(spec_name)
+    kept: dict[str, int] = {}
+    dropped: dict[str, str] = {}
+    logt = np.log2(seconds[rows])
+    for name, sign in spec.inputs.items():
+        if sign == 0 or name not in inputs:
+            continue
+        others = [k for k in inputs if k != name]
+        groups: dict[tuple[float, ...], dict[float, float]] = {}
+        for i, r in enumerate(rows):
+            groups.setdefault(tuple(float(inputs[k][r]) for k in others), {})[
+                float(inputs[name][r])
+            ] = float(logt[i])
+        steps = [sign * (g[2 * v] - t) for g in groups.values() for v, t in g.items() if 2 * v in g]
+        bad = sum(st < -LOG_SLACK for st in steps)
+        if bad >= 2 and bad > 0.01 * len(steps):
+            dropped[name] = (
+                f"{bad} of {len(steps)} measured doublings more than {MONOTONE_SLACK:.0%} the wrong way"
+            )
+        else:
+            kept[name] = sign
+    return kept, dropped
+
+
+def monotone_violation(entry: LearnedEntry, inputs: Arrays, rows: np.ndarray, device: DeviceSpec,
+                       *, step: float | None = MONOTONE_STEP, seed: int = 0) -> float:  # fmt: skip
+    """Largest move against the entry's claims (in log2 time) over sweeps of every claimed
+    input along its values in ``rows``, from up to 32 base rows; 0 when there is none.
+
+    ``step=2``: compares each value with its double (when both are in the range): twice the
+    problem is never faster. ``step=None``: compares neighbouring values (strict monotonicity)."""
+    rng = np.random.default_rng(seed)
+    bases = rng.choice(rows, size=min(_SWEEP_BASES, rows.size), replace=False)
+    worst = 0.0
+    for name, sign in entry.claims.items():
+        if sign == 0 or name not in inputs:
+            continue
+        values = np.unique(inputs[name][rows])
+        if values.size > _SWEEP_VALUES:
+            values = np.unique(np.quantile(values, np.linspace(0, 1, _SWEEP_VALUES)))
+        if step is None:
+            lo, hi = values[:-1], values[1:]
+        else:
+            lo = values[values * step <= values[-1] * (1 + 1e-12)]
+            hi = lo * step
+        if lo.size == 0:
+            continue
+        pts = np.concatenate([lo, hi])
+        batch = {k: np.repeat(v[bases], pts.size) for k, v in inputs.items()}
+        batch[name] = np.tile(pts, bases.size)
+        t, _ = entry.predict(batch, device)
+        lt = np.log2(t).reshape(bases.size, pts.size)
+        steps = (lt[:, lo.size :] - lt[:, : lo.size]) * sign
+        worst = max(worst, float(-steps.min(initial=0.0)))
+    return worst
