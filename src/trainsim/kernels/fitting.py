@@ -8,28 +8,30 @@ Per entry (operator, phase, dtype):
    step 5.
 2. **Screen.** Training rows more than 10x away from a smooth fit of the others (a degree-2
    power law, refitted on the 80 % closest to it, then on the rows within 10x) are timing
-   failures, not physics (paper 001's
-   GH200 ``firstStage_optimizer`` sweep has rows 1000x slower than their neighbours); they are
-   left out and counted.
+   failures, not physics (paper 001's GH200 ``firstStage_optimizer`` sweep has rows 1000x
+   slower than their neighbours); they are left out and counted.
 3. **Select.** The training rows are split again 80/20 (validation); every configuration of
    every kind (``grid``) is fitted on the 80 % and scored by MAPE on the 20 %. A candidate is
    rejected when sweeping any *claimed* input along the data's range finds twice the problem
-   more than 10 % faster than the problem (:func:`monotone_violation`). The claims are the
-   operator spec's signed inputs, less those the training rows themselves contradict
-   (:func:`data_claims`: paper 001's GH200 ``middleStage_optimizer`` is 5–45 % *slower* at
-   twice the model-parallel degree in 22 % of its measured pairs; a model faithful to those
-   measurements cannot honour that claim, and the entry records why it was dropped). The ``roofline`` kind is monotone by construction,
-   so some candidate always qualifies. The best score wins; a candidate within 2 % of it that
-   is smaller wins instead (artifacts stay small).
+   more than 10 % faster than the problem
+   (:func:`~trainsim.kernels.monotone.monotone_violation`). The claims are the operator
+   spec's signed inputs, less those the training rows themselves contradict
+   (:func:`~trainsim.kernels.monotone.data_claims`: paper 001's GH200
+   ``middleStage_optimizer`` is more than 10 % *slower* at twice the model-parallel degree in
+   31 of 303 measured pairs; a model faithful to those measurements cannot honour that claim,
+   and the entry records why it was dropped). Every tree kind is also tried *constrained*
+   (``"constrained": true`` in its config: monotone constraints on every column that moves
+   with a claimed input), which honours the claims by construction; the ``roofline`` kind is
+   monotone too, so some candidate always qualifies. The best score wins; a candidate within
+   2 % of it that is smaller wins instead (artifacts stay small).
 
    Why "twice" and a 10 % allowance, not strict monotonicity: the measurements themselves
    are not monotone at fine steps — cuBLAS switches kernels, e.g. 001's A100 ``baddbmm``
    forward at mp=16, b=4, h=16, d=4608 takes 443 µs at l=4608 and 364 µs at l=5120 — and are
    noisy (repeated A100 FlashAttention configurations differ by 12 % at the median). Trees
-   constrained to be strictly monotone (``strict_monotone=True``: XGBoost/LightGBM/sklearn
-   monotone constraints on every column that grows with a signed input) cannot follow such
-   steps and lose accuracy (A100 ``baddbmm`` forward held-out MAPE 6.0 % unconstrained, 7.9 %
-   constrained, with the earlier, stricter claims).
+   constrained to be strictly monotone in every signed input (``strict_monotone=True``)
+   cannot follow such steps and lose accuracy (A100 ``baddbmm`` forward held-out MAPE 6.0 %
+   unconstrained, 7.9 % constrained, measured before the efficiency target).
 4. **Fit** the winner on all training rows; fit the calibrated roofline's efficiency curve too.
 5. **Measure** both on the held-out rows: MAPE, GMAE, max error — on plausible rows (within 10x
    of the prediction) and on all of them.
