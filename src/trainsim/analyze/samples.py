@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.ir.graph import Workload
-from trainsim.ir.serialize import write_json_atomic
+from trainsim.ir.serialize import write_text_atomic
 
 COLUMNS = (
     "device", "rank", "family", "kernel", "op", "stream", "duration_s", "input_shapes",
@@ -56,23 +56,8 @@ def export_kernel_samples(w: Workload, path: str | Path) -> int:
         writer.writeheader()
         writer.writerows(rows)
         text = buf.getvalue()
-    _write_text_atomic(p, text)
+    write_text_atomic(p, text)
     return len(rows)
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-__all__ = ["COLUMNS", "export_kernel_samples", "kernel_samples", "write_json_atomic"]
+__all__ = ["COLUMNS", "export_kernel_samples", "kernel_samples"]

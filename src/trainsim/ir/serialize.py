@@ -157,11 +157,16 @@ def load_workload(path: str | os.PathLike[str]) -> Workload:
 
 
 def write_json_atomic(path: Path, doc: Any, *, indent: int | None = None) -> None:
+    write_text_atomic(path, json.dumps(doc, indent=indent))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder + os.replace: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=indent)
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
