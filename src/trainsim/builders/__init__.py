@@ -1,0 +1,1 @@
+"""Workload builders: model specs, plans, and the IR they become (transformer LLMs first)."""

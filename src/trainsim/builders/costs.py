@@ -1,0 +1,249 @@
+"""What each operator of a transformer costs on one GPU: kernel-model queries per layer and stage.
+
+A transformer layer is decomposed into paper 001's operators (Table I) — norm, QKV projection
+(``linear1``), rotary embedding, the attention core (FlashAttention; or QK^T ``baddbmm``, the
+fused scale-mask-softmax and ·V ``bmm``; or the unfused chain with ``fillmask`` and
+``softmax``), output projection (``linear2``), residual add, second norm, MLP up (``linear3``),
+activation (``gelu``), MLP down (``linear4``), residual add — each forward and backward, each
+timed by the device's kernel models (:mod:`trainsim.kernels`: calibrated on micro-benchmarks
+where they exist, spec-based rooflines otherwise). The first stage adds the embedding, the last
+the final norm, the output projection (``linear_final``) and the parallel cross-entropy.
+
+Shapes outside 001's operator set are **scaled from a sister operator** (one documented
+approximation): a GQA QKV projection from ``linear1``, a SwiGLU/odd-width MLP from
+``linear3``/``linear4``/``gelu``, another vocabulary from ``linear_final``/``cross_entropy``, each
+by the ratio of FLOPs (GEMMs) or elements (element-wise) — the sister's measured efficiency
+applied to the new width. Their provenance gains ``;scaled-from:<op>``.
+
+Tensor-parallel and sequence-parallel communication is not here (see
+:mod:`trainsim.builders.llm_comm`); it is synchronous in Megatron and adds to these times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from trainsim.builders.plan import Plan
+from trainsim.builders.spec import ModelSpec
+from trainsim.errors import ModelError
+from trainsim.hardware import DeviceSpec, get_device, list_devices
+from trainsim.kernels import predict_query, query
+
+_SEED001_VOCAB = 50257  # the vocabulary paper 001 benchmarked linear_final / cross-entropy with
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """One operator of one pass: name, seconds, where the number came from, its FLOPs."""
+
+    name: str
+    phase: str  # fwd | bwd
+    seconds: float
+    provenance: str
+    flops: float = 0.0
+    category: str = "compute"  # compute | attention | memory
+
+
+@dataclass(slots=True)
+class PassCost:
+    """A list of operator costs (one layer's forward, a stage's extras, ...)."""
+
+    ops: list[OpCost] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(o.seconds for o in self.ops)
+
+    @property
+    def flops(self) -> float:
+        return sum(o.flops for o in self.ops)
+
+    def extend(self, other: Iterable[OpCost]) -> None:
+        self.ops.extend(other)
+
+
+class OpCoster:
+    """Kernel-model answers for paper 001's operators on one device, cached.
+
+    Calibrated models are looked up for the device; when there are none for it, a sibling
+    device of the same architecture and tensor-core peak that has them answers (e.g. the
+    A100-SXM4-40GB from the 80 GB part's micro-benchmarks) and the provenance says
+    ``;transferred-from:<device>``. bf16 queries fall back to the fp16 entries on devices whose
+    fp16 and bf16 peaks are equal (``;as-fp16``).
+    """
+
+    def __init__(self, device: DeviceSpec | str) -> None:
+        self.device = get_device(device) if isinstance(device, str) else device
+        self._cached = lru_cache(maxsize=4096)(self._predict)
+
+    def time(self, op: str, phase: str, dtype: str, **inputs: float) -> tuple[float, str]:
+        return self._cached(op, phase, dtype, tuple(sorted(inputs.items())))
+
+    def _candidates(self) -> list[tuple[DeviceSpec, str]]:
+        out: list[tuple[DeviceSpec, str]] = [(self.device, "")]
+        d = self.device
+        for other in list_devices():
+            if (
+                other.name != d.name
+                and other.architecture == d.architecture
+                and other.peak_flops_per_s("fp16") == d.peak_flops_per_s("fp16")
+            ):
+                out.append((other, f";transferred-from:{other.name}"))
+        return out
+
+    def _predict(self, op: str, phase: str, dtype: str, items: tuple[tuple[str, float], ...]) -> tuple[float, str]:  # fmt: skip
+        inputs = dict(items)
+        dtypes = [dtype]
+        if dtype == "bf16" and self.device.peak_flops_per_s("bf16") == self.device.peak_flops_per_s("fp16"):
+            dtypes.append("fp16")
+        first: tuple[float, str] | None = None
+        for dev, note in self._candidates():
+            for dt in dtypes:
+                p = predict_query(query(op, phase=phase, dtype=dt, **inputs), dev)
+                prov = p.provenance + note + (";as-fp16" if dt != dtype else "")
+                if p.calibrated:
+                    return p.duration_s, prov
+                if first is None and not note:
+                    first = (p.duration_s, prov)
+        if first is None:  # pragma: no cover - the device's own spec model always answers
+            raise ModelError(f"no kernel model answers {op} {phase} on {self.device.name}")
+        return first
+
+
+def _gemm_flops(m: float, n: float, k: float) -> float:
+    return 2.0 * m * n * k
+
+
+class LayerCoster:
+    """Per-GPU operator costs of ``model`` under ``plan`` for one micro-batch."""
+
+    def __init__(self, model: ModelSpec, plan: Plan, coster: OpCoster) -> None:
+        self.model, self.plan, self.c = model, plan, coster
+        self.t = plan.tp
+        self.b = plan.micro_batch
+        self.l = plan.seq(model) // plan.cp  # context parallelism splits the sequence
+        self.dtype = "fp32" if plan.dtype == "fp32" else plan.dtype
+        self.tokens = self.b * self.l
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _q(self, name: str, op: str, phase: str, *, flops: float = 0.0, scale: float = 1.0,
+           category: str = "compute", **inputs: float) -> OpCost:  # fmt: skip
+        s, prov = self.c.time(op, phase, self.dtype, **inputs)
+        if scale != 1.0:
+            prov += f";scaled-from:{op}"
+        return OpCost(name, phase, s * scale, prov, flops, category)
+
+    def _norm(self, name: str, phase: str) -> OpCost:
+        op = "RMSlayernorm" if self.model.norm == "rmsnorm" else "layernorm"
+        l_sp = self.l // self.t if self.plan.sp and self.t > 1 else self.l
+        return self._q(name, op, phase, b=self.b, l=l_sp, dim=self.model.hidden, category="memory")
+
+    # --- one transformer layer ---------------------------------------------------------------
+
+    def layer(self, phase: str) -> list[OpCost]:
+        """One layer's operators, forward or backward (without TP communication)."""
+        m, t, b, l, d = self.model, self.t, self.b, self.l, self.model.hidden
+        bwd = 2.0 if phase == "bwd" else 1.0  # backward GEMMs: input and weight gradients
+        ops = [self._norm("input_norm", phase)]
+        # QKV projection, 001 linear1 = [bl, d, 3d/mp]
+        n_qkv = (m.q_width + 2 * m.kv_width) / t
+        fl = bwd * _gemm_flops(self.tokens, n_qkv, d)
+        ops.append(self._q("qkv_proj", "linear1", phase, flops=fl, scale=n_qkv / (3 * d / t),
+                           mp=t, b=b, l=l, dim=d))  # fmt: skip
+        ops.extend(self.attention_core(phase))
+        # output projection, 001 linear2 = [bl, d/mp, d]
+        fl = bwd * _gemm_flops(self.tokens, d, m.q_width / t)
+        ops.append(self._q("out_proj", "linear2", phase, flops=fl, scale=m.q_width / d, mp=t, b=b, l=l, dim=d))
+        l_sp = l // t if self.plan.sp and t > 1 else l
+        ops.append(self._q("residual_add", "res_add", phase, category="memory", b=b, l=l_sp, dim=d))
+        ops.append(self._norm("post_attention_norm", phase))
+        ops.extend(self.mlp(phase))
+        ops.append(self._q("residual_add", "res_add", phase, category="memory", b=b, l=l_sp, dim=d))
+        return ops
+
+    def attention_core(self, phase: str) -> list[OpCost]:
+        m, t, b, l, d = self.model, self.t, self.b, self.l, self.model.hidden
+        h = m.heads
+        bwd = 2.0 if phase == "bwd" else 1.0
+        # attention FLOPs of a causal-masked implementation that computes the full square
+        # (Megatron's baddbmm/bmm do; FlashAttention skips the masked half, counted the same
+        # here for MFU, as Megatron's own FLOP formula does)
+        core = bwd * 2 * _gemm_flops(l, l, m.d_head) * b * h / t
+        # head_dim other than d/h: scale the d/h-shaped measurements by the head-size ratio
+        hd_scale = m.d_head / (d / h)
+        ops: list[OpCost] = []
+        if m.position == "rotary":
+            ops.append(self._q("rotary", "RoPE", phase, category="memory", mp=t, b=b, h=h, l=l, dim=d))
+        if self.plan.attention == "flash":
+            ops.append(self._q("flash_attention", "flash_atten", phase, flops=core, category="attention",
+                               scale=hd_scale, mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
+            return ops
+        ops.append(self._q("attention_scores", "baddbmm", phase, flops=core / 2, category="attention",
+                           scale=hd_scale, mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
+        if self.plan.attention == "fused":
+            # 001's fused-softmax data vary heads at mp=1: b(h/mp) is what the kernel sees
+            ops.append(self._q("scale_mask_softmax", "ScaledUpperTriangMaskedSoftmax", phase,
+                               category="attention", mp=1, b=b, h=max(h // t, 1), l=l))  # fmt: skip
+        else:
+            ops.append(self._q("fill_mask", "fillmask", phase, category="attention", mp=t, b=b, h=h, l=l, dim=d))
+            ops.append(self._q("softmax", "softmax", phase, category="attention", mp=t, b=b, h=h, l=l))
+        ops.append(self._q("attention_values", "bmm", phase, flops=core / 2, category="attention",
+                           scale=hd_scale, mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
+        return ops
+
+    def mlp(self, phase: str) -> list[OpCost]:
+        m, t, b, l, d = self.model, self.t, self.b, self.l, self.model.hidden
+        bwd = 2.0 if phase == "bwd" else 1.0
+        if m.is_moe:
+            # top-k experts per token on average (balanced routing); ep moves tokens, not work
+            ffn, copies = m.expert_ffn, float(m.top_k)
+        else:
+            ffn, copies = m.ffn, 1.0
+        up = (2 if m.gated else 1) * ffn / t  # gated: gate and up projections side by side
+        ops = [
+            self._q("mlp_up", "linear3", phase, flops=copies * bwd * _gemm_flops(self.tokens, up, d),
+                    scale=copies * up / (4 * d / t), mp=t, b=b, l=l, dim=d),
+            self._q("activation", "gelu", phase, category="memory",
+                    scale=copies * (1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=l, dim=d),
+            self._q("mlp_down", "linear4", phase, flops=copies * bwd * _gemm_flops(self.tokens, d, ffn / t),
+                    scale=copies * ffn / (4 * d), mp=t, b=b, l=l, dim=d),
+        ]  # fmt: skip
+        if m.is_moe:  # router: a [tokens, d] x [d, experts] GEMM and its softmax, tiny
+            fl = bwd * _gemm_flops(self.tokens, m.num_experts, d)
+            ops.append(self._q("router", "linear3", phase, flops=fl, scale=m.num_experts / (4 * d), mp=1, b=b, l=l, dim=d))
+        return ops
+
+    # --- stage extras --------------------------------------------------------------------------
+
+    def embedding(self, phase: str) -> list[OpCost]:
+        t, b, l, d = self.t, self.b, self.l, self.model.hidden
+        return [self._q("embedding", "embedding", phase, category="memory", mp=t, b=b, l=l, dim=d)]
+
+    def head(self, phase: str) -> list[OpCost]:
+        """Final norm, output projection and loss (the last stage)."""
+        m, t, b, l, d = self.model, self.t, self.b, self.l, self.model.hidden
+        bwd = 2.0 if phase == "bwd" else 1.0
+        v = m.padded_vocab(t)
+        v001 = ModelSpec("seed001", d, 1, m.heads, _SEED001_VOCAB).padded_vocab(t)
+        r = v / v001
+        return [
+            self._norm("final_norm", phase),
+            self._q("output_proj", "linear_final", phase, flops=bwd * _gemm_flops(self.tokens, v / t, d),
+                    scale=r, mp=t, b=b, l=l, dim=d),
+            self._q("cross_entropy", "parallel_cross_entropy_128", phase, category="memory", scale=r, mp=t, b=b, l=l),
+        ]  # fmt: skip
+
+    def optimizer(self, params: float, layers: int) -> OpCost:
+        """One optimizer step over ``params`` parameters held by this GPU (after ZeRO sharding).
+
+        001's optimizer benchmark (FusedAdam, mixed precision) times whole models by layers,
+        hidden size, tensors and parameters; a stage is such a model with its own counts
+        (12 tensors per GPT layer, 001 Table II, plus 4 for embeddings/final norm).
+        """
+        tensors = 12 * max(layers, 1) + 4
+        s, prov = self.c.time("optimizer", "step", "fp16", num_layers=max(layers, 1),
+                              hidden_size=self.model.hidden, param_tensors=tensors, params=params)  # fmt: skip
+        return OpCost("optimizer", "step", s, prov, 0.0, "optimizer")

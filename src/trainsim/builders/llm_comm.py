@@ -1,0 +1,171 @@
+"""The collectives of a transformer plan, placed on a system and timed by the comm models.
+
+Rank layout (Megatron's): tensor parallel innermost, then context, data, pipeline outermost;
+a group of ``size`` ranks ``stride`` apart has ``min(size, gpus_per_node // stride)`` members
+per node (one when the stride spans a node). Each collective is timed by
+:func:`trainsim.comm.predict_collective` on the system (calibrated on measurements of that
+system where they exist, spec-based hierarchical alpha-beta otherwise; provenance kept).
+
+Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al. 2022 §4):
+
+* TP without SP: one all-reduce of the ``[b, s, d]`` activation after attention and one after
+  the MLP in the forward, two in the backward (the conjugate ``f``/``g`` operators).
+* TP with SP: each of those becomes an all-gather plus a reduce-scatter of the same tensor
+  (the same bytes moved, no redundant norm/dropout work).
+* CP (ring attention): each rank passes its K/V block around the ring, ``cp - 1`` steps per
+  layer forward (twice in the backward, K/V and their gradients), overlapped with the attention
+  of the block it holds; only the part longer than that attention is exposed.
+* EP (MoE): an all-to-all dispatch and combine of ``top_k`` token copies per layer, forward
+  and backward.
+* PP: one send/recv of the ``[b, s, d]`` activation (its gradient backward) per micro-batch and
+  stage boundary (``/tp`` with SP or Megatron's scatter-gather optimisation).
+* DP: the stage's gradients (``grad_bytes`` per parameter: 2 for fp16, 4 for bf16 as Megatron
+  accumulates and reduces bf16 gradients in fp32) all-reduced once per iteration (ZeRO 0/1), or
+  reduce-scattered (ZeRO 2/3); ZeRO 1/2 then all-gather the updated fp16/bf16 weights; ZeRO 3
+  all-gathers every layer's weights before its forward and backward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from trainsim.builders.plan import Plan
+from trainsim.builders.spec import ModelSpec
+from trainsim.comm import predict_collective
+from trainsim.errors import ConfigError, ModelError
+from trainsim.hardware import SystemSpec
+
+
+@dataclass(frozen=True, slots=True)
+class CommCost:
+    name: str
+    kind: str
+    bytes: float
+    group_size: int
+    per_node: int
+    seconds: float
+    provenance: str
+
+
+def per_node(size: int, stride: int, gpus_per_node: int) -> int:
+    """Members per node of a group of ``size`` ranks ``stride`` apart (Megatron layout)."""
+    if size <= 1:
+        return 1
+    if stride >= gpus_per_node:
+        return 1
+    k = min(size, max(gpus_per_node // stride, 1))
+    return math.gcd(size, k)
+
+
+class PlanComm:
+    """Times of the plan's collectives on ``system`` (cached per kind, size, placement)."""
+
+    def __init__(self, model: ModelSpec, plan: Plan, system: SystemSpec) -> None:
+        self.model, self.plan, self.system = model, plan, system
+        self.gpn = system.gpus_per_node
+        if plan.gpus > self.gpn and plan.gpus % self.gpn:
+            raise ConfigError(
+                f"plan: {plan.gpus} GPUs do not fill whole nodes of {self.gpn} on {system.name}"
+            )
+        self.act_bytes = 2 if plan.dtype in ("fp16", "bf16") else 4
+        self._time = lru_cache(maxsize=1024)(self._predict)
+
+    def _predict(self, kind: str, nbytes: float, size: int, pn: int) -> tuple[float, str]:
+        if size <= 1 or nbytes <= 0:
+            return 0.0, "none"
+        try:
+            p = predict_collective(kind, nbytes, size, system=self.system, gpus_per_node=pn)
+        except ModelError as e:
+            raise ModelError(f"{kind} of {nbytes:.3g} B on {size} ranks ({pn} per node) of {self.system.name}: {e}") from None  # fmt: skip
+        return p.duration_s, p.provenance
+
+    def cost(self, name: str, kind: str, nbytes: float, size: int, stride: int) -> CommCost:
+        pn = per_node(size, stride, self.gpn)
+        s, prov = self._time(kind, float(nbytes), size, pn)
+        return CommCost(name, kind, nbytes, size, pn, s, prov)
+
+    # --- per layer, per micro-batch ---------------------------------------------------------
+
+    def _tokens(self) -> int:
+        return self.plan.micro_batch * (self.plan.seq(self.model) // self.plan.cp)
+
+    def tp_layer(self, phase: str) -> list[CommCost]:
+        """TP collectives of one layer's forward or backward (2 each, see the module doc)."""
+        t = self.plan.tp
+        if t <= 1:
+            return []
+        nbytes = self._tokens() * self.model.hidden * self.act_bytes
+        if self.plan.sp:
+            ag = self.cost("tp_all_gather", "all_gather", nbytes, t, 1)
+            rs = self.cost("tp_reduce_scatter", "reduce_scatter", nbytes, t, 1)
+            return [ag, rs, ag, rs]
+        ar = self.cost("tp_all_reduce", "all_reduce", nbytes, t, 1)
+        return [ar, ar]
+
+    def cp_layer(self, phase: str) -> CommCost | None:
+        """Ring-attention K/V exchange of one layer (all ``cp - 1`` steps)."""
+        cp = self.plan.cp
+        if cp <= 1:
+            return None
+        kv = self._tokens() * self.model.kv_width / self.plan.tp * 2 * self.act_bytes  # K and V
+        step = self.cost("cp_send_recv", "send", kv, 2, self.plan.tp)
+        mult = (cp - 1) * (2 if phase == "bwd" else 1)
+        return CommCost("cp_ring", "send", kv * mult, cp, step.per_node, step.seconds * mult, step.provenance)
+
+    def ep_layer(self, phase: str) -> list[CommCost]:
+        m, ep = self.model, self.plan.ep
+        if not m.is_moe or ep <= 1:
+            return []
+        nbytes = self._tokens() * m.top_k * m.hidden * self.act_bytes / self.plan.tp
+        a2a = self.cost("ep_all_to_all", "all_to_all", nbytes, ep, self.plan.tp * self.plan.cp)
+        return [a2a, a2a]
+
+    def pp_p2p(self) -> CommCost | None:
+        """One activation (or gradient) between adjacent stages, per micro-batch."""
+        p = self.plan
+        if p.pp <= 1:
+            return None
+        nbytes = self._tokens() * self.model.hidden * self.act_bytes
+        if p.sp and p.tp > 1:
+            nbytes /= p.tp
+        return self.cost("pp_send_recv", "send", nbytes, 2, p.tp * p.cp * p.dp)
+
+    # --- per iteration ----------------------------------------------------------------------
+
+    def grad_bytes_per_param(self) -> int:
+        return {"fp16": 2, "bf16": 4, "fp32": 4}[self.plan.dtype]
+
+    def dp_grads(self, stage_params: float) -> list[CommCost]:
+        """Gradient reduction and (ZeRO) weight gathering of one stage per iteration."""
+        p = self.plan
+        n = p.dp * p.cp  # CP ranks hold the same weights and reduce gradients together
+        if n <= 1:
+            return []
+        gb = stage_params * self.grad_bytes_per_param()
+        stride = p.tp
+        out = []
+        if p.zero >= 2:
+            out.append(self.cost("dp_reduce_scatter", "reduce_scatter", gb, n, stride))
+        else:
+            out.append(self.cost("dp_all_reduce", "all_reduce", gb, n, stride))
+        if p.zero in (1, 2):
+            out.append(self.cost("dp_all_gather", "all_gather", stage_params * self.act_bytes, n, stride))
+        return out
+
+    def zero3_layer(self, layer_params: float) -> CommCost | None:
+        """ZeRO-3/FSDP: all-gather of one layer's weights (before its forward and backward)."""
+        p = self.plan
+        n = p.dp * p.cp
+        if p.zero < 3 or n <= 1:
+            return None
+        return self.cost("zero3_all_gather", "all_gather", layer_params * self.act_bytes, n, p.tp)
+
+    def embedding_grads(self) -> CommCost | None:
+        """Tied embeddings with pp > 1: first and last stage all-reduce the embedding gradient."""
+        p, m = self.plan, self.model
+        if not m.tied_embeddings or p.pp <= 1:
+            return None
+        nbytes = m.padded_vocab(p.tp) * m.hidden / p.tp * self.grad_bytes_per_param()
+        return self.cost("embedding_all_reduce", "all_reduce", nbytes, 2, p.tp * p.cp * p.dp * (p.pp - 1))

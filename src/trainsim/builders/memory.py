@@ -1,0 +1,468 @@
+"""How much memory one GPU needs to train a model with a plan: :func:`memory_per_gpu`.
+
+Per pipeline stage, one GPU holds (:class:`MemoryBreakdown`):
+
+* **Model states** — weights, gradients and optimizer state of the parameters it owns
+  (:func:`stage_params`: 001 Table III generalised, TP-sharded, experts ÷ ep), in the bytes per
+  parameter of :class:`Precision`, sharded over the data-parallel ranks by ZeRO (Rajbhandari et
+  al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", §5: stage 1
+  shards optimizer states, 2 also gradients, 3 also parameters). The shard group is ``dp × cp``
+  (Megatron's distributed optimizer reduces over the data-parallel group *with* context
+  parallelism, whose ranks hold the same weights); expert parameters shard over ``dp·cp/ep``.
+* **Activations** — Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+  Transformer Models", §4, Table 2) per layer and micro-batch, times the micro-batches in
+  flight under the schedule (§4.2.3 and Megatron's warm-up counts), plus the recompute working
+  set and the embedding/output-layer extras (§4.3).
+* **Buffers** — transient and fixed allocations (see :func:`_buffers_bytes`; every constant
+  below is an estimate with its source).
+
+Approximations (each also noted where it is used):
+
+* Activations are 2 bytes per element (4 for fp32 training); dropout masks 1 byte
+  (Korthikanti §4.1). ``dropout=False`` drops the masks (LLaMA-style training uses none).
+* Gradients of activations during backward, the optimizer step's temporaries and allocator
+  fragmentation are not modelled; leave headroom when using :func:`fits`.
+* MoE routing is assumed balanced and dropless: each rank processes ``top_k`` copies of its own
+  tokens on average, whatever ``ep`` is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from trainsim.builders.plan import Plan
+from trainsim.builders.spec import ModelSpec
+from trainsim.errors import ConfigError
+
+MiB = 1024**2
+GiB = 1024**3
+
+# Approximation: device memory the CUDA context takes before any tensor exists (kernel images,
+# driver state). Reported 0.3–0.75 GiB depending on CUDA version and GPU (PyTorch forum
+# "What is the reason for pytorch's GPU memory floor?": 723 MiB for one tiny tensor; CUDA 12's
+# lazy module loading lowers it). Not measured here.
+CUDA_CONTEXT_BYTES = 512 * MiB
+# cuBLAS workspace PyTorch allocates per handle on Hopper (32 MiB; 4 MiB on older GPUs).
+CUBLAS_WORKSPACE_BYTES = 32 * MiB
+# Default fixed overhead per GPU: context + cuBLAS workspace.
+DEFAULT_OVERHEAD_BYTES = CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES
+# Approximation: NCCL buffers per communicator that runs collectives: NCCL_BUFFSIZE (4 MiB
+# default, NCCL environment-variable docs) × 2 protocols/directions × ~16 channels.
+NCCL_COMM_BYTES = 128 * MiB
+# Dropout mask element (torch stores a uint8/bool mask): Korthikanti §4.1.
+MASK_BYTES = 1
+# Cross-entropy logits are kept in fp32 for the loss: Korthikanti §4.3 ("4sbv/t").
+LOGITS_BYTES = 4
+# FlashAttention keeps the softmax log-sum-exp, fp32, one per query row and head.
+LSE_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """Bytes per parameter of weights, gradients and optimizer state (Adam)."""
+
+    weight_bytes: float
+    grad_bytes: float
+    optimizer_bytes: float  # fp32 master weights (mixed precision) + Adam's two moments
+
+    @classmethod
+    def for_dtype(cls, dtype: str) -> Precision:
+        """Defaults per training dtype.
+
+        * ``bf16``: 2 + 4 + 12 — Megatron accumulates and all-reduces bf16 gradients in an fp32
+          ``main_grad`` buffer (``accumulate_allreduce_grads_in_fp32`` is forced on for bf16);
+          Megatron Core "Distributed Optimizer" docs: "float16 param, fp32 grads: 18 / 6 + 12/d".
+        * ``fp16``: 2 + 2 + 12 — ZeRO §3.1's mixed-precision Adam (K = 12: fp32 master, momentum,
+          variance). Megatron's table counts 20 (4 + 16/d) because its optimizer also keeps an
+          fp32 copy of the gradients; pass ``Precision(2, 2, 16)`` for that.
+        * ``fp32``: 4 + 4 + 8 — no master copy, two fp32 moments (Megatron: "fp32 param, fp32
+          grads: 16 / 8 + 8/d").
+        """
+        table = {"bf16": (2, 4, 12), "fp16": (2, 2, 12), "fp32": (4, 4, 8)}
+        if dtype not in table:
+            raise ConfigError(f"memory: dtype must be one of {', '.join(table)}, got {dtype!r}")
+        return cls(*table[dtype])
+
+    def sharded(self, zero: int, shards: float) -> Precision:
+        """Bytes per parameter on one rank after ZeRO stage ``zero`` over ``shards`` ranks."""
+        n = max(shards, 1)
+        return Precision(
+            self.weight_bytes / (n if zero >= 3 else 1),
+            self.grad_bytes / (n if zero >= 2 else 1),
+            self.optimizer_bytes / (n if zero >= 1 else 1),
+        )
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Memory of one GPU of one pipeline stage (see the module docstring)."""
+
+    stage: int  # pipeline stage (0-based)
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float  # master weights + Adam moments, as sharded by ZeRO
+    activations_bytes: float  # peak in-flight activations under the schedule
+    buffers_bytes: float  # communication buffers, loss workspace, CUDA context/workspaces
+
+    @property
+    def total_bytes(self) -> float:
+        return (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.buffers_bytes
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {**asdict(self), "total_bytes": self.total_bytes}
+
+
+# --- pipeline partitions -------------------------------------------------------------------
+
+
+def stage_layers(model: ModelSpec, plan: Plan) -> list[int]:
+    """Transformer layers per pipeline stage (all of a stage's ``vpp`` chunks together).
+
+    The layers are split evenly over the ``pp × vpp`` model chunks, chunk ``c`` living on stage
+    ``c mod pp``. Megatron asserts ``layers % chunks == 0`` unless told where the extra layers go
+    (``--decoder-first/last-pipeline-num-layers``); here a remainder goes one layer each to the
+    first ``layers % chunks`` chunks, so with ``vpp = 1`` the first ``layers % pp`` stages hold
+    one layer more.
+    """
+    vpp = plan.vpp if plan.schedule == "interleaved" else 1
+    chunks = plan.pp * vpp
+    base, extra = divmod(model.layers, chunks)
+    per_stage = [0] * plan.pp
+    for c in range(chunks):
+        per_stage[c % plan.pp] += base + (1 if c < extra else 0)
+    return per_stage
+
+
+def stage_layers_001(model: ModelSpec, plan: Plan) -> list[int]:
+    """GPT-NeoX's partition, 001 §III-D Eq. 3–5: with ``f = ceil((L + 5) / pp)`` (two blocks
+    before the encoders, three after), the first stage holds ``f − 2`` layers, the middle ones
+    ``f``, the last ``f − 3``.
+
+    The equations sum to ``pp·f − 5``, which is ``L`` only when ``pp`` divides ``L + 5``. We keep
+    Eq. 3 and 5 for the end stages (clipped to ``0..L``) and spread the remaining layers evenly
+    over the middle stages, earlier stages taking any remainder — Eq. 4 exactly whenever the
+    equations sum to ``L``. E.g. 44 layers on 4 stages: ``f = 13``, Eq. 3–5 give 11, 13, 13, 10
+    (47); we return 11, 12, 11, 10. With two stages the last takes ``L − first``.
+    """
+    n_layers, pp = model.layers, plan.pp
+    if pp == 1:
+        return [n_layers]
+    f = math.ceil((n_layers + 5) / pp)
+    first = min(max(f - 2, 0), n_layers)
+    if pp == 2:
+        return [first, n_layers - first]
+    last = min(max(f - 3, 0), n_layers - first)
+    base, extra = divmod(n_layers - first - last, pp - 2)
+    middle = [base + (1 if i < extra else 0) for i in range(pp - 2)]
+    return [first, *middle, last]
+
+
+# --- parameters per GPU --------------------------------------------------------------------
+
+
+def _mlp_params_per_gpu(model: ModelSpec, ffn: int, tp: int) -> float:
+    """Column-parallel up (and gate) and row-parallel down projection; the down bias is whole."""
+    d, f = model.hidden, ffn / tp
+    mats = 3 if model.gated else 2
+    bias = (f * (2 if model.gated else 1) + d) if model.bias else 0
+    return mats * d * f + bias
+
+
+def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer on one GPU (Megatron's TP layout, Table II)."""
+    d = model.hidden
+    q = model.q_width / tp
+    kv = math.ceil(model.n_kv / tp) * model.d_head  # KV heads are replicated when tp > kv heads
+    attn = d * (q + 2 * kv) + q * d + ((q + 2 * kv + d) if model.bias else 0)
+    dense = attn + 2 * model.norm_params()  # norms are replicated over TP
+    if not model.is_moe:
+        return dense + _mlp_params_per_gpu(model, model.ffn, tp), 0.0
+    router = d * model.num_experts  # replicated
+    experts = model.num_experts / ep * _mlp_params_per_gpu(model, model.expert_ffn, tp)
+    return dense + router, experts
+
+
+def _stage_params_split(
+    model: ModelSpec, plan: Plan, stage: int, layers: Sequence[int]
+) -> tuple[float, float]:
+    if not 0 <= stage < plan.pp:
+        raise ConfigError(f"memory: stage {stage} is not in 0..{plan.pp - 1} (pp {plan.pp})")
+    dense_layer, expert_layer = _layer_params_per_gpu(model, plan.tp, plan.ep)
+    n = layers[stage]
+    dense, expert = n * dense_layer, n * expert_layer
+    vocab_shard = model.embedding_params(plan.tp) / plan.tp  # 001 Eq. 1–2 padding, ÷ tp rows
+    if stage == 0:
+        dense += vocab_shard + model.position_params()  # the position table is replicated
+    if stage == plan.pp - 1:
+        dense += model.norm_params()
+        # Untied: the output projection. Tied with pp > 1: Megatron keeps a copy of the
+        # embedding on the last stage and all-reduces its gradient with the first stage's.
+        if not model.tied_embeddings or plan.pp > 1:
+            dense += vocab_shard
+    return dense, expert
+
+
+def stage_params(
+    model: ModelSpec, plan: Plan, stage: int, *, layers_per_stage: Sequence[int] | None = None
+) -> float:
+    """Parameters one GPU of pipeline stage ``stage`` holds (001 Table III, generalised).
+
+    Table III: first stage ``v d/mp + n·#encoder``, middle ``n·#encoder``, last ``n·#encoder +
+    2d + v d/mp``. Here ``#encoder`` is this model's layer (GQA, gated MLP, biases or not, MoE
+    experts ÷ ep), the learned position table joins the first stage, and with tied embeddings
+    the last stage holds an embedding copy when ``pp > 1`` (none when ``pp = 1``).
+    """
+    layers = list(layers_per_stage) if layers_per_stage is not None else stage_layers(model, plan)
+    return sum(_stage_params_split(model, plan, stage, layers))
+
+
+# --- activations ---------------------------------------------------------------------------
+
+
+def _act_element_bytes(plan: Plan) -> int:
+    return 4 if plan.dtype == "fp32" else 2
+
+
+def _layer_activation_terms(
+    model: ModelSpec, plan: Plan, *, dropout: bool
+) -> tuple[float, float, float]:
+    """(kept without recompute, attention scores, layer input) bytes of one layer, one
+    micro-batch, one GPU — Korthikanti §4.1 generalised:
+
+    * sequence-shaped tensors (÷ t only with sequence parallelism): both norm inputs, the QKV
+      and MLP inputs (their outputs), two dropout masks — ``10 sbh`` for GPT; an MoE layer also
+      keeps the ``top_k`` dispatched token copies (÷ t with SP: an approximation);
+    * TP-split tensors: Q and K, V, the output-projection input (``2·sb(q + 2 kv) + 2·sbq``,
+      ``kv`` per rank replicated when tp > KV heads) and the MLP's activation input and down
+      input (``2·c·sbf``, c = 2, or 3 for gated units which keep gate and up) — ``24 sbh / t``
+      for MHA with ``f = 4h``;
+    * attention scores ``(2 + 1 + 2)·a s² b / t`` (softmax output, dropout mask and output; only
+      the softmax output without dropout) — absent with FlashAttention, which keeps the fp32
+      log-sum-exp instead (``4·a s b / t``).
+
+    Context parallelism divides the local sequence: queries ``s / cp`` against all ``s`` keys.
+    """
+    e, mk = _act_element_bytes(plan), (MASK_BYTES if dropout else 0)
+    t, b, h = plan.tp, plan.micro_batch, model.hidden
+    s_full = plan.seq(model)
+    s = s_full / plan.cp
+    sp_div = t if plan.sp and t > 1 else 1
+    kv = math.ceil(model.n_kv / t) * model.d_head
+    q = model.q_width / t
+    c = 3 if model.gated else 2
+    if model.is_moe:
+        mlp_width = model.top_k * model.expert_ffn / t
+        dispatched = model.top_k * e * s * b * h
+    else:
+        mlp_width, dispatched = model.ffn / t, 0.0
+    seq_shaped = (4 * e * s * b * h + 2 * mk * s * b * h + dispatched) / sp_div
+    tp_split = e * s * b * (2 * q + 2 * kv) + c * e * s * b * mlp_width
+    heads = model.heads / t
+    if plan.attention == "flash":
+        scores, tp_split = 0.0, tp_split + LSE_BYTES * heads * s * b
+    else:
+        scores = (e + mk * (1 + e)) * heads * s * s_full * b
+    layer_input = e * s * b * h / sp_div
+    return seq_shaped + tp_split + scores, scores, layer_input
+
+
+def activation_bytes_per_layer(model: ModelSpec, plan: Plan, *, dropout: bool = True) -> float:
+    """Bytes one layer keeps for its backward, per micro-batch and GPU, under ``plan.recompute``.
+
+    Korthikanti Table 2 for GPT (``a`` heads, MHA, ``f = 4h``, dropout, non-flash attention):
+    none ``sbh(34 + 5as/h)``; TP ``sbh(10 + 24/t + 5as/(ht))``; TP+SP ``sbh(34/t + 5as/(ht))``;
+    selective recompute drops the ``5as/h`` term; full recompute keeps the layer input ``2sbh``
+    (÷ t with SP). FlashAttention never keeps the scores, so ``none`` equals ``selective`` there.
+    """
+    kept, scores, layer_input = _layer_activation_terms(model, plan, dropout=dropout)
+    if plan.recompute == "full":
+        return layer_input
+    if plan.recompute == "selective":
+        return kept - scores
+    return kept
+
+
+def _recompute_working_bytes(model: ModelSpec, plan: Plan, *, dropout: bool) -> float:
+    """What backward re-materialises for one layer of one micro-batch: the scores (selective)
+    or the whole layer except its already-kept input (full)."""
+    kept, scores, layer_input = _layer_activation_terms(model, plan, dropout=dropout)
+    if plan.recompute == "full":
+        return kept - layer_input
+    if plan.recompute == "selective":
+        return scores
+    return 0.0
+
+
+def in_flight_microbatches(plan: Plan, stage: int) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
+    stage's layers.
+
+    1F1B (Megatron's PipeDream-flush): warm-up ``pp − i − 1`` forwards plus one → ``min(pp − i,
+    m)``. GPipe: all ``m``. Interleaved with ``v`` chunks: Megatron's warm-up ``2(pp − i − 1) +
+    (v − 1)·pp`` chunk-forwards plus one, at most ``m·v``, each chunk holding ``1/v`` of the
+    stage's layers — on stage 0 this is Korthikanti §4.2.3's ``pp·(1 + (pp − 1)/(pp·v))``.
+    """
+    m, pp = plan.grad_accum, plan.pp
+    if plan.schedule == "gpipe":
+        return float(m)
+    if plan.schedule == "interleaved" and plan.vpp > 1:
+        v = plan.vpp
+        return min(2 * (pp - stage - 1) + (v - 1) * pp + 1, m * v) / v
+    return float(min(pp - stage, m))
+
+
+def _stage_activations_bytes(
+    model: ModelSpec, plan: Plan, stage: int, n_layers: int, *, dropout: bool
+) -> float:
+    s, b, h = plan.seq(model) / plan.cp, plan.micro_batch, model.hidden
+    sp_div = plan.tp if plan.sp and plan.tp > 1 else 1
+    n = in_flight_microbatches(plan, stage)
+    total = n_layers * n * activation_bytes_per_layer(model, plan, dropout=dropout)
+    if n_layers:
+        total += _recompute_working_bytes(model, plan, dropout=dropout)
+    if stage == 0 and dropout:  # embedding dropout mask, Korthikanti §4.3 ("sbhp/t" with SP)
+        total += n * MASK_BYTES * s * b * h / sp_div
+    if stage == plan.pp - 1:
+        # Korthikanti §4.3: final norm and output-projection inputs and the fp32 logits,
+        # "4sbh/t (1 + v/h)"; one micro-batch in flight at the end of the pipe (all m: GPipe).
+        n_out = plan.grad_accum if plan.schedule == "gpipe" else 1
+        vocab_shard = model.padded_vocab(plan.tp) / plan.tp
+        e = _act_element_bytes(plan)
+        total += n_out * (2 * e * s * b * h / sp_div + LOGITS_BYTES * s * b * vocab_shard)
+    return total
+
+
+# --- buffers -------------------------------------------------------------------------------
+
+
+def _buffers_bytes(
+    model: ModelSpec, plan: Plan, stage: int, precision: Precision, *, overhead_bytes: float
+) -> float:
+    """Fixed and transient allocations outside weights/gradients/optimizer/activations:
+
+    * ``overhead_bytes`` (default CUDA context + cuBLAS workspace, see the constants);
+    * :data:`NCCL_COMM_BYTES` per communicator in use (tp, pp, dp×cp gradient reduction, cp, ep);
+    * pipeline: the activation gradient received and the one sent, ``2·e·sbh`` (÷ t with SP);
+    * last stage: the 16-bit logits of the output projection before the fp32 cast for the loss
+      (``e·s b v/t``);
+    * ZeRO-3 (FSDP): two layers' gathered parameters (current + prefetched) and one layer's
+      unsharded gradients before reduce-scatter; ZeRO-2: the latter only (bucketed
+      reduce-scatter, as FSDP's SHARD_GRAD_OP). Approximation: one layer per bucket.
+    """
+    e = _act_element_bytes(plan)
+    s, b, h = plan.seq(model) / plan.cp, plan.micro_batch, model.hidden
+    sp_div = plan.tp if plan.sp and plan.tp > 1 else 1
+    groups = [plan.tp, plan.pp, plan.dp * plan.cp, plan.cp, plan.ep]
+    total = overhead_bytes + NCCL_COMM_BYTES * sum(1 for g in groups if g > 1)
+    if plan.pp > 1:
+        total += 2 * e * s * b * h / sp_div
+    if stage == plan.pp - 1:
+        total += e * s * b * model.padded_vocab(plan.tp) / plan.tp
+    if plan.dp * plan.cp > 1 and plan.zero >= 2:
+        layer = sum(_layer_params_per_gpu(model, plan.tp, plan.ep))
+        total += layer * precision.grad_bytes
+        if plan.zero == 3:
+            total += 2 * layer * precision.weight_bytes
+    return total
+
+
+# --- per GPU -------------------------------------------------------------------------------
+
+
+def memory_per_gpu(
+    model: ModelSpec,
+    plan: Plan,
+    *,
+    precision: Precision | None = None,
+    layers_per_stage: Sequence[int] | None = None,
+    dropout: bool = True,
+    overhead_bytes: float = DEFAULT_OVERHEAD_BYTES,
+) -> list[MemoryBreakdown]:
+    """Memory of one GPU of each pipeline stage (see the module docstring).
+
+    ``precision`` defaults to :meth:`Precision.for_dtype` of ``plan.dtype``;
+    ``layers_per_stage`` to :func:`stage_layers` (pass :func:`stage_layers_001` for GPT-NeoX's).
+    """
+    plan.validate(model)
+    prec = precision or Precision.for_dtype(plan.dtype)
+    layers = list(layers_per_stage) if layers_per_stage is not None else stage_layers(model, plan)
+    if len(layers) != plan.pp or sum(layers) != model.layers or min(layers) < 0:
+        raise ConfigError(
+            f"memory: layers_per_stage {layers} must be {plan.pp} non-negative counts summing to "
+            f"{model.name}'s {model.layers} layers"
+        )
+    shards = plan.dp * plan.cp
+    dense_prec = prec.sharded(plan.zero, shards)
+    expert_prec = prec.sharded(plan.zero, shards / plan.ep)
+    out = []
+    for i in range(plan.pp):
+        dense, expert = _stage_params_split(model, plan, i, layers)
+        out.append(
+            MemoryBreakdown(
+                stage=i,
+                weights_bytes=dense * dense_prec.weight_bytes + expert * expert_prec.weight_bytes,
+                gradients_bytes=dense * dense_prec.grad_bytes + expert * expert_prec.grad_bytes,
+                optimizer_bytes=dense * dense_prec.optimizer_bytes
+                + expert * expert_prec.optimizer_bytes,
+                activations_bytes=_stage_activations_bytes(
+                    model, plan, i, layers[i], dropout=dropout
+                ),
+                buffers_bytes=_buffers_bytes(model, plan, i, prec, overhead_bytes=overhead_bytes),
+            )
+        )
+    return out
+
+
+def peak_memory(
+    model: ModelSpec,
+    plan: Plan,
+    *,
+    precision: Precision | None = None,
+    layers_per_stage: Sequence[int] | None = None,
+    dropout: bool = True,
+    overhead_bytes: float = DEFAULT_OVERHEAD_BYTES,
+) -> MemoryBreakdown:
+    """The stage with the largest total (the first on ties); keywords as :func:`memory_per_gpu`."""
+    stages = memory_per_gpu(
+        model,
+        plan,
+        precision=precision,
+        layers_per_stage=layers_per_stage,
+        dropout=dropout,
+        overhead_bytes=overhead_bytes,
+    )
+    return max(stages, key=lambda m: m.total_bytes)
+
+
+def fits(
+    model: ModelSpec,
+    plan: Plan,
+    device_memory_bytes: float,
+    *,
+    precision: Precision | None = None,
+    layers_per_stage: Sequence[int] | None = None,
+    dropout: bool = True,
+    overhead_bytes: float = DEFAULT_OVERHEAD_BYTES,
+) -> tuple[bool, MemoryBreakdown]:
+    """Whether the peak stage fits in ``device_memory_bytes``, and that stage's breakdown."""
+    peak = peak_memory(
+        model,
+        plan,
+        precision=precision,
+        layers_per_stage=layers_per_stage,
+        dropout=dropout,
+        overhead_bytes=overhead_bytes,
+    )
+    return peak.total_bytes <= device_memory_bytes, peak

@@ -1,0 +1,152 @@
+"""How a model is trained: :class:`Plan` (parallel degrees, batches, schedule, recompute, ZeRO).
+
+Ranks are laid out as Megatron does: tensor parallel innermost (consecutive ranks, inside a
+node when it fits), then context parallel, then data parallel, then pipeline stages
+outermost; expert parallelism splits the data-parallel ranks (``ep`` divides ``dp``). World size
+is ``tp × cp × dp × pp``.
+
+``global_batch = micro_batch × dp × grad_accum`` (sequences); each pipeline runs
+``grad_accum`` micro-batches per iteration. ``schedule``: ``1f1b`` (PipeDream-flush, Megatron's
+default), ``interleaved`` (``vpp`` model chunks per stage, Megatron's interleaved 1F1B),
+``gpipe`` (all forwards, then all backwards). ``recompute``: ``none``, ``selective`` (the
+attention core is recomputed, Korthikanti et al.), ``full`` (every layer's forward is re-run
+before its backward). ``zero``: 0 plain data parallel, 1 optimizer states sharded, 2 + gradients,
+3 + parameters (FSDP full shard). ``attention``: ``flash`` (FlashAttention), ``fused`` (QK^T and
+·V batched GEMMs around Megatron's fused scale-mask-softmax kernel), ``unfused`` (GEMMs, fill-mask,
+softmax as separate kernels), the three implementations paper 001 Table I models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from trainsim.builders.spec import ModelSpec
+from trainsim.errors import ConfigError
+
+Schedule = Literal["1f1b", "interleaved", "gpipe"]
+Recompute = Literal["none", "selective", "full"]
+Attention = Literal["flash", "fused", "unfused"]
+ATTENTION: tuple[str, ...] = ("flash", "fused", "unfused")
+SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A parallelization and batching plan (see the module docstring)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False  # Megatron sequence parallelism (needs tp > 1 to matter)
+    zero: int = 0
+    micro_batch: int = 1
+    global_batch: int = 0  # 0: micro_batch × dp (no accumulation)
+    seq_len: int = 0  # 0: the model's
+    schedule: Schedule = "1f1b"
+    vpp: int = 1  # model chunks per stage (interleaved)
+    recompute: Recompute = "none"
+    dtype: str = "bf16"
+    attention: Attention = "flash"  # FlashAttention, fused scale-mask-softmax (Megatron), or unfused
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def batch(self) -> int:
+        return self.global_batch or self.micro_batch * self.dp
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per pipeline per iteration."""
+        return self.batch // (self.micro_batch * self.dp)
+
+    def seq(self, model: ModelSpec) -> int:
+        return self.seq_len or model.seq_len
+
+    def label(self) -> str:
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.sp:
+            parts.append("sp")
+        if self.zero:
+            parts.append(f"zero{self.zero}")
+        if self.schedule == "interleaved":
+            parts.append(f"vpp{self.vpp}")
+        elif self.schedule != "1f1b":
+            parts.append(self.schedule)
+        parts.append(f"mb{self.micro_batch}")
+        parts.append(f"gb{self.batch}")
+        if self.recompute != "none":
+            parts.append(f"rc-{self.recompute}")
+        return "-".join(parts)
+
+    def validate(self, model: ModelSpec, *, gpus: int | None = None) -> None:
+        """Raise ConfigError (one line, naming the field) when the plan cannot run ``model``."""
+        for f in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or v < 1:
+                raise ConfigError(f"plan: {f} must be a positive integer, got {v!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ConfigError(f"plan: zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"plan: schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.recompute not in RECOMPUTE:
+            raise ConfigError(f"plan: recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.attention not in ATTENTION:
+            raise ConfigError(f"plan: attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"plan: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if gpus is not None and gpus != self.gpus:
+            raise ConfigError(
+                f"plan: --gpus {gpus} is not tp×cp×dp×pp = {self.tp}×{self.cp}×{self.dp}×{self.pp} = {self.gpus}"
+            )
+        if model.heads % self.tp:
+            raise ConfigError(f"plan: tp {self.tp} does not divide {model.name}'s {model.heads} attention heads")
+        if model.n_kv % self.tp and self.tp % model.n_kv:
+            raise ConfigError(
+                f"plan: tp {self.tp} and {model.name}'s {model.n_kv} KV heads do not divide one another"
+            )
+        if model.ffn % self.tp or (model.is_moe and model.expert_ffn % self.tp):
+            raise ConfigError(f"plan: tp {self.tp} does not divide {model.name}'s MLP width {model.ffn}")
+        chunks = self.pp * (self.vpp if self.schedule == "interleaved" else 1)
+        if chunks > model.layers:
+            raise ConfigError(
+                f"plan: {chunks} pipeline chunks (pp {self.pp}"
+                + (f" × vpp {self.vpp}" if self.schedule == "interleaved" else "")
+                + f") exceed {model.name}'s {model.layers} layers"
+            )
+        if self.schedule != "interleaved" and self.vpp != 1:
+            raise ConfigError("plan: vpp > 1 needs --schedule interleaved")
+        if self.schedule == "interleaved" and model.layers % chunks:
+            raise ConfigError(
+                f"plan: interleaved schedule needs layers ({model.layers}) divisible by pp×vpp ({chunks})"
+            )
+        seq = self.seq(model)
+        if self.cp > 1 and seq % (2 * self.cp):
+            raise ConfigError(f"plan: sequence length {seq} is not divisible by 2×cp = {2 * self.cp}")
+        if self.sp and self.tp > 1 and seq % self.tp:
+            raise ConfigError(f"plan: sequence parallelism needs seq_len {seq} divisible by tp {self.tp}")
+        if self.ep > 1:
+            if not model.is_moe:
+                raise ConfigError(f"plan: ep {self.ep} needs a mixture-of-experts model; {model.name} is dense")
+            if model.num_experts % self.ep:
+                raise ConfigError(f"plan: ep {self.ep} does not divide {model.name}'s {model.num_experts} experts")
+            if self.dp % self.ep:
+                raise ConfigError(f"plan: ep {self.ep} must divide dp {self.dp} (experts split the data-parallel ranks)")
+        if self.batch % (self.micro_batch * self.dp):
+            raise ConfigError(
+                f"plan: global batch {self.batch} is not a multiple of micro_batch×dp = {self.micro_batch * self.dp}"
+            )
+        if self.schedule == "interleaved" and self.grad_accum % self.pp:
+            raise ConfigError(
+                f"plan: interleaved schedule needs micro-batches per iteration ({self.grad_accum}) divisible by pp ({self.pp})"
+            )
