@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from trainsim.builders.costs import LayerCoster, OpCost, OpCoster
+from trainsim.builders.costs import HOST, HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
 from trainsim.builders.llm_comm import CommCost, PlanComm
 from trainsim.builders.plan import Plan
 from trainsim.builders.schedules import Action, schedule
@@ -67,7 +67,8 @@ def _sum(ops: Iterable[OpCost]) -> float:
     return sum(o.seconds for o in ops)
 
 
-def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None) -> list[StageCost]:  # fmt: skip
+def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
+                host: HostModel = HOST) -> list[StageCost]:  # fmt: skip
     from trainsim.builders.memory import stage_layers, stage_params
 
     coster = coster or OpCoster(get_device(system.device))
@@ -91,6 +92,9 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     else:
         re_ops, re_comm = [], 0.0
     p2p = comm.pp_p2p()
+    # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts)
+    cpu_f, cpu_b = host.layer_s("fwd") / len(lf), host.layer_s("bwd") / len(lb)
+    cpu_sel = cpu_f
     out = []
     layers = stage_layers(model, plan)
     for s, n in enumerate(layers):
@@ -98,9 +102,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         ops_f = lf
         extra_f = (lc.embedding("fwd") if first else []) + (lc.head("fwd") if last else [])
         extra_b = (lc.embedding("bwd") if first else []) + (lc.head("bwd") if last else [])
-        fwd = n * (_sum(ops_f) + layer_comm_f) + _sum(extra_f)
-        recompute = n * (_sum(re_ops) + re_comm)
-        bwd = n * (_sum(lb) + layer_comm_b) + _sum(extra_b) + recompute
+        # each pass is a CPU-dispatch / GPU flow shop (small models are launch-bound)
+        fwd = flow_shop_s(ops_f, cpu_f, n) + n * layer_comm_f + flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f])
+        recompute = (flow_shop_s(re_ops, cpu_f if re_ops is lf else cpu_sel, n) + n * re_comm) if re_ops else 0.0
+        bwd = (flow_shop_s(lb, cpu_b, n) + n * layer_comm_b + flow_shop_s(extra_b, [host.extra_s(o) for o in extra_b])
+               + recompute)  # fmt: skip
         params = stage_params(model, plan, s)
         st = StageCost(s, n, params, fwd, bwd, recompute)
         st.tp_comm_fwd_s = n * sum(c.seconds for c in tpf)

@@ -9,7 +9,8 @@ system where they exist, spec-based hierarchical alpha-beta otherwise; provenanc
 Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al. 2022 §4):
 
 * TP without SP: one all-reduce of the ``[b, s, d]`` activation after attention and one after
-  the MLP in the forward, two in the backward (the conjugate ``f``/``g`` operators).
+  the MLP in the forward, two in the backward (the conjugate ``f``/``g`` operators); with a
+  parallel residual (GPT-NeoX) one forward all-reduce serves both.
 * TP with SP: each of those becomes an all-gather plus a reduce-scatter of the same tensor
   (the same bytes moved, no redundant norm/dropout work).
 * CP (ring attention): each rank passes its K/V block around the ring, ``cp - 1`` steps per
@@ -102,6 +103,10 @@ class PlanComm:
             rs = self.cost("tp_reduce_scatter", "reduce_scatter", nbytes, t, 1)
             return [ag, rs, ag, rs]
         ar = self.cost("tp_all_reduce", "all_reduce", nbytes, t, 1)
+        if self.model.parallel_residual and phase == "fwd":
+            # x + attn(ln1 x) + mlp(ln2 x): both partial sums are reduced together (GPT-NeoX;
+            # 001 Table IV: GPT-20B has one forward sync per encoder, two backward)
+            return [ar]
         return [ar, ar]
 
     def cp_layer(self, phase: str) -> CommCost | None:

@@ -101,7 +101,7 @@ def _entries() -> tuple[ModelSpec, ...]:
     ]  # fmt: skip
     neox = ModelSpec(  # GPT-NeoX-20B (HF EleutherAI/gpt-neox-20b: padded vocabulary 50432)
         name="gpt-neox-20b", hidden=6144, layers=44, heads=64, vocab=50432, seq_len=2048,
-        position="rotary", aliases=("neox-20b", "gpt-20b", "EleutherAI/gpt-neox-20b"),
+        position="rotary", parallel_residual=True, aliases=("neox-20b", "gpt-20b", "EleutherAI/gpt-neox-20b"),
     )  # fmt: skip
     llama = [
         ModelSpec(
@@ -152,7 +152,7 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     hit = _index().get(_key(text))
     if hit is not None:
         return hit
-    close = difflib.get_close_matches(_key(text), list(_index()), n=8, cutoff=0.6)
+    close = difflib.get_close_matches(_key(text), list(_index()), n=5, cutoff=0.6)
     names = list(dict.fromkeys(_index()[k].name for k in close))
     hint = f"close matches: {', '.join(names)}" if names else "no close match"
     raise ConfigError(
@@ -235,6 +235,7 @@ def _gpt_neox(f: _Fields) -> dict[str, Any]:
         "bias": f.flag("attention_bias", True),
         "activation": f.activation("hidden_act", "gelu", gated=False),
         "tied_embeddings": f.flag("tie_word_embeddings", False),
+        "parallel_residual": f.flag("use_parallel_residual", True),
     }
 
 

@@ -45,6 +45,7 @@ class ModelSpec:
     position: Position = "learned"
     bias: bool = True  # linear layers carry biases (GPT) or not (LLaMA)
     tied_embeddings: bool = False
+    parallel_residual: bool = False  # GPT-NeoX/GPT-J: attention and MLP read the same input
     num_experts: int = 0  # 0: dense MLP in every layer
     top_k: int = 0
     moe_ffn_hidden: int = 0  # 0: ffn_hidden

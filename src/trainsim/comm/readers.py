@@ -202,6 +202,12 @@ def read_seed001_csv(path: Path, *, timing: str = "min", kind: C | None = None) 
     if kind is None:
         raise TraceFormatError(path, f"unknown collective {m.group('func')!r} in the file name")
     elem = _DTYPE_BYTES[m.group("dtype")]
+    # ``shape`` is what each rank passes in. For all-gather that is its shard, so the gathered
+    # output (the nccl-tests size, :mod:`trainsim.comm.sizing`) is group size x shape: paper
+    # 001's DP_Allgather takes #Stage_Parameters/|dp| (001 §III-D), and on A100 1x4 an all-gather
+    # of shape 1.2e9 takes 105.9 ms against 37.5 ms for an all-reduce of the same shape — 2.8x
+    # slower, impossible unless the gather moves ~4x the bytes (then 68 GB/s bus vs 96 GB/s).
+    gather = kind is C.ALL_GATHER
     samples: list[CommSample] = []
     with path.open(encoding="utf-8-sig", newline="") as fh:
         reader = csv.reader(fh)
@@ -225,7 +231,7 @@ def read_seed001_csv(path: Path, *, timing: str = "min", kind: C | None = None) 
             samples.append(
                 CommSample(
                     kind,
-                    shape * elem,
+                    shape * elem * (nodes * gpn if gather else 1),
                     int(nodes),
                     int(gpn),
                     dur_us * 1e-6,

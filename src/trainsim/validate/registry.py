@@ -46,6 +46,8 @@ SUITES: tuple[SuiteSpec, ...] = (
               "kernel models against paper 001's held-out operator measurements (A100, GH200)"),
     SuiteSpec("comm", "trainsim.validate.comm_suite", "run_comm_suite",
               "collective models against nccl-tests logs and published sweeps"),
+    SuiteSpec("llm", "trainsim.validate.llm_suite", "run_llm_suite",
+              "model-driven LLM iteration times against measured Megatron/GPT-NeoX runs (vTrain, paper 001)"),
 )  # fmt: skip
 
 

@@ -1,0 +1,398 @@
+"""End-to-end LLM training cases: measured iteration times with the model and plan that ran.
+
+Three files under ``shared/data/ground_truth`` (``shared/data/README.md``), each row one
+:class:`LLMCase`:
+
+``vtrain-multi``  ``vtrain_megatron_a100_multi_node.csv`` (109 rows, 64–512 GPUs)
+``vtrain-single`` ``vtrain_megatron_a100_single_node.csv`` (1,440 rows, 2–8 GPUs)
+    Megatron-DeepSpeed GPT on vTrain's A100 cluster (catalog system ``vtrain-a100``). The files
+    give the parallel layout, batches and shape; the rest is what vTrain's validation configs
+    state (VIA-Research/vTrain ``config/validation/*``: fp16, ``use_checkpoint: true``, i.e.
+    Megatron's full per-layer activation recompute, ``pipeline_scheduling: "1f1b"``) plus
+    Megatron GPT defaults: vocabulary 50257 (padded by the builder), learned positions, GeLU,
+    LayerNorm, biases, input/output embeddings tied, fused scale-mask-softmax (no
+    FlashAttention), no ZeRO. Micro-batches are the row's even when pp = 1: vTrain's *simulator*
+    then resets micro = global / dp, but the measured runs differ by micro-batch at pp = 1
+    (rows 1–3 of the multi-node file), so the measurement used the row's value.
+``seed001``       ``seed001_llm_perlmutter_vista.csv`` (paper 001, Tables IV/VIII/IX)
+    GPT-NeoX runs on Perlmutter and Vista. The measured value is ``min_iteration_s``, the
+    target paper 001 predicts; its published error per row is kept in
+    ``reference["paper001_error_pct"]``.
+
+Ids are ``"<tag>:<row>"`` with ``row`` the 1-based data row (line ``row + 1`` of the file).
+Every problem in a file is a one-line :class:`~trainsim.errors.TraceFormatError` naming the
+file, the row (and line) and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import get_args
+
+from trainsim.builders.plan import Attention, Plan, Recompute
+from trainsim.builders.spec import Activation, ModelSpec, Norm
+from trainsim.errors import ConfigError, TraceFormatError
+from trainsim.hardware import get_system
+
+__all__ = [
+    "FILES",
+    "LLMCase",
+    "ground_truth_files",
+    "read_cases",
+    "read_seed001",
+    "read_vtrain",
+]
+
+VTRAIN_VOCAB = 50257  # vTrain's vTrainConfig default (GPT-2 BPE); Megatron pads it per tp
+
+# tag -> file name under shared/data/ground_truth
+FILES: dict[str, str] = {
+    "vtrain-multi": "vtrain_megatron_a100_multi_node.csv",
+    "vtrain-single": "vtrain_megatron_a100_single_node.csv",
+    "seed001": "seed001_llm_perlmutter_vista.csv",
+}
+
+# Paper 001's runs are GPT-NeoX (DeepSpeed) jobs. Recompute: full, one layer per checkpoint.
+# Sources: EleutherAI/gpt-neox configs/20B.yml (the GPT-20B of Table IV: "checkpoint-activations":
+# true, "checkpoint-num-layers": 1, "partition-activations": false, ZeRO stage 1, reduce bucket
+# 1.26e9), and paper 001's own estimator (DebarghaG/estimate-train-time,
+# estimator/mml_3d_prediction.py: ``encoder_bwd += encoder_fwd``, one extra forward per layer in
+# every backward, with comm_bucket 1260000000 as in that config). The paper text does not name
+# the recompute setting; the LLaMA-13B/Llemma-7B rows are assumed to use the same GPT-NeoX setting.
+SEED001_RECOMPUTE: Recompute = "full"
+
+SEED001_SYSTEMS: dict[str, str] = {"perlmutter": "perlmutter", "vista": "vista"}
+
+_TRUE = frozenset({"true", "1", "yes", "y", "t"})
+_FALSE = frozenset({"false", "0", "no", "n", "f"})
+
+
+@dataclass(frozen=True, slots=True)
+class LLMCase:
+    """One measured training iteration: what ran, where, and how long it took."""
+
+    id: str  # "<file tag>:<1-based data row>", e.g. "vtrain-multi:17"
+    source: str  # the file it was read from
+    row: int  # 1-based data row (line row + 1)
+    model: ModelSpec
+    plan: Plan
+    system: str  # hardware catalog system name
+    measured_s: float  # measured iteration time, seconds
+    reference: dict[str, float] = field(default_factory=dict, hash=False)  # published errors
+
+
+# --- parsing helpers ---------------------------------------------------------------------------
+
+
+class _Row:
+    """One CSV data row with typed, error-naming accessors."""
+
+    __slots__ = ("index", "line", "path", "values")
+
+    def __init__(self, path: Path, index: int, line: int, values: dict[str, str]) -> None:
+        self.path, self.index, self.line, self.values = path, index, line, values
+
+    def fail(self, problem: str, column: str | None = None) -> TraceFormatError:
+        where = f"row {self.index} (line {self.line})"
+        if column is not None:
+            where += f", column {column!r}"
+        return TraceFormatError(self.path, f"{where}: {problem}")
+
+    def text(self, column: str) -> str:
+        v = self.values[column].strip()
+        if not v:
+            raise self.fail("empty value", column)
+        return v
+
+    def integer(self, column: str, *, minimum: int = 1) -> int:
+        v = self.text(column)
+        try:
+            f = float(v)
+        except ValueError:
+            raise self.fail(f"{v!r} is not a number", column) from None
+        if not f.is_integer():
+            raise self.fail(f"{v!r} is not an integer", column)
+        if f < minimum:
+            raise self.fail(f"{v!r} is below {minimum}", column)
+        return int(f)
+
+    def number(self, column: str, *, positive: bool = True) -> float:
+        v = self.text(column)
+        try:
+            f = float(v)
+        except ValueError:
+            raise self.fail(f"{v!r} is not a number", column) from None
+        if not math.isfinite(f) or (positive and f <= 0):
+            raise self.fail(
+                f"{v!r} is not a {'positive ' if positive else ''}finite number", column
+            )
+        return f
+
+    def boolean(self, column: str) -> bool:
+        v = self.text(column).lower()
+        if v in _TRUE:
+            return True
+        if v in _FALSE:
+            return False
+        raise self.fail(f"{v!r} is not a boolean (true/false)", column)
+
+    def choice(self, column: str, allowed: Iterable[str]) -> str:
+        v = self.text(column).lower()
+        options = tuple(allowed)
+        if v not in options:
+            raise self.fail(f"{v!r} is not one of {', '.join(options)}", column)
+        return v
+
+
+def _rows(path: Path, required: Iterable[str]) -> Iterator[_Row]:
+    """Data rows of a CSV (BOM, blank lines and padded headers tolerated), required columns checked."""
+    if not path.is_file():
+        raise TraceFormatError(path, "no such file")
+    try:
+        fh = path.open(encoding="utf-8-sig", newline="")
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot open ({e.strerror})") from None
+    with fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader, None)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise TraceFormatError(path, f"line 1: not a CSV header ({e})") from None
+        if header is None:
+            raise TraceFormatError(path, "empty file (no header)")
+        names = [h.replace("\ufeff", "").strip().lower() for h in header]
+        missing = [c for c in required if c not in names]
+        if missing:
+            raise TraceFormatError(
+                path, f"line 1: missing column{'s' if len(missing) > 1 else ''} "
+                + ", ".join(repr(m) for m in missing)
+            )  # fmt: skip
+        dupes = sorted({n for n in names if n and names.count(n) > 1})
+        if dupes:
+            raise TraceFormatError(path, f"line 1: duplicate column {dupes[0]!r}")
+        index = 0
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                break
+            except (csv.Error, UnicodeDecodeError) as e:
+                raise TraceFormatError(path, f"line {reader.line_num}: not CSV ({e})") from None
+            if not any(f.strip() for f in fields):
+                continue
+            index += 1
+            if len(fields) != len(names):
+                raise TraceFormatError(
+                    path,
+                    f"row {index} (line {reader.line_num}): {len(fields)} fields, header has {len(names)}",
+                )
+            yield _Row(path, index, reader.line_num, dict(zip(names, fields, strict=True)))
+        if index == 0:
+            raise TraceFormatError(path, "no data rows")
+
+
+def _check_layout(r: _Row, *, gpus_col: str, gpus: int, tp: int, pp: int, dp: int) -> None:
+    if gpus != tp * pp * dp:
+        raise r.fail(f"{gpus} GPUs is not tp×pp×dp = {tp}×{pp}×{dp} = {tp * pp * dp}", gpus_col)
+
+
+def _check_batch(r: _Row, *, column: str, global_batch: int, micro: int, dp: int) -> None:
+    if global_batch % (micro * dp):
+        raise r.fail(
+            f"global batch {global_batch} is not a multiple of micro batch × dp = {micro}×{dp}",
+            column,
+        )
+
+
+def _validated(r: _Row, model: ModelSpec, plan: Plan, gpus: int) -> None:
+    try:
+        plan.validate(model, gpus=gpus)
+    except ConfigError as e:
+        raise r.fail(str(e)) from None
+
+
+def _make_model(r: _Row, **kw: object) -> ModelSpec:
+    try:
+        return ModelSpec(**kw)  # type: ignore[arg-type]
+    except ConfigError as e:
+        raise r.fail(str(e)) from None
+
+
+# --- vTrain ------------------------------------------------------------------------------------
+
+_V_GPUS = "# gpus"
+_V_GB = "global batch"
+_V_MB = "micro batch"
+_V_HIDDEN = "hidden size"
+_V_HEADS = "attention heads"
+_V_LAYERS = "# layers"
+_V_SEQ = "sequence length"
+_V_TP = "tensor parallelism"
+_V_DP = "data parallelism"
+_V_PP = "pipeline parallelism"
+_V_TIME = "iteration time (ms)"
+_VTRAIN_COLUMNS = (_V_GPUS, _V_GB, _V_MB, _V_HIDDEN, _V_HEADS, _V_LAYERS, _V_SEQ,
+                   _V_TP, _V_DP, _V_PP, _V_TIME)  # fmt: skip
+
+
+def read_vtrain(
+    path: Path | str, *, system: str = "vtrain-a100", tag: str | None = None
+) -> list[LLMCase]:
+    """vTrain's measured Megatron-DeepSpeed GPT iterations (single- or multi-node file).
+
+    ``tag`` prefixes the case ids; by default it is taken from the file name (``vtrain-multi``,
+    ``vtrain-single``) or is the file's stem. The optional ``parameters (billion)`` column of the
+    multi-node file is not used.
+    """
+    path = Path(path)
+    tag = tag or _tag_of(path)
+    sys_name = get_system(system).name
+    out: list[LLMCase] = []
+    for r in _rows(path, _VTRAIN_COLUMNS):
+        tp, pp, dp = r.integer(_V_TP), r.integer(_V_PP), r.integer(_V_DP)
+        gpus, micro, gb = r.integer(_V_GPUS), r.integer(_V_MB), r.integer(_V_GB)
+        hidden, layers, heads, seq = (
+            r.integer(_V_HIDDEN),
+            r.integer(_V_LAYERS),
+            r.integer(_V_HEADS),
+            r.integer(_V_SEQ),
+        )
+        measured = r.number(_V_TIME) * 1e-3
+        _check_layout(r, gpus_col=_V_GPUS, gpus=gpus, tp=tp, pp=pp, dp=dp)
+        _check_batch(r, column=_V_GB, global_batch=gb, micro=micro, dp=dp)
+        model = _make_model(
+            r, name=f"gpt-{hidden}h-{layers}l", hidden=hidden, layers=layers, heads=heads,
+            vocab=VTRAIN_VOCAB, seq_len=seq, activation="gelu", norm="layernorm",
+            position="learned", bias=True, tied_embeddings=True, source=str(path),
+        )  # fmt: skip
+        plan = Plan(
+            tp=tp, pp=pp, dp=dp, micro_batch=micro, global_batch=gb, recompute="full",
+            dtype="fp16", attention="fused", schedule="1f1b", zero=0,
+        )  # fmt: skip
+        _validated(r, model, plan, gpus)
+        out.append(
+            LLMCase(f"{tag}:{r.index}", str(path), r.index, model, plan, sys_name, measured, {})
+        )
+    return out
+
+
+# --- paper 001 ---------------------------------------------------------------------------------
+
+_SEED001_COLUMNS = (
+    "model", "hidden", "seq_len", "heads", "layers", "vocab_unpadded", "pp", "tp", "dp",
+    "num_gpus", "micro_batch", "grad_accum_steps", "global_batch", "fused_softmax",
+    "flash_attention", "norm", "activation", "zero_stage", "precision", "cluster",
+    "gpus_per_node", "min_iteration_s",
+)  # fmt: skip
+_SEED001_ERROR = "paper_predicted_error_pct"
+
+
+# 001 Table IV: "Encoder_fwd Syncs" is 1 for GPT-20B (GPT-NeoX-20B's parallel residual,
+# ``gpt_j_residual: true`` in gpt-neox configs/20B.yml) and 2 for LLaMA-13B and Llemma-7B.
+SEED001_PARALLEL_RESIDUAL = frozenset({"GPT-20B"})
+
+
+def read_seed001(path: Path | str, *, tag: str = "seed001") -> list[LLMCase]:
+    """Paper 001's measured GPT-NeoX iterations on Perlmutter and Vista (``min_iteration_s``).
+
+    Models are GPT-NeoX style (rotary positions, untied embeddings, biases, MHA) with the row's
+    norm, activation and unpadded vocabulary; recompute is ``full`` (:data:`SEED001_RECOMPUTE`).
+    """
+    path = Path(path)
+    out: list[LLMCase] = []
+    for r in _rows(path, _SEED001_COLUMNS):
+        tp, pp, dp = r.integer("tp"), r.integer("pp"), r.integer("dp")
+        gpus, micro, accum, gb = (r.integer("num_gpus"), r.integer("micro_batch"),
+                                  r.integer("grad_accum_steps"), r.integer("global_batch"))  # fmt: skip
+        _check_layout(r, gpus_col="num_gpus", gpus=gpus, tp=tp, pp=pp, dp=dp)
+        _check_batch(r, column="global_batch", global_batch=gb, micro=micro, dp=dp)
+        if gb != micro * dp * accum:
+            raise r.fail(
+                f"global batch {gb} is not micro batch × dp × grad accum = {micro}×{dp}×{accum}",
+                "global_batch",
+            )
+        flash, fused = r.boolean("flash_attention"), r.boolean("fused_softmax")
+        attention: Attention = "flash" if flash else "fused" if fused else "unfused"
+        cluster = r.choice("cluster", SEED001_SYSTEMS)
+        system = get_system(SEED001_SYSTEMS[cluster])
+        per_node = r.integer("gpus_per_node")
+        if per_node != system.gpus_per_node:
+            raise r.fail(
+                f"{per_node} GPUs per node, but catalog system {system.name} has {system.gpus_per_node}",
+                "gpus_per_node",
+            )
+        model = _make_model(
+            r, name=r.text("model"), hidden=r.integer("hidden"), layers=r.integer("layers"),
+            heads=r.integer("heads"), vocab=r.integer("vocab_unpadded"), seq_len=r.integer("seq_len"),
+            activation=r.choice("activation", get_args(Activation)),
+            norm=r.choice("norm", get_args(Norm)), position="rotary", bias=True,
+            tied_embeddings=False, parallel_residual=r.text("model") in SEED001_PARALLEL_RESIDUAL,
+            source=str(path),
+        )  # fmt: skip
+        plan = Plan(
+            tp=tp, pp=pp, dp=dp, micro_batch=micro, global_batch=gb,
+            recompute=SEED001_RECOMPUTE, dtype=r.text("precision").lower(), attention=attention,
+            schedule="1f1b", zero=r.integer("zero_stage", minimum=0),
+        )  # fmt: skip
+        _validated(r, model, plan, gpus)
+        reference: dict[str, float] = {}
+        if _SEED001_ERROR in r.values and r.values[_SEED001_ERROR].strip():
+            reference["paper001_error_pct"] = r.number(_SEED001_ERROR, positive=False)
+        out.append(LLMCase(f"{tag}:{r.index}", str(path), r.index, model, plan, system.name,
+                           r.number("min_iteration_s"), reference))  # fmt: skip
+    return out
+
+
+# --- the set -----------------------------------------------------------------------------------
+
+_READERS: dict[str, Callable[[Path], list[LLMCase]]] = {
+    "vtrain-multi": lambda p: read_vtrain(p, tag="vtrain-multi"),
+    "vtrain-single": lambda p: read_vtrain(p, tag="vtrain-single"),
+    "seed001": read_seed001,
+}
+
+
+def _tag_of(path: Path) -> str:
+    return next((t for t, name in FILES.items() if path.name == name), path.stem)
+
+
+def _ground_truth_dir(root: Path | str) -> Path:
+    root = Path(root)
+    if (root / "ground_truth").is_dir():  # shared/data given instead of shared/data/ground_truth
+        root = root / "ground_truth"
+    if not root.is_dir():
+        raise ConfigError(f"ground-truth directory {root} does not exist")
+    return root
+
+
+def ground_truth_files(root: Path | str) -> dict[str, Path]:
+    """Tag -> path of the three ground-truth files under ``root`` (``shared/data/ground_truth``,
+    or ``shared/data``); ConfigError naming any that is missing."""
+    base = _ground_truth_dir(root)
+    files = {tag: base / name for tag, name in FILES.items()}
+    missing = [p.name for p in files.values() if not p.is_file()]
+    if missing:
+        raise ConfigError(f"{base}: missing ground-truth file(s) {', '.join(missing)}")
+    return files
+
+
+def read_cases(root: Path | str, tags: Iterable[str] | None = None) -> list[LLMCase]:
+    """All cases of the chosen files (all three by default), in file then row order."""
+    chosen = list(FILES) if tags is None else list(dict.fromkeys(tags))
+    unknown = [t for t in chosen if t not in FILES]
+    if unknown:
+        raise ConfigError(
+            f"unknown ground-truth tag(s) {', '.join(unknown)}; known: {', '.join(FILES)}"
+        )
+    base = _ground_truth_dir(root)
+    out: list[LLMCase] = []
+    for tag in chosen:
+        p = base / FILES[tag]
+        if not p.is_file():
+            raise ConfigError(f"{base}: missing ground-truth file {FILES[tag]} ({tag})")
+        out.extend(_READERS[tag](p))
+    return out
