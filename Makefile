@@ -19,6 +19,7 @@ venv: $(STAMP)
 # The main job on the embedded default data: analyze a real 8-GPU DLRM trace.
 run: $(STAMP)
 	$(BIN)/trainsim analyze examples/data/param_dlrm_8xv100
+	$(BIN)/trainsim predict llama2-7b --system dgx-a100 --gpus 16 --tp 2 --pp 2 --micro-batch 2 --global-batch 256
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q

@@ -238,6 +238,12 @@ class LayerCoster:
         else:
             ops.append(self._q("fill_mask", "fillmask", phase, category="attention", mp=t, b=b, h=h, l=l, dim=d))
             ops.append(self._q("softmax", "softmax", phase, category="attention", mp=t, b=b, h=h, l=l))
+        if self.plan.attention_dropout > 0:
+            # dropout over the [b, h/t, s, s] probabilities (Megatron's attention_dropout): one
+            # memory-bound pass reading 2 B and writing 2 B plus a 1 B mask per element, as the
+            # fill-mask operator 001 measured on the same tensor (its sister here, same bytes)
+            ops.append(self._q("attention_dropout", "fillmask", phase, category="attention",
+                               mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
         ops.append(self._q("attention_values", "bmm", phase, flops=core / 2, category="attention",
                            scale=hd_scale, mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
         return ops

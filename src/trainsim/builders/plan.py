@@ -52,6 +52,7 @@ class Plan:
     recompute: Recompute = "none"
     dtype: str = "bf16"
     attention: Attention = "flash"  # FlashAttention, fused scale-mask-softmax (Megatron), or unfused
+    attention_dropout: float = 0.0  # > 0: a dropout kernel over the [b, h, s, s] probabilities (non-flash)
 
     @property
     def gpus(self) -> int:
@@ -103,6 +104,8 @@ class Plan:
             raise ConfigError(f"plan: recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.attention not in ATTENTION:
             raise ConfigError(f"plan: attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        if not 0.0 <= self.attention_dropout < 1.0:
+            raise ConfigError(f"plan: attention_dropout must be in [0, 1), got {self.attention_dropout!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"plan: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if gpus is not None and gpus != self.gpus:

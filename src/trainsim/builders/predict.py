@@ -46,6 +46,7 @@ class LLMPrediction:
     provenance: dict[str, Any]
     timings_s: dict[str, float] = field(default_factory=dict)
     sim: Any = None  # SimResult when simulated
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def peak_memory(self) -> MemoryBreakdown:
@@ -80,6 +81,7 @@ class LLMPrediction:
                 for s in self.stages
             ],  # fmt: skip
             "provenance": self.provenance,
+            "warnings": self.warnings,
             "timings_s": self.timings_s,
         }
 
@@ -146,8 +148,33 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     flops = sum(plan.grad_accum * (s.flops_fwd + s.flops_bwd) for s in stages) * plan.tp * plan.cp * plan.dp
     mfu = flops / (plan.gpus * peak_flops(device, plan.dtype) * iteration)
     memory = memory_per_gpu(spec, plan)
-    return LLMPrediction(
+    prov = _provenance(stages)
+    r = LLMPrediction(
         spec, plan, sys, device, iteration, method, cf, tokens / iteration, mfu, memory,
-        _breakdown(stages[crit], plan, iteration), stages, _provenance(stages),
+        _breakdown(stages[crit], plan, iteration), stages, prov,
         {"costs": t1 - t0, "closed_form": t2 - t1, "simulation": t3 - t2}, sim,
     )  # fmt: skip
+    r.warnings = _warnings(r)
+    return r
+
+
+def _warnings(r: LLMPrediction) -> list[str]:
+    out = []
+    kern = r.provenance["kernels"]
+    spec = sum(n for k, n in kern.items() if k.startswith("spec-based"))
+    if spec:
+        out.append(f"{spec} operator(s) have no micro-benchmarks on {r.device.name}: spec-based rooflines "
+                   "(peak FLOP/s and bandwidth), so those times are optimistic lower bounds")  # fmt: skip
+    ext = sum(n for k, n in kern.items() if "extrapolated" in k)
+    if ext:
+        out.append(f"{ext} operator(s) lie outside the benchmarked sizes: carried along the roofline from the nearest measured point")  # fmt: skip
+    sc = sum(n for k, n in kern.items() if "scaled-from" in k)
+    if sc:
+        out.append(f"{sc} operator(s) (GQA/SwiGLU/MoE/vocabulary shapes) are scaled from a benchmarked sister operator")  # fmt: skip
+    comm = r.provenance["collectives"]
+    if any(k.startswith("spec-based") for k in comm):
+        out.append(f"some collectives on {r.system.name} are spec-based (link rates at 100 % efficiency): optimistic")
+    if not r.fits_in_memory:
+        out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
+                   f"{r.device.memory_bytes / 2**30:.1f} GiB")  # fmt: skip
+    return out

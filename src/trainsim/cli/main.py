@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "trainsim.cli.comm_cmd",
     "trainsim.cli.bench_cmd",
     "trainsim.cli.fit_cmd",
+    "trainsim.cli.predict_cmd",
 )
 
 _state = {"debug": False}

@@ -22,6 +22,8 @@ def validate(
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
     overheads: str | None = typer.Option(None, "--overheads", help="replay: host gaps from stats (default), trace, or shared (leave-one-out)."),
     kernels: str | None = typer.Option(None, "--kernels", help="replay: kernel durations measured (default) or model."),
+    files: str | None = typer.Option(None, "--files", help="llm: ground-truth files (vtrain-multi, vtrain-single, seed001; comma-separated)."),
+    limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file (quick runs)."),
 ) -> None:  # fmt: skip
     """Run an accuracy suite and print every case's error beside the summary."""
     from trainsim.errors import ConfigError
@@ -37,7 +39,7 @@ def validate(
                 f"{flag} must be one of {', '.join(e.value for e in enum)}, got {value!r}"
             )
     with stderr.status(f"running suite {suite}...", spinner="dots"):
-        doc = run_suite(suite, data, overheads=overheads, kernels=kernels)
+        doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit)
     if fmt is Format.JSON:
         emit_json(doc)
         return
@@ -71,11 +73,17 @@ def _print_table(doc: dict[str, Any]) -> None:
         keys = [k for k in (cases[0] if cases else {}) if not isinstance(cases[0][k], list | dict)][
             :8
         ]
+        if cases and "err_pct" in cases[0] and "err_pct" not in keys:  # llm: error beside measured
+            keys = [k for k in keys if k not in ("model", "gpus")] + ["err_pct"]
         for k in keys:
             t.add_column(k)
         for c in cases:
             t.add_row(*(_fmt(c.get(k)) for k in keys))
         out.print(t)
+        for g, v in doc.get("groups", {}).items():  # llm: per file, beside the published tools
+            pub = ", ".join(f"{n} {x}" for n, x in v.get("published_mape_pct", {}).items())
+            out.print(f"{g}: MAPE {_fmt(v.get('mape_pct'))} % (target {_fmt(v.get('target_mape_pct'))}; "
+                      f"published: {pub or '—'}), median {_fmt(v.get('median_abs_err_pct'))}, max {_fmt(v.get('max_abs_err_pct'))}")  # fmt: skip
     for key in ("summary", "summary_all"):
         if key not in doc:
             continue

@@ -239,6 +239,11 @@ _VTRAIN_COLUMNS = (_V_GPUS, _V_GB, _V_MB, _V_HIDDEN, _V_HEADS, _V_LAYERS, _V_SEQ
                    _V_TP, _V_DP, _V_PP, _V_TIME)  # fmt: skip
 
 
+# vTrain's files do not state dropout; Megatron-DeepSpeed's default (--attention-dropout 0.1,
+# megatron/arguments.py) is assumed. GPT-NeoX's 20B config sets attention-dropout 0 (seed001).
+VTRAIN_ATTENTION_DROPOUT = 0.1
+
+
 def read_vtrain(
     path: Path | str, *, system: str = "vtrain-a100", tag: str | None = None
 ) -> list[LLMCase]:
@@ -272,6 +277,7 @@ def read_vtrain(
         plan = Plan(
             tp=tp, pp=pp, dp=dp, micro_batch=micro, global_batch=gb, recompute="full",
             dtype="fp16", attention="fused", schedule="1f1b", zero=0,
+            attention_dropout=VTRAIN_ATTENTION_DROPOUT,
         )  # fmt: skip
         _validated(r, model, plan, gpus)
         out.append(

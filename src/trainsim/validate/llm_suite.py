@@ -48,7 +48,7 @@ def _pct(pred: float, meas: float) -> float:
 
 
 def run_llm_suite(data_dir: Path, *, files: str | None = None, limit: int | None = None,
-                  simulate: bool = True, progress: bool = True) -> dict[str, Any]:  # fmt: skip
+                  simulate: bool = True, progress: bool = False) -> dict[str, Any]:  # fmt: skip
     """Predict every ground-truth row; ``files``: comma-separated tags (default all),
     ``limit``: the first N rows of each file (quick runs)."""
     tags: Iterable[str] | None = [t.strip() for t in files.split(",")] if files else None

@@ -1,0 +1,96 @@
+"""``trainsim predict MODEL``: iteration time, throughput, MFU and memory of an LLM plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from trainsim.cli.main import app
+from trainsim.cli.output import Format, emit_json, stderr
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB"
+
+
+@app.command()
+def predict(
+    *,
+    model: str = typer.Argument(..., help="Catalog model (e.g. llama2-7b, llama3-70b, gpt3-175b, mixtral-8x7b; docs/llm.md lists them), or a HuggingFace config.json / folder holding one."),
+    system: str = typer.Option("dgx-a100", "--system", help="Catalog system (name or YAML): device, GPUs per node, network tiers."),
+    gpus: int | None = typer.Option(None, "--gpus", help="Total GPUs; checked against tp×cp×dp×pp (dp is derived from it when not given)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages."),
+    dp: int | None = typer.Option(None, "--dp", help="Data-parallel degree (default: gpus / (tp×cp×pp), else 1)."),
+    cp: int = typer.Option(1, "--cp", help="Context-parallel degree (ring attention)."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE; divides dp)."),
+    sp: bool = typer.Option(False, "--sp", help="Megatron sequence parallelism (with tp > 1)."),
+    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0–3 (3 = FSDP full shard)."),
+    recompute: str = typer.Option("none", "--recompute", help="Activation recomputation: none, selective, full."),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Sequences per micro-batch."),
+    global_batch: int | None = typer.Option(None, "--global-batch", help="Sequences per iteration (default: micro-batch × dp)."),
+    seq_len: int | None = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
+    schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: 1f1b, interleaved, gpipe."),
+    vpp: int = typer.Option(1, "--vpp", help="Model chunks per stage (interleaved schedule)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Training precision: bf16, fp16, fp32."),
+    attention: str = typer.Option("flash", "--attention", help="Attention kernels: flash, fused (Megatron softmax), unfused."),
+    attention_dropout: float = typer.Option(0.0, "--attention-dropout", help="Attention dropout probability (non-flash attention adds a dropout kernel)."),
+    closed_form: bool = typer.Option(False, "--closed-form", help="Skip the simulation: paper 001's Eq. 7 only (sub-millisecond)."),
+    timeline: Path | None = typer.Option(None, "--timeline", help="Write the simulated iteration here (Chrome trace JSON; open in Perfetto)."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+) -> None:  # fmt: skip
+    """Predict one training iteration of a transformer under a parallel plan, before running it."""
+    from trainsim.builders.models import get_model
+    from trainsim.builders.plan import Plan
+    from trainsim.builders.predict import predict_llm
+    from trainsim.errors import ConfigError
+    from trainsim.hardware import get_system
+
+    spec = get_model(model)
+    sysspec = get_system(system)
+    if dp is None:
+        base = tp * cp * pp
+        if gpus is not None and gpus % base:
+            raise ConfigError(f"--gpus {gpus} is not a multiple of tp×cp×pp = {base}")
+        dp = gpus // base if gpus is not None else 1
+    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, micro_batch=micro_batch,
+                global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
+                vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
+                attention_dropout=attention_dropout)  # fmt: skip
+    r = predict_llm(spec, plan, sysspec, simulate=not closed_form, gpus=gpus)
+    if timeline is not None:
+        if r.sim is None:
+            raise ConfigError("--timeline needs the simulation; drop --closed-form")
+        from trainsim.sim.timeline import write_timeline
+
+        write_timeline(r.sim, timeline)
+        stderr.print(f"wrote timeline: {timeline}")
+    doc = r.to_dict()
+    if fmt is Format.JSON:
+        emit_json(doc)
+        return
+    t = Table(title=f"{spec.name} on {plan.gpus}× {r.device.name} ({sysspec.name}), {plan.label()}")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row("iteration time", f"{r.iteration_time_s * 1e3:,.1f} ms ({r.method})")
+    t.add_row("closed form 001 Eq. 7 / 003 Eq. 4",
+              f"{r.closed_form_s['001_eq7'] * 1e3:,.1f} / {r.closed_form_s['003_eq4'] * 1e3:,.1f} ms")  # fmt: skip
+    t.add_row("tokens/s", f"{r.tokens_per_s:,.0f}")
+    t.add_row("MFU", f"{r.mfu * 100:.1f} %")
+    pk = r.peak_memory
+    fits = "fits" if r.fits_in_memory else "DOES NOT FIT"
+    t.add_row("memory per GPU (peak stage)", f"{_gib(pk.total_bytes)} of {_gib(r.device.memory_bytes)}: {fits}")
+    t.add_row("  weights / grads / optimizer", f"{_gib(pk.weights_bytes)} / {_gib(pk.gradients_bytes)} / {_gib(pk.optimizer_bytes)}")
+    t.add_row("  activations / buffers", f"{_gib(pk.activations_bytes)} / {_gib(pk.buffers_bytes)}")
+    t.add_row(f"breakdown (stage {r.breakdown['stage']:.0f})", "")
+    for k, v in r.breakdown.items():
+        if k != "stage":
+            t.add_row("  " + k.removesuffix("_s").replace("_", " "), f"{v * 1e3:,.1f} ms")
+    t.add_row("provenance", str(r.provenance["summary"]))
+    from rich.console import Console
+
+    Console().print(t)
+    for w in r.warnings:
+        stderr.print(f"[yellow]note:[/] {w}")
