@@ -90,18 +90,15 @@ def test_fit_without_a_system_answers_measured_cases_only():
 
 
 def test_implausible_rows_are_dropped(shared_data):
-    ds = read_comm_dataset(
-        [
-            shared_data
-            / "calibration"
-            / "gh200-120gb_vista"
-            / "nccl"
-            / "NVIDIAGH200120GB_allgather_large_fp16_8_1.csv"
-        ]
-    )
+    nccl = shared_data / "calibration" / "gh200-120gb_vista" / "nccl"
+    ds = read_comm_dataset([nccl / "NVIDIAGH200120GB_allgather_large_fp16_4_1.csv"])
     res = fit_comm(ds, system=get_system("vista"))
     (case,) = res.cases
     assert case.excluded_samples > 100  # most rows beat 400 Gb/s InfiniBand by orders of magnitude
+    # 8x1: every row gathers 8x its shard faster than the links allow -> nothing left to fit
+    ds8 = read_comm_dataset([nccl / "NVIDIAGH200120GB_allgather_large_fp16_8_1.csv"])
+    with pytest.raises(ModelError, match="3 or more sizes"):
+        fit_comm(ds8, system=get_system("vista"))
 
 
 def test_all_to_all_sizing_rule():

@@ -133,7 +133,7 @@ def test_seed001_rows_field_by_field(gt):
 def test_vtrain_system():
     s = get_system("vtrain-a100")
     assert s.gpus_per_node == 8 and s.device == "a100-sxm4-80gb"
-    assert s.node_tier.bandwidth_per_gpu_GBps == 150  # vTrain's intra_node_bandwidth
+    assert s.node_tier.bandwidth_per_gpu_GBps == 300  # NVLink 3 link rate (vTrain's 150 is effective)
     assert s.cluster_tier.bandwidth_per_gpu_Bps == pytest.approx(800e9 / 8 / 8)  # 800 Gb/s per node
 
 
