@@ -241,9 +241,12 @@ class LayerCoster:
         if self.plan.attention_dropout > 0:
             # dropout over the [b, h/t, s, s] probabilities (Megatron's attention_dropout): one
             # memory-bound pass reading 2 B and writing 2 B plus a 1 B mask per element, as the
-            # fill-mask operator 001 measured on the same tensor (its sister here, same bytes)
-            ops.append(self._q("attention_dropout", "fillmask", phase, category="attention",
-                               mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
+            # fill-mask operator 001 measured on the same tensor (its sister here, same bytes);
+            # backward multiplies the gradient by the saved mask: the same bytes again, so
+            # both phases take the forward measurement (fill-mask's own backward does more)
+            fwd_cost = self._q("attention_dropout", "fillmask", "fwd", category="attention",
+                               mp=t, b=b, h=h, l=l, dim=d)  # fmt: skip
+            ops.append(OpCost(fwd_cost.name, phase, fwd_cost.seconds, fwd_cost.provenance, 0.0, "attention"))
         ops.append(self._q("attention_values", "bmm", phase, flops=core / 2, category="attention",
                            scale=hd_scale, mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
         return ops
@@ -300,4 +303,13 @@ class LayerCoster:
         tensors = 12 * max(layers, 1) + 4
         s, prov = self.c.time("optimizer", "step", "fp16", num_layers=max(layers, 1),
                               hidden_size=self.model.hidden, param_tensors=tensors, params=params)  # fmt: skip
+        if not prov.startswith("calibrated:"):
+            # no whole-model optimizer benchmark on this device (001's GH200 data): its
+            # middle-stage optimizer benchmark times n encoders of width d split mp ways
+            # (12 d^2 / mp parameters each, 001 Eq. 6); scale by the parameters this GPU updates
+            n = max(layers, 1)
+            s2, prov2 = self.c.time("middleStage_optimizer", "step", "fp16", mp=self.t, dim=self.model.hidden, encoders=n)
+            if prov2.startswith("calibrated:"):
+                ratio = params / (n * 12.0 * self.model.hidden**2 / self.t)
+                s, prov = s2 * ratio, prov2 + ";scaled-from:middleStage_optimizer"
         return OpCost("optimizer", "step", s, prov, 0.0, "optimizer")

@@ -6,7 +6,9 @@
 
 The iteration time is the simulator's (the IR of :func:`trainsim.builders.llm.build_workload`);
 ``simulate=False`` gives paper 001's closed form (Eq. 7) instead, in well under a millisecond
-once the operator costs are known. Both closed forms are always reported beside.
+once the operator costs are known. Both closed forms are always reported beside. Long
+iterations are simulated up to the pipeline's steady state and extrapolated exactly
+(:func:`_simulate`); ``full_simulation=True`` simulates every micro-batch (``--timeline`` does).
 
 MFU counts model FLOPs only (no recomputation): the GEMM and attention FLOPs of every operator
 (attention as the full ``s × s`` square, as Megatron's formula), over ``gpus × dense peak of
@@ -16,7 +18,7 @@ the dtype × iteration time``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainsim.builders.costs import OpCoster
@@ -117,8 +119,49 @@ def _breakdown(st: StageCost, plan: Plan, iteration_s: float) -> dict[str, float
     return {"stage": st.stage, **out}  # type: ignore[dict-item]
 
 
+def _run(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCost]) -> Any:
+    from trainsim.sim import HostMode, KernelSource, SimOptions
+    from trainsim.sim import simulate as run_sim
+
+    w = build_workload(spec, plan, sys, stages)
+    return run_sim(w, SimOptions(kernels=KernelSource.MODEL, overheads=HostMode.STATS, thread_edges=False,
+                                 launch_latency_s=0.0, kernel_gap_s=0.0))  # fmt: skip
+
+
+def _simulate(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCost], *, full: bool) -> tuple[float, Any, str]:  # fmt: skip
+    """Simulated iteration time, with steady-state extrapolation over micro-batches.
+
+    Every micro-batch costs the same, so once the pipeline reaches its steady state each further
+    ``k`` micro-batches (1; pp for the interleaved schedule, keeping its divisibility) add one
+    constant period: the schedule is a max-plus linear system and, for these schedules, becomes
+    periodic after its fill. We simulate ``m0``, ``m0 + k`` and ``m0 + 2k`` micro-batches; when
+    both increments agree (to 1e-9 relative) the time at ``M`` is ``T(m0 + k) + (M - m0 - k) / k``
+    × period — exact, not an approximation — else (or with ``full``) all ``M`` are simulated.
+    The returned SimResult is that of the largest simulated count.
+    """
+    m = plan.grad_accum
+    k = plan.pp if plan.schedule == "interleaved" else 1
+    m0 = 2 * plan.pp if plan.schedule == "interleaved" else plan.pp + 1
+    if full or 3 * (m0 + 2 * k) >= m or (m - m0) % k:  # three short runs must be cheaper
+        sim = _run(spec, plan, sys, stages)
+        return sim.predicted_step_s, sim, "simulation"
+
+    def at(mb: int) -> Any:
+        return _run(spec, replace(plan, global_batch=mb * plan.micro_batch * plan.dp), sys, stages)
+
+    s0, s1, s2 = at(m0), at(m0 + k), at(m0 + 2 * k)
+    d1 = s1.predicted_step_s - s0.predicted_step_s
+    d2 = s2.predicted_step_s - s1.predicted_step_s
+    if abs(d1 - d2) > 1e-9 * max(abs(d2), 1e-12) + 1e-12:
+        sim = _run(spec, plan, sys, stages)
+        return sim.predicted_step_s, sim, "simulation"
+    t = s1.predicted_step_s + (m - m0 - k) / k * d2
+    return t, s2, f"simulation (steady state from {m0 + 2 * k} of {m} micro-batches)"
+
+
 def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *, simulate: bool = True,
-                gpus: int | None = None, coster: OpCoster | None = None) -> LLMPrediction:  # fmt: skip
+                gpus: int | None = None, coster: OpCoster | None = None,
+                full_simulation: bool = False) -> LLMPrediction:  # fmt: skip
     t0 = time.perf_counter()
     spec = get_model(model) if isinstance(model, str) else model
     sys = get_system(system) if isinstance(system, str) else system
@@ -130,14 +173,7 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     t2 = time.perf_counter()
     sim = None
     if simulate:
-        from trainsim.sim import HostMode, KernelSource, SimOptions
-        from trainsim.sim import simulate as run_sim
-
-        w = build_workload(spec, plan, sys, stages)
-        sim = run_sim(w, SimOptions(kernels=KernelSource.MODEL, overheads=HostMode.STATS, thread_edges=False,
-                                    launch_latency_s=0.0, kernel_gap_s=0.0))  # fmt: skip
-        iteration = sim.predicted_step_s
-        method = "simulation"
+        iteration, sim, method = _simulate(spec, plan, sys, stages, full=full_simulation)
         # the stage whose GPUs finish last carries the critical path
         crit = max(sim.ranks, key=lambda r: r.end_s).rank
     else:

@@ -59,7 +59,7 @@ def predict(
                 global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                 vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                 attention_dropout=attention_dropout)  # fmt: skip
-    r = predict_llm(spec, plan, sysspec, simulate=not closed_form, gpus=gpus)
+    r = predict_llm(spec, plan, sysspec, simulate=not closed_form, gpus=gpus, full_simulation=timeline is not None)
     if timeline is not None:
         if r.sim is None:
             raise ConfigError("--timeline needs the simulation; drop --closed-form")
