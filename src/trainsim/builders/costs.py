@@ -296,20 +296,22 @@ class LayerCoster:
     def optimizer(self, params: float, layers: int) -> OpCost:
         """One optimizer step over ``params`` parameters held by this GPU (after ZeRO sharding).
 
-        001's optimizer benchmark (FusedAdam, mixed precision) times whole models by layers,
-        hidden size, tensors and parameters; a stage is such a model with its own counts
-        (12 tensors per GPT layer, 001 Table II, plus 4 for embeddings/final norm).
+        001 Table I's optimizer operator is timed per pipeline stage on ``[mp, dim, encoders]``
+        (FusedAdam, mixed precision, the step of ``encoders`` layers of width ``dim`` split
+        ``mp`` ways: ``12 dim^2 / mp`` parameters each, Eq. 6). We take its middle-stage
+        benchmark as the cost of updating that many parameters and scale it by the parameters
+        this GPU actually updates (embedding or head included, ZeRO shard applied): the step is
+        memory-bound, linear in parameters. (The first-stage files differ by the embedding's
+        parameters only; GH200's are timing failures: 5.6 s for 11 encoders of width 2048.)
+        Without that benchmark, 001's whole-model optimizer benchmark (layers, width, tensors,
+        parameters) answers.
         """
-        tensors = 12 * max(layers, 1) + 4
-        s, prov = self.c.time("optimizer", "step", "fp16", num_layers=max(layers, 1),
-                              hidden_size=self.model.hidden, param_tensors=tensors, params=params)  # fmt: skip
-        if not prov.startswith("calibrated:"):
-            # no whole-model optimizer benchmark on this device (001's GH200 data): its
-            # middle-stage optimizer benchmark times n encoders of width d split mp ways
-            # (12 d^2 / mp parameters each, 001 Eq. 6); scale by the parameters this GPU updates
-            n = max(layers, 1)
-            s2, prov2 = self.c.time("middleStage_optimizer", "step", "fp16", mp=self.t, dim=self.model.hidden, encoders=n)
-            if prov2.startswith("calibrated:"):
-                ratio = params / (n * 12.0 * self.model.hidden**2 / self.t)
-                s, prov = s2 * ratio, prov2 + ";scaled-from:middleStage_optimizer"
+        n = max(layers, 1)
+        s, prov = self.c.time("middleStage_optimizer", "step", "fp16", mp=self.t, dim=self.model.hidden, encoders=n)
+        if prov.startswith("calibrated:"):
+            ratio = params / (n * 12.0 * self.model.hidden**2 / self.t)
+            return OpCost("optimizer", "step", s * ratio, prov + ";scaled-by-parameters", 0.0, "optimizer")
+        tensors = 12 * n + 4
+        s, prov = self.c.time("optimizer", "step", "fp16", num_layers=n, hidden_size=self.model.hidden,
+                              param_tensors=tensors, params=params)  # fmt: skip
         return OpCost("optimizer", "step", s, prov, 0.0, "optimizer")
