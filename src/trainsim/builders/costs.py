@@ -147,14 +147,26 @@ HOST = HostModel()
 def flow_shop_s(ops: Iterable[OpCost], cpu_s: Iterable[float] | float, repeat: int = 1) -> float:
     """Time of a pass when the CPU dispatches each op (``cpu_s`` each, or per op) and the GPU
     runs its kernels in order: 002 Alg. 3's two-stage flow shop without gaps. GPU-bound passes
-    take the kernels' sum, CPU-bound ones the dispatch sum, mixed ones in between."""
+    take the kernels' sum, CPU-bound ones the dispatch sum, mixed ones in between.
+
+    ``repeat`` runs the sequence that many times (a stage's layers). What happens in one
+    repetition depends only on how far the GPU lags the CPU when it starts, so once that lag
+    repeats (to 1e-12 relative) every further repetition adds the same time: the rest is that
+    increment times the repetitions left, the number the loop would give, in constant time.
+    """
     seq = list(ops)
     cpus = [float(cpu_s)] * len(seq) if isinstance(cpu_s, int | float) else list(cpu_s)
+    durs = [o.seconds for o in seq]
     cpu = gpu = 0.0
-    for _ in range(repeat):
-        for o, c in zip(seq, cpus, strict=True):
+    prev_gpu = prev_lag = None
+    for i in range(repeat):
+        for d, c in zip(durs, cpus, strict=True):
             cpu += c
-            gpu = max(gpu, cpu) + o.seconds
+            gpu = (gpu if gpu > cpu else cpu) + d
+        lag = gpu - cpu
+        if prev_lag is not None and abs(lag - prev_lag) <= 1e-12 * max(abs(gpu), 1e-30):
+            return gpu + (repeat - 1 - i) * (gpu - prev_gpu)  # type: ignore[operator]
+        prev_gpu, prev_lag = gpu, lag
     return gpu
 
 

@@ -55,7 +55,8 @@ class StageCost:
     embedding_comm: CommCost | None = None
     flops_fwd: float = 0.0  # model FLOPs of one micro-batch (no recompute), one GPU
     flops_bwd: float = 0.0
-    ops: list[OpCost] = field(default_factory=list)  # one micro-batch, for breakdowns
+    layer_ops: list[OpCost] = field(default_factory=list)  # one layer, one micro-batch (× layers)
+    ops: list[OpCost] = field(default_factory=list)  # the stage's other operators, one micro-batch
     comm: list[CommCost] = field(default_factory=list)  # one micro-batch, TP/CP/EP
 
     @property
@@ -97,31 +98,39 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     cpu_sel = cpu_f
     out = []
     layers = stage_layers(model, plan)
+    per_n: dict[int, tuple[float, float, float]] = {}  # stages of equal depth share their passes
+    tp_f, tp_b = sum(c.seconds for c in tpf), sum(c.seconds for c in tpb)
+    fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
+    shard = plan.dp * plan.cp if plan.zero >= 1 else 1
+    layer_comm = [*tpf, *tpb, *epf, *epb, *([cpf] if cpf else []), *([cpb] if cpb else [])]
     for s, n in enumerate(layers):
         first, last = s == 0, s == plan.pp - 1
-        ops_f = lf
         extra_f = (lc.embedding("fwd") if first else []) + (lc.head("fwd") if last else [])
         extra_b = (lc.embedding("bwd") if first else []) + (lc.head("bwd") if last else [])
-        # each pass is a CPU-dispatch / GPU flow shop (small models are launch-bound)
-        fwd = flow_shop_s(ops_f, cpu_f, n) + n * layer_comm_f + flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f])
-        recompute = (flow_shop_s(re_ops, cpu_f if re_ops is lf else cpu_sel, n) + n * re_comm) if re_ops else 0.0
-        bwd = (flow_shop_s(lb, cpu_b, n) + n * layer_comm_b + flow_shop_s(extra_b, [host.extra_s(o) for o in extra_b])
-               + recompute)  # fmt: skip
+        passes = per_n.get(n)
+        if passes is None:
+            # each pass is a CPU-dispatch / GPU flow shop (small models are launch-bound)
+            f = flow_shop_s(lf, cpu_f, n) + n * layer_comm_f
+            r = (flow_shop_s(re_ops, cpu_f if re_ops is lf else cpu_sel, n) + n * re_comm) if re_ops else 0.0
+            b = flow_shop_s(lb, cpu_b, n) + n * layer_comm_b
+            passes = per_n[n] = (f, r, b)
+        f, recompute, b = passes
+        fwd = f + (flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0)
+        bwd = b + (flow_shop_s(extra_b, [host.extra_s(o) for o in extra_b]) if extra_b else 0.0) + recompute
         params = stage_params(model, plan, s)
         st = StageCost(s, n, params, fwd, bwd, recompute)
-        st.tp_comm_fwd_s = n * sum(c.seconds for c in tpf)
-        st.tp_comm_bwd_s = n * sum(c.seconds for c in tpb)
-        st.tp_comm_recompute_s = n * sum(c.seconds for c in tpf) if plan.recompute == "full" else 0.0
+        st.tp_comm_fwd_s = n * tp_f
+        st.tp_comm_bwd_s = n * tp_b
+        st.tp_comm_recompute_s = n * tp_f if plan.recompute == "full" else 0.0
         st.p2p_s = p2p.seconds if p2p else 0.0
-        shard = plan.dp * plan.cp if plan.zero >= 1 else 1
         st.optimizer_s = lc.optimizer(params / shard, n).seconds
         st.dp_comm = comm.dp_grads(params)
         st.embedding_comm = comm.embedding_grads() if (first or last) else None
-        st.flops_fwd = n * sum(o.flops for o in lf) + sum(o.flops for o in extra_f)
-        st.flops_bwd = n * sum(o.flops for o in lb) + sum(o.flops for o in extra_b)
-        st.ops = [*(OpCost(o.name, o.phase, o.seconds * n, o.provenance, o.flops * n, o.category) for o in lf + lb),
-                  *extra_f, *extra_b]  # fmt: skip
-        st.comm = [*tpf, *tpb, *epf, *epb, *([cpf] if cpf else []), *([cpb] if cpb else [])]
+        st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
+        st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
+        st.layer_ops = lf + lb
+        st.ops = [*extra_f, *extra_b]
+        st.comm = layer_comm
         out.append(st)
     return out
 

@@ -60,6 +60,30 @@ def per_node(size: int, stride: int, gpus_per_node: int) -> int:
     return math.gcd(size, k)
 
 
+_SYSTEMS: dict[str, SystemSpec] = {}
+
+
+def _predict(system: SystemSpec, kind: str, nbytes: float, size: int, pn: int) -> tuple[float, str]:
+    """One collective's time (cached across plans: searches ask the same ones again; keyed by
+    the system's name, since hashing the pydantic spec costs more than the lookup)."""
+    if _SYSTEMS.setdefault(system.name, system) is not system:
+        _SYSTEMS[system.name] = system
+        _predict_named.cache_clear()  # another spec under the same name (a YAML edit): start over
+    return _predict_named(system.name, kind, nbytes, size, pn)
+
+
+@lru_cache(maxsize=65536)
+def _predict_named(name: str, kind: str, nbytes: float, size: int, pn: int) -> tuple[float, str]:
+    system = _SYSTEMS[name]
+    if size <= 1 or nbytes <= 0:
+        return 0.0, "none"
+    try:
+        p = predict_collective(kind, nbytes, size, system=system, gpus_per_node=pn)
+    except ModelError as e:
+        raise ModelError(f"{kind} of {nbytes:.3g} B on {size} ranks ({pn} per node) of {system.name}: {e}") from None  # fmt: skip
+    return p.duration_s, p.provenance
+
+
 class PlanComm:
     """Times of the plan's collectives on ``system`` (cached per kind, size, placement)."""
 
@@ -71,16 +95,9 @@ class PlanComm:
                 f"plan: {plan.gpus} GPUs do not fill whole nodes of {self.gpn} on {system.name}"
             )
         self.act_bytes = 2 if plan.dtype in ("fp16", "bf16") else 4
-        self._time = lru_cache(maxsize=1024)(self._predict)
 
-    def _predict(self, kind: str, nbytes: float, size: int, pn: int) -> tuple[float, str]:
-        if size <= 1 or nbytes <= 0:
-            return 0.0, "none"
-        try:
-            p = predict_collective(kind, nbytes, size, system=self.system, gpus_per_node=pn)
-        except ModelError as e:
-            raise ModelError(f"{kind} of {nbytes:.3g} B on {size} ranks ({pn} per node) of {self.system.name}: {e}") from None  # fmt: skip
-        return p.duration_s, p.provenance
+    def _time(self, kind: str, nbytes: float, size: int, pn: int) -> tuple[float, str]:
+        return _predict(self.system, kind, nbytes, size, pn)
 
     def cost(self, name: str, kind: str, nbytes: float, size: int, stride: int) -> CommCost:
         pn = per_node(size, stride, self.gpn)

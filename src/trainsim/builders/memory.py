@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from dataclasses import asdict, dataclass
 
 from trainsim.builders.plan import Plan
@@ -127,7 +128,8 @@ class MemoryBreakdown:
 # --- pipeline partitions -------------------------------------------------------------------
 
 
-def stage_layers(model: ModelSpec, plan: Plan) -> list[int]:
+@lru_cache(maxsize=4096)
+def _stage_layers(model: ModelSpec, plan: Plan) -> tuple[int, ...]:
     """Transformer layers per pipeline stage (all of a stage's ``vpp`` chunks together).
 
     The layers are split evenly over the ``pp × vpp`` model chunks, chunk ``c`` living on stage
@@ -142,7 +144,13 @@ def stage_layers(model: ModelSpec, plan: Plan) -> list[int]:
     per_stage = [0] * plan.pp
     for c in range(chunks):
         per_stage[c % plan.pp] += base + (1 if c < extra else 0)
-    return per_stage
+    return tuple(per_stage)
+
+
+def stage_layers(model: ModelSpec, plan: Plan) -> list[int]:
+    """Transformer layers per pipeline stage (see :func:`_stage_layers`; cached: searches ask
+    for the same split many times)."""
+    return list(_stage_layers(model, plan))
 
 
 def stage_layers_001(model: ModelSpec, plan: Plan) -> list[int]:

@@ -93,6 +93,8 @@ def _provenance(stages: list[StageCost]) -> dict[str, Any]:
     kern: dict[str, int] = {}
     comm: dict[str, int] = {}
     for st in stages:
+        for o in st.layer_ops:
+            kern[o.provenance] = kern.get(o.provenance, 0) + st.layers
         for o in st.ops:
             kern[o.provenance] = kern.get(o.provenance, 0) + 1
         for c in [*st.comm, *st.dp_comm]:

@@ -48,6 +48,8 @@ SUITES: tuple[SuiteSpec, ...] = (
               "collective models against nccl-tests logs and published sweeps"),
     SuiteSpec("llm", "trainsim.validate.llm_suite", "run_llm_suite",
               "model-driven LLM iteration times against measured Megatron/GPT-NeoX runs (vTrain, paper 001)"),
+    SuiteSpec("search", "trainsim.validate.search_suite", "run_search_suite",
+              "plan ranking: regret of the predicted-best measured plan and Spearman, per ground-truth group"),
 )  # fmt: skip
 
 

@@ -1,0 +1,107 @@
+"""``trainsim search MODEL``: rank the feasible parallel plans of an LLM on a system."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from trainsim.cli.main import app
+from trainsim.cli.output import Format, emit_json, stderr
+
+
+def _ints(text: str | None, what: str) -> tuple[int, ...]:
+    from trainsim.errors import ConfigError
+
+    if not text:
+        return ()
+    try:
+        vals = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if any(v < 0 for v in vals):
+        raise ConfigError(f"{what} must be non-negative, got {text!r}")
+    return vals
+
+
+def _words(text: str, what: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    from trainsim.errors import ConfigError
+
+    vals = tuple(v.strip() for v in text.split(",") if v.strip())
+    bad = [v for v in vals if v not in allowed]
+    if bad or not vals:
+        raise ConfigError(f"{what} must be among {', '.join(allowed)}, got {text!r}")
+    return vals
+
+
+@app.command()
+def search(
+    *,
+    model: str = typer.Argument(..., help="Catalog model or HuggingFace config.json (as for `trainsim predict`)."),
+    system: str = typer.Option("dgx-a100", "--system", help="Catalog system (name or YAML)."),
+    gpus: int = typer.Option(..., "--gpus", help="Total GPUs (dp = gpus / (tp×cp×pp))."),
+    global_batch: int = typer.Option(..., "--global-batch", help="Sequences per iteration."),
+    seq_len: int | None = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
+    tp: str | None = typer.Option(None, "--tp", help="Tensor-parallel degrees to try, e.g. 1,2,4,8 (default: powers of two up to a node)."),
+    pp: str | None = typer.Option(None, "--pp", help="Pipeline stages to try (default: powers of two up to the layers)."),
+    cp: str = typer.Option("1", "--cp", help="Context-parallel degrees to try."),
+    ep: str = typer.Option("1", "--ep", help="Expert-parallel degrees to try (MoE)."),
+    micro_batch: str = typer.Option("1,2,4,8", "--micro-batch", help="Micro-batch sizes to try."),
+    zero: str = typer.Option("0,1,2,3", "--zero", help="ZeRO stages to try."),
+    recompute: str = typer.Option("none,selective,full", "--recompute", help="Recompute modes to try."),
+    schedule: str = typer.Option("1f1b,interleaved", "--schedule", help="Pipeline schedules to try."),
+    vpp: str = typer.Option("2,4", "--vpp", help="Chunks per stage for the interleaved schedule."),
+    sp: str = typer.Option("both", "--sp", help="Sequence parallelism: on, off or both."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32."),
+    attention: str = typer.Option("flash", "--attention", help="flash, fused or unfused."),
+    objective: str = typer.Option("time", "--objective", help="time (iteration), time-to-train (needs --train-tokens) or cost."),
+    train_tokens: float | None = typer.Option(None, "--train-tokens", help="Tokens to train on (time-to-train, cost)."),
+    gpu_hour_price: float | None = typer.Option(None, "--gpu-hour-price", help="Price of one GPU-hour (cost)."),
+    top_k: int = typer.Option(10, "--top-k", help="Plans to report."),
+    simulate_top: int = typer.Option(32, "--simulate-top", help="Best screened plans to simulate before ranking."),
+    workers: int | None = typer.Option(None, "--workers", help="Local screening processes (default: every core)."),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address (tcp://host:port) to screen on a cluster."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+) -> None:  # fmt: skip
+    """Screen every plan of the space with the closed form, simulate the best, rank them."""
+    from trainsim.builders.models import get_model
+    from trainsim.builders.plan import ATTENTION, DTYPES, RECOMPUTE, SCHEDULES
+    from trainsim.errors import ConfigError
+    from trainsim.hardware import get_system
+    from trainsim.search.llm import search_llm
+    from trainsim.search.space import PlanSpace
+
+    spec = get_model(model)
+    sysspec = get_system(system)
+    if sp not in ("on", "off", "both"):
+        raise ConfigError(f"--sp must be on, off or both, got {sp!r}")
+    if dtype not in DTYPES or attention not in ATTENTION:
+        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)} and --attention one of {', '.join(ATTENTION)}")
+    space = PlanSpace(
+        gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
+        cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),
+        zero=_ints(zero, "--zero"), recompute=_words(recompute, "--recompute", RECOMPUTE),
+        schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
+        sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,  # type: ignore[arg-type]
+    )  # fmt: skip
+    r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
+                   workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # fmt: skip
+    if fmt is Format.JSON:
+        emit_json(r)
+        return
+    import sys
+
+    from rich.console import Console
+
+    t = Table(title=f"{spec.name} on {gpus}× {sysspec.device} ({sysspec.name}), global batch {global_batch}: "
+                    f"best {len(r['plans'])} of {r['feasible']} feasible ({r['evaluated']} screened)")  # fmt: skip
+    for col in ("#", "plan", "iteration", "closed form", "tokens/s", "MFU", "memory/GPU"):
+        t.add_column(col, justify="right" if col != "plan" else "left")
+    for i, p in enumerate(r["plans"], 1):
+        t.add_row(str(i), p["plan"], f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['closed_form_s'] * 1e3:,.1f} ms",
+                  f"{p['tokens_per_s']:,.0f}", f"{p['mfu'] * 100:.1f} %", f"{p['memory_per_gpu_bytes'] / 2**30:.1f} GiB")  # fmt: skip
+    Console(width=None if sys.stdout.isatty() else 160).print(t)
+    tm = r["timings_s"]
+    stderr.print(f"screened {r['evaluated']} plans in {tm['screen']:.2f} s ({r['screened_per_min']:,.0f}/min), "
+                 f"simulated {r['simulated']} in {tm['simulate']:.2f} s")  # fmt: skip
+    if r["infeasible"]:
+        stderr.print("infeasible: " + "; ".join(f"{n}× {why}" for why, n in r["infeasible"].items()))

@@ -1,0 +1,202 @@
+"""Plan search for LLM training: screen every plan of a space fast, simulate the best, rank.
+
+1. Enumerate :class:`~trainsim.search.space.PlanSpace` (structural constraints from
+   ``Plan.validate``; infeasible plans counted by reason).
+2. **Screen** every valid plan with paper 001's closed form (Eq. 7) over the same operator and
+   collective costs the simulator uses, plus the peak memory per GPU; plans that do not fit are
+   counted as infeasible. Screening runs in local processes (``workers``; default: every core)
+   or on a Dask cluster (``scheduler="tcp://…"``), in chunks, with a progress bar.
+3. **Simulate** the ``simulate_top`` best screened plans (:func:`trainsim.builders.predict.predict_llm`)
+   and rank them by the objective on the simulated time (paper 003 §VIII-B: a cheap model
+   prunes, the accurate one decides).
+
+Objectives: ``time`` (iteration time), ``time-to-train`` (``train_tokens`` / tokens per second),
+``cost`` (GPU-hours × ``gpu_hour_price`` for ``train_tokens``, or per iteration without it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
+from typing import Any
+
+from trainsim.builders.costs import OpCoster
+from trainsim.builders.llm import closed_form_001, stage_costs
+from trainsim.builders.memory import memory_per_gpu
+from trainsim.builders.plan import Plan
+from trainsim.builders.predict import predict_llm
+from trainsim.builders.spec import ModelSpec
+from trainsim.errors import ConfigError, TrainsimError
+from trainsim.hardware import SystemSpec, get_device, get_system
+from trainsim.search.space import PlanSpace, reason_key
+
+OBJECTIVES = ("time", "time-to-train", "cost")
+MEMORY_REASON = "does not fit in GPU memory"
+_CHUNK = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Screened:
+    index: int
+    closed_form_s: float
+    memory_bytes: float
+    fits: bool
+    error: str = ""
+
+
+_COSTERS: dict[str, OpCoster] = {}
+
+
+def _coster(device: str) -> OpCoster:
+    c = _COSTERS.get(device)
+    if c is None:
+        c = _COSTERS[device] = OpCoster(get_device(device))
+    return c
+
+
+def screen_plans(model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]]) -> list[Screened]:
+    """Closed form + peak memory per plan (a worker's unit of work; picklable arguments)."""
+    coster = _coster(system.device)
+    cap = get_device(system.device).memory_bytes
+    out = []
+    for i, plan in plans:
+        try:
+            stages = stage_costs(model, plan, system, coster)
+            cf = closed_form_001(stages, plan)
+            mem = max(m.total_bytes for m in memory_per_gpu(model, plan))
+        except TrainsimError as e:
+            out.append(Screened(i, math.inf, math.inf, False, reason_key(str(e))))
+            continue
+        out.append(Screened(i, cf, mem, mem <= cap))
+    return out
+
+
+def _objective(name: str, seconds: float, plan: Plan, model: ModelSpec, *, train_tokens: float | None,
+               gpu_hour_price: float | None) -> float:  # fmt: skip
+    if name == "time":
+        return seconds
+    tokens = plan.batch * plan.seq(model)
+    total_s = (train_tokens / tokens * seconds) if train_tokens else seconds
+    if name == "time-to-train":
+        return total_s
+    return plan.gpus * total_s / 3600.0 * (gpu_hour_price or 1.0)
+
+
+def _chunks(items: list[tuple[int, Plan]], n: int) -> Iterable[list[tuple[int, Plan]]]:
+    for k in range(0, len(items), n):
+        yield items[k : k + n]
+
+
+def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, Plan]], *, workers: int | None,
+                   scheduler: str | None, tick: Callable[[int], None]) -> list[Screened]:  # fmt: skip
+    chunks = list(_chunks(items, _CHUNK))
+    out: list[Screened] = []
+    if scheduler:
+        try:
+            from dask.distributed import Client, as_completed as dask_completed
+        except ImportError:
+            raise ConfigError(
+                "--scheduler needs dask.distributed: pip install 'trainsim[search]' (or dask[distributed])"
+            ) from None
+        with Client(scheduler) as client:
+            futures = client.map(screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False)
+            for fut in dask_completed(futures):
+                res = fut.result()
+                out.extend(res)
+                tick(len(res))
+        return out
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    if n <= 1 or len(chunks) <= 1:
+        for ch in chunks:
+            res = screen_plans(model, system, ch)
+            out.extend(res)
+            tick(len(res))
+        return out
+    with ProcessPoolExecutor(max_workers=n, mp_context=get_context("forkserver")) as pool:
+        futs = [pool.submit(screen_plans, model, system, ch) for ch in chunks]
+        for fut in as_completed(futs):
+            res = fut.result()
+            out.extend(res)
+            tick(len(res))
+    return out
+
+
+def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, objective: str = "time",
+               top_k: int = 10, simulate_top: int = 32, workers: int | None = None, scheduler: str | None = None,
+               train_tokens: float | None = None, gpu_hour_price: float | None = None,
+               progress: bool = True) -> dict[str, Any]:  # fmt: skip
+    """Search ``space`` for ``model`` on ``system`` (see the module docstring)."""
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if objective == "time-to-train" and not train_tokens:
+        raise ConfigError("objective time-to-train needs --train-tokens")
+    sys_spec = get_system(system) if isinstance(system, str) else system
+    t0 = time.perf_counter()
+    infeasible: Counter[str] = Counter()
+    items: list[tuple[int, Plan]] = []
+    for plan, why in space.plans(model, sys_spec.gpus_per_node):
+        if plan is None:
+            infeasible[why] += 1
+        else:
+            items.append((len(items), plan))
+    enumerated = sum(infeasible.values()) + len(items)
+    bar, tick, stop = _progress(len(items), progress)
+    t1 = time.perf_counter()
+    try:
+        screened = _run_screening(model, sys_spec, items, workers=workers, scheduler=scheduler, tick=tick)
+    finally:
+        stop()
+    t2 = time.perf_counter()
+    ok = []
+    for s in screened:
+        if s.error:
+            infeasible[s.error] += 1
+        elif not s.fits:
+            infeasible[MEMORY_REASON] += 1
+        else:
+            ok.append(s)
+
+    def obj(s: Screened) -> float:
+        return _objective(objective, s.closed_form_s, items[s.index][1], model,
+                          train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # fmt: skip
+
+    ok.sort(key=obj)
+    ranked = []
+    for s in ok[: max(simulate_top, top_k)]:
+        plan = items[s.index][1]
+        r = predict_llm(model, plan, sys_spec, coster=_coster(sys_spec.device))
+        ranked.append({
+            "plan": plan.label(), "plan_fields": asdict(plan), "iteration_time_s": r.iteration_time_s,
+            "closed_form_s": s.closed_form_s, "memory_per_gpu_bytes": r.peak_memory.total_bytes,
+            "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
+            "objective": _objective(objective, r.iteration_time_s, plan, model, train_tokens=train_tokens,
+                                    gpu_hour_price=gpu_hour_price),
+            "provenance": r.provenance["summary"],
+        })  # fmt: skip
+    ranked.sort(key=lambda d: d["objective"])
+    t3 = time.perf_counter()
+    return {
+        "model": model.name, "system": sys_spec.name, "gpus": space.gpus, "global_batch": space.global_batch,
+        "objective": objective, "plans": ranked[:top_k], "enumerated": enumerated, "evaluated": len(screened),
+        "feasible": len(ok), "simulated": len(ranked), "infeasible": dict(infeasible.most_common()),
+        "timings_s": {"enumerate": t1 - t0, "screen": t2 - t1, "simulate": t3 - t2, "total": t3 - t0},
+        "screened_per_min": len(screened) / max(t2 - t1, 1e-9) * 60.0,
+    }  # fmt: skip
+
+
+def _progress(total: int, enabled: bool) -> tuple[Any, Callable[[int], None], Callable[[], None]]:
+    if not enabled or not sys.stderr.isatty() or total == 0:
+        return None, lambda n: None, lambda: None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    p = Progress("screening", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+    task = p.add_task("screen", total=total)
+    p.start()
+    return p, lambda n: p.advance(task, n), p.stop

@@ -1,0 +1,93 @@
+"""The plan space of an LLM search, defined once: values per dimension and the constraints.
+
+A :class:`PlanSpace` lists the values each dimension may take (tensor, pipeline, context and
+expert parallel degrees, sequence parallelism, ZeRO stage, micro-batch, recompute, schedule,
+interleave); the data-parallel degree follows from the GPU count. :meth:`PlanSpace.plans`
+enumerates every combination and sorts it into candidates and infeasible plans, each of the
+latter with a short reason key (``tp does not divide heads``, ``does not fit in memory``, ...)
+so a search can count them by reason. The structural rules are :meth:`Plan.validate`'s — one
+definition for ``predict`` and ``search`` alike; memory is checked by the screening step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from trainsim.builders.plan import Plan
+from trainsim.builders.spec import ModelSpec
+from trainsim.errors import ConfigError
+
+_POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def reason_key(message: str) -> str:
+    """A countable reason from a ConfigError message: numbers and names dropped."""
+    m = message.removeprefix("plan: ")
+    m = re.sub(r"\b[\w.-]+'s\b", "the model's", m)
+    m = re.sub(r"\b[\w.-]*\d[\w.×-]*\b", "N", m)
+    m = re.sub(r"\([^)]*\)", "", m)
+    return re.sub(r"\s+", " ", m).strip()
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSpace:
+    """Values per dimension (see the module docstring). Empty tuples mean "the default"."""
+
+    gpus: int
+    global_batch: int
+    seq_len: int = 0
+    tp: tuple[int, ...] = ()  # default: powers of two up to the GPUs of a node
+    pp: tuple[int, ...] = ()  # default: powers of two up to the layer count
+    cp: tuple[int, ...] = (1,)
+    ep: tuple[int, ...] = (1,)
+    sp: tuple[bool, ...] = (False, True)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    micro_batch: tuple[int, ...] = (1, 2, 4, 8)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    schedule: tuple[str, ...] = ("1f1b", "interleaved")
+    vpp: tuple[int, ...] = (2, 4)  # chunks per stage for the interleaved schedule
+    dtype: str = "bf16"
+    attention: str = "flash"
+    attention_dropout: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict, compare=False)
+
+    def dims(self, model: ModelSpec, gpus_per_node: int) -> dict[str, tuple[object, ...]]:
+        tp = self.tp or tuple(t for t in _POW2 if t <= max(gpus_per_node, 1) and t <= self.gpus)
+        pp = self.pp or tuple(p for p in _POW2 if p <= model.layers and p <= self.gpus)
+        return {"tp": tp, "pp": pp, "cp": self.cp, "ep": self.ep, "sp": self.sp, "zero": self.zero,
+                "micro_batch": self.micro_batch, "recompute": self.recompute, "schedule": self.schedule}  # fmt: skip
+
+    def size(self, model: ModelSpec, gpus_per_node: int) -> int:
+        n = 1
+        for k, v in self.dims(model, gpus_per_node).items():
+            n *= len(v) if k != "schedule" else len(v) - ("interleaved" in v) + ("interleaved" in v) * len(self.vpp)
+        return n
+
+    def plans(self, model: ModelSpec, gpus_per_node: int) -> Iterator[tuple[Plan | None, str]]:
+        """Every combination: ``(plan, "")`` when structurally valid, else ``(None, reason)``."""
+        d = self.dims(model, gpus_per_node)
+        for tp, pp, cp, ep, sp, zero, mb, rc, sched in itertools.product(*d.values()):
+            if sp and tp == 1:
+                continue  # sequence parallelism is a no-op without TP: not a distinct plan
+            base = tp * cp * pp  # type: ignore[operator]
+            if self.gpus % base:
+                yield None, "GPUs not divisible by tp×cp×pp"
+                continue
+            vpps = self.vpp if sched == "interleaved" else (1,)
+            for v in vpps:
+                plan = Plan(tp=tp, pp=pp, dp=self.gpus // base, cp=cp, ep=ep, sp=sp, zero=zero,  # type: ignore[arg-type]
+                            micro_batch=mb, global_batch=self.global_batch, seq_len=self.seq_len,  # type: ignore[arg-type]
+                            schedule=sched, vpp=v, recompute=rc, dtype=self.dtype,  # type: ignore[arg-type]
+                            attention=self.attention, attention_dropout=self.attention_dropout)  # type: ignore[arg-type]
+                if sched == "interleaved" and pp == 1:
+                    yield None, "interleaved schedule needs pp > N"
+                    continue
+                try:
+                    plan.validate(model, gpus=self.gpus)
+                except ConfigError as e:
+                    yield None, reason_key(str(e))
+                    continue
+                yield plan, ""
