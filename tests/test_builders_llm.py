@@ -165,7 +165,11 @@ def test_flow_shop_limits() -> None:
     # per-op dispatch times; mixed: between the two limits
     assert flow_shop_s(tiny, [1e-3, 2e-3, 3e-3, 4e-3]) == pytest.approx(10e-3 + 4e-6, rel=1e-9)
     mixed = flow_shop_s(ops, 2e-3)
-    assert max(sum(o.seconds for o in ops), 4 * 2e-3) <= mixed <= sum(o.seconds for o in ops) + 4 * 2e-3
+    assert (
+        max(sum(o.seconds for o in ops), 4 * 2e-3)
+        <= mixed
+        <= sum(o.seconds for o in ops) + 4 * 2e-3
+    )
     # a hand-worked mixed case: cpu 2, gpu kernels 3, 1, 5, 2 (ms) -> 2+3=5, 6, 11, 13
     assert mixed == pytest.approx(13e-3, rel=1e-9)
 
@@ -243,8 +247,12 @@ def test_per_node_by_hand() -> None:
 
 
 def test_per_node_matches_megatron_layout() -> None:
-    strides = {"tp": lambda d: 1, "cp": lambda d: d["tp"], "dp": lambda d: d["tp"] * d["cp"],
-               "pp": lambda d: d["tp"] * d["cp"] * d["dp"]}  # fmt: skip
+    strides = {
+        "tp": lambda d: 1,
+        "cp": lambda d: d["tp"],
+        "dp": lambda d: d["tp"] * d["cp"],
+        "pp": lambda d: d["tp"] * d["cp"] * d["dp"],
+    }
     n = 0
     for gpn in (1, 4, 8):
         for tp in (1, 2, 4, 8):
@@ -257,6 +265,20 @@ def test_per_node_matches_megatron_layout() -> None:
                             assert got == _brute_per_node(dims, axis, gpn), (gpn, dims, axis)
                             n += 1
     assert n > 500
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="embedding_grads places ranks s and s + B(pp-1) with per_node(2, B(pp-1)), "
+    "which assumes the stride divides the node; bug reported to the lead",
+)
+def test_tied_embedding_all_reduce_inside_one_node() -> None:
+    """pp 4 on one 4-GPU Perlmutter node: the first and last stage (ranks 0 and 3) share it."""
+    c = PlanComm(get_model("gpt2"), Plan(pp=4), get_system("perlmutter")).embedding_grads()
+    assert c is not None and c.per_node == 2
+    # tp 2 × pp 4 on one DGX: ranks {0, 6} and {1, 7}
+    c = PlanComm(get_model("gpt2"), Plan(tp=2, pp=4), get_system("dgx-a100")).embedding_grads()
+    assert c is not None and c.per_node == 2
 
 
 def test_plan_comm_places_groups() -> None:
@@ -295,15 +317,58 @@ def test_pp1_simulation_matches_closed_form(dtype: str) -> None:
     want = r.plan.grad_accum * (st.fwd_s + st.bwd_s) + st.dp_comm_s + st.optimizer_s
     assert r.closed_form_s["001_eq7"] == pytest.approx(want, rel=1e-9)
     assert r.closed_form_s["003_eq4"] == pytest.approx(want, rel=1e-9)
+    # 8 data-parallel replicas in one DGX node reduce the gradients once per iteration
+    (ar,) = st.dp_comm
+    assert (ar.kind, ar.group_size, ar.per_node) == ("all_reduce", 8, 8)
+    assert ar.bytes == st.params * {"fp16": 2, "bf16": 4}[dtype]
+    assert ar.seconds > 0 and r.breakdown["exposed_dp_communication_s"] == pytest.approx(ar.seconds)
+    single = _predict(Plan(dp=1, micro_batch=4, global_batch=8, dtype=dtype))
+    assert single.stages[0].dp_comm == [] and single.breakdown["exposed_dp_communication_s"] == 0.0
     fast = _predict(Plan(dp=8, micro_batch=4, global_batch=64, dtype=dtype), simulate=False)
     assert fast.method == "closed-form-001" and fast.sim is None
     assert fast.iteration_time_s == r.closed_form_s["001_eq7"]
 
 
-@pytest.mark.parametrize("sched", ["1f1b", "gpipe", "interleaved"])
-def test_pipeline_lower_bounds(sched: str) -> None:
-    plan = Plan(tp=2, pp=4, dp=1, micro_batch=2, global_batch=16, schedule=sched,
-                vpp=2 if sched == "interleaved" else 1)  # fmt: skip
+def _path_bound(r: LLMPrediction) -> float:
+    """A lower bound on any schedule's iteration: stage ``j`` cannot start before micro-batch 0
+    has run forward through stages ``< j`` (its first chunk: ``1/v`` of their layers), must then
+    do all its own ``m`` forwards and backwards, after which the last micro-batch still has to run
+    backward through stages ``< j``, and stage 0 then reduces its gradients and steps."""
+    plan, st = r.plan, r.stages
+    v = plan.vpp if plan.schedule == "interleaved" else 1
+    m = plan.grad_accum
+    tail0 = st[0].dp_comm_s + st[0].optimizer_s
+    best = 0.0
+    for j, sj in enumerate(st):
+        before = sum(x.fwd_s for x in st[:j]) / v
+        after = sum(x.bwd_s for x in st[:j]) / v
+        own = m * (sj.fwd_s + sj.bwd_s)
+        best = max(best, before + own + after + tail0, before + own + sj.dp_comm_s + sj.optimizer_s)
+    return best
+
+
+@pytest.mark.parametrize(
+    ("sched", "gb"),  # 2 sequences per micro-batch: 1, 4 (= pp) and 8 micro-batches
+    [
+        ("1f1b", 2),
+        ("1f1b", 8),
+        ("1f1b", 16),
+        ("gpipe", 2),
+        ("gpipe", 16),
+        ("interleaved", 8),
+        ("interleaved", 16),
+    ],
+)
+def test_pipeline_lower_bounds(sched: str, gb: int) -> None:
+    plan = Plan(
+        tp=2,
+        pp=4,
+        dp=1,
+        micro_batch=2,
+        global_batch=gb,
+        schedule=sched,
+        vpp=2 if sched == "interleaved" else 1,
+    )
     r = _predict(plan)
     t, m = r.iteration_time_s, plan.grad_accum
     # one micro-batch must traverse every stage forward and back
@@ -311,13 +376,40 @@ def test_pipeline_lower_bounds(sched: str) -> None:
     # no stage can do its work in less than its busy time
     busy = max(m * (s.fwd_s + s.bwd_s) + s.dp_comm_s + s.optimizer_s for s in r.stages)
     assert t >= busy * (1 - 1e-9)
+    assert t >= _path_bound(r) * (1 - 1e-9)
+    if sched != "interleaved":
+        # the pipeline latency closed form (003 Eq. 4) is this bound when the last stage is the
+        # slowest (it holds the head); the simulation adds the point-to-point transfers only
+        assert t == pytest.approx(r.closed_form_s["003_eq4"], rel=0.02)
+        assert t >= r.closed_form_s["003_eq4"] * (1 - 1e-9)
     assert r.method == "simulation" and t == r.sim.predicted_step_s  # short: simulated in full
+    # the breakdown describes the stage whose GPUs finish last
+    ends = {x.rank: x.end_s for x in r.sim.ranks}
+    assert ends[r.breakdown["stage"]] == max(ends.values())
+
+
+def test_interleaving_shrinks_the_bubble() -> None:
+    base = Plan(tp=2, pp=4, dp=1, micro_batch=1, global_batch=8)
+    one = _predict(base).iteration_time_s
+    inter = _predict(
+        Plan(tp=2, pp=4, dp=1, micro_batch=1, global_batch=8, schedule="interleaved", vpp=3)
+    )
+    assert inter.iteration_time_s < one
+    assert inter.breakdown["pipeline_bubble_s"] < _predict(base).breakdown["pipeline_bubble_s"]
 
 
 @pytest.mark.parametrize("sched", ["1f1b", "interleaved", "gpipe"])
 def test_steady_state_extrapolation_is_exact(sched: str) -> None:
-    plan = Plan(tp=2, pp=4, dp=2, micro_batch=1, global_batch=128, schedule=sched,
-                vpp=2 if sched == "interleaved" else 1, recompute="selective")  # fmt: skip
+    plan = Plan(
+        tp=2,
+        pp=4,
+        dp=2,
+        micro_batch=1,
+        global_batch=128,
+        schedule=sched,
+        vpp=2 if sched == "interleaved" else 1,
+        recompute="selective",
+    )
     fast = _predict(plan, system="perlmutter")
     full = _predict(plan, system="perlmutter", full_simulation=True)
     assert fast.method.startswith("simulation (steady state")
@@ -336,18 +428,28 @@ def test_more_microbatches_never_faster() -> None:
 
 
 def test_schedule_and_recompute_orderings() -> None:
-    t = {s: _predict(Plan(tp=2, pp=4, micro_batch=2, global_batch=16, schedule=s)).iteration_time_s
-         for s in ("1f1b", "gpipe")}  # fmt: skip
+    t = {
+        s: _predict(Plan(tp=2, pp=4, micro_batch=2, global_batch=16, schedule=s)).iteration_time_s
+        for s in ("1f1b", "gpipe")
+    }
     assert t["gpipe"] >= 0.99 * t["1f1b"]
-    rc = {r: _predict(Plan(tp=2, pp=4, micro_batch=2, global_batch=16, recompute=r)) for r in ("none", "selective", "full")}  # fmt: skip
-    assert rc["full"].iteration_time_s > rc["selective"].iteration_time_s >= rc["none"].iteration_time_s
+    rc = {
+        r: _predict(Plan(tp=2, pp=4, micro_batch=2, global_batch=16, recompute=r))
+        for r in ("none", "selective", "full")
+    }
+    assert (
+        rc["full"].iteration_time_s
+        > rc["selective"].iteration_time_s
+        >= rc["none"].iteration_time_s
+    )
     # recomputation costs time but no model FLOPs: MFU falls
     assert rc["full"].mfu < rc["none"].mfu
     assert rc["none"].stages[0].recompute_s == 0.0 < rc["full"].stages[0].recompute_s
 
 
-@pytest.mark.parametrize("plan", [Plan(dp=8, micro_batch=4, global_batch=64, dtype="fp16"), PP_PLAN],
-                         ids=["pp1", "pp4"])  # fmt: skip
+@pytest.mark.parametrize(
+    "plan", [Plan(dp=8, micro_batch=4, global_batch=64, dtype="fp16"), PP_PLAN], ids=["pp1", "pp4"]
+)
 def test_throughput_mfu_breakdown(plan: Plan) -> None:
     r = _predict(plan)
     seq = plan.seq(r.model)
@@ -378,7 +480,9 @@ def _summary_rule(prov: dict) -> str:
 
 def test_provenance_a100_calibrated_h100_not_native() -> None:
     a100 = _predict(PP_PLAN).provenance
-    assert a100["kernels"] and all(k.startswith("calibrated:") and "transferred-from" not in k for k in a100["kernels"])
+    assert a100["kernels"] and all(
+        k.startswith("calibrated:") and "transferred-from" not in k for k in a100["kernels"]
+    )
     assert a100["summary"] in ("calibrated", "mixed")
     assert a100["summary"] == _summary_rule(a100)
     # no H100-SXM micro-benchmarks ship: every kernel answer is spec-based or borrowed from a
@@ -407,13 +511,21 @@ def test_provenance_spec_based_device(tmp_path: Path) -> None:
 # --- 5. the IR -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sched", ["1f1b", "interleaved"])
-def test_workload_ir(sched: str) -> None:
+@pytest.mark.parametrize(("sched", "cp"), [("1f1b", 1), ("interleaved", 1), ("1f1b", 2)])
+def test_workload_ir(sched: str, cp: int) -> None:
     from trainsim.sim import HostMode, KernelSource, SimOptions, simulate
 
     m, sysspec = get_model(MODEL), get_system(SYSTEM)
-    plan = Plan(tp=2, pp=4, dp=2, micro_batch=1, global_batch=16, schedule=sched,
-                vpp=2 if sched == "interleaved" else 1)  # fmt: skip
+    plan = Plan(
+        tp=2,
+        pp=4,
+        dp=2,
+        cp=cp,
+        micro_batch=1,
+        global_batch=16,
+        schedule=sched,
+        vpp=2 if sched == "interleaved" else 1,
+    )
     stages = stage_costs(m, plan, sysspec)
     w = build_workload(m, plan, sysspec, stages)
     assert [g.rank for g in w.ranks] == list(range(plan.pp))
@@ -433,16 +545,25 @@ def test_workload_ir(sched: str) -> None:
                 kind = k.name.split(":")[0]
                 (sends if kind == "send" else recvs)[(c.group, c.seq, g.rank, c.peer)] += 1
     # every send has exactly one matching receive on its peer
-    assert sends and sends == Counter({(grp, seq, peer, src): n for (grp, seq, src, peer), n in recvs.items()})
+    assert sends and sends == Counter(
+        {(grp, seq, peer, src): n for (grp, seq, src, peer), n in recvs.items()}
+    )
     # JSON round trip is the identity
     back = workload_from_dict(json.loads(json.dumps(workload_to_dict(w))))
     assert back == w
-    opts = SimOptions(kernels=KernelSource.MODEL, overheads=HostMode.STATS, thread_edges=False,
-                      launch_latency_s=0.0, kernel_gap_s=0.0)  # fmt: skip
+    opts = SimOptions(
+        kernels=KernelSource.MODEL,
+        overheads=HostMode.STATS,
+        thread_edges=False,
+        launch_latency_s=0.0,
+        kernel_gap_s=0.0,
+    )
     a, b = simulate(w, opts), simulate(back, opts)
     assert a.predicted_step_s == b.predicted_step_s
     assert [r.end_s for r in a.ranks] == [r.end_s for r in b.ranks]
-    assert a.predicted_step_s == predict_llm(m, plan, sysspec, full_simulation=True).iteration_time_s
+    assert (
+        a.predicted_step_s == predict_llm(m, plan, sysspec, full_simulation=True).iteration_time_s
+    )
     # the closed form is an upper-bound-ish reference, not wildly off the simulation
     assert 0.7 < a.predicted_step_s / closed_form_001(stages, plan) < 1.3
 
@@ -485,10 +606,40 @@ def test_unknown_names() -> None:
 
 # --- 7. host dispatch counts from the GPT-2 execution trace -------------------------------------
 
-VIEW = frozenset(f"aten::{n}" for n in (
-    "view reshape t permute transpose slice detach detach_ expand as_strided unsqueeze split select "
-    "_unsafe_view lift_fresh alias unbind squeeze contiguous empty empty_like empty_strided "
-    "resolve_conj resolve_neg narrow chunk split_with_sizes item _local_scalar_dense").split())  # fmt: skip
+VIEW = frozenset(
+    f"aten::{n}"
+    for n in (
+        "view",
+        "reshape",
+        "t",
+        "permute",
+        "transpose",
+        "slice",
+        "detach",
+        "detach_",
+        "expand",
+        "as_strided",
+        "unsqueeze",
+        "split",
+        "select",
+        "_unsafe_view",
+        "lift_fresh",
+        "alias",
+        "unbind",
+        "squeeze",
+        "contiguous",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "resolve_conj",
+        "resolve_neg",
+        "narrow",
+        "chunk",
+        "split_with_sizes",
+        "item",
+        "_local_scalar_dense",
+    )
+)
 
 
 @pytest.mark.shared_data
@@ -547,7 +698,9 @@ def _scaled(r: LLMPrediction) -> list[str]:
 
 
 def test_llama3_gqa_swiglu() -> None:
-    r = _predict(Plan(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, seq_len=4096), model="llama3-8b")
+    r = _predict(
+        Plan(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, seq_len=4096), model="llama3-8b"
+    )
     assert r.iteration_time_s > 0 and 0 < r.mfu < 1
     assert _scaled(r)
     assert any("scaled-from:linear1" in k for k in _scaled(r))  # GQA QKV from the MHA projection
@@ -561,7 +714,9 @@ def test_mixtral_expert_parallel() -> None:
     a2a = [c for c in r.stages[0].comm if c.name == "ep_all_to_all"]
     assert len(a2a) == 4 and all(c.group_size == 2 and c.seconds > 0 for c in a2a)  # fwd + bwd
     # experts move tokens, not work: each layer's passes gain exactly their two all-to-alls
-    no_ep = _predict(Plan(tp=2, pp=4, dp=2, micro_batch=1, global_batch=8, seq_len=4096), model="mixtral-8x7b")
+    no_ep = _predict(
+        Plan(tp=2, pp=4, dp=2, micro_batch=1, global_batch=8, seq_len=4096), model="mixtral-8x7b"
+    )
     for a, b in zip(r.stages, no_ep.stages, strict=True):
         assert a.fwd_s - b.fwd_s == pytest.approx(a.layers * 2 * a2a[0].seconds, rel=1e-9)
         assert a.bwd_s - b.bwd_s == pytest.approx(a.layers * 2 * a2a[0].seconds, rel=1e-9)

@@ -103,6 +103,9 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
     shard = plan.dp * plan.cp if plan.zero >= 1 else 1
     layer_comm = [*tpf, *tpb, *epf, *epb, *([cpf] if cpf else []), *([cpb] if cpb else [])]
+    z3 = comm.zero3_layer(model.layer_params() / plan.tp)
+    if z3 is not None:
+        layer_comm = [*layer_comm, *z3]
     for s, n in enumerate(layers):
         first, last = s == 0, s == plan.pp - 1
         extra_f = (lc.embedding("fwd") if first else []) + (lc.head("fwd") if last else [])
@@ -113,6 +116,10 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             f = flow_shop_s(lf, cpu_f, n) + n * layer_comm_f
             r = (flow_shop_s(re_ops, cpu_f if re_ops is lf else cpu_sel, n) + n * re_comm) if re_ops else 0.0
             b = flow_shop_s(lb, cpu_b, n) + n * layer_comm_b
+            if z3 is not None:  # prefetched weight gathers / gradient scatters bound each pass
+                ag, rs = z3[0].seconds, z3[1].seconds
+                f, b = max(f, n * ag), max(b, n * (ag + rs))
+                r = max(r, n * ag) if plan.recompute == "full" else r
             passes = per_n[n] = (f, r, b)
         f, recompute, b = passes
         fwd = f + (flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0)

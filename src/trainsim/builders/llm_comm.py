@@ -22,8 +22,10 @@ Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al.
   stage boundary (``/tp`` with SP or Megatron's scatter-gather optimisation).
 * DP: the stage's gradients (``grad_bytes`` per parameter: 2 for fp16, 4 for bf16 as Megatron
   accumulates and reduces bf16 gradients in fp32) all-reduced once per iteration (ZeRO 0/1), or
-  reduce-scattered (ZeRO 2/3); ZeRO 1/2 then all-gather the updated fp16/bf16 weights; ZeRO 3
-  all-gathers every layer's weights before its forward and backward.
+  reduce-scattered (ZeRO 2); ZeRO 1/2 then all-gather the updated fp16/bf16 weights. ZeRO 3
+  all-gathers every layer's weights before its forward, backward and recomputation and
+  reduce-scatters its gradients after the backward, every micro-batch, prefetched on a side
+  stream: a layer pass takes the longer of its compute and its collectives.
 """
 
 from __future__ import annotations
@@ -168,7 +170,12 @@ class PlanComm:
         gb = stage_params * self.grad_bytes_per_param()
         stride = p.tp
         out = []
-        if p.zero >= 2:
+        if p.zero == 3:
+            # ZeRO-3/FSDP reduce-scatter each layer's gradients as its backward ends, every
+            # micro-batch (:meth:`zero3_layer`): nothing is left for the end of the iteration
+            # but the (small) non-layer parameters, folded in there as well
+            return out
+        if p.zero == 2:
             out.append(self.cost("dp_reduce_scatter", "reduce_scatter", gb, n, stride))
         else:
             out.append(self.cost("dp_all_reduce", "all_reduce", gb, n, stride))
@@ -176,13 +183,17 @@ class PlanComm:
             out.append(self.cost("dp_all_gather", "all_gather", stage_params * self.act_bytes, n, stride))
         return out
 
-    def zero3_layer(self, layer_params: float) -> CommCost | None:
-        """ZeRO-3/FSDP: all-gather of one layer's weights (before its forward and backward)."""
+    def zero3_layer(self, layer_params: float) -> tuple[CommCost, CommCost] | None:
+        """ZeRO-3/FSDP, one layer of one GPU (``layer_params`` after TP): the all-gather of its
+        weights (before its forward, again before its backward and any recomputation) and the
+        reduce-scatter of its gradients (after its backward), every micro-batch."""
         p = self.plan
         n = p.dp * p.cp
         if p.zero < 3 or n <= 1:
             return None
-        return self.cost("zero3_all_gather", "all_gather", layer_params * self.act_bytes, n, p.tp)
+        ag = self.cost("zero3_all_gather", "all_gather", layer_params * self.act_bytes, n, p.tp)
+        rs = self.cost("zero3_reduce_scatter", "reduce_scatter", layer_params * self.grad_bytes_per_param(), n, p.tp)
+        return ag, rs
 
     def embedding_grads(self) -> CommCost | None:
         """Tied embeddings with pp > 1: first and last stage all-reduce the embedding gradient."""

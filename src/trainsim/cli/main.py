@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "trainsim.cli.bench_cmd",
     "trainsim.cli.fit_cmd",
     "trainsim.cli.predict_cmd",
+    "trainsim.cli.shard_cmd",
     "trainsim.cli.search_cmd",
 )
 

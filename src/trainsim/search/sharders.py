@@ -1,0 +1,212 @@
+"""Embedding-table sharders for DLRM (000 Table III) and their ranking by predicted step time.
+
+Each sharder maps every table to a rank: ``shard(tables, world, *, seed=0, device=None, ...)
+-> list[int]`` (rank per table, in table order). ``tables`` is a sequence of
+:class:`~trainsim.builders.dlrm.TableSpec` or a whole :class:`~trainsim.builders.dlrm.DLRMSpec`.
+
+=====================  ===========================================================
+naive                  index: table ``i`` on rank ``i % world``
+random                 index: a uniformly random rank per table (``seed``)
+size_greedy            greedy, cost E (rows)
+lookup_greedy          greedy, cost L·D
+norm_lookup_greedy     greedy, cost L/E
+size_lookup_greedy     greedy, cost L·D·log10(E) (000's default sharder, §IV-B1)
+predicted_greedy       greedy, cost = our kernel models' predicted fwd+bwd lookup seconds
+                       (:func:`trainsim.builders.dlrm.table_costs`; needs ``device`` and the
+                       batch: a DLRMSpec, or ``batch=``)
+=====================  ===========================================================
+
+Greedy = longest-processing-time list scheduling: tables by decreasing cost (ties: table
+order), each onto the rank with the least summed cost so far (ties: the lowest rank) among the
+ranks it fits on. ``capacity_bytes`` caps the table bytes (E·D·element size) per rank; an
+index sharder that breaks it, or a table that fits on no rank, raises
+:class:`~trainsim.errors.ConfigError`.
+
+:func:`select_sharder` (000 §V-A) runs every sharder and predicts each step with the simulator.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainsim.builders.dlrm import (
+    Coster,
+    DLRMSpec,
+    KernelModels,
+    TableSpec,
+    build_dlrm_workload,
+    provenance_summary,
+    sim_options,
+    table_costs,
+)
+from trainsim.errors import ConfigError
+from trainsim.hardware import DeviceSpec, SystemSpec
+from trainsim.kernels.features import dtype_bytes
+
+Tables = Sequence[TableSpec] | DLRMSpec
+Sharder = Callable[..., list[int]]
+
+
+def _tables(tables: Tables) -> tuple[TableSpec, ...]:
+    return tables.tables if isinstance(tables, DLRMSpec) else tuple(tables)
+
+
+def _check(tables: Sequence[TableSpec], world: int) -> None:
+    if not isinstance(world, int) or world < 1:
+        raise ConfigError(f"world must be a positive integer, got {world!r}")
+    if not tables:
+        raise ConfigError("no tables to shard")
+
+
+def _table_bytes(tables: Tables, dtype: str | None) -> list[int]:
+    dt = dtype or (tables.dtype if isinstance(tables, DLRMSpec) else "fp32")
+    return [t.nbytes(dt) for t in _tables(tables)]
+
+
+def _check_capacity(tables: Tables, ranks: list[int], world: int, capacity_bytes: float | None,
+                    dtype: str | None, sharder: str) -> list[int]:  # fmt: skip
+    if capacity_bytes is None:
+        return ranks
+    used = [0] * world
+    for b, r in zip(_table_bytes(tables, dtype), ranks, strict=True):
+        used[r] += b
+    worst = max(range(world), key=lambda r: used[r])
+    if used[worst] > capacity_bytes:
+        raise ConfigError(f"{sharder}: rank {worst} would hold {used[worst] / 1e9:.3g} GB of tables, "
+                          f"over the {capacity_bytes / 1e9:.3g} GB cap")  # fmt: skip
+    return ranks
+
+
+def greedy(costs: Sequence[float], world: int, *, sizes: Sequence[float] | None = None,
+           capacity_bytes: float | None = None, name: str = "greedy") -> list[int]:  # fmt: skip
+    """Largest cost first onto the least-loaded rank with room (see the module docstring)."""
+    load = [0.0] * world
+    used = [0.0] * world
+    out = [0] * len(costs)
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        need = sizes[i] if sizes is not None else 0.0
+        room = [r for r in range(world) if capacity_bytes is None or used[r] + need <= capacity_bytes]
+        if not room:
+            raise ConfigError(f"{name}: table #{i} ({need / 1e9:.3g} GB) fits on no rank under the "
+                              f"{(capacity_bytes or 0) / 1e9:.3g} GB cap")  # fmt: skip
+        r = min(room, key=lambda r: (load[r], r))
+        out[i] = r
+        load[r] += costs[i]
+        used[r] += need
+    return out
+
+
+def naive(tables: Tables, world: int, *, seed: int = 0, device: Any = None,
+          capacity_bytes: float | None = None, dtype: str | None = None, **_: Any) -> list[int]:  # fmt: skip
+    """Table ``i`` on rank ``i % world``."""
+    ts = _tables(tables)
+    _check(ts, world)
+    return _check_capacity(tables, [i % world for i in range(len(ts))], world, capacity_bytes, dtype, "naive")
+
+
+def random_sharder(tables: Tables, world: int, *, seed: int = 0, device: Any = None,
+                   capacity_bytes: float | None = None, dtype: str | None = None, **_: Any) -> list[int]:  # fmt: skip
+    """A uniformly random rank per table, reproducible by ``seed``."""
+    ts = _tables(tables)
+    _check(ts, world)
+    rng = random.Random(seed)
+    return _check_capacity(tables, [rng.randrange(world) for _ in ts], world, capacity_bytes, dtype, "random")
+
+
+def _cost_sharder(name: str, cost: Callable[[TableSpec], float]) -> Sharder:
+    def shard(tables: Tables, world: int, *, seed: int = 0, device: Any = None,
+              capacity_bytes: float | None = None, dtype: str | None = None, **_: Any) -> list[int]:  # fmt: skip
+        ts = _tables(tables)
+        _check(ts, world)
+        return greedy([cost(t) for t in ts], world, sizes=_table_bytes(tables, dtype),
+                      capacity_bytes=capacity_bytes, name=name)  # fmt: skip
+
+    shard.__name__ = name
+    shard.__doc__ = f"Greedy on 000 Table III's {name.replace('_', ' ')} cost."
+    return shard
+
+
+def predicted_greedy(tables: Tables, world: int, *, seed: int = 0, device: str | Path | DeviceSpec | None = None,
+                     capacity_bytes: float | None = None, dtype: str | None = None, batch: int | None = None,
+                     kernel_models: KernelModels = None, coster: Coster | None = None, **_: Any) -> list[int]:  # fmt: skip
+    """Greedy on each table's predicted lookup seconds (our kernel models on ``device``)."""
+    ts = _tables(tables)
+    _check(ts, world)
+    if device is None and coster is None:
+        raise ConfigError("predicted_greedy needs a device (its kernel models cost the tables)")
+    if isinstance(tables, DLRMSpec):
+        spec = tables
+    elif batch is None:
+        raise ConfigError("predicted_greedy needs the batch: give a DLRMSpec or batch=")
+    else:
+        spec = DLRMSpec(ts, batch=batch, dtype=dtype or "fp32")
+    costs = table_costs(spec, device=device or coster.device, kernel_models=kernel_models, coster=coster)  # type: ignore[union-attr]
+    return greedy(costs, world, sizes=_table_bytes(spec, dtype), capacity_bytes=capacity_bytes,
+                  name="predicted_greedy")  # fmt: skip
+
+
+SHARDERS: dict[str, Sharder] = {
+    "naive": naive,
+    "random": random_sharder,
+    "size_greedy": _cost_sharder("size_greedy", lambda t: float(t.rows)),
+    "lookup_greedy": _cost_sharder("lookup_greedy", lambda t: t.pooling * t.dim),
+    "norm_lookup_greedy": _cost_sharder("norm_lookup_greedy", lambda t: t.pooling / t.rows),
+    "size_lookup_greedy": _cost_sharder("size_lookup_greedy", lambda t: t.pooling * t.dim * math.log10(t.rows) if t.rows > 1 else 0.0),
+    "predicted_greedy": predicted_greedy,
+}  # fmt: skip
+
+
+def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpec,
+                   system: str | Path | SystemSpec | None = None, capacity_bytes: float | None = None,
+                   kernel_models: KernelModels = None, sharders: Sequence[str] | None = None, seed: int = 0,
+                   **build_kw: Any) -> list[dict[str, Any]]:  # fmt: skip
+    """Every sharder's assignment and simulated step time, fastest first (000 §V-A).
+
+    Each entry: ``name``, ``predicted_step_s``, ``assignment``, ``embedding_load_s`` (each
+    rank's predicted lookup seconds), ``imbalance`` (max / mean of it), ``provenance`` (kernel
+    counts by source). A sharder that breaks ``capacity_bytes`` is listed last with
+    ``predicted_step_s`` None and its ``error``. ``build_kw`` goes to
+    :func:`~trainsim.builders.dlrm.build_dlrm_workload` (``overlap``, ``link_bandwidth_Bps``, ...).
+    """
+    from trainsim.sim import simulate
+
+    names = list(sharders) if sharders is not None else list(SHARDERS)
+    unknown = [n for n in names if n not in SHARDERS]
+    if unknown:
+        raise ConfigError(f"unknown sharder {unknown[0]!r}; known: {', '.join(SHARDERS)}")
+    coster = Coster(device, kernel_models)
+    costs = table_costs(spec, device=coster.device, coster=coster)
+    done, failed = [], []
+    for name in names:
+        try:
+            a = SHARDERS[name](spec, world, seed=seed, device=coster.device, capacity_bytes=capacity_bytes,
+                               coster=coster)  # fmt: skip
+        except ConfigError as e:
+            failed.append({"name": name, "predicted_step_s": None, "assignment": None, "error": str(e)})
+            continue
+        w = build_dlrm_workload(spec, a, world, device=coster.device, system=system, coster=coster, **build_kw)
+        load = [0.0] * world
+        for c, r in zip(costs, a, strict=True):
+            load[r] += c
+        mean = sum(load) / world
+        done.append({"name": name, "predicted_step_s": float(simulate(w, sim_options(w)).predicted_step_s),
+                     "assignment": a, "embedding_load_s": load, "imbalance": max(load) / mean if mean else 1.0,
+                     "provenance": provenance_summary(w), "comm": w.metadata["comm"]})  # fmt: skip
+    if not done:
+        raise ConfigError(f"no sharder is feasible: {failed[0]['error']}")
+    done.sort(key=lambda d: d["predicted_step_s"])
+    return done + failed
+
+
+__all__ = [
+    "SHARDERS",
+    "greedy",
+    "naive",
+    "predicted_greedy",
+    "random_sharder",
+    "select_sharder",
+]

@@ -1,0 +1,116 @@
+"""LLM plan search: the plan space, screening, ranking, the CLI, and the search validation suite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from trainsim.builders.models import get_model
+from trainsim.builders.plan import Plan
+from trainsim.builders.predict import predict_llm
+from trainsim.cli.main import _register, app
+from trainsim.errors import ConfigError
+from trainsim.hardware import get_system
+from trainsim.search.llm import MEMORY_REASON, screen_plans, search_llm
+from trainsim.search.space import PlanSpace, reason_key
+
+SMALL = PlanSpace(gpus=16, global_batch=64, tp=(1, 2, 4), pp=(1, 2, 4), micro_batch=(1, 2), zero=(0, 1),
+                  recompute=("none", "full"), schedule=("1f1b",))  # fmt: skip
+
+
+def test_space_enumerates_every_combination_once():
+    model = get_model("llama2-7b")
+    got = list(SMALL.plans(model, 8))
+    valid = [p for p, _ in got if p is not None]
+    assert len(valid) == len(set(valid))  # no plan twice
+    assert all(p.gpus == 16 and p.batch == 64 for p in valid)
+    assert all(not (p.sp and p.tp == 1) for p in valid)  # SP without TP is not a distinct plan
+    # every (tp, pp, mb, zero, recompute, sp) combination is either valid or has a reason
+    assert len(got) == sum(1 for _ in SMALL.plans(model, 8))
+    assert len(got) == 3 * 3 * 2 * 2 * 2 * 2 - 1 * 3 * 1 * 2 * 2 * 2  # sp=True with tp=1 dropped
+
+
+def test_infeasible_reasons_are_counted_and_generic():
+    model = get_model("gpt3-1.3b")  # 24 layers, 16 heads (per the GPT-3 paper's corrected row)
+    space = PlanSpace(gpus=96, global_batch=96, tp=(3,), pp=(32,), micro_batch=(1,), zero=(0,),
+                      recompute=("none",), schedule=("1f1b",), sp=(False,))  # fmt: skip
+    reasons = [why for p, why in space.plans(model, 8)]
+    assert reasons and all(reasons)
+    assert reason_key("plan: tp 3 does not divide gpt3-1.3b's 16 attention heads") == \
+        "tp N does not divide the model's N attention heads"  # fmt: skip
+
+
+def test_screening_agrees_with_predict_closed_form():
+    model, system = get_model("llama2-7b"), get_system("dgx-a100")
+    plans = [p for p, _ in SMALL.plans(model, 8) if p is not None][:12]
+    screened = screen_plans(model, system, list(enumerate(plans)))
+    for s in screened:
+        r = predict_llm(model, plans[s.index], system, simulate=False)
+        assert s.closed_form_s == pytest.approx(r.iteration_time_s, rel=1e-12)
+        assert s.memory_bytes == pytest.approx(r.peak_memory.total_bytes, rel=1e-12)
+
+
+def test_search_ranks_simulated_plans_and_counts_everything():
+    model = get_model("llama2-7b")
+    r = search_llm(model, "dgx-a100", SMALL, workers=1, progress=False, top_k=5, simulate_top=8)
+    times = [p["iteration_time_s"] for p in r["plans"]]
+    assert times == sorted(times) and len(times) == 5
+    assert r["evaluated"] + sum(n for why, n in r["infeasible"].items() if why != MEMORY_REASON) == r["enumerated"]
+    assert r["feasible"] + r["infeasible"].get(MEMORY_REASON, 0) <= r["evaluated"]
+    # the best simulated plan is no slower than any other finalist when predicted alone
+    best = Plan(**r["plans"][0]["plan_fields"])
+    assert predict_llm(model, best, "dgx-a100").iteration_time_s == pytest.approx(times[0], rel=1e-9)
+
+
+def test_search_in_processes_matches_one_process():
+    model = get_model("llama2-7b")
+    a = search_llm(model, "dgx-a100", SMALL, workers=1, progress=False, top_k=3, simulate_top=3)
+    b = search_llm(model, "dgx-a100", SMALL, workers=2, progress=False, top_k=3, simulate_top=3)
+    assert [p["plan"] for p in a["plans"]] == [p["plan"] for p in b["plans"]]
+    assert a["infeasible"] == b["infeasible"]
+
+
+def test_memory_constraint_prunes():
+    model = get_model("llama2-70b")
+    space = PlanSpace(gpus=8, global_batch=8, tp=(1,), pp=(1,), micro_batch=(1,), zero=(0,),
+                      recompute=("none",), schedule=("1f1b",), sp=(False,))  # fmt: skip
+    r = search_llm(model, "dgx-a100", space, workers=1, progress=False)
+    assert r["plans"] == [] and r["infeasible"] == {MEMORY_REASON: 1}
+
+
+def test_objectives_need_their_inputs():
+    model = get_model("llama2-7b")
+    with pytest.raises(ConfigError, match="train-tokens"):
+        search_llm(model, "dgx-a100", SMALL, objective="time-to-train", workers=1, progress=False)
+    with pytest.raises(ConfigError, match="objective"):
+        search_llm(model, "dgx-a100", SMALL, objective="speed", workers=1, progress=False)
+    r = search_llm(model, "dgx-a100", SMALL, objective="cost", train_tokens=1e9, gpu_hour_price=2.0,
+                   workers=1, progress=False, top_k=2, simulate_top=2)  # fmt: skip
+    p = r["plans"][0]
+    tokens = 64 * 4096
+    assert p["objective"] == pytest.approx(16 * 1e9 / tokens * p["iteration_time_s"] / 3600 * 2.0, rel=1e-9)
+
+
+def test_cli_search_json():
+    _register()
+    res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64", "--tp", "1,2",
+                                   "--pp", "1,2", "--micro-batch", "1,2", "--zero", "0,1", "--recompute", "none",
+                                   "--schedule", "1f1b", "--workers", "1", "--top-k", "3", "--simulate-top", "3",
+                                   "--format", "json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert {"plans", "evaluated", "infeasible"} <= set(doc)
+    assert all({"plan", "iteration_time_s", "memory_per_gpu_bytes"} <= set(p) for p in doc["plans"])
+
+
+def test_search_suite(shared_data):
+    from trainsim.validate.search_suite import run_search_suite
+
+    r = run_search_suite(shared_data, files="vtrain-multi,seed001")
+    multi = r["files"]["vtrain-multi"]
+    assert multi["groups"] == 4 and multi["spearman_groups"] == 4
+    for g in r["cases"]:
+        assert g["regret_pct"] >= 0
+        assert g["picked_best"] == (g["regret_pct"] == 0)
