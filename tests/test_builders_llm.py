@@ -267,11 +267,6 @@ def test_per_node_matches_megatron_layout() -> None:
     assert n > 500
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="embedding_grads places ranks s and s + B(pp-1) with per_node(2, B(pp-1)), "
-    "which assumes the stride divides the node; bug reported to the lead",
-)
 def test_tied_embedding_all_reduce_inside_one_node() -> None:
     """pp 4 on one 4-GPU Perlmutter node: the first and last stage (ranks 0 and 3) share it."""
     c = PlanComm(get_model("gpt2"), Plan(pp=4), get_system("perlmutter")).embedding_grads()

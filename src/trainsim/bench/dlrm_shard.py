@@ -11,10 +11,12 @@ described by a spec for each of several table → rank assignments. One step, on
 2. ``all_to_all_single`` of the pooled embeddings: rank ``r`` receives the rows of its batch
    slice from every table;
 3. dense part, data parallel on the local batch (global / world): bottom MLP on the dense
-   features, interaction (concatenation, or DLRM's pairwise dots when every table has the
-   bottom MLP's output width and the spec asks for ``"dot"``), top MLP, BCE loss, backward;
+   features, interaction (DLRM's pairwise dots when every table has the bottom MLP's output
+   width and the spec's interaction is ``"dot"`` or ``"auto"``, else concatenation), top MLP,
+   BCE loss, backward;
 4. the reverse ``all_to_all_single`` of the pooled embeddings' gradients, then the embedding
-   backward with its fused optimizer (exact row-wise Adagrad by default, or exact SGD);
+   backward with its fused optimizer (exact SGD by default, as
+   :mod:`trainsim.builders.dlrm` models the update; or exact row-wise Adagrad, TorchRec's usual);
 5. one ``all_reduce`` of the flattened dense gradients (a single DDP bucket), averaged, and an
    SGD step of the MLPs.
 
@@ -29,9 +31,11 @@ block, so no block inherits another's warm caches beyond what the machine keeps.
 
 Index batches: per table, ``round(batch × pooling)`` lookups spread evenly over the ``batch``
 bags (bag sizes differ by at most one), the rows following the table's reuse-factor histogram
-(:func:`trainsim.bench.reuse.reuse_indices`); a table too small for the histogram's unique rows
-(or a table with reuse ``None``/``"uniform"``) gets uniform indices instead, reported in the
-result's ``uniform_tables``. ``index_batches`` distinct batches per table are cycled through.
+(:func:`trainsim.bench.reuse.reuse_indices`), or uniform with reuse ``None``. A table with
+fewer rows than the histogram's unique rows for that many lookups gets the histogram's batch
+drawn on a virtual table of just enough rows, folded onto its rows (``index mod rows``): its
+reuse is higher than the histogram's, as it must be. ``index_batches`` distinct batches per
+table are cycled through.
 
 Everything runs in fp32 with ``threads`` intra-op threads per rank (default: the usable cores
 shared evenly). Without fbgemm-gpu (``pip install fbgemm-gpu-cpu``), ``torch.nn.EmbeddingBag``
@@ -69,7 +73,7 @@ class ShardRun:
     repeats: int = 1  # blocks per assignment, interleaved across assignments
     threads: int | None = None  # intra-op threads per rank; None: usable cores / world
     index_batches: int = 2  # distinct index batches per table, cycled
-    optimizer: str = "rowwise_adagrad"  # embedding optimizer: rowwise_adagrad or sgd
+    optimizer: str = "sgd"  # embedding optimizer: sgd or rowwise_adagrad
     backend: str = "auto"  # fbgemm, torch, or auto (fbgemm when importable)
     seed: int = 0
     timeout_s: float = 900.0
@@ -94,6 +98,9 @@ class ShardMeasurement:
     repeat_medians_s: list[float]
     per_rank: list[dict[str, float]] = field(default_factory=list)  # median seconds per phase
     build_s: float = 0.0  # model construction, median over repeats (not part of the step)
+    load_1m: list[float] = field(default_factory=list)  # rank 0's load average at each repeat
+    backend: str = ""  # fbgemm or torch
+    folded_tables: list[str] = field(default_factory=list)  # too small for their reuse histogram
 
     def spread_pct(self) -> float:
         """Repeat-to-repeat spread, (max − min) / median of the repeat medians, in %."""
@@ -109,7 +116,12 @@ class ShardMeasurement:
 
 
 def _hist_payload(reuse: Any) -> Any:
-    """A reuse description → ``None`` (uniform) or a histogram's ``(name, buckets)``."""
+    """A reuse description → ``None`` (uniform) or a histogram's ``[name, buckets]``.
+
+    Accepted: ``None``/``"uniform"``; a :class:`~trainsim.bench.reuse.ReuseHistogram` or its
+    name; ``(lo, hi, fraction)`` buckets; or, as :class:`trainsim.builders.dlrm.TableSpec`
+    has it, fractions of the unique rows per reuse bin (0,1], (1,2], (2,4], … (renormalised).
+    """
     from trainsim.bench.reuse import DLRM_2022, ReuseHistogram
 
     if reuse is None or reuse == "uniform":
@@ -124,8 +136,14 @@ def _hist_payload(reuse: Any) -> Any:
         return [str(reuse.get("name", "custom")), [list(b) for b in reuse["buckets"]]]
     if isinstance(reuse, Sequence) and reuse and isinstance(reuse[0], Sequence):
         return ["custom", [list(b) for b in reuse]]
+    if isinstance(reuse, Sequence) and reuse and all(isinstance(x, int | float) for x in reuse):
+        total = float(sum(reuse))
+        if total <= 0 or any(x < 0 for x in reuse):
+            raise ConfigError(f"reuse fractions must be non-negative, not all 0: {reuse!r}")
+        bins = [[0 if i == 0 else 2 ** (i - 1), 2**i, float(x) / total] for i, x in enumerate(reuse)]
+        return ["bins", [b for b in bins if b[2] > 0]]
     raise ConfigError(
-        f"table reuse {reuse!r}: give a ReuseHistogram, its name, buckets, or None (uniform)"
+        f"table reuse {reuse!r}: give a ReuseHistogram, its name, buckets, bin fractions, or None"
     )
 
 
@@ -149,7 +167,7 @@ def spec_payload(spec: Any) -> dict[str, Any]:
             raise ConfigError(f"bad table {t}")
     bottom = [int(x) for x in _get(spec, "bottom_mlp", (64,))]
     top = [int(x) for x in _get(spec, "top_mlp", (64, 1))]
-    interaction = str(_get(spec, "interaction", "cat") or "cat")
+    interaction = str(_get(spec, "interaction", "auto") or "auto")
     return {"tables": tables, "batch": int(_get(spec, "batch")),
             "dense_features": int(_get(spec, "dense_features", 13)),
             "bottom_mlp": bottom, "top_mlp": top, "interaction": interaction}  # fmt: skip
@@ -215,6 +233,7 @@ def _combine(results: list[dict[str, Any]], plain: Mapping[str, list[int]]) -> d
         samples: list[float] = []
         rep_medians: list[float] = []
         builds: list[float] = []
+        loads: list[float] = []
         per_rank: list[dict[str, float]] = []
         blocks = [[b for b in r["blocks"] if b["name"] == name] for r in results]
         for k in range(len(blocks[0])):
@@ -223,14 +242,17 @@ def _combine(results: list[dict[str, Any]], plain: Mapping[str, list[int]]) -> d
             samples.extend(worst)
             rep_medians.append(statistics.median(worst))
             builds.append(max(rb[k]["build_s"] for rb in blocks))
+            loads.append(blocks[0][k]["load_1m"])
         for rank, rb in enumerate(blocks):
             row: dict[str, float] = {"rank": rank, "tables": sum(1 for r in a if r == rank)}
             for ph in ("total", *PHASES):
                 row[ph] = statistics.median(x for b in rb for x in b[ph])
             per_rank.append(row)
+        folded = sorted({n for r in results for n in r["folded_tables"]})
         out[name] = ShardMeasurement(name=name, assignment=list(a), median_s=statistics.median(samples),
                                      samples_s=samples, repeat_medians_s=rep_medians, per_rank=per_rank,
-                                     build_s=statistics.median(builds))  # fmt: skip
+                                     build_s=statistics.median(builds), load_1m=loads,
+                                     backend=results[0]["backend"], folded_tables=folded)  # fmt: skip
     return out
 
 
@@ -374,27 +396,27 @@ def _index_batches(spec: dict[str, Any], tables: Sequence[int], count: int, seed
 
     b = spec["batch"]
     out: dict[int, list[tuple[Any, Any]]] = {}
-    uniform: list[str] = []
+    folded: list[str] = []
     for t in tables:
         tab = spec["tables"][t]
         n = max(1, round(b * tab["pooling"]))
         offsets = torch.from_numpy((np.arange(b + 1, dtype=np.int64) * n) // b)
-        hist = None
+        hist, rows = None, tab["rows"]
         if tab["reuse"] is not None:
             name, buckets = tab["reuse"]
             hist = ReuseHistogram(name, tuple((int(lo), int(hi), float(f)) for lo, hi, f in buckets))
-            if unique_rows(n, hist) > tab["rows"]:
-                hist = None
-        if hist is None:
-            uniform.append(tab["name"])
+            if unique_rows(n, hist) > rows:
+                folded.append(tab["name"])
         batches = []
         for k in range(count):
             s = seed * 1_000_003 + t * 101 + k
-            idx = (reuse_indices(n, tab["rows"], hist, seed=s) if hist is not None
-                   else np.random.default_rng(s).integers(0, tab["rows"], n))  # fmt: skip
+            if hist is None:
+                idx = np.random.default_rng(s).integers(0, rows, n)
+            else:
+                idx = reuse_indices(n, max(rows, unique_rows(n, hist)), hist, seed=s) % rows
             batches.append((torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64)), offsets))
         out[t] = batches
-    return out, uniform
+    return out, folded
 
 
 class _RankModel:
@@ -441,7 +463,7 @@ class _RankModel:
             d_in = width
         self.bottom = nn.Sequential(*layers)
         all_dims = [tabs[t]["dim"] for t in range(len(tabs))]
-        self.dot = spec["interaction"] == "dot" and all(d == d_in for d in all_dims)
+        self.dot = spec["interaction"] in ("dot", "auto") and all(d == d_in for d in all_dims)
         f = len(all_dims) + 1
         top_in = d_in + (f * (f - 1) // 2 if self.dot else sum(all_dims))
         widths = list(spec["top_mlp"])
@@ -578,7 +600,7 @@ def _rank_main(job: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     backend = _pick_backend(run["backend"])
     names = list(job["assignments"])
     needed = sorted({t for a in job["assignments"].values() for t, r in enumerate(a) if r == rank})
-    batches, uniform = _index_batches(spec, needed, run["index_batches"], run["seed"])
+    batches, folded = _index_batches(spec, needed, run["index_batches"], run["seed"])
     order_rng = random.Random(run["seed"])  # the same order on every rank
     blocks = []
     for rep in range(run["repeats"]):
@@ -592,6 +614,7 @@ def _rank_main(job: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
                 dist.barrier()
                 model.step()
             rec: dict[str, Any] = {"name": name, "repeat": rep, "build_s": build,
+                                   "load_1m": os.getloadavg()[0],
                                    **{k: [] for k in ("total", *PHASES)}}  # fmt: skip
             for _ in range(run["steps"]):
                 dist.barrier()
@@ -599,7 +622,7 @@ def _rank_main(job: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
                     rec[k].append(v)
             blocks.append(rec)
             del model
-    return {"rank": rank, "backend": backend, "blocks": blocks, "uniform_tables": uniform}
+    return {"rank": rank, "backend": backend, "blocks": blocks, "folded_tables": folded}
 
 
 def backend_available() -> str:

@@ -40,6 +40,7 @@ output, else concatenation.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -58,7 +59,20 @@ from trainsim.kernels.features import dtype_bytes
 COMPUTE, COMM = 7, 20
 RF_BINS = 17
 # DLRM_2022 reuse histogram of shared/data/README.md: fraction of unique rows per bin (0,1], (1,2], (2,4], ...
-DLRM_2022_REUSE = (0.342, 0.144, 0.149, 0.138, 0.112, 0.068, 0.029, 0.010, 0.004, 0.002, 0.001, 0.001)
+DLRM_2022_REUSE = (
+    0.342,
+    0.144,
+    0.149,
+    0.138,
+    0.112,
+    0.068,
+    0.029,
+    0.010,
+    0.004,
+    0.002,
+    0.001,
+    0.001,
+)
 HEAVY_POOLING = 20.0  # 000 §II-A: a table with mean L >= 20 is "heavy"
 HEAVY_FRACTION = 166 / 788  # 000 §II-A: heavy tables in the 2022 part of Meta's DLRM dataset
 # Approximation: gloo over TCP loopback between processes of one host, per process and per
@@ -87,12 +101,22 @@ class TableSpec:
             raise ConfigError(f"{where}: rows must be a positive integer, got {self.rows!r}")
         if not isinstance(self.dim, int) or self.dim < 1:
             raise ConfigError(f"{where}: dim must be a positive integer, got {self.dim!r}")
-        if not (isinstance(self.pooling, int | float) and self.pooling > 0 and math.isfinite(self.pooling)):
+        if not (
+            isinstance(self.pooling, int | float)
+            and self.pooling > 0
+            and math.isfinite(self.pooling)
+        ):
             raise ConfigError(f"{where}: pooling must be a positive number, got {self.pooling!r}")
         if self.reuse is not None:
             r = self.reuse
-            if not 1 <= len(r) <= RF_BINS or any(not (isinstance(x, int | float) and x >= 0) for x in r) or sum(r) <= 0:
-                raise ConfigError(f"{where}: reuse must be 1-{RF_BINS} non-negative fractions, not all 0; got {r!r}")
+            if (
+                not 1 <= len(r) <= RF_BINS
+                or any(not (isinstance(x, int | float) and x >= 0) for x in r)
+                or sum(r) <= 0
+            ):
+                raise ConfigError(
+                    f"{where}: reuse must be 1-{RF_BINS} non-negative fractions, not all 0; got {r!r}"
+                )
 
     def nbytes(self, dtype: str = "fp32") -> int:
         return self.rows * self.dim * dtype_bytes(dtype)
@@ -115,17 +139,25 @@ class DLRMSpec:
             raise ConfigError("DLRM spec: tables must list at least one table")
         names = [t.name for t in self.tables]
         if len(set(names)) != len(names):
-            raise ConfigError(f"DLRM spec: duplicate table names {sorted({n for n in names if names.count(n) > 1})}")
+            raise ConfigError(
+                f"DLRM spec: duplicate table names {sorted({n for n in names if names.count(n) > 1})}"
+            )
         for what, v in (("batch", self.batch), ("dense_features", self.dense_features)):
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"DLRM spec: {what} must be a positive integer, got {v!r}")
         for what, mlp in (("bottom_mlp", self.bottom_mlp), ("top_mlp", self.top_mlp)):
             if not mlp or any(not isinstance(w, int) or w < 1 for w in mlp):
-                raise ConfigError(f"DLRM spec: {what} must be a non-empty list of positive widths, got {mlp!r}")
+                raise ConfigError(
+                    f"DLRM spec: {what} must be a non-empty list of positive widths, got {mlp!r}"
+                )
         if self.interaction not in ("auto", "dot", "cat"):
-            raise ConfigError(f"DLRM spec: interaction must be auto, dot or cat, got {self.interaction!r}")
+            raise ConfigError(
+                f"DLRM spec: interaction must be auto, dot or cat, got {self.interaction!r}"
+            )
         if self.interaction == "dot" and any(t.dim != self.bottom_mlp[-1] for t in self.tables):
-            raise ConfigError(f"DLRM spec: dot interaction needs every table dim = bottom_mlp[-1] = {self.bottom_mlp[-1]}")
+            raise ConfigError(
+                f"DLRM spec: dot interaction needs every table dim = bottom_mlp[-1] = {self.bottom_mlp[-1]}"
+            )
         try:
             dtype_bytes(self.dtype)
         except Exception:
@@ -161,7 +193,9 @@ def random_tables(n: int, *, seed: int, heavy: bool = False, max_rows: int = 1_0
     if n < 1:
         raise ConfigError(f"random_tables: n must be >= 1, got {n}")
     if not 1 <= min_rows <= max_rows:
-        raise ConfigError(f"random_tables: need 1 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
+        raise ConfigError(
+            f"random_tables: need 1 <= min_rows <= max_rows, got {min_rows}, {max_rows}"
+        )
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -174,7 +208,10 @@ def random_tables(n: int, *, seed: int, heavy: bool = False, max_rows: int = 1_0
         rows = round(math.exp(rng.uniform(math.log(min_rows), math.log(max_rows))))
         tilt = rng.gauss(0.0, 0.3)
         mid = (len(DLRM_2022_REUSE) - 1) / 2
-        w = [f * math.exp(tilt * (b - mid)) * rng.lognormvariate(0.0, 0.2) for b, f in enumerate(DLRM_2022_REUSE)]
+        w = [
+            f * math.exp(tilt * (b - mid)) * rng.lognormvariate(0.0, 0.2)
+            for b, f in enumerate(DLRM_2022_REUSE)
+        ]
         reuse = tuple(round(x / sum(w), 5) for x in w)
         out.append(TableSpec(f"t{i}", rows, int(rng.choice(list(dims))), round(pooling, 3), reuse))
     return tuple(out)
@@ -204,11 +241,15 @@ def load_dlrm_spec(path: str | Path) -> DLRMSpec:
 
 def dlrm_spec_from_dict(doc: Any, *, origin: str = "DLRM spec") -> DLRMSpec:
     if not isinstance(doc, Mapping):
-        raise ConfigError(f"{origin}: expected a mapping with 'tables' and 'batch' at the top level")
+        raise ConfigError(
+            f"{origin}: expected a mapping with 'tables' and 'batch' at the top level"
+        )
     known = {"tables", "batch", "dense_features", "bottom_mlp", "top_mlp", "dtype", "interaction"}
     extra = sorted(set(doc) - known)
     if extra:
-        raise ConfigError(f"{origin}: unknown field {extra[0]!r}; known: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"{origin}: unknown field {extra[0]!r}; known: {', '.join(sorted(known))}"
+        )
     for req in ("tables", "batch"):
         if req not in doc:
             raise ConfigError(f"{origin}: field {req!r} is missing")
@@ -223,7 +264,9 @@ def dlrm_spec_from_dict(doc: Any, *, origin: str = "DLRM spec") -> DLRMSpec:
         if mlp in doc:
             v = doc[mlp]
             if not isinstance(v, list) or not v:
-                raise ConfigError(f"{origin}: field {mlp}: expected a non-empty list of layer widths")
+                raise ConfigError(
+                    f"{origin}: field {mlp}: expected a non-empty list of layer widths"
+                )
             kw[mlp] = tuple(_int(w, f"{mlp}[{j}]", origin) for j, w in enumerate(v))
     for s in ("dtype", "interaction"):
         if s in doc:
@@ -246,21 +289,29 @@ def _table(t: Any, i: int, origin: str) -> TableSpec:
         raise ConfigError(f"{origin}: field {where}: expected a mapping with rows, dim, pooling")
     extra = sorted(set(t) - {"name", "rows", "dim", "pooling", "reuse"})
     if extra:
-        raise ConfigError(f"{origin}: field {where}.{extra[0]}: unknown (known: name, rows, dim, pooling, reuse)")
+        raise ConfigError(
+            f"{origin}: field {where}.{extra[0]}: unknown (known: name, rows, dim, pooling, reuse)"
+        )
     for req in ("rows", "dim", "pooling"):
         if req not in t:
             raise ConfigError(f"{origin}: field {where}.{req} is missing")
     pooling = t["pooling"]
     if isinstance(pooling, bool) or not isinstance(pooling, int | float) or not pooling > 0:
-        raise ConfigError(f"{origin}: field {where}.pooling: expected a positive number, got {pooling!r}")
+        raise ConfigError(
+            f"{origin}: field {where}.pooling: expected a positive number, got {pooling!r}"
+        )
     reuse = t.get("reuse")
     if reuse is not None:
-        if not isinstance(reuse, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in reuse):
-            raise ConfigError(f"{origin}: field {where}.reuse: expected a list of fractions per reuse bin")
+        if not isinstance(reuse, list) or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in reuse
+        ):
+            raise ConfigError(
+                f"{origin}: field {where}.reuse: expected a list of fractions per reuse bin"
+            )
         reuse = tuple(float(x) for x in reuse)
+    rows, dim = _int(t["rows"], f"{where}.rows", origin), _int(t["dim"], f"{where}.dim", origin)
     try:
-        return TableSpec(str(t.get("name", f"t{i}")), _int(t["rows"], f"{where}.rows", origin),
-                         _int(t["dim"], f"{where}.dim", origin), float(pooling), reuse)  # fmt: skip
+        return TableSpec(str(t.get("name", f"t{i}")), rows, dim, float(pooling), reuse)
     except ConfigError as e:
         raise ConfigError(f"{origin}: field {where}: {e}") from None
 
@@ -304,7 +355,8 @@ class Coster:
         key = (op, phase, dtype, tuple(sorted(inputs.items())))
         hit = self._cache.get(key)
         if hit is None:
-            p = predict_query(query(op, phase=phase, dtype=dtype, **inputs), self.device, models=self.models)
+            q = query(op, phase=phase, dtype=dtype, **inputs)  # type: ignore[arg-type]
+            p = predict_query(q, self.device, models=self.models)
             hit = self._cache[key] = (p.duration_s, p.provenance)
         return hit
 
@@ -320,7 +372,7 @@ class _K:
     provenance: str
 
 
-def _gemm_bwd(c: Coster, dtype: str, m: float, n: float, k: float, batch: float = 1.0) -> _K:
+def _gemm_bwd(c: Coster, dtype: str, m: float, n: float, k: float, *, batch: float = 1.0) -> _K:
     """Backward of ``(m,k) @ (k,n)``: the calibrated ``gemm`` bwd entry where one exists, else
     the two GEMMs it runs (dX = dY Wᵀ: m×k×n, dW = Xᵀ dY: k×n×m) — a spec roofline of one
     forward-shaped GEMM would count half the work."""
@@ -387,7 +439,9 @@ def comm_setup(device: DeviceSpec, world: int, system: str | Path | SystemSpec |
     if link_bandwidth_Bps is None and link_latency_s is None:
         mine = [s for s in list_systems() if _same_device(s.device, device)]
         if mine:
-            return CommSetup(mine[0], f"system {mine[0].name} (the first catalog system of {device.name})")
+            return CommSetup(
+                mine[0], f"system {mine[0].name} (the first catalog system of {device.name})"
+            )
     bw = link_bandwidth_Bps or HOST_LINK_BANDWIDTH_BPS
     lat = HOST_LINK_LATENCY_S if link_latency_s is None else link_latency_s
     doc = {"schema_version": 1, "name": f"host-local-{device.name}", "description": "ranks as processes of one host",
@@ -396,7 +450,9 @@ def comm_setup(device: DeviceSpec, world: int, system: str | Path | SystemSpec |
                       "bandwidth_per_gpu_GBps": bw / 1e9, "latency_us": lat * 1e6}],
            "sources": [{"kind": "measurement", "title": "trainsim.builders.dlrm host-local estimate",
                         "note": f"{bw / 1e9:g} GB/s, {lat * 1e6:g} us per step"}]}  # fmt: skip
-    return CommSetup(SystemSpec.model_validate(doc), f"host-local estimate ({bw / 1e9:g} GB/s, {lat * 1e6:g} us)")
+    return CommSetup(
+        SystemSpec.model_validate(doc), f"host-local estimate ({bw / 1e9:g} GB/s, {lat * 1e6:g} us)"
+    )
 
 
 def _same_device(name: str, dev: DeviceSpec) -> bool:
@@ -406,12 +462,16 @@ def _same_device(name: str, dev: DeviceSpec) -> bool:
         return False
 
 
-def _collective_s(comm: CommSetup, kind: CollectiveKind, nbytes: float, world: int) -> tuple[float, str]:
+def _collective_s(
+    comm: CommSetup, kind: CollectiveKind, nbytes: float, world: int
+) -> tuple[float, str]:
     from trainsim.comm import predict_collective
 
     gpn = world if comm.system.name.startswith("host-local-") else None
     p = predict_collective(kind, nbytes, world, system=comm.system, gpus_per_node=gpn)
-    prov = p.provenance if not comm.system.name.startswith("host-local-") else f"estimate:{comm.note}"
+    prov = (
+        p.provenance if not comm.system.name.startswith("host-local-") else f"estimate:{comm.note}"
+    )
     return p.duration_s, prov
 
 
@@ -422,7 +482,9 @@ def _split(batch: int, world: int) -> list[int]:
     return [batch // world + (1 if r < batch % world else 0) for r in range(world)]
 
 
-def _mlp(c: Coster, dtype: str, b: int, widths: Sequence[int], *, last_relu: bool) -> tuple[list[_K], list[_K]]:
+def _mlp(
+    c: Coster, dtype: str, b: int, widths: Sequence[int], *, last_relu: bool
+) -> tuple[list[_K], list[_K]]:
     fwd: list[_K] = []
     bwd: list[_K] = []
     for i in range(1, len(widths)):
@@ -442,7 +504,7 @@ def _dense_params(spec: DLRMSpec) -> tuple[int, int]:
     """(parameters, tensors) of the bottom and top MLPs."""
     params, tensors = 0, 0
     for widths in ((spec.dense_features, *spec.bottom_mlp), (_top_in(spec), *spec.top_mlp)):
-        for a, b in zip(widths, widths[1:], strict=False):
+        for a, b in itertools.pairwise(widths):
             params += a * b + b
             tensors += 2
     return params, tensors
@@ -473,12 +535,20 @@ def _check_assignment(spec: DLRMSpec, assignment: Sequence[int], world: int) -> 
     if not isinstance(world, int) or world < 1:
         raise ConfigError(f"world must be a positive integer, got {world!r}")
     if spec.batch < world:
-        raise ConfigError(f"batch {spec.batch} is smaller than the world size {world}: some rank has no samples")
+        raise ConfigError(
+            f"batch {spec.batch} is smaller than the world size {world}: some rank has no samples"
+        )
     if len(assignment) != len(spec.tables):
         raise ConfigError(f"assignment has {len(assignment)} entries for {len(spec.tables)} tables")
-    bad = [(t.name, r) for t, r in zip(spec.tables, assignment, strict=True) if not (isinstance(r, int) and 0 <= r < world)]
+    bad = [
+        (t.name, r)
+        for t, r in zip(spec.tables, assignment, strict=True)
+        if not (isinstance(r, int) and 0 <= r < world)
+    ]
     if bad:
-        raise ConfigError(f"assignment: table {bad[0][0]!r} on rank {bad[0][1]!r}, not in 0..{world - 1}")
+        raise ConfigError(
+            f"assignment: table {bad[0][0]!r} on rank {bad[0][1]!r}, not in 0..{world - 1}"
+        )
 
 
 @dataclass(slots=True)
@@ -496,12 +566,19 @@ class _Rank:
         for k in ks:
             fam = op_spec(k.op).family_for(k.phase)  # type: ignore[arg-type]
             self.kid += 1
-            feats = {"op": k.op, "phase": k.phase, "dtype": self.dtype, **k.inputs}
+            feats: dict[str, int | float | str] = {
+                "op": k.op,
+                "phase": k.phase,
+                "dtype": self.dtype,
+                **k.inputs,
+            }
             kern = Kernel(self.kid, f"{k.op}:{k.phase}", fam, COMPUTE, features=feats, predicted_s=k.seconds,
                           provenance=k.provenance)  # fmt: skip
             oid = len(self.ops) + 1
             d = tuple(sorted({x for x in deps if x is not None})) if last is None else (last,)
-            self.ops.append(Op(oid, f"{name}:{k.op}", 1, OpCategory.COMPUTE, kernels=(kern,), deps=d))
+            self.ops.append(
+                Op(oid, f"{name}:{k.op}", 1, OpCategory.COMPUTE, kernels=(kern,), deps=d)
+            )
             last = oid
         return last
 
@@ -515,7 +592,9 @@ class _Rank:
                     provs[0] if len(provs) == 1 else "+".join(provs))  # fmt: skip
         return self.add(name, [merged], deps)
 
-    def collective(self, name: str, c: Collective, seconds: float, prov: str, deps: Sequence[int | None]) -> int:
+    def collective(
+        self, name: str, c: Collective, seconds: float, prov: str, deps: Sequence[int | None]
+    ) -> int:
         self.kid += 1
         kern = Kernel(self.kid, f"{c.kind.value}:{c.group}", c.kind.family, self.comm_stream, collective=c,
                       predicted_s=seconds, provenance=prov)  # fmt: skip
@@ -539,11 +618,16 @@ def build_dlrm_workload(spec: DLRMSpec, assignment: Sequence[int], world: int, *
     c = coster or Coster(device, kernel_models)
     dev = c.device
     gpu = _is_gpu(dev)
-    comm = comm_setup(dev, world, system, link_bandwidth_Bps=link_bandwidth_Bps, link_latency_s=link_latency_s)
+    comm = comm_setup(
+        dev, world, system, link_bandwidth_Bps=link_bandwidth_Bps, link_latency_s=link_latency_s
+    )
     overlap = gpu if overlap is None else overlap
     dt, eb = spec.dtype, dtype_bytes(spec.dtype)
     shares = _split(spec.batch, world)
-    dim_on = [sum(t.dim for t, r in zip(spec.tables, assignment, strict=True) if r == o) for o in range(world)]
+    dim_on = [
+        sum(t.dim for t, r in zip(spec.tables, assignment, strict=True) if r == o)
+        for o in range(world)
+    ]
     # send[i][j]: bytes rank i sends to rank j in the forward all-to-all (pooled embeddings)
     send = [[float(shares[j] * dim_on[i] * eb) for j in range(world)] for i in range(world)]
     group = tuple(range(world))
@@ -551,7 +635,9 @@ def build_dlrm_workload(spec: DLRMSpec, assignment: Sequence[int], world: int, *
     if world > 1:
         from trainsim.comm import all_to_all_size_bytes
 
-        a2a_s, a2a_prov = _collective_s(comm, CollectiveKind.ALL_TO_ALLV, all_to_all_size_bytes(send), world)
+        a2a_s, a2a_prov = _collective_s(
+            comm, CollectiveKind.ALL_TO_ALLV, all_to_all_size_bytes(send), world
+        )
         ar_s, ar_prov = _collective_s(comm, CollectiveKind.ALL_REDUCE, params * eb, world)
     tk = [_table_kernels(c, t, spec.batch, dt) for t in spec.tables]
     graphs = []
@@ -607,8 +693,13 @@ def sim_options(workload: Workload) -> Any:
                           launch_latency_s=0.0, kernel_gap_s=0.0)  # fmt: skip
     t = {Overhead.T1: 3.1e-6, Overhead.T2: 13.3e-6, Overhead.T4: 3.9e-6, Overhead.T3: 2.4e-6}
     assert abs(sum(t.values()) - HOST.kernel_op_s) < 1e-9  # one source: HostModel's 22.7 us
-    db = OverheadDB(global_={k: Stat(v, v, 0.0, 1, 1) for k, v in t.items()}, sources=["HostModel (A100 recsys trace)"])
-    return SimOptions(kernels=KernelSource.MODEL, overheads=HostMode.SHARED, overhead_db=db, thread_edges=False)
+    db = OverheadDB(
+        global_={k: Stat(v, v, 0.0, 1, 1) for k, v in t.items()},
+        sources=["HostModel (A100 recsys trace)"],
+    )
+    return SimOptions(
+        kernels=KernelSource.MODEL, overheads=HostMode.SHARED, overhead_db=db, thread_edges=False
+    )
 
 
 def provenance_summary(workload: Workload) -> dict[str, int]:

@@ -70,7 +70,7 @@ def _sum(ops: Iterable[OpCost]) -> float:
 
 def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
                 host: HostModel = HOST) -> list[StageCost]:  # fmt: skip
-    from trainsim.builders.memory import stage_layers, stage_params
+    from trainsim.builders.memory import stage_layers, stage_params_split
 
     coster = coster or OpCoster(get_device(system.device))
     lc = LayerCoster(model, plan, coster)
@@ -92,7 +92,6 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         re_ops, re_comm = [o for o in lf if o.category == "attention"], 0.0
     else:
         re_ops, re_comm = [], 0.0
-    p2p = comm.pp_p2p()
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts)
     cpu_f, cpu_b = host.layer_s("fwd") / len(lf), host.layer_s("bwd") / len(lb)
     cpu_sel = cpu_f
@@ -124,14 +123,16 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         f, recompute, b = passes
         fwd = f + (flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0)
         bwd = b + (flow_shop_s(extra_b, [host.extra_s(o) for o in extra_b]) if extra_b else 0.0) + recompute
-        params = stage_params(model, plan, s)
+        dense, expert = stage_params_split(model, plan, s)
+        params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
         st.tp_comm_fwd_s = n * tp_f
         st.tp_comm_bwd_s = n * tp_b
         st.tp_comm_recompute_s = n * tp_f if plan.recompute == "full" else 0.0
-        st.p2p_s = p2p.seconds if p2p else 0.0
+        bp = comm.pp_p2p(s) if plan.pp > 1 else None
+        st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         st.optimizer_s = lc.optimizer(params / shard, n).seconds
-        st.dp_comm = comm.dp_grads(params)
+        st.dp_comm = comm.dp_grads(params, expert)
         st.embedding_comm = comm.embedding_grads() if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
@@ -151,7 +152,7 @@ def closed_form_001(stages: list[StageCost], plan: Plan) -> float:
     (added to each stage's forward and backward)."""
     m, s = plan.grad_accum, plan.pp
     fwd = max(st.fwd_s + (st.p2p_s if st.stage < s - 1 else 0.0) for st in stages)
-    bwd = max(st.bwd_s + (st.p2p_s if st.stage > 0 else 0.0) for st in stages)
+    bwd = max(st.bwd_s + (stages[st.stage - 1].p2p_s if st.stage > 0 else 0.0) for st in stages)
     first = stages[0]
     sync = sum(c.seconds for c in first.dp_comm if c.kind in ("all_reduce", "reduce_scatter"))
     update = max(st.optimizer_s + sum(c.seconds for c in st.dp_comm if c.kind == "all_gather") for st in stages)
@@ -189,7 +190,8 @@ def build_workload(model: ModelSpec, plan: Plan, system: SystemSpec, stages: lis
     chunks = plan.vpp if plan.schedule == "interleaved" else 1
     represents = plan.tp * plan.cp * plan.dp
     sched = schedule(plan.schedule, plan.pp, plan.grad_accum, chunks)
-    p2p_cost = PlanComm(model, plan, system).pp_p2p()
+    comm = PlanComm(model, plan, system)
+    bcost = [comm.pp_p2p(b) for b in range(plan.pp)] if plan.pp > 1 else []
     graphs = []
     for s, st in enumerate(stages):
         ids = _Ids()
@@ -206,15 +208,16 @@ def build_workload(model: ModelSpec, plan: Plan, system: SystemSpec, stages: lis
             return Kernel(ids.next_kernel(), name, KernelFamily.GEMM, COMPUTE, predicted_s=seconds,
                           provenance="builder")  # fmt: skip
 
-        def p2p(kind: CollectiveKind, stream: int, group: str, seq: int, peer: int, seconds: float, prov: str) -> Kernel:  # fmt: skip
+        def p2p(kind: CollectiveKind, stream: int, group: str, seq: int, peer: int, boundary: int) -> Kernel:
+            c_ = bcost[boundary % plan.pp]
+            seconds, prov = (c_.seconds, c_.provenance) if c_ else (0.0, "none")
             c = Collective(kind=kind, group=group, group_ranks=tuple(sorted((s, peer))),
                            bytes=p2p_bytes, seq=seq, peer=peer)  # fmt: skip
             return Kernel(ids.next_kernel(), f"{kind.value}:{group}", kind.family, stream,
                           collective=c, predicted_s=seconds, provenance=prov)  # fmt: skip
 
         last_compute: int | None = None
-        p2p_prov = p2p_cost.provenance if p2p_cost else "none"
-        p2p_bytes = int(p2p_cost.bytes) if p2p_cost else 0
+        p2p_bytes = int(bcost[0].bytes) if bcost and bcost[0] else 0
         for act in sched[s]:
             v = act.chunk * plan.pp + s  # virtual stage
             nv = plan.pp * chunks
@@ -224,7 +227,7 @@ def build_workload(model: ModelSpec, plan: Plan, system: SystemSpec, stages: lis
                 if v > 0:
                     prev_rank = (v - 1) % plan.pp
                     r = add(f"recv_act mb{act.mb} v{v}", p2p(CollectiveKind.RECV, RECV_PREV, f"act{v - 1}", act.mb,
-                            prev_rank, st.p2p_s, p2p_prov), [], OpCategory.COMMUNICATION)  # fmt: skip
+                            prev_rank, v - 1), [], OpCategory.COMMUNICATION)  # fmt: skip
                     deps.append(r)
                 if last_send:
                     deps.append(last_send)
@@ -232,11 +235,11 @@ def build_workload(model: ModelSpec, plan: Plan, system: SystemSpec, stages: lis
                                    deps + ([last_compute] if last_compute else []), OpCategory.COMPUTE)  # fmt: skip
                 if v < nv - 1:
                     last_send = add(f"send_act mb{act.mb} v{v}", p2p(CollectiveKind.SEND, SEND_NEXT, f"act{v}", act.mb,
-                                    (v + 1) % plan.pp, st.p2p_s, p2p_prov), [last_compute], OpCategory.COMMUNICATION)  # fmt: skip
+                                    (v + 1) % plan.pp, v), [last_compute], OpCategory.COMMUNICATION)  # fmt: skip
             else:
                 if v < nv - 1:
                     r = add(f"recv_grad mb{act.mb} v{v}", p2p(CollectiveKind.RECV, RECV_NEXT, f"grad{v + 1}", act.mb,
-                            (v + 1) % plan.pp, st.p2p_s, p2p_prov), [], OpCategory.COMMUNICATION)  # fmt: skip
+                            (v + 1) % plan.pp, v), [], OpCategory.COMMUNICATION)  # fmt: skip
                     deps.append(r)
                 if last_send:
                     deps.append(last_send)
@@ -244,7 +247,7 @@ def build_workload(model: ModelSpec, plan: Plan, system: SystemSpec, stages: lis
                                    deps + ([last_compute] if last_compute else []), OpCategory.COMPUTE)  # fmt: skip
                 if v > 0:
                     last_send = add(f"send_grad mb{act.mb} v{v}", p2p(CollectiveKind.SEND, SEND_PREV, f"grad{v}", act.mb,
-                                    (v - 1) % plan.pp, st.p2p_s, p2p_prov), [last_compute], OpCategory.COMMUNICATION)  # fmt: skip
+                                    (v - 1) % plan.pp, v - 1), [last_compute], OpCategory.COMMUNICATION)  # fmt: skip
         # once per iteration: gradient reduction (comm stream), tied-embedding sync, update
         tail = [last_compute] + ([last_send] if last_send else [])
         reduce_dep = [d for d in tail if d]

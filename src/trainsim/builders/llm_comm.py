@@ -146,30 +146,51 @@ class PlanComm:
         a2a = self.cost("ep_all_to_all", "all_to_all", nbytes, ep, self.plan.tp * self.plan.cp)
         return [a2a, a2a]
 
-    def pp_p2p(self) -> CommCost | None:
-        """One activation (or gradient) between adjacent stages, per micro-batch."""
+    def cost_placed(self, name: str, kind: str, nbytes: float, size: int, pn: int) -> CommCost:
+        s, prov = self._time(kind, float(nbytes), size, pn)
+        return CommCost(name, kind, nbytes, size, pn, s, prov)
+
+    def pp_p2p(self, boundary: int = 0) -> CommCost | None:
+        """One activation (or gradient) across the boundary between stage ``boundary`` and the
+        next (``(boundary + 1) mod pp``: the interleaved schedule wraps around), per micro-batch.
+        Stage ``s`` holds ranks ``[s S, (s + 1) S)`` with ``S = tp cp dp``; rank ``r`` talks to
+        ``r + S``, on its node unless the boundary falls on a node edge."""
         p = self.plan
         if p.pp <= 1:
             return None
         nbytes = self._tokens() * self.model.hidden * self.act_bytes
         if p.sp and p.tp > 1:
             nbytes /= p.tp
-        return self.cost("pp_send_recv", "send", nbytes, 2, p.tp * p.cp * p.dp)
+        stride = p.tp * p.cp * p.dp
+        a, b = boundary * stride, ((boundary + 1) % p.pp) * stride
+        same = stride < self.gpn and a // self.gpn == b // self.gpn
+        return self.cost_placed("pp_send_recv", "send", nbytes, 2, 2 if same else 1)
 
     # --- per iteration ----------------------------------------------------------------------
 
     def grad_bytes_per_param(self) -> int:
         return {"fp16": 2, "bf16": 4, "fp32": 4}[self.plan.dtype]
 
-    def dp_grads(self, stage_params: float) -> list[CommCost]:
-        """Gradient reduction and (ZeRO) weight gathering of one stage per iteration."""
+    def dp_grads(self, stage_params: float, expert_params: float = 0.0) -> list[CommCost]:
+        """Gradient reduction and (ZeRO) weight gathering of one stage per iteration.
+
+        ``stage_params`` are reduced over the ``dp × cp`` ranks holding the same weights; MoE
+        ``expert_params`` (included in ``stage_params``) over Megatron's smaller expert-data-
+        parallel group, ``dp × cp / ep`` ranks ``tp cp ep`` apart."""
         p = self.plan
+        out = []
+        if expert_params and p.ep > 1:
+            stage_params -= expert_params
+            ne = p.dp * p.cp // p.ep
+            if ne > 1:
+                eb = expert_params * self.grad_bytes_per_param()
+                kind = "reduce_scatter" if p.zero >= 2 else "all_reduce"
+                out.append(self.cost(f"ep_dp_{kind}", kind, eb, ne, p.tp * p.cp * p.ep))
         n = p.dp * p.cp  # CP ranks hold the same weights and reduce gradients together
         if n <= 1:
-            return []
+            return out
         gb = stage_params * self.grad_bytes_per_param()
         stride = p.tp
-        out = []
         if p.zero == 3:
             # ZeRO-3/FSDP reduce-scatter each layer's gradients as its backward ends, every
             # micro-batch (:meth:`zero3_layer`): nothing is left for the end of the iteration
@@ -201,4 +222,6 @@ class PlanComm:
         if not m.tied_embeddings or p.pp <= 1:
             return None
         nbytes = m.padded_vocab(p.tp) * m.hidden / p.tp * self.grad_bytes_per_param()
-        return self.cost("embedding_all_reduce", "all_reduce", nbytes, 2, p.tp * p.cp * p.dp * (p.pp - 1))
+        # rank r of the first stage pairs with r + (pp - 1) S: on one node only when the whole
+        # job is (whole-node placement, power-of-two degrees)
+        return self.cost_placed("embedding_all_reduce", "all_reduce", nbytes, 2, 2 if p.gpus <= self.gpn else 1)

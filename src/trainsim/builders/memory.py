@@ -236,6 +236,11 @@ def stage_params(
     return sum(_stage_params_split(model, plan, stage, layers))
 
 
+def stage_params_split(model: ModelSpec, plan: Plan, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU of ``stage`` holds; see :func:`stage_params`."""
+    return _stage_params_split(model, plan, stage, stage_layers(model, plan))
+
+
 # --- activations ---------------------------------------------------------------------------
 
 

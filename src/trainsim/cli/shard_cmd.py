@@ -55,7 +55,9 @@ def shard(
     if fmt is Format.JSON:
         emit_json(doc)
         return
-    t = Table(title=f"{len(spec.tables)} tables, batch {spec.batch}, {world}× {dev.name} ({best['comm']})")
+    t = Table(
+        title=f"{len(spec.tables)} tables, batch {spec.batch}, {world}× {dev.name} ({best['comm']})"
+    )
     for col in ("sharder", "predicted step", "vs best", "lookup imbalance", "tables per rank"):
         t.add_column(col, justify="left" if col == "sharder" else "right")
     for r in res:
@@ -71,6 +73,10 @@ def shard(
     Console().print(t)
     prov = best["provenance"]
     if any(k.startswith("spec-based") for k in prov):
-        stderr.print("[yellow]note:[/] some kernels are spec-based (datasheet or probed peaks): optimistic lower bounds")
+        stderr.print(
+            "[yellow]note:[/] some kernels are spec-based (datasheet or probed peaks): optimistic lower bounds"
+        )
     if any(k.startswith("estimate:") for k in prov):
-        stderr.print("[yellow]note:[/] collectives use the host-local estimate; give --system for a modelled network")
+        stderr.print(
+            "[yellow]note:[/] collectives use the host-local estimate; give --system for a modelled network"
+        )

@@ -45,7 +45,6 @@ from trainsim.builders.dlrm import (
 )
 from trainsim.errors import ConfigError
 from trainsim.hardware import DeviceSpec, SystemSpec
-from trainsim.kernels.features import dtype_bytes
 
 Tables = Sequence[TableSpec] | DLRMSpec
 Sharder = Callable[..., list[int]]
@@ -67,7 +66,7 @@ def _table_bytes(tables: Tables, dtype: str | None) -> list[int]:
     return [t.nbytes(dt) for t in _tables(tables)]
 
 
-def _check_capacity(tables: Tables, ranks: list[int], world: int, capacity_bytes: float | None,
+def _check_capacity(tables: Tables, ranks: list[int], world: int, *, capacity_bytes: float | None,
                     dtype: str | None, sharder: str) -> list[int]:  # fmt: skip
     if capacity_bytes is None:
         return ranks
@@ -89,7 +88,9 @@ def greedy(costs: Sequence[float], world: int, *, sizes: Sequence[float] | None 
     out = [0] * len(costs)
     for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
         need = sizes[i] if sizes is not None else 0.0
-        room = [r for r in range(world) if capacity_bytes is None or used[r] + need <= capacity_bytes]
+        room = [
+            r for r in range(world) if capacity_bytes is None or used[r] + need <= capacity_bytes
+        ]
         if not room:
             raise ConfigError(f"{name}: table #{i} ({need / 1e9:.3g} GB) fits on no rank under the "
                               f"{(capacity_bytes or 0) / 1e9:.3g} GB cap")  # fmt: skip
@@ -105,7 +106,14 @@ def naive(tables: Tables, world: int, *, seed: int = 0, device: Any = None,
     """Table ``i`` on rank ``i % world``."""
     ts = _tables(tables)
     _check(ts, world)
-    return _check_capacity(tables, [i % world for i in range(len(ts))], world, capacity_bytes, dtype, "naive")
+    return _check_capacity(
+        tables,
+        [i % world for i in range(len(ts))],
+        world,
+        capacity_bytes=capacity_bytes,
+        dtype=dtype,
+        sharder="naive",
+    )
 
 
 def random_sharder(tables: Tables, world: int, *, seed: int = 0, device: Any = None,
@@ -114,7 +122,14 @@ def random_sharder(tables: Tables, world: int, *, seed: int = 0, device: Any = N
     ts = _tables(tables)
     _check(ts, world)
     rng = random.Random(seed)
-    return _check_capacity(tables, [rng.randrange(world) for _ in ts], world, capacity_bytes, dtype, "random")
+    return _check_capacity(
+        tables,
+        [rng.randrange(world) for _ in ts],
+        world,
+        capacity_bytes=capacity_bytes,
+        dtype=dtype,
+        sharder="random",
+    )
 
 
 def _cost_sharder(name: str, cost: Callable[[TableSpec], float]) -> Sharder:
@@ -144,7 +159,8 @@ def predicted_greedy(tables: Tables, world: int, *, seed: int = 0, device: str |
         raise ConfigError("predicted_greedy needs the batch: give a DLRMSpec or batch=")
     else:
         spec = DLRMSpec(ts, batch=batch, dtype=dtype or "fp32")
-    costs = table_costs(spec, device=device or coster.device, kernel_models=kernel_models, coster=coster)  # type: ignore[union-attr]
+    dev = device if device is not None else coster.device  # type: ignore[union-attr]
+    costs = table_costs(spec, device=dev, kernel_models=kernel_models, coster=coster)
     return greedy(costs, world, sizes=_table_bytes(spec, dtype), capacity_bytes=capacity_bytes,
                   name="predicted_greedy")  # fmt: skip
 
@@ -186,9 +202,13 @@ def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpe
             a = SHARDERS[name](spec, world, seed=seed, device=coster.device, capacity_bytes=capacity_bytes,
                                coster=coster)  # fmt: skip
         except ConfigError as e:
-            failed.append({"name": name, "predicted_step_s": None, "assignment": None, "error": str(e)})
+            failed.append(
+                {"name": name, "predicted_step_s": None, "assignment": None, "error": str(e)}
+            )
             continue
-        w = build_dlrm_workload(spec, a, world, device=coster.device, system=system, coster=coster, **build_kw)
+        w = build_dlrm_workload(
+            spec, a, world, device=coster.device, system=system, coster=coster, **build_kw
+        )
         load = [0.0] * world
         for c, r in zip(costs, a, strict=True):
             load[r] += c
