@@ -230,6 +230,21 @@ def test_imbalanced_assignment_is_slower(device):
     assert one > 1.2 * predict_dlrm_step(spec, balanced, 4, device=device)
 
 
+def test_tbe_batches_tables_and_fuses_the_update(spec):
+    a = SHARDERS["naive"](spec, 2)
+    per_table = build_dlrm_workload(spec, a, 2, device=CPU)
+    tbe = build_dlrm_workload(spec, a, 2, device=CPU, tbe=True)
+
+    def emb_ops(w, part):
+        return [op for op in w.ranks[0].ops if op.name.startswith(part)]
+
+    n0 = a.count(0)
+    assert len(emb_ops(per_table, "embedding_fwd")) == n0
+    assert len(emb_ops(per_table, "embedding_bwd")) == 2 * n0  # sparse gradient + SGD update
+    assert len(emb_ops(tbe, "embedding_fwd")) == len(emb_ops(tbe, "embedding_bwd")) == 1
+    assert sum(table_costs(spec, device=CPU, tbe=True)) < sum(table_costs(spec, device=CPU))
+
+
 def test_assignment_errors(spec):
     with pytest.raises(ConfigError, match="entries"):
         build_dlrm_workload(spec, [0], 2, device=GPU)

@@ -57,11 +57,16 @@ def test_search_ranks_simulated_plans_and_counts_everything():
     r = search_llm(model, "dgx-a100", SMALL, workers=1, progress=False, top_k=5, simulate_top=8)
     times = [p["iteration_time_s"] for p in r["plans"]]
     assert times == sorted(times) and len(times) == 5
-    assert r["evaluated"] + sum(n for why, n in r["infeasible"].items() if why != MEMORY_REASON) == r["enumerated"]
+    assert (
+        r["evaluated"] + sum(n for why, n in r["infeasible"].items() if why != MEMORY_REASON)
+        == r["enumerated"]
+    )
     assert r["feasible"] + r["infeasible"].get(MEMORY_REASON, 0) <= r["evaluated"]
     # the best simulated plan is no slower than any other finalist when predicted alone
     best = Plan(**r["plans"][0]["plan_fields"])
-    assert predict_llm(model, best, "dgx-a100").iteration_time_s == pytest.approx(times[0], rel=1e-9)
+    assert predict_llm(model, best, "dgx-a100").iteration_time_s == pytest.approx(
+        times[0], rel=1e-9
+    )
 
 
 def test_search_in_processes_matches_one_process():
@@ -90,7 +95,9 @@ def test_objectives_need_their_inputs():
                    workers=1, progress=False, top_k=2, simulate_top=2)  # fmt: skip
     p = r["plans"][0]
     tokens = 64 * 4096
-    assert p["objective"] == pytest.approx(16 * 1e9 / tokens * p["iteration_time_s"] / 3600 * 2.0, rel=1e-9)
+    assert p["objective"] == pytest.approx(
+        16 * 1e9 / tokens * p["iteration_time_s"] / 3600 * 2.0, rel=1e-9
+    )
 
 
 def test_cli_search_json():

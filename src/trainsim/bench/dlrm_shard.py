@@ -140,7 +140,9 @@ def _hist_payload(reuse: Any) -> Any:
         total = float(sum(reuse))
         if total <= 0 or any(x < 0 for x in reuse):
             raise ConfigError(f"reuse fractions must be non-negative, not all 0: {reuse!r}")
-        bins = [[0 if i == 0 else 2 ** (i - 1), 2**i, float(x) / total] for i, x in enumerate(reuse)]
+        bins = [
+            [0 if i == 0 else 2 ** (i - 1), 2**i, float(x) / total] for i, x in enumerate(reuse)
+        ]
         return ["bins", [b for b in bins if b[2] > 0]]
     raise ConfigError(
         f"table reuse {reuse!r}: give a ReuseHistogram, its name, buckets, bin fractions, or None"
@@ -181,9 +183,7 @@ def measure_step(
     spec: Any, assignment: Sequence[int], *, world: int = 2, run: ShardRun | None = None
 ) -> ShardMeasurement:
     """Measure one assignment (table ``i`` on rank ``assignment[i]``)."""
-    return measure_assignments(spec, {"assignment": assignment}, world=world, run=run)[
-        "assignment"
-    ]
+    return measure_assignments(spec, {"assignment": assignment}, world=world, run=run)["assignment"]
 
 
 def measure_assignments(
@@ -209,10 +209,12 @@ def measure_assignments(
     if not assignments:
         raise ConfigError("no assignment to measure")
     plain: dict[str, list[int]] = {}
-    for name, a in assignments.items():
-        a = [int(r) for r in a]
+    for name, given in assignments.items():
+        a = [int(r) for r in given]
         if len(a) != n or any(not 0 <= r < world for r in a):
-            raise ConfigError(f"assignment {name!r} must give each of {n} tables a rank < {world}: {a}")
+            raise ConfigError(
+                f"assignment {name!r} must give each of {n} tables a rank < {world}: {a}"
+            )
         plain[name] = a
     threads = run.threads or max(1, _usable_cores() // world)
     job = {"spec": payload, "assignments": plain, "world": world,
@@ -227,7 +229,9 @@ def _usable_cores() -> int:
     return usable_cores()
 
 
-def _combine(results: list[dict[str, Any]], plain: Mapping[str, list[int]]) -> dict[str, ShardMeasurement]:
+def _combine(
+    results: list[dict[str, Any]], plain: Mapping[str, list[int]]
+) -> dict[str, ShardMeasurement]:
     out: dict[str, ShardMeasurement] = {}
     for name, a in plain.items():
         samples: list[float] = []
@@ -387,7 +391,9 @@ def _pick_backend(asked: str) -> str:
     return "fbgemm"
 
 
-def _index_batches(spec: dict[str, Any], tables: Sequence[int], count: int, seed: int) -> tuple[dict[int, list[tuple[Any, Any]]], list[str]]:
+def _index_batches(
+    spec: dict[str, Any], tables: Sequence[int], count: int, seed: int
+) -> tuple[dict[int, list[tuple[Any, Any]]], list[str]]:
     """Per table: ``count`` (indices, offsets) int64 tensor pairs for the global batch."""
     import numpy as np
     import torch
@@ -404,7 +410,9 @@ def _index_batches(spec: dict[str, Any], tables: Sequence[int], count: int, seed
         hist, rows = None, tab["rows"]
         if tab["reuse"] is not None:
             name, buckets = tab["reuse"]
-            hist = ReuseHistogram(name, tuple((int(lo), int(hi), float(f)) for lo, hi, f in buckets))
+            hist = ReuseHistogram(
+                name, tuple((int(lo), int(hi), float(f)) for lo, hi, f in buckets)
+            )
             if unique_rows(n, hist) > rows:
                 folded.append(tab["name"])
         batches = []
@@ -422,7 +430,7 @@ def _index_batches(spec: dict[str, Any], tables: Sequence[int], count: int, seed
 class _RankModel:
     """One rank's share of the model for one assignment, and its training step."""
 
-    def __init__(self, job: dict[str, Any], assignment: list[int], rank: int, world: int,
+    def __init__(self, job: dict[str, Any], assignment: list[int], *, rank: int, world: int,
                  backend: str, batches: dict[int, list[tuple[Any, Any]]]) -> None:  # fmt: skip
         import torch
         from torch import nn
@@ -506,7 +514,7 @@ class _RankModel:
 
         if not self.mine:
             return []
-        out = []
+        out: list[Any] = []
         for k in range(count):
             pairs = [batches[t][k] for t in self.mine]
             if self.backend != "fbgemm":
@@ -536,14 +544,19 @@ class _RankModel:
             if self.backend == "fbgemm":
                 pooled = self.emb(inp[0], inp[1])
             else:
-                pooled = torch.cat([m(i, o[:-1]) for m, (i, o) in zip(self.emb, inp, strict=True)], dim=1)
+                pooled = torch.cat(
+                    [m(i, o[:-1]) for m, (i, o) in zip(self.emb, inp, strict=True)], dim=1
+                )
         t1 = clock()
         # 2. all-to-all: my tables' rows of each rank's batch slice -> that rank
-        send = (pooled.detach().reshape(-1) if pooled is not None else torch.empty(0))
+        send = pooled.detach().reshape(-1) if pooled is not None else torch.empty(0)
         recv = torch.empty(b * sum(self.dims_of))
         dist.all_to_all_single(recv, send, output_split_sizes=[b * d for d in self.dims_of],
                                input_split_sizes=[b * self.my_dim] * w)  # fmt: skip
-        parts = [p.view(b, d) for p, d in zip(recv.split([b * d for d in self.dims_of]), self.dims_of, strict=True)]
+        parts = [
+            p.view(b, d)
+            for p, d in zip(recv.split([b * d for d in self.dims_of]), self.dims_of, strict=True)
+        ]
         emb = torch.cat(parts, dim=1).requires_grad_()
         t2 = clock()
         # 3. dense forward and backward, local batch
@@ -608,7 +621,8 @@ def _rank_main(job: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         for name in order:
             dist.barrier()
             t0 = time.perf_counter()
-            model = _RankModel(job, job["assignments"][name], rank, world, backend, batches)
+            model = _RankModel(job, job["assignments"][name], rank=rank, world=world,
+                               backend=backend, batches=batches)  # fmt: skip
             build = time.perf_counter() - t0
             for _ in range(run["warmup"]):
                 dist.barrier()

@@ -97,12 +97,14 @@ class OpCoster:
     def _predict(self, op: str, phase: str, dtype: str, items: tuple[tuple[str, float], ...]) -> tuple[float, str]:  # fmt: skip
         inputs = dict(items)
         dtypes = [dtype]
-        if dtype == "bf16" and self.device.peak_flops_per_s("bf16") == self.device.peak_flops_per_s("fp16"):
+        if dtype == "bf16" and self.device.peak_flops_per_s("bf16") == self.device.peak_flops_per_s(
+            "fp16"
+        ):
             dtypes.append("fp16")
         first: tuple[float, str] | None = None
         for dev, note in self._candidates():
             for dt in dtypes:
-                p = predict_query(query(op, phase=phase, dtype=dt, **inputs), dev)
+                p = predict_query(query(op, phase=phase, dtype=dt, **inputs), dev)  # type: ignore[arg-type]
                 prov = p.provenance + note + (";as-fp16" if dt != dtype else "")
                 if p.calibrated:
                     return p.duration_s, prov
@@ -193,7 +195,11 @@ class LayerCoster:
         if scale != 1.0:
             prov += f";scaled-from:{op}"
         # backward of a GEMM or norm: input- and weight-gradient ops (autograd runs both)
-        launches = 2 if phase == "bwd" and (flops or category == "memory") and name != "residual_add" else 1
+        launches = (
+            2
+            if phase == "bwd" and (flops or category == "memory") and name != "residual_add"
+            else 1
+        )
         return OpCost(name, phase, s * scale, prov, flops, category, launches)
 
     def _norm(self, name: str, phase: str) -> OpCost:
@@ -205,19 +211,23 @@ class LayerCoster:
 
     def layer(self, phase: str) -> list[OpCost]:
         """One layer's operators, forward or backward (without TP communication)."""
-        m, t, b, l, d = self.model, self.t, self.b, self.l, self.model.hidden
+        m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         bwd = 2.0 if phase == "bwd" else 1.0  # backward GEMMs: input and weight gradients
         ops = [self._norm("input_norm", phase)]
         # QKV projection, 001 linear1 = [bl, d, 3d/mp]
         n_qkv = (m.q_width + 2 * m.kv_width) / t
         fl = bwd * _gemm_flops(self.tokens, n_qkv, d)
         ops.append(self._q("qkv_proj", "linear1", phase, flops=fl, scale=n_qkv / (3 * d / t),
-                           mp=t, b=b, l=l, dim=d))  # fmt: skip
+                           mp=t, b=b, l=seq, dim=d))  # fmt: skip
         ops.extend(self.attention_core(phase))
         # output projection, 001 linear2 = [bl, d/mp, d]
         fl = bwd * _gemm_flops(self.tokens, d, m.q_width / t)
-        ops.append(self._q("out_proj", "linear2", phase, flops=fl, scale=m.q_width / d, mp=t, b=b, l=l, dim=d))
-        l_sp = l // t if self.plan.sp and t > 1 else l
+        ops.append(
+            self._q(
+                "out_proj", "linear2", phase, flops=fl, scale=m.q_width / d, mp=t, b=b, l=seq, dim=d
+            )
+        )
+        l_sp = seq // t if self.plan.sp and t > 1 else seq
         ops.append(self._q("residual_add", "res_add", phase, category="memory", b=b, l=l_sp, dim=d))
         ops.append(self._norm("post_attention_norm", phase))
         ops.extend(self.mlp(phase))
@@ -225,31 +235,47 @@ class LayerCoster:
         return ops
 
     def attention_core(self, phase: str) -> list[OpCost]:
-        m, t, b, l, d = self.model, self.t, self.b, self.l, self.model.hidden
+        m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         h = m.heads
         bwd = 2.0 if phase == "bwd" else 1.0
         # attention FLOPs of a causal-masked implementation that computes the full square
         # (Megatron's baddbmm/bmm do; FlashAttention skips the masked half, counted the same
         # here for MFU, as Megatron's own FLOP formula does)
-        core = bwd * 2 * _gemm_flops(l, l, m.d_head) * b * h / t
+        core = bwd * 2 * _gemm_flops(seq, seq, m.d_head) * b * h / t
         # head_dim other than d/h: scale the d/h-shaped measurements by the head-size ratio
         hd_scale = m.d_head / (d / h)
         ops: list[OpCost] = []
         if m.position == "rotary":
-            ops.append(self._q("rotary", "RoPE", phase, category="memory", mp=t, b=b, h=h, l=l, dim=d))
+            ops.append(
+                self._q("rotary", "RoPE", phase, category="memory", mp=t, b=b, h=h, l=seq, dim=d)
+            )
         if self.plan.attention == "flash":
             ops.append(self._q("flash_attention", "flash_atten", phase, flops=core, category="attention",
-                               scale=hd_scale, mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
+                               scale=hd_scale, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
             return ops
         ops.append(self._q("attention_scores", "baddbmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
+                           scale=hd_scale, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
         if self.plan.attention == "fused":
             # 001's fused-softmax data vary heads at mp=1: b(h/mp) is what the kernel sees
             ops.append(self._q("scale_mask_softmax", "ScaledUpperTriangMaskedSoftmax", phase,
-                               category="attention", mp=1, b=b, h=max(h // t, 1), l=l))  # fmt: skip
+                               category="attention", mp=1, b=b, h=max(h // t, 1), l=seq))  # fmt: skip
         else:
-            ops.append(self._q("fill_mask", "fillmask", phase, category="attention", mp=t, b=b, h=h, l=l, dim=d))
-            ops.append(self._q("softmax", "softmax", phase, category="attention", mp=t, b=b, h=h, l=l))
+            ops.append(
+                self._q(
+                    "fill_mask",
+                    "fillmask",
+                    phase,
+                    category="attention",
+                    mp=t,
+                    b=b,
+                    h=h,
+                    l=seq,
+                    dim=d,
+                )
+            )
+            ops.append(
+                self._q("softmax", "softmax", phase, category="attention", mp=t, b=b, h=h, l=seq)
+            )
         if self.plan.attention_dropout > 0:
             # dropout over the [b, h/t, s, s] probabilities (Megatron's attention_dropout): one
             # memory-bound pass reading 2 B and writing 2 B plus a 1 B mask per element, as the
@@ -257,14 +283,18 @@ class LayerCoster:
             # backward multiplies the gradient by the saved mask: the same bytes again, so
             # both phases take the forward measurement (fill-mask's own backward does more)
             fwd_cost = self._q("attention_dropout", "fillmask", "fwd", category="attention",
-                               mp=t, b=b, h=h, l=l, dim=d)  # fmt: skip
-            ops.append(OpCost(fwd_cost.name, phase, fwd_cost.seconds, fwd_cost.provenance, 0.0, "attention"))
+                               mp=t, b=b, h=h, l=seq, dim=d)  # fmt: skip
+            ops.append(
+                OpCost(
+                    fwd_cost.name, phase, fwd_cost.seconds, fwd_cost.provenance, 0.0, "attention"
+                )
+            )
         ops.append(self._q("attention_values", "bmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, mp=t, b=b, h=h, l=l, dim=d))  # fmt: skip
+                           scale=hd_scale, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
         return ops
 
     def mlp(self, phase: str) -> list[OpCost]:
-        m, t, b, l, d = self.model, self.t, self.b, self.l, self.model.hidden
+        m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         bwd = 2.0 if phase == "bwd" else 1.0
         if m.is_moe:
             # top-k experts per token on average (balanced routing); ep moves tokens, not work
@@ -274,26 +304,40 @@ class LayerCoster:
         up = (2 if m.gated else 1) * ffn / t  # gated: gate and up projections side by side
         ops = [
             self._q("mlp_up", "linear3", phase, flops=copies * bwd * _gemm_flops(self.tokens, up, d),
-                    scale=copies * up / (4 * d / t), mp=t, b=b, l=l, dim=d),
+                    scale=copies * up / (4 * d / t), mp=t, b=b, l=seq, dim=d),
             self._q("activation", "gelu", phase, category="memory",
-                    scale=copies * (1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=l, dim=d),
+                    scale=copies * (1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=seq, dim=d),
             self._q("mlp_down", "linear4", phase, flops=copies * bwd * _gemm_flops(self.tokens, d, ffn / t),
-                    scale=copies * ffn / (4 * d), mp=t, b=b, l=l, dim=d),
+                    scale=copies * ffn / (4 * d), mp=t, b=b, l=seq, dim=d),
         ]  # fmt: skip
         if m.is_moe:  # router: a [tokens, d] x [d, experts] GEMM and its softmax, tiny
             fl = bwd * _gemm_flops(self.tokens, m.num_experts, d)
-            ops.append(self._q("router", "linear3", phase, flops=fl, scale=m.num_experts / (4 * d), mp=1, b=b, l=l, dim=d))
+            ops.append(
+                self._q(
+                    "router",
+                    "linear3",
+                    phase,
+                    flops=fl,
+                    scale=m.num_experts / (4 * d),
+                    mp=1,
+                    b=b,
+                    l=seq,
+                    dim=d,
+                )
+            )
         return ops
 
     # --- stage extras --------------------------------------------------------------------------
 
     def embedding(self, phase: str) -> list[OpCost]:
-        t, b, l, d = self.t, self.b, self.l, self.model.hidden
-        return [self._q("embedding", "embedding", phase, category="memory", mp=t, b=b, l=l, dim=d)]
+        t, b, seq, d = self.t, self.b, self.l, self.model.hidden
+        return [
+            self._q("embedding", "embedding", phase, category="memory", mp=t, b=b, l=seq, dim=d)
+        ]
 
     def head(self, phase: str) -> list[OpCost]:
         """Final norm, output projection and loss (the last stage)."""
-        m, t, b, l, d = self.model, self.t, self.b, self.l, self.model.hidden
+        m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         bwd = 2.0 if phase == "bwd" else 1.0
         v = m.padded_vocab(t)
         v001 = ModelSpec("seed001", d, 1, m.heads, _SEED001_VOCAB).padded_vocab(t)
@@ -301,8 +345,8 @@ class LayerCoster:
         return [
             self._norm("final_norm", phase),
             self._q("output_proj", "linear_final", phase, flops=bwd * _gemm_flops(self.tokens, v / t, d),
-                    scale=r, mp=t, b=b, l=l, dim=d),
-            self._q("cross_entropy", "parallel_cross_entropy_128", phase, category="memory", scale=r, mp=t, b=b, l=l),
+                    scale=r, mp=t, b=b, l=seq, dim=d),
+            self._q("cross_entropy", "parallel_cross_entropy_128", phase, category="memory", scale=r, mp=t, b=b, l=seq),
         ]  # fmt: skip
 
     def optimizer(self, params: float, layers: int) -> OpCost:
@@ -319,10 +363,14 @@ class LayerCoster:
         parameters) answers.
         """
         n = max(layers, 1)
-        s, prov = self.c.time("middleStage_optimizer", "step", "fp16", mp=self.t, dim=self.model.hidden, encoders=n)
+        s, prov = self.c.time(
+            "middleStage_optimizer", "step", "fp16", mp=self.t, dim=self.model.hidden, encoders=n
+        )
         if prov.startswith("calibrated:"):
             ratio = params / (n * 12.0 * self.model.hidden**2 / self.t)
-            return OpCost("optimizer", "step", s * ratio, prov + ";scaled-by-parameters", 0.0, "optimizer")
+            return OpCost(
+                "optimizer", "step", s * ratio, prov + ";scaled-by-parameters", 0.0, "optimizer"
+            )
         tensors = 12 * n + 4
         s, prov = self.c.time("optimizer", "step", "fp16", num_layers=n, hidden_size=self.model.hidden,
                               param_tensors=tensors, params=params)  # fmt: skip

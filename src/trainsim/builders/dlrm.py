@@ -24,15 +24,15 @@ system built of ``device`` if there is one, else a **host-local estimate** (rank
 through gloo over TCP loopback on one host, :data:`HOST_LINK_BANDWIDTH_BPS` and
 :data:`HOST_LINK_LATENCY_S`, or the ``link_bandwidth_Bps``/``link_latency_s`` given).
 
-GPU vs CPU (a device with SMs is a GPU): on GPUs a rank's tables are one FBGEMM TBE kernel
-per pass (the sum of the per-table predictions), its backward fused with SGD (as the kernel
-models define ``embedding_bag`` bwd); collectives
-run on their own stream, and each op pays the eager-PyTorch dispatch of
-:class:`trainsim.builders.costs.HostModel`; on CPUs the backward is the sparse gradient followed
-by the sparse SGD update (an ``elementwise`` kernel over the ``B·L·D`` gradient values), one
-``nn.EmbeddingBag`` op per table and pass,
-collectives block the one stream (gloo on the calling thread; ``overlap`` overrides), and
-dispatch is already inside the measured op times.
+GPU vs CPU (a device with SMs is a GPU). Defaults on GPUs: ``tbe`` — a rank's tables are one
+FBGEMM TBE kernel per pass (the sum of the per-table predictions), its backward fused with SGD
+(as the kernel models define ``embedding_bag`` bwd); ``overlap`` — collectives on their own
+stream; each op pays the eager-PyTorch dispatch of :class:`trainsim.builders.costs.HostModel`.
+Defaults on CPUs: one ``nn.EmbeddingBag(sparse=True)`` op per table and pass, the backward being
+the sparse gradient followed by the sparse SGD update (an ``elementwise`` kernel over the
+``B·L·D`` gradient values); collectives block the one stream (gloo on the calling thread); no
+dispatch term (the measured CPU op times include it). ``tbe=True`` on a CPU models fbgemm's
+CPU TBE (one op per pass, update fused: no separate update kernel).
 
 ``interaction="auto"``: DLRM's dot interaction when every table's dim equals the bottom MLP's
 output, else concatenation.
@@ -390,20 +390,23 @@ def _k(c: Coster, op: str, phase: str, dtype: str, **inputs: float) -> _K:
     return _K(op, phase, inputs, s, prov)
 
 
-def _table_kernels(c: Coster, t: TableSpec, batch: int, dtype: str) -> tuple[list[_K], list[_K]]:
-    """Forward and backward(+update) kernels of one table looked up for ``batch`` samples."""
+def _table_kernels(
+    c: Coster, t: TableSpec, batch: int, dtype: str, *, tbe: bool
+) -> tuple[list[_K], list[_K]]:
+    """Forward and backward(+update) kernels of one table looked up for ``batch`` samples;
+    without TBE the sparse SGD update is a kernel of its own."""
     inputs: dict[str, float] = {"B": batch, "E": t.rows, "T": 1, "L": t.pooling, "D": t.dim}
     if t.reuse is not None:
         inputs.update({f"rf_{i}": f for i, f in enumerate(t.reuse)})
     fwd = [_k(c, "embedding_bag", "fwd", dtype, **inputs)]
     bwd = [_k(c, "embedding_bag", "bwd", dtype, **inputs)]
-    if not _is_gpu(c.device):  # sparse SGD update: read the gradient rows, read+write the weights
+    if not tbe:  # sparse SGD update: read the gradient rows, read+write the weights
         bwd.append(_k(c, "elementwise", "fwd", dtype, numel=max(1.0, batch * t.pooling * t.dim)))
     return fwd, bwd
 
 
 def table_costs(spec: DLRMSpec, *, device: str | Path | DeviceSpec, kernel_models: KernelModels = None,
-                coster: Coster | None = None) -> list[float]:  # fmt: skip
+                coster: Coster | None = None, tbe: bool | None = None) -> list[float]:  # fmt: skip
     """Predicted forward + backward (+ update) seconds of each table's lookup on ``device``.
 
     Tables are looked up by their owner for the **global** batch (model parallelism), so that is
@@ -412,7 +415,9 @@ def table_costs(spec: DLRMSpec, *, device: str | Path | DeviceSpec, kernel_model
     c = coster or Coster(device, kernel_models)
     out = []
     for t in spec.tables:
-        fwd, bwd = _table_kernels(c, t, spec.batch, spec.dtype)
+        fwd, bwd = _table_kernels(
+            c, t, spec.batch, spec.dtype, tbe=_is_gpu(c.device) if tbe is None else tbe
+        )
         out.append(sum(k.seconds for k in fwd + bwd))
     return out
 
@@ -607,11 +612,12 @@ class _Rank:
 def build_dlrm_workload(spec: DLRMSpec, assignment: Sequence[int], world: int, *, device: str | Path | DeviceSpec,
                         system: str | Path | SystemSpec | None = None, kernel_models: KernelModels = None,
                         overlap: bool | None = None, link_bandwidth_Bps: float | None = None,  # noqa: N803
-                        link_latency_s: float | None = None, coster: Coster | None = None) -> Workload:  # fmt: skip
+                        link_latency_s: float | None = None, tbe: bool | None = None,
+                        coster: Coster | None = None) -> Workload:  # fmt: skip
     """The DLRM step as IR, one rank graph per rank (see the module docstring).
 
     ``assignment[i]`` is the rank owning ``spec.tables[i]``. ``overlap``: collectives on their
-    own stream (default: on GPUs). ``kernel_models``: a ``trainsim fit`` artifact (or models)
+    own stream (default: on GPUs). ``tbe``: batched tables with the update fused (default: on GPUs). ``kernel_models``: a ``trainsim fit`` artifact (or models)
     that answers before the device's own models.
     """
     _check_assignment(spec, assignment, world)
@@ -639,13 +645,16 @@ def build_dlrm_workload(spec: DLRMSpec, assignment: Sequence[int], world: int, *
             comm, CollectiveKind.ALL_TO_ALLV, all_to_all_size_bytes(send), world
         )
         ar_s, ar_prov = _collective_s(comm, CollectiveKind.ALL_REDUCE, params * eb, world)
-    tk = [_table_kernels(c, t, spec.batch, dt) for t in spec.tables]
+    tbe = gpu if tbe is None else tbe
+    tk = [_table_kernels(c, t, spec.batch, dt, tbe=tbe) for t in spec.tables]
     graphs = []
     for r in range(world):
         b = shares[r]
         g = _Rank(r, dt, COMM if overlap else COMPUTE)
         mine = [i for i, o in enumerate(assignment) if o == r]
-        lookups = g.fused if gpu else g.add  # GPU: one TBE kernel; CPU: an EmbeddingBag per table
+        lookups = (
+            g.fused if tbe else g.add
+        )  # TBE: one kernel per pass; else an EmbeddingBag per table
         emb = lookups("embedding_fwd", [k for i in mine for k in tk[i][0]])
         a2a_f = a2a_b = None
         if world > 1:
@@ -677,7 +686,7 @@ def build_dlrm_workload(spec: DLRMSpec, assignment: Sequence[int], world: int, *
         graphs.append(RankGraph(rank=r, ops=tuple(g.ops), streams=(COMPUTE, COMM), device=dev.name,
                                 metadata={"tables": [spec.tables[i].name for i in mine], "batch": b}))  # fmt: skip
     meta = {"source": "trainsim.builders.dlrm", "device": dev.name, "comm": comm.note, "world": world,
-            "assignment": list(assignment), "overlap": overlap, "gpu": gpu}  # fmt: skip
+            "assignment": list(assignment), "overlap": overlap, "tbe": tbe, "gpu": gpu}  # fmt: skip
     return Workload(ranks=tuple(graphs), process_groups={"emb": group, "dp": group}, metadata=meta)
 
 

@@ -61,7 +61,9 @@ class StageCost:
 
     @property
     def dp_comm_s(self) -> float:
-        return sum(c.seconds for c in self.dp_comm) + (self.embedding_comm.seconds if self.embedding_comm else 0.0)
+        return sum(c.seconds for c in self.dp_comm) + (
+            self.embedding_comm.seconds if self.embedding_comm else 0.0
+        )
 
 
 def _sum(ops: Iterable[OpCost]) -> float:
@@ -113,7 +115,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         if passes is None:
             # each pass is a CPU-dispatch / GPU flow shop (small models are launch-bound)
             f = flow_shop_s(lf, cpu_f, n) + n * layer_comm_f
-            r = (flow_shop_s(re_ops, cpu_f if re_ops is lf else cpu_sel, n) + n * re_comm) if re_ops else 0.0
+            r = (
+                (flow_shop_s(re_ops, cpu_f if re_ops is lf else cpu_sel, n) + n * re_comm)
+                if re_ops
+                else 0.0
+            )
             b = flow_shop_s(lb, cpu_b, n) + n * layer_comm_b
             if z3 is not None:  # prefetched weight gathers / gradient scatters bound each pass
                 ag, rs = z3[0].seconds, z3[1].seconds
@@ -122,7 +128,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             passes = per_n[n] = (f, r, b)
         f, recompute, b = passes
         fwd = f + (flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0)
-        bwd = b + (flow_shop_s(extra_b, [host.extra_s(o) for o in extra_b]) if extra_b else 0.0) + recompute
+        bwd = (
+            b
+            + (flow_shop_s(extra_b, [host.extra_s(o) for o in extra_b]) if extra_b else 0.0)
+            + recompute
+        )
         dense, expert = stage_params_split(model, plan, s)
         params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
@@ -155,7 +165,10 @@ def closed_form_001(stages: list[StageCost], plan: Plan) -> float:
     bwd = max(st.bwd_s + (stages[st.stage - 1].p2p_s if st.stage > 0 else 0.0) for st in stages)
     first = stages[0]
     sync = sum(c.seconds for c in first.dp_comm if c.kind in ("all_reduce", "reduce_scatter"))
-    update = max(st.optimizer_s + sum(c.seconds for c in st.dp_comm if c.kind == "all_gather") for st in stages)
+    update = max(
+        st.optimizer_s + sum(c.seconds for c in st.dp_comm if c.kind == "all_gather")
+        for st in stages
+    )
     return (m - 1 + s) * (fwd + bwd) + sync + update
 
 
@@ -171,111 +184,127 @@ def closed_form_003(stages: list[StageCost], plan: Plan) -> float:
 # --- the workload --------------------------------------------------------------------------------
 
 
-class _Ids:
-    def __init__(self) -> None:
-        self.op = 0
-        self.kernel = 0
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """One point-to-point transfer of a stage: direction, stream, peer and boundary."""
 
-    def next_op(self) -> int:
-        self.op += 1
-        return self.op
-
-    def next_kernel(self) -> int:
-        self.kernel += 1
-        return self.kernel
+    kind: CollectiveKind
+    stream: int
+    group: str
+    peer: int
+    boundary: int
 
 
-def build_workload(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost]) -> Workload:
+class _StageEmitter:
+    """Ops of one stage's rank graph, in issue order, with fresh op and kernel ids."""
+
+    def __init__(self, stage: int, bcost: list[CommCost | None]) -> None:
+        self.stage, self.bcost = stage, bcost
+        self.ops: list[Op] = []
+        self.kernel_id = 0
+
+    def kernel_ids(self) -> int:
+        self.kernel_id += 1
+        return self.kernel_id
+
+    def add(self, name: str, kernel: Kernel | None, deps: list[int | None], cat: OpCategory) -> int:
+        oid = len(self.ops) + 1
+        self.ops.append(Op(id=oid, name=name, thread=1, category=cat, kernels=(kernel,) if kernel else (),
+                           deps=tuple(d for d in deps if d)))  # fmt: skip
+        return oid
+
+    def compute(self, name: str, seconds: float, deps: list[int | None]) -> int:
+        k = Kernel(
+            self.kernel_ids(),
+            name,
+            KernelFamily.GEMM,
+            COMPUTE,
+            predicted_s=seconds,
+            provenance="builder",
+        )
+        return self.add(name, k, deps, OpCategory.COMPUTE)
+
+    def p2p(self, name: str, link: _Link, seq: int, deps: list[int | None]) -> int:
+        cost = self.bcost[link.boundary % len(self.bcost)]
+        seconds, prov, nbytes = (
+            (cost.seconds, cost.provenance, int(cost.bytes)) if cost else (0.0, "none", 0)
+        )
+        c = Collective(kind=link.kind, group=link.group, group_ranks=tuple(sorted((self.stage, link.peer))),
+                       bytes=nbytes, seq=seq, peer=link.peer)  # fmt: skip
+        k = Kernel(self.kernel_ids(), f"{link.kind.value}:{link.group}", link.kind.family, link.stream,
+                   collective=c, predicted_s=seconds, provenance=prov)  # fmt: skip
+        return self.add(name, k, deps, OpCategory.COMMUNICATION)
+
+    def collective(self, c: CommCost, kind: CollectiveKind, *, group: str, ranks: tuple[int, ...], seq: int,
+                   stream: int, deps: list[int | None]) -> int:  # fmt: skip
+        k = Kernel(self.kernel_ids(), c.name, kind.family, stream,
+                   collective=Collective(kind=kind, group=group, group_ranks=ranks, bytes=int(c.bytes), seq=seq),
+                   predicted_s=c.seconds, provenance=c.provenance)  # fmt: skip
+        return self.add(c.name, k, deps, OpCategory.COMMUNICATION)
+
+
+def build_workload(
+    model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost]
+) -> Workload:
     """The iteration as IR: one rank graph per pipeline stage (see the module docstring)."""
     chunks = plan.vpp if plan.schedule == "interleaved" else 1
-    represents = plan.tp * plan.cp * plan.dp
-    sched = schedule(plan.schedule, plan.pp, plan.grad_accum, chunks)
+    nv, pp = plan.pp * chunks, plan.pp
+    sched = schedule(plan.schedule, pp, plan.grad_accum, chunks)
     comm = PlanComm(model, plan, system)
-    bcost = [comm.pp_p2p(b) for b in range(plan.pp)] if plan.pp > 1 else []
+    bcost: list[CommCost | None] = [comm.pp_p2p(b) for b in range(pp)] if pp > 1 else [None]
     graphs = []
     for s, st in enumerate(stages):
-        ids = _Ids()
-        ops: list[Op] = []
+        e = _StageEmitter(s, bcost)
         last_send: int | None = None
-
-        def add(name: str, kernel: Kernel | None, deps: list[int], cat: OpCategory) -> int:
-            oid = ids.next_op()
-            ops.append(Op(id=oid, name=name, thread=1, category=cat,
-                          kernels=(kernel,) if kernel else (), deps=tuple(d for d in deps if d)))  # fmt: skip
-            return oid
-
-        def compute(name: str, seconds: float) -> Kernel:
-            return Kernel(ids.next_kernel(), name, KernelFamily.GEMM, COMPUTE, predicted_s=seconds,
-                          provenance="builder")  # fmt: skip
-
-        def p2p(kind: CollectiveKind, stream: int, group: str, seq: int, peer: int, boundary: int) -> Kernel:
-            c_ = bcost[boundary % plan.pp]
-            seconds, prov = (c_.seconds, c_.provenance) if c_ else (0.0, "none")
-            c = Collective(kind=kind, group=group, group_ranks=tuple(sorted((s, peer))),
-                           bytes=p2p_bytes, seq=seq, peer=peer)  # fmt: skip
-            return Kernel(ids.next_kernel(), f"{kind.value}:{group}", kind.family, stream,
-                          collective=c, predicted_s=seconds, provenance=prov)  # fmt: skip
-
-        last_compute: int | None = None
-        p2p_bytes = int(bcost[0].bytes) if bcost and bcost[0] else 0
+        last: int | None = None
         for act in sched[s]:
-            v = act.chunk * plan.pp + s  # virtual stage
-            nv = plan.pp * chunks
-            share = 1.0 / chunks
-            deps: list[int] = []
+            v = act.chunk * pp + s  # virtual stage
+            tag = f"mb{act.mb} v{v}"
+            deps: list[int | None] = [last_send, last]
             if act.kind == "F":
                 if v > 0:
-                    prev_rank = (v - 1) % plan.pp
-                    r = add(f"recv_act mb{act.mb} v{v}", p2p(CollectiveKind.RECV, RECV_PREV, f"act{v - 1}", act.mb,
-                            prev_rank, v - 1), [], OpCategory.COMMUNICATION)  # fmt: skip
-                    deps.append(r)
-                if last_send:
-                    deps.append(last_send)
-                last_compute = add(f"forward mb{act.mb} v{v}", compute(f"fwd mb{act.mb} v{v}", st.fwd_s * share),
-                                   deps + ([last_compute] if last_compute else []), OpCategory.COMPUTE)  # fmt: skip
+                    deps.append(e.p2p(f"recv_act {tag}", _Link(CollectiveKind.RECV, RECV_PREV, f"act{v - 1}", (v - 1) % pp, v - 1), act.mb, []))  # fmt: skip
+                last = e.compute(f"forward {tag}", st.fwd_s / chunks, deps)
                 if v < nv - 1:
-                    last_send = add(f"send_act mb{act.mb} v{v}", p2p(CollectiveKind.SEND, SEND_NEXT, f"act{v}", act.mb,
-                                    (v + 1) % plan.pp, v), [last_compute], OpCategory.COMMUNICATION)  # fmt: skip
+                    last_send = e.p2p(f"send_act {tag}", _Link(CollectiveKind.SEND, SEND_NEXT, f"act{v}", (v + 1) % pp, v), act.mb, [last])  # fmt: skip
             else:
                 if v < nv - 1:
-                    r = add(f"recv_grad mb{act.mb} v{v}", p2p(CollectiveKind.RECV, RECV_NEXT, f"grad{v + 1}", act.mb,
-                            (v + 1) % plan.pp, v), [], OpCategory.COMMUNICATION)  # fmt: skip
-                    deps.append(r)
-                if last_send:
-                    deps.append(last_send)
-                last_compute = add(f"backward mb{act.mb} v{v}", compute(f"bwd mb{act.mb} v{v}", st.bwd_s * share),
-                                   deps + ([last_compute] if last_compute else []), OpCategory.COMPUTE)  # fmt: skip
+                    deps.append(e.p2p(f"recv_grad {tag}", _Link(CollectiveKind.RECV, RECV_NEXT, f"grad{v + 1}", (v + 1) % pp, v), act.mb, []))  # fmt: skip
+                last = e.compute(f"backward {tag}", st.bwd_s / chunks, deps)
                 if v > 0:
-                    last_send = add(f"send_grad mb{act.mb} v{v}", p2p(CollectiveKind.SEND, SEND_PREV, f"grad{v}", act.mb,
-                                    (v - 1) % plan.pp, v - 1), [last_compute], OpCategory.COMMUNICATION)  # fmt: skip
+                    last_send = e.p2p(f"send_grad {tag}", _Link(CollectiveKind.SEND, SEND_PREV, f"grad{v}", (v - 1) % pp, v - 1), act.mb, [last])  # fmt: skip
         # once per iteration: gradient reduction (comm stream), tied-embedding sync, update
-        tail = [last_compute] + ([last_send] if last_send else [])
-        reduce_dep = [d for d in tail if d]
+        dep: list[int | None] = [last, last_send]
         for i, c in enumerate(x for x in st.dp_comm if x.kind != "all_gather"):
-            k = Kernel(ids.next_kernel(), c.name, CollectiveKind(c.kind).family, DP_STREAM,
-                       collective=Collective(kind=CollectiveKind(c.kind), group=f"dp{s}", group_ranks=(s,),
-                                             bytes=int(c.bytes), seq=i),
-                       predicted_s=c.seconds, provenance=c.provenance)  # fmt: skip
-            reduce_dep = [add(c.name, k, reduce_dep, OpCategory.COMMUNICATION)]
+            dep = [
+                e.collective(
+                    c,
+                    CollectiveKind(c.kind),
+                    group=f"dp{s}",
+                    ranks=(s,),
+                    seq=i,
+                    stream=DP_STREAM,
+                    deps=dep,
+                )
+            ]
         if st.embedding_comm is not None:
-            c = st.embedding_comm
-            k = Kernel(ids.next_kernel(), c.name, KernelFamily.NCCL_ALL_REDUCE, DP_STREAM,
-                       collective=Collective(kind=CollectiveKind.ALL_REDUCE, group="embedding",
-                                             group_ranks=(0, plan.pp - 1), bytes=int(c.bytes), seq=0),
-                       predicted_s=c.seconds, provenance=c.provenance)  # fmt: skip
-            reduce_dep = [add(c.name, k, reduce_dep, OpCategory.COMMUNICATION)]
-        opt = add("optimizer.step", Kernel(ids.next_kernel(), "optimizer", KernelFamily.OPTIMIZER, COMPUTE,
-                  predicted_s=st.optimizer_s, provenance="builder"), reduce_dep, OpCategory.COMPUTE)  # fmt: skip
+            dep = [e.collective(st.embedding_comm, CollectiveKind.ALL_REDUCE, group="embedding", ranks=(0, pp - 1), seq=0, stream=DP_STREAM, deps=dep)]  # fmt: skip
+        opt = e.add("optimizer.step", Kernel(e.kernel_ids(), "optimizer", KernelFamily.OPTIMIZER, COMPUTE,
+                    predicted_s=st.optimizer_s, provenance="builder"), dep, OpCategory.COMPUTE)  # fmt: skip
         for i, c in enumerate(x for x in st.dp_comm if x.kind == "all_gather"):
-            k = Kernel(ids.next_kernel(), c.name, KernelFamily.NCCL_ALL_GATHER, COMPUTE,
-                       collective=Collective(kind=CollectiveKind.ALL_GATHER, group=f"dp{s}-ag", group_ranks=(s,),
-                                             bytes=int(c.bytes), seq=i),
-                       predicted_s=c.seconds, provenance=c.provenance)  # fmt: skip
-            opt = add(c.name, k, [opt], OpCategory.COMMUNICATION)
-        graphs.append(RankGraph(rank=s, ops=tuple(ops), streams=(COMPUTE, DP_STREAM, SEND_NEXT, SEND_PREV, RECV_PREV, RECV_NEXT),
-                                represents=represents, device=system.device,
+            opt = e.collective(
+                c,
+                CollectiveKind.ALL_GATHER,
+                group=f"dp{s}-ag",
+                ranks=(s,),
+                seq=i,
+                stream=COMPUTE,
+                deps=[opt],
+            )
+        graphs.append(RankGraph(rank=s, ops=tuple(e.ops), streams=(COMPUTE, DP_STREAM, SEND_NEXT, SEND_PREV, RECV_PREV, RECV_NEXT),
+                                represents=plan.tp * plan.cp * plan.dp, device=system.device,
                                 metadata={"role": f"pipeline stage {s}", "layers": st.layers}))  # fmt: skip
-    groups = {f"dp{s}": (s,) for s in range(plan.pp)}
+    groups = {f"dp{s}": (s,) for s in range(pp)}
     return Workload(ranks=tuple(graphs), process_groups=groups,
                     metadata={"source": "trainsim.builders.llm", "model": model.name, "plan": plan.label(),
                               "system": system.name})  # fmt: skip
@@ -285,4 +314,11 @@ def resolve_system(system: SystemSpec | str) -> SystemSpec:
     return get_system(system) if isinstance(system, str) else system
 
 
-__all__ = ["Action", "StageCost", "build_workload", "closed_form_001", "closed_form_003", "stage_costs"]
+__all__ = [
+    "Action",
+    "StageCost",
+    "build_workload",
+    "closed_form_001",
+    "closed_form_003",
+    "stage_costs",
+]

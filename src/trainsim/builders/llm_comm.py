@@ -136,7 +136,9 @@ class PlanComm:
         kv = self._tokens() * self.model.kv_width / self.plan.tp * 2 * self.act_bytes  # K and V
         step = self.cost("cp_send_recv", "send", kv, 2, self.plan.tp)
         mult = (cp - 1) * (2 if phase == "bwd" else 1)
-        return CommCost("cp_ring", "send", kv * mult, cp, step.per_node, step.seconds * mult, step.provenance)
+        return CommCost(
+            "cp_ring", "send", kv * mult, cp, step.per_node, step.seconds * mult, step.provenance
+        )
 
     def ep_layer(self, phase: str) -> list[CommCost]:
         m, ep = self.model, self.plan.ep
@@ -158,7 +160,7 @@ class PlanComm:
         p = self.plan
         if p.pp <= 1:
             return None
-        nbytes = self._tokens() * self.model.hidden * self.act_bytes
+        nbytes = float(self._tokens() * self.model.hidden * self.act_bytes)
         if p.sp and p.tp > 1:
             nbytes /= p.tp
         stride = p.tp * p.cp * p.dp
@@ -201,7 +203,9 @@ class PlanComm:
         else:
             out.append(self.cost("dp_all_reduce", "all_reduce", gb, n, stride))
         if p.zero in (1, 2):
-            out.append(self.cost("dp_all_gather", "all_gather", stage_params * self.act_bytes, n, stride))
+            out.append(
+                self.cost("dp_all_gather", "all_gather", stage_params * self.act_bytes, n, stride)
+            )
         return out
 
     def zero3_layer(self, layer_params: float) -> tuple[CommCost, CommCost] | None:
@@ -213,7 +217,13 @@ class PlanComm:
         if p.zero < 3 or n <= 1:
             return None
         ag = self.cost("zero3_all_gather", "all_gather", layer_params * self.act_bytes, n, p.tp)
-        rs = self.cost("zero3_reduce_scatter", "reduce_scatter", layer_params * self.grad_bytes_per_param(), n, p.tp)
+        rs = self.cost(
+            "zero3_reduce_scatter",
+            "reduce_scatter",
+            layer_params * self.grad_bytes_per_param(),
+            n,
+            p.tp,
+        )
         return ag, rs
 
     def embedding_grads(self) -> CommCost | None:
@@ -224,4 +234,6 @@ class PlanComm:
         nbytes = m.padded_vocab(p.tp) * m.hidden / p.tp * self.grad_bytes_per_param()
         # rank r of the first stage pairs with r + (pp - 1) S: on one node only when the whole
         # job is (whole-node placement, power-of-two degrees)
-        return self.cost_placed("embedding_all_reduce", "all_reduce", nbytes, 2, 2 if p.gpus <= self.gpn else 1)
+        return self.cost_placed(
+            "embedding_all_reduce", "all_reduce", nbytes, 2, 2 if p.gpus <= self.gpn else 1
+        )

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import lru_cache
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec

@@ -51,8 +51,12 @@ class Plan:
     vpp: int = 1  # model chunks per stage (interleaved)
     recompute: Recompute = "none"
     dtype: str = "bf16"
-    attention: Attention = "flash"  # FlashAttention, fused scale-mask-softmax (Megatron), or unfused
-    attention_dropout: float = 0.0  # > 0: a dropout kernel over the [b, h, s, s] probabilities (non-flash)
+    attention: Attention = (
+        "flash"  # FlashAttention, fused scale-mask-softmax (Megatron), or unfused
+    )
+    attention_dropout: float = (
+        0.0  # > 0: a dropout kernel over the [b, h, s, s] probabilities (non-flash)
+    )
 
     @property
     def gpus(self) -> int:
@@ -99,13 +103,21 @@ class Plan:
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"plan: zero must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.schedule not in SCHEDULES:
-            raise ConfigError(f"plan: schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+            raise ConfigError(
+                f"plan: schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}"
+            )
         if self.recompute not in RECOMPUTE:
-            raise ConfigError(f"plan: recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+            raise ConfigError(
+                f"plan: recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}"
+            )
         if self.attention not in ATTENTION:
-            raise ConfigError(f"plan: attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+            raise ConfigError(
+                f"plan: attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}"
+            )
         if not 0.0 <= self.attention_dropout < 1.0:
-            raise ConfigError(f"plan: attention_dropout must be in [0, 1), got {self.attention_dropout!r}")
+            raise ConfigError(
+                f"plan: attention_dropout must be in [0, 1), got {self.attention_dropout!r}"
+            )
         if self.dtype not in DTYPES:
             raise ConfigError(f"plan: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if gpus is not None and gpus != self.gpus:
@@ -113,13 +125,17 @@ class Plan:
                 f"plan: --gpus {gpus} is not tp×cp×dp×pp = {self.tp}×{self.cp}×{self.dp}×{self.pp} = {self.gpus}"
             )
         if model.heads % self.tp:
-            raise ConfigError(f"plan: tp {self.tp} does not divide {model.name}'s {model.heads} attention heads")
+            raise ConfigError(
+                f"plan: tp {self.tp} does not divide {model.name}'s {model.heads} attention heads"
+            )
         if model.n_kv % self.tp and self.tp % model.n_kv:
             raise ConfigError(
                 f"plan: tp {self.tp} and {model.name}'s {model.n_kv} KV heads do not divide one another"
             )
         if model.ffn % self.tp or (model.is_moe and model.expert_ffn % self.tp):
-            raise ConfigError(f"plan: tp {self.tp} does not divide {model.name}'s MLP width {model.ffn}")
+            raise ConfigError(
+                f"plan: tp {self.tp} does not divide {model.name}'s MLP width {model.ffn}"
+            )
         chunks = self.pp * (self.vpp if self.schedule == "interleaved" else 1)
         if chunks > model.layers:
             raise ConfigError(
@@ -135,16 +151,26 @@ class Plan:
             )
         seq = self.seq(model)
         if self.cp > 1 and seq % (2 * self.cp):
-            raise ConfigError(f"plan: sequence length {seq} is not divisible by 2×cp = {2 * self.cp}")
+            raise ConfigError(
+                f"plan: sequence length {seq} is not divisible by 2×cp = {2 * self.cp}"
+            )
         if self.sp and self.tp > 1 and seq % self.tp:
-            raise ConfigError(f"plan: sequence parallelism needs seq_len {seq} divisible by tp {self.tp}")
+            raise ConfigError(
+                f"plan: sequence parallelism needs seq_len {seq} divisible by tp {self.tp}"
+            )
         if self.ep > 1:
             if not model.is_moe:
-                raise ConfigError(f"plan: ep {self.ep} needs a mixture-of-experts model; {model.name} is dense")
+                raise ConfigError(
+                    f"plan: ep {self.ep} needs a mixture-of-experts model; {model.name} is dense"
+                )
             if model.num_experts % self.ep:
-                raise ConfigError(f"plan: ep {self.ep} does not divide {model.name}'s {model.num_experts} experts")
+                raise ConfigError(
+                    f"plan: ep {self.ep} does not divide {model.name}'s {model.num_experts} experts"
+                )
             if self.dp % self.ep:
-                raise ConfigError(f"plan: ep {self.ep} must divide dp {self.dp} (experts split the data-parallel ranks)")
+                raise ConfigError(
+                    f"plan: ep {self.ep} must divide dp {self.dp} (experts split the data-parallel ranks)"
+                )
         if self.batch % (self.micro_batch * self.dp):
             raise ConfigError(
                 f"plan: global batch {self.batch} is not a multiple of micro_batch×dp = {self.micro_batch * self.dp}"

@@ -22,7 +22,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainsim.builders.costs import OpCoster
-from trainsim.builders.llm import StageCost, build_workload, closed_form_001, closed_form_003, stage_costs
+from trainsim.builders.llm import (
+    StageCost,
+    build_workload,
+    closed_form_001,
+    closed_form_003,
+    stage_costs,
+)
 from trainsim.builders.memory import MemoryBreakdown, memory_per_gpu
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
@@ -78,8 +84,17 @@ class LLMPrediction:
             "memory_per_stage_bytes": [m.total_bytes for m in self.memory],
             "breakdown": self.breakdown,
             "stages": [
-                {"stage": s.stage, "layers": s.layers, "params": s.params, "fwd_s": s.fwd_s, "bwd_s": s.bwd_s,
-                 "recompute_s": s.recompute_s, "optimizer_s": s.optimizer_s, "dp_comm_s": s.dp_comm_s, "p2p_s": s.p2p_s}
+                {
+                    "stage": s.stage,
+                    "layers": s.layers,
+                    "params": s.params,
+                    "fwd_s": s.fwd_s,
+                    "bwd_s": s.bwd_s,
+                    "recompute_s": s.recompute_s,
+                    "optimizer_s": s.optimizer_s,
+                    "dp_comm_s": s.dp_comm_s,
+                    "p2p_s": s.p2p_s,
+                }
                 for s in self.stages
             ],  # fmt: skip
             "provenance": self.provenance,
@@ -100,7 +115,9 @@ def _provenance(stages: list[StageCost]) -> dict[str, Any]:
         for c in [*st.comm, *st.dp_comm]:
             if c.provenance != "none":
                 comm[c.provenance] = comm.get(c.provenance, 0) + 1
-    calibrated = all(k.startswith("calibrated:") for k in kern) and all(c.startswith("calibrated:") for c in comm)
+    calibrated = all(k.startswith("calibrated:") for k in kern) and all(
+        c.startswith("calibrated:") for c in comm
+    )
     return {"summary": "calibrated" if calibrated else "mixed" if any(k.startswith("calibrated:") for k in kern) else "spec-based",
             "kernels": dict(sorted(kern.items())), "collectives": dict(sorted(comm.items()))}  # fmt: skip
 
@@ -118,7 +135,7 @@ def _breakdown(st: StageCost, plan: Plan, iteration_s: float) -> dict[str, float
         "optimizer_s": st.optimizer_s,
     }
     out["pipeline_bubble_s"] = max(0.0, iteration_s - sum(out.values()))
-    return {"stage": st.stage, **out}  # type: ignore[dict-item]
+    return {"stage": st.stage, **out}
 
 
 def _run(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCost]) -> Any:
@@ -183,7 +200,12 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
         crit = 0
     t3 = time.perf_counter()
     tokens = plan.batch * plan.seq(spec)
-    flops = sum(plan.grad_accum * (s.flops_fwd + s.flops_bwd) for s in stages) * plan.tp * plan.cp * plan.dp
+    flops = (
+        sum(plan.grad_accum * (s.flops_fwd + s.flops_bwd) for s in stages)
+        * plan.tp
+        * plan.cp
+        * plan.dp
+    )
     mfu = flops / (plan.gpus * peak_flops(device, plan.dtype) * iteration)
     memory = memory_per_gpu(spec, plan)
     prov = _provenance(stages)
@@ -211,7 +233,9 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"{sc} operator(s) (GQA/SwiGLU/MoE/vocabulary shapes) are scaled from a benchmarked sister operator")  # fmt: skip
     comm = r.provenance["collectives"]
     if any(k.startswith("spec-based") for k in comm):
-        out.append(f"some collectives on {r.system.name} are spec-based (link rates at 100 % efficiency): optimistic")
+        out.append(
+            f"some collectives on {r.system.name} are spec-based (link rates at 100 % efficiency): optimistic"
+        )
     if not r.fits_in_memory:
         out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
                    f"{r.device.memory_bytes / 2**30:.1f} GiB")  # fmt: skip

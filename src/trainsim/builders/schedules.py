@@ -56,9 +56,14 @@ def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Action]]:
     if name == "1f1b":
         return [_one_f_one_b(p, m, s) for s in range(p)]
     if name == "gpipe":
-        return [[Action("F", i) for i in range(m)] + [Action("B", i) for i in range(m)] for _ in range(p)]
+        return [
+            [Action("F", i) for i in range(m)] + [Action("B", i) for i in range(m)]
+            for _ in range(p)
+        ]
     if name == "interleaved":
         if m % p:
-            raise ConfigError(f"interleaved schedule needs micro-batches ({m}) divisible by pp ({p})")
+            raise ConfigError(
+                f"interleaved schedule needs micro-batches ({m}) divisible by pp ({p})"
+            )
         return [_interleaved(p, m, v, s) for s in range(p)]
     raise ConfigError(f"unknown pipeline schedule {name!r}; known: 1f1b, interleaved, gpipe")

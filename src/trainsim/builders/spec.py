@@ -60,7 +60,9 @@ class ModelSpec:
         for f in ("ffn_hidden", "kv_heads", "head_dim", "num_experts", "top_k", "moe_ffn_hidden"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 0:
-                raise ConfigError(f"model {self.name}: {f} must be a non-negative integer, got {v!r}")
+                raise ConfigError(
+                    f"model {self.name}: {f} must be a non-negative integer, got {v!r}"
+                )
         if not self.head_dim and self.hidden % self.heads:
             raise ConfigError(
                 f"model {self.name}: hidden {self.hidden} is not divisible by heads {self.heads}"
@@ -160,7 +162,13 @@ class ModelSpec:
         """All parameters (the padded vocabulary of ``tp`` partitions)."""
         emb = self.embedding_params(tp)
         out = 0 if self.tied_embeddings else emb
-        return self.layers * self.layer_params() + emb + out + self.position_params() + self.norm_params()
+        return (
+            self.layers * self.layer_params()
+            + emb
+            + out
+            + self.position_params()
+            + self.norm_params()
+        )
 
     def with_seq_len(self, seq_len: int) -> ModelSpec:
         return replace(self, seq_len=seq_len)

@@ -59,7 +59,14 @@ def predict(
                 global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                 vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                 attention_dropout=attention_dropout)  # fmt: skip
-    r = predict_llm(spec, plan, sysspec, simulate=not closed_form, gpus=gpus, full_simulation=timeline is not None)
+    r = predict_llm(
+        spec,
+        plan,
+        sysspec,
+        simulate=not closed_form,
+        gpus=gpus,
+        full_simulation=timeline is not None,
+    )
     if timeline is not None:
         if r.sim is None:
             raise ConfigError("--timeline needs the simulation; drop --closed-form")
@@ -81,8 +88,14 @@ def predict(
     t.add_row("MFU", f"{r.mfu * 100:.1f} %")
     pk = r.peak_memory
     fits = "fits" if r.fits_in_memory else "DOES NOT FIT"
-    t.add_row("memory per GPU (peak stage)", f"{_gib(pk.total_bytes)} of {_gib(r.device.memory_bytes)}: {fits}")
-    t.add_row("  weights / grads / optimizer", f"{_gib(pk.weights_bytes)} / {_gib(pk.gradients_bytes)} / {_gib(pk.optimizer_bytes)}")
+    t.add_row(
+        "memory per GPU (peak stage)",
+        f"{_gib(pk.total_bytes)} of {_gib(r.device.memory_bytes)}: {fits}",
+    )
+    t.add_row(
+        "  weights / grads / optimizer",
+        f"{_gib(pk.weights_bytes)} / {_gib(pk.gradients_bytes)} / {_gib(pk.optimizer_bytes)}",
+    )
     t.add_row("  activations / buffers", f"{_gib(pk.activations_bytes)} / {_gib(pk.buffers_bytes)}")
     t.add_row(f"breakdown (stage {r.breakdown['stage']:.0f})", "")
     for k, v in r.breakdown.items():

@@ -75,13 +75,15 @@ def search(
     if sp not in ("on", "off", "both"):
         raise ConfigError(f"--sp must be on, off or both, got {sp!r}")
     if dtype not in DTYPES or attention not in ATTENTION:
-        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)} and --attention one of {', '.join(ATTENTION)}")
+        raise ConfigError(
+            f"--dtype must be one of {', '.join(DTYPES)} and --attention one of {', '.join(ATTENTION)}"
+        )
     space = PlanSpace(
         gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
         cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),
         zero=_ints(zero, "--zero"), recompute=_words(recompute, "--recompute", RECOMPUTE),
         schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
-        sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,  # type: ignore[arg-type]
+        sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
     )  # fmt: skip
     r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
                    workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # fmt: skip
@@ -104,4 +106,6 @@ def search(
     stderr.print(f"screened {r['evaluated']} plans in {tm['screen']:.2f} s ({r['screened_per_min']:,.0f}/min), "
                  f"simulated {r['simulated']} in {tm['simulate']:.2f} s")  # fmt: skip
     if r["infeasible"]:
-        stderr.print("infeasible: " + "; ".join(f"{n}× {why}" for why, n in r["infeasible"].items()))
+        stderr.print(
+            "infeasible: " + "; ".join(f"{n}× {why}" for why, n in r["infeasible"].items())
+        )

@@ -31,6 +31,7 @@ def shard(
     capacity_gb: float | None = typer.Option(None, "--capacity-gb", help="Cap on table memory per rank (GB, 1e9 bytes); sharders that break it are listed as infeasible."),
     sharders: str | None = typer.Option(None, "--sharders", help="Comma-separated subset (default: all)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random sharder."),
+    tbe: bool | None = typer.Option(None, "--tbe/--no-tbe", help="Tables as one FBGEMM TBE op per pass with the SGD update fused (default: on GPUs; CPUs: one EmbeddingBag per table + sparse SGD update)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Predict the DLRM step under every sharder of 000 Table III (plus predicted_greedy) and rank them."""
@@ -48,7 +49,7 @@ def shard(
     names = [s.strip() for s in sharders.split(",") if s.strip()] if sharders else None
     cap = capacity_gb * 1e9 if capacity_gb is not None else None
     res = select_sharder(spec, world, device=dev, system=system, capacity_bytes=cap, kernel_models=kernel_models,
-                         sharders=names, seed=seed)  # fmt: skip
+                         sharders=names, seed=seed, tbe=tbe)  # fmt: skip
     best = res[0]
     doc = {"spec": str(spec_file), "world": world, "device": dev.name, "comm": best["comm"],
            "tables": len(spec.tables), "batch": spec.batch, "sharders": res, "best": best["name"]}  # fmt: skip

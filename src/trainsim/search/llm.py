@@ -61,7 +61,9 @@ def _coster(device: str) -> OpCoster:
     return c
 
 
-def screen_plans(model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]]) -> list[Screened]:
+def screen_plans(
+    model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]]
+) -> list[Screened]:
     """Closed form + peak memory per plan (a worker's unit of work; picklable arguments)."""
     coster = _coster(system.device)
     cap = get_device(system.device).memory_bytes
@@ -100,13 +102,16 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
     out: list[Screened] = []
     if scheduler:
         try:
-            from dask.distributed import Client, as_completed as dask_completed
+            from dask.distributed import Client
+            from dask.distributed import as_completed as dask_completed
         except ImportError:
             raise ConfigError(
                 "--scheduler needs dask.distributed: pip install 'trainsim[search]' (or dask[distributed])"
             ) from None
         with Client(scheduler) as client:
-            futures = client.map(screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False)
+            futures = client.map(
+                screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False
+            )
             for fut in dask_completed(futures):
                 res = fut.result()
                 out.extend(res)
@@ -147,10 +152,12 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
         else:
             items.append((len(items), plan))
     enumerated = sum(infeasible.values()) + len(items)
-    bar, tick, stop = _progress(len(items), progress)
+    _bar, tick, stop = _progress(len(items), progress)
     t1 = time.perf_counter()
     try:
-        screened = _run_screening(model, sys_spec, items, workers=workers, scheduler=scheduler, tick=tick)
+        screened = _run_screening(
+            model, sys_spec, items, workers=workers, scheduler=scheduler, tick=tick
+        )
     finally:
         stop()
     t2 = time.perf_counter()
@@ -196,7 +203,9 @@ def _progress(total: int, enabled: bool) -> tuple[Any, Callable[[int], None], Ca
         return None, lambda n: None, lambda: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    p = Progress("screening", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+    p = Progress(
+        "screening", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+    )
     task = p.add_task("screen", total=total)
     p.start()
     return p, lambda n: p.advance(task, n), p.stop

@@ -147,7 +147,8 @@ def _cost_sharder(name: str, cost: Callable[[TableSpec], float]) -> Sharder:
 
 def predicted_greedy(tables: Tables, world: int, *, seed: int = 0, device: str | Path | DeviceSpec | None = None,
                      capacity_bytes: float | None = None, dtype: str | None = None, batch: int | None = None,
-                     kernel_models: KernelModels = None, coster: Coster | None = None, **_: Any) -> list[int]:  # fmt: skip
+                     kernel_models: KernelModels = None, coster: Coster | None = None, tbe: bool | None = None,
+                     **_: Any) -> list[int]:  # fmt: skip
     """Greedy on each table's predicted lookup seconds (our kernel models on ``device``)."""
     ts = _tables(tables)
     _check(ts, world)
@@ -160,7 +161,7 @@ def predicted_greedy(tables: Tables, world: int, *, seed: int = 0, device: str |
     else:
         spec = DLRMSpec(ts, batch=batch, dtype=dtype or "fp32")
     dev = device if device is not None else coster.device  # type: ignore[union-attr]
-    costs = table_costs(spec, device=dev, kernel_models=kernel_models, coster=coster)
+    costs = table_costs(spec, device=dev, kernel_models=kernel_models, coster=coster, tbe=tbe)
     return greedy(costs, world, sizes=_table_bytes(spec, dtype), capacity_bytes=capacity_bytes,
                   name="predicted_greedy")  # fmt: skip
 
@@ -195,12 +196,13 @@ def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpe
     if unknown:
         raise ConfigError(f"unknown sharder {unknown[0]!r}; known: {', '.join(SHARDERS)}")
     coster = Coster(device, kernel_models)
-    costs = table_costs(spec, device=coster.device, coster=coster)
+    tbe = build_kw.get("tbe")
+    costs = table_costs(spec, device=coster.device, coster=coster, tbe=tbe)
     done, failed = [], []
     for name in names:
         try:
             a = SHARDERS[name](spec, world, seed=seed, device=coster.device, capacity_bytes=capacity_bytes,
-                               coster=coster)  # fmt: skip
+                               coster=coster, tbe=tbe)  # fmt: skip
         except ConfigError as e:
             failed.append(
                 {"name": name, "predicted_step_s": None, "assignment": None, "error": str(e)}

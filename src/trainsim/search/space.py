@@ -15,6 +15,7 @@ import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
@@ -63,7 +64,11 @@ class PlanSpace:
     def size(self, model: ModelSpec, gpus_per_node: int) -> int:
         n = 1
         for k, v in self.dims(model, gpus_per_node).items():
-            n *= len(v) if k != "schedule" else len(v) - ("interleaved" in v) + ("interleaved" in v) * len(self.vpp)
+            n *= (
+                len(v)
+                if k != "schedule"
+                else len(v) - ("interleaved" in v) + ("interleaved" in v) * len(self.vpp)
+            )
         return n
 
     def plans(self, model: ModelSpec, gpus_per_node: int) -> Iterator[tuple[Plan | None, str]]:
@@ -72,16 +77,19 @@ class PlanSpace:
         for tp, pp, cp, ep, sp, zero, mb, rc, sched in itertools.product(*d.values()):
             if sp and tp == 1:
                 continue  # sequence parallelism is a no-op without TP: not a distinct plan
-            base = tp * cp * pp  # type: ignore[operator]
+            base = int(tp) * int(cp) * int(pp)  # type: ignore[call-overload]
             if self.gpus % base:
                 yield None, "GPUs not divisible by tp×cp×pp"
                 continue
             vpps = self.vpp if sched == "interleaved" else (1,)
             for v in vpps:
-                plan = Plan(tp=tp, pp=pp, dp=self.gpus // base, cp=cp, ep=ep, sp=sp, zero=zero,  # type: ignore[arg-type]
-                            micro_batch=mb, global_batch=self.global_batch, seq_len=self.seq_len,  # type: ignore[arg-type]
-                            schedule=sched, vpp=v, recompute=rc, dtype=self.dtype,  # type: ignore[arg-type]
-                            attention=self.attention, attention_dropout=self.attention_dropout)  # type: ignore[arg-type]
+                fields: dict[str, Any] = {
+                    "tp": tp, "pp": pp, "dp": self.gpus // base, "cp": cp, "ep": ep, "sp": sp, "zero": zero,
+                    "micro_batch": mb, "global_batch": self.global_batch, "seq_len": self.seq_len,
+                    "schedule": sched, "vpp": v, "recompute": rc, "dtype": self.dtype,
+                    "attention": self.attention, "attention_dropout": self.attention_dropout,
+                }  # fmt: skip
+                plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
                     yield None, "interleaved schedule needs pp > N"
                     continue

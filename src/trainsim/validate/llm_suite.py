@@ -33,7 +33,12 @@ PUBLISHED: dict[str, dict[str, float]] = {
     "seed001-perlmutter": {"paper 001": 4.98},
     "seed001-vista": {"paper 001": 9.38},
 }
-TARGETS = {"vtrain-multi": 6.0, "vtrain-single": 8.0, "seed001-perlmutter": 5.0, "seed001-vista": 9.0}
+TARGETS = {
+    "vtrain-multi": 6.0,
+    "vtrain-single": 8.0,
+    "seed001-perlmutter": 5.0,
+    "seed001-vista": 9.0,
+}
 
 
 def _group(case: LLMCase) -> str:
@@ -105,9 +110,11 @@ def run_llm_suite(data_dir: Path, *, files: str | None = None, limit: int | None
         "suite": "llm",
         "cases": rows,
         "groups": groups,
-        "summary": {**error_summary(r["err_pct"] for r in rows),
-                    "median_latency_s": sorted(lat)[len(lat) // 2] if lat else None,
-                    "wall_s": time.perf_counter() - t0},  # fmt: skip
+        "summary": {
+            **error_summary(r["err_pct"] for r in rows),
+            "median_latency_s": sorted(lat)[len(lat) // 2] if lat else None,
+            "wall_s": time.perf_counter() - t0,
+        },  # fmt: skip
     }
 
 
@@ -116,7 +123,7 @@ def _mean(xs: Iterable[float | None]) -> float | None:
     return sum(v) / len(v) if v else None
 
 
-def _progress(total: int):  # type: ignore[no-untyped-def]
+def _progress(total: int) -> Any:
     """A rich progress bar on stderr (advance with the returned callable)."""
     import sys
 

@@ -48,6 +48,8 @@ SUITES: tuple[SuiteSpec, ...] = (
               "collective models against nccl-tests logs and published sweeps"),
     SuiteSpec("llm", "trainsim.validate.llm_suite", "run_llm_suite",
               "model-driven LLM iteration times against measured Megatron/GPT-NeoX runs (vTrain, paper 001)"),
+    SuiteSpec("shard", "trainsim.validate.shard_suite", "run_shard_suite",
+              "embedding-sharder choice by predicted step vs real sharded DLRM steps on 2 gloo CPU ranks (000 §V-A)"),
     SuiteSpec("search", "trainsim.validate.search_suite", "run_search_suite",
               "plan ranking: regret of the predicted-best measured plan and Spearman, per ground-truth group"),
 )  # fmt: skip
@@ -92,7 +94,7 @@ def default_data_dir() -> Path:
     return Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 
-def error_summary(errors_pct: Iterable[float]) -> dict[str, float | int | None]:
+def error_summary(errors_pct: Iterable[float | None]) -> dict[str, float | int | None]:
     """median |e|, mean |e| (MAPE) and max |e| over signed percentage errors."""
     abs_e = [abs(e) for e in errors_pct if e is not None and math.isfinite(e)]
     if not abs_e:

@@ -43,7 +43,7 @@ def run_search_suite(data_dir: Path, *, files: str | None = None) -> dict[str, A
     for c in cases:
         groups.setdefault((_file(c), c.model.name, c.plan.gpus, c.plan.batch), []).append(c)
     costers: dict[str, OpCoster] = {}
-    out_groups = []
+    out_groups: list[dict[str, Any]] = []
     for (fname, model, gpus, gb), cs in sorted(groups.items()):
         if len(cs) < 2:
             continue

@@ -1,0 +1,453 @@
+"""The ``shard`` validation suite: choosing an embedding sharder by predicted step time, checked
+against real sharded DLRM steps on this host (000 §V-A, Table IV; CPU stand-in).
+
+For each of ``sets`` random table sets (000 §IV-B1: (0.7–1.3) × world × 13 tables, drawn by
+:func:`trainsim.builders.dlrm.random_tables`; heavy tables only by default, as 000's sharding
+experiment picks its heavy tasks so that lookups dominate), every sharder of
+:data:`trainsim.search.sharders.SHARDERS` assigns the tables to ``world`` ranks, then
+
+* **predicted**: :func:`trainsim.search.sharders.select_sharder`'s simulated step on the CPU
+  device measured by ``trainsim bench`` on this machine (``bench/data/cpu_quick_*.device.yaml``)
+  with kernel models fitted on its calibration sample (``kernel_models="auto"``: fitted once,
+  cached next to the results) or the device's spec-based models (``kernel_models=None``);
+  every case reports the kernels' provenance;
+* **measured**: :func:`trainsim.bench.dlrm_shard.measure_assignments`, a table-wise sharded DLRM
+  on ``world`` gloo ranks (fbgemm's CPU TBE), ``steps`` timed steps per block, ``repeats`` blocks
+  per sharder, blocks of all sharders interleaved in a random order per repeat (machine noise
+  is shared rather than pinned on one sharder). Sharders that give the same assignment share
+  one measurement. A sharder's measured step is the median over all its timed steps.
+
+Per set (one case): the predicted choice (fastest predicted), the measured fastest, the regret
+(measured time of the choice over the fastest, − 1: 000 Table IV's "abs error"), success (000's
+criterion: the choice is the fastest or within 10 %), Spearman's ρ between predicted and
+measured times over the sharders, the per-sharder prediction errors, and the noise: each
+sharder's repeat-to-repeat spread ((max − min) / median of its repeat medians; the set's
+``noise_pct`` is their median) and ``success_per_repeat`` (the criterion re-evaluated on each
+repeat's times alone). The summary gives the success rate, regret (mean, median, max), median
+ρ, the error of every (set, sharder) prediction (median / MAPE / max), and, as a baseline,
+how often always choosing one fixed sharder would have met the criterion.
+
+Measurements are appended, one JSON line per (set, sharder) with a single ``write`` + ``fsync``,
+to ``resume`` (default ``~/.cache/trainsim/shard_suite.jsonl``). A row is reused when its set
+key (the tables, batch, MLPs and measurement settings) and its assignment match; so a rerun
+measures nothing twice, and a sweep killed mid-way loses at most the set in flight (a torn
+last line is cut off). Predictions are recomputed on every run (they take seconds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import random
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainsim.errors import ConfigError
+
+SCHEMA = "trainsim.shard-suite/1"
+CRITERION = 0.10  # 000 §V-A: chosen sharder within 10 % of the fastest
+TABLES_PER_RANK = 13  # 000 §IV-B1: (0.7 ~ 1.3) x #GPU x 13 tables
+_BENCH_DATA = Path(__file__).resolve().parents[1] / "bench" / "data"
+CPU_SAMPLE = "cpu_quick_f97e94a9cbddf655"  # the shipped 1-thread calibration of this machine
+
+
+def default_results_path() -> Path:
+    return Path.home() / ".cache" / "trainsim" / "shard_suite.jsonl"
+
+
+def table_set(index: int, *, seed: int, world: int, heavy: bool, batch: int,
+              bottom_mlp: Sequence[int], top_mlp: Sequence[int]) -> Any:  # fmt: skip
+    """Set ``index``'s DLRM spec: (0.7–1.3) × world × 13 random tables (reproducible)."""
+    from trainsim.builders.dlrm import DLRMSpec, random_tables
+
+    s = seed * 7919 + index
+    lo = round(0.7 * world * TABLES_PER_RANK)
+    hi = round(1.3 * world * TABLES_PER_RANK)
+    n = random.Random(s).randint(lo, hi)
+    tables = random_tables(n, seed=s, heavy=heavy)
+    return DLRMSpec(tables, batch=batch, bottom_mlp=tuple(bottom_mlp), top_mlp=tuple(top_mlp))
+
+
+# --- the results file -------------------------------------------------------------------------
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Complete rows of a results file (a torn last line is skipped; foreign rows ignored)."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    out = []
+    for line in raw[: raw.rfind(b"\n") + 1].decode("utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line damaged by hand; never fatal, the row is re-measured
+        if isinstance(row, dict) and row.get("schema") == SCHEMA:
+            out.append(row)
+    return out
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: single writer assumed
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{path}: another shard suite is writing these results; wait for it "
+                              "or give another resume path") from None  # fmt: skip
+        yield
+    finally:
+        os.close(fd)
+
+
+def _assign_key(a: Sequence[int]) -> str:
+    return ",".join(str(r) for r in a)
+
+
+# --- predictions -------------------------------------------------------------------------------
+
+
+def cpu_device_file() -> Path:
+    return _BENCH_DATA / f"{CPU_SAMPLE}.device.yaml"
+
+
+def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
+    """Kernel models fitted on the shipped CPU calibration sample (cached), and a note."""
+    import hashlib
+
+    sample = _BENCH_DATA / f"{CPU_SAMPLE}.jsonl"
+    digest = hashlib.sha256(sample.read_bytes()).hexdigest()[:12]
+    out = cache_dir / f"{CPU_SAMPLE}-{digest}.npz"
+    if out.exists():
+        return out, f"calibrated: trainsim fit on {sample.name} (cached {out.name})"
+    try:
+        from trainsim.bench.opspecs import register_bench_ops
+        from trainsim.hardware import get_device
+        from trainsim.kernels import fit_kernels, read_kernel_dataset, save_model
+
+        register_bench_ops()
+        ds = read_kernel_dataset([sample])
+        result = fit_kernels(ds, device=get_device(str(cpu_device_file())), n_jobs=1)
+        if result.model is None:
+            return None, "spec-based: the calibration sample fitted no model"
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        save_model(result.model, out)
+    except ImportError as e:  # the learned extra (xgboost, lightgbm, scikit-learn) is missing
+        return None, f"spec-based: cannot fit the CPU sample ({e}); pip install trainsim[learned]"
+    return out, f"calibrated: trainsim fit on {sample.name} (fitted now, cached {out.name})"
+
+
+def _predict(
+    spec: Any, world: int, names: Sequence[str], kernel_models: Path | None, seed: int
+) -> dict[str, dict[str, Any]]:
+    from trainsim.search.sharders import select_sharder
+
+    rows = select_sharder(spec, world, device=str(cpu_device_file()), kernel_models=kernel_models,
+                          sharders=list(names), seed=seed)  # fmt: skip
+    return {r["name"]: r for r in rows}
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's ρ (average ranks for ties); None when either side is constant or n < 2."""
+
+    def ranks(v: Sequence[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    if len(x) < 2:
+        return None
+    rx, ry = ranks(x), ranks(y)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else None
+
+
+def _choice(times: dict[str, float]) -> str:
+    """The fastest name (ties: the first in the dict's order)."""
+    return min(times, key=lambda k: times[k])
+
+
+def _regret(chosen: str, measured: dict[str, float]) -> float:
+    best = min(measured.values())
+    return (measured[chosen] - best) / best
+
+
+def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]],
+          pred_note: str) -> dict[str, Any]:  # fmt: skip
+    names = [n for n in sharders if n in rows and sharders[n].get("predicted_step_s") is not None]
+    measured = {n: float(rows[n]["median_s"]) for n in names}
+    predicted = {n: float(sharders[n]["predicted_step_s"]) for n in names}
+    per: list[dict[str, Any]] = []
+    for n, p in sharders.items():
+        row = rows.get(n)
+        m = float(row["median_s"]) if row else None
+        pr = p.get("predicted_step_s")
+        per.append({"sharder": n, "predicted_s": pr, "measured_s": m,
+                    "err_pct": (pr - m) / m * 100 if pr is not None and m else None,
+                    "spread_pct": row.get("spread_pct") if row else None,
+                    "repeat_medians_s": row.get("repeat_medians_s") if row else None,
+                    "assignment": p.get("assignment"), "tables_per_rank": _counts(p.get("assignment")),
+                    "imbalance_predicted": p.get("imbalance"),
+                    "per_rank_measured": row.get("per_rank") if row else None,
+                    "error": p.get("error")})  # fmt: skip
+    case: dict[str, Any] = {"case": f"set {index}", "tables": len(spec.tables)}
+    if len(names) < 2:
+        case.update(status="incomplete", reason="fewer than 2 sharders both predicted and measured",
+                    sharders=per)  # fmt: skip
+        return case
+    chosen, fastest = _choice(predicted), _choice(measured)
+    regret = _regret(chosen, measured)
+    errs: list[float] = [e["err_pct"] for e in per if e["err_pct"] is not None]
+    spreads = [rows[n]["spread_pct"] for n in names if rows[n].get("spread_pct") is not None]
+    reps = min(len(rows[n]["repeat_medians_s"]) for n in names)
+    per_rep = [
+        _regret(chosen, {n: rows[n]["repeat_medians_s"][k] for n in names}) <= CRITERION
+        for k in range(reps)
+    ]
+    ordered = sorted(measured.values())
+    case.update({
+        "predicted": chosen, "fastest": fastest, "regret_pct": regret * 100,
+        "success": regret <= CRITERION, "spearman": spearman([predicted[n] for n in names], [measured[n] for n in names]),
+        "noise_pct": statistics.median(spreads) if spreads else None,
+        "abs_err_pct": statistics.median(abs(e) for e in errs) if errs else None,
+        "status": "ok",
+        "predicted_choice_s": predicted[chosen], "measured_choice_s": measured[chosen],
+        "measured_fastest_s": measured[fastest],
+        "measured_range_pct": (ordered[-1] - ordered[0]) / ordered[0] * 100,
+        "runner_up_gap_pct": (ordered[1] - ordered[0]) / ordered[0] * 100,
+        "all_within_criterion": ordered[-1] <= ordered[0] * (1 + CRITERION),
+        "success_per_repeat": sum(per_rep) / len(per_rep),
+        "max_spread_pct": max(spreads) if spreads else None,
+        "batch": spec.batch, "prediction": pred_note, "sharders": per,
+    })  # fmt: skip
+    return case
+
+
+def _counts(a: Sequence[int] | None) -> list[int] | None:
+    if a is None:
+        return None
+    world = max(a) + 1 if a else 0
+    return [sum(1 for r in a if r == q) for q in range(world)]
+
+
+def _summary(cases: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    from trainsim.validate.registry import error_summary
+
+    ok = [c for c in cases if c.get("status") == "ok"]
+    errs = [e["err_pct"] for c in ok for e in c["sharders"] if e["err_pct"] is not None]
+    out: dict[str, Any] = {
+        **error_summary(errs),
+        "predictions": len(errs),
+        "sets": len(cases),
+        "sets_ok": len(ok),
+    }
+    if not ok:
+        return out
+    regrets = [c["regret_pct"] for c in ok]
+    rhos = [c["spearman"] for c in ok if c["spearman"] is not None]
+    out.update({
+        "success_rate": sum(c["success"] for c in ok) / len(ok),
+        "success_target": 0.90, "paper_success_rate": 0.85,
+        "exact_choice_rate": sum(c["predicted"] == c["fastest"] for c in ok) / len(ok),
+        "mean_regret_pct": statistics.fmean(regrets), "median_regret_pct": statistics.median(regrets),
+        "max_regret_pct": max(regrets),
+        "median_spearman": statistics.median(rhos) if rhos else None,
+        "min_spearman": min(rhos) if rhos else None,
+        "success_per_repeat_mean": statistics.fmean(c["success_per_repeat"] for c in ok),
+        "median_noise_pct": statistics.median(c["noise_pct"] for c in ok if c["noise_pct"] is not None),
+        "max_noise_pct": max(c["max_spread_pct"] for c in ok if c["max_spread_pct"] is not None),
+        "sets_all_within_criterion": sum(c["all_within_criterion"] for c in ok),
+        "median_measured_range_pct": statistics.median(c["measured_range_pct"] for c in ok),
+        "predicted_choices": dict(sorted({n: sum(c["predicted"] == n for c in ok) for n in names}.items())),
+        "measured_fastest": dict(sorted({n: sum(c["fastest"] == n for c in ok) for n in names}.items())),
+    })  # fmt: skip
+    fixed = {}
+    for n in names:  # baseline: always pick n
+        regs = []
+        for c in ok:
+            m = {
+                e["sharder"]: e["measured_s"] for e in c["sharders"] if e["measured_s"] is not None
+            }
+            if n in m:
+                regs.append(_regret(n, m) <= CRITERION)
+        if regs:
+            fixed[n] = sum(regs) / len(regs)
+    out["fixed_sharder_success_rate"] = fixed
+    return out
+
+
+# --- the suite ---------------------------------------------------------------------------------------
+
+
+def run_shard_suite(
+    data_dir: Path,
+    *,
+    sets: int = 10,
+    seed: int = 0,
+    repeats: int = 5,
+    steps: int = 5,
+    warmup: int = 1,
+    batch: int = 4096,
+    world: int = 2,
+    heavy: bool = True,
+    bottom_mlp: Sequence[int] = (64, 32),
+    top_mlp: Sequence[int] = (64, 1),
+    optimizer: str = "sgd",
+    backend: str = "fbgemm",
+    sharders: Sequence[str] | None = None,
+    kernel_models: str | Path | None = "auto",
+    resume: str | None = None,
+    measure: bool = True,
+    limit: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run the suite (see the module docstring). ``data_dir`` is unused (the suite measures on
+    this host). ``limit``: only the first ``limit`` sets (quick runs). ``measure=False``:
+    predict and report from the results file only (sets without rows are ``incomplete``).
+    ``kernel_models``: ``"auto"`` (fit the shipped CPU sample, cached), None (spec-based), or a
+    ``trainsim fit`` artifact."""
+    from trainsim.bench.dataset import append_row, repair_tail
+    from trainsim.bench.dlrm_shard import (
+        ShardRun,
+        measure_assignments,
+        measurement_info,
+        spec_digest,
+        spec_payload,
+    )
+    from trainsim.search.sharders import SHARDERS
+
+    del data_dir
+    t_start = time.monotonic()
+    names = list(sharders) if sharders is not None else list(SHARDERS)
+    unknown = [n for n in names if n not in SHARDERS]
+    if unknown:
+        raise ConfigError(f"unknown sharder {unknown[0]!r}; known: {', '.join(SHARDERS)}")
+    n_sets = min(sets, limit) if limit is not None else sets
+    path = Path(resume).expanduser() if resume else default_results_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    run = ShardRun(steps=steps, warmup=warmup, repeats=repeats, threads=1, optimizer=optimizer,
+                   backend=backend, seed=seed)  # fmt: skip
+    info = measurement_info(run, world)
+    if backend == "fbgemm" and info["embedding_backend"] != "fbgemm":
+        raise ConfigError("backend fbgemm: fbgemm_gpu does not import here; pip install fbgemm-gpu-cpu==1.8.0 "
+                          "(or pass backend='torch')")  # fmt: skip
+    key_info = {
+        k: v for k, v in info.items() if k not in ("repeats", "torch", "fbgemm_gpu", "cpu", "cores")
+    }
+    if isinstance(kernel_models, str) and kernel_models == "auto":
+        km, pred_note = cpu_kernel_models(path.parent)
+    elif kernel_models is None:
+        km, pred_note = None, "spec-based: the CPU device's own models (no calibration)"
+    else:
+        km, pred_note = Path(kernel_models), f"calibrated: {kernel_models}"
+
+    cases = []
+    measured_now = reused = 0
+    with _locked(path):
+        repair_tail(path)
+        for i in range(n_sets):
+            spec = table_set(i, seed=seed, world=world, heavy=heavy, batch=batch,
+                             bottom_mlp=bottom_mlp, top_mlp=top_mlp)  # fmt: skip
+            set_key = spec_digest({"spec": spec_payload(spec), "measure": key_info})
+            preds = _predict(spec, world, names, km, seed + i)
+            have = {
+                (r["sharder"], r["assignment_key"]): r
+                for r in read_rows(path)
+                if r.get("set_key") == set_key
+            }
+            by_assign = {r["assignment_key"]: r for r in have.values()}
+            rows: dict[str, dict[str, Any]] = {}
+            todo: dict[str, list[int]] = {}  # assignment key -> assignment, to measure
+            for n in names:
+                a = preds[n].get("assignment")
+                if a is None:
+                    continue
+                ak = _assign_key(a)
+                if (n, ak) in have:
+                    rows[n] = have[(n, ak)]
+                elif ak in by_assign:  # another sharder's identical assignment was measured
+                    rows[n] = _copy_row(by_assign[ak], n)
+                    append_row(path, rows[n])
+                    reused += 1
+                else:
+                    todo[ak] = list(a)
+            if todo and measure:
+                if progress:
+                    _log(f"set {i}: {len(spec.tables)} tables, measuring {len(todo)} assignments "
+                         f"x {repeats} repeats ({time.monotonic() - t_start:.0f} s so far)")  # fmt: skip
+                res = measure_assignments(spec, todo, world=world, run=run)
+                for n in names:
+                    a = preds[n].get("assignment")
+                    if a is None or n in rows:
+                        continue
+                    ak = _assign_key(a)
+                    m = res[ak]
+                    first = next(x for x in names if preds[x].get("assignment") is not None
+                                 and _assign_key(preds[x]["assignment"]) == ak)  # fmt: skip
+                    row = {"schema": SCHEMA, "set": i, "set_key": set_key, "seed": seed, "sharder": n,
+                           "assignment_key": ak, "assignment": list(a), "tables": len(spec.tables),
+                           "batch": spec.batch, "median_s": m.median_s, "samples_s": m.samples_s,
+                           "repeat_medians_s": m.repeat_medians_s, "spread_pct": m.spread_pct(),
+                           "per_rank": m.per_rank, "build_s": m.build_s, "load_1m": m.load_1m,
+                           "folded_tables": m.folded_tables, "measure": info,
+                           "same_as": first if first != n else None,
+                           "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
+                    append_row(path, row)
+                    rows[n] = row
+                    measured_now += 1
+            cases.append(_case(i, spec, preds, rows, pred_note))
+            if progress and cases[-1].get("status") == "ok":
+                c = cases[-1]
+                _log(f"set {i}: predicted {c['predicted']}, fastest {c['fastest']}, regret {c['regret_pct']:.1f} %, "
+                     f"rho {c['spearman'] if c['spearman'] is None else round(c['spearman'], 2)}, noise {c['noise_pct']:.1f} %")  # fmt: skip
+    summary = _summary(cases, names)
+    summary.update({"rows_measured_now": measured_now, "rows_reused": reused,
+                    "wall_s": time.monotonic() - t_start})  # fmt: skip
+    return {"suite": "shard", "cases": cases, "summary": summary,
+            "params": {"sets": n_sets, "seed": seed, "repeats": repeats, "steps": steps, "warmup": warmup,
+                       "batch": batch, "world": world, "heavy": heavy, "bottom_mlp": list(bottom_mlp),
+                       "top_mlp": list(top_mlp), "sharders": names, "results": str(path),
+                       "prediction": pred_note, "measure": info}}  # fmt: skip
+
+
+def _copy_row(row: dict[str, Any], sharder: str) -> dict[str, Any]:
+    return {**row, "sharder": sharder, "same_as": row.get("same_as") or row["sharder"],
+            "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
+
+
+def _log(msg: str) -> None:
+    import sys
+
+    print(f"[shard] {msg}", file=sys.stderr, flush=True)
+
+
+__all__ = ["run_shard_suite", "spearman", "table_set"]
