@@ -121,3 +121,11 @@ def test_search_suite(shared_data):
     for g in r["cases"]:
         assert g["regret_pct"] >= 0
         assert g["picked_best"] == (g["regret_pct"] == 0)
+
+
+def test_cli_models_lists_the_catalog():
+    _register()
+    res = CliRunner().invoke(app, ["models", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    names = {m["name"] for m in json.loads(res.stdout)["models"]}
+    assert {"llama2-7b", "gpt3-175b", "mixtral-8x7b"} <= names

@@ -18,7 +18,7 @@ def _gib(b: float) -> str:
 @app.command()
 def predict(
     *,
-    model: str = typer.Argument(..., help="Catalog model (e.g. llama2-7b, llama3-70b, gpt3-175b, mixtral-8x7b; docs/llm.md lists them), or a HuggingFace config.json / folder holding one."),
+    model: str = typer.Argument(..., help="Catalog model (e.g. llama2-7b, llama3-70b, gpt3-175b, mixtral-8x7b; `trainsim models` lists them), or a HuggingFace config.json / folder holding one."),
     system: str = typer.Option("dgx-a100", "--system", help="Catalog system (name or YAML): device, GPUs per node, network tiers."),
     gpus: int | None = typer.Option(None, "--gpus", help="Total GPUs; checked against tp×cp×dp×pp (dp is derived from it when not given)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
@@ -107,3 +107,31 @@ def predict(
     Console().print(t)
     for w in r.warnings:
         stderr.print(f"[yellow]note:[/] {w}")
+
+
+@app.command("models")
+def models(
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+) -> None:  # fmt: skip
+    """List the model catalog (`trainsim predict NAME` takes any of these, or a config.json)."""
+    import sys
+
+    from rich.console import Console
+
+    from trainsim.builders.models import list_models
+
+    rows = [{"name": m.name, "params": m.params(), "hidden": m.hidden, "layers": m.layers, "heads": m.heads,
+             "kv_heads": m.n_kv, "ffn": m.ffn, "vocab": m.vocab, "seq_len": m.seq_len, "activation": m.activation,
+             "norm": m.norm, "experts": m.num_experts, "top_k": m.top_k, "aliases": list(m.aliases)}
+            for m in list_models()]  # fmt: skip
+    if fmt is Format.JSON:
+        emit_json({"models": rows})
+        return
+    t = Table(title=f"{len(rows)} catalog models")
+    for col in ("name", "params", "hidden", "layers", "heads", "kv", "ffn", "vocab", "seq", "MLP", "norm", "experts"):
+        t.add_column(col, justify="left" if col in ("name", "MLP", "norm") else "right")
+    for r in rows:
+        t.add_row(r["name"], f"{r['params'] / 1e9:.2f} B", str(r["hidden"]), str(r["layers"]), str(r["heads"]),
+                  str(r["kv_heads"]), str(r["ffn"]), str(r["vocab"]), str(r["seq_len"]), str(r["activation"]),
+                  str(r["norm"]), f"{r['experts']}×top{r['top_k']}" if r["experts"] else "—")  # fmt: skip
+    Console(width=None if sys.stdout.isatty() else 140).print(t)
