@@ -48,7 +48,7 @@ def test_spearman() -> None:
     assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
     assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 1, 1], [1, 2, 3]) is None
-    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.8)  # ties: average ranks
+    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(3 / 10**0.5)  # ties: mean ranks
 
 
 def test_spec_payload_and_validation() -> None:
@@ -77,7 +77,7 @@ def test_index_batches_follow_the_tables() -> None:
             assert idx.numel() == n and int(offsets[-1]) == n and offsets.numel() == 65
             assert int(idx.min()) >= 0 and int(idx.max()) < tab["rows"]
     assert folded == []  # 'b' is uniform; 'a' and 'c' have room for their unique rows
-    small = {**TINY, "tables": [{**TINY["tables"][0], "rows": 50}]}
+    small = {**TINY, "tables": [{**TINY["tables"][0], "rows": 10}]}
     _, folded = _index_batches(spec_payload(small), [0], 1, seed=0)
     assert folded == ["a"]
 
@@ -133,7 +133,10 @@ def test_harness_two_ranks() -> None:
     res = measure_assignments(TINY, {"split": [0, 1, 0], "one": [1, 1, 1]}, run=run)
     assert set(res) == {"split", "one"}
     for m in res.values():
-        assert len(m.samples_s) == 4 and len(m.repeat_medians_s) == 2
+        # 2 clean steps per repeat, or up to 3 x 2 steps when other jobs take a core
+        assert 4 <= len(m.samples_s) <= 12 and len(m.repeat_medians_s) == 2
+        assert len(m.clean) == len(m.cpu_ratios) == len(m.samples_s) == sum(m.repeat_steps)
+        assert all(0 < r < 1.5 for r in m.cpu_ratios)
         assert m.median_s > 0 and all(s > 0 for s in m.samples_s)
         assert [r["rank"] for r in m.per_rank] == [0, 1] and m.backend == backend
         assert m.per_rank[0]["total"] > 0 and "emb_fwd" in m.per_rank[0]

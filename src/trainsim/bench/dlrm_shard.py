@@ -23,11 +23,23 @@ described by a spec for each of several table → rank assignments. One step, on
 Timing: a barrier before each step; a step's time is the slowest rank's (``max`` over ranks of
 ``perf_counter`` around the step). Each rank also times its phases (embedding forward and
 backward, the two all-to-alls, dense, all-reduce, optimizer). Each assignment is measured in
-*blocks* of ``warmup`` untimed + ``steps`` timed steps; with ``repeats`` > 1 the blocks of all
-assignments are interleaved (repeat ``k`` runs every assignment once, in a seeded random order)
-so that slow drifts of a shared machine do not favour one assignment. The model (tables
-allocated afresh, zero-initialised; MLPs from the same seed on every rank) is rebuilt for each
-block, so no block inherits another's warm caches beyond what the machine keeps.
+*blocks* of ``warmup`` untimed steps then timed steps until ``steps`` of them are clean (or
+``max_steps`` were timed); with ``repeats`` > 1 the blocks of all assignments are interleaved
+(repeat ``k`` runs every assignment once, in a random order seeded by the spec) so that slow
+drifts of a shared machine do not favour one assignment. The model (tables allocated afresh,
+zero-initialised; MLPs from the same seed on every rank) is rebuilt for each block, so no block
+inherits another's warm caches beyond what the machine keeps. Before the first block, one
+untimed block of the first assignment warms the processes up: without it the first measured
+block ran 10–40 % slow (clean steps all the same), a bias against whichever assignment came
+first.
+
+Contention: on a small machine shared with other jobs, a rank that loses its core for part of
+a step runs up to twice as long (measured here: 200 ms clean steps became 300–600 ms while
+other processes ran). Each rank compares its thread's CPU time with the wall time of the
+step's compute phases (no collective inside); a step is *clean* when every rank's ratio is at
+least ``clean_ratio`` (0.9; clean steps measure 0.95–1.0, shared ones 0.4–0.8). The step time
+reported (``median_s``, ``repeat_medians_s``) is the median of the clean steps; every step is
+kept with its ratio and flag (``samples_s``, ``cpu_ratios``, ``clean``; ``all_median_s``).
 
 Index batches: per table, ``round(batch × pooling)`` lookups spread evenly over the ``batch``
 bags (bag sizes differ by at most one), the rows following the table's reuse-factor histogram
@@ -61,6 +73,7 @@ from trainsim.errors import CaptureError, ConfigError
 
 _TAIL_CHARS = 2000
 _PRELOAD = ("torch", "torch.distributed", "numpy", "trainsim.bench.reuse")
+PROTOCOL = 2  # bump when the measurement changes meaning: results files key rows by it
 PHASES = ("emb_fwd", "a2a_fwd", "dense", "a2a_bwd", "emb_bwd", "allreduce", "optim")
 
 
@@ -68,7 +81,9 @@ PHASES = ("emb_fwd", "a2a_fwd", "dense", "a2a_bwd", "emb_bwd", "allreduce", "opt
 class ShardRun:
     """How the measurement is taken (see the module docstring)."""
 
-    steps: int = 8  # timed steps per block
+    steps: int = 8  # clean timed steps wanted per block ...
+    max_steps: int | None = None  # ... timing at most this many (None: 3 x steps)
+    clean_ratio: float = 0.9  # a step is clean when every rank's CPU/wall ratio is >= this
     warmup: int = 2  # untimed steps per block, after the (untimed) model build
     repeats: int = 1  # blocks per assignment, interleaved across assignments
     threads: int | None = None  # intra-op threads per rank; None: usable cores / world
@@ -81,6 +96,8 @@ class ShardRun:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.warmup < 0 or self.repeats < 1 or self.index_batches < 1:
             raise ConfigError(f"bad measurement schedule {self}")
+        if self.max_steps is not None and self.max_steps < self.steps:
+            raise ConfigError(f"max_steps {self.max_steps} < steps {self.steps}")
         if self.optimizer not in ("rowwise_adagrad", "sgd"):
             raise ConfigError(f"optimizer must be rowwise_adagrad or sgd, got {self.optimizer!r}")
         if self.backend not in ("auto", "fbgemm", "torch"):
@@ -93,22 +110,45 @@ class ShardMeasurement:
 
     name: str
     assignment: list[int]
-    median_s: float
+    median_s: float  # over the clean steps (all steps if none was clean)
     samples_s: list[float]  # every timed step of every repeat, in order
-    repeat_medians_s: list[float]
+    repeat_medians_s: list[float]  # per repeat, over its clean steps (all if none was clean)
+    clean: list[bool] = field(default_factory=list)  # per sample: no rank was preempted
+    cpu_ratios: list[float] = field(default_factory=list)  # per sample: min over ranks
+    all_median_s: float = 0.0  # over every timed step, clean or not
     per_rank: list[dict[str, float]] = field(default_factory=list)  # median seconds per phase
     build_s: float = 0.0  # model construction, median over repeats (not part of the step)
     load_1m: list[float] = field(default_factory=list)  # rank 0's load average at each repeat
     backend: str = ""  # fbgemm or torch
     folded_tables: list[str] = field(default_factory=list)  # too small for their reuse histogram
+    repeat_steps: list[int] = field(default_factory=list)  # timed steps per repeat
+
+    def clean_fraction(self) -> float:
+        return sum(self.clean) / len(self.clean) if self.clean else 1.0
+
+    def contended_repeats(self) -> int:
+        """Repeats without a single clean step (their median is of contended steps)."""
+        out, k = 0, 0
+        for n in self.repeat_steps:
+            out += not any(self.clean[k : k + n])
+            k += n
+        return out
 
     def spread_pct(self) -> float:
-        """Repeat-to-repeat spread, (max − min) / median of the repeat medians, in %."""
-        r = self.repeat_medians_s
+        """Repeat-to-repeat spread, (max − min) / median of the repeat medians, in %, over the
+        repeats with clean steps (all repeats if none has one)."""
+        r, k, good = self.repeat_medians_s, 0, []
+        for med, n in zip(r, self.repeat_steps or [0] * len(r), strict=True):
+            if not self.clean or any(self.clean[k : k + n]):
+                good.append(med)
+            k += n
+        r = good or r
         return 0.0 if len(r) < 2 else (max(r) - min(r)) / statistics.median(r) * 100
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "spread_pct": self.spread_pct()}
+        d = asdict(self)
+        return {**d, "spread_pct": self.spread_pct(), "clean_fraction": self.clean_fraction(),
+                "contended_repeats": self.contended_repeats()}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,7 +258,7 @@ def measure_assignments(
         plain[name] = a
     threads = run.threads or max(1, _usable_cores() // world)
     job = {"spec": payload, "assignments": plain, "world": world,
-           "run": {**asdict(run), "threads": threads}}  # fmt: skip
+           "run": {**asdict(run), "threads": threads, "max_steps": run.max_steps or 3 * run.steps}}  # fmt: skip
     results = _spawn(job, world, run.timeout_s)
     return _combine(results, plain)
 
@@ -235,6 +275,9 @@ def _combine(
     out: dict[str, ShardMeasurement] = {}
     for name, a in plain.items():
         samples: list[float] = []
+        clean: list[bool] = []
+        ratios: list[float] = []
+        sizes: list[int] = []
         rep_medians: list[float] = []
         builds: list[float] = []
         loads: list[float] = []
@@ -243,20 +286,30 @@ def _combine(
         for k in range(len(blocks[0])):
             steps = list(zip(*(rb[k]["total"] for rb in blocks), strict=True))
             worst = [max(s) for s in steps]
+            ok = [bool(c) for c in blocks[0][k]["clean"]]  # agreed by all ranks
             samples.extend(worst)
-            rep_medians.append(statistics.median(worst))
+            clean.extend(ok)
+            ratios.extend(blocks[0][k]["cpu_ratio_min"])
+            sizes.append(len(worst))
+            good = [w for w, c in zip(worst, ok, strict=True) if c]
+            rep_medians.append(statistics.median(good or worst))
             builds.append(max(rb[k]["build_s"] for rb in blocks))
             loads.append(blocks[0][k]["load_1m"])
+        any_clean = any(clean)
         for rank, rb in enumerate(blocks):
             row: dict[str, float] = {"rank": rank, "tables": sum(1 for r in a if r == rank)}
-            for ph in ("total", *PHASES):
-                row[ph] = statistics.median(x for b in rb for x in b[ph])
+            for ph in ("total", *PHASES):  # over the clean steps
+                row[ph] = statistics.median(x for b in rb for x, c in zip(b[ph], b["clean"], strict=True)
+                                            if c or not any_clean)  # fmt: skip
             per_rank.append(row)
         folded = sorted({n for r in results for n in r["folded_tables"]})
-        out[name] = ShardMeasurement(name=name, assignment=list(a), median_s=statistics.median(samples),
-                                     samples_s=samples, repeat_medians_s=rep_medians, per_rank=per_rank,
-                                     build_s=statistics.median(builds), load_1m=loads,
-                                     backend=results[0]["backend"], folded_tables=folded)  # fmt: skip
+        good = [w for w, c in zip(samples, clean, strict=True) if c]
+        out[name] = ShardMeasurement(name=name, assignment=list(a), median_s=statistics.median(good or samples),
+                                     samples_s=samples, repeat_medians_s=rep_medians, clean=clean,
+                                     cpu_ratios=ratios, all_median_s=statistics.median(samples),
+                                     per_rank=per_rank, build_s=statistics.median(builds), load_1m=loads,
+                                     backend=results[0]["backend"], folded_tables=folded,
+                                     repeat_steps=sizes)  # fmt: skip
     return out
 
 
@@ -379,11 +432,15 @@ def _worker(rank: int, world: int, port: int, work_dir: str, env: dict[str, str]
 def _pick_backend(asked: str) -> str:
     if asked == "torch":
         return "torch"
+    import warnings
+
     try:
-        import fbgemm_gpu  # noqa: F401
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: F401
-            SplitTableBatchedEmbeddingBagsCodegen,
-        )
+        with warnings.catch_warnings():  # fbgemm-gpu-cpu warns about its GPU-only (SSD) ops
+            warnings.simplefilter("ignore")
+            import fbgemm_gpu  # noqa: F401
+            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: F401
+                SplitTableBatchedEmbeddingBagsCodegen,
+            )
     except Exception:  # ImportError, or an op library that fails to load against this torch
         if asked == "fbgemm":
             raise
@@ -533,10 +590,10 @@ class _RankModel:
         import torch.distributed as dist
         import torch.nn.functional as nnf
 
-        clock = time.perf_counter
+        clock, cpu = time.perf_counter, time.thread_time
         t: dict[str, float] = {}
         b, w = self.local, self.world
-        t0 = clock()
+        c0, t0 = cpu(), clock()
         # 1. embedding forward, global batch
         pooled: Any = None
         if self.mine:
@@ -547,7 +604,7 @@ class _RankModel:
                 pooled = torch.cat(
                     [m(i, o[:-1]) for m, (i, o) in zip(self.emb, inp, strict=True)], dim=1
                 )
-        t1 = clock()
+        t1, c1 = clock(), cpu()
         # 2. all-to-all: my tables' rows of each rank's batch slice -> that rank
         send = pooled.detach().reshape(-1) if pooled is not None else torch.empty(0)
         recv = torch.empty(b * sum(self.dims_of))
@@ -558,7 +615,7 @@ class _RankModel:
             for p, d in zip(recv.split([b * d for d in self.dims_of]), self.dims_of, strict=True)
         ]
         emb = torch.cat(parts, dim=1).requires_grad_()
-        t2 = clock()
+        c2, t2 = cpu(), clock()
         # 3. dense forward and backward, local batch
         x = self.bottom(self.x)
         if self.dot:
@@ -571,7 +628,7 @@ class _RankModel:
         loss = nnf.binary_cross_entropy_with_logits(self.top(top_in), self.y)
         self.opt.zero_grad(set_to_none=False)
         loss.backward()
-        t3 = clock()
+        t3, c3 = clock(), cpu()
         # 4. reverse all-to-all of the pooled gradients, embedding backward + fused update
         grad = emb.grad
         assert grad is not None
@@ -579,34 +636,39 @@ class _RankModel:
         grecv = torch.empty(self.batch * self.my_dim)
         dist.all_to_all_single(grecv, gsend, output_split_sizes=[b * self.my_dim] * w,
                                input_split_sizes=[b * d for d in self.dims_of])  # fmt: skip
-        t4 = clock()
+        c4, t4 = cpu(), clock()
         if pooled is not None:
             pooled.backward(grecv.view(self.batch, self.my_dim))
             if self.emb_opt is not None:
                 self.emb_opt.step()
                 self.emb_opt.zero_grad(set_to_none=True)
-        t5 = clock()
+        t5, c5 = clock(), cpu()
         # 5. data-parallel gradient all-reduce (one bucket) and SGD
         flat = torch.cat([p.grad.reshape(-1) for p in self.dense_params])  # type: ignore[union-attr]
         dist.all_reduce(flat)
         flat /= w
-        t6 = clock()
+        c6, t6 = cpu(), clock()
         off = 0
         for p in self.dense_params:
             n = p.numel()
             p.grad.copy_(flat[off : off + n].view_as(p))  # type: ignore[union-attr]
             off += n
         self.opt.step()
-        t7 = clock()
+        t7, c7 = clock(), cpu()
         self.step_no += 1
         t.update(emb_fwd=t1 - t0, a2a_fwd=t2 - t1, dense=t3 - t2, a2a_bwd=t4 - t3, emb_bwd=t5 - t4,
                  allreduce=t6 - t5, optim=t7 - t6, total=t7 - t0)  # fmt: skip
+        # this thread's CPU time over the wall time of the compute phases (no collective
+        # inside): ~1 when the rank had its core, ~0.5 when another process shared it
+        wall = (t1 - t0) + (t3 - t2) + (t5 - t4) + (t7 - t6)
+        t["cpu_ratio"] = ((c1 - c0) + (c3 - c2) + (c5 - c4) + (c7 - c6)) / wall if wall > 0 else 1.0
         return t
 
 
 def _rank_main(job: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     import random
 
+    import torch
     import torch.distributed as dist
 
     run, spec = job["run"], job["spec"]
@@ -614,7 +676,16 @@ def _rank_main(job: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     names = list(job["assignments"])
     needed = sorted({t for a in job["assignments"].values() for t, r in enumerate(a) if r == rank})
     batches, folded = _index_batches(spec, needed, run["index_batches"], run["seed"])
-    order_rng = random.Random(run["seed"])  # the same order on every rank
+    # the same orders on every rank; another order for another spec (no assignment always first)
+    order_rng = random.Random(f"{run['seed']}:{spec_digest(spec)}")
+    # process warm-up (allocator growth, first kernel calls, page faults): a block of the first
+    # assignment, untimed, so that the first measured block pays none of it
+    model = _RankModel(job, job["assignments"][names[0]], rank=rank, world=world,
+                       backend=backend, batches=batches)  # fmt: skip
+    for _ in range(run["warmup"] + run["steps"]):
+        dist.barrier()
+        model.step()
+    del model
     blocks = []
     for rep in range(run["repeats"]):
         order = names[:] if rep == 0 and len(names) == 1 else order_rng.sample(names, len(names))
@@ -628,12 +699,20 @@ def _rank_main(job: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
                 dist.barrier()
                 model.step()
             rec: dict[str, Any] = {"name": name, "repeat": rep, "build_s": build,
-                                   "load_1m": os.getloadavg()[0],
-                                   **{k: [] for k in ("total", *PHASES)}}  # fmt: skip
-            for _ in range(run["steps"]):
+                                   "load_1m": os.getloadavg()[0], "clean": [], "cpu_ratio_min": [],
+                                   **{k: [] for k in ("total", "cpu_ratio", *PHASES)}}  # fmt: skip
+            clean = 0
+            while clean < run["steps"] and len(rec["total"]) < run["max_steps"]:
                 dist.barrier()
                 for k, v in model.step().items():
                     rec[k].append(v)
+                # untimed: did any rank lose its core during the step? (all ranks agree)
+                ratio = torch.tensor([rec["cpu_ratio"][-1]], dtype=torch.float64)
+                dist.all_reduce(ratio, op=dist.ReduceOp.MIN)
+                ok = float(ratio) >= run["clean_ratio"]
+                rec["cpu_ratio_min"].append(float(ratio))
+                rec["clean"].append(ok)
+                clean += ok
             blocks.append(rec)
             del model
     return {"rank": rank, "backend": backend, "blocks": blocks, "folded_tables": folded}
@@ -650,7 +729,7 @@ def measurement_info(run: ShardRun, world: int) -> dict[str, Any]:
 
     import torch
 
-    info: dict[str, Any] = {"world": world, **asdict(run), "threads": run.threads or max(1, _usable_cores() // world),
+    info: dict[str, Any] = {"protocol": PROTOCOL, "world": world, **asdict(run), "threads": run.threads or max(1, _usable_cores() // world),
                             "embedding_backend": backend_available(), "torch": torch.__version__,
                             "cpu": platform.processor() or platform.machine(), "cores": _usable_cores()}  # fmt: skip
     info.pop("timeout_s")

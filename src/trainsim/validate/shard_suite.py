@@ -12,10 +12,12 @@ experiment picks its heavy tasks so that lookups dominate), every sharder of
   cached next to the results) or the device's spec-based models (``kernel_models=None``);
   every case reports the kernels' provenance;
 * **measured**: :func:`trainsim.bench.dlrm_shard.measure_assignments`, a table-wise sharded DLRM
-  on ``world`` gloo ranks (fbgemm's CPU TBE), ``steps`` timed steps per block, ``repeats`` blocks
-  per sharder, blocks of all sharders interleaved in a random order per repeat (machine noise
-  is shared rather than pinned on one sharder). Sharders that give the same assignment share
-  one measurement. A sharder's measured step is the median over all its timed steps.
+  on ``world`` gloo ranks (fbgemm's CPU TBE, one thread per rank), ``repeats`` blocks per
+  sharder of ``steps`` clean timed steps each (steps during which another process took a
+  rank's core are flagged and timed again, up to ``max_steps``), blocks of all sharders
+  interleaved in a random order per repeat (machine noise is shared rather than pinned on one
+  sharder). Sharders that give the same assignment share one measurement. A sharder's measured
+  step is the median of its clean steps (``all_steps_measured_s``: of every step).
 
 Per set (one case): the predicted choice (fastest predicted), the measured fastest, the regret
 (measured time of the choice over the fastest, − 1: 000 Table IV's "abs error"), success (000's
@@ -214,6 +216,8 @@ def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict
         per.append({"sharder": n, "predicted_s": pr, "measured_s": m,
                     "err_pct": (pr - m) / m * 100 if pr is not None and m else None,
                     "spread_pct": row.get("spread_pct") if row else None,
+                    "clean_fraction": row.get("clean_fraction") if row else None,
+                    "all_steps_measured_s": row.get("all_median_s") if row else None,
                     "repeat_medians_s": row.get("repeat_medians_s") if row else None,
                     "assignment": p.get("assignment"), "tables_per_rank": _counts(p.get("assignment")),
                     "imbalance_predicted": p.get("imbalance"),
@@ -247,6 +251,7 @@ def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict
         "all_within_criterion": ordered[-1] <= ordered[0] * (1 + CRITERION),
         "success_per_repeat": sum(per_rep) / len(per_rep),
         "max_spread_pct": max(spreads) if spreads else None,
+        "clean_fraction": statistics.fmean(rows[n].get("clean_fraction", 1.0) for n in names),
         "batch": spec.batch, "prediction": pred_note, "sharders": per,
     })  # fmt: skip
     return case
@@ -285,6 +290,7 @@ def _summary(cases: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any
         "success_per_repeat_mean": statistics.fmean(c["success_per_repeat"] for c in ok),
         "median_noise_pct": statistics.median(c["noise_pct"] for c in ok if c["noise_pct"] is not None),
         "max_noise_pct": max(c["max_spread_pct"] for c in ok if c["max_spread_pct"] is not None),
+        "mean_clean_fraction": statistics.fmean(c["clean_fraction"] for c in ok),
         "sets_all_within_criterion": sum(c["all_within_criterion"] for c in ok),
         "median_measured_range_pct": statistics.median(c["measured_range_pct"] for c in ok),
         "predicted_choices": dict(sorted({n: sum(c["predicted"] == n for c in ok) for n in names}.items())),
@@ -313,8 +319,9 @@ def run_shard_suite(
     *,
     sets: int = 10,
     seed: int = 0,
-    repeats: int = 5,
+    repeats: int = 4,
     steps: int = 5,
+    max_steps: int | None = None,
     warmup: int = 1,
     batch: int = 4096,
     world: int = 2,
@@ -354,8 +361,8 @@ def run_shard_suite(
     n_sets = min(sets, limit) if limit is not None else sets
     path = Path(resume).expanduser() if resume else default_results_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    run = ShardRun(steps=steps, warmup=warmup, repeats=repeats, threads=1, optimizer=optimizer,
-                   backend=backend, seed=seed)  # fmt: skip
+    run = ShardRun(steps=steps, max_steps=max_steps, warmup=warmup, repeats=repeats, threads=1,
+                   optimizer=optimizer, backend=backend, seed=seed)  # fmt: skip
     info = measurement_info(run, world)
     if backend == "fbgemm" and info["embedding_backend"] != "fbgemm":
         raise ConfigError("backend fbgemm: fbgemm_gpu does not import here; pip install fbgemm-gpu-cpu==1.8.0 "
@@ -413,13 +420,12 @@ def run_shard_suite(
                     m = res[ak]
                     first = next(x for x in names if preds[x].get("assignment") is not None
                                  and _assign_key(preds[x]["assignment"]) == ak)  # fmt: skip
+                    md = m.to_dict()
+                    for k in ("name", "assignment"):
+                        md.pop(k)
                     row = {"schema": SCHEMA, "set": i, "set_key": set_key, "seed": seed, "sharder": n,
                            "assignment_key": ak, "assignment": list(a), "tables": len(spec.tables),
-                           "batch": spec.batch, "median_s": m.median_s, "samples_s": m.samples_s,
-                           "repeat_medians_s": m.repeat_medians_s, "spread_pct": m.spread_pct(),
-                           "per_rank": m.per_rank, "build_s": m.build_s, "load_1m": m.load_1m,
-                           "folded_tables": m.folded_tables, "measure": info,
-                           "same_as": first if first != n else None,
+                           "batch": spec.batch, **md, "measure": info, "same_as": first if first != n else None,
                            "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
                     append_row(path, row)
                     rows[n] = row
