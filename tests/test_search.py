@@ -129,3 +129,15 @@ def test_cli_models_lists_the_catalog():
     assert res.exit_code == 0, res.output
     names = {m["name"] for m in json.loads(res.stdout)["models"]}
     assert {"llama2-7b", "gpt3-175b", "mixtral-8x7b"} <= names
+
+
+@pytest.mark.slow
+def test_search_on_a_dask_cluster_matches_local():
+    distributed = pytest.importorskip("distributed")
+    model = get_model("llama2-7b")
+    local = search_llm(model, "dgx-a100", SMALL, workers=1, progress=False, top_k=3, simulate_top=3)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+        remote = search_llm(model, "dgx-a100", SMALL, scheduler=cl.scheduler_address, progress=False,
+                            top_k=3, simulate_top=3)  # fmt: skip
+    assert [p["plan"] for p in remote["plans"]] == [p["plan"] for p in local["plans"]]
+    assert remote["infeasible"] == local["infeasible"] and remote["evaluated"] == local["evaluated"]

@@ -23,7 +23,11 @@ def validate(
     overheads: str | None = typer.Option(None, "--overheads", help="replay: host gaps from stats (default), trace, or shared (leave-one-out)."),
     kernels: str | None = typer.Option(None, "--kernels", help="replay: kernel durations measured (default) or model."),
     files: str | None = typer.Option(None, "--files", help="llm: ground-truth files (vtrain-multi, vtrain-single, seed001; comma-separated)."),
-    limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file (quick runs)."),
+    limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file; shard: only the first N table sets."),
+    sets: int | None = typer.Option(None, "--sets", help="shard: random table sets to measure (default 10)."),
+    repeats: int | None = typer.Option(None, "--repeats", help="shard: measurement repeats per sharder (interleaved)."),
+    seed: int | None = typer.Option(None, "--seed", help="shard: seed of the table sets."),
+    resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to."),
 ) -> None:  # fmt: skip
     """Run an accuracy suite and print every case's error beside the summary."""
     from trainsim.errors import ConfigError
@@ -39,7 +43,8 @@ def validate(
                 f"{flag} must be one of {', '.join(e.value for e in enum)}, got {value!r}"
             )
     with stderr.status(f"running suite {suite}...", spinner="dots"):
-        doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit)
+        doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit, sets=sets,
+                        repeats=repeats, seed=seed, resume=resume)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
         return

@@ -1,0 +1,403 @@
+"""Stage-latency datasets: sampling stages, resumable measurement, provenance, loading.
+
+A dataset is a folder::
+
+    provenance.json         host fingerprint, versions, XLA flags, core, seeds, sampler, timing settings
+    stages.jsonl            one row per measured stage (schema ``trainsim.predtop-stage/1``)
+    graphs/<sha16>.json.gz  the stage's full (unpruned) graphs, content-addressed
+
+Each stage has two graphs (:data:`trainsim.learn.stages.PARTS`): the jaxpr of its training step
+(``graph``: forward and backward, what is timed) and of its forward computation alone
+(``graph_forward``: the same operators' shapes, a third of the nodes). ``wall_s`` (graphs,
+compilation, warm-up and timed repeats) minus ``graph_s`` and ``graph_forward_s`` is the
+stage's measurement cost.
+
+A row::
+
+    {"schema": "trainsim.predtop-stage/1", "id": "gpt-s0-0007", "family": "gpt",
+     "spec": {...StageSpec...}, "latency_s": 0.0421, "samples_s": [...], "repeats": 24,
+     "rel_iqr": 0.006, "rel_range": 0.03, "warmup": 2, "compile_s": 1.1, "graph_s": 0.2, "wall_s": 3.4,
+     "flops": 2.9e9, "graph": "3f2a...", "nodes_full": 612, "nodes": 402, "graph_forward": "9c1e...",
+     "graph_forward_s": 0.05, "nodes_full_forward": 230, "nodes_forward": 150,
+     "host": "f97e94a9cbddf655", "timestamp": "2026-11-21T21:00:00+00:00"}
+
+Rows are appended with one ``write`` on an ``O_APPEND`` descriptor and ``fsync``
+(:func:`trainsim.bench.dataset.append_row`); the graph file is written first, atomically
+(temporary file + ``os.replace``). An interrupted collection leaves at most a torn last line,
+which :func:`read_rows` skips and :func:`collect` cuts off before it resumes; stages whose id is
+already in the file are skipped, so a resumed collection never measures a stage twice.
+
+**Sampling** (:func:`sample_stages`): the ``i``-th stage of ``(family, seed)`` is the same in
+every run: a fixed pool of random configurations (hidden size, heads, sequence, micro-batch,
+depth, position in the model, shard factor; MoE: experts, group size, capacity factor) is
+drawn from ``seed``, configurations whose estimated latency (FLOPs / 70 GFLOP/s) lies outside
+[``min_est_s``, ``max_est_s``] are dropped, the rest are binned by (depth, log estimated
+latency) and taken round-robin over the bins, so that depths are balanced, latencies spread
+over the logarithmic range (ms to ~1 s), and any prefix of the sequence is itself spread.
+
+Collect with (sets single-threaded XLA and pins one core before importing jax)::
+
+    python -m trainsim.learn.dataset DIR --family gpt --count 300 --seed 0
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainsim.bench.dataset import append_row, repair_tail
+from trainsim.errors import ConfigError, TraceFormatError
+from trainsim.learn.graphs import StageGraph
+from trainsim.learn.stages import PARTS, XLA_SINGLE_THREAD, StageSpec, single_thread_env
+
+STAGE_SCHEMA = "trainsim.predtop-stage/1"
+PROVENANCE_SCHEMA = "trainsim.predtop-provenance/1"
+RATE_FLOPS = 70e9  # single-core XLA CPU fp32 rate used only to spread the sampled latencies
+_POOL = 12000
+_BINS = 8
+
+
+# --- sampling -----------------------------------------------------------------------------------
+
+
+def _gpt_candidate(rng: np.random.Generator) -> StageSpec:
+    hidden = int(rng.choice([256, 384, 512, 768, 1024]))
+    layers = int(rng.integers(1, 5))
+    return StageSpec(
+        family="gpt", hidden=hidden, heads=hidden // 64, seq=int(rng.choice([128, 256, 512, 1024])),
+        micro_batch=int(rng.choice([1, 2, 4, 8])), layers=layers,
+        first_layer=int(rng.integers(0, 24 - layers + 1)), shard=int(rng.choice([1, 2, 4])),
+        embed=bool(rng.random() < 0.25), head=bool(rng.random() < 0.25), vocab=16384,
+    )  # fmt: skip
+
+
+def _moe_candidate(rng: np.random.Generator) -> StageSpec:
+    hidden = int(rng.choice([256, 384, 512, 768]))
+    layers = int(rng.integers(1, 5))
+    seq = int(rng.choice([128, 256, 512]))
+    mb = int(rng.choice([1, 2, 4, 8]))
+    group = int(rng.choice([g for g in (128, 256, 512) if (mb * seq) % g == 0]))
+    return StageSpec(
+        family="moe", hidden=hidden, heads=hidden // 64, seq=seq, micro_batch=mb, layers=layers,
+        first_layer=int(rng.integers(0, 32 - layers + 1)), shard=int(rng.choice([1, 2, 4])),
+        embed=bool(rng.random() < 0.25), head=bool(rng.random() < 0.25), vocab=8192,
+        experts=int(rng.choice([8, 16, 32])), group_size=group,
+        capacity_factor=float(rng.choice([1.0, 1.25, 2.0])),
+    )  # fmt: skip
+
+
+_CANDIDATES: dict[str, Callable[[np.random.Generator], StageSpec]] = {
+    "gpt": _gpt_candidate,
+    "moe": _moe_candidate,
+}
+
+
+def estimated_latency_s(spec: StageSpec) -> float:
+    """A rough latency (FLOPs at :data:`RATE_FLOPS` plus 1 ms) used only to spread samples."""
+    return spec.flops() / RATE_FLOPS + 1e-3
+
+
+def sample_stages(family: str, count: int, *, seed: int = 0, min_est_s: float = 3e-3,
+                  max_est_s: float = 1.0) -> list[tuple[str, StageSpec]]:  # fmt: skip
+    """The first ``count`` stages of ``(family, seed)`` as ``(id, spec)`` (module docstring)."""
+    if family not in _CANDIDATES:
+        raise ConfigError(f"family must be one of {sorted(_CANDIDATES)}, got {family!r}")
+    bins = _strata(family, seed, min_est_s, max_est_s)
+    out: list[tuple[str, StageSpec]] = []
+    k = 0
+    while len(out) < count:
+        if not any(len(b) > k for b in bins):
+            raise ConfigError(f"only {len(out)} distinct {family} stages in the sampling pool")
+        for b in bins:
+            if len(b) > k and len(out) < count:
+                out.append((f"{family}-s{seed}-{len(out):04d}", b[k]))
+        k += 1
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _strata(
+    family: str, seed: int, min_est_s: float, max_est_s: float
+) -> tuple[tuple[StageSpec, ...], ...]:
+    rng = np.random.default_rng([seed, 3])
+    seen: set[str] = set()
+    strata: dict[tuple[int, int], list[StageSpec]] = {}
+    lo, hi = math.log(min_est_s), math.log(max_est_s)
+    for _ in range(_POOL):
+        try:
+            spec = _CANDIDATES[family](rng)
+        except ConfigError:  # e.g. a shard factor that does not divide the heads
+            continue
+        est = estimated_latency_s(spec)
+        if not min_est_s <= est <= max_est_s or spec.key() in seen:
+            continue
+        seen.add(spec.key())
+        b = min(_BINS - 1, int((math.log(est) - lo) / (hi - lo) * _BINS))
+        strata.setdefault((spec.layers, b), []).append(spec)
+    return tuple(tuple(strata[k]) for k in sorted(strata))
+
+
+# --- provenance ---------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    from trainsim.bench.comm import _cpu_model as cpu
+
+    return cpu()
+
+
+def host_fingerprint() -> dict[str, Any]:
+    """What the latencies depend on: host, CPU model, software versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("jax", "jaxlib", "numpy", "trainsim"):
+        try:
+            versions[pkg] = version(pkg)
+        except PackageNotFoundError:
+            versions[pkg] = None
+    info: dict[str, Any] = {"host": platform.node(), "machine": platform.machine(), "cpu": _cpu_model(),
+                            "cpus": os.cpu_count(), "versions": versions}  # fmt: skip
+    info["id"] = hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest()[:16]
+    return info
+
+
+def _write_json_atomic(path: Path, doc: Any, *, compress: bool = False) -> None:
+    data = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    if compress:
+        data = gzip.compress(data, mtime=0)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+# --- the folder ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StageRow:
+    id: str
+    family: str
+    spec: StageSpec
+    latency_s: float
+    rel_iqr: float
+    graph: str
+    raw: dict[str, Any]
+
+    def graph_of(self, part: str = "train") -> str:
+        return self.graph if part == "train" else str(self.raw[f"graph_{part}"])
+
+    @property
+    def profile_s(self) -> float:
+        """Measurement cost: compilation, warm-up and timed repeats (graph building excluded)."""
+        return float(self.raw["wall_s"]) - sum(
+            float(self.raw.get(f"graph{s}_s", 0.0)) for s in ("", "_forward")
+        )
+
+
+def read_rows(folder: Path | str) -> list[StageRow]:
+    """Every complete row of ``folder/stages.jsonl`` (a torn last line is skipped)."""
+    path = Path(folder) / "stages.jsonl"
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    complete = raw[: raw.rfind(b"\n") + 1]
+    out = []
+    for lineno, line in enumerate(complete.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(path, f"line {lineno}: not JSON ({e.msg})") from None
+        if d.get("schema") != STAGE_SCHEMA:
+            raise TraceFormatError(path, f"line {lineno}: not a {STAGE_SCHEMA} row")
+        out.append(StageRow(d["id"], d["family"], StageSpec.from_dict(d["spec"]), float(d["latency_s"]),
+                            float(d.get("rel_iqr", 0.0)), d["graph"], d))  # fmt: skip
+    return out
+
+
+def load_graph(folder: Path | str, digest: str) -> StageGraph:
+    path = Path(folder) / "graphs" / f"{digest}.json.gz"
+    try:
+        return StageGraph.from_json(json.loads(gzip.decompress(path.read_bytes())))
+    except FileNotFoundError:
+        raise TraceFormatError(
+            path, "graph file missing; re-run the collection to recreate it"
+        ) from None
+
+
+def iter_graphs(
+    folder: Path | str, rows: Sequence[StageRow], part: str = "train"
+) -> Iterator[StageGraph]:
+    cache: dict[str, StageGraph] = {}
+    for r in rows:
+        digest = r.graph_of(part)
+        if digest not in cache:
+            cache[digest] = load_graph(folder, digest)
+        yield cache[digest]
+
+
+def _check_provenance(folder: Path, prov: dict[str, Any]) -> None:
+    path = folder / "provenance.json"
+    if not path.exists():
+        _write_json_atomic(path, prov)
+        return
+    old = json.loads(path.read_text(encoding="utf-8"))
+    if old.get("host", {}).get("id") != prov["host"]["id"]:
+        raise ConfigError(
+            f"{folder} was measured on host {old.get('host', {}).get('id')} "
+            f"({old.get('host', {}).get('cpu')}), this is {prov['host']['id']}; use another folder"
+        )
+    runs = old.setdefault("runs", [])
+    runs.extend(prov["runs"])
+    _write_json_atomic(path, old)
+
+
+def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmup: int = 2,
+            min_repeats: int = 5, max_repeats: int = 60, min_total_s: float = 1.0,
+            sampler: dict[str, Any] | None = None, log: Callable[[str], None] | None = None,
+            stop_after: int | None = None) -> dict[str, int]:  # fmt: skip
+    """Measure every ``(id, spec)`` not yet in ``folder``; resumable (module docstring).
+
+    ``stop_after`` ends the run after that many new rows (tests use it to interrupt).
+    Returns ``{"measured": n, "skipped": m, "total": rows in the folder}``.
+    """
+    from trainsim.learn.graphs import graph_from_jaxpr, prune
+    from trainsim.learn.stages import measure_stage, stage_jaxpr
+
+    folder = Path(folder)
+    (folder / "graphs").mkdir(parents=True, exist_ok=True)
+    path = folder / "stages.jsonl"
+    repair_tail(path)
+    done = {r.id: r for r in read_rows(folder)}
+    host = host_fingerprint()
+    settings = {"warmup": warmup, "min_repeats": min_repeats, "max_repeats": max_repeats,
+                "min_total_s": min_total_s, "statistic": "median", "timer": "perf_counter"}  # fmt: skip
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    _check_provenance(folder, {
+        "schema": PROVENANCE_SCHEMA, "host": host, "timing": settings,
+        "runs": [{"started": datetime.now(UTC).isoformat(timespec="seconds"), "sampler": sampler or {},
+                  "xla_flags": os.environ.get("XLA_FLAGS", ""), "cores": affinity,
+                  "single_thread": XLA_SINGLE_THREAD in os.environ.get("XLA_FLAGS", "")}],
+    })  # fmt: skip
+    measured = skipped = 0
+    for sid, spec in items:
+        if sid in done:
+            if done[sid].spec != spec:
+                raise ConfigError(f"{path}: row {sid} holds another stage than the sampler gives; "
+                                  "the sampler changed — collect into a new folder")  # fmt: skip
+            skipped += 1
+            continue
+        t0 = time.perf_counter()
+        graph_info: dict[str, Any] = {}
+        for part in PARTS:
+            t1 = time.perf_counter()
+            full = graph_from_jaxpr(stage_jaxpr(spec, part=part))
+            doc = full.to_json()
+            digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+            gpath = folder / "graphs" / f"{digest}.json.gz"
+            if not gpath.exists():
+                _write_json_atomic(gpath, doc, compress=True)
+            sfx = "" if part == "train" else f"_{part}"
+            graph_info |= {f"graph{sfx}": digest, f"graph{sfx}_s": time.perf_counter() - t1,
+                           f"nodes_full{sfx}": full.num_nodes, f"nodes{sfx}": prune(full).num_nodes}  # fmt: skip
+        timing = measure_stage(spec, warmup=warmup, min_repeats=min_repeats,
+                               max_repeats=max_repeats, min_total_s=min_total_s)  # fmt: skip
+        row = {
+            "schema": STAGE_SCHEMA, "id": sid, "family": spec.family, "spec": spec.to_dict(),
+            "latency_s": timing.median_s, "samples_s": list(timing.samples_s), "repeats": len(timing.samples_s),
+            "rel_iqr": timing.rel_iqr, "rel_range": timing.rel_range, "warmup": timing.warmup,
+            "compile_s": timing.compile_s, "wall_s": time.perf_counter() - t0, "flops": spec.flops(), **graph_info,
+            "host": host["id"], "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        }  # fmt: skip
+        append_row(path, row)
+        measured += 1
+        if log:
+            log(f"{sid} {spec.family} L={spec.layers} h={spec.hidden} b={spec.micro_batch} s={spec.seq} "
+                f"t={spec.shard}: {timing.median_s * 1e3:.2f} ms ±{timing.rel_iqr * 100:.1f}% "
+                f"({len(timing.samples_s)} reps, {row['wall_s']:.1f} s)")  # fmt: skip
+        if stop_after is not None and measured >= stop_after:
+            break
+    return {"measured": measured, "skipped": skipped, "total": len(read_rows(folder))}
+
+
+def _pin_one_core() -> int | None:
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[-1]
+    os.sched_setaffinity(0, {core})
+    return core
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m trainsim.learn.dataset DIR --family F --count N [--seed S] [--search]``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m trainsim.learn.dataset", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--family", choices=sorted(_CANDIDATES), required=True)
+    ap.add_argument("--count", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--search",
+        action="store_true",
+        help="measure every candidate stage of the search-integration model instead",
+    )
+    ap.add_argument("--min-total-s", type=float, default=1.0)
+    args = ap.parse_args(argv)
+    if "jax" in sys.modules:
+        raise ConfigError("jax is already imported: run the collector as its own process")
+    os.environ.update(single_thread_env())
+    core = _pin_one_core()
+    if args.search:
+        from trainsim.learn.provider import search_candidates
+
+        items = search_candidates(args.family)
+        sampler = {"kind": "search-candidates", "family": args.family}
+    else:
+        items = sample_stages(args.family, args.count, seed=args.seed)
+        sampler = {"kind": "stratified-log-latency", "family": args.family, "count": args.count,
+                   "seed": args.seed, "rate_flops": RATE_FLOPS, "bins": _BINS, "pool": _POOL}  # fmt: skip
+    sampler["core"] = core
+    res = collect(args.folder, items, min_total_s=args.min_total_s, sampler=sampler,
+                  log=lambda m: print(m, file=sys.stderr, flush=True))  # fmt: skip
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = [
+    "STAGE_SCHEMA",
+    "StageRow",
+    "collect",
+    "estimated_latency_s",
+    "host_fingerprint",
+    "iter_graphs",
+    "load_graph",
+    "read_rows",
+    "sample_stages",
+]

@@ -1,0 +1,193 @@
+"""003 Tables V/VI on this machine: MRE against the training fraction, per model family.
+
+For a family's stages (one dataset folder), a fixed permutation per ``seed`` gives the split:
+the first 10 % validate (early stopping), the next ``fraction`` train, the rest test (003
+§VIII-A: "10 % to 80 % … separate 10 % samples for validation and the remaining samples for
+testing"); training sets of larger fractions contain those of smaller ones. Every
+(family, fraction, model, seed) case is one trained predictor; its test MRE (Eq. 5), median and
+90th-percentile relative error, training time and epochs are one row of ``cases.jsonl`` in the
+results folder, appended as it finishes, so an interrupted evaluation resumes where it stopped.
+
+The operator vocabulary is the union of the operators in the folder's graphs — graph structure
+only, no latencies — so all cases of a family share the same features.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainsim.bench.dataset import append_row, repair_tail
+from trainsim.errors import ConfigError
+from trainsim.learn.dataset import StageRow, iter_graphs, read_rows
+from trainsim.learn.graphs import op_vocabulary
+from trainsim.learn.models import MODEL_KINDS, GraphTensors, ModelConfig
+from trainsim.learn.train import Predictor, TrainConfig, featurize, mre_pct, train_predictor
+
+FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+VAL_FRACTION = 0.1
+CASE_SCHEMA = "trainsim.predtop-case/1"
+
+
+def split(n: int, fraction: float, *, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(train, val, test) indices: val = first 10 % of a seeded permutation, train = next ``fraction``."""
+    if not 0.0 < fraction <= 1.0 - VAL_FRACTION:
+        raise ConfigError(f"training fraction must be in (0, {1 - VAL_FRACTION}], got {fraction}")
+    perm = np.random.default_rng([seed, 7]).permutation(n)
+    n_val = max(1, round(VAL_FRACTION * n))
+    n_train = max(2, round(fraction * n))
+    return perm[n_val : n_val + n_train], perm[:n_val], perm[n_val + n_train :]
+
+
+class FamilyData:
+    """A dataset folder's rows, graphs and featurized tensors (built once, per model layout)."""
+
+    def __init__(
+        self, folder: Path | str, vocab: Sequence[str] | None = None, *, part: str = "train"
+    ) -> None:
+        self.folder = Path(folder)
+        self.part = part
+        self.rows: list[StageRow] = read_rows(self.folder)
+        if not self.rows:
+            raise ConfigError(
+                f"{self.folder}: no measured stages (stages.jsonl is missing or empty)"
+            )
+        self.graphs = list(iter_graphs(self.folder, self.rows, part))
+        self.vocab = list(vocab) if vocab is not None else op_vocabulary(self.graphs)
+        self.latency_s = np.array([r.latency_s for r in self.rows])
+        self._tensors: dict[bool, list[GraphTensors]] = {}
+
+    def tensors(self, *, reach: bool) -> list[GraphTensors]:
+        if reach not in self._tensors:
+            self._tensors[reach] = featurize(self.graphs, self.vocab, reach=reach)
+        return self._tensors[reach]
+
+
+def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
+               train_config: TrainConfig = TrainConfig(), readout: str = "logsumexp",
+               log: Callable[[str], None] | None = None) -> tuple[Predictor, dict[str, Any]]:  # fmt: skip
+    """Train one predictor of ``kind`` on ``fraction`` of ``data`` and test it (one case)."""
+    tr, va, te = split(len(data.rows), fraction, seed=seed)
+    tensors = data.tensors(reach=kind == "dag_transformer")
+    cfg = ModelConfig.for_kind(kind, tensors[0].x.shape[1], readout=readout)
+    pred = train_predictor([tensors[i] for i in tr], data.latency_s[tr], [tensors[i] for i in va],
+                           data.latency_s[va], model_config=cfg, op_vocab=data.vocab,
+                           config=replace(train_config, seed=seed), part=data.part, log=log)  # fmt: skip
+    t0 = time.perf_counter()
+    p = pred.predict_tensors([tensors[i] for i in te])
+    infer_s = time.perf_counter() - t0
+    rel = np.abs(p - data.latency_s[te]) / data.latency_s[te] * 100.0
+    hist = pred.history
+    assert hist is not None
+    case = {
+        "schema": CASE_SCHEMA, "family": data.rows[0].family, "fraction": fraction, "model": kind, "seed": seed,
+        "readout": readout, "part": data.part, "mre_pct": mre_pct(p, data.latency_s[te]), "median_re_pct": float(np.median(rel)),
+        "p90_re_pct": float(np.percentile(rel, 90)), "max_re_pct": float(rel.max()),
+        "train": len(tr), "val": len(va), "test": len(te), "train_s": hist.train_s, "infer_s": infer_s,
+        "epochs": hist.epochs_run, "best_epoch": hist.best_epoch, "stopped": hist.stopped,
+        "best_val_loss": hist.best_val_loss, "params": sum(q.numel() for q in pred.model.parameters()),
+        "train_config": asdict(replace(train_config, seed=seed)),
+    }  # fmt: skip
+    return pred, case
+
+
+def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str]:
+    return (c["family"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]),
+            c.get("readout", "logsumexp"), c.get("part", "train"))  # fmt: skip
+
+
+def read_cases(results: Path | str) -> list[dict[str, Any]]:
+    path = Path(results) / "cases.jsonl"
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    lines = raw[: raw.rfind(b"\n") + 1].decode("utf-8").splitlines()
+    return [json.loads(x) for x in lines if x.strip()]
+
+
+def evaluate(folders: dict[str, Path | str], results: Path | str, *, fractions: Sequence[float] = FRACTIONS,
+             kinds: Sequence[str] = MODEL_KINDS, seeds: Sequence[int] = (0,), readout: str = "logsumexp",
+             part: str = "train",
+             train_config: TrainConfig = TrainConfig(), save_fraction: float | None = 0.3,
+             log: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run (or resume) every case; return :func:`summarize`'s tables.
+
+    ``folders`` maps a family name to its dataset folder. Predictors of ``save_fraction`` are
+    saved under ``results/predictors/<family>-<model>-s<seed>``.
+    """
+    for k in kinds:
+        if k not in MODEL_KINDS:
+            raise ConfigError(f"unknown model {k!r}; known: {', '.join(MODEL_KINDS)}")
+    results = Path(results)
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / "cases.jsonl"
+    repair_tail(path)
+    done = {_case_key(c) for c in read_cases(results)}
+    for family, folder in folders.items():
+        data = FamilyData(folder, part=part)
+        for seed in seeds:
+            for fraction in fractions:
+                for kind in kinds:
+                    key = (family, round(fraction, 3), kind, seed, readout, part)
+                    if key in done:
+                        continue
+                    pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed,
+                                            train_config=train_config, readout=readout)  # fmt: skip
+                    case["family"] = family
+                    append_row(path, case)
+                    if log:
+                        log(f"{family} {fraction:.0%} {kind}: MRE {case['mre_pct']:.2f} % "
+                            f"({case['train_s']:.0f} s, {case['epochs']} epochs, best {case['best_epoch']})")  # fmt: skip
+                    if save_fraction is not None and abs(fraction - save_fraction) < 1e-9:
+                        pred.meta |= {
+                            "family": family,
+                            "fraction": fraction,
+                            "dataset": str(folder),
+                        }
+                        pred.save(results / "predictors" / f"{family}-{kind}-s{seed}")
+    return summarize(read_cases(results), readout=readout, part=part)
+
+
+def summarize(
+    cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", part: str = "train"
+) -> dict[str, Any]:
+    """Tables V/VI: MRE per (family, fraction) and model (mean over seeds), winners, acceptance."""
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    times: dict[str, list[float]] = {}
+    for c in cases:
+        if c.get("readout", "logsumexp") != readout or c.get("part", "train") != part:
+            continue
+        cell = table.setdefault(c["family"], {}).setdefault(f"{c['fraction']:.1f}", {})
+        cell.setdefault(c["model"], [])  # type: ignore[arg-type]
+        cell[c["model"]].append(c["mre_pct"])  # type: ignore[attr-defined]
+        times.setdefault(c["model"], []).append(c["train_s"])
+    mean_table = {f: {fr: {m: statistics.fmean(v) for m, v in cell.items()} for fr, cell in rows.items()}  # type: ignore[arg-type]
+                  for f, rows in table.items()}  # fmt: skip
+    wins = total = 0
+    for rows in mean_table.values():
+        for cell in rows.values():
+            if {"dag_transformer", "gcn", "gat"} <= set(cell):
+                total += 1
+                wins += cell["dag_transformer"] < min(cell["gcn"], cell["gat"])
+    at30 = {f: rows.get("0.3", {}).get("dag_transformer") for f, rows in mean_table.items()}
+    max_train = {m: max(v) for m, v in times.items()}
+    return {
+        "mre_pct": mean_table, "dag_transformer_wins": wins, "cases_compared": total,
+        "win_rate": wins / total if total else None, "dag_transformer_mre_at_30pct": at30,
+        "max_train_s": max_train,
+        "acceptance": {
+            "mre_at_30pct_le_4": bool(at30) and all(v is not None and v <= 4.0 for v in at30.values()),
+            "wins_ge_75pct": bool(total) and wins / total >= 0.75,
+            "train_le_15min": bool(max_train) and max(max_train.values()) <= 900.0,
+        },
+    }  # fmt: skip
+
+
+__all__ = ["FRACTIONS", "FamilyData", "evaluate", "read_cases", "split", "summarize", "train_case"]

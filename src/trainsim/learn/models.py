@@ -1,0 +1,256 @@
+"""Stage-latency regressors over stage graphs: the DAG Transformer (003 §IV) and GCN/GAT baselines.
+
+**DAG Transformer** (003 §IV-A/B5–6, after Luo et al., "Transformers over Directed Acyclic
+Graphs"): node features (Table I) are embedded linearly and the DAG positional encoding —
+sinusoidal in the node's depth, the longest path from a source — is added; ``layers`` pre-norm
+Transformer layers follow, whose attention is restricted by Eq. 1's reachability mask with
+k = ∞ (a node attends to itself and to every node joined to it by a directed path, either way);
+the node embeddings are summed (global add pool, Eq. 2) and an MLP with ReLU predicts the
+latency. 003's setting: 4 layers of width 64.
+
+**GCN** (6 ``GCNConv`` layers of 256) and **GAT** (6 ``GATConv`` layers of 32, 4 heads averaged)
+are 003 §VII-D's baselines, from torch-geometric, on the same node features with the edges in
+both directions, the same pooling and head.
+
+**Readout.** ``readout="add"`` is Eq. 2 as written: ``MLP(Σ_n h_n)``. ``readout="logsumexp"``
+(the default) is the same global add pool taken in the exponential domain,
+``MLP(log Σ_n exp(W h_n))``: a stage's latency is close to a sum over its operators of costs
+that are products of tensor dimensions — exponentials of sums of the log-scaled dimensions the
+nodes carry — so summing ``exp`` of node embeddings lets a layer of width ``d`` represent ``d``
+such sums of monomials, and the log turns them back to the scale of the (log) target. All three
+models share the readout, so the comparison is of the graph encoders.
+
+Every model maps a :class:`GraphBatch` to one value per graph: the standardized log latency
+(the trainer's target).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional
+
+MODEL_KINDS = ("dag_transformer", "gcn", "gat")
+READOUTS = ("logsumexp", "add")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Architecture of one predictor (stored next to its weights as JSON)."""
+
+    kind: str = "dag_transformer"
+    in_dim: int = 0
+    hidden: int = 64
+    layers: int = 4
+    heads: int = 4
+    readout: str = "logsumexp"
+
+    @classmethod
+    def for_kind(cls, kind: str, in_dim: int, **kw: Any) -> ModelConfig:
+        """003's settings per kind (§IV-B6, §VII-D), overridable by ``kw``."""
+        base = {"dag_transformer": {"hidden": 64, "layers": 4, "heads": 4},
+                "gcn": {"hidden": 256, "layers": 6, "heads": 1},
+                "gat": {"hidden": 32, "layers": 6, "heads": 4}}  # fmt: skip
+        if kind not in base:
+            raise ValueError(f"model kind must be one of {MODEL_KINDS}, got {kind!r}")
+        return cls(kind=kind, in_dim=in_dim, **(base[kind] | kw))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class GraphBatch:
+    """A batch of graphs in both layouts: flat (GNNs) and padded with masks (Transformer)."""
+
+    x: torch.Tensor  # [total_nodes, F]
+    edge_index: torch.Tensor  # [2, E] (both directions)
+    batch: torch.Tensor  # [total_nodes] graph index
+    num_graphs: int
+    x_pad: torch.Tensor | None = None  # [B, N, F]
+    depth_pad: torch.Tensor | None = None  # [B, N]
+    attn_mask: torch.Tensor | None = None  # [B, 1, N, N] True = may attend
+    valid: torch.Tensor | None = None  # [B, N] True = a real node
+
+
+@dataclass(slots=True)
+class GraphTensors:
+    """One graph's tensors, precomputed once (features, undirected edges, depth, Eq. 1 mask)."""
+
+    x: np.ndarray
+    edge_index: np.ndarray
+    depth: np.ndarray
+    reach: np.ndarray | None  # [N, N] bool, only for the DAG Transformer
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.shape[0])
+
+
+def collate(graphs: list[GraphTensors], *, padded: bool) -> GraphBatch:
+    """Stack graphs: flat layout always, padded layout with masks when ``padded``."""
+    sizes = [g.num_nodes for g in graphs]
+    offsets = np.cumsum([0, *sizes[:-1]])
+    x = torch.from_numpy(np.concatenate([g.x for g in graphs]))
+    ei = torch.from_numpy(
+        np.concatenate([g.edge_index + o for g, o in zip(graphs, offsets, strict=True)], axis=1)
+    )
+    batch = torch.repeat_interleave(torch.arange(len(graphs)), torch.tensor(sizes))
+    out = GraphBatch(x, ei, batch, len(graphs))
+    if padded:
+        b, n, f = len(graphs), max(sizes), graphs[0].x.shape[1]
+        xp = np.zeros((b, n, f), dtype=np.float32)
+        dp = np.zeros((b, n), dtype=np.int64)
+        mask = np.zeros((b, n, n), dtype=bool)
+        valid = np.zeros((b, n), dtype=bool)
+        idx = np.arange(n)
+        for i, g in enumerate(graphs):
+            k = g.num_nodes
+            if g.reach is None:
+                raise ValueError("graph tensors built without the reachability mask")
+            xp[i, :k], dp[i, :k], valid[i, :k] = g.x, g.depth, True
+            mask[i, :k, :k] = g.reach
+            mask[i, idx[k:], idx[k:]] = True  # padding attends to itself only (no empty rows)
+        out.x_pad, out.depth_pad = torch.from_numpy(xp), torch.from_numpy(dp)
+        out.attn_mask, out.valid = torch.from_numpy(mask).unsqueeze(1), torch.from_numpy(valid)
+    return out
+
+
+def sinusoidal_encoding(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """Transformer sinusoids of integer positions (here: node depths), shape ``[..., dim]``."""
+    half = dim // 2
+    freq = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)
+    ang = positions.to(torch.float32).unsqueeze(-1) * freq
+    pe = torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
+    return functional.pad(pe, (0, dim - 2 * half))
+
+
+class _Readout(nn.Module):
+    """Global add pool (plain or in the exponential domain) followed by the MLP head."""
+
+    def __init__(self, dim: int, readout: str) -> None:
+        super().__init__()
+        if readout not in READOUTS:
+            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
+        self.readout = readout
+        self.proj = nn.Linear(dim, dim) if readout == "logsumexp" else nn.Identity()
+        self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim // 2), nn.ReLU(),
+                                 nn.Linear(dim // 2, 1))  # fmt: skip
+
+    def pool_flat(self, h: torch.Tensor, batch: torch.Tensor, num_graphs: int) -> torch.Tensor:
+        z = self.proj(h)
+        if self.readout == "add":
+            out = torch.zeros(num_graphs, z.shape[1], dtype=z.dtype)
+            return out.index_add_(0, batch, z)
+        m = torch.full((num_graphs, z.shape[1]), -math.inf, dtype=z.dtype)
+        m = m.scatter_reduce(0, batch.unsqueeze(1).expand_as(z), z, reduce="amax").detach()
+        s = torch.zeros_like(m).index_add_(0, batch, torch.exp(z - m[batch]))
+        return m + torch.log(s)
+
+    def pool_padded(self, h: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        z = self.proj(h)
+        if self.readout == "add":
+            return (z * valid.unsqueeze(-1)).sum(dim=1)
+        return torch.logsumexp(z.masked_fill(~valid.unsqueeze(-1), -math.inf), dim=1)
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.mlp(pooled).squeeze(-1)
+
+
+class DAGAttentionLayer(nn.Module):
+    """Pre-norm Transformer layer whose attention follows Eq. 1's mask."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"hidden {dim} is not divisible by heads {heads}")
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = (
+            self.qkv(self.norm1(x))
+            .view(b, n, 3, self.heads, d // self.heads)
+            .permute(2, 0, 3, 1, 4)
+        )
+        a = functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.out(a.transpose(1, 2).reshape(b, n, d))
+        return x + self.ffn(self.norm2(x))
+
+
+class DAGTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Linear(cfg.in_dim, cfg.hidden)
+        self.blocks = nn.ModuleList(
+            DAGAttentionLayer(cfg.hidden, cfg.heads) for _ in range(cfg.layers)
+        )
+        self.norm = nn.LayerNorm(cfg.hidden)
+        self.readout = _Readout(cfg.hidden, cfg.readout)
+
+    def forward(self, g: GraphBatch) -> torch.Tensor:
+        if g.x_pad is None or g.attn_mask is None or g.valid is None or g.depth_pad is None:
+            raise ValueError("the DAG Transformer needs a padded batch (collate(..., padded=True))")
+        h = self.embed(g.x_pad) + sinusoidal_encoding(g.depth_pad, self.cfg.hidden)
+        for blk in self.blocks:
+            h = blk(h, g.attn_mask)
+        return self.readout.head(self.readout.pool_padded(self.norm(h), g.valid))
+
+
+class GNN(nn.Module):
+    """GCN or GAT encoder (torch-geometric) with the shared readout."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        from torch_geometric.nn import GATConv, GCNConv
+
+        self.cfg = cfg
+        dims = [cfg.in_dim] + [cfg.hidden] * cfg.layers
+        if cfg.kind == "gcn":
+            self.convs = nn.ModuleList(GCNConv(a, b) for a, b in itertools.pairwise(dims))
+            self.act: nn.Module = nn.ReLU()
+        else:
+            self.convs = nn.ModuleList(
+                GATConv(a, b, heads=cfg.heads, concat=False) for a, b in itertools.pairwise(dims)
+            )
+            self.act = nn.ELU()
+        self.readout = _Readout(cfg.hidden, cfg.readout)
+
+    def forward(self, g: GraphBatch) -> torch.Tensor:
+        h = g.x
+        for conv in self.convs:
+            h = self.act(conv(h, g.edge_index))
+        return self.readout.head(self.readout.pool_flat(h, g.batch, g.num_graphs))
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    if cfg.kind == "dag_transformer":
+        return DAGTransformer(cfg)
+    if cfg.kind in ("gcn", "gat"):
+        return GNN(cfg)
+    raise ValueError(f"model kind must be one of {MODEL_KINDS}, got {cfg.kind!r}")
+
+
+__all__ = [
+    "GNN",
+    "MODEL_KINDS",
+    "READOUTS",
+    "DAGAttentionLayer",
+    "DAGTransformer",
+    "GraphBatch",
+    "GraphTensors",
+    "ModelConfig",
+    "build_model",
+    "collate",
+    "sinusoidal_encoding",
+]

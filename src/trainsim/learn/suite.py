@@ -1,0 +1,115 @@
+"""The ``predtop`` validation suite: stage-latency prediction on stages measured on this machine.
+
+Data: the stage datasets shipped in ``trainsim/learn/data/predtop/`` (``gpt/``, ``moe/``: random
+stages; ``gpt-search/``, ``moe-search/``: every candidate stage of the search-integration models),
+or ``dataset=PATH`` holding the same folders (e.g. a fresh collection on another host). For every
+family, training fraction and model (DAG Transformer, GCN, GAT) one predictor is trained and
+tested (:mod:`trainsim.learn.evaluate`, 003 Tables V/VI); then, when the ``*-search`` folders
+exist, the pipeline search is run with full profiling, with the 30 %-trained family predictors
+and with 003 §VI's sampled-candidates workflow (:func:`trainsim.learn.provider.run_search_integration`).
+
+Per case: the test MRE (``abs_err_pct``). Summary: the DAG Transformer's MREs, how often it beats
+both baselines, the issue's acceptance (MRE ≤ 4 % at 30 % training on both families; better than
+GCN and GAT in ≥ 75 % of the (family, fraction) cases; training ≤ 15 min), and the search figures.
+Defaults keep the suite to ~10 minutes (fraction 0.3 only); ``fractions=all`` runs Tables V/VI's
+full sweep (10 %–80 %), ``results=PATH`` makes it resumable and keeps the predictors.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trainsim.errors import ConfigError
+
+FAMILIES = ("gpt", "moe")
+
+
+def packaged_dataset() -> Path:
+    return Path(__file__).resolve().parent / "data" / "predtop"
+
+
+def _parse_fractions(text: str | None) -> tuple[float, ...]:
+    from trainsim.learn.evaluate import FRACTIONS
+
+    if text is None:
+        return (0.3,)
+    if text == "all":
+        return FRACTIONS
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"fractions must be 'all' or comma-separated numbers, got {text!r}"
+        ) from None
+
+
+def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, results: str | None = None,
+                      fractions: str | None = None, models: str | None = None, seed: int = 0,
+                      search: bool = True, epochs: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """Train and test the stage-latency predictors; run the search integration (module docstring).
+
+    ``data_dir`` (the shared data folder) is not read: the stages are this machine's own
+    measurements (``dataset``, default: the packaged ones).
+    """
+    from trainsim.learn.evaluate import evaluate, read_cases
+    from trainsim.learn.models import MODEL_KINDS
+    from trainsim.learn.train import Predictor, TrainConfig
+    from trainsim.validate.registry import error_summary
+
+    root = Path(dataset) if dataset else packaged_dataset()
+    folders = {f: root / f for f in FAMILIES if (root / f / "stages.jsonl").exists()}
+    if not folders:
+        raise ConfigError(f"no stage datasets under {root} (expected gpt/ and moe/ with stages.jsonl); "
+                          "collect them with python -m trainsim.learn.dataset")  # fmt: skip
+    kinds = tuple(models.split(",")) if models else MODEL_KINDS
+    fr = _parse_fractions(fractions)
+    tc = TrainConfig(epochs=epochs) if epochs else TrainConfig()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="predtop-") as tmp:
+        out = Path(results) if results else Path(tmp)
+        table = evaluate(folders, out, fractions=fr, kinds=kinds, seeds=(seed,), train_config=tc,
+                         save_fraction=0.3 if 0.3 in fr else None)  # fmt: skip
+        cases = []
+        for c in read_cases(out):
+            if (
+                c["family"] in folders
+                and c["model"] in kinds
+                and c["seed"] == seed
+                and any(abs(c["fraction"] - f) < 1e-9 for f in fr)
+            ):
+                cases.append({"case": f"{c['family']}/{c['fraction']:.0%}/{c['model']}", "family": c["family"],
+                              "fraction": c["fraction"], "model": c["model"], "mre_pct": c["mre_pct"],
+                              "median_re_pct": c["median_re_pct"], "p90_re_pct": c["p90_re_pct"],
+                              "train": c["train"], "test": c["test"], "train_s": c["train_s"],
+                              "epochs": c["epochs"], "abs_err_pct": c["mre_pct"]})  # fmt: skip
+        searches = {}
+        if search:
+            from trainsim.learn.provider import run_search_integration
+
+            for fam in folders:
+                sf = root / f"{fam}-search"
+                if not (sf / "stages.jsonl").exists():
+                    continue
+                preds = {}
+                for kind in kinds:
+                    p = out / "predictors" / f"{fam}-{kind}-s{seed}"
+                    if (p / "predictor.json").exists():
+                        preds[kind] = Predictor.load(p)
+                searches[fam] = run_search_integration(sf, family=fam, family_predictors=preds, kinds=kinds,
+                                                       seed=seed, train_config=tc)  # fmt: skip
+    dag = [c["mre_pct"] for c in cases if c["model"] == "dag_transformer"]
+    summary = {**error_summary(dag), **{k: v for k, v in table.items() if k != "mre_pct"},
+               "wall_s": time.perf_counter() - t0}  # fmt: skip
+    for fam, s in searches.items():
+        for name, a in s["approaches"].items():
+            summary[f"search_{fam}_{name}_mean_regret_pct"] = a["mean_regret_pct"]
+            summary[f"search_{fam}_{name}_saved_pct"] = a["saved_pct"]
+    return {"suite": "predtop", "params": {"dataset": str(root), "fractions": list(fr), "models": list(kinds),
+            "seed": seed}, "cases": cases, "mre_table": table["mre_pct"], "search": searches,
+            "summary": summary}  # fmt: skip
+
+
+__all__ = ["packaged_dataset", "run_predtop_suite"]
