@@ -69,6 +69,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from trainsim.capture.distributed import stop_processes
 from trainsim.errors import CaptureError, ConfigError
 
 _TAIL_CHARS = 2000
@@ -339,7 +340,7 @@ def _spawn(job: dict[str, Any], world: int, timeout_s: float) -> list[dict[str, 
                 p.start()
             _wait_all(procs, work, timeout_s)
         finally:
-            _stop(procs)
+            stop_processes(procs)
         out = []
         for rank in range(world):
             path = work / f"rank{rank}.json"
@@ -370,18 +371,6 @@ def _wait_all(procs: list[Any], work: Path, timeout_s: float) -> None:
                     f"DLRM shard rank {rank} failed (exit code {procs[rank].exitcode}); its log "
                     f"ends with:\n{_log_tail(work, rank)}"
                 )
-
-
-def _stop(procs: list[Any]) -> None:
-    started = [p for p in procs if p.pid is not None]
-    for p in started:
-        if p.is_alive():
-            p.terminate()
-    for p in started:
-        p.join(timeout=10)
-        if p.is_alive():
-            p.kill()
-            p.join()
 
 
 def _log_tail(work: Path, rank: int) -> str:

@@ -86,7 +86,7 @@ def _run_spawned(spec: CaptureSpec) -> list[RankCapture]:
                 p.start()
             _wait_all(procs, spec=spec, work=work)
         finally:
-            _stop(procs)
+            stop_processes(procs)
         return [_read_result(work, rank) for rank in range(spec.nproc)]
 
 
@@ -128,7 +128,8 @@ def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:
                 )
 
 
-def _stop(procs: list[Any]) -> None:
+def stop_processes(procs: list[Any]) -> None:
+    """Terminate, then kill, every started process (rank workers of a failed or finished run)."""
     procs = [p for p in procs if p.pid is not None]  # started
     for p in procs:
         if p.is_alive():
