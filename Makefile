@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: the CPU build on disk; never an unpinned torch (CUDA wheels, GBs).
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,capture,learned,shard,search]'
+	$(BIN)/pip install -q -e '.[dev,capture,learned,shard,search,learn]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -36,7 +36,9 @@ def collect(root: Path) -> None:
         print(f"{folder.name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
-def evaluate(root: Path, results: Path, part: str, fractions: list[float], kinds: list[str], threads: int) -> None:
+def evaluate(
+    root: Path, results: Path, *, part: str, fractions: list[float], kinds: list[str], threads: int
+) -> None:
     from trainsim.learn.evaluate import evaluate as run
     from trainsim.learn.train import TrainConfig
 
@@ -96,7 +98,8 @@ def main() -> int:
     if a.step == "collect":
         collect(a.root)
     elif a.step == "evaluate":
-        evaluate(a.root, a.results, a.part, [float(x) for x in a.fractions.split(",")], a.models.split(","), a.threads)
+        evaluate(a.root, a.results, part=a.part, fractions=[float(x) for x in a.fractions.split(",")],
+                 kinds=a.models.split(","), threads=a.threads)  # fmt: skip
     elif a.step == "search":
         search(a.root, a.results, a.part, a.threads)
     else:

@@ -62,7 +62,13 @@ import numpy as np
 from trainsim.bench.dataset import append_row, repair_tail
 from trainsim.errors import ConfigError, TraceFormatError
 from trainsim.learn.graphs import StageGraph
-from trainsim.learn.stages import PARTS, XLA_SINGLE_THREAD, StageSpec, single_thread_env
+from trainsim.learn.stages import (
+    MALLOC_ENV,
+    PARTS,
+    XLA_SINGLE_THREAD,
+    StageSpec,
+    single_thread_env,
+)
 
 STAGE_SCHEMA = "trainsim.predtop-stage/1"
 PROVENANCE_SCHEMA = "trainsim.predtop-provenance/1"
@@ -273,6 +279,7 @@ def _check_provenance(folder: Path, prov: dict[str, Any]) -> None:
 
 def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmup: int = 2,
             min_repeats: int = 5, max_repeats: int = 60, min_total_s: float = 1.0,
+            target_spread: float = 0.02, max_total_s: float = 6.0,
             sampler: dict[str, Any] | None = None, log: Callable[[str], None] | None = None,
             stop_after: int | None = None) -> dict[str, int]:  # fmt: skip
     """Measure every ``(id, spec)`` not yet in ``folder``; resumable (module docstring).
@@ -290,12 +297,14 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
     done = {r.id: r for r in read_rows(folder)}
     host = host_fingerprint()
     settings = {"warmup": warmup, "min_repeats": min_repeats, "max_repeats": max_repeats,
-                "min_total_s": min_total_s, "statistic": "median", "timer": "perf_counter"}  # fmt: skip
+                "min_total_s": min_total_s, "target_spread": target_spread, "max_total_s": max_total_s,
+                "statistic": "median", "timer": "perf_counter"}  # fmt: skip
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     _check_provenance(folder, {
         "schema": PROVENANCE_SCHEMA, "host": host, "timing": settings,
         "runs": [{"started": datetime.now(UTC).isoformat(timespec="seconds"), "sampler": sampler or {},
                   "xla_flags": os.environ.get("XLA_FLAGS", ""), "cores": affinity,
+                  "env": {k: os.environ.get(k) for k in (*MALLOC_ENV, "OMP_NUM_THREADS", "JAX_PLATFORMS")},
                   "single_thread": XLA_SINGLE_THREAD in os.environ.get("XLA_FLAGS", "")}],
     })  # fmt: skip
     measured = skipped = 0
@@ -320,7 +329,8 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
             graph_info |= {f"graph{sfx}": digest, f"graph{sfx}_s": time.perf_counter() - t1,
                            f"nodes_full{sfx}": full.num_nodes, f"nodes{sfx}": prune(full).num_nodes}  # fmt: skip
         timing = measure_stage(spec, warmup=warmup, min_repeats=min_repeats,
-                               max_repeats=max_repeats, min_total_s=min_total_s)  # fmt: skip
+                               max_repeats=max_repeats, min_total_s=min_total_s,
+                               target_spread=target_spread, max_total_s=max_total_s)  # fmt: skip
         row = {
             "schema": STAGE_SCHEMA, "id": sid, "family": spec.family, "spec": spec.to_dict(),
             "latency_s": timing.median_s, "samples_s": list(timing.samples_s), "repeats": len(timing.samples_s),
@@ -366,9 +376,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--min-total-s", type=float, default=1.0)
     args = ap.parse_args(argv)
+    env = single_thread_env()
+    if any(os.environ.get(k) != v for k, v in env.items()):
+        # glibc reads MALLOC_* at process start and jax reads XLA_FLAGS at import: start afresh
+        argv = list(sys.argv[1:] if argv is None else argv)
+        os.execve(sys.executable, [sys.executable, "-m", "trainsim.learn.dataset", *argv], env)
     if "jax" in sys.modules:
         raise ConfigError("jax is already imported: run the collector as its own process")
-    os.environ.update(single_thread_env())
     core = _pin_one_core()
     if args.search:
         from trainsim.learn.provider import search_candidates

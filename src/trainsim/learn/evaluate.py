@@ -49,11 +49,11 @@ def split(n: int, fraction: float, *, seed: int) -> tuple[np.ndarray, np.ndarray
 class FamilyData:
     """A dataset folder's rows, graphs and featurized tensors (built once, per model layout)."""
 
-    def __init__(
-        self, folder: Path | str, vocab: Sequence[str] | None = None, *, part: str = "train"
-    ) -> None:
+    def __init__(self, folder: Path | str, vocab: Sequence[str] | None = None, *, part: str = "train",
+                 input_features: bool = False) -> None:  # fmt: skip
         self.folder = Path(folder)
         self.part = part
+        self.input_features = input_features
         self.rows: list[StageRow] = read_rows(self.folder)
         if not self.rows:
             raise ConfigError(
@@ -66,7 +66,9 @@ class FamilyData:
 
     def tensors(self, *, reach: bool) -> list[GraphTensors]:
         if reach not in self._tensors:
-            self._tensors[reach] = featurize(self.graphs, self.vocab, reach=reach)
+            self._tensors[reach] = featurize(
+                self.graphs, self.vocab, reach=reach, inputs=self.input_features
+            )
         return self._tensors[reach]
 
 
@@ -79,7 +81,8 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     cfg = ModelConfig.for_kind(kind, tensors[0].x.shape[1], readout=readout)
     pred = train_predictor([tensors[i] for i in tr], data.latency_s[tr], [tensors[i] for i in va],
                            data.latency_s[va], model_config=cfg, op_vocab=data.vocab,
-                           config=replace(train_config, seed=seed), part=data.part, log=log)  # fmt: skip
+                           config=replace(train_config, seed=seed), part=data.part,
+                           input_features=data.input_features, log=log)  # fmt: skip
     t0 = time.perf_counter()
     p = pred.predict_tensors([tensors[i] for i in te])
     infer_s = time.perf_counter() - t0
@@ -88,7 +91,7 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     assert hist is not None
     case = {
         "schema": CASE_SCHEMA, "family": data.rows[0].family, "fraction": fraction, "model": kind, "seed": seed,
-        "readout": readout, "part": data.part, "mre_pct": mre_pct(p, data.latency_s[te]), "median_re_pct": float(np.median(rel)),
+        "readout": readout, "part": data.part, "features": _features(data.input_features), "mre_pct": mre_pct(p, data.latency_s[te]), "median_re_pct": float(np.median(rel)),
         "p90_re_pct": float(np.percentile(rel, 90)), "max_re_pct": float(rel.max()),
         "train": len(tr), "val": len(va), "test": len(te), "train_s": hist.train_s, "infer_s": infer_s,
         "epochs": hist.epochs_run, "best_epoch": hist.best_epoch, "stopped": hist.stopped,
@@ -98,9 +101,13 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     return pred, case
 
 
-def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str]:
+def _features(inputs: bool) -> str:
+    return "table1+inputs" if inputs else "table1"
+
+
+def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str, str]:
     return (c["family"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]),
-            c.get("readout", "logsumexp"), c.get("part", "train"))  # fmt: skip
+            c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1"))  # fmt: skip
 
 
 def read_cases(results: Path | str) -> list[dict[str, Any]]:
@@ -114,7 +121,7 @@ def read_cases(results: Path | str) -> list[dict[str, Any]]:
 
 def evaluate(folders: dict[str, Path | str], results: Path | str, *, fractions: Sequence[float] = FRACTIONS,
              kinds: Sequence[str] = MODEL_KINDS, seeds: Sequence[int] = (0,), readout: str = "logsumexp",
-             part: str = "train",
+             part: str = "train", input_features: bool = False,
              train_config: TrainConfig = TrainConfig(), save_fraction: float | None = 0.3,
              log: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run (or resume) every case; return :func:`summarize`'s tables.
@@ -131,11 +138,19 @@ def evaluate(folders: dict[str, Path | str], results: Path | str, *, fractions: 
     repair_tail(path)
     done = {_case_key(c) for c in read_cases(results)}
     for family, folder in folders.items():
-        data = FamilyData(folder, part=part)
+        data = FamilyData(folder, part=part, input_features=input_features)
         for seed in seeds:
             for fraction in fractions:
                 for kind in kinds:
-                    key = (family, round(fraction, 3), kind, seed, readout, part)
+                    key = (
+                        family,
+                        round(fraction, 3),
+                        kind,
+                        seed,
+                        readout,
+                        part,
+                        _features(input_features),
+                    )
                     if key in done:
                         continue
                     pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed,
@@ -152,17 +167,22 @@ def evaluate(folders: dict[str, Path | str], results: Path | str, *, fractions: 
                             "dataset": str(folder),
                         }
                         pred.save(results / "predictors" / f"{family}-{kind}-s{seed}")
-    return summarize(read_cases(results), readout=readout, part=part)
+    return summarize(
+        read_cases(results), readout=readout, part=part, features=_features(input_features)
+    )
 
 
-def summarize(
-    cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", part: str = "train"
-) -> dict[str, Any]:
+def summarize(cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", part: str = "train",
+              features: str = "table1") -> dict[str, Any]:  # fmt: skip
     """Tables V/VI: MRE per (family, fraction) and model (mean over seeds), winners, acceptance."""
     table: dict[str, dict[str, dict[str, float]]] = {}
     times: dict[str, list[float]] = {}
     for c in cases:
-        if c.get("readout", "logsumexp") != readout or c.get("part", "train") != part:
+        if (c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1")) != (
+            readout,
+            part,
+            features,
+        ):
             continue
         cell = table.setdefault(c["family"], {}).setdefault(f"{c['fraction']:.1f}", {})
         cell.setdefault(c["model"], [])  # type: ignore[arg-type]

@@ -376,24 +376,45 @@ def shape_features(shape: Sequence[int]) -> list[float]:
     return pad + logs + [math.log2(math.prod(dims)) if dims else 0.0]
 
 
-def feature_names(op_vocab: Sequence[str]) -> list[str]:
+INPUT_FEATURES = ("log2_numel_in[0]", "log2_numel_in[1]", "log2_numel_in_sum")
+
+
+def feature_names(op_vocab: Sequence[str], *, inputs: bool = False) -> list[str]:
     return ([f"op={o}" for o in op_vocab] + ["op=<other>"]
             + [f"log2_dim[-{MAX_RANK - i}]" for i in range(MAX_RANK)] + ["log2_numel"]
-            + [f"dtype={d}" for d in DTYPES] + [f"kind={k}" for k in KINDS])  # fmt: skip
+            + [f"dtype={d}" for d in DTYPES] + [f"kind={k}" for k in KINDS]
+            + (list(INPUT_FEATURES) if inputs else []))  # fmt: skip
 
 
-def node_features(g: StageGraph, op_vocab: Sequence[str]) -> np.ndarray:
-    """003 Table I: [one-hot op | log2 shape | one-hot dtype | one-hot kind] per node (float32)."""
+def node_features(g: StageGraph, op_vocab: Sequence[str], *, inputs: bool = False) -> np.ndarray:
+    """003 Table I: [one-hot op | log2 shape | one-hot dtype | one-hot kind] per node (float32).
+
+    ``inputs`` appends :data:`INPUT_FEATURES`: log2 element counts of the node's two largest
+    inputs and of all its inputs together — read off its predecessors in the (pruned) graph, so
+    the operand sizes that set an operator's cost (a matmul's contraction) are local to it.
+    """
     index = {o: i for i, o in enumerate(op_vocab)}
     n_op = len(op_vocab) + 1
-    width = n_op + MAX_RANK + 1 + len(DTYPES) + len(KINDS)
-    x = np.zeros((g.num_nodes, width), dtype=np.float32)
+    base = n_op + MAX_RANK + 1 + len(DTYPES) + len(KINDS)
+    x = np.zeros((g.num_nodes, base + (len(INPUT_FEATURES) if inputs else 0)), dtype=np.float32)
+    numel = [math.prod(max(int(d), 1) for d in s) for s in g.shape]
     for i in range(g.num_nodes):
         x[i, index.get(g.op[i], n_op - 1)] = 1.0
         x[i, n_op : n_op + MAX_RANK + 1] = shape_features(g.shape[i])
         dt = g.dtype[i] if g.dtype[i] in DTYPES else "other"
         x[i, n_op + MAX_RANK + 1 + DTYPES.index(dt)] = 1.0
         x[i, n_op + MAX_RANK + 1 + len(DTYPES) + KINDS.index(g.kind[i])] = 1.0
+    if inputs:
+        ins: list[list[int]] = [[] for _ in range(g.num_nodes)]
+        for u, v in zip(g.src, g.dst, strict=True):
+            ins[v].append(numel[u])
+        for i, sizes in enumerate(ins):
+            top = [*sorted(sizes, reverse=True)[:2], 1, 1]
+            x[i, base : base + 3] = [
+                math.log2(top[0]),
+                math.log2(top[1]),
+                math.log2(max(1, sum(sizes))),
+            ]
     return x
 
 

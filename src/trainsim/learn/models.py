@@ -13,12 +13,16 @@ are 003 §VII-D's baselines, from torch-geometric, on the same node features wit
 both directions, the same pooling and head.
 
 **Readout.** ``readout="add"`` is Eq. 2 as written: ``MLP(Σ_n h_n)``. ``readout="logsumexp"``
-(the default) is the same global add pool taken in the exponential domain,
-``MLP(log Σ_n exp(W h_n))``: a stage's latency is close to a sum over its operators of costs
-that are products of tensor dimensions — exponentials of sums of the log-scaled dimensions the
-nodes carry — so summing ``exp`` of node embeddings lets a layer of width ``d`` represent ``d``
-such sums of monomials, and the log turns them back to the scale of the (log) target. All three
-models share the readout, so the comparison is of the graph encoders.
+(the default) is the same global add pool taken in the latency domain: every node gets ``d``
+log-costs ``c_n = MLP_node([h_n, x_n])`` from its embedding and its own features, the pool is
+``log Σ_n exp(c_n)`` (per channel), and the head predicts ``a · log Σ_channels exp(pool) + b``
+(the log of the graph's total cost) plus the MLP of the pooled vector (a correction, zero at
+initialization). 003's intuition
+for add pooling is that nodes add up to the stage latency; they do so in seconds, not in
+embedding space, and an operator's cost is a product of tensor dimensions — the exponential of
+a sum of the log-scaled dimensions the nodes carry — so exponentiating before summing lets a
+channel represent sums of such monomials over the graph. All three models share the readout
+(including its view of the raw features), so the comparison is of the graph encoders.
 
 Every model maps a :class:`GraphBatch` to one value per graph: the standardized log latency
 (the trainer's target).
@@ -132,19 +136,30 @@ def sinusoidal_encoding(positions: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class _Readout(nn.Module):
-    """Global add pool (plain or in the exponential domain) followed by the MLP head."""
+    """Global add pool (plain, or of per-node latencies in the exponential domain) + MLP head."""
 
-    def __init__(self, dim: int, readout: str) -> None:
+    def __init__(self, dim: int, in_dim: int, readout: str) -> None:
         super().__init__()
         if readout not in READOUTS:
             raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
         self.readout = readout
-        self.proj = nn.Linear(dim, dim) if readout == "logsumexp" else nn.Identity()
+        # logsumexp: a node's d log-costs from its embedding and its own Table I features
+        self.node = (nn.Sequential(nn.Linear(dim + in_dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+                     if readout == "logsumexp" else None)  # fmt: skip
         self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim // 2), nn.ReLU(),
                                  nn.Linear(dim // 2, 1))  # fmt: skip
+        if readout == "logsumexp":  # prediction = a · log Σ_channels Σ_nodes exp(c) + b + MLP(pool)
+            self.affine = nn.Parameter(torch.tensor([1.0, 0.0]))
+            nn.init.zeros_(self.mlp[-1].weight)
+            nn.init.zeros_(self.mlp[-1].bias)
 
-    def pool_flat(self, h: torch.Tensor, batch: torch.Tensor, num_graphs: int) -> torch.Tensor:
-        z = self.proj(h)
+    def _z(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return h if self.node is None else self.node(torch.cat([h, x], dim=-1))
+
+    def pool_flat(
+        self, h: torch.Tensor, x: torch.Tensor, batch: torch.Tensor, num_graphs: int
+    ) -> torch.Tensor:
+        z = self._z(h, x)
         if self.readout == "add":
             out = torch.zeros(num_graphs, z.shape[1], dtype=z.dtype)
             return out.index_add_(0, batch, z)
@@ -153,14 +168,17 @@ class _Readout(nn.Module):
         s = torch.zeros_like(m).index_add_(0, batch, torch.exp(z - m[batch]))
         return m + torch.log(s)
 
-    def pool_padded(self, h: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        z = self.proj(h)
+    def pool_padded(self, h: torch.Tensor, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        z = self._z(h, x)
         if self.readout == "add":
             return (z * valid.unsqueeze(-1)).sum(dim=1)
         return torch.logsumexp(z.masked_fill(~valid.unsqueeze(-1), -math.inf), dim=1)
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        return self.mlp(pooled).squeeze(-1)
+        out = self.mlp(pooled).squeeze(-1)
+        if self.readout == "logsumexp":
+            out = out + self.affine[0] * torch.logsumexp(pooled, dim=-1) + self.affine[1]
+        return out
 
 
 class DAGAttentionLayer(nn.Module):
@@ -196,7 +214,7 @@ class DAGTransformer(nn.Module):
             DAGAttentionLayer(cfg.hidden, cfg.heads) for _ in range(cfg.layers)
         )
         self.norm = nn.LayerNorm(cfg.hidden)
-        self.readout = _Readout(cfg.hidden, cfg.readout)
+        self.readout = _Readout(cfg.hidden, cfg.in_dim, cfg.readout)
 
     def forward(self, g: GraphBatch) -> torch.Tensor:
         if g.x_pad is None or g.attn_mask is None or g.valid is None or g.depth_pad is None:
@@ -204,7 +222,7 @@ class DAGTransformer(nn.Module):
         h = self.embed(g.x_pad) + sinusoidal_encoding(g.depth_pad, self.cfg.hidden)
         for blk in self.blocks:
             h = blk(h, g.attn_mask)
-        return self.readout.head(self.readout.pool_padded(self.norm(h), g.valid))
+        return self.readout.head(self.readout.pool_padded(self.norm(h), g.x_pad, g.valid))
 
 
 class GNN(nn.Module):
@@ -224,13 +242,13 @@ class GNN(nn.Module):
                 GATConv(a, b, heads=cfg.heads, concat=False) for a, b in itertools.pairwise(dims)
             )
             self.act = nn.ELU()
-        self.readout = _Readout(cfg.hidden, cfg.readout)
+        self.readout = _Readout(cfg.hidden, cfg.in_dim, cfg.readout)
 
     def forward(self, g: GraphBatch) -> torch.Tensor:
         h = g.x
         for conv in self.convs:
             h = self.act(conv(h, g.edge_index))
-        return self.readout.head(self.readout.pool_flat(h, g.batch, g.num_graphs))
+        return self.readout.head(self.readout.pool_flat(h, g.x, g.batch, g.num_graphs))
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:

@@ -68,7 +68,7 @@ class History:
 
 
 def featurize(graphs: Sequence[StageGraph], op_vocab: Sequence[str], *, reach: bool,
-              pruned: bool = True) -> list[GraphTensors]:  # fmt: skip
+              pruned: bool = True, inputs: bool = False) -> list[GraphTensors]:  # fmt: skip
     """Prune each graph (§IV-B4) and build its tensors (Table I features, edges, depths, Eq. 1)."""
     out = []
     for g in graphs:
@@ -76,7 +76,10 @@ def featurize(graphs: Sequence[StageGraph], op_vocab: Sequence[str], *, reach: b
         ei = np.array([p.src + p.dst, p.dst + p.src], dtype=np.int64).reshape(2, -1)
         out.append(
             GraphTensors(
-                node_features(p, op_vocab), ei, depths(p), reachability(p) if reach else None
+                node_features(p, op_vocab, inputs=inputs),
+                ei,
+                depths(p),
+                reachability(p) if reach else None,
             )
         )
     return out
@@ -105,12 +108,12 @@ class Predictor:
     pruned: bool = True
     history: History | None = None
     part: str = "train"  # which stage graph it reads (trainsim.learn.stages.PARTS)
+    input_features: bool = False  # graphs.INPUT_FEATURES appended to Table I
     meta: dict[str, Any] = field(default_factory=dict)
 
     def tensors(self, graphs: Sequence[StageGraph]) -> list[GraphTensors]:
-        return featurize(
-            graphs, self.op_vocab, reach=self.config.kind == "dag_transformer", pruned=self.pruned
-        )
+        return featurize(graphs, self.op_vocab, reach=self.config.kind == "dag_transformer",
+                         pruned=self.pruned, inputs=self.input_features)  # fmt: skip
 
     def predict_tensors(self, tensors: Sequence[GraphTensors], batch_size: int = 32) -> np.ndarray:
         self.model.eval()
@@ -136,7 +139,8 @@ class Predictor:
         state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
         save_file(state, str(folder / "predictor.safetensors"))
         doc = {"schema": PREDICTOR_SCHEMA, "model": self.config.to_dict(), "op_vocab": self.op_vocab,
-               "features": feature_names(self.op_vocab), "target": {"transform": "log", "mean": self.target_mean,
+               "features": feature_names(self.op_vocab, inputs=self.input_features),
+               "input_features": self.input_features, "target": {"transform": "log", "mean": self.target_mean,
                "std": self.target_std}, "pruned": self.pruned, "pruned_ops": sorted(PRUNED_OPS), "part": self.part,
                "history": asdict(self.history) if self.history else None, "meta": self.meta}  # fmt: skip
         (folder / "predictor.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
@@ -159,7 +163,8 @@ class Predictor:
         model.load_state_dict(load_file(str(folder / "predictor.safetensors")))
         hist = History(**doc["history"]) if doc.get("history") else None
         return cls(cfg, list(doc["op_vocab"]), float(doc["target"]["mean"]), float(doc["target"]["std"]),
-                   model, bool(doc.get("pruned", True)), hist, str(doc.get("part", "train")), doc.get("meta", {}))  # fmt: skip
+                   model, pruned=bool(doc.get("pruned", True)), history=hist, part=str(doc.get("part", "train")),
+                   input_features=bool(doc.get("input_features", False)), meta=doc.get("meta", {}))  # fmt: skip
 
 
 def _epoch_loss(model: torch.nn.Module, tensors: Sequence[GraphTensors], y: torch.Tensor, padded: bool,
@@ -177,7 +182,7 @@ def _epoch_loss(model: torch.nn.Module, tensors: Sequence[GraphTensors], y: torc
 
 def train_predictor(train: Sequence[GraphTensors], train_latency_s: Sequence[float], val: Sequence[GraphTensors],
                     val_latency_s: Sequence[float], *, model_config: ModelConfig, op_vocab: Sequence[str],
-                    config: TrainConfig = TrainConfig(), part: str = "train",
+                    config: TrainConfig = TrainConfig(), part: str = "train", input_features: bool = False,
                     log: Callable[[str], None] | None = None) -> Predictor:  # fmt: skip
     """Fit ``model_config`` on featurized graphs (see :func:`featurize`) and latencies."""
     if len(train) < 2 or not val:
@@ -233,8 +238,9 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: Sequence[flo
         hist.stopped = "epochs"
     hist.train_s = time.perf_counter() - t0
     model.load_state_dict(best_state)
-    return Predictor(model_config, list(op_vocab), mean, std, model, True, hist, part,
-                     {"train_graphs": len(train), "val_graphs": len(val), "train_config": asdict(config)})  # fmt: skip
+    meta = {"train_graphs": len(train), "val_graphs": len(val), "train_config": asdict(config)}
+    return Predictor(model_config, list(op_vocab), mean, std, model, pruned=True, history=hist, part=part,
+                     input_features=input_features, meta=meta)  # fmt: skip
 
 
 def mre_pct(pred_s: Sequence[float], true_s: Sequence[float]) -> float:
