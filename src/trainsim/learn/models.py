@@ -15,9 +15,7 @@ both directions, the same pooling and head.
 **Readout.** ``readout="add"`` is Eq. 2 as written: ``MLP(Σ_n h_n)``. ``readout="logsumexp"``
 (the default) is the same global add pool taken in the latency domain: every node gets ``d``
 log-costs ``c_n = MLP_node([h_n, x_n])`` from its embedding and its own features, the pool is
-``log Σ_n exp(c_n)`` (per channel), and the head predicts ``a · log Σ_channels exp(pool) + b``
-(the log of the graph's total cost) plus the MLP of the pooled vector (a correction, zero at
-initialization). 003's intuition
+``log Σ_n exp(c_n)`` (per channel) and the head MLP maps it to the prediction. 003's intuition
 for add pooling is that nodes add up to the stage latency; they do so in seconds, not in
 embedding space, and an operator's cost is a product of tensor dimensions — the exponential of
 a sum of the log-scaled dimensions the nodes carry — so exponentiating before summing lets a
@@ -148,10 +146,6 @@ class _Readout(nn.Module):
                      if readout == "logsumexp" else None)  # fmt: skip
         self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim // 2), nn.ReLU(),
                                  nn.Linear(dim // 2, 1))  # fmt: skip
-        if readout == "logsumexp":  # prediction = a · log Σ_channels Σ_nodes exp(c) + b + MLP(pool)
-            self.affine = nn.Parameter(torch.tensor([1.0, 0.0]))
-            nn.init.zeros_(self.mlp[-1].weight)
-            nn.init.zeros_(self.mlp[-1].bias)
 
     def _z(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return h if self.node is None else self.node(torch.cat([h, x], dim=-1))
@@ -175,10 +169,7 @@ class _Readout(nn.Module):
         return torch.logsumexp(z.masked_fill(~valid.unsqueeze(-1), -math.inf), dim=1)
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        out = self.mlp(pooled).squeeze(-1)
-        if self.readout == "logsumexp":
-            out = out + self.affine[0] * torch.logsumexp(pooled, dim=-1) + self.affine[1]
-        return out
+        return self.mlp(pooled).squeeze(-1)
 
 
 class DAGAttentionLayer(nn.Module):
