@@ -83,6 +83,31 @@ def test_collection_resumes_without_duplicates(tmp_path):
         collect(folder, changed)
 
 
+def test_rebuild_graphs_keeps_measurements_and_replaces_digests(tmp_path):
+    pytest.importorskip("jax")
+    from trainsim.learn.dataset import iter_graphs, rebuild_graphs
+
+    folder = tmp_path / "ds"
+    collect(folder, TINY[:2], min_repeats=3, max_repeats=3, min_total_s=0.0)
+    before = read_rows(folder)
+    # an older graph format: strip the work columns from the stored graph files
+    import gzip
+
+    for f in (folder / "graphs").glob("*.json.gz"):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        doc.pop("flops"), doc.pop("contract")
+        f.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert rebuild_graphs(folder) == 2
+    after = read_rows(folder)
+    assert [(r.id, r.latency_s, r.raw["samples_s"]) for r in after] == [
+        (r.id, r.latency_s, r.raw["samples_s"]) for r in before
+    ]
+    graphs = list(iter_graphs(folder, after))
+    assert all(any(f > 0 for f in g.flops) for g in graphs)
+    kept = {f.name for f in (folder / "graphs").glob("*.json.gz")}
+    assert kept == {f"{d}.json.gz" for r in after for d in (r.graph, r.raw["graph_forward"])}
+
+
 def _brute_force(lat, layers, devices, b):
     best = None
     keys = list(lat)

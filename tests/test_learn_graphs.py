@@ -173,3 +173,37 @@ def test_fx_graph_extraction_and_pruning():
     (addmm,) = _by_op(p, "addmm")
     assert p.shape[addmm] == (3, 4) and p.dtype[addmm] == "float32"
     assert p.kind.count("output") == 2  # two parameter gradients
+
+
+def test_dot_general_work_comes_from_its_dimension_numbers():
+    import jax.numpy as jnp
+
+    def f(q, k, w):  # a batched contraction (attention scores) and a plain matmul
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k)
+        return jnp.tanh(s).sum() + (q.reshape(-1, 16) @ w).sum()
+
+    q = jnp.ones((2, 3, 5, 16), jnp.float32)
+    g = graph_from_jaxpr(jax.make_jaxpr(f)(q, q, jnp.ones((16, 7), jnp.float32)))
+    dots = _by_op(g, "dot_general")
+    work = sorted((g.contract[i], g.flops[i]) for i in dots)
+    # scores: out 2·3·5·5, contracted d = 16; matmul: out 30·7, contracted 16
+    assert work == sorted([(16, 2.0 * 2 * 3 * 5 * 5 * 16), (16, 2.0 * 30 * 7 * 16)])
+    (tanh,) = _by_op(g, "tanh")
+    assert g.contract[tanh] == 0 and g.flops[tanh] == 2 * 3 * 5 * 5
+    # the columns survive pruning and the JSON round trip; old documents without them read 0
+    p = prune(g)
+    assert sorted(p.flops[i] for i in _by_op(p, "dot_general")) == sorted(g.flops[i] for i in dots)
+    doc = g.to_json()
+    assert StageGraph.from_json(doc) == g
+    del doc["flops"], doc["contract"]
+    old = StageGraph.from_json(doc)
+    assert old.flops == [0.0] * g.num_nodes and old.contract == [0] * g.num_nodes
+
+
+def test_work_features_are_log_flops_and_contraction():
+    g = prune(graph_from_jaxpr(_tiny_jaxpr()))
+    vocab = op_vocabulary([g])
+    base = node_features(g, vocab).shape[1]
+    x = node_features(g, vocab, inputs=True)
+    (dot,) = _by_op(g, "dot_general")
+    np.testing.assert_allclose(x[dot, base + 3 : base + 5], [np.log2(1 + 2 * 2 * 4 * 3), np.log2(1 + 3)], rtol=1e-6)

@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "trainsim.cli.predict_cmd",
     "trainsim.cli.shard_cmd",
     "trainsim.cli.search_cmd",
+    "trainsim.cli.stages_cmd",
 )
 
 _state = {"debug": False}

@@ -137,9 +137,15 @@ class Op:
     rf_id: int | None = None  # record-function id (links ET nodes to Kineto events)
     et_id: int | None = None  # execution-trace node id, when linked
     annotation: str = ""  # innermost user annotation around the op (e.g. "## forward ##")
+    # Predicted CPU duration of an op that makes no runtime call (a CPU-only op: its own CPU
+    # time is its work), set by what-if passes such as ``sim.resize``; used instead of the
+    # host model's per-name CPU time. ``provenance`` says where it came from.
+    predicted_s: float | None = None
+    provenance: str = ""
 
     def __post_init__(self) -> None:
         _check_duration(self.duration_s, f"op {self.id} ({self.name}) CPU duration")
+        _check_duration(self.predicted_s, f"op {self.id} ({self.name}) predicted CPU duration")
         if self.id in self.deps:
             raise GraphError(f"op {self.id} ({self.name}) depends on itself")
 

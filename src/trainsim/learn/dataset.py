@@ -349,6 +349,46 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
     return {"measured": measured, "skipped": skipped, "total": len(read_rows(folder))}
 
 
+def rebuild_graphs(folder: Path | str, *, log: Callable[[str], None] | None = None) -> int:
+    """Rebuild every row's graphs from its spec (when the graph format gains columns).
+
+    Measurements are kept as they are; each row's graph digests (and node counts) are replaced
+    and the graph files of the new digests written; ``stages.jsonl`` is rewritten atomically.
+    A rebuilt graph must have the node count the row recorded (else the stage changed:
+    :class:`ConfigError`). Returns the number of rows.
+    """
+    from trainsim.ir.serialize import write_text_atomic
+    from trainsim.learn.graphs import graph_from_jaxpr
+    from trainsim.learn.stages import stage_jaxpr
+
+    folder = Path(folder)
+    path = folder / "stages.jsonl"
+    repair_tail(path)
+    rows = read_rows(folder)
+    lines = []
+    for i, r in enumerate(rows):
+        d = dict(r.raw)
+        for part in PARTS:
+            sfx = "" if part == "train" else f"_{part}"
+            full = graph_from_jaxpr(stage_jaxpr(r.spec, part=part))
+            if f"nodes_full{sfx}" in d and d[f"nodes_full{sfx}"] != full.num_nodes:
+                raise ConfigError(f"{path}: row {r.id}: rebuilt {part} graph has {full.num_nodes} nodes, "
+                                  f"the row recorded {d[f'nodes_full{sfx}']}: the stage builder changed")  # fmt: skip
+            doc = full.to_json()
+            digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+            _write_json_atomic(folder / "graphs" / f"{digest}.json.gz", doc, compress=True)
+            d[f"graph{sfx}"] = digest
+        lines.append(json.dumps(d, separators=(",", ":")))
+        if log and (i + 1) % 50 == 0:
+            log(f"{folder.name}: {i + 1}/{len(rows)} graphs rebuilt")
+    write_text_atomic(path, "".join(x + "\n" for x in lines))
+    keep = {d for r in read_rows(folder) for d in (r.graph, r.raw.get("graph_forward")) if d}
+    for f in (folder / "graphs").glob("*.json.gz"):
+        if f.name.removesuffix(".json.gz") not in keep:
+            f.unlink()
+    return len(rows)
+
+
 def _pin_one_core() -> int | None:
     if not hasattr(os, "sched_setaffinity"):
         return None

@@ -101,8 +101,18 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     return pred, case
 
 
+FEATURE_SETS = ("table1", "table1+work")
+
+
 def _features(inputs: bool) -> str:
-    return "table1+inputs" if inputs else "table1"
+    return "table1+work" if inputs else "table1"
+
+
+def features_flag(name: str) -> bool:
+    """``table1`` (003 Table I) -> False; ``table1+work`` (plus graphs.INPUT_FEATURES) -> True."""
+    if name not in FEATURE_SETS:
+        raise ConfigError(f"features must be one of {', '.join(FEATURE_SETS)}, got {name!r}")
+    return name == "table1+work"
 
 
 def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str, str]:
@@ -210,4 +220,4 @@ def summarize(cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", pa
     }  # fmt: skip
 
 
-__all__ = ["FRACTIONS", "FamilyData", "evaluate", "read_cases", "split", "summarize", "train_case"]
+__all__ = ["FEATURE_SETS", "FRACTIONS", "features_flag", "FamilyData", "evaluate", "read_cases", "split", "summarize", "train_case"]

@@ -61,6 +61,11 @@ class StageGraph:
     dtype: list[str] = field(default_factory=list)
     src: list[int] = field(default_factory=list)
     dst: list[int] = field(default_factory=list)
+    # Optional per-node work, from the operator's parameters where the shapes alone do not say it
+    # (a dot_general's contraction): floating-point operations and the contracted length (0 = not
+    # a contraction). Empty when the graph was built without them (then features read 0).
+    flops: list[float] = field(default_factory=list)
+    contract: list[int] = field(default_factory=list)
 
     @property
     def num_nodes(self) -> int:
@@ -70,11 +75,14 @@ class StageGraph:
     def num_edges(self) -> int:
         return len(self.src)
 
-    def add_node(self, op: str, kind: str, shape: Sequence[int], dtype: str) -> int:
+    def add_node(self, op: str, kind: str, shape: Sequence[int], dtype: str, *,
+                 flops: float = 0.0, contract: int = 0) -> int:  # fmt: skip
         self.op.append(op)
         self.kind.append(kind)
         self.shape.append(tuple(int(d) for d in shape))
         self.dtype.append(dtype)
+        self.flops.append(float(flops))
+        self.contract.append(int(contract))
         return len(self.op) - 1
 
     def add_edge(self, u: int, v: int) -> None:
@@ -84,7 +92,7 @@ class StageGraph:
     def to_json(self) -> dict[str, Any]:
         return {"schema": GRAPH_SCHEMA, "op": self.op, "kind": self.kind,
                 "shape": [list(s) for s in self.shape], "dtype": self.dtype,
-                "edges": [self.src, self.dst]}  # fmt: skip
+                "edges": [self.src, self.dst], "flops": self.flops, "contract": self.contract}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StageGraph:
@@ -92,13 +100,17 @@ class StageGraph:
             raise GraphError(f"not a {GRAPH_SCHEMA} document (schema {d.get('schema')!r})")
         g = cls(list(d["op"]), list(d["kind"]), [tuple(s) for s in d["shape"]], list(d["dtype"]),
                 list(d["edges"][0]), list(d["edges"][1]))  # fmt: skip
+        n = g.num_nodes
+        g.flops = [float(x) for x in d.get("flops", [0.0] * n)]
+        g.contract = [int(x) for x in d.get("contract", [0] * n)]
         g.check()
         return g
 
     def check(self) -> None:
         """Columns of equal length, edges within range, no cycle."""
         n = self.num_nodes
-        if not (len(self.kind) == len(self.shape) == len(self.dtype) == n):
+        if not (len(self.kind) == len(self.shape) == len(self.dtype) == len(self.flops)
+                == len(self.contract) == n):  # fmt: skip
             raise GraphError("stage graph columns differ in length")
         if len(self.src) != len(self.dst):
             raise GraphError("stage graph edge lists differ in length")
@@ -135,6 +147,30 @@ def _inner_jaxpr(eqn: Any) -> Any | None:
     return None
 
 
+def eqn_work(eqn: Any) -> tuple[float, int]:
+    """(floating-point operations, contracted length) of one jaxpr equation.
+
+    ``dot_general``: 2 × output elements × the product of the contracting dimensions (read from
+    ``dimension_numbers``); ``conv_general_dilated``: 2 × output elements × input features per
+    group × kernel window; any other operator: the elements of its largest operand or result
+    (one operation per element: element-wise work and reductions).
+    """
+    name = eqn.primitive.name
+    out_n = max((math.prod(_aval(o)[0]) for o in eqn.outvars), default=0)
+    if name == "dot_general":
+        (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+        lhs = _aval(eqn.invars[0])[0]
+        k = math.prod(lhs[d] for d in lhs_contract)
+        return 2.0 * out_n * k, int(k)
+    if name == "conv_general_dilated":
+        rhs = _aval(eqn.invars[1])[0]
+        spec = eqn.params["dimension_numbers"].rhs_spec  # (out feature, in feature, *spatial)
+        k = math.prod(rhs[d] for d in spec[1:])
+        return 2.0 * out_n * k, int(k)
+    in_n = max((math.prod(_aval(v)[0]) for v in eqn.invars), default=0)
+    return float(max(out_n, in_n)), 0
+
+
 def graph_from_jaxpr(closed: Any) -> StageGraph:
     """Build the full (unpruned) stage graph of a ``ClosedJaxpr`` or ``Jaxpr``."""
     from jax.extend.core import Literal
@@ -169,7 +205,9 @@ def graph_from_jaxpr(closed: Any) -> StageGraph:
                 continue
             outs = [o for o in eqn.outvars if type(o).__name__ != "DropVar"]
             shape, dtype = _aval(outs[0] if outs else eqn.outvars[0])
-            node = g.add_node(eqn.primitive.name, "operator", shape, dtype)
+            flops, contract = eqn_work(eqn)
+            node = g.add_node(eqn.primitive.name, "operator", shape, dtype, flops=flops,
+                              contract=contract)  # fmt: skip
             for iv in eqn.invars:
                 g.add_edge(source_in(iv, inner_env), node)
             for o in outs:
@@ -307,7 +345,8 @@ def prune(
     new_id: dict[int, int] = {}
     for i in range(n):
         if not removed[i]:
-            new_id[i] = out.add_node(g.op[i], g.kind[i], g.shape[i], g.dtype[i])
+            new_id[i] = out.add_node(g.op[i], g.kind[i], g.shape[i], g.dtype[i], flops=g.flops[i],
+                                     contract=g.contract[i])  # fmt: skip
     for v in range(n):
         if removed[v]:
             continue
@@ -376,7 +415,8 @@ def shape_features(shape: Sequence[int]) -> list[float]:
     return pad + logs + [math.log2(math.prod(dims)) if dims else 0.0]
 
 
-INPUT_FEATURES = ("log2_numel_in[0]", "log2_numel_in[1]", "log2_numel_in_sum")
+INPUT_FEATURES = ("log2_numel_in[0]", "log2_numel_in[1]", "log2_numel_in_sum", "log2_flops",
+                  "log2_contract")  # fmt: skip
 
 
 def feature_names(op_vocab: Sequence[str], *, inputs: bool = False) -> list[str]:
@@ -410,10 +450,12 @@ def node_features(g: StageGraph, op_vocab: Sequence[str], *, inputs: bool = Fals
             ins[v].append(numel[u])
         for i, sizes in enumerate(ins):
             top = [*sorted(sizes, reverse=True)[:2], 1, 1]
-            x[i, base : base + 3] = [
+            x[i, base : base + 5] = [
                 math.log2(top[0]),
                 math.log2(top[1]),
                 math.log2(max(1, sum(sizes))),
+                math.log2(1.0 + g.flops[i]),
+                math.log2(1.0 + g.contract[i]),
             ]
     return x
 

@@ -85,7 +85,10 @@ def _trace_timings(rp: RankProgram) -> None:
             gaps.append(cs - prev)
             durs.append(cd)
             prev = max(prev, cs + cd)
-        tails.append(start + dur - prev)
+        if op.predicted_s is not None and call0[oi] == call0[oi + 1]:  # resized CPU-only op
+            tails.append(op.predicted_s)
+        else:
+            tails.append(start + dur - prev)
 
 
 def _stat_timings(rp: RankProgram, host: HostModel) -> None:
@@ -117,7 +120,7 @@ def _stat_timings(rp: RankProgram, host: HostModel) -> None:
             durs.extend([t4] * n)
             add_tail(t3)
         else:
-            add_tail(cpu)
+            add_tail(cpu if op.predicted_s is None else op.predicted_s)
 
 
 def end_tails(ranks: list[RankProgram], mode: HostMode) -> None:

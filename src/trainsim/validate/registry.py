@@ -52,6 +52,10 @@ SUITES: tuple[SuiteSpec, ...] = (
               "embedding-sharder choice by predicted step vs real sharded DLRM steps on 2 gloo CPU ranks (000 §V-A)"),
     SuiteSpec("search", "trainsim.validate.search_suite", "run_search_suite",
               "plan ranking: regret of the predicted-best measured plan and Spearman, per ground-truth group"),
+    SuiteSpec("cpu-e2e", "trainsim.validate.cpu_e2e_suite", "run_cpu_e2e_suite",
+              "resize what-if: captured CPU examples predicted at B/2 and 2B vs captured steps (002 §4.5.1.1)"),
+    SuiteSpec("predtop", "trainsim.learn.suite", "run_predtop_suite",
+              "DAG Transformer / GCN / GAT stage-latency MRE vs training fraction on CPU-measured stages (003)"),
 )  # fmt: skip
 
 

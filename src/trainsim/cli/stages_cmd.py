@@ -1,0 +1,167 @@
+"""``trainsim stages``: black-box stage-latency prediction (paper 003, PredTOP).
+
+    trainsim stages collect DIR --family gpt --count 300     # measure random stages (resumable)
+    trainsim stages train DIR --model dag_transformer --out P  # fit a predictor on a dataset
+    trainsim stages predict P DIR                              # predict a dataset's stages, with errors
+    trainsim stages search --family gpt --devices 8 --microbatches 16 --predictor P
+
+``search`` finds the best pipeline plan (003 Eq. 4, every stage cut and submesh) of a search
+model with stage latencies from a trained predictor (``--predictor``: nothing is measured) or
+from a measured dataset (``--measured``: Alpa's full profiling).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trainsim.cli.main import app
+from trainsim.cli.output import Format, emit_json, stderr
+
+stages_app = typer.Typer(
+    name="stages",
+    help="Stage-latency prediction with a DAG Transformer (003): collect, train, predict, search.",
+    no_args_is_help=True,
+)
+app.add_typer(stages_app, name="stages")
+
+
+@stages_app.command("collect")
+def collect(
+    folder: Path = typer.Argument(..., metavar="DIR", help="Dataset folder (stages.jsonl, graphs/); resumes what is there."),
+    family: str = typer.Option(..., "--family", help="gpt or moe."),
+    count: int = typer.Option(300, "--count", help="Random stages to measure."),
+    seed: int = typer.Option(0, "--seed", help="Sampler seed (a folder keeps one sampler)."),
+    search_set: bool = typer.Option(False, "--search-set", help="Measure every candidate stage of the family's search model instead."),
+) -> None:  # fmt: skip
+    """Measure stage latencies on this CPU (one core, single-threaded XLA; restarts itself with that environment)."""
+    from trainsim.learn.dataset import main
+
+    argv = [str(folder), "--family", family, "--count", str(count), "--seed", str(seed)]
+    raise typer.Exit(main([*argv, "--search"] if search_set else argv))
+
+
+@stages_app.command("train")
+def train(
+    dataset: Path = typer.Argument(..., metavar="DIR", help="A measured stage dataset folder."),
+    out: Path = typer.Option(..., "--out", help="Folder for predictor.json + predictor.safetensors."),
+    model: str = typer.Option("dag_transformer", "--model", help="dag_transformer, gcn or gat."),
+    fraction: float = typer.Option(0.8, "--fraction", help="Share of the stages to train on (10 % more validate; the rest test)."),
+    epochs: int = typer.Option(250, "--epochs", help="Most epochs (early stopping restores the best)."),
+    features: str = typer.Option("table1+work", "--features", help="table1 (003 Table I) or table1+work (plus operand sizes, FLOPs, contraction)."),
+    seed: int = typer.Option(0, "--seed", help="Split and initialisation seed."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+) -> None:  # fmt: skip
+    """Train one predictor and report its test error (003 Eq. 5 MRE)."""
+    from dataclasses import replace
+
+    from trainsim.learn.evaluate import FamilyData, features_flag, train_case
+    from trainsim.learn.train import TrainConfig
+
+    data = FamilyData(dataset, input_features=features_flag(features))
+    cfg = replace(TrainConfig(), epochs=epochs, patience=max(1, epochs // 3))
+    pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg,
+                            log=lambda m: stderr.print(m))  # fmt: skip
+    pred.meta |= {"dataset": str(dataset), "fraction": fraction, "test_mre_pct": case["mre_pct"]}
+    pred.save(out)
+    case["predictor"] = str(out)
+    if fmt is Format.JSON:
+        emit_json(case)
+        return
+    stderr.print(
+        f"{model} on {case['train']} stages ({case['epochs']} epochs, {case['train_s']:.0f} s): "
+        f"test MRE {case['mre_pct']:.2f} % (median {case['median_re_pct']:.2f}, p90 "
+        f"{case['p90_re_pct']:.2f}) over {case['test']} stages -> {out}"
+    )
+
+
+@stages_app.command("predict")
+def predict(
+    predictor: Path = typer.Argument(..., metavar="PREDICTOR", help="A folder written by `trainsim stages train`."),
+    dataset: Path = typer.Argument(..., metavar="DIR", help="Stage dataset folder whose stages to predict."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+) -> None:  # fmt: skip
+    """Predict every stage of a dataset; where it holds measurements, report the error per stage."""
+    import numpy as np
+
+    from trainsim.learn.dataset import iter_graphs, read_rows
+    from trainsim.learn.train import Predictor, mre_pct
+
+    pred = Predictor.load(predictor)
+    rows = read_rows(dataset)
+    if not rows:
+        from trainsim.errors import ConfigError
+
+        raise ConfigError(f"{dataset}: no stages (stages.jsonl missing or empty)")
+    p = pred.predict(list(iter_graphs(dataset, rows, pred.part)))
+    y = np.array([r.latency_s for r in rows])
+    cases = [{"id": r.id, "spec": r.spec.to_dict(), "measured_s": r.latency_s, "predicted_s": float(v),
+              "err_pct": 100.0 * (float(v) - r.latency_s) / r.latency_s} for r, v in zip(rows, p, strict=True)]  # fmt: skip
+    doc = {"predictor": str(predictor), "dataset": str(dataset), "stages": cases,
+           "mre_pct": mre_pct(p, y), "provenance": f"learned from measured CPU stages ({pred.config.kind})"}  # fmt: skip
+    if fmt is Format.JSON:
+        emit_json(doc)
+        return
+    t = Table(title=f"{len(rows)} stages, {pred.config.kind}: MRE {doc['mre_pct']:.2f} %")
+    for col in ("stage", "layers", "shard", "measured", "predicted", "error"):
+        t.add_column(col, justify="left" if col == "stage" else "right")
+    for c in cases[:40]:
+        s = c["spec"]
+        t.add_row(c["id"], str(s["layers"]), str(s["shard"]), f"{c['measured_s'] * 1e3:.2f} ms",
+                  f"{c['predicted_s'] * 1e3:.2f} ms", f"{c['err_pct']:+.1f} %")  # fmt: skip
+    Console().print(t)
+    if len(cases) > 40:
+        stderr.print(f"({len(cases) - 40} more stages in --format json)")
+
+
+@stages_app.command("search")
+def search(
+    family: str = typer.Option("gpt", "--family", help="Search model: gpt or moe (8 layers; stages of 1-4 layers on 1, 2 or 4 devices)."),
+    devices: int = typer.Option(8, "--devices", help="Devices for the whole pipeline."),
+    microbatches: int = typer.Option(16, "--microbatches", help="Micro-batches per iteration (003 Eq. 4's B)."),
+    predictor: Path | None = typer.Option(None, "--predictor", help="Predict stage latencies with this predictor (nothing measured)."),
+    measured: Path | None = typer.Option(None, "--measured", help="Look stage latencies up in this measured dataset (full profiling)."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+) -> None:  # fmt: skip
+    """Best pipeline plan (003 Eq. 4) with predicted or measured stage latencies."""
+    from trainsim.errors import ConfigError
+    from trainsim.learn.provider import (
+        SEARCH_MODELS,
+        MeasuredStages,
+        PredictedStages,
+        search_pipeline,
+    )
+    from trainsim.learn.train import Predictor
+
+    if (predictor is None) == (measured is None):
+        raise ConfigError("give exactly one of --predictor DIR or --measured DIR")
+    if family not in SEARCH_MODELS:
+        raise ConfigError(f"--family must be one of {sorted(SEARCH_MODELS)}, got {family!r}")
+    provider: MeasuredStages | PredictedStages
+    if predictor is not None:
+        provider = PredictedStages(Predictor.load(predictor), name=f"predicted ({predictor})")
+    else:
+        provider = MeasuredStages(measured, name=f"measured ({measured})")  # type: ignore[arg-type]
+    res = search_pipeline(SEARCH_MODELS[family], provider, devices=devices, microbatches=microbatches)
+    res["provenance"] = (
+        "learned stage latencies (CPU-measured training stages)"
+        if predictor is not None
+        else "measured stage latencies"
+    )
+    if fmt is Format.JSON:
+        emit_json(res)
+        return
+    stderr.print(
+        f"{family}: {res['candidates']} candidate stages from {provider.name} in "
+        f"{res['timings_s']['latencies']:.2f} s; plan search {res['timings_s']['optimize'] * 1e3:.1f} ms"
+    )
+    t = Table(title=f"best plan on {devices} devices, B = {microbatches}: {res['plan']}")
+    for col in ("stage", "layers", "devices", "latency"):
+        t.add_column(col, justify="right")
+    for i, ((a, b, d), lat) in enumerate(zip(res["stages"], res["stage_latency_s"], strict=True)):
+        t.add_row(str(i), f"{a}-{b - 1}", str(d), f"{lat * 1e3:.2f} ms")
+    Console().print(t)
+    stderr.print(f"iteration time (Eq. 4): {res['iteration_time_s'] * 1e3:.2f} ms ({res['provenance']})")

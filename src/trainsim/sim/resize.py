@@ -1,0 +1,337 @@
+"""Resize what-if: a captured workload at another batch size (002 §4.5.1.1, *resize*).
+
+:func:`resize_batch` is a pure pass Workload → Workload. It rewrites every op's input and
+output shapes along the batch dimension, then re-predicts the op's work as its measured
+duration times a ratio, with a provenance naming the rule used (first that applies):
+
+1. ``optimizer`` ×1 — ops under an ``Optimizer.*`` annotation update parameters: weight-sized;
+2. ``view`` ×1 — ops that only reinterpret a tensor (view, reshape, transpose, select, ...)
+   and their backward nodes (``ViewBackward0``, ...);
+3. ``AccumulateGrad`` ×1 — accumulates a parameter's gradient: weight-sized;
+4. ``model <op> <phase>`` — a kernel model answers the op's old and new features (GEMMs,
+   convolutions, norms, attention, dropout, element-wise, losses, embedding bags):
+   ratio = model(new) / model(old), so the model's bias on this machine cancels and the
+   measured baseline is kept. An answer the model marks ``extrapolated`` (outside the
+   features it was calibrated on) is not used: the next rule applies. A backward node (``autograd::engine::evaluate_function: XBackward0``)
+   has no shapes in the trace: it is paired with a forward op of a matching name (the k-th of
+   m backward nodes of a name with forward op ⌊(m−1−k)·n/m⌋ of the n candidates — backward runs
+   in reverse order; Approximation: exact for chains, approximate where branches interleave)
+   and takes the model's ``bwd`` phase on that op's features;
+5. ``elementwise`` — an op (or paired backward node) whose tensors scale but that no specific
+   model covers takes the element-wise model's ratio at the numel of its largest batch-sized
+   tensor (keeps the fixed per-call cost of small ops), or without models the ratio of
+   batch-sized elements (``numel``);
+6. ``weight-sized`` ×1 — none of the op's tensors changed (no batch dimension);
+7. ``batch`` ×factor — a backward node with no matching forward op (Approximation: its work is
+   proportional to the batch).
+
+Rules 4–5 are clamped to [1, work] (or [work, 1] when shrinking), ``work`` being the ratio of
+the op's batch-sized elements (Approximation: an op's time is affine in its batch-sized work —
+a fixed per-call cost plus a proportional part — so it never grows faster than its work; a
+model ratio outside says the microbenchmark crossed a cache regime that the op, running with
+cold caches inside a training step, already pays).
+
+Batch dimension (Approximation, from shapes alone): parameters are the tensors the optimizer
+updates in place (their tensor ids); every other tensor whose leading dimension is a multiple
+of the old batch is scaled there (``[B, ...]``, ``[B·S, H]``), and a 1-D integer tensor (a
+per-sample index list such as embedding-bag indices) is scaled by the factor. Non-parameter
+buffers whose size happens to be a multiple of the batch (BatchNorm running statistics) are
+scaled too; models that read them (batch_norm reads its input only) are unaffected.
+
+A pass never rewrites a measurement: a CPU-only op (its own CPU time is its work: CPU traces)
+gets ``Op.predicted_s``; an op's device kernels get ``Kernel.predicted_s`` (each kernel the
+op's ratio). Host overheads (T1–T5, per op) are unchanged: the simulator takes them from the
+host model as before.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from trainsim.errors import ConfigError, TrainsimError
+from trainsim.ir.graph import Op, RankGraph, TensorMeta, Workload
+
+RESIZE = "resize"
+# (kernel-model operator, phase, dtype, inputs) -> (seconds, provenance); e.g. ``Coster.time``.
+OpTimer = Callable[..., tuple[float, str]]
+
+_BWD = re.compile(r"^autograd::engine::evaluate_function: (?:torch::autograd::)?(\w+?)(?:Backward\d*)?$")
+_VIEW_OPS = frozenset({
+    "view", "reshape", "unsafeview", "transpose", "t", "permute", "expand", "expandas",
+    "unsqueeze", "squeeze", "select", "slice", "narrow", "asstrided", "split", "splitwithsizes",
+    "chunk", "unbind", "unflatten", "flatten", "detach", "alias", "to", "liftfresh", "viewas",
+    "reshapealias", "numpyt", "empty", "emptylike", "zeroslike", "oneslike",
+})  # fmt: skip
+_VIEW_BWD = frozenset({
+    "view", "reshape", "reshapealias", "unsafeview", "transpose", "t", "permute", "squeeze",
+    "unsqueeze", "select", "slice", "asstrided", "alias", "detach", "unbind",
+})  # fmt: skip
+# Backward node name (lower case, no underscores) -> forward op names it may come from.
+_BWD_FORWARD: dict[str, tuple[str, ...]] = {
+    "addmm": ("addmm", "linear"), "mm": ("mm", "linear", "matmul"),
+    "bmm": ("bmm", "matmul", "scaleddotproductattention"),
+    "convolution": ("conv2d", "conv1d", "conv3d", "convolution"),
+    "nativebatchnorm": ("batchnorm",), "nativelayernorm": ("layernorm",),
+    "logsoftmax": ("logsoftmax", "crossentropyloss"), "nllloss": ("nllloss", "crossentropyloss"),
+    "safesoftmax": ("softmax", "scaleddotproductattention"),
+    "softmax": ("softmax", "scaleddotproductattention"), "mean": ("mean", "adaptiveavgpool2d"),
+    "stack": ("stack",), "cat": ("cat",), "index": ("index",),
+}  # fmt: skip
+_FLOAT = {"float": "fp32", "float32": "fp32", "c10::half": "fp16", "half": "fp16",
+          "c10::bfloat16": "bf16", "bfloat16": "bf16"}  # fmt: skip
+
+
+def _norm(name: str) -> str:
+    """'aten::_scaled_dot_product_attention' -> 'scaleddotproductattention'."""
+    return name.rsplit("::", 1)[-1].replace("_", "").lower()
+
+
+def _is_int(t: TensorMeta) -> bool:
+    return "int" in t.dtype.lower() or t.dtype.lower() in ("long", "short", "byte")
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    op: str
+    dtype: str
+    inputs: dict[str, float]
+
+
+def _model_query(name: str, ins: Sequence[TensorMeta], outs: Sequence[TensorMeta]) -> _Query | None:
+    """The kernel-model operator and inputs of a forward op's shapes, or None."""
+    sh = [t for t in ins if t.shape]
+    if not sh:
+        return None
+    dt = _FLOAT.get(sh[0].dtype.lower())
+    if dt is None:
+        return None
+    n = _norm(name)
+    g = lambda **kw: _Query("gemm", dt, {"batch": 1.0, **kw})  # noqa: E731
+    if n == "linear" and len(sh) >= 2:
+        x, w = sh[0], sh[1]
+        return g(m=x.numel // x.shape[-1], k=x.shape[-1], n=w.shape[0])
+    if n in ("mm", "addmm", "matmul", "bmm") and len(sh) >= 2:
+        a, b = (sh[1], sh[2]) if n == "addmm" and len(sh) >= 3 else (sh[0], sh[1])
+        if len(a.shape) < 2 or len(b.shape) < 2 or a.shape[-1] != b.shape[-2]:
+            return None
+        return _Query("gemm", dt, {"batch": a.numel // (a.shape[-1] * a.shape[-2]),
+                                   "m": a.shape[-2], "k": a.shape[-1], "n": b.shape[-1]})  # fmt: skip
+    if n == "conv2d" and len(sh) >= 2 and len(sh[0].shape) == 4 and outs and len(outs[0].shape) == 4:
+        x, w, o = sh[0], sh[1], outs[0]
+        stride = max(1, round(x.shape[2] / max(1, o.shape[2])))
+        return _Query("conv2d", dt, {"n": x.shape[0], "c": x.shape[1], "k": w.shape[0],
+                                     "hw": x.shape[2], "r": w.shape[2], "stride": stride})  # fmt: skip
+    if n == "batchnorm" and len(sh[0].shape) == 4:
+        x = sh[0]
+        return _Query("batch_norm", dt, {"n": x.shape[0], "c": x.shape[1], "hw": x.shape[2]})
+    if n == "layernorm":
+        x = sh[0]
+        lead = x.shape[0] if len(x.shape) >= 3 else 1
+        return _Query("layernorm", dt, {"b": lead, "l": x.numel // (lead * x.shape[-1]), "dim": x.shape[-1]})
+    if n == "crossentropyloss":
+        x = sh[0]
+        return _Query("cross_entropy", dt, {"n": x.numel // x.shape[-1], "v": x.shape[-1]})
+    if n == "scaleddotproductattention" and len(sh[0].shape) == 4:
+        bsz, heads, seq, hd = sh[0].shape
+        return _Query("attention", dt, {"batch": bsz, "heads": heads, "seq_len": seq, "head_dim": hd})
+    if n == "embeddingbag" and len(sh) >= 3:
+        w, idx, off = sh[0], sh[1], sh[2]
+        bsz = max(1, off.numel)
+        return _Query("embedding_bag", dt, {"B": bsz, "E": w.shape[0], "T": 1,
+                                            "L": idx.numel / bsz, "D": w.shape[-1]})  # fmt: skip
+    if n in ("dropout", "relu", "tanh"):
+        return _Query(n, dt, {"numel": max(t.numel for t in sh)})
+    return None
+
+
+class _Resizer:
+    def __init__(self, old: int, new: int, timer: OpTimer | None) -> None:
+        self.old, self.new, self.factor = old, new, new / old
+        self.timer = timer
+        self._cache: dict[tuple[str, str, str, tuple[tuple[str, float], ...]], float | None] = {}
+
+    # --- shapes ---------------------------------------------------------------------------
+    def tensor(self, t: TensorMeta, params: set[int]) -> TensorMeta:
+        if not t.shape or (t.tensor_id is not None and t.tensor_id in params):
+            return t
+        d0 = t.shape[0]
+        if d0 > 0 and d0 % self.old == 0:
+            new0 = d0 // self.old * self.new
+        elif len(t.shape) == 1 and _is_int(t) and d0 > 0:
+            new0 = max(1, round(d0 * self.factor))
+        else:
+            return t
+        return replace(t, shape=(new0, *t.shape[1:]))
+
+    # --- models -----------------------------------------------------------------------------
+    def time(self, q: _Query, phase: str) -> float | None:
+        if self.timer is None:
+            return None
+        key = (q.op, phase, q.dtype, tuple(sorted(q.inputs.items())))
+        if key not in self._cache:
+            try:
+                s, prov = self.timer(q.op, phase, q.dtype, **q.inputs)
+                ok = s > 0.0 and math.isfinite(s) and "extrapolated" not in prov
+                self._cache[key] = s if ok else None
+            except TrainsimError:
+                self._cache[key] = None
+        return self._cache[key]
+
+    def model_ratio(self, old: _Query | None, new: _Query | None, phase: str) -> tuple[float, str] | None:
+        if old is None or new is None or old.op != new.op:
+            return None
+        t0, t1 = self.time(old, phase), self.time(new, phase)
+        if t0 is None or t1 is None:
+            return None
+        return t1 / t0, f"model {old.op} {phase}"
+
+    def predict(self, old: Op, new: Op, phase: str) -> tuple[float, str]:
+        """A kernel model's ratio for the op, else the element-wise model's at its largest
+        batch-sized tensor, else the ratio of batch-sized elements; clamped to [1, work]."""
+        pairs = _changed(old, new)
+        if not pairs:
+            return 1.0, "weight-sized"
+        s0 = sum(a.numel for a, _ in pairs)
+        work = sum(b.numel for _, b in pairs) / s0 if s0 else self.factor
+        got = self.model_ratio(_model_query(old.name, old.inputs, old.outputs),
+                               _model_query(new.name, new.inputs, new.outputs), phase)  # fmt: skip
+        if got is None:
+            n0 = max(a.numel for a, _ in pairs)
+            n1 = max(b.numel for _, b in pairs)
+            dt = next((_FLOAT[a.dtype.lower()] for a, _ in pairs if a.dtype.lower() in _FLOAT), "fp32")
+            got = self.model_ratio(_Query("elementwise", dt, {"numel": n0}),
+                                   _Query("elementwise", dt, {"numel": n1}), phase)  # fmt: skip
+        if got is None:
+            return work, "numel"
+        lo, hi = min(1.0, work), max(1.0, work)
+        r = min(hi, max(lo, got[0]))
+        return r, got[1] if r == got[0] else f"{got[1]} clamped to work ×{work:.4g}"
+
+
+def _changed(old: Op, new: Op) -> list[tuple[TensorMeta, TensorMeta]]:
+    """(old, new) tensor pairs of the op whose shape the resize changed."""
+    return [(a, b) for a, b in zip((*old.inputs, *old.outputs), (*new.inputs, *new.outputs),
+                                   strict=True) if a.shape != b.shape]  # fmt: skip
+
+
+def _param_ids(rg: RankGraph) -> set[int]:
+    """Tensor ids the optimizer updates in place (the first input of its in-place ops)."""
+    out: set[int] = set()
+    for op in rg.ops:
+        if op.annotation.startswith("Optimizer.") and op.inputs and op.name.endswith("_"):
+            tid = op.inputs[0].tensor_id
+            if tid is not None:
+                out.add(tid)
+    return out
+
+
+def _pair_backward(rg: RankGraph) -> dict[int, int]:
+    """Backward node index -> index of the forward op it differentiates (see module doc)."""
+    forward: dict[str, list[int]] = defaultdict(list)
+    backward: dict[str, list[int]] = defaultdict(list)
+    for i, op in enumerate(rg.ops):
+        m = _BWD.match(op.name)
+        if m:
+            backward[m.group(1).replace("_", "").lower()].append(i)
+        elif not op.name.startswith("autograd::") and op.inputs:
+            forward[_norm(op.name)].append(i)
+    pairs: dict[int, int] = {}
+    for key, nodes in backward.items():
+        cands = sorted(i for name in _BWD_FORWARD.get(key, (key,)) for i in forward.get(name, ()))
+        if not cands:
+            continue
+        n_fwd, n_bwd = len(cands), len(nodes)
+        for k, node in enumerate(nodes):
+            pairs[node] = cands[(n_bwd - 1 - k) * n_fwd // n_bwd]
+    return pairs
+
+
+def _resize_rank(rg: RankGraph, rz: _Resizer) -> RankGraph:
+    params = _param_ids(rg)
+    new_ops = [
+        replace(op, inputs=tuple(rz.tensor(t, params) for t in op.inputs),
+                outputs=tuple(rz.tensor(t, params) for t in op.outputs))
+        if not op.annotation.startswith("Optimizer.") else op
+        for op in rg.ops
+    ]  # fmt: skip
+    pairs = _pair_backward(rg)
+    out: list[Op] = []
+    for i, (old, new) in enumerate(zip(rg.ops, new_ops, strict=True)):
+        ratio, rule = _ratio(i, old, new, olds=rg.ops, news=new_ops, pairs=pairs, rz=rz)
+        out.append(_apply(new, ratio, rule))
+    return replace(rg, ops=tuple(out))
+
+
+def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
+           pairs: dict[int, int], rz: _Resizer) -> tuple[float, str]:  # fmt: skip
+    if old.annotation.startswith("Optimizer."):
+        return 1.0, "optimizer (weight-sized)"
+    m = _BWD.match(old.name)
+    if m is not None:
+        key = m.group(1).replace("_", "").lower()
+        if key in _VIEW_BWD:
+            return 1.0, "view"
+        if key == "accumulategrad":
+            return 1.0, "AccumulateGrad (weight-sized)"
+        j = pairs.get(i)
+        if j is None:
+            return rz.factor, "batch (unpaired backward)"
+        fo = olds[j]
+        r, rule = rz.predict(fo, news[j], "bwd")
+        return r, f"{rule} (of op {fo.id} {fo.name})"
+    if _norm(old.name) in _VIEW_OPS:
+        return 1.0, "view"
+    return rz.predict(old, new, "fwd")
+
+
+def _apply(op: Op, ratio: float, rule: str) -> Op:
+    tag = f"{RESIZE} ×{ratio:.4g} {rule}"
+    if op.kernels:
+        ks = []
+        for k in op.kernels:
+            base = k.predicted_s if k.predicted_s is not None else k.duration_s
+            if base is None:
+                ks.append(k)
+                continue
+            prev = k.provenance or ("measured" if k.duration_s is not None else "predicted")
+            ks.append(replace(k, predicted_s=base * ratio, provenance=f"{tag} of {prev}"))
+        return replace(op, kernels=tuple(ks))
+    base = op.predicted_s if op.predicted_s is not None else op.duration_s
+    if base is None:
+        return op
+    prev = op.provenance or "measured"
+    return replace(op, predicted_s=base * ratio, provenance=f"{tag} of {prev}")
+
+
+def rule_of(provenance: str) -> str:
+    """The rule named in a resize provenance ('model gemm bwd', 'view', ...)."""
+    rule = provenance.split(" ", 2)[2] if provenance.startswith(RESIZE) else provenance
+    return rule.split(" (of op")[0].split(" clamped")[0].split(" of ")[0]
+
+
+def resize_batch(w: Workload, new_batch: int, *, old_batch: int, timer: OpTimer | None = None) -> Workload:
+    """``w`` (captured at batch ``old_batch`` per rank) at batch ``new_batch`` per rank.
+
+    ``timer(op, phase, dtype, **inputs) -> (seconds, provenance)`` answers kernel-model
+    queries for the workload's device (e.g. :class:`trainsim.builders.dlrm.Coster`'s ``time``);
+    without it only the shape rules apply (``numel``). ``metadata["resize"]`` records the
+    request and how many ops each rule re-predicted.
+    """
+    for flag, v in (("--batch-size", new_batch), ("captured batch size", old_batch)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
+    rz = _Resizer(old_batch, new_batch, timer)
+    ranks = tuple(_resize_rank(r, rz) for r in w.ranks)
+    rules: dict[str, int] = defaultdict(int)
+    for r in ranks:
+        for op in r.ops:
+            prov = op.provenance if not op.kernels else (op.kernels[0].provenance or "")
+            if prov.startswith(RESIZE):
+                rules[rule_of(prov)] += 1
+    meta = {**w.metadata, "resize": {"old_batch": old_batch, "new_batch": new_batch,
+                                     "factor": rz.factor, "rules": dict(sorted(rules.items()))}}  # fmt: skip
+    return replace(w, ranks=ranks, metadata=meta)

@@ -1,0 +1,200 @@
+"""The ``cpu-e2e`` suite: predict a training step at batch sizes that were never captured
+(002 §4.5.1.1 *resize*; target: 002's single-GPU E2E geomean error, 7.96 %), on this CPU.
+
+For each shipped example (``dlrm``, ``gpt2``, ``resnet``; ``limit``: the first N), captured
+with ``trainsim capture`` at its default batch B (``threads`` torch threads, ``steps`` traced
+steps), and each factor of :data:`FACTORS` (B/2 and 2B: one smaller, one larger — 6 cases):
+
+* **predicted**: every traced step of each baseline capture is loaded (Kineto + execution trace),
+  resized with :func:`trainsim.sim.resize.resize_batch` and the CPU kernel models (fitted on the
+  shipped calibration sample of this machine, ``bench/data/cpu_quick_*``; the fit is cached, see
+  :func:`trainsim.validate.shard_suite.cpu_kernel_models`), then simulated with the workload's
+  own host statistics (``HostMode.STATS``: T1 and other host gaps unchanged). A repeat's
+  prediction is the median over its steps (a step whose ops another process preempted does not
+  carry the prediction); the case's is the median over repeats;
+* **measured**: captures at the new batch, the step ``trainsim analyze`` reports (the median
+  traced step), median over repeats;
+* **naive baseline**: the measured baseline step × the batch ratio.
+
+Noise floor: per (model, batch) the repeat-to-repeat spread (max − min) / median of the measured
+steps, and the within-capture spread (p75 − p25) / median of the traced steps; the summary gives
+their medians. ``base_replay`` reports, per model, the simulated unresized baseline (median
+over steps and repeats) against its measured step: the error the simulator brings before any
+resize.
+
+Captures are kept under ``resume`` (default ``~/.cache/trainsim/cpu_e2e``), one folder per
+(model, batch, threads, steps, repeat); a folder whose ``capture.json`` matches is reused, so a
+rerun measures nothing twice (delete the folder to re-measure). Captures of repeats are
+interleaved (repeat 1 of every configuration, then repeat 2, ...) so that drifting machine load
+is shared across configurations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainsim.errors import ConfigError
+from trainsim.validate.registry import error_summary
+
+MODELS = ("dlrm", "gpt2", "resnet")
+FACTORS = (0.5, 2.0)  # new batch = factor × the example's default batch
+TARGET_PCT = 8.0  # 002 §4.4.3: single-GPU E2E geomean error 7.96 %
+
+
+def default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "trainsim" / "cpu_e2e"
+
+
+def geomean_abs(errors_pct: list[float | None]) -> float | None:
+    vals = [abs(e) for e in errors_pct if e is not None and math.isfinite(e)]
+    if not vals:
+        return None
+    return math.exp(statistics.fmean(math.log(max(v, 1e-9)) for v in vals))
+
+
+def _capture(cache: Path, model: str, batch: int, *, threads: int, steps: int, rep: int) -> Path:
+    """The capture folder of one configuration and repeat (captured now unless cached)."""
+    from trainsim.capture import MANIFEST_NAME, capture
+
+    out = cache / f"{model}_b{batch}_t{threads}_s{steps}_r{rep}"
+    man = out / MANIFEST_NAME
+    if man.exists():
+        try:
+            doc = json.loads(man.read_text())
+        except (OSError, json.JSONDecodeError):
+            doc = {}
+        if (doc.get("model"), doc.get("batch_size"), doc.get("threads_per_rank"), doc.get("steps")) == (
+            model, batch, threads, steps,
+        ):  # fmt: skip
+            return out
+    capture(model=model, out_dir=out, nproc=1, steps=steps, batch_size=batch,
+            threads_per_rank=threads, overwrite=True)  # fmt: skip
+    return out
+
+
+def _steps(folder: Path) -> list[int]:
+    from trainsim.ingest import load_traces
+    from trainsim.ingest.iterations import find_steps
+
+    loaded = load_traces([folder])
+    return [s.number for t in loaded.traces.values() for s in find_steps(t)]
+
+
+def _measured(folder: Path) -> tuple[float, float]:
+    """The median traced step (as ``trainsim analyze`` reports it) and the capture's
+    within-run spread (p75 − p25) / median over its traced steps."""
+    from trainsim.capture import MANIFEST_NAME
+    from trainsim.sim.replay import load_for_replay
+
+    w = load_for_replay([folder], link_et=False).workload
+    if w.measured_step_s is None:
+        raise ConfigError(f"{folder}: no measured step in the capture")
+    times = json.loads((folder / MANIFEST_NAME).read_text())["ranks"][0]["step_times_s"]
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+    return w.measured_step_s, (q[2] - q[0]) / statistics.median(times)
+
+
+def _predict(folder: Path, old: int, new: int, timer: Callable[..., tuple[float, str]]) -> dict[str, Any]:
+    """Resize every traced step of one capture and simulate it: per-step predictions."""
+    from trainsim.sim import SimOptions, simulate
+    from trainsim.sim.replay import load_for_replay
+    from trainsim.sim.resize import resize_batch
+
+    preds, bases, rules = [], [], {}
+    for step in _steps(folder):
+        w = load_for_replay([folder], step=step).workload
+        bases.append(simulate(w, SimOptions()).predicted_step_s)
+        r = resize_batch(w, new, old_batch=old, timer=timer)
+        preds.append(simulate(r, SimOptions()).predicted_step_s)
+        rules = r.metadata["resize"]["rules"]
+    return {"predicted_s": statistics.median(preds), "per_step_s": preds,
+            "base_simulated_s": statistics.median(bases), "rules": rules}  # fmt: skip
+
+
+def run_cpu_e2e_suite(
+    data_dir: Path, *, repeats: int = 3, resume: str | None = None, limit: int | None = None,
+    threads: int = 1, steps: int = 9,
+) -> dict[str, Any]:  # fmt: skip
+    del data_dir  # everything is captured on this machine
+    from trainsim.builders.dlrm import Coster
+    from trainsim.capture.examples import example_info
+    from trainsim.sim.replay import pct_error
+    from trainsim.validate.shard_suite import cpu_device_file, cpu_kernel_models
+
+    for flag, v in (("--repeats", repeats), ("threads", threads), ("steps", steps)):
+        if v < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {v}")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be at least 1, got {limit}")
+    t0 = time.perf_counter()
+    cache = Path(resume).expanduser() if resume else default_cache_dir()
+    models = MODELS[:limit] if limit else MODELS
+    batches = {m: example_info(m).default_batch_size for m in models}
+    configs = [(m, b) for m in models
+               for b in (batches[m], *(max(1, round(f * batches[m])) for f in FACTORS))]  # fmt: skip
+    folders: dict[tuple[str, int], list[Path]] = {c: [] for c in configs}
+    for rep in range(repeats):  # interleaved: repeat r of every configuration, then r + 1
+        for m, b in configs:
+            folders[(m, b)].append(_capture(cache, m, b, threads=threads, steps=steps, rep=rep))
+    t_capture = time.perf_counter() - t0
+
+    artifact, kernel_note = cpu_kernel_models(default_cache_dir().parent)  # shared with shard
+    timer = Coster(str(cpu_device_file()), artifact).time
+    measured: dict[tuple[str, int], list[tuple[float, float]]] = {
+        c: [_measured(f) for f in fs] for c, fs in folders.items()
+    }
+    noise = {f"{m}_b{b}": {"repeat_spread_pct": 100.0 * (max(v) - min(v)) / statistics.median(v),
+                           "within_capture_iqr_pct": 100.0 * statistics.median(s for _, s in ms)}
+             for (m, b), ms in measured.items() for v in [[x for x, _ in ms]]}  # fmt: skip
+    med = {c: statistics.median(x for x, _ in ms) for c, ms in measured.items()}
+
+    cases: list[dict[str, Any]] = []
+    base_replay: list[dict[str, Any]] = []
+    for m in models:
+        base = batches[m]
+        for f in FACTORS:
+            new = max(1, round(f * base))
+            per_rep = [_predict(p, base, new, timer) for p in folders[(m, base)]]
+            predicted = statistics.median(r["predicted_s"] for r in per_rep)
+            naive = med[(m, base)] * new / base
+            meas = med[(m, new)]
+            cases.append({
+                "case": f"{m} b{base}->b{new}", "model": m, "batch_from": base, "batch_to": new,
+                "measured_s": meas, "predicted_s": predicted,  # not *_step_s: the CLI's replay table
+                "error_pct": pct_error(predicted, meas),
+                "naive_error_pct": pct_error(naive, meas), "naive_step_s": naive,
+                "measured_base_step_s": med[(m, base)],
+                "measured_repeats_s": [x for x, _ in measured[(m, new)]],
+                "predicted_repeats_s": [r["predicted_s"] for r in per_rep],
+                "rules": per_rep[0]["rules"], "status": "ok",
+            })  # fmt: skip
+            if f == FACTORS[0]:
+                sim = statistics.median(r["base_simulated_s"] for r in per_rep)
+                base_replay.append({"model": m, "batch": base, "measured_step_s": med[(m, base)],
+                                    "simulated_step_s": sim,
+                                    "error_pct": pct_error(sim, med[(m, base)])})  # fmt: skip
+    errors = [c["error_pct"] for c in cases]
+    naive_errors = [c["naive_error_pct"] for c in cases]
+    summary: dict[str, Any] = {
+        "geomean_abs_err_pct": geomean_abs(errors), **error_summary(errors),
+        "naive_geomean_abs_err_pct": geomean_abs(naive_errors),
+        "naive_mape_pct": error_summary(naive_errors)["mape_pct"],
+        "target_geomean_pct": TARGET_PCT,
+        "noise_repeat_spread_median_pct": statistics.median(n["repeat_spread_pct"] for n in noise.values()),
+        "noise_within_capture_iqr_median_pct": statistics.median(
+            n["within_capture_iqr_pct"] for n in noise.values()),
+        "capture_s": t_capture, "wall_s": time.perf_counter() - t0,
+    }  # fmt: skip
+    return {
+        "suite": "cpu-e2e",
+        "params": {"repeats": repeats, "threads": threads, "steps": steps, "factors": list(FACTORS),
+                   "models": list(models), "cache": str(cache)},
+        "kernel_models": kernel_note, "cases": cases, "base_replay": base_replay, "noise": noise,
+        "summary": summary,
+    }  # fmt: skip

@@ -1,0 +1,149 @@
+"""The resize what-if pass (``trainsim.sim.resize``) and the ``cpu-e2e`` suite's plumbing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainsim.errors import ConfigError
+from trainsim.ir.graph import Op, RankGraph, TensorMeta, Workload
+from trainsim.ir.kinds import OpCategory
+from trainsim.ir.serialize import workload_from_dict, workload_to_dict
+from trainsim.sim import SimOptions, simulate
+from trainsim.sim.resize import resize_batch, rule_of
+
+F = "float"
+OPT = "Optimizer.step#SGD.step"
+
+
+def _t(shape: tuple[int, ...], tid: int, dtype: str = F) -> TensorMeta:
+    return TensorMeta(shape, dtype, tid)
+
+
+def _workload() -> Workload:
+    """A CPU-only step at batch 4: linear (weight [8, 16] is a multiple of the batch: only the
+    optimizer says it is a parameter), view, relu, their backward nodes, an SGD update."""
+    specs = [  # name, inputs, outputs, duration µs, annotation
+        ("aten::linear", [_t((4, 16), 1), _t((8, 16), 2), _t((8,), 3)], [_t((4, 8), 4)], 100.0, ""),
+        ("aten::view", [_t((4, 8), 4)], [_t((32,), 5)], 2.0, ""),
+        ("aten::relu", [_t((4, 8), 4)], [_t((4, 8), 6)], 10.0, ""),
+        ("autograd::engine::evaluate_function: ReluBackward0", [], [], 12.0, ""),
+        ("autograd::engine::evaluate_function: AddmmBackward0", [], [], 150.0, ""),
+        ("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", [], [], 5.0, ""),
+        ("autograd::engine::evaluate_function: MysteryBackward0", [], [], 7.0, ""),
+        ("aten::add_", [_t((8, 16), 2), _t((8, 16), 9)], [_t((8, 16), 2)], 6.0, OPT),
+        ("aten::add_", [_t((8,), 3), _t((8,), 10)], [_t((8,), 3)], 4.0, OPT),
+    ]
+    ops, t = [], 0.0
+    for i, (name, ins, outs, us, ann) in enumerate(specs):
+        t += 3e-6  # T1
+        ops.append(Op(i, name, 1, OpCategory.CPU_ONLY, start_s=t, duration_s=us * 1e-6,
+                      inputs=tuple(ins), outputs=tuple(outs), annotation=ann))  # fmt: skip
+        t += us * 1e-6
+    rg = RankGraph(0, tuple(ops), step_start_s=0.0, step_end_s=t + 1e-6,
+                   metadata={"cpu_step_start_s": 0.0, "stream_busy_until_s": {}})  # fmt: skip
+    return Workload((rg,), metadata={"source": "test"})
+
+
+def _linear_timer(op: str, phase: str, dtype: str, **x: float) -> tuple[float, str]:
+    """A fake model: 10 µs fixed + 1 µs per row (m / numel / n)."""
+    rows = x.get("m", x.get("numel", x.get("n", 1.0)))
+    return 1e-5 + 1e-6 * rows, "fake"
+
+
+def test_shapes_scale_along_the_batch_and_parameters_stay() -> None:
+    r = resize_batch(_workload(), 8, old_batch=4)
+    lin = r.ranks[0].ops[0]
+    assert [t.shape for t in lin.inputs] == [(8, 16), (8, 16), (8,)]  # weight and bias: params
+    assert lin.outputs[0].shape == (8, 8)
+    assert r.ranks[0].ops[1].outputs[0].shape == (64,)  # the view of a batch-sized tensor
+    assert r.ranks[0].ops[7].inputs[1].shape == (8, 16)  # optimizer ops are left alone
+    assert r.metadata["resize"]["factor"] == 2.0
+
+
+def test_measurements_kept_and_predictions_carry_their_rule() -> None:
+    w = _workload()
+    r = resize_batch(w, 8, old_batch=4)  # no models: batch-sized elements (numel rule)
+    rules = {op.name.rsplit(":", 1)[-1]: (op.predicted_s / op.duration_s, rule_of(op.provenance))
+             for op in r.ranks[0].ops if op.annotation != OPT}  # fmt: skip
+    for old, new in zip(w.ranks[0].ops, r.ranks[0].ops, strict=True):
+        assert new.duration_s == old.duration_s and new.start_s == old.start_s
+        assert new.provenance.startswith("resize ×") and new.provenance.endswith("of measured")
+    assert rules["linear"] == (pytest.approx(2.0), "numel")
+    assert rules["view"] == (1.0, "view")
+    assert rules["AccumulateGrad"] == (1.0, "AccumulateGrad (weight-sized)")
+    assert rules[" MysteryBackward0"] == (2.0, "batch (unpaired backward)")
+    assert "of op 0 aten::linear" in r.ranks[0].ops[4].provenance  # Addmm pairs with linear
+    assert "of op 2 aten::relu" in r.ranks[0].ops[3].provenance
+    assert rule_of(r.ranks[0].ops[7].provenance) == "optimizer (weight-sized)"
+
+
+def test_model_ratio_keeps_the_measured_baseline() -> None:
+    r = resize_batch(_workload(), 8, old_batch=4, timer=_linear_timer)
+    lin = r.ranks[0].ops[0]
+    assert lin.predicted_s == pytest.approx(100e-6 * (1e-5 + 8e-6) / (1e-5 + 4e-6))
+    assert rule_of(lin.provenance) == "model gemm fwd"
+    bwd = r.ranks[0].ops[4]
+    assert rule_of(bwd.provenance) == "model gemm bwd"
+
+
+def test_model_ratio_is_clamped_to_the_work_ratio() -> None:
+    def jumpy(op: str, phase: str, dtype: str, **x: float) -> tuple[float, str]:
+        return (1e-3 if x.get("m", x.get("numel", 0)) > 4 else 1e-6), "fake"
+
+    r = resize_batch(_workload(), 8, old_batch=4, timer=jumpy)
+    lin = r.ranks[0].ops[0]
+    assert lin.predicted_s == pytest.approx(2 * lin.duration_s)
+    assert "clamped to work ×2" in lin.provenance
+
+
+def test_simulator_uses_the_predicted_cpu_time() -> None:
+    w = _workload()
+    r = resize_batch(w, 2, old_batch=4)
+    extra = sum(n.predicted_s - o.duration_s for o, n in zip(w.ranks[0].ops, r.ranks[0].ops, strict=True))
+    base = simulate(w, SimOptions()).predicted_step_s
+    assert simulate(r, SimOptions()).predicted_step_s == pytest.approx(base + extra)
+    assert extra < 0.0
+
+
+def test_chained_and_round_trips_through_json() -> None:
+    r = resize_batch(resize_batch(_workload(), 8, old_batch=4), 16, old_batch=8)
+    assert "of resize ×" in r.ranks[0].ops[0].provenance  # the second pass builds on the first
+    assert workload_from_dict(workload_to_dict(r)) == r
+
+
+@pytest.mark.parametrize("new,old", [(0, 4), (-2, 4), (2.5, 4), (8, 0), (True, 4)])
+def test_invalid_batch_is_a_one_line_config_error(new: object, old: object) -> None:
+    with pytest.raises(ConfigError) as e:
+        resize_batch(_workload(), new, old_batch=old)  # type: ignore[arg-type]
+    assert "\n" not in str(e.value) and "positive integer" in str(e.value)
+
+
+def test_suite_is_registered_and_validates_its_parameters(tmp_path: Path) -> None:
+    from trainsim.validate.cpu_e2e_suite import geomean_abs
+    from trainsim.validate.registry import get_suite, run_suite
+
+    assert {"repeats", "resume", "limit"} <= set(get_suite("cpu-e2e").parameters())
+    with pytest.raises(ConfigError, match="--repeats"):
+        run_suite("cpu-e2e", tmp_path, repeats=0)
+    assert geomean_abs([2.0, -8.0, None]) == pytest.approx(4.0)
+
+
+@pytest.mark.slow
+def test_suite_runs_end_to_end_on_one_real_capture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plumbing on a real 2-step DLRM capture reused for every configuration (so the numbers
+    mean nothing here; ``trainsim validate cpu-e2e`` measures every batch)."""
+    from trainsim.capture import capture
+    from trainsim.validate import cpu_e2e_suite as suite
+
+    folder = tmp_path / "dlrm"
+    capture(model="dlrm", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1)
+    monkeypatch.setattr(suite, "_capture", lambda *a, **k: folder)
+    doc = suite.run_cpu_e2e_suite(tmp_path, repeats=1, limit=1, resume=str(tmp_path / "cache"))
+    assert [c["case"] for c in doc["cases"]] == ["dlrm b64->b32", "dlrm b64->b128"]
+    small, large = doc["cases"]
+    assert small["predicted_s"] < large["predicted_s"]
+    assert all(c["error_pct"] is not None and c["rules"] for c in doc["cases"])
+    assert doc["summary"]["cases"] == 2 and doc["summary"]["geomean_abs_err_pct"] is not None
+    assert doc["base_replay"][0]["model"] == "dlrm"
