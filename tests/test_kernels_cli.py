@@ -55,3 +55,8 @@ def test_bad_input_is_one_line_exit_1(tmp_path):
     p = _cli("fit", str(bad))
     assert p.returncode == 1 and p.stdout == ""
     assert p.stderr.strip().count("\n") == 0 and "bad.csv" in p.stderr
+
+
+def test_validate_kernels_device_option():
+    p = _cli("validate", "kernels", "--device", "tpu")
+    assert p.returncode == 1 and "unknown device 'tpu'" in p.stderr and "gh200" in p.stderr

@@ -93,3 +93,24 @@ def test_a_smaller_model_within_two_percent_wins():
     rejected = Candidate("mlp", {}, 1.0, 10, "not monotone")
     assert _choose([big, small, worse, rejected]) is small
     assert _choose([rejected]) is None
+
+
+def test_duplicate_shapes_are_one_training_point():
+    from trainsim.kernels.fitting import _merge_duplicates
+
+    inputs = {"b": np.array([1.0, 2.0, 1.0, 3.0, 2.0]), "l": np.array([4.0, 4.0, 4.0, 4.0, 4.0])}
+    y = np.array([1.0, 5.0, 3.0, 7.0, 9.0])
+    rows, merged = _merge_duplicates(inputs, y, np.array([0, 1, 2, 3]))  # row 4 held out
+    assert rows.tolist() == [0, 1, 3]
+    assert merged[0] == 2.0 and merged[1] == 5.0 and merged[4] == 9.0  # held-out row untouched
+    assert y[0] == 1.0  # the caller's array is not modified
+
+
+def test_l1_lightgbm_is_offered_but_never_constrained():
+    from trainsim.kernels.learned import configs, constrainable, kind
+
+    lgb, xgb = kind("lightgbm"), kind("xgboost")
+    l1 = [c for c in configs(lgb, "quick") if c.get("objective") == "l1"]
+    assert l1 and not constrainable(lgb, l1[0])
+    assert all(constrainable(xgb, c) for c in configs(xgb, "quick"))
+    assert any(c.get("objective") == "reg:absoluteerror" for c in configs(xgb, "quick"))

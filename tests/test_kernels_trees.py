@@ -69,3 +69,21 @@ def test_bad_children_are_rejected():
             "le",
             False,
         )
+
+
+@pytest.mark.parametrize("objective", ["reg:absoluteerror", "l1"])
+def test_l1_objectives_convert(data, objective):
+    """The L1 (median) objectives fitting offers convert like the squared-error ones (their
+    base score is the median, not the mean)."""
+    x, y, test = data
+    if objective == "l1":
+        lgb = pytest.importorskip("lightgbm")
+        m = lgb.LGBMRegressor(
+            objective="l1", n_estimators=40, num_leaves=15, verbose=-1, n_jobs=1
+        ).fit(x, y)
+        te, want = from_lightgbm(m.booster_), m.predict(test)
+    else:
+        xgb = pytest.importorskip("xgboost")
+        m = xgb.XGBRegressor(objective=objective, n_estimators=40, max_depth=4, n_jobs=1).fit(x, y)
+        te, want = from_xgboost(m.get_booster()), m.predict(test)
+    assert np.allclose(te.predict(test), want, rtol=0, atol=1e-4)

@@ -23,11 +23,12 @@ def validate(
     overheads: str | None = typer.Option(None, "--overheads", help="replay: host gaps from stats (default), trace, or shared (leave-one-out)."),
     kernels: str | None = typer.Option(None, "--kernels", help="replay: kernel durations measured (default) or model."),
     files: str | None = typer.Option(None, "--files", help="llm: ground-truth files (vtrain-multi, vtrain-single, seed001; comma-separated)."),
-    limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file; shard: only the first N table sets."),
+    limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file; shard: only the first N table sets; cpu-e2e: only the first N models."),
     sets: int | None = typer.Option(None, "--sets", help="shard: random table sets to measure (default 10)."),
-    repeats: int | None = typer.Option(None, "--repeats", help="shard: measurement repeats per sharder (interleaved)."),
-    seed: int | None = typer.Option(None, "--seed", help="shard: seed of the table sets."),
-    resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to."),
+    repeats: int | None = typer.Option(None, "--repeats", help="shard: measurement repeats per sharder (interleaved); cpu-e2e: captures per configuration."),
+    seed: int | None = typer.Option(None, "--seed", help="shard: seed of the table sets; kernels: seed of the held-out split (default 0)."),
+    device: str | None = typer.Option(None, "--device", help="kernels: a100 (default), gh200 or all."),
+    resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to; cpu-e2e: folder of captures to reuse."),
 ) -> None:  # fmt: skip
     """Run an accuracy suite and print every case's error beside the summary."""
     from trainsim.errors import ConfigError
@@ -44,7 +45,7 @@ def validate(
             )
     with stderr.status(f"running suite {suite}...", spinner="dots"):
         doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit, sets=sets,
-                        repeats=repeats, seed=seed, resume=resume)  # fmt: skip
+                        repeats=repeats, seed=seed, resume=resume, device=device)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
         return

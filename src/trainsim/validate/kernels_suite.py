@@ -5,8 +5,11 @@ One case per (operator, phase) of 001's micro-benchmarks on Perlmutter (A100) or
 the other 80 % exactly as ``trainsim fit`` does (selection on an inner 80/20 split, never on
 the held-out rows) and its MAPE on the held-out rows is reported beside the error of the
 regressor 001 chose (its ``<GPU>.csv``, a validation error of the selected model) and beside
-the calibrated roofline's. Rows more than 10x from the prediction are timing failures; the
-error is given on the others (``mape_pct``) and on all of them (``mape_all_rows_pct``).
+the calibrated roofline's. Rows more than 10x from the prediction are timing failures (paper
+001's GH200 ``firstStage_optimizer`` has 48 rows of 1-54 s among 2-12 ms neighbours); the error
+is given on the others (``mape_pct``) and on all of them (``mape_all_rows_pct``), and the
+failures are counted (``implausible_heldout_rows``). The same rule (10x from a smooth fit,
+fixed before looking at any data) drops them from the training rows.
 
 The summary's ``median_abs_err_pct``/``mape_pct``/``max_abs_err_pct`` are the median, mean and
 maximum of the per-case MAPEs.
@@ -14,13 +17,14 @@ maximum of the per-case MAPEs.
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from trainsim.errors import ConfigError
 from trainsim.hardware import find_device
-from trainsim.kernels.fitting import fit_kernels
+from trainsim.kernels.fitting import IMPLAUSIBLE_FACTOR, fit_kernels
 from trainsim.kernels.readers import read_kernel_dataset, read_seed001_errors
 from trainsim.validate.registry import error_summary
 
@@ -50,6 +54,9 @@ def _device_cases(
     cases = []
     for r in result.reports:
         p = paper.get((r.key.op, r.key.phase.value))
+        implausible = sum(
+            abs(math.log2(p_ / m)) > math.log2(IMPLAUSIBLE_FACTOR) for m, p_ in r.heldout
+        )
         worst = sorted(r.heldout, key=lambda mp: -abs(mp[1] - mp[0]) / mp[0])[:3]
         cases.append({
             "case": f"{device} {r.key.op}/{r.key.phase.value}", "device": device, "op": r.key.op,
@@ -57,7 +64,7 @@ def _device_cases(
             "mape_pct": r.heldout_mape_pct, "paper_mape_pct": p.error_pct if p else None,
             "paper_model": p.model if p else None, "gmae_pct": r.heldout_gmae_pct,
             "max_abs_err_pct": r.heldout_max_pct, "mape_all_rows_pct": r.heldout_mape_all_rows_pct,
-            "roofline_mape_pct": r.roofline_mape_pct, "heldout_rows": r.heldout_rows,
+            "roofline_mape_pct": r.roofline_mape_pct, "heldout_rows": r.heldout_rows, "implausible_heldout_rows": implausible,
             "train_rows": r.train_rows, "excluded_rows": r.excluded,
             "within_target": r.heldout_mape_pct is not None and r.heldout_mape_pct <= TARGET_PCT,
             "worst": [{"measured_s": m, "predicted_s": p_, "err_pct": (p_ - m) / m * 100} for m, p_ in worst],
@@ -79,6 +86,7 @@ def run_kernels_suite(
     op_list = [o.strip() for o in ops.split(",")] if ops else None
     cases = [c for d in names for c in _device_cases(data_dir, d, op_list, seed)]
     ours = [c["mape_pct"] for c in cases if c["mape_pct"] is not None]
+    all_rows = [c["mape_all_rows_pct"] for c in cases if c["mape_all_rows_pct"] is not None]
     theirs = [
         c["paper_mape_pct"]
         for c in cases
@@ -89,6 +97,8 @@ def run_kernels_suite(
         "paper_mape_pct": statistics.fmean(theirs) if theirs else None,
         "paper_max_pct": max(theirs) if theirs else None,
         "cases_within_target": sum(bool(c["within_target"]) for c in cases),
+        "mape_all_rows_pct": statistics.fmean(all_rows) if all_rows else None,
+        "implausible_heldout_rows": sum(c["implausible_heldout_rows"] for c in cases),
         "target": f"every case <= {TARGET_PCT:g} %, mean <= {TARGET_MEAN_PCT:g} %",
         "target_met": bool(ours) and max(ours) <= TARGET_PCT and statistics.fmean(ours) <= TARGET_MEAN_PCT,
     }  # fmt: skip
