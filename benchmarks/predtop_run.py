@@ -36,19 +36,20 @@ def collect(root: Path) -> None:
         print(f"{folder.name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
-def evaluate(
-    root: Path, results: Path, *, part: str, fractions: list[float], kinds: list[str], threads: int
-) -> None:
+def evaluate(root: Path, results: Path, *, part: str, fractions: list[float], kinds: list[str], threads: int,
+             features: str) -> None:  # fmt: skip
     from trainsim.learn.evaluate import evaluate as run
+    from trainsim.learn.evaluate import features_flag
     from trainsim.learn.train import TrainConfig
 
     out = run({f: root / f for f in COUNTS}, results, fractions=fractions, kinds=kinds, part=part,
-              train_config=TrainConfig(threads=threads), log=lambda m: print(m, file=sys.stderr, flush=True))  # fmt: skip
+              input_features=features_flag(features), train_config=TrainConfig(threads=threads),
+              log=lambda m: print(m, file=sys.stderr, flush=True))  # fmt: skip
     (results / f"summary-{part}.json").write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
 
 
-def search(root: Path, results: Path, part: str, threads: int) -> None:
+def search(root: Path, results: Path, part: str, threads: int, features: str) -> None:
     from trainsim.learn.provider import run_search_integration
     from trainsim.learn.train import Predictor, TrainConfig
 
@@ -60,7 +61,8 @@ def search(root: Path, results: Path, part: str, threads: int) -> None:
             if (p / "predictor.json").exists():
                 preds[kind] = Predictor.load(p)
         out[fam] = run_search_integration(root / f"{fam}-search", family=fam, family_predictors=preds, part=part,
-                                          train_config=TrainConfig(threads=threads))  # fmt: skip
+                                          train_config=TrainConfig(threads=threads),
+                                          input_features=features == "table1+work")  # fmt: skip
         for name, a in out[fam]["approaches"].items():
             print(f"{fam} {name}: regret mean {a['mean_regret_pct']:.2f} % max {a['max_regret_pct']:.2f} %, "
                   f"same plan {a['same_plan']}/{len(out[fam]['cases'])}, cost {a['cost_s']:.0f} s "
@@ -68,10 +70,10 @@ def search(root: Path, results: Path, part: str, threads: int) -> None:
     (results / f"search-{part}.json").write_text(json.dumps(out, indent=1))
 
 
-def report(results: Path, part: str) -> None:
+def report(results: Path, part: str, features: str) -> None:
     from trainsim.learn.evaluate import read_cases, summarize
 
-    s = summarize(read_cases(results), part=part)
+    s = summarize(read_cases(results), part=part, features=features)
     names = {"dag_transformer": "DAG Tr.", "gcn": "GCN", "gat": "GAT"}
     for fam, rows in s["mre_pct"].items():
         print(f"\n{fam.upper()} — MRE % (test)\n\n| train | " + " | ".join(names.values()) + " |")
@@ -90,7 +92,8 @@ def main() -> int:
     ap.add_argument("step", choices=["collect", "evaluate", "search", "report"])
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--results", type=Path, default=ROOT / "results")
-    ap.add_argument("--part", default="forward")
+    ap.add_argument("--part", default="train")
+    ap.add_argument("--features", default="table1+work", choices=["table1", "table1+work"])
     ap.add_argument("--fractions", default="0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8")
     ap.add_argument("--models", default="dag_transformer,gcn,gat")
     ap.add_argument("--threads", type=int, default=2)
@@ -99,11 +102,11 @@ def main() -> int:
         collect(a.root)
     elif a.step == "evaluate":
         evaluate(a.root, a.results, part=a.part, fractions=[float(x) for x in a.fractions.split(",")],
-                 kinds=a.models.split(","), threads=a.threads)  # fmt: skip
+                 kinds=a.models.split(","), threads=a.threads, features=a.features)  # fmt: skip
     elif a.step == "search":
-        search(a.root, a.results, a.part, a.threads)
+        search(a.root, a.results, a.part, a.threads, a.features)
     else:
-        report(a.results, a.part)
+        report(a.results, a.part, a.features)
     return 0
 
 

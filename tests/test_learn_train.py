@@ -127,3 +127,25 @@ def test_early_stopping_restores_best(tmp_path):
     hist = pred.history
     assert hist is not None and hist.epochs_run == hist.best_epoch + 6 < 200
     assert "no validation improvement" in hist.stopped
+
+
+def test_per_work_target_predicts_latency_over_flops_and_round_trips(tmp_path):
+    graphs, _ = _synthetic(30, seed=2)
+    for g in graphs:  # give each operator its work: dot 2·16·w·w, add 16·w
+        g.flops = [2.0 * 16 * s[1] * s[1] if o == "dot_general" else 16.0 * s[1] if k == "operator" else 0.0
+                   for o, k, s in zip(g.op, g.kind, g.shape, strict=True)]  # fmt: skip
+    lat = np.array([sum(g.flops) / 5e10 for g in graphs])  # constant efficiency: 50 GFLOP/s
+    vocab = op_vocabulary(graphs)
+    t = featurize(graphs, vocab, reach=False)
+    assert t[0].log_work == pytest.approx(np.log(sum(graphs[0].flops)))
+    cfg = ModelConfig.for_kind("gcn", t[0].x.shape[1], hidden=8, layers=1)
+    pred = train_predictor(t[:24], lat[:24], t[24:], lat[24:], model_config=cfg, op_vocab=vocab, per_work=True,
+                           config=TrainConfig(epochs=3, patience=3, threads=1))  # fmt: skip
+    # the target ln(latency / FLOPs) is constant: its standardisation alone predicts every graph
+    np.testing.assert_allclose(pred.predict(graphs[24:]), lat[24:], rtol=1e-3)
+    loaded = Predictor.load(pred.save(tmp_path / "p"))
+    assert loaded.per_work
+    np.testing.assert_allclose(loaded.predict(graphs[24:]), lat[24:], rtol=1e-3)
+    with pytest.raises(Exception, match="needs graphs with FLOPs"):
+        bare = featurize(_synthetic(4)[0], vocab, reach=False)
+        train_predictor(bare[:3], [1.0] * 3, bare[3:], [1.0], model_config=cfg, op_vocab=vocab, per_work=True)

@@ -64,7 +64,7 @@ def train(
     data = FamilyData(dataset, input_features=features_flag(features))
     cfg = replace(TrainConfig(), epochs=epochs, patience=max(1, epochs // 3))
     pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg,
-                            log=lambda m: stderr.print(m))  # fmt: skip
+                            log=stderr.print)  # fmt: skip
     pred.meta |= {"dataset": str(dataset), "fraction": fraction, "test_mre_pct": case["mre_pct"]}
     pred.save(out)
     case["predictor"] = str(out)

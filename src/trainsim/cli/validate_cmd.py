@@ -28,7 +28,11 @@ def validate(
     repeats: int | None = typer.Option(None, "--repeats", help="shard: measurement repeats per sharder (interleaved); cpu-e2e: captures per configuration."),
     seed: int | None = typer.Option(None, "--seed", help="shard: seed of the table sets; kernels: seed of the held-out split (default 0)."),
     device: str | None = typer.Option(None, "--device", help="kernels: a100 (default), gh200 or all."),
-    resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to; cpu-e2e: folder of captures to reuse."),
+    resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to; cpu-e2e: folder of captures to reuse; predtop: results folder (cases and predictors) to reuse."),
+    fractions: str | None = typer.Option(None, "--fractions", help="predtop: training fractions, comma-separated or 'all' (10 %–80 %); default 0.3."),
+    models: str | None = typer.Option(None, "--models", help="predtop: dag_transformer,gcn,gat (default: all three)."),
+    features: str | None = typer.Option(None, "--features", help="predtop: table1 (003 Table I) or table1+work (default)."),
+    dataset: str | None = typer.Option(None, "--dataset", help="predtop: folder with gpt/, moe/ (and *-search/) stage datasets; default: the packaged ones."),
 ) -> None:  # fmt: skip
     """Run an accuracy suite and print every case's error beside the summary."""
     from trainsim.errors import ConfigError
@@ -45,7 +49,8 @@ def validate(
             )
     with stderr.status(f"running suite {suite}...", spinner="dots"):
         doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit, sets=sets,
-                        repeats=repeats, seed=seed, resume=resume, device=device)  # fmt: skip
+                        repeats=repeats, seed=seed, resume=resume, device=device, fractions=fractions,
+                        models=models, features=features, dataset=dataset)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
         return
@@ -90,6 +95,20 @@ def _print_table(doc: dict[str, Any]) -> None:
             pub = ", ".join(f"{n} {x}" for n, x in v.get("published_mape_pct", {}).items())
             out.print(f"{g}: MAPE {_fmt(v.get('mape_pct'))} % (target {_fmt(v.get('target_mape_pct'))}; "
                       f"published: {pub or '—'}), median {_fmt(v.get('median_abs_err_pct'))}, max {_fmt(v.get('max_abs_err_pct'))}")  # fmt: skip
+    if "mre_table" in doc:  # predtop: 003 Tables V/VI
+        for fam, rows in doc["mre_table"].items():
+            mt = Table(title=f"{fam}: test MRE % by training fraction", title_justify="left")
+            kinds = sorted({k for cell in rows.values() for k in cell})
+            for col in ("fraction", *kinds):
+                mt.add_column(col, justify="right")
+            for fr in sorted(rows, key=float):
+                mt.add_row(f"{float(fr):.0%}", *(_fmt(rows[fr].get(k)) for k in kinds))
+            out.print(mt)
+        for fam, srch in doc.get("search", {}).items():
+            for name, a in srch["approaches"].items():
+                out.print(f"search {fam} {name}: measured {a['measured']}/{srch['candidates']} stages, "
+                          f"cost saved {a['saved_pct']:.1f} %, mean regret {a['mean_regret_pct']:.2f} % "
+                          f"(max {a['max_regret_pct']:.2f}), stage MRE {a['mre_pct']:.2f} %")  # fmt: skip
     for key in ("summary", "summary_all"):
         if key not in doc:
             continue

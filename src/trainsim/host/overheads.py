@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
-from itertools import pairwise
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 

@@ -16,7 +16,6 @@ from trainsim.ingest.rank_builder import RankBuilder
 from trainsim.ingest.sources import BlobKind, TraceBlob, read_paths
 from trainsim.ir.graph import RankGraph, Workload
 
-
 MANIFEST_NAME = "capture.json"  # written by `trainsim capture` beside the traces
 
 

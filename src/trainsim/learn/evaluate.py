@@ -74,6 +74,7 @@ class FamilyData:
 
 def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
                train_config: TrainConfig = TrainConfig(), readout: str = "logsumexp",
+               per_work: bool = True,
                log: Callable[[str], None] | None = None) -> tuple[Predictor, dict[str, Any]]:  # fmt: skip
     """Train one predictor of ``kind`` on ``fraction`` of ``data`` and test it (one case)."""
     tr, va, te = split(len(data.rows), fraction, seed=seed)
@@ -82,7 +83,7 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     pred = train_predictor([tensors[i] for i in tr], data.latency_s[tr], [tensors[i] for i in va],
                            data.latency_s[va], model_config=cfg, op_vocab=data.vocab,
                            config=replace(train_config, seed=seed), part=data.part,
-                           input_features=data.input_features, log=log)  # fmt: skip
+                           input_features=data.input_features, per_work=per_work, log=log)  # fmt: skip
     t0 = time.perf_counter()
     p = pred.predict_tensors([tensors[i] for i in te])
     infer_s = time.perf_counter() - t0
@@ -91,7 +92,7 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     assert hist is not None
     case = {
         "schema": CASE_SCHEMA, "family": data.rows[0].family, "fraction": fraction, "model": kind, "seed": seed,
-        "readout": readout, "part": data.part, "features": _features(data.input_features), "mre_pct": mre_pct(p, data.latency_s[te]), "median_re_pct": float(np.median(rel)),
+        "readout": readout, "part": data.part, "features": _features(data.input_features), "target": _target(per_work), "mre_pct": mre_pct(p, data.latency_s[te]), "median_re_pct": float(np.median(rel)),
         "p90_re_pct": float(np.percentile(rel, 90)), "max_re_pct": float(rel.max()),
         "train": len(tr), "val": len(va), "test": len(te), "train_s": hist.train_s, "infer_s": infer_s,
         "epochs": hist.epochs_run, "best_epoch": hist.best_epoch, "stopped": hist.stopped,
@@ -102,6 +103,10 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
 
 
 FEATURE_SETS = ("table1", "table1+work")
+
+
+def _target(per_work: bool) -> str:
+    return "log-per-flop" if per_work else "log"
 
 
 def _features(inputs: bool) -> str:
@@ -115,9 +120,10 @@ def features_flag(name: str) -> bool:
     return name == "table1+work"
 
 
-def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str, str]:
+def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str, str, str]:
     return (c["family"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]),
-            c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1"))  # fmt: skip
+            c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1"),
+            c.get("target", "log"))  # fmt: skip
 
 
 def read_cases(results: Path | str) -> list[dict[str, Any]]:
@@ -131,7 +137,7 @@ def read_cases(results: Path | str) -> list[dict[str, Any]]:
 
 def evaluate(folders: dict[str, Path | str], results: Path | str, *, fractions: Sequence[float] = FRACTIONS,
              kinds: Sequence[str] = MODEL_KINDS, seeds: Sequence[int] = (0,), readout: str = "logsumexp",
-             part: str = "train", input_features: bool = False,
+             part: str = "train", input_features: bool = True, per_work: bool = True,
              train_config: TrainConfig = TrainConfig(), save_fraction: float | None = 0.3,
              log: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run (or resume) every case; return :func:`summarize`'s tables.
@@ -160,11 +166,12 @@ def evaluate(folders: dict[str, Path | str], results: Path | str, *, fractions: 
                         readout,
                         part,
                         _features(input_features),
+                        _target(per_work),
                     )
                     if key in done:
                         continue
                     pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed,
-                                            train_config=train_config, readout=readout)  # fmt: skip
+                                            train_config=train_config, readout=readout, per_work=per_work)  # fmt: skip
                     case["family"] = family
                     append_row(path, case)
                     if log:
@@ -178,21 +185,19 @@ def evaluate(folders: dict[str, Path | str], results: Path | str, *, fractions: 
                         }
                         pred.save(results / "predictors" / f"{family}-{kind}-s{seed}")
     return summarize(
-        read_cases(results), readout=readout, part=part, features=_features(input_features)
+        read_cases(results), readout=readout, part=part, features=_features(input_features),
+        target=_target(per_work),
     )
 
 
 def summarize(cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", part: str = "train",
-              features: str = "table1") -> dict[str, Any]:  # fmt: skip
+              features: str = "table1+work", target: str = "log-per-flop") -> dict[str, Any]:  # fmt: skip
     """Tables V/VI: MRE per (family, fraction) and model (mean over seeds), winners, acceptance."""
     table: dict[str, dict[str, dict[str, float]]] = {}
     times: dict[str, list[float]] = {}
     for c in cases:
-        if (c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1")) != (
-            readout,
-            part,
-            features,
-        ):
+        if (c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1"),
+                c.get("target", "log")) != (readout, part, features, target):  # fmt: skip
             continue
         cell = table.setdefault(c["family"], {}).setdefault(f"{c['fraction']:.1f}", {})
         cell.setdefault(c["model"], [])  # type: ignore[arg-type]
@@ -220,4 +225,4 @@ def summarize(cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", pa
     }  # fmt: skip
 
 
-__all__ = ["FEATURE_SETS", "FRACTIONS", "features_flag", "FamilyData", "evaluate", "read_cases", "split", "summarize", "train_case"]
+__all__ = ["FEATURE_SETS", "FRACTIONS", "FamilyData", "evaluate", "features_flag", "read_cases", "split", "summarize", "train_case"]

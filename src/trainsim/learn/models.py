@@ -89,6 +89,7 @@ class GraphTensors:
     edge_index: np.ndarray
     depth: np.ndarray
     reach: np.ndarray | None  # [N, N] bool, only for the DAG Transformer
+    log_work: float = 0.0  # ln of the graph's operator FLOPs (0: unknown), the per-work target's offset
 
     @property
     def num_nodes(self) -> int:

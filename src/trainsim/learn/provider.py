@@ -255,7 +255,8 @@ def run_search_integration(search_folder: Path | str, *, family: str,
                            family_predictors: Mapping[str, Any] | None = None,
                            sample_fraction: float = 0.3, kinds: Sequence[str] = ("dag_transformer", "gcn", "gat"),
                            seed: int = 0, train_config: Any = None, microbatches: Sequence[int] = (1, 4, 16, 64),
-                           devices: Sequence[int] = (2, 4, 8), part: str = "train") -> dict[str, Any]:  # fmt: skip
+                           devices: Sequence[int] = (2, 4, 8), part: str = "train",
+                           input_features: bool = True, per_work: bool = True) -> dict[str, Any]:  # fmt: skip
     """003 §VIII-B on a measured candidate set (every stage of :data:`SEARCH_MODELS`[family]).
 
     Approaches: ``full-profiling`` (every candidate measured: the reference), ``family-<model>``
@@ -273,7 +274,7 @@ def run_search_integration(search_folder: Path | str, *, family: str,
     from trainsim.learn.train import TrainConfig, mre_pct, train_predictor
 
     model = SEARCH_MODELS[family]
-    data = FamilyData(search_folder, part=part)
+    data = FamilyData(search_folder, part=part, input_features=input_features)
     keys = [_stage_key(r.spec) for r in data.rows]
     if sorted(keys) != sorted(model.candidates()):
         raise ConfigError(f"{search_folder} does not hold exactly the {len(model.candidates())} candidates "
@@ -305,7 +306,7 @@ def run_search_integration(search_folder: Path | str, *, family: str,
         cfg = ModelConfig.for_kind(kind, tensors[0].x.shape[1])
         pred = train_predictor([tensors[i] for i in tr], data.latency_s[tr], [tensors[i] for i in va],
                                data.latency_s[va], model_config=cfg, op_vocab=data.vocab, config=cfg_train,
-                               part=part)  # fmt: skip
+                               part=part, input_features=input_features, per_work=per_work)  # fmt: skip
         t0 = time.perf_counter()
         p = pred.predict_tensors([tensors[i] for i in rest])
         infer = time.perf_counter() - t0

@@ -12,7 +12,7 @@ Per case: the test MRE (``abs_err_pct``). Summary: the DAG Transformer's MREs, h
 both baselines, the issue's acceptance (MRE ≤ 4 % at 30 % training on both families; better than
 GCN and GAT in ≥ 75 % of the (family, fraction) cases; training ≤ 15 min), and the search figures.
 Defaults keep the suite to ~10 minutes (fraction 0.3 only); ``fractions=all`` runs Tables V/VI's
-full sweep (10 %–80 %), ``results=PATH`` makes it resumable and keeps the predictors.
+full sweep (10 %–80 %), ``resume=PATH`` (``--resume``) makes it resumable and keeps the predictors.
 """
 
 from __future__ import annotations
@@ -46,15 +46,16 @@ def _parse_fractions(text: str | None) -> tuple[float, ...]:
         ) from None
 
 
-def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, results: str | None = None,
+def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str | None = None,
                       fractions: str | None = None, models: str | None = None, seed: int = 0,
-                      search: bool = True, epochs: int | None = None) -> dict[str, Any]:  # fmt: skip
+                      search: bool = True, epochs: int | None = None,
+                      features: str = "table1+work") -> dict[str, Any]:  # fmt: skip
     """Train and test the stage-latency predictors; run the search integration (module docstring).
 
     ``data_dir`` (the shared data folder) is not read: the stages are this machine's own
     measurements (``dataset``, default: the packaged ones).
     """
-    from trainsim.learn.evaluate import evaluate, read_cases
+    from trainsim.learn.evaluate import evaluate, features_flag, read_cases
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import Predictor, TrainConfig
     from trainsim.validate.registry import error_summary
@@ -65,13 +66,14 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, results: st
         raise ConfigError(f"no stage datasets under {root} (expected gpt/ and moe/ with stages.jsonl); "
                           "collect them with python -m trainsim.learn.dataset")  # fmt: skip
     kinds = tuple(models.split(",")) if models else MODEL_KINDS
+    inputs = features_flag(features)
     fr = _parse_fractions(fractions)
     tc = TrainConfig(epochs=epochs) if epochs else TrainConfig()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="predtop-") as tmp:
-        out = Path(results) if results else Path(tmp)
+        out = Path(resume) if resume else Path(tmp)
         table = evaluate(folders, out, fractions=fr, kinds=kinds, seeds=(seed,), train_config=tc,
-                         save_fraction=0.3 if 0.3 in fr else None)  # fmt: skip
+                         input_features=inputs, save_fraction=0.3 if 0.3 in fr else None)  # fmt: skip
         cases = []
         for c in read_cases(out):
             if (
@@ -79,6 +81,8 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, results: st
                 and c["model"] in kinds
                 and c["seed"] == seed
                 and any(abs(c["fraction"] - f) < 1e-9 for f in fr)
+                and c.get("features", "table1") == features
+                and c.get("target", "log") == "log-per-flop"
             ):
                 cases.append({"case": f"{c['family']}/{c['fraction']:.0%}/{c['model']}", "family": c["family"],
                               "fraction": c["fraction"], "model": c["model"], "mre_pct": c["mre_pct"],
@@ -99,7 +103,7 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, results: st
                     if (p / "predictor.json").exists():
                         preds[kind] = Predictor.load(p)
                 searches[fam] = run_search_integration(sf, family=fam, family_predictors=preds, kinds=kinds,
-                                                       seed=seed, train_config=tc)  # fmt: skip
+                                                       seed=seed, train_config=tc, input_features=inputs)  # fmt: skip
     dag = [c["mre_pct"] for c in cases if c["model"] == "dag_transformer"]
     summary = {**error_summary(dag), **{k: v for k, v in table.items() if k != "mre_pct"},
                "wall_s": time.perf_counter() - t0}  # fmt: skip
@@ -108,7 +112,7 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, results: st
             summary[f"search_{fam}_{name}_mean_regret_pct"] = a["mean_regret_pct"]
             summary[f"search_{fam}_{name}_saved_pct"] = a["saved_pct"]
     return {"suite": "predtop", "params": {"dataset": str(root), "fractions": list(fr), "models": list(kinds),
-            "seed": seed}, "cases": cases, "mre_table": table["mre_pct"], "search": searches,
+            "seed": seed, "features": features}, "cases": cases, "mre_table": table["mre_pct"], "search": searches,
             "summary": summary}  # fmt: skip
 
 

@@ -67,6 +67,12 @@ class History:
     val_loss: list[float] = field(default_factory=list)
 
 
+def log_work(g: StageGraph) -> float:
+    """ln of the graph's operator FLOPs (graphs.eqn_work), 0.0 when the graph does not carry them."""
+    total = sum(f for f, k in zip(g.flops, g.kind, strict=True) if k == "operator")
+    return math.log(total) if total > 0 else 0.0
+
+
 def featurize(graphs: Sequence[StageGraph], op_vocab: Sequence[str], *, reach: bool,
               pruned: bool = True, inputs: bool = False) -> list[GraphTensors]:  # fmt: skip
     """Prune each graph (§IV-B4) and build its tensors (Table I features, edges, depths, Eq. 1)."""
@@ -80,6 +86,7 @@ def featurize(graphs: Sequence[StageGraph], op_vocab: Sequence[str], *, reach: b
                 ei,
                 depths(p),
                 reachability(p) if reach else None,
+                log_work(g),
             )
         )
     return out
@@ -109,6 +116,7 @@ class Predictor:
     history: History | None = None
     part: str = "train"  # which stage graph it reads (trainsim.learn.stages.PARTS)
     input_features: bool = False  # graphs.INPUT_FEATURES appended to Table I
+    per_work: bool = False  # target: ln(latency / FLOPs) instead of ln(latency)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def tensors(self, graphs: Sequence[StageGraph]) -> list[GraphTensors]:
@@ -124,7 +132,8 @@ class Predictor:
             for k in range(0, len(order), batch_size):
                 ids = order[k : k + batch_size]
                 y = self.model(collate([tensors[i] for i in ids], padded=padded)).numpy()
-                out[ids] = np.exp(y * self.target_std + self.target_mean)
+                off = np.array([tensors[i].log_work for i in ids]) if self.per_work else 0.0
+                out[ids] = np.exp(y * self.target_std + self.target_mean + off)
         return out
 
     def predict(self, graphs: Sequence[StageGraph]) -> np.ndarray:
@@ -140,7 +149,7 @@ class Predictor:
         save_file(state, str(folder / "predictor.safetensors"))
         doc = {"schema": PREDICTOR_SCHEMA, "model": self.config.to_dict(), "op_vocab": self.op_vocab,
                "features": feature_names(self.op_vocab, inputs=self.input_features),
-               "input_features": self.input_features, "target": {"transform": "log", "mean": self.target_mean,
+               "input_features": self.input_features, "target": {"transform": "log-per-flop" if self.per_work else "log", "mean": self.target_mean,
                "std": self.target_std}, "pruned": self.pruned, "pruned_ops": sorted(PRUNED_OPS), "part": self.part,
                "history": asdict(self.history) if self.history else None, "meta": self.meta}  # fmt: skip
         (folder / "predictor.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
@@ -164,7 +173,8 @@ class Predictor:
         hist = History(**doc["history"]) if doc.get("history") else None
         return cls(cfg, list(doc["op_vocab"]), float(doc["target"]["mean"]), float(doc["target"]["std"]),
                    model, pruned=bool(doc.get("pruned", True)), history=hist, part=str(doc.get("part", "train")),
-                   input_features=bool(doc.get("input_features", False)), meta=doc.get("meta", {}))  # fmt: skip
+                   input_features=bool(doc.get("input_features", False)),
+                   per_work=doc["target"].get("transform") == "log-per-flop", meta=doc.get("meta", {}))  # fmt: skip
 
 
 def _epoch_loss(model: torch.nn.Module, tensors: Sequence[GraphTensors], y: torch.Tensor, padded: bool,
@@ -183,7 +193,7 @@ def _epoch_loss(model: torch.nn.Module, tensors: Sequence[GraphTensors], y: torc
 def train_predictor(train: Sequence[GraphTensors], train_latency_s: Sequence[float], val: Sequence[GraphTensors],
                     val_latency_s: Sequence[float], *, model_config: ModelConfig, op_vocab: Sequence[str],
                     config: TrainConfig = TrainConfig(), part: str = "train", input_features: bool = False,
-                    log: Callable[[str], None] | None = None) -> Predictor:  # fmt: skip
+                    per_work: bool = False, log: Callable[[str], None] | None = None) -> Predictor:  # fmt: skip
     """Fit ``model_config`` on featurized graphs (see :func:`featurize`) and latencies."""
     if len(train) < 2 or not val:
         raise ConfigError(
@@ -193,11 +203,15 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: Sequence[flo
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    log_y = np.log(np.asarray(train_latency_s, dtype=float))
+    if per_work and any(t.log_work == 0.0 for t in [*train, *val]):
+        raise ConfigError("per-work target needs graphs with FLOPs (rebuild the dataset's graphs)")
+    off_tr = np.array([t.log_work for t in train]) if per_work else 0.0
+    off_va = np.array([t.log_work for t in val]) if per_work else 0.0
+    log_y = np.log(np.asarray(train_latency_s, dtype=float)) - off_tr
     mean, std = float(log_y.mean()), float(log_y.std() or 1.0)
     y_tr = torch.tensor((log_y - mean) / std, dtype=torch.float32)
     y_va = torch.tensor(
-        (np.log(np.asarray(val_latency_s, dtype=float)) - mean) / std, dtype=torch.float32
+        (np.log(np.asarray(val_latency_s, dtype=float)) - off_va - mean) / std, dtype=torch.float32
     )
     model = build_model(model_config)
     padded = model_config.kind == "dag_transformer"
@@ -240,7 +254,7 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: Sequence[flo
     model.load_state_dict(best_state)
     meta = {"train_graphs": len(train), "val_graphs": len(val), "train_config": asdict(config)}
     return Predictor(model_config, list(op_vocab), mean, std, model, pruned=True, history=hist, part=part,
-                     input_features=input_features, meta=meta)  # fmt: skip
+                     input_features=input_features, per_work=per_work, meta=meta)  # fmt: skip
 
 
 def mre_pct(pred_s: Sequence[float], true_s: Sequence[float]) -> float:

@@ -1,0 +1,73 @@
+"""``trainsim stages``: train a predictor on measured stages, predict them, search with it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from trainsim.cli.main import _register, app
+from trainsim.learn.stages import StageSpec
+
+pytest.importorskip("jax")
+pytest.importorskip("torch_geometric")
+
+STAGES = [(f"c-{i}", StageSpec("gpt", hidden=64, heads=2, seq=16 * (1 + i % 3), micro_batch=1 + i % 2,
+                               layers=1 + i % 3, shard=1 + i % 2, vocab=128)) for i in range(10)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    from trainsim.learn.dataset import collect
+
+    folder = tmp_path_factory.mktemp("stages") / "ds"
+    collect(folder, STAGES, min_repeats=3, max_repeats=3, min_total_s=0.0)
+    return folder
+
+
+def _run(*args: str):
+    _register()
+    return CliRunner().invoke(app, ["stages", *args])
+
+
+def test_train_predict_and_search_with_a_predictor(dataset, tmp_path):
+    out = tmp_path / "pred"
+    res = _run("train", str(dataset), "--out", str(out), "--model", "gcn", "--epochs", "3",
+               "--fraction", "0.5", "--format", "json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    case = json.loads(res.stdout)
+    assert case["model"] == "gcn" and case["features"] == "table1+work" and case["mre_pct"] >= 0
+    assert case["train"] == 5 and case["val"] == 1 and case["test"] == 4
+    assert (out / "predictor.safetensors").exists()
+    assert json.loads((out / "predictor.json").read_text())["meta"]["test_mre_pct"] == case["mre_pct"]
+
+    res = _run("predict", str(out), str(dataset), "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert [s["id"] for s in doc["stages"]] == [i for i, _ in STAGES]
+    assert all(s["predicted_s"] > 0 for s in doc["stages"])
+    assert "learned" in doc["provenance"]
+
+
+@pytest.mark.slow
+def test_search_with_a_predictor_returns_a_valid_plan(dataset, tmp_path):
+    out = tmp_path / "pred"
+    assert _run("train", str(dataset), "--out", str(out), "--model", "gcn", "--epochs", "1").exit_code == 0
+    res = _run("search", "--family", "gpt", "--devices", "4", "--microbatches", "8", "--predictor", str(out),
+               "--format", "json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    stages = doc["stages"]
+    assert stages[0][0] == 0 and stages[-1][1] == 8 and sum(s[2] for s in stages) <= 4
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(stages))
+
+
+def test_errors_are_one_line(dataset, tmp_path):
+    res = _run("search", "--family", "gpt")
+    assert res.exit_code != 0 and "exactly one of --predictor" in str(res.exception)
+    res = _run("train", str(dataset), "--out", str(tmp_path / "p"), "--features", "table9")
+    assert res.exit_code != 0 and "features must be one of" in str(res.exception)
+    res = _run("predict", str(tmp_path / "missing"), str(dataset))
+    assert res.exit_code != 0 and "no predictor.json" in str(res.exception)
