@@ -149,3 +149,20 @@ def test_per_work_target_predicts_latency_over_flops_and_round_trips(tmp_path):
     with pytest.raises(Exception, match="needs graphs with FLOPs"):
         bare = featurize(_synthetic(4)[0], vocab, reach=False)
         train_predictor(bare[:3], [1.0] * 3, bare[3:], [1.0], model_config=cfg, op_vocab=vocab, per_work=True)
+
+
+def test_work_readout_pools_seconds_per_flop():
+    from trainsim.learn.models import _Readout
+
+    r = _Readout(4, 3, "work", work_col=0)
+    with torch.no_grad():  # every node: the same log-cost per FLOP, c = -3
+        r.node[-1].weight.zero_()
+        r.node[-1].bias.fill_(-3.0)
+    x = torch.tensor([[10.0, 1, 0], [3.0, 0, 1], [0.0, 1, 1]])  # log2(1 + FLOPs) in column 0
+    h = torch.randn(3, 4)
+    flat = r.pool_flat(h, x, torch.tensor([0, 0, 1]), 2)
+    torch.testing.assert_close(flat, torch.full((2, 4), -3.0))
+    pad = r.pool_padded(h[:2].unsqueeze(0), x[:2].unsqueeze(0), torch.tensor([[True, True]]))
+    torch.testing.assert_close(pad, torch.full((1, 4), -3.0))
+    with pytest.raises(ValueError, match="FLOPs feature column"):
+        _Readout(4, 3, "work")

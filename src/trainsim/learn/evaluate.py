@@ -79,7 +79,7 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     """Train one predictor of ``kind`` on ``fraction`` of ``data`` and test it (one case)."""
     tr, va, te = split(len(data.rows), fraction, seed=seed)
     tensors = data.tensors(reach=kind == "dag_transformer")
-    cfg = ModelConfig.for_kind(kind, tensors[0].x.shape[1], readout=readout)
+    cfg = model_config(kind, tensors[0].x.shape[1], readout=readout, input_features=data.input_features)
     pred = train_predictor([tensors[i] for i in tr], data.latency_s[tr], [tensors[i] for i in va],
                            data.latency_s[va], model_config=cfg, op_vocab=data.vocab,
                            config=replace(train_config, seed=seed), part=data.part,
@@ -103,6 +103,15 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
 
 
 FEATURE_SETS = ("table1", "table1+work")
+
+
+def model_config(kind: str, in_dim: int, *, readout: str, input_features: bool) -> ModelConfig:
+    """003's settings for ``kind``; readout ``work`` reads the FLOPs column of table1+work."""
+    if readout == "work":
+        if not input_features:
+            raise ConfigError("readout 'work' needs the table1+work features")
+        return ModelConfig.for_kind(kind, in_dim, readout=readout, work_col=in_dim - 2)
+    return ModelConfig.for_kind(kind, in_dim, readout=readout)
 
 
 def _target(per_work: bool) -> str:

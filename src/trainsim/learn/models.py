@@ -39,7 +39,7 @@ from torch import nn
 from torch.nn import functional
 
 MODEL_KINDS = ("dag_transformer", "gcn", "gat")
-READOUTS = ("logsumexp", "add")
+READOUTS = ("logsumexp", "add", "work")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,7 @@ class ModelConfig:
     layers: int = 4
     heads: int = 4
     readout: str = "logsumexp"
+    work_col: int = -1  # readout "work": the feature column holding log2(1 + FLOPs)
 
     @classmethod
     def for_kind(cls, kind: str, in_dim: int, **kw: Any) -> ModelConfig:
@@ -137,19 +138,29 @@ def sinusoidal_encoding(positions: torch.Tensor, dim: int) -> torch.Tensor:
 class _Readout(nn.Module):
     """Global add pool (plain, or of per-node latencies in the exponential domain) + MLP head."""
 
-    def __init__(self, dim: int, in_dim: int, readout: str) -> None:
+    def __init__(self, dim: int, in_dim: int, readout: str, work_col: int = -1) -> None:
         super().__init__()
         if readout not in READOUTS:
             raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
+        if readout == "work" and not 0 <= work_col < in_dim:
+            raise ValueError("readout 'work' needs the FLOPs feature column (table1+work features)")
         self.readout = readout
-        # logsumexp: a node's d log-costs from its embedding and its own Table I features
+        self.work_col = work_col
+        # logsumexp / work: a node's d log-costs from its embedding and its own Table I features
         self.node = (nn.Sequential(nn.Linear(dim + in_dim, dim), nn.ReLU(), nn.Linear(dim, dim))
-                     if readout == "logsumexp" else None)  # fmt: skip
+                     if readout != "add" else None)  # fmt: skip
         self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim // 2), nn.ReLU(),
                                  nn.Linear(dim // 2, 1))  # fmt: skip
 
     def _z(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return h if self.node is None else self.node(torch.cat([h, x], dim=-1))
+        if self.node is None:
+            return h
+        z = self.node(torch.cat([h, x], dim=-1))
+        return z + self._lw(x).unsqueeze(-1) if self.readout == "work" else z
+
+    def _lw(self, x: torch.Tensor) -> torch.Tensor:
+        """ln(1 + FLOPs) of every node (readout "work")."""
+        return x[..., self.work_col] * math.log(2.0)
 
     def pool_flat(
         self, h: torch.Tensor, x: torch.Tensor, batch: torch.Tensor, num_graphs: int
@@ -161,13 +172,24 @@ class _Readout(nn.Module):
         m = torch.full((num_graphs, z.shape[1]), -math.inf, dtype=z.dtype)
         m = m.scatter_reduce(0, batch.unsqueeze(1).expand_as(z), z, reduce="amax").detach()
         s = torch.zeros_like(m).index_add_(0, batch, torch.exp(z - m[batch]))
-        return m + torch.log(s)
+        pooled = m + torch.log(s)
+        if self.readout == "work":  # per FLOP: ln Σ F_n e^{g_n} - ln Σ F_n
+            lw = self._lw(x)
+            mw = torch.full((num_graphs,), -math.inf, dtype=lw.dtype)
+            mw = mw.scatter_reduce(0, batch, lw, reduce="amax").detach()
+            sw = torch.zeros_like(mw).index_add_(0, batch, torch.exp(lw - mw[batch]))
+            pooled = pooled - (mw + torch.log(sw)).unsqueeze(-1)
+        return pooled
 
     def pool_padded(self, h: torch.Tensor, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         z = self._z(h, x)
         if self.readout == "add":
             return (z * valid.unsqueeze(-1)).sum(dim=1)
-        return torch.logsumexp(z.masked_fill(~valid.unsqueeze(-1), -math.inf), dim=1)
+        pooled = torch.logsumexp(z.masked_fill(~valid.unsqueeze(-1), -math.inf), dim=1)
+        if self.readout == "work":
+            lw = self._lw(x).masked_fill(~valid, -math.inf)
+            pooled = pooled - torch.logsumexp(lw, dim=1, keepdim=True)
+        return pooled
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         return self.mlp(pooled).squeeze(-1)
@@ -206,7 +228,7 @@ class DAGTransformer(nn.Module):
             DAGAttentionLayer(cfg.hidden, cfg.heads) for _ in range(cfg.layers)
         )
         self.norm = nn.LayerNorm(cfg.hidden)
-        self.readout = _Readout(cfg.hidden, cfg.in_dim, cfg.readout)
+        self.readout = _Readout(cfg.hidden, cfg.in_dim, cfg.readout, cfg.work_col)
 
     def forward(self, g: GraphBatch) -> torch.Tensor:
         if g.x_pad is None or g.attn_mask is None or g.valid is None or g.depth_pad is None:
@@ -234,7 +256,7 @@ class GNN(nn.Module):
                 GATConv(a, b, heads=cfg.heads, concat=False) for a, b in itertools.pairwise(dims)
             )
             self.act = nn.ELU()
-        self.readout = _Readout(cfg.hidden, cfg.in_dim, cfg.readout)
+        self.readout = _Readout(cfg.hidden, cfg.in_dim, cfg.readout, cfg.work_col)
 
     def forward(self, g: GraphBatch) -> torch.Tensor:
         h = g.x
