@@ -245,7 +245,9 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: Sequence[flo
         if epoch - hist.best_epoch >= config.patience:
             hist.stopped = f"no validation improvement for {config.patience} epochs"
             break
-        if config.max_time_s is not None and time.perf_counter() - t0 > config.max_time_s:
+        elapsed = time.perf_counter() - t0
+        # stop before an epoch that would overrun the budget (estimate: the mean epoch time so far)
+        if config.max_time_s is not None and elapsed * (epoch + 2) / (epoch + 1) > config.max_time_s:
             hist.stopped = f"time budget {config.max_time_s:.0f} s"
             break
     else:
