@@ -100,21 +100,29 @@ def _measured(folder: Path) -> tuple[float, float]:
     return w.measured_step_s, (q[2] - q[0]) / statistics.median(times)
 
 
-def _predict(folder: Path, old: int, new: int, timer: Callable[..., tuple[float, str]]) -> dict[str, Any]:
-    """Resize every traced step of one capture and simulate it: per-step predictions."""
+def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple[float, str]]) -> dict[str, Any]:
+    """Resize every traced step of one capture to each batch of ``news`` and simulate it.
+
+    Each step is loaded and its unresized baseline simulated once, shared by every new batch.
+    Returns ``{"base_simulated_s", "by_batch": {new: {"predicted_s", "per_step_s", "rules"}}}``.
+    """
     from trainsim.sim import SimOptions, simulate
     from trainsim.sim.replay import load_for_replay
     from trainsim.sim.resize import resize_batch
 
-    preds, bases, rules = [], [], {}
+    bases: list[float] = []
+    preds: dict[int, list[float]] = {n: [] for n in news}
+    rules: dict[int, Any] = {}
     for step in _steps(folder):
         w = load_for_replay([folder], step=step).workload
         bases.append(simulate(w, SimOptions()).predicted_step_s)
-        r = resize_batch(w, new, old_batch=old, timer=timer)
-        preds.append(simulate(r, SimOptions()).predicted_step_s)
-        rules = r.metadata["resize"]["rules"]
-    return {"predicted_s": statistics.median(preds), "per_step_s": preds,
-            "base_simulated_s": statistics.median(bases), "rules": rules}  # fmt: skip
+        for n in news:
+            r = resize_batch(w, n, old_batch=old, timer=timer)
+            preds[n].append(simulate(r, SimOptions()).predicted_step_s)
+            rules[n] = r.metadata["resize"]["rules"]
+    return {"base_simulated_s": statistics.median(bases),
+            "by_batch": {n: {"predicted_s": statistics.median(p), "per_step_s": p, "rules": rules[n]}
+                         for n, p in preds.items()}}  # fmt: skip
 
 
 def run_cpu_e2e_suite(
@@ -158,9 +166,10 @@ def run_cpu_e2e_suite(
     base_replay: list[dict[str, Any]] = []
     for m in models:
         base = batches[m]
-        for f in FACTORS:
-            new = max(1, round(f * base))
-            per_rep = [_predict(p, base, new, timer) for p in folders[(m, base)]]
+        news = [max(1, round(f * base)) for f in FACTORS]
+        reps = [_predict(p, base, news, timer) for p in folders[(m, base)]]
+        for f, new in zip(FACTORS, news, strict=True):
+            per_rep = [r["by_batch"][new] for r in reps]
             predicted = statistics.median(r["predicted_s"] for r in per_rep)
             naive = med[(m, base)] * new / base
             meas = med[(m, new)]
@@ -175,7 +184,7 @@ def run_cpu_e2e_suite(
                 "rules": per_rep[0]["rules"], "status": "ok",
             })  # fmt: skip
             if f == FACTORS[0]:
-                sim = statistics.median(r["base_simulated_s"] for r in per_rep)
+                sim = statistics.median(r["base_simulated_s"] for r in reps)
                 base_replay.append({"model": m, "batch": base, "measured_step_s": med[(m, base)],
                                     "simulated_step_s": sim,
                                     "error_pct": pct_error(sim, med[(m, base)])})  # fmt: skip
