@@ -277,6 +277,22 @@ def _check_provenance(folder: Path, prov: dict[str, Any]) -> None:
     _write_json_atomic(path, old)
 
 
+def _store_graph(
+    folder: Path, spec: StageSpec, part: str, *, overwrite: bool = False
+) -> tuple[StageGraph, str]:
+    """Build ``spec``'s full ``part`` graph and write it content-addressed under ``folder/graphs``."""
+    from trainsim.learn.graphs import graph_from_jaxpr
+    from trainsim.learn.stages import stage_jaxpr
+
+    full = graph_from_jaxpr(stage_jaxpr(spec, part=part))
+    doc = full.to_json()
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+    gpath = folder / "graphs" / f"{digest}.json.gz"
+    if overwrite or not gpath.exists():
+        _write_json_atomic(gpath, doc, compress=True)
+    return full, digest
+
+
 def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmup: int = 2,
             min_repeats: int = 5, max_repeats: int = 60, min_total_s: float = 1.0,
             target_spread: float = 0.02, max_total_s: float = 6.0,
@@ -287,8 +303,8 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
     ``stop_after`` ends the run after that many new rows (tests use it to interrupt).
     Returns ``{"measured": n, "skipped": m, "total": rows in the folder}``.
     """
-    from trainsim.learn.graphs import graph_from_jaxpr, prune
-    from trainsim.learn.stages import measure_stage, stage_jaxpr
+    from trainsim.learn.graphs import prune
+    from trainsim.learn.stages import measure_stage
 
     folder = Path(folder)
     (folder / "graphs").mkdir(parents=True, exist_ok=True)
@@ -319,12 +335,7 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
         graph_info: dict[str, Any] = {}
         for part in PARTS:
             t1 = time.perf_counter()
-            full = graph_from_jaxpr(stage_jaxpr(spec, part=part))
-            doc = full.to_json()
-            digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-            gpath = folder / "graphs" / f"{digest}.json.gz"
-            if not gpath.exists():
-                _write_json_atomic(gpath, doc, compress=True)
+            full, digest = _store_graph(folder, spec, part)
             sfx = "" if part == "train" else f"_{part}"
             graph_info |= {f"graph{sfx}": digest, f"graph{sfx}_s": time.perf_counter() - t1,
                            f"nodes_full{sfx}": full.num_nodes, f"nodes{sfx}": prune(full).num_nodes}  # fmt: skip
@@ -358,8 +369,6 @@ def rebuild_graphs(folder: Path | str, *, log: Callable[[str], None] | None = No
     :class:`ConfigError`). Returns the number of rows.
     """
     from trainsim.ir.serialize import write_text_atomic
-    from trainsim.learn.graphs import graph_from_jaxpr
-    from trainsim.learn.stages import stage_jaxpr
 
     folder = Path(folder)
     path = folder / "stages.jsonl"
@@ -370,13 +379,10 @@ def rebuild_graphs(folder: Path | str, *, log: Callable[[str], None] | None = No
         d = dict(r.raw)
         for part in PARTS:
             sfx = "" if part == "train" else f"_{part}"
-            full = graph_from_jaxpr(stage_jaxpr(r.spec, part=part))
+            full, digest = _store_graph(folder, r.spec, part, overwrite=True)
             if f"nodes_full{sfx}" in d and d[f"nodes_full{sfx}"] != full.num_nodes:
                 raise ConfigError(f"{path}: row {r.id}: rebuilt {part} graph has {full.num_nodes} nodes, "
                                   f"the row recorded {d[f'nodes_full{sfx}']}: the stage builder changed")  # fmt: skip
-            doc = full.to_json()
-            digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-            _write_json_atomic(folder / "graphs" / f"{digest}.json.gz", doc, compress=True)
             d[f"graph{sfx}"] = digest
         lines.append(json.dumps(d, separators=(",", ":")))
         if log and (i + 1) % 50 == 0:

@@ -167,16 +167,9 @@ def evaluate(folders: dict[str, Path | str], results: Path | str, *, fractions: 
         for seed in seeds:
             for fraction in fractions:
                 for kind in kinds:
-                    key = (
-                        family,
-                        round(fraction, 3),
-                        kind,
-                        seed,
-                        readout,
-                        part,
-                        _features(input_features),
-                        _target(per_work),
-                    )
+                    key = _case_key({"family": family, "fraction": fraction, "model": kind, "seed": seed,
+                                     "readout": readout, "part": part, "features": _features(input_features),
+                                     "target": _target(per_work)})  # fmt: skip
                     if key in done:
                         continue
                     pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed,
