@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from trainsim.comm.alphabeta import AlphaBetaCurve, fit_alphabeta
+from trainsim.comm.monotone import MonotoneCurve, fit_monotone
 from trainsim.comm.piecewise import PiecewiseCurve, fit_piecewise
 from trainsim.errors import ModelError
 
@@ -17,7 +18,7 @@ from trainsim.errors import ModelError
 class Curve(Protocol):
     def __call__(self, nbytes: ArrayLike) -> np.ndarray: ...
 
-    def to_dict(self) -> dict[str, float]: ...
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ def _register(f: Family) -> None:
 
 _register(Family("piecewise", fit_piecewise, PiecewiseCurve.from_dict))
 _register(Family("alpha-beta", fit_alphabeta, AlphaBetaCurve.from_dict))
+_register(Family("monotone", fit_monotone, MonotoneCurve.from_dict))  # 001 §III-B's learned regressor
 
 
 def family(name: str) -> Family:

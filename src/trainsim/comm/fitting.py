@@ -71,9 +71,19 @@ def implausible_mask(
     return seconds * _BOUND_SLACK < nbytes * per_byte
 
 
+SELECTION_CRITERIA = ("gmae", "mape")
+
+
 def fit_case(nbytes: np.ndarray, seconds: np.ndarray, *, holdout: float, seed: int,
-             families: tuple[str, ...]) -> tuple[str, Curve, dict[str, tuple[float, float]]]:  # fmt: skip
-    """(chosen family, its curve refit on all rows, family -> (held-out GMAE %, MAPE %))."""
+             families: tuple[str, ...], criterion: str = "gmae",
+             ) -> tuple[str, Curve, dict[str, tuple[float, float]]]:  # fmt: skip
+    """(chosen family, its curve refit on all rows, family -> (held-out GMAE %, MAPE %)).
+
+    The family with the lowest held-out ``criterion`` (GMAE or MAPE) wins; ties go to the
+    family listed first."""
+    if criterion not in SELECTION_CRITERIA:
+        raise ModelError(f"selection criterion must be one of {SELECTION_CRITERIA}, got {criterion!r}")
+    col = SELECTION_CRITERIA.index(criterion)
     test = heldout_split(nbytes, fraction=holdout, seed=seed)
     scores: dict[str, tuple[float, float]] = {}
     for name in families:
@@ -89,7 +99,7 @@ def fit_case(nbytes: np.ndarray, seconds: np.ndarray, *, holdout: float, seed: i
         )
     if not scores:
         raise ModelError(f"no curve family could be fitted to {np.unique(nbytes).size} sizes")
-    best = min(scores, key=lambda f: (math.isnan(scores[f][0]), scores[f][0], families.index(f)))
+    best = min(scores, key=lambda f: (math.isnan(scores[f][col]), scores[f][col], families.index(f)))
     return best, family(best).fit(nbytes, seconds), scores
 
 
