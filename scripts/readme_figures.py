@@ -44,7 +44,7 @@ def main() -> int:
     comm = run_suite("comm", data)
     s = comm["summary"]
     rows.append(
-        f"| comm | piecewise (000 §III-C), {s.get('predictions')} held-out predictions | {s.get('cases')} | "
+        f"| comm | piecewise (000 §III-C; paper-001 sweeps: family chosen per case), {s.get('predictions')} held-out predictions | {s.get('cases')} | "
         f"{_fmt(s.get('median_abs_err_pct'))} | {_fmt(s.get('mape_pct'))} | {_fmt(s.get('max_abs_err_pct'))} (one point) | — |"
     )
     comm_lines = [
