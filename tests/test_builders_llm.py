@@ -26,7 +26,7 @@ from trainsim.builders.plan import Plan
 from trainsim.builders.predict import LLMPrediction, predict_llm
 from trainsim.builders.schedules import Action, schedule
 from trainsim.errors import ConfigError
-from trainsim.hardware import get_system
+from trainsim.hardware import get_device, get_system
 from trainsim.ir.serialize import workload_from_dict, workload_to_dict
 
 MODEL = "gpt3-1.3b"  # 24 layers, 16 heads, hidden 2048
@@ -723,3 +723,21 @@ def test_op_coster_caches() -> None:
     a = c.time("gelu", "fwd", "fp16", mp=1, b=1, l=2048, dim=2048)
     assert c.time("gelu", "fwd", "fp16", dim=2048, l=2048, b=1, mp=1) == a  # keyword order
     assert a[0] > 0 and a[1].startswith("calibrated:")
+
+
+def test_spec_based_backward_costs_more_than_forward_and_mfu_stays_below_one() -> None:
+    """Spec-based rooflines price a backward at 2x (2.5x FlashAttention) the forward's work;
+    before, a backward took the forward's time and fp32 plans reported MFU 1.4."""
+    c = OpCoster(get_device("a100-sxm4-80gb"))
+    shape = {"mp": 2.0, "b": 2.0, "l": 4096.0, "dim": 4096.0}
+    fwd, prov = c.time("linear1", "fwd", "fp32", **shape)
+    bwd, _ = c.time("linear1", "bwd", "fp32", **shape)
+    assert prov.startswith("spec-based")
+    assert bwd == pytest.approx(2.0 * fwd)
+    fa_f, _ = c.time("flash_atten", "fwd", "fp32", h=32.0, **shape)
+    fa_b, _ = c.time("flash_atten", "bwd", "fp32", h=32.0, **shape)
+    assert fa_b == pytest.approx(2.5 * fa_f)
+    for system in ("dgx-a100", "dgx-h100"):
+        plan = Plan(tp=2, pp=2, dp=4, micro_batch=2, global_batch=256, dtype="fp32")
+        r = predict_llm("llama2-7b", plan, system)
+        assert 0.0 < r.mfu <= 1.0

@@ -3,13 +3,19 @@ measured efficiency curves.
 
 Spec-based (``spec-based:<device>``)::
 
-    t = max(t_min, FLOPs / peak[dtype], bytes / memory bandwidth)
+    t = max(t_min, w * FLOPs / peak[dtype], w * bytes / memory bandwidth)
 
 with the datasheet peaks of the catalog device: a lower bound (real kernels reach 50–90 % of
 the peaks). ``t_min`` = 2 µs: no kernel launch finishes faster (Approximation). FLOPs and bytes
 come from the operator's inputs (:func:`trainsim.kernels.features.derive`); what each operator
 needs is its :class:`~trainsim.kernels.features.OpSpec` ``inputs``, e.g. ``m, n, k`` for
 ``gemm``, ``numel`` for ``elementwise``, or plain ``flops``/``bytes`` (the ``work`` operator).
+Those describe the forward pass; a backward query costs ``w`` times that work (Approximation,
+:data:`BACKWARD_WORK`): 2 for most operators (a GEMM's backward is two GEMMs of the forward's
+size, dX and dW; an element-wise or norm backward reads the output gradient and the input and
+writes the input gradient), 2.5 for FlashAttention (its backward runs five matmuls of the
+forward's two: FlashAttention-2, Dao 2023, §3.1.2). Without it a spec-based backward took the
+forward's time and fp32 predictions reported an MFU above 100 %.
 
 Calibrated (``calibrated:<dataset>``): per (operator, phase, dtype) an *efficiency curve* —
 ``log2(measured / roofline)`` against ``log2(roofline time)``, the median of quantile bins of
@@ -33,11 +39,13 @@ from trainsim.errors import ModelError
 from trainsim.hardware import DeviceSpec
 from trainsim.hardware.schema import DeviceSpec as _DeviceSchema
 from trainsim.ir.kinds import KernelFamily
-from trainsim.kernels.features import OPS, derive, op_spec, roofline_s
+from trainsim.kernels.features import OPS, Phase, derive, op_spec, roofline_s
 from trainsim.kernels.model import KernelModel, KernelQuery
 from trainsim.kernels.samples import EntryKey
 
 MIN_KERNEL_S = 2e-6  # Approximation: no kernel launch completes faster on current GPUs
+BACKWARD_WORK = {"flash_atten": 2.5}  # backward / forward work per operator; others: 2.0
+_BACKWARD_DEFAULT = 2.0
 _KNOTS = 12
 _SPEC_RANGE = 4.0  # spec-based domain: each input from example/4 to example*4 (for sweeps)
 # Families a spec-based roofline does not answer: collectives have their own models (comm/).
@@ -122,6 +130,8 @@ class RooflineModel(KernelModel):
         w = derive(op_spec(q.op), inputs, q.key.dtype)
         roof = roofline_s(w["flops"], w["bytes"], self.spec, q.key.dtype)
         if self.curves is None:
+            if q.key.phase is Phase.BWD:
+                roof = roof * BACKWARD_WORK.get(q.op, _BACKWARD_DEFAULT)
             return np.maximum(roof, MIN_KERNEL_S), f"spec-based:{self.device}"
         if q.key not in self.curves:
             raise ModelError(f"{self.name} has no efficiency curve for {q.key.label}")
