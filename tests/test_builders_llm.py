@@ -741,3 +741,19 @@ def test_spec_based_backward_costs_more_than_forward_and_mfu_stays_below_one() -
         plan = Plan(tp=2, pp=2, dp=4, micro_batch=2, global_batch=256, dtype="fp32")
         r = predict_llm("llama2-7b", plan, system)
         assert 0.0 < r.mfu <= 1.0
+
+
+def test_cli_rejects_zero_degrees_and_folder_outputs(tmp_path: Path) -> None:
+    """Review findings: --tp 0 divided by zero; a folder as --timeline raised IsADirectoryError."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "trainsim", *args], capture_output=True, text=True, timeout=120)
+
+    r = run("predict", "gpt2", "--gpus", "8", "--tp", "0")
+    assert r.returncode == 2 and "--tp" in r.stderr and "Traceback" not in r.stderr
+    r = run("predict", "gpt2", "--timeline", str(tmp_path))
+    assert r.returncode == 1 and "is a folder" in r.stderr and "Traceback" not in r.stderr
+    r = run("search", "gpt2", "--gpus", "8", "--global-batch", "8", "--tp", "0", "--workers", "1")
+    assert r.returncode == 1 and "--tp values must be >= 1" in r.stderr

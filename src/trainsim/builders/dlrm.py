@@ -236,6 +236,12 @@ def load_dlrm_spec(path: str | Path) -> DLRMSpec:
             doc = yaml.safe_load(text)
     except (json.JSONDecodeError, ValueError) as e:
         raise ConfigError(f"{p}: not valid JSON/YAML ({str(e).splitlines()[0]})") from None
+    except Exception as e:  # yaml.YAMLError (imported lazily): where the parser stopped
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(
+            f"{p}: not valid YAML{where} ({getattr(e, 'problem', None) or type(e).__name__})"
+        ) from None
     return dlrm_spec_from_dict(doc, origin=str(p))
 
 

@@ -9,7 +9,7 @@ from trainsim.cli.main import app
 from trainsim.cli.output import Format, emit_json, stderr
 
 
-def _ints(text: str | None, what: str) -> tuple[int, ...]:
+def _ints(text: str | None, what: str, minimum: int = 1) -> tuple[int, ...]:
     from trainsim.errors import ConfigError
 
     if not text:
@@ -18,8 +18,8 @@ def _ints(text: str | None, what: str) -> tuple[int, ...]:
         vals = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise ConfigError(f"{what} must be comma-separated integers, got {text!r}") from None
-    if any(v < 0 for v in vals):
-        raise ConfigError(f"{what} must be non-negative, got {text!r}")
+    if any(v < minimum for v in vals):
+        raise ConfigError(f"{what} values must be >= {minimum}, got {text!r}")
     return vals
 
 
@@ -38,9 +38,9 @@ def search(
     *,
     model: str = typer.Argument(..., help="Catalog model or HuggingFace config.json (as for `trainsim predict`)."),
     system: str = typer.Option("dgx-a100", "--system", help="Catalog system (name or YAML)."),
-    gpus: int = typer.Option(..., "--gpus", help="Total GPUs (dp = gpus / (tp×cp×pp))."),
-    global_batch: int = typer.Option(..., "--global-batch", help="Sequences per iteration."),
-    seq_len: int | None = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
+    gpus: int = typer.Option(..., "--gpus", min=1, help="Total GPUs (dp = gpus / (tp×cp×pp))."),
+    global_batch: int = typer.Option(..., "--global-batch", min=1, help="Sequences per iteration."),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Sequence length (default: the model's)."),
     tp: str | None = typer.Option(None, "--tp", help="Tensor-parallel degrees to try, e.g. 1,2,4,8 (default: powers of two up to a node)."),
     pp: str | None = typer.Option(None, "--pp", help="Pipeline stages to try (default: powers of two up to the layers)."),
     cp: str = typer.Option("1", "--cp", help="Context-parallel degrees to try."),
@@ -58,7 +58,7 @@ def search(
     gpu_hour_price: float | None = typer.Option(None, "--gpu-hour-price", help="Price of one GPU-hour (cost)."),
     top_k: int = typer.Option(10, "--top-k", help="Plans to report."),
     simulate_top: int = typer.Option(32, "--simulate-top", help="Best screened plans to simulate before ranking."),
-    workers: int | None = typer.Option(None, "--workers", help="Local screening processes (default: every core)."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Local screening processes (default: every core)."),
     scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address (tcp://host:port) to screen on a cluster."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
@@ -81,7 +81,7 @@ def search(
     space = PlanSpace(
         gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
         cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),
-        zero=_ints(zero, "--zero"), recompute=_words(recompute, "--recompute", RECOMPUTE),
+        zero=_ints(zero, "--zero", minimum=0), recompute=_words(recompute, "--recompute", RECOMPUTE),
         schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
         sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
     )  # fmt: skip

@@ -121,7 +121,7 @@ def predict(
 def search(
     family: str = typer.Option("gpt", "--family", help="Search model: gpt or moe (8 layers; stages of 1-4 layers on 1, 2 or 4 devices)."),
     devices: int = typer.Option(8, "--devices", help="Devices for the whole pipeline."),
-    microbatches: int = typer.Option(16, "--microbatches", help="Micro-batches per iteration (003 Eq. 4's B)."),
+    microbatches: int = typer.Option(16, "--microbatches", min=1, help="Micro-batches per iteration (003 Eq. 4's B)."),
     predictor: Path | None = typer.Option(None, "--predictor", help="Predict stage latencies with this predictor (nothing measured)."),
     measured: Path | None = typer.Option(None, "--measured", help="Look stage latencies up in this measured dataset (full profiling)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),

@@ -58,8 +58,9 @@ def load_model(path: Path | str) -> CommModel:
 
 def save_model(model: CommModel, path: Path | str) -> Path:
     """Write the artifact atomically (temporary file, then rename)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    from trainsim.ir.serialize import output_path
+
+    p = output_path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainsim.errors import GraphError
+from trainsim.errors import ConfigError, GraphError
 from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, SyncPoint, TensorMeta, Workload
 from trainsim.ir.kinds import CollectiveKind, KernelFamily, OpCategory, SyncKind
 
@@ -162,16 +162,38 @@ def write_json_atomic(path: Path, doc: Any, *, indent: int | None = None) -> Non
     write_text_atomic(path, json.dumps(doc, indent=indent))
 
 
+def output_path(path: Path | str) -> Path:
+    """``path`` checked as an output file: not a folder, its folder creatable (one-line errors)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{p}: is a folder; give a file path to write")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot create its folder ({e.strerror or e})") from None
+    return p
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder + os.replace: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write via a temp file in the same folder + os.replace: never a half-written file. The
+    file gets the mode an ordinary ``open()`` would (mkstemp makes 0600)."""
+    path = output_path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot write ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, "w", newline="") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        Path(tmp).chmod(0o666 & ~umask)
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"{path}: cannot write ({e.strerror or e})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

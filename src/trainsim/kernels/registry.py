@@ -90,8 +90,10 @@ def save_model(model: KernelModel, path: Path | str) -> Path:
     p = Path(path)
     if p.suffix != ".npz":
         raise ConfigError(f"kernel model artifacts are .npz files, got {p.name}")
+    from trainsim.ir.serialize import output_path
+
+    output_path(p)
     data = artifact_bytes(model)
-    p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -38,6 +38,8 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from trainsim.errors import ConfigError
+
 MODEL_KINDS = ("dag_transformer", "gcn", "gat")
 READOUTS = ("logsumexp", "add", "work")
 
@@ -61,7 +63,7 @@ class ModelConfig:
                 "gcn": {"hidden": 256, "layers": 6, "heads": 1},
                 "gat": {"hidden": 32, "layers": 6, "heads": 4}}  # fmt: skip
         if kind not in base:
-            raise ValueError(f"model kind must be one of {MODEL_KINDS}, got {kind!r}")
+            raise ConfigError(f"model kind must be one of {', '.join(MODEL_KINDS)}, got {kind!r}")
         return cls(kind=kind, in_dim=in_dim, **(base[kind] | kw))
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,7 +92,9 @@ class GraphTensors:
     edge_index: np.ndarray
     depth: np.ndarray
     reach: np.ndarray | None  # [N, N] bool, only for the DAG Transformer
-    log_work: float = 0.0  # ln of the graph's operator FLOPs (0: unknown), the per-work target's offset
+    log_work: float = (
+        0.0  # ln of the graph's operator FLOPs (0: unknown), the per-work target's offset
+    )
 
     @property
     def num_nodes(self) -> int:

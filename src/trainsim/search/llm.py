@@ -108,7 +108,13 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
             raise ConfigError(
                 "--scheduler needs dask.distributed: pip install 'trainsim[search]' (or dask[distributed])"
             ) from None
-        with Client(scheduler) as client:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as e:
+            raise ConfigError(
+                f"--scheduler {scheduler}: cannot reach the Dask scheduler ({str(e).splitlines()[0]})"
+            ) from None
+        with client:
             futures = client.map(
                 screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False
             )
