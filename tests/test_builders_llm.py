@@ -757,3 +757,15 @@ def test_cli_rejects_zero_degrees_and_folder_outputs(tmp_path: Path) -> None:
     assert r.returncode == 1 and "is a folder" in r.stderr and "Traceback" not in r.stderr
     r = run("search", "gpt2", "--gpus", "8", "--global-batch", "8", "--tp", "0", "--workers", "1")
     assert r.returncode == 1 and "--tp values must be >= 1" in r.stderr
+
+
+def test_zero3_exposes_its_first_gather_and_last_scatter() -> None:
+    """ZeRO-3's per-layer collectives hide behind compute except the first all-gather of each
+    pass and the backward's last reduce-scatter; they show as exposed DP communication."""
+    base = dict(tp=1, pp=1, dp=16, micro_batch=2, global_batch=64)
+    r3 = _predict(Plan(**base, zero=3), model="llama2-7b")
+    assert r3.breakdown["exposed_dp_communication_s"] > 0.0
+    st = stage_costs(get_model("llama2-7b"), Plan(**base, zero=3), get_system(SYSTEM))[0]
+    st2 = stage_costs(get_model("llama2-7b"), Plan(**base, zero=2), get_system(SYSTEM))[0]
+    assert st.zero3_exposed_fwd_s > 0.0 and st.zero3_exposed_bwd_s > st.zero3_exposed_fwd_s
+    assert st.fwd_s == pytest.approx(st2.fwd_s + st.zero3_exposed_fwd_s)

@@ -58,6 +58,8 @@ class StageCost:
     layer_ops: list[OpCost] = field(default_factory=list)  # one layer, one micro-batch (× layers)
     ops: list[OpCost] = field(default_factory=list)  # the stage's other operators, one micro-batch
     comm: list[CommCost] = field(default_factory=list)  # one micro-batch, TP/CP/EP
+    zero3_exposed_fwd_s: float = 0.0  # ZeRO-3 gathers/scatters compute cannot hide, per micro-batch
+    zero3_exposed_bwd_s: float = 0.0
 
     @property
     def dp_comm_s(self) -> float:
@@ -121,12 +123,22 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 else 0.0
             )
             b = flow_shop_s(lb, cpu_b, n) + n * layer_comm_b
-            if z3 is not None:  # prefetched weight gathers / gradient scatters bound each pass
+            z3f = z3b = 0.0
+            if z3 is not None:
+                # ZeRO-3/FSDP with one-layer prefetch: each layer's weight all-gather runs on the
+                # comm stream while the previous layer computes, so a pass takes the longer of
+                # its compute and its collectives — except the first gather (nothing to hide
+                # it) and, in the backward, the last layer's gradient reduce-scatter (nothing
+                # after it); collectives of one communicator run one at a time (ag + rs per
+                # layer in the backward)
                 ag, rs = z3[0].seconds, z3[1].seconds
-                f, b = max(f, n * ag), max(b, n * (ag + rs))
+                f0, b0 = f, b
+                f = ag + max(f, (n - 1) * ag)
+                b = ag + max(b, (n - 1) * (ag + rs)) + rs
                 r = max(r, n * ag) if plan.recompute == "full" else r
-            passes = per_n[n] = (f, r, b)
-        f, recompute, b = passes
+                z3f, z3b = f - f0, b - b0
+            passes = per_n[n] = (f, r, b, z3f, z3b)
+        f, recompute, b, z3f, z3b = passes
         fwd = f + (flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0)
         bwd = (
             b
@@ -136,6 +148,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         dense, expert = stage_params_split(model, plan, s)
         params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
+        st.zero3_exposed_fwd_s, st.zero3_exposed_bwd_s = z3f, z3b
         st.tp_comm_fwd_s = n * tp_f
         st.tp_comm_bwd_s = n * tp_b
         st.tp_comm_recompute_s = n * tp_f if plan.recompute == "full" else 0.0

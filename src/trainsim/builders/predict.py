@@ -126,12 +126,13 @@ def _breakdown(st: StageCost, plan: Plan, iteration_s: float) -> dict[str, float
     """Where one GPU of stage ``st`` spends the iteration (the remainder is pipeline bubble and
     waiting for neighbours)."""
     m = plan.grad_accum
+    z3 = st.zero3_exposed_fwd_s + st.zero3_exposed_bwd_s
     out = {
-        "forward_s": m * (st.fwd_s - st.tp_comm_fwd_s),
-        "backward_s": m * (st.bwd_s - st.recompute_s - st.tp_comm_bwd_s),
+        "forward_s": m * (st.fwd_s - st.tp_comm_fwd_s - st.zero3_exposed_fwd_s),
+        "backward_s": m * (st.bwd_s - st.recompute_s - st.tp_comm_bwd_s - st.zero3_exposed_bwd_s),
         "recompute_s": m * (st.recompute_s - st.tp_comm_recompute_s),
         "tp_communication_s": m * (st.tp_comm_fwd_s + st.tp_comm_bwd_s + st.tp_comm_recompute_s),
-        "exposed_dp_communication_s": st.dp_comm_s,
+        "exposed_dp_communication_s": st.dp_comm_s + m * z3,
         "optimizer_s": st.optimizer_s,
     }
     out["pipeline_bubble_s"] = max(0.0, iteration_s - sum(out.values()))
