@@ -141,3 +141,18 @@ def test_search_on_a_dask_cluster_matches_local():
                             top_k=3, simulate_top=3)  # fmt: skip
     assert [p["plan"] for p in remote["plans"]] == [p["plan"] for p in local["plans"]]
     assert remote["infeasible"] == local["infeasible"] and remote["evaluated"] == local["evaluated"]
+
+
+def test_cli_search_without_feasible_plans_fails_with_reasons():
+    """Review finding: an empty plan space printed an empty table and exited 0; the reasons
+    read 'zero must be N, N, N or N, got N'."""
+    _register()
+    res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64", "--tp", "1",
+                                   "--pp", "1", "--micro-batch", "1", "--zero", "4", "--workers", "1"])  # fmt: skip
+    assert res.exit_code == 1
+    assert "no feasible plan" in str(res.exception) and "zero must be 0, 1, 2 or 3, got 4" in str(res.exception)
+    res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64", "--tp", "1",
+                                   "--pp", "1", "--micro-batch", "1", "--zero", "4", "--workers", "1",
+                                   "--format", "json"])  # fmt: skip
+    doc = json.loads(res.stdout)
+    assert doc["plans"] == [] and doc["infeasible_examples"]["zero must be N, N, N or N, got N"].endswith("got 4")

@@ -90,6 +90,10 @@ def search(
     if fmt is Format.JSON:
         emit_json(r)
         return
+    if not r["plans"]:
+        ex = r.get("infeasible_examples", {})
+        top = "; ".join(f"{n}× {ex.get(why, why)}" for why, n in list(r["infeasible"].items())[:3])
+        raise ConfigError(f"no feasible plan among {r['enumerated']} combinations ({top or 'none enumerated'})")
     import sys
 
     from rich.console import Console
@@ -106,6 +110,9 @@ def search(
     stderr.print(f"screened {r['evaluated']} plans in {tm['screen']:.2f} s ({r['screened_per_min']:,.0f}/min), "
                  f"simulated {r['simulated']} in {tm['simulate']:.2f} s")  # fmt: skip
     if r["infeasible"]:
+        ex = r.get("infeasible_examples", {})
         stderr.print(
-            "infeasible: " + "; ".join(f"{n}× {why}" for why, n in r["infeasible"].items())
+            "infeasible: "
+            + "; ".join(f"{n}× {why}" + (f" (e.g. {ex[why]})" if ex.get(why, why) != why else "")
+                        for why, n in r["infeasible"].items())
         )

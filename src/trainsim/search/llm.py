@@ -74,7 +74,7 @@ def screen_plans(
             cf = closed_form_001(stages, plan)
             mem = max(m.total_bytes for m in memory_per_gpu(model, plan))
         except TrainsimError as e:
-            out.append(Screened(i, math.inf, math.inf, False, reason_key(str(e))))
+            out.append(Screened(i, math.inf, math.inf, False, str(e)))
             continue
         out.append(Screened(i, cf, mem, mem <= cap))
     return out
@@ -151,10 +151,17 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     sys_spec = get_system(system) if isinstance(system, str) else system
     t0 = time.perf_counter()
     infeasible: Counter[str] = Counter()
+    examples: dict[str, str] = {}  # reason -> its first full message (the reason drops numbers)
+
+    def count(message: str) -> None:
+        key = reason_key(message)
+        infeasible[key] += 1
+        examples.setdefault(key, message.removeprefix("plan: "))
+
     items: list[tuple[int, Plan]] = []
     for plan, why in space.plans(model, sys_spec.gpus_per_node):
         if plan is None:
-            infeasible[why] += 1
+            count(why)
         else:
             items.append((len(items), plan))
     enumerated = sum(infeasible.values()) + len(items)
@@ -170,9 +177,9 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     ok = []
     for s in screened:
         if s.error:
-            infeasible[s.error] += 1
+            count(s.error)
         elif not s.fits:
-            infeasible[MEMORY_REASON] += 1
+            count(MEMORY_REASON)
         else:
             ok.append(s)
 
@@ -199,6 +206,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
         "model": model.name, "system": sys_spec.name, "gpus": space.gpus, "global_batch": space.global_batch,
         "objective": objective, "plans": ranked[:top_k], "enumerated": enumerated, "evaluated": len(screened),
         "feasible": len(ok), "simulated": len(ranked), "infeasible": dict(infeasible.most_common()),
+        "infeasible_examples": {k: examples[k] for k, _ in infeasible.most_common()},
         "timings_s": {"enumerate": t1 - t0, "screen": t2 - t1, "simulate": t3 - t2, "total": t3 - t0},
         "screened_per_min": len(screened) / max(t2 - t1, 1e-9) * 60.0,
     }  # fmt: skip

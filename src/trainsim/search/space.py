@@ -72,14 +72,15 @@ class PlanSpace:
         return n
 
     def plans(self, model: ModelSpec, gpus_per_node: int) -> Iterator[tuple[Plan | None, str]]:
-        """Every combination: ``(plan, "")`` when structurally valid, else ``(None, reason)``."""
+        """Every combination: ``(plan, "")`` when structurally valid, else ``(None, message)``
+        (count messages by :func:`reason_key`)."""
         d = self.dims(model, gpus_per_node)
         for tp, pp, cp, ep, sp, zero, mb, rc, sched in itertools.product(*d.values()):
             if sp and tp == 1:
                 continue  # sequence parallelism is a no-op without TP: not a distinct plan
             base = int(tp) * int(cp) * int(pp)  # type: ignore[call-overload]
             if self.gpus % base:
-                yield None, "GPUs not divisible by tp×cp×pp"
+                yield None, f"GPUs {self.gpus} not divisible by tp×cp×pp = {base}"
                 continue
             vpps = self.vpp if sched == "interleaved" else (1,)
             for v in vpps:
@@ -91,11 +92,11 @@ class PlanSpace:
                 }  # fmt: skip
                 plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
-                    yield None, "interleaved schedule needs pp > N"
+                    yield None, "interleaved schedule needs pp > 1"
                     continue
                 try:
                     plan.validate(model, gpus=self.gpus)
                 except ConfigError as e:
-                    yield None, reason_key(str(e))
+                    yield None, str(e)
                     continue
                 yield plan, ""
