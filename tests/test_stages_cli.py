@@ -41,7 +41,12 @@ def test_train_predict_and_search_with_a_predictor(dataset, tmp_path):
     assert case["model"] == "gcn" and case["features"] == "table1+work" and case["mre_pct"] >= 0
     assert case["train"] == 5 and case["val"] == 1 and case["test"] == 4
     assert (out / "predictor.safetensors").exists()
-    assert json.loads((out / "predictor.json").read_text())["meta"]["test_mre_pct"] == case["mre_pct"]
+    meta = json.loads((out / "predictor.json").read_text())["meta"]
+    assert meta["test_mre_pct"] == case["mre_pct"] and meta["families"] == ["gpt"]
+    res = _run("search", "--family", "moe", "--predictor", str(out))  # a GPT predictor for MoE stages
+    assert res.exit_code != 0 and "trained on gpt stages, not 'moe'" in str(res.exception)
+    res = _run("train", str(dataset), "--out", str(tmp_path / "p2"), "--model", "foo")
+    assert res.exit_code != 0 and "model kind must be one of" in str(res.exception)
 
     res = _run("predict", str(out), str(dataset), "--format", "json")
     assert res.exit_code == 0, res.output

@@ -232,6 +232,18 @@ def _warnings(r: LLMPrediction) -> list[str]:
     sc = sum(n for k, n in kern.items() if "scaled-from" in k)
     if sc:
         out.append(f"{sc} operator(s) (GQA/SwiGLU/MoE/vocabulary shapes) are scaled from a benchmarked sister operator")  # fmt: skip
+    tr: dict[str, int] = {}
+    for k, n in kern.items():
+        if ";transferred-from:" in k:
+            src = k.split(";transferred-from:", 1)[1].split(";", 1)[0]
+            tr[src] = tr.get(src, 0) + n
+    for src, n in tr.items():
+        out.append(f"{n} operator(s) on {r.device.name} are timed with {src}'s micro-benchmarks (same "
+                   "architecture and tensor-core peak; memory bandwidth and clocks may differ)")  # fmt: skip
+    m, pp = r.plan.grad_accum, r.plan.pp
+    if pp > 1 and m < pp:
+        out.append(f"only {m} micro-batch(es) for {pp} pipeline stages: the pipeline is mostly bubble "
+                   f"(raise --global-batch to at least {pp * r.plan.micro_batch * r.plan.dp})")  # fmt: skip
     comm = r.provenance["collectives"]
     if any(k.startswith("spec-based") for k in comm):
         out.append(

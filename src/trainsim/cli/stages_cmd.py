@@ -65,7 +65,8 @@ def train(
     cfg = replace(TrainConfig(), epochs=epochs, patience=max(1, epochs // 3))
     pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg,
                             log=stderr.print)  # fmt: skip
-    pred.meta |= {"dataset": str(dataset), "fraction": fraction, "test_mre_pct": case["mre_pct"]}
+    pred.meta |= {"dataset": str(dataset), "fraction": fraction, "test_mre_pct": case["mre_pct"],
+                  "families": sorted({r.family for r in data.rows})}  # fmt: skip
     pred.save(out)
     case["predictor"] = str(out)
     if fmt is Format.JSON:
@@ -142,7 +143,12 @@ def search(
         raise ConfigError(f"--family must be one of {sorted(SEARCH_MODELS)}, got {family!r}")
     provider: MeasuredStages | PredictedStages
     if predictor is not None:
-        provider = PredictedStages(Predictor.load(predictor), name=f"predicted ({predictor})")
+        pred = Predictor.load(predictor)
+        fams = pred.meta.get("families")
+        if fams and family not in fams:
+            raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, not {family!r}; "
+                              f"train one on a {family} dataset or pass --family {fams[0]}")  # fmt: skip
+        provider = PredictedStages(pred, name=f"predicted ({predictor})")
     else:
         provider = MeasuredStages(measured, name=f"measured ({measured})")  # type: ignore[arg-type]
     res = search_pipeline(SEARCH_MODELS[family], provider, devices=devices, microbatches=microbatches)
