@@ -100,7 +100,7 @@ def test_lookup_by_alias_is_case_insensitive(query, name):
 
 
 def test_unknown_name_lists_close_matches():
-    with pytest.raises(ConfigError, match=r"unknown model 'llama2-7'.*llama2-7b.*list_models"):
+    with pytest.raises(ConfigError, match=r"unknown model 'llama2-7'.*llama2-7b.*trainsim models"):
         get_model("llama2-7")
     with pytest.raises(ConfigError, match="no close match"):
         get_model("resnet50")
@@ -279,3 +279,27 @@ def test_catalog_agrees_with_transformers(hf, tmp_path, spec):
     assert replace(read, name=spec.name, source="catalog") == spec
     padding = (spec.padded_vocab() - spec.vocab) * spec.hidden * (1 if spec.tied_embeddings else 2)
     assert _hf_params(torch, transformers, config, meta=True) == spec.params() - padding
+
+
+def test_yaml_model_spec(tmp_path):
+    """DESIGN.md: MODEL may be a YAML spec (ModelSpec fields, or a HF config in YAML)."""
+    from trainsim.builders.models import get_model
+
+    p = tmp_path / "m.yaml"
+    p.write_text("name: my-7b\nhidden: 4096\nlayers: 32\nheads: 32\nkv_heads: 8\nvocab: 32000\n"
+                 "ffn_hidden: 14336\nactivation: swiglu\nnorm: rmsnorm\nposition: rotary\nbias: false\n")  # fmt: skip
+    m = get_model(p)
+    assert (m.name, m.n_kv, m.gated, m.source) == ("my-7b", 8, True, str(p))
+    assert m.params() == get_model("mistral-7b").params()
+    bad = tmp_path / "bad.yml"
+    for text, msg in (("name: x\nhidden: 64\nlayerz: 2\n", "unknown field(s) 'layerz'"),
+                      ("name: x\nhidden: 64\nlayers: 2\nheads: 4\nvocab: 9\nnorm: batch\n", "'norm' must be one of"),
+                      ("name: x\nhidden: 64\nlayers: two\nheads: 4\nvocab: 9\n", "'layers' must be an integer"),
+                      ("name: x\nhidden: 64\n", "missing field(s) 'layers', 'heads', 'vocab'"),
+                      ("[1, 2", "not valid YAML")):  # fmt: skip
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(msg)):
+            get_model(bad)
+    hf = tmp_path / "hf.yaml"
+    hf.write_text("model_type: gpt2\nn_embd: 768\nn_layer: 12\nn_head: 12\nvocab_size: 50257\nn_positions: 1024\n")
+    assert get_model(hf).params() == get_model("gpt2").params()

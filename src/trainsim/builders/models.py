@@ -140,13 +140,16 @@ def list_models() -> list[ModelSpec]:
 
 
 def get_model(name_or_path: str | Path) -> ModelSpec:
-    """A model by catalog name or alias, or from a HuggingFace ``config.json`` (file or directory)."""
+    """A model by catalog name or alias, from a HuggingFace ``config.json`` (file or directory), or
+    from a YAML spec of :class:`ModelSpec` fields (:func:`read_model_yaml`)."""
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ConfigError(f"model directory {path} has no config.json")
         return read_hf_config(path / "config.json")
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return read_model_yaml(path)
     if path.is_file() or text.endswith(".json"):
         return read_hf_config(path)
     hit = _index().get(_key(text))
@@ -156,9 +159,82 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     names = list(dict.fromkeys(_index()[k].name for k in close))
     hint = f"close matches: {', '.join(names)}" if names else "no close match"
     raise ConfigError(
-        f"unknown model {text!r} ({hint}); list_models() in trainsim.builders.models lists the "
-        "catalog, or give a HuggingFace config.json or a directory holding one"
+        f"unknown model {text!r} ({hint}); `trainsim models` lists the catalog, or give a "
+        "HuggingFace config.json (or a directory holding one) or a YAML model spec"
     )
+
+
+# --- YAML model spec ------------------------------------------------------------------------
+
+
+def read_model_yaml(path: str | Path) -> ModelSpec:
+    """A :class:`ModelSpec` from a YAML file of its fields (``name``, ``hidden``, ``layers``,
+    ``heads``, ``vocab`` required; ``ffn_hidden``, ``kv_heads``, ``activation``, ``norm``, ...
+    optional), e.g.::
+
+        name: my-7b
+        hidden: 4096
+        layers: 32
+        heads: 32
+        kv_heads: 8
+        vocab: 32000
+        ffn_hidden: 14336
+        activation: swiglu
+        norm: rmsnorm
+        position: rotary
+        bias: false
+
+    Every error names the file and the field. A YAML file with a ``model_type`` key is read as
+    a HuggingFace config written in YAML."""
+    import dataclasses
+    import typing
+
+    import yaml
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"model spec {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read ({e})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(
+            f"{path}: not valid YAML{where} ({getattr(e, 'problem', None) or e})"
+        ) from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping of model fields at the top level")
+    if "model_type" in doc:
+        return hf_config_from_dict(doc, path)
+    fields = {
+        f.name: f for f in dataclasses.fields(ModelSpec) if f.name not in ("source", "aliases")
+    }
+    unknown = sorted(set(doc) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown field(s) {', '.join(map(repr, unknown))}; known: {', '.join(fields)}"
+        )
+    missing = [n for n in ("name", "hidden", "layers", "heads", "vocab") if n not in doc]
+    if missing:
+        raise ConfigError(f"{path}: missing field(s) {', '.join(map(repr, missing))}")
+    hints = typing.get_type_hints(ModelSpec)
+    for k, v in doc.items():
+        want = hints[k]
+        allowed = typing.get_args(want) if typing.get_origin(want) is typing.Literal else None
+        if allowed is not None and v not in allowed:
+            raise ConfigError(f"{path}: field {k!r} must be one of {', '.join(allowed)}, got {v!r}")
+        if want is bool and not isinstance(v, bool):
+            raise ConfigError(f"{path}: field {k!r} must be true or false, got {v!r}")
+        if want is int and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ConfigError(f"{path}: field {k!r} must be an integer, got {v!r}")
+        if want is str and not isinstance(v, str):
+            raise ConfigError(f"{path}: field {k!r} must be a string, got {v!r}")
+    try:
+        return ModelSpec(**doc, source=str(path))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 # --- HuggingFace config.json ---------------------------------------------------------------
@@ -291,6 +367,11 @@ def read_hf_config(path: str | Path) -> ModelSpec:
         raise ConfigError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a JSON object at the top level")
+    return hf_config_from_dict(doc, path)
+
+
+def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
+    """The ModelSpec of a parsed HuggingFace config (``path`` names it in errors)."""
     mtype = doc.get("model_type")
     reader = _READERS.get(mtype) if isinstance(mtype, str) else None
     if reader is None:
@@ -316,4 +397,5 @@ def read_hf_config(path: str | Path) -> ModelSpec:
             seq_len=f.integer(*_SEQ), source=str(path), **kw,
         )  # fmt: skip
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+        msg = str(e)  # field errors name the file already; ModelSpec's own checks do not
+        raise ConfigError(msg if msg.startswith(f"{path}:") else f"{path}: {msg}") from None
