@@ -18,6 +18,9 @@ SCHEMA_VERSION = 1
 # asks for units in names, so N802/N815 are silenced on those lines.
 
 
+
+USABLE_FRACTION = 40441 / 40960  # deviceQuery total / marketed GiB, A100 40 GB (see memory_bytes)
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -58,7 +61,7 @@ class DeviceSpec(_Strict):
     aliases: tuple[str, ...] = ()
     vendor: str
     architecture: str
-    memory_GB: float = Field(gt=0, description="marketed HBM capacity, decimal GB")  # noqa: N815
+    memory_GB: float = Field(gt=0, description="marketed HBM capacity (GiB in practice; see memory_bytes)")  # noqa: N815
     memory_bandwidth_GBps: float = Field(gt=0)  # noqa: N815
     l2_cache_MB: float | None = Field(default=None, gt=0, description="null where not published")  # noqa: N815
     sm_count: int | None = Field(
@@ -74,7 +77,11 @@ class DeviceSpec(_Strict):
 
     @property
     def memory_bytes(self) -> float:
-        return self.memory_GB * 1e9
+        """Usable device memory. NVIDIA's marketed "80 GB" of HBM is 80 GiB (nvidia-smi: 81920
+        MiB on A100-SXM4-80GB), of which the driver keeps a little: CUDA's deviceQuery reports
+        42,405,855,232 bytes (40,441 MiB) on an A100 40 GB, 98.7 % of 40 GiB (PC2 wiki, "NVIDIA
+        A100 40GB with NVLINK"). Approximation: that fraction for every device."""
+        return self.memory_GB * 2**30 * USABLE_FRACTION
 
     @property
     def memory_bandwidth_Bps(self) -> float:  # noqa: N802
