@@ -473,16 +473,30 @@ def _same_device(name: str, dev: DeviceSpec) -> bool:
         return False
 
 
+def padded_group(system: SystemSpec, world: int) -> int:
+    """The group size the comm models time ``world`` ranks as: ``world`` itself when it packs
+    evenly onto the system's nodes (one partial node or equal nodes), else the ranks padded to
+    ``ceil(world / gpus_per_node)`` full nodes — the packed placement (full nodes, the last one
+    partial) has full nodes, whose GPUs send as much across the network as those of the padded
+    group (an upper bound; e.g. 26 ranks on 8-GPU nodes are timed as 4 × 8 = 32)."""
+    gpn = system.gpus_per_node
+    if gpn is None or world <= gpn:
+        return world
+    nodes = -(-world // gpn)
+    return world if world % nodes == 0 else nodes * gpn
+
+
 def _collective_s(
     comm: CommSetup, kind: CollectiveKind, nbytes: float, world: int
 ) -> tuple[float, str]:
     from trainsim.comm import predict_collective
 
-    gpn = world if comm.system.name.startswith("host-local-") else None
-    p = predict_collective(kind, nbytes, world, system=comm.system, gpus_per_node=gpn)
-    prov = (
-        p.provenance if not comm.system.name.startswith("host-local-") else f"estimate:{comm.note}"
-    )
+    if comm.system.name.startswith("host-local-"):
+        p = predict_collective(kind, nbytes, world, system=comm.system, gpus_per_node=world)
+        return p.duration_s, f"estimate:{comm.note}"
+    group = padded_group(comm.system, world)
+    p = predict_collective(kind, nbytes, group, system=comm.system)
+    prov = p.provenance if group == world else f"{p.provenance};padded:{world}->{group} ranks"
     return p.duration_s, prov
 
 
@@ -691,7 +705,13 @@ def build_dlrm_workload(spec: DLRMSpec, assignment: Sequence[int], world: int, *
         g.add("optimizer", [_k(c, "sgd", "step", dt, params=params, tensors=tensors)], [ar, last])
         graphs.append(RankGraph(rank=r, ops=tuple(g.ops), streams=(COMPUTE, COMM), device=dev.name,
                                 metadata={"tables": [spec.tables[i].name for i in mine], "batch": b}))  # fmt: skip
-    meta = {"source": "trainsim.builders.dlrm", "device": dev.name, "comm": comm.note, "world": world,
+    note = comm.note
+    if world > 1 and not comm.system.name.startswith("host-local-"):
+        padded = padded_group(comm.system, world)
+        if padded != world:
+            note += (f"; {world} ranks do not fill {comm.system.name} nodes of {comm.system.gpus_per_node} evenly:"
+                     f" collectives timed on {padded // comm.system.gpus_per_node} full nodes ({padded} ranks)")  # fmt: skip
+    meta = {"source": "trainsim.builders.dlrm", "device": dev.name, "comm": note, "world": world,
             "assignment": list(assignment), "overlap": overlap, "tbe": tbe, "gpu": gpu}  # fmt: skip
     return Workload(ranks=tuple(graphs), process_groups={"emb": group, "dp": group}, metadata=meta)
 
@@ -748,6 +768,7 @@ __all__ = [
     "comm_setup",
     "dlrm_spec_from_dict",
     "load_dlrm_spec",
+    "padded_group",
     "predict_dlrm_step",
     "provenance_summary",
     "random_tables",

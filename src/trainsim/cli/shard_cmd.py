@@ -12,7 +12,9 @@ Only ``batch`` and ``tables`` (each with ``rows``, ``dim``, ``pooling``) are req
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -20,39 +22,53 @@ from rich.table import Table
 from trainsim.cli.main import app
 from trainsim.cli.output import Format, emit_json, stderr
 
+if TYPE_CHECKING:
+    from trainsim.hardware import DeviceSpec, SystemSpec
+
 
 @app.command("shard")
 def shard(
     spec_file: Path = typer.Argument(..., metavar="SPEC", help="DLRM spec: JSON or YAML with batch and tables (docs/sharding.md)."),
     world: int = typer.Option(8, "--world", help="Ranks (GPUs, or CPU processes) the tables are sharded over."),
-    device: str | None = typer.Option(None, "--device", help="Catalog device or device YAML (e.g. a `trainsim bench` CPU device file); default: the system's."),
-    system: str | None = typer.Option(None, "--system", help="Catalog system or YAML whose comm models time the collectives; default: the device's catalog system, else a host-local estimate."),
+    device: str | None = typer.Option(None, "--device", help="Catalog device or device YAML (e.g. a `trainsim bench` CPU device file); default with --system: the system's device. Give --device, --system or both."),
+    system: str | None = typer.Option(None, "--system", help="Catalog system or YAML whose comm models time the collectives (its device must be --device's); default: the first catalog system built of --device, else a host-local estimate."),
     kernel_models: Path | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact answering before the device's own kernel models."),
-    capacity_gb: float | None = typer.Option(None, "--capacity-gb", help="Cap on table memory per rank (GB, 1e9 bytes); sharders that break it are listed as infeasible."),
+    capacity_gb: float | None = typer.Option(None, "--capacity-gb", help="Cap on table memory per rank (GB, 1e9 bytes; > 0); sharders that break it are listed as infeasible. Default: the device's memory (memory_GB of the catalog/YAML; CPU ranks of one host share it)."),
     sharders: str | None = typer.Option(None, "--sharders", help="Comma-separated subset (default: all)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random sharder."),
     tbe: bool | None = typer.Option(None, "--tbe/--no-tbe", help="Tables as one FBGEMM TBE op per pass with the SGD update fused (default: on GPUs; CPUs: one EmbeddingBag per table + sparse SGD update)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Predict the DLRM step under every sharder of 000 Table III (plus predicted_greedy) and rank them."""
-    from trainsim.builders.dlrm import load_dlrm_spec, resolve_device
+    from trainsim.builders.dlrm import comm_setup, load_dlrm_spec, resolve_device
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_system
     from trainsim.search.sharders import select_sharder
 
-    spec = load_dlrm_spec(spec_file)
-    if device is None and system is None:
-        raise ConfigError("give --device (catalog name or device YAML) or --system")
+    if capacity_gb is not None and not (math.isfinite(capacity_gb) and capacity_gb > 0):
+        raise ConfigError(f"--capacity-gb must be a positive number of GB, got {capacity_gb:g}")
     if world < 1:
         raise ConfigError(f"--world must be >= 1, got {world}")
-    dev = resolve_device(device if device is not None else get_system(system).device)  # type: ignore[arg-type]
+    spec = load_dlrm_spec(spec_file)
+    if device is None and system is None:
+        raise ConfigError(
+            "give --device (catalog name or device YAML, e.g. --device a100-sxm4-80gb) or --system (e.g. --system dgx-a100)"
+        )
+    sys_spec = get_system(system) if system is not None else None
+    dev = resolve_device(device if device is not None else sys_spec.device)  # type: ignore[union-attr]
+    if sys_spec is not None and device is not None:
+        _check_system_device(dev, sys_spec)
     names = [s.strip() for s in sharders.split(",") if s.strip()] if sharders else None
-    cap = capacity_gb * 1e9 if capacity_gb is not None else None
-    res = select_sharder(spec, world, device=dev, system=system, capacity_bytes=cap, kernel_models=kernel_models,
-                         sharders=names, seed=seed, tbe=tbe)  # fmt: skip
+    if capacity_gb is not None:
+        cap, cap_src = capacity_gb * 1e9, "--capacity-gb"
+    else:
+        cap, cap_src = _device_capacity(dev, world, comm_setup(dev, world, sys_spec).system)
+    res = select_sharder(spec, world, device=dev, system=sys_spec, capacity_bytes=cap, kernel_models=kernel_models,
+                         sharders=names, seed=seed, tbe=tbe, capacity_source=cap_src)  # fmt: skip
     best = res[0]
     doc = {"spec": str(spec_file), "world": world, "device": dev.name, "comm": best["comm"],
-           "tables": len(spec.tables), "batch": spec.batch, "sharders": res, "best": best["name"]}  # fmt: skip
+           "tables": len(spec.tables), "batch": spec.batch, "capacity_gb": cap / 1e9, "capacity_source": cap_src,
+           "sharders": res, "best": best["name"]}  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
         return
@@ -72,6 +88,9 @@ def shard(
     from rich.console import Console
 
     Console().print(t)
+    over = "" if capacity_gb is not None else "; --capacity-gb overrides"
+    stderr.print(f"capacity: {cap / 1e9:.4g} GB of tables per rank ({cap_src}{over}); tables only "
+                 "(rows x dim x element size), activations and workspace not counted")  # fmt: skip
     prov = best["provenance"]
     if any(k.startswith("spec-based") for k in prov):
         stderr.print(
@@ -81,3 +100,27 @@ def shard(
         stderr.print(
             "[yellow]note:[/] collectives use the host-local estimate; give --system for a modelled network"
         )
+
+
+def _check_system_device(dev: DeviceSpec, system: SystemSpec) -> None:
+    """--device and --system together must describe one machine: the system's device."""
+    from trainsim.errors import ConfigError
+    from trainsim.hardware import get_device
+
+    try:
+        own = get_device(system.device).name
+    except ConfigError:  # a system YAML naming a device outside the catalog: compare names
+        own = system.device
+    if own != dev.name:
+        raise ConfigError(
+            f"--device {dev.name} is not the device of --system {system.name} ({own}); "
+            f"drop --device, or give a system built of {dev.name}"
+        )
+
+
+def _device_capacity(dev: DeviceSpec, world: int, system: SystemSpec) -> tuple[float, str]:
+    """Default per-rank table cap: a GPU's own memory; CPU ranks on one host share its memory."""
+    if dev.sm_count is not None:
+        return dev.memory_bytes, f"default: {dev.name} memory_GB"
+    per_host = max(1, min(world, system.gpus_per_node or world))
+    return dev.memory_bytes / per_host, f"default: {dev.name} memory_GB / {per_host} ranks per host"

@@ -180,17 +180,25 @@ SHARDERS: dict[str, Sharder] = {
 def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpec,
                    system: str | Path | SystemSpec | None = None, capacity_bytes: float | None = None,
                    kernel_models: KernelModels = None, sharders: Sequence[str] | None = None, seed: int = 0,
-                   **build_kw: Any) -> list[dict[str, Any]]:  # fmt: skip
+                   capacity_source: str | None = None, **build_kw: Any) -> list[dict[str, Any]]:  # fmt: skip
     """Every sharder's assignment and simulated step time, fastest first (000 §V-A).
 
     Each entry: ``name``, ``predicted_step_s``, ``assignment``, ``embedding_load_s`` (each
     rank's predicted lookup seconds), ``imbalance`` (max / mean of it), ``provenance`` (kernel
     counts by source). A sharder that breaks ``capacity_bytes`` is listed last with
-    ``predicted_step_s`` None and its ``error``. ``build_kw`` goes to
+    ``predicted_step_s`` None and its ``error``; when none is feasible a one-line
+    :class:`~trainsim.errors.ConfigError` names the largest table and the cap
+    (``capacity_source``: where the cap came from, for that message). ``build_kw`` goes to
     :func:`~trainsim.builders.dlrm.build_dlrm_workload` (``overlap``, ``link_bandwidth_Bps``, ...).
     """
     from trainsim.sim import simulate
 
+    if capacity_bytes is not None and not (
+        isinstance(capacity_bytes, int | float)
+        and math.isfinite(capacity_bytes)
+        and capacity_bytes > 0
+    ):
+        raise ConfigError(f"capacity must be a positive number of bytes, got {capacity_bytes!r}")
     names = list(sharders) if sharders is not None else list(SHARDERS)
     unknown = [n for n in names if n not in SHARDERS]
     if unknown:
@@ -219,9 +227,35 @@ def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpe
                      "assignment": a, "embedding_load_s": load, "imbalance": max(load) / mean if mean else 1.0,
                      "provenance": provenance_summary(w), "comm": w.metadata["comm"]})  # fmt: skip
     if not done:
-        raise ConfigError(f"no sharder is feasible: {failed[0]['error']}")
+        raise ConfigError(
+            _infeasible_message(
+                spec, world, capacity_bytes, capacity_source, str(failed[0]["error"])
+            )
+        )
     done.sort(key=lambda d: d["predicted_step_s"])
     return done + failed
+
+
+def _infeasible_message(spec: DLRMSpec, world: int, capacity_bytes: float | None, source: str | None,
+                        first_error: str) -> str:  # fmt: skip
+    if capacity_bytes is None:
+        return f"no sharder is feasible: {first_error}"
+    sizes = _table_bytes(spec, None)
+    big = max(range(len(sizes)), key=lambda i: (sizes[i], -i))
+    t = spec.tables[big]
+    why = (
+        "it alone does not fit"
+        if sizes[big] > capacity_bytes
+        else f"all {len(sizes)} tables ({_gb(sum(sizes))} GB) do not pack onto {world} ranks"
+    )
+    cap = f"{_gb(capacity_bytes)} GB per rank" + (f" ({source})" if source else "")
+    return (f"no sharder is feasible: largest table {t.name!r} ({t.rows:,} rows x {t.dim} x {spec.dtype}) "
+            f"is {_gb(sizes[big])} GB against a cap of {cap}; {why}")  # fmt: skip
+
+
+def _gb(nbytes: float) -> str:
+    v = nbytes / 1e9
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
 __all__ = [
