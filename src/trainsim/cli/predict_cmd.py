@@ -38,6 +38,8 @@ def predict(
     attention: str = typer.Option("flash", "--attention", help="Attention kernels: flash, fused (Megatron softmax), unfused."),
     attention_dropout: float = typer.Option(0.0, "--attention-dropout", help="Attention dropout probability (non-flash attention adds a dropout kernel)."),
     closed_form: bool = typer.Option(False, "--closed-form", help="Skip the simulation: paper 001's Eq. 7 only (sub-millisecond)."),
+    kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
+    comm_models: list[Path] | None = typer.Option(None, "--comm-models", help="A `trainsim fit-comm` .json artifact of this system, answering before the shipped comm models (repeatable)."),
     timeline: Path | None = typer.Option(None, "--timeline", help="Write the simulated iteration here (Chrome trace JSON; open in Perfetto)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
@@ -50,6 +52,9 @@ def predict(
 
     spec = get_model(model)
     sysspec = get_system(system)
+    from trainsim.cli.calibration import use_artifacts
+
+    use_artifacts(kernel_models, comm_models, system=sysspec)
     if dp is None:
         base = tp * cp * pp
         if gpus is not None and gpus % base:

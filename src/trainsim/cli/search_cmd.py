@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.table import Table
 
@@ -59,6 +61,8 @@ def search(
     top_k: int = typer.Option(10, "--top-k", help="Plans to report."),
     simulate_top: int = typer.Option(32, "--simulate-top", help="Best screened plans to simulate before ranking."),
     workers: int | None = typer.Option(None, "--workers", min=1, help="Local screening processes (default: every core)."),
+    kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
+    comm_models: list[Path] | None = typer.Option(None, "--comm-models", help="A `trainsim fit-comm` .json artifact of this system, answering before the shipped comm models (repeatable)."),
     scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address (tcp://host:port) to screen on a cluster."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
@@ -72,6 +76,9 @@ def search(
 
     spec = get_model(model)
     sysspec = get_system(system)
+    from trainsim.cli.calibration import use_artifacts
+
+    use_artifacts(kernel_models, comm_models, system=sysspec)
     if sp not in ("on", "off", "both"):
         raise ConfigError(f"--sp must be on, off or both, got {sp!r}")
     if dtype not in DTYPES or attention not in ATTENTION:

@@ -94,11 +94,36 @@ def shipped_models() -> tuple[CalibratedCommModel, ...]:
     return tuple(out)
 
 
+USER_MODELS_ENV = "TRAINSIM_COMM_MODELS"  # os.pathsep-separated `trainsim fit-comm` artifacts
+
+
+@cache
+def _user_models(paths: str) -> tuple[CalibratedCommModel, ...]:
+    out = []
+    for p in paths.split(os.pathsep):
+        if not p:
+            continue
+        m = load_model(p)
+        if not isinstance(m, CalibratedCommModel):
+            raise ConfigError(f"{p}: not a calibrated comm model (a `trainsim fit-comm` artifact)")
+        out.append(m)
+    return tuple(out)
+
+
+def user_models() -> tuple[CalibratedCommModel, ...]:
+    """Artifacts a user fitted (``$TRAINSIM_COMM_MODELS``, set by ``--comm-models``): they
+    answer before the shipped ones on the system they were measured on."""
+    return _user_models(os.environ.get(USER_MODELS_ENV, ""))
+
+
 def models_for(system: SystemSpec | str) -> list[CommModel]:
-    """Calibrated models measured on ``system``, then its spec-based hierarchical model."""
+    """The user's and the shipped calibrated models measured on ``system``, then its spec-based
+    hierarchical model."""
     spec = get_system(system) if isinstance(system, str) else system
     calibrated: list[CommModel] = [
-        m for m in shipped_models() if m.system is not None and m.system.name == spec.name
+        m
+        for m in (*user_models(), *shipped_models())
+        if m.system is not None and m.system.name == spec.name
     ]
     return [*calibrated, HierarchicalModel(spec)]
 

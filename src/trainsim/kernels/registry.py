@@ -167,10 +167,26 @@ def _spec_models(device_name: str) -> tuple[KernelModel, ...]:
     return _build_spec_models(get_device(device_name))
 
 
+USER_MODELS_ENV = "TRAINSIM_KERNEL_MODELS"  # os.pathsep-separated `trainsim fit` artifacts
+
+
+@cache
+def _user_models(paths: str) -> tuple[KernelModel, ...]:
+    return tuple(load_model(p) for p in paths.split(os.pathsep) if p)
+
+
+def user_models() -> tuple[KernelModel, ...]:
+    """Artifacts a user calibrated (``$TRAINSIM_KERNEL_MODELS``, set by ``--kernel-models``):
+    they answer before the shipped ones for the device they were fitted on. An environment
+    variable, so that screening worker processes see them too."""
+    return _user_models(os.environ.get(USER_MODELS_ENV, ""))
+
+
 def models_for(device: DeviceSpec | str) -> list[KernelModel]:
-    """Calibrated models of ``device`` (learned, then rooflines), then its spec-based models."""
+    """The user's calibrated models of ``device``, the shipped ones (learned, then rooflines),
+    then its spec-based models."""
     spec = device if isinstance(device, DeviceSpec) else get_device(device)
-    mine = [m for m in shipped_models() if m.device == spec.name]
+    mine = [m for m in (*user_models(), *shipped_models()) if m.device == spec.name]
     learned = [m for m in mine if isinstance(m, LearnedKernelModel)]
     rest = [m for m in mine if not isinstance(m, LearnedKernelModel)]
     cataloged = any(d.name == spec.name and d == spec for d in list_devices())

@@ -1,0 +1,41 @@
+"""``--kernel-models`` / ``--comm-models``: use artifacts a user fitted on their own cluster.
+
+``trainsim fit`` and ``trainsim fit-comm`` write them; ``predict`` and ``search`` take them.
+They answer before the shipped models for the device / system they were measured on (the
+registries read ``$TRAINSIM_KERNEL_MODELS`` / ``$TRAINSIM_COMM_MODELS``, so that screening
+worker processes see them too); predictions name them in their provenance
+(``calibrated:<dataset>``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainsim.errors import ConfigError
+from trainsim.hardware import SystemSpec
+
+
+def use_artifacts(kernel_models: Sequence[Path] | None, comm_models: Sequence[Path] | None, *,
+                  system: SystemSpec) -> None:  # fmt: skip
+    """Check each artifact loads and was measured on ``system`` (or its device), then register."""
+    from trainsim.comm import registry as comm_registry
+    from trainsim.kernels import registry as kernel_registry
+
+    if kernel_models:
+        for p in kernel_models:
+            m = kernel_registry.load_model(p)
+            if m.device != system.device:
+                raise ConfigError(f"--kernel-models {p}: fitted on device {m.device}, but {system.name} "
+                                  f"has {system.device}")  # fmt: skip
+        os.environ[kernel_registry.USER_MODELS_ENV] = os.pathsep.join(str(Path(p).resolve()) for p in kernel_models)
+    if comm_models:
+        for p in comm_models:
+            c = comm_registry.load_model(p)
+            name = getattr(getattr(c, "system", None), "name", None)
+            if name != system.name:
+                raise ConfigError(f"--comm-models {p}: measured on system {name or '(none)'}, not {system.name}; "
+                                  "refit it with `trainsim fit-comm … --system NAME`")  # fmt: skip
+        os.environ[comm_registry.USER_MODELS_ENV] = os.pathsep.join(str(Path(p).resolve()) for p in comm_models)
+        comm_registry.user_models()  # fail now (one line) rather than inside a worker
