@@ -177,3 +177,31 @@ def test_cli_bad_input_is_one_line_exit_1(tmp_path, content, fragment):
 
 def test_cli_usage_error_exit_2():
     assert _cli("analyze", "--format", "xml", "x").returncode == 2
+
+
+def test_export_kernel_samples_formats_and_modes(tmp_path):
+    """Review findings: a .parquet name got CSV text; written files were mode 0600."""
+    import os
+
+    from trainsim.analyze.samples import export_kernel_samples
+    from trainsim.errors import ConfigError
+    from trainsim.ingest.multirank import load_traces
+
+    w = load_traces([DLRM_DIR]).workload
+    n = export_kernel_samples(w, tmp_path / "k.jsonl")
+    assert n > 0 and len((tmp_path / "k.jsonl").read_text().splitlines()) == n
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "k.jsonl").stat().st_mode & 0o777 == 0o666 & ~umask
+    with pytest.raises(ConfigError, match=r"\.csv, \.jsonl or \.parquet"):
+        export_kernel_samples(w, tmp_path / "k.xlsx")
+    (tmp_path / "dir.csv").mkdir()
+    with pytest.raises(ConfigError, match="is a folder"):
+        export_kernel_samples(w, tmp_path / "dir.csv")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        with pytest.raises(ConfigError, match="needs pyarrow"):
+            export_kernel_samples(w, tmp_path / "k.parquet")
+    else:
+        assert export_kernel_samples(w, tmp_path / "k.parquet") == pq.read_table(tmp_path / "k.parquet").num_rows

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from trainsim.errors import ConfigError
 from trainsim.ir.graph import Workload
-from trainsim.ir.serialize import write_text_atomic
+from trainsim.ir.serialize import write_bytes_atomic, write_text_atomic
 
 COLUMNS = (
     "device", "rank", "family", "kernel", "op", "stream", "duration_s", "input_shapes",
@@ -45,9 +46,27 @@ def kernel_samples(w: Workload) -> Iterator[dict[str, Any]]:
 
 
 def export_kernel_samples(w: Workload, path: str | Path) -> int:
-    """Write the samples as CSV (or JSON lines if the name ends in .jsonl); returns the row count."""
+    """Write the samples as CSV (``.csv``), JSON lines (``.jsonl``) or Parquet (``.parquet``,
+    needs pyarrow); returns the row count."""
     p = Path(path)
+    if p.suffix.lower() not in (".csv", ".jsonl", ".parquet"):
+        raise ConfigError(
+            f"{p}: kernel samples are written as .csv, .jsonl or .parquet, got {p.suffix or 'no suffix'!r}"
+        )
     rows = list(kernel_samples(w))
+    if p.suffix.lower() == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ConfigError(
+                f"{p}: writing Parquet needs pyarrow (pip install pyarrow), or use .csv"
+            ) from None
+        table = pa.Table.from_pylist(rows) if rows else pa.table({c: [] for c in COLUMNS})
+        buf = pa.BufferOutputStream()
+        pq.write_table(table, buf)
+        write_bytes_atomic(p, buf.getvalue().to_pybytes())
+        return len(rows)
     if p.suffix == ".jsonl":
         text = "".join(json.dumps(r) + "\n" for r in rows)
     else:

@@ -18,7 +18,7 @@ def _step(value: str) -> str | int:
     return int(value) if value.isdigit() else value
 
 
-def _pair(text: str, what: str) -> tuple[str, float]:
+def _pair(text: str, what: str, form: str = "NAME:FACTOR") -> tuple[str, float]:
     from trainsim.errors import ConfigError
 
     name, sep, value = text.partition(":")
@@ -27,7 +27,7 @@ def _pair(text: str, what: str) -> tuple[str, float]:
             raise ValueError
         return name, float(value)
     except ValueError:
-        raise ConfigError(f"{what} must look like NAME:FACTOR, got {text!r}") from None
+        raise ConfigError(f"{what} must look like {form}, got {text!r}") from None
 
 
 @app.command()
@@ -102,7 +102,7 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
     w = rep.workload
     applied: list[str] = []
     if straggler is not None:
-        r, f = _pair(straggler, "--straggler")
+        r, f = _pair(straggler, "--straggler", "RANK:FACTOR (e.g. 3:1.5)")
         if not r.lstrip("-").isdigit():
             raise ConfigError(f"--straggler: {r!r} is not a rank number")
         w = whatif.straggler(w, int(r), f)

@@ -163,7 +163,7 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
         parsed.append((lineno, size, oop, ip))
     if kind is None:
         raise TraceFormatError(path, "cannot tell which collective this log measured (no 'Collective test starting' line, "
-                               "no collective in the file name, ambiguous bus-bandwidth factor); pass kind=")  # fmt: skip
+                               "no collective in the file name, ambiguous bus-bandwidth factor); give the collective (--kind all_reduce, ...; kind= in Python)")  # fmt: skip
     use_min = timing == "min" and nranks > 1
     gpn = nranks // nodes
     samples = [
@@ -433,7 +433,7 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
         kinds = {s.kind for s in ds.samples}
         if len(kinds) != 1:
             raise TraceFormatError(
-                deferred[0], "cannot tell which collective this log measured; pass kind="
+                deferred[0], "cannot tell which collective this log measured; give the collective (--kind all_reduce, ...; kind= in Python)"
             )
         for path in deferred:
             got = read_nccl_tests(path, timing=timing, kind=next(iter(kinds)))

@@ -174,17 +174,16 @@ def output_path(path: Path | str) -> Path:
     return p
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder + os.replace: never a half-written file. The
-    file gets the mode an ordinary ``open()`` would (mkstemp makes 0600)."""
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """:func:`write_text_atomic` for bytes."""
     path = output_path(path)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
         raise ConfigError(f"{path}: cannot write ({e.strerror or e})") from None
     try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
@@ -197,3 +196,9 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder + os.replace: never a half-written file (UTF-8;
+    the file gets the mode an ordinary ``open()`` would, where mkstemp makes 0600)."""
+    write_bytes_atomic(path, text.encode("utf-8"))

@@ -119,8 +119,14 @@ def read_artifact(data: bytes | Path | str, origin: str = "") -> KernelModel:
             arrays = {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise ConfigError(f"kernel model {where} does not exist") from None
-    except (OSError, ValueError) as e:  # ValueError: object arrays refused, not an npz
-        raise ConfigError(f"{where}: not a kernel model artifact ({e})") from None
+    except (OSError, ValueError, EOFError) as e:  # ValueError: object arrays refused, not an npz
+        # numpy's own message suggests allow_pickle=True: never for artifacts (no code on load)
+        why = (
+            "it holds Python objects, which trainsim never loads"
+            if "pickle" in str(e)
+            else str(e).splitlines()[0]
+        )
+        raise ConfigError(f"{where}: not a kernel model artifact ({why})") from None
     raw = arrays.pop(_MANIFEST, None)
     if raw is None or raw.dtype != np.uint8:
         raise ConfigError(f"{where}: no {_MANIFEST} in the artifact")

@@ -170,7 +170,7 @@ class MeasuredStages:
         missing = [s for s in specs if s.key() not in self.rows]
         if missing:
             raise ModelError(f"{len(missing)} stages were not measured (first: {missing[0]}); "
-                             "collect them with python -m trainsim.learn.dataset")  # fmt: skip
+                             "collect them with `trainsim stages collect`")  # fmt: skip
         return [self.rows[s.key()].latency_s for s in specs]
 
 

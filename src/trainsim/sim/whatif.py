@@ -46,7 +46,7 @@ def _map_kernels(rg: RankGraph, pick: Callable[[Kernel], bool], factor: float) -
 
 def scale_family(w: Workload, family: KernelFamily, factor: float) -> Workload:
     """Kernels of one family run ``factor`` × as long (0.5: twice as fast), on every rank."""
-    _check(factor, "--factor")
+    _check(factor, f"the {family.value} scale factor")
     return replace(
         w, ranks=tuple(_map_kernels(r, lambda k: k.family is family, factor) for r in w.ranks)
     )
