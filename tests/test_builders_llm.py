@@ -769,3 +769,17 @@ def test_zero3_exposes_its_first_gather_and_last_scatter() -> None:
     st2 = stage_costs(get_model("llama2-7b"), Plan(**base, zero=2), get_system(SYSTEM))[0]
     assert st.zero3_exposed_fwd_s > 0.0 and st.zero3_exposed_bwd_s > st.zero3_exposed_fwd_s
     assert st.fwd_s == pytest.approx(st2.fwd_s + st.zero3_exposed_fwd_s)
+
+
+def test_plan_and_catalog_errors_from_the_review(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="seq_len 8192 exceeds gpt2's 1024 learned positions"):
+        _predict(Plan(seq_len=8192), model="gpt2")
+    assert _predict(Plan(seq_len=8192, global_batch=1), model="llama2-7b").iteration_time_s > 0  # rotary
+    bad = tmp_path / "sys.yaml"
+    bad.write_text("name: x\nvendor: [\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML at line 3, column 1") as e:
+        get_system(str(bad))
+    assert "\n" not in str(e.value)
+    bad.write_text("name: x\n")
+    with pytest.raises(ConfigError, match="missing field 'schema_version'"):
+        get_system(str(bad))

@@ -152,7 +152,7 @@ BAD = [
     ("{not json", "not valid JSON"),
     ([1, 2], "JSON object"),
     ({**LLAMA2_7B, "model_type": "bert"}, "'model_type' is 'bert'; supported: gpt2"),
-    ({k: v for k, v in LLAMA2_7B.items() if k != "model_type"}, "'model_type' is None"),
+    ({k: v for k, v in LLAMA2_7B.items() if k != "model_type"}, "missing field 'model_type'"),
     ({k: v for k, v in LLAMA2_7B.items() if k != "hidden_size"}, "missing field 'hidden_size'"),
     ({k: v for k, v in LLAMA2_7B.items() if k != "intermediate_size"}, "missing field 'intermediate_size'"),
     ({k: v for k, v in GPT2.items() if k != "n_layer"}, r"missing field 'num_hidden_layers' \(or 'n_layer'"),

@@ -374,6 +374,8 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
     """The ModelSpec of a parsed HuggingFace config (``path`` names it in errors)."""
     mtype = doc.get("model_type")
     reader = _READERS.get(mtype) if isinstance(mtype, str) else None
+    if mtype is None:
+        raise ConfigError(f"{path}: missing field 'model_type' (supported: {', '.join(sorted(_READERS))})")
     if reader is None:
         raise ConfigError(
             f"{path}: field 'model_type' is {mtype!r}; supported: {', '.join(sorted(_READERS))}"

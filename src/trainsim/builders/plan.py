@@ -150,6 +150,10 @@ class Plan:
                 f"plan: interleaved schedule needs layers ({model.layers}) divisible by pp×vpp ({chunks})"
             )
         seq = self.seq(model)
+        if model.position == "learned" and seq > model.seq_len:
+            raise ConfigError(
+                f"plan: seq_len {seq} exceeds {model.name}'s {model.seq_len} learned positions"
+            )
         if self.cp > 1 and seq % (2 * self.cp):
             raise ConfigError(
                 f"plan: sequence length {seq} is not divisible by 2×cp = {2 * self.cp}"

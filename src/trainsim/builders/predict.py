@@ -240,6 +240,8 @@ def _warnings(r: LLMPrediction) -> list[str]:
     for src, n in tr.items():
         out.append(f"{n} operator(s) on {r.device.name} are timed with {src}'s micro-benchmarks (same "
                    "architecture and tensor-core peak; memory bandwidth and clocks may differ)")  # fmt: skip
+    if r.plan.sp and r.plan.tp == 1:
+        out.append("sequence parallelism has no effect with tp 1 (it splits the TP group's activations)")
     m, pp = r.plan.grad_accum, r.plan.pp
     if pp > 1 and m < pp:
         out.append(f"only {m} micro-batch(es) for {pp} pipeline stages: the pipeline is mostly bubble "

@@ -179,6 +179,8 @@ def hw_show(
     try:
         spec = get_system(name)
     except ConfigError as sys_err:
+        if Path(name).suffix.lower() in (".yaml", ".yml") or Path(name).exists():
+            raise  # a file: its own error says what is wrong with it
         try:
             spec = get_device(name)
         except ConfigError:

@@ -30,10 +30,14 @@ def _load_yaml(text: str, origin: str, model: type[_M]) -> _M:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{origin}: not valid YAML ({e})") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{origin}: not valid YAML{where} ({getattr(e, 'problem', None) or type(e).__name__})") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{origin}: expected a mapping at the top level")
     version = doc.get("schema_version")
+    if version is None:
+        raise ConfigError(f"{origin}: missing field 'schema_version' (expected {SCHEMA_VERSION})")
     if version != SCHEMA_VERSION:
         raise ConfigError(
             f"{origin}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"
