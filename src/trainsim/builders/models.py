@@ -167,6 +167,15 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
 # --- YAML model spec ------------------------------------------------------------------------
 
 
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read ({e})") from None
+
+
 def read_model_yaml(path: str | Path) -> ModelSpec:
     """A :class:`ModelSpec` from a YAML file of its fields (``name``, ``hidden``, ``layers``,
     ``heads``, ``vocab`` required; ``ffn_hidden``, ``kv_heads``, ``activation``, ``norm``, ...
@@ -192,12 +201,9 @@ def read_model_yaml(path: str | Path) -> ModelSpec:
     import yaml
 
     path = Path(path)
+    text = _read_text(path, "model spec")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"model spec {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read ({e})") from None
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -357,12 +363,9 @@ def read_hf_config(path: str | Path) -> ModelSpec:
     ``model_type``, or a missing or wrongly typed field.
     """
     path = Path(path)
+    text = _read_text(path, "model config")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"model config {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read ({e})") from None
+        doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(doc, dict):
