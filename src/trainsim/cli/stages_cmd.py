@@ -50,7 +50,7 @@ def train(
     out: Path = typer.Option(..., "--out", help="Folder for predictor.json + predictor.safetensors."),
     model: str = typer.Option("dag_transformer", "--model", help="dag_transformer, gcn or gat."),
     fraction: float = typer.Option(0.8, "--fraction", help="Share of the stages to train on (10 % more validate; the rest test)."),
-    epochs: int = typer.Option(250, "--epochs", help="Most epochs (early stopping restores the best)."),
+    epochs: int = typer.Option(250, "--epochs", min=1, help="Most epochs (early stopping restores the best)."),
     features: str = typer.Option("table1+work", "--features", help="table1 (003 Table I) or table1+work (plus operand sizes, FLOPs, contraction)."),
     seed: int = typer.Option(0, "--seed", help="Split and initialisation seed."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
