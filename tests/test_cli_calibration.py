@@ -51,3 +51,57 @@ def test_artifacts_of_another_device_or_system_are_refused(artifact: Path) -> No
     assert r.returncode == 0, r.stderr
     r = _trainsim("predict", "gpt2", "--kernel-models", "/nonexistent/x.npz")
     assert r.returncode == 1 and "does not exist" in r.stderr
+
+
+def test_artifact_options_do_not_leak_into_later_calls_and_caches_follow_them(shared_data: Path, tmp_path: Path) -> None:
+    """Review findings: the variables stayed set after an in-process call, and the collective
+    cache (keyed by system name) answered a later call with the other models' times."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+    from trainsim.comm.registry import USER_MODELS_ENV
+
+    # a user's fit of Perlmutter's intra-node all-reduce from data 10x slower than 001's
+    nccl = shared_data / "calibration/a100-sxm4-80gb_perlmutter/nccl"
+    folder = tmp_path / "nccl"
+    folder.mkdir()
+    for name in ("NVIDIAA100-SXM4-80GB_allreduce_fp16_1_4.csv", "NVIDIAA100-SXM4-80GB_allreduce_large_fp16_1_4.csv"):
+        lines = (nccl / name).read_text(encoding="utf-8-sig").splitlines()
+        rows = [lines[0]] + [",".join([*r.split(",")[:-1], str(10 * float(r.split(",")[-1]))]) for r in lines[1:] if r]
+        (folder / name).write_text("\n".join(rows) + "\n")
+    slow = tmp_path / "slow.json"
+    r = _trainsim("fit-comm", str(folder), "--system", "perlmutter", "-o", str(slow))
+    assert r.returncode == 0, r.stderr
+    _register()
+    args = ["predict", "gpt2", "--system", "perlmutter", "--gpus", "8", "--tp", "4", "--format", "json"]
+
+    def run(*extra: str) -> float:
+        r = CliRunner().invoke(app, [*args, *extra])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["iteration_time_s"]
+
+    plain = run()
+    assert run("--comm-models", str(slow)) > 1.15 * plain  # TP all-reduces from the 10x slower fit
+    assert USER_MODELS_ENV not in os.environ
+    assert run() == pytest.approx(plain)
+
+
+def test_kernel_artifact_for_a_system_naming_its_device_by_alias(artifact: Path, tmp_path: Path) -> None:
+    import yaml
+
+    from trainsim.hardware import get_system
+
+    doc = get_system("dgx-a100").model_dump(mode="json")
+    doc.update(name="my-a100-box", aliases=[], device="a100")  # an alias of a100-sxm4-80gb
+    sysfile = tmp_path / "box.yaml"
+    sysfile.write_text(yaml.safe_dump(doc))
+    r = _trainsim("predict", "gpt2", "--system", str(sysfile), "--kernel-models", str(artifact))
+    assert r.returncode == 0, r.stderr
+
+
+def test_scheduler_with_local_artifacts_is_refused(artifact: Path) -> None:
+    r = _trainsim("search", "gpt2", "--gpus", "8", "--global-batch", "32", "--kernel-models", str(artifact),
+                  "--scheduler", "tcp://127.0.0.1:1")  # fmt: skip
+    assert r.returncode == 1 and "Dask workers cannot read" in r.stderr

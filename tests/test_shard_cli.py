@@ -17,7 +17,7 @@ from trainsim.builders.dlrm import (
     random_tables,
 )
 from trainsim.errors import ConfigError
-from trainsim.hardware import get_system
+from trainsim.hardware import get_device, get_system
 from trainsim.search.sharders import select_sharder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def test_cli_world_26_works():
 
 def test_default_capacity_is_the_device_memory(huge_spec):
     line = _one_line_error(_cli(str(huge_spec), "--world", "4", "--device", GPU))
-    assert "'huge'" in line and "80 GB per rank" in line and "memory_GB" in line
+    assert "'huge'" in line and f"{get_device(GPU).memory_bytes / 1e9:.3g} GB per rank" in line and "memory_GB" in line
 
 
 def test_capacity_override_and_json_fields():
@@ -88,7 +88,7 @@ def test_capacity_override_and_json_fields():
     )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["capacity_gb"] == pytest.approx(80.0) and doc["capacity_source"].startswith(
+    assert doc["capacity_gb"] == pytest.approx(get_device(GPU).memory_bytes / 1e9) and doc["capacity_source"].startswith(
         "default"
     )
     p = _cli(str(EXAMPLE), "--world", "2", "--device", GPU, "--sharders", "naive", "--capacity-gb", "0.001",

@@ -62,12 +62,16 @@ def export_kernel_samples(w: Workload, path: str | Path) -> int:
             raise ConfigError(
                 f"{p}: writing Parquet needs pyarrow (pip install pyarrow), or use .csv"
             ) from None
-        table = pa.Table.from_pylist(rows) if rows else pa.table({c: [] for c in COLUMNS})
+        # CSV writes a missing value as ""; a Parquet column has one type, so missing is null
+        cols = {c: [None if r[c] == "" else r[c] for r in rows] for c in COLUMNS}
         buf = pa.BufferOutputStream()
-        pq.write_table(table, buf)
+        try:
+            pq.write_table(pa.table(cols), buf)
+        except pa.ArrowException as e:
+            raise ConfigError(f"{p}: cannot write Parquet ({e})") from None
         write_bytes_atomic(p, buf.getvalue().to_pybytes())
         return len(rows)
-    if p.suffix == ".jsonl":
+    if p.suffix.lower() == ".jsonl":
         text = "".join(json.dumps(r) + "\n" for r in rows)
     else:
         buf = io.StringIO()

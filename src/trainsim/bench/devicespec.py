@@ -22,15 +22,24 @@ from trainsim.errors import ConfigError
 _PRECISION = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 
 
+def _as_memory_gb(usable_bytes: float) -> float:
+    """``memory_GB`` as the catalog means it (marketed GiB, of which
+    :attr:`~trainsim.hardware.schema.DeviceSpec.memory_bytes` keeps the usable fraction), so that
+    a measured device's ``memory_bytes`` is what was measured."""
+    from trainsim.hardware.schema import USABLE_FRACTION
+
+    return round(usable_bytes / 2**30 / USABLE_FRACTION, 2)
+
+
 def _memory_gb() -> float:
     try:
         for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) * 1024 / 1e9, 1)
+                return _as_memory_gb(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
     pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-    return round(pages * size / 1e9, 1)
+    return _as_memory_gb(pages * size)
 
 
 def measured_device(rows: Iterable[Mapping[str, Any]], *, fingerprint: str) -> dict[str, Any]:
@@ -73,7 +82,7 @@ def _vendor(name: str) -> str:
 def _gpu_memory_gb() -> float:
     import torch
 
-    return round(torch.cuda.get_device_properties(0).total_memory / 1e9, 1)
+    return _as_memory_gb(torch.cuda.get_device_properties(0).total_memory)
 
 
 def write_device_yaml(doc: Mapping[str, Any], path: Path) -> Path:

@@ -227,6 +227,8 @@ def load_dlrm_spec(path: str | Path) -> DLRMSpec:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{p}: cannot read the DLRM spec ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a text file (expected a JSON or YAML DLRM spec)") from None
     try:
         if p.suffix.lower() == ".json":
             doc = json.loads(text)

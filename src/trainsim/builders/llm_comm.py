@@ -31,12 +31,14 @@ Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
 from trainsim.comm import predict_collective
+from trainsim.comm.registry import USER_MODELS_ENV as USER_COMM_MODELS_ENV
 from trainsim.errors import ConfigError, ModelError
 from trainsim.hardware import SystemSpec
 
@@ -71,11 +73,12 @@ def _predict(system: SystemSpec, kind: str, nbytes: float, size: int, pn: int) -
     if _SYSTEMS.setdefault(system.name, system) is not system:
         _SYSTEMS[system.name] = system
         _predict_named.cache_clear()  # another spec under the same name (a YAML edit): start over
-    return _predict_named(system.name, kind, nbytes, size, pn)
+    user = os.environ.get(USER_COMM_MODELS_ENV, "")  # --comm-models change the answers
+    return _predict_named(system.name, kind, nbytes, size, pn, user)
 
 
 @lru_cache(maxsize=65536)
-def _predict_named(name: str, kind: str, nbytes: float, size: int, pn: int) -> tuple[float, str]:
+def _predict_named(name: str, kind: str, nbytes: float, size: int, pn: int, _user: str = "") -> tuple[float, str]:  # fmt: skip
     system = _SYSTEMS[name]
     if size <= 1 or nbytes <= 0:
         return 0.0, "none"

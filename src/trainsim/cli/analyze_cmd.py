@@ -20,7 +20,7 @@ def analyze(
     time_unit: str = typer.Option("auto", help="Trace time unit: auto, us or ns."),
     no_et: bool = typer.Option(False, "--no-et", help="Do not link execution traces."),
     overhead_db: Path | None = typer.Option(None, help="Write the T1–T5 host-overhead database (JSON) here."),
-    export_kernels: Path | None = typer.Option(None, help="Write kernel samples (CSV, or .jsonl) here."),
+    export_kernels: Path | None = typer.Option(None, help="Write kernel samples here: .csv, .jsonl or .parquet (needs pyarrow)."),
     save_workload: Path | None = typer.Option(None, help="Write the workload IR (JSON) here."),
 ) -> None:
     """Explain where the time of a real step goes, per rank and stream."""

@@ -10,25 +10,48 @@ worker processes see them too); predictions name them in their provenance
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from trainsim.errors import ConfigError
-from trainsim.hardware import SystemSpec
+from trainsim.hardware import SystemSpec, get_device
 
 
+@contextmanager
 def use_artifacts(kernel_models: Sequence[Path] | None, comm_models: Sequence[Path] | None, *,
-                  system: SystemSpec) -> None:  # fmt: skip
-    """Check each artifact loads and was measured on ``system`` (or its device), then register."""
+                  system: SystemSpec) -> Iterator[None]:  # fmt: skip
+    """Check each artifact loads and was measured on ``system`` (or its device), register them
+    for the duration of the block (the variables are restored after it; caches that depend on
+    them are keyed on their values)."""
+    from trainsim.comm import registry as comm_registry
+    from trainsim.kernels import registry as kernel_registry
+
+    names = (kernel_registry.USER_MODELS_ENV, comm_registry.USER_MODELS_ENV)
+    saved = {n: os.environ.get(n) for n in names}
+    try:
+        _register(kernel_models, comm_models, system=system)
+        yield
+    finally:
+        for n, v in saved.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
+
+
+def _register(kernel_models: Sequence[Path] | None, comm_models: Sequence[Path] | None, *,
+              system: SystemSpec) -> None:  # fmt: skip
     from trainsim.comm import registry as comm_registry
     from trainsim.kernels import registry as kernel_registry
 
     if kernel_models:
+        device = get_device(system.device).name  # the system may name its device by an alias
         for p in kernel_models:
             m = kernel_registry.load_model(p)
-            if m.device != system.device:
+            if m.device != device:
                 raise ConfigError(f"--kernel-models {p}: fitted on device {m.device}, but {system.name} "
-                                  f"has {system.device}")  # fmt: skip
+                                  f"has {device}")  # fmt: skip
         os.environ[kernel_registry.USER_MODELS_ENV] = os.pathsep.join(str(Path(p).resolve()) for p in kernel_models)
     if comm_models:
         for p in comm_models:

@@ -54,64 +54,64 @@ def predict(
     sysspec = get_system(system)
     from trainsim.cli.calibration import use_artifacts
 
-    use_artifacts(kernel_models, comm_models, system=sysspec)
-    if dp is None:
-        base = tp * cp * pp
-        if gpus is not None and gpus % base:
-            raise ConfigError(f"--gpus {gpus} is not a multiple of tp×cp×pp = {base}")
-        dp = gpus // base if gpus is not None else 1
-    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, micro_batch=micro_batch,
-                global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
-                vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
-                attention_dropout=attention_dropout)  # fmt: skip
-    r = predict_llm(
-        spec,
-        plan,
-        sysspec,
-        simulate=not closed_form,
-        gpus=gpus,
-        full_simulation=timeline is not None,
-    )
-    if timeline is not None:
-        if r.sim is None:
-            raise ConfigError("--timeline needs the simulation; drop --closed-form")
-        from trainsim.sim.timeline import write_timeline
+    with use_artifacts(kernel_models, comm_models, system=sysspec):
+        if dp is None:
+            base = tp * cp * pp
+            if gpus is not None and gpus % base:
+                raise ConfigError(f"--gpus {gpus} is not a multiple of tp×cp×pp = {base}")
+            dp = gpus // base if gpus is not None else 1
+        plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, micro_batch=micro_batch,
+                    global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
+                    vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
+                    attention_dropout=attention_dropout)  # fmt: skip
+        r = predict_llm(
+            spec,
+            plan,
+            sysspec,
+            simulate=not closed_form,
+            gpus=gpus,
+            full_simulation=timeline is not None,
+        )
+        if timeline is not None:
+            if r.sim is None:
+                raise ConfigError("--timeline needs the simulation; drop --closed-form")
+            from trainsim.sim.timeline import write_timeline
 
-        write_timeline(r.sim, timeline)
-        stderr.print(f"wrote timeline: {timeline}")
-    doc = r.to_dict()
-    if fmt is Format.JSON:
-        emit_json(doc)
-        return
-    t = Table(title=f"{spec.name} on {plan.gpus}× {r.device.name} ({sysspec.name}), {plan.label()}")
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
-    t.add_row("iteration time", f"{r.iteration_time_s * 1e3:,.1f} ms ({r.method})")
-    t.add_row("closed form 001 Eq. 7 / 003 Eq. 4",
-              f"{r.closed_form_s['001_eq7'] * 1e3:,.1f} / {r.closed_form_s['003_eq4'] * 1e3:,.1f} ms")  # fmt: skip
-    t.add_row("tokens/s", f"{r.tokens_per_s:,.0f}")
-    t.add_row("MFU", f"{r.mfu * 100:.1f} %")
-    pk = r.peak_memory
-    fits = "fits" if r.fits_in_memory else "DOES NOT FIT"
-    t.add_row(
-        "memory per GPU (peak stage)",
-        f"{_gib(pk.total_bytes)} of {_gib(r.device.memory_bytes)}: {fits}",
-    )
-    t.add_row(
-        "  weights / grads / optimizer",
-        f"{_gib(pk.weights_bytes)} / {_gib(pk.gradients_bytes)} / {_gib(pk.optimizer_bytes)}",
-    )
-    t.add_row("  activations / buffers", f"{_gib(pk.activations_bytes)} / {_gib(pk.buffers_bytes)}")
-    t.add_row(f"breakdown (stage {r.breakdown['stage']:.0f})", "")
-    for k, v in r.breakdown.items():
-        if k != "stage":
-            t.add_row("  " + k.removesuffix("_s").replace("_", " "), f"{v * 1e3:,.1f} ms")
-    t.add_row("provenance", str(r.provenance["summary"]))
-    from rich.console import Console
+            write_timeline(r.sim, timeline)
+            stderr.print(f"wrote timeline: {timeline}")
+        doc = r.to_dict()
+        if fmt is Format.JSON:
+            emit_json(doc)
+            return
+        t = Table(title=f"{spec.name} on {plan.gpus}× {r.device.name} ({sysspec.name}), {plan.label()}")
+        t.add_column("quantity")
+        t.add_column("value", justify="right")
+        t.add_row("iteration time", f"{r.iteration_time_s * 1e3:,.1f} ms ({r.method})")
+        t.add_row("closed form 001 Eq. 7 / 003 Eq. 4",
+                  f"{r.closed_form_s['001_eq7'] * 1e3:,.1f} / {r.closed_form_s['003_eq4'] * 1e3:,.1f} ms")  # fmt: skip
+        t.add_row("tokens/s", f"{r.tokens_per_s:,.0f}")
+        t.add_row("MFU", f"{r.mfu * 100:.1f} %")
+        pk = r.peak_memory
+        fits = "fits" if r.fits_in_memory else "DOES NOT FIT"
+        t.add_row(
+            "memory per GPU (peak stage)",
+            f"{_gib(pk.total_bytes)} of {_gib(r.device.memory_bytes)}: {fits}",
+        )
+        t.add_row(
+            "  weights / grads / optimizer",
+            f"{_gib(pk.weights_bytes)} / {_gib(pk.gradients_bytes)} / {_gib(pk.optimizer_bytes)}",
+        )
+        t.add_row("  activations / buffers", f"{_gib(pk.activations_bytes)} / {_gib(pk.buffers_bytes)}")
+        t.add_row(f"breakdown (stage {r.breakdown['stage']:.0f})", "")
+        for k, v in r.breakdown.items():
+            if k != "stage":
+                t.add_row("  " + k.removesuffix("_s").replace("_", " "), f"{v * 1e3:,.1f} ms")
+        t.add_row("provenance", str(r.provenance["summary"]))
+        from rich.console import Console
 
-    Console().print(t)
-    for w in r.warnings:
-        stderr.print(f"[yellow]note:[/] {w}")
+        Console().print(t)
+        for w in r.warnings:
+            stderr.print(f"[yellow]note:[/] {w}")
 
 
 @app.command("models")

@@ -58,8 +58,8 @@ def search(
     objective: str = typer.Option("time", "--objective", help="time (iteration), time-to-train (needs --train-tokens) or cost."),
     train_tokens: float | None = typer.Option(None, "--train-tokens", help="Tokens to train on (time-to-train, cost)."),
     gpu_hour_price: float | None = typer.Option(None, "--gpu-hour-price", help="Price of one GPU-hour (cost)."),
-    top_k: int = typer.Option(10, "--top-k", help="Plans to report."),
-    simulate_top: int = typer.Option(32, "--simulate-top", help="Best screened plans to simulate before ranking."),
+    top_k: int = typer.Option(10, "--top-k", min=1, help="Plans to report."),
+    simulate_top: int = typer.Option(32, "--simulate-top", min=1, help="Best screened plans to simulate before ranking."),
     workers: int | None = typer.Option(None, "--workers", min=1, help="Local screening processes (default: every core)."),
     kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
     comm_models: list[Path] | None = typer.Option(None, "--comm-models", help="A `trainsim fit-comm` .json artifact of this system, answering before the shipped comm models (repeatable)."),
@@ -78,48 +78,51 @@ def search(
     sysspec = get_system(system)
     from trainsim.cli.calibration import use_artifacts
 
-    use_artifacts(kernel_models, comm_models, system=sysspec)
-    if sp not in ("on", "off", "both"):
-        raise ConfigError(f"--sp must be on, off or both, got {sp!r}")
-    if dtype not in DTYPES or attention not in ATTENTION:
-        raise ConfigError(
-            f"--dtype must be one of {', '.join(DTYPES)} and --attention one of {', '.join(ATTENTION)}"
-        )
-    space = PlanSpace(
-        gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
-        cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),
-        zero=_ints(zero, "--zero", minimum=0), recompute=_words(recompute, "--recompute", RECOMPUTE),
-        schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
-        sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
-    )  # fmt: skip
-    r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
-                   workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # fmt: skip
-    if fmt is Format.JSON:
-        emit_json(r)
-        return
-    if not r["plans"]:
-        ex = r.get("infeasible_examples", {})
-        top = "; ".join(f"{n}× {ex.get(why, why)}" for why, n in list(r["infeasible"].items())[:3])
-        raise ConfigError(f"no feasible plan among {r['enumerated']} combinations ({top or 'none enumerated'})")
-    import sys
+    if scheduler and (kernel_models or comm_models):
+        raise ConfigError("--kernel-models/--comm-models are local files the Dask workers cannot read; "
+                          "screen locally (drop --scheduler) or install the artifacts on the workers")  # fmt: skip
+    with use_artifacts(kernel_models, comm_models, system=sysspec):
+        if sp not in ("on", "off", "both"):
+            raise ConfigError(f"--sp must be on, off or both, got {sp!r}")
+        if dtype not in DTYPES or attention not in ATTENTION:
+            raise ConfigError(
+                f"--dtype must be one of {', '.join(DTYPES)} and --attention one of {', '.join(ATTENTION)}"
+            )
+        space = PlanSpace(
+            gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
+            cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),
+            zero=_ints(zero, "--zero", minimum=0), recompute=_words(recompute, "--recompute", RECOMPUTE),
+            schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
+            sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
+        )  # fmt: skip
+        r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
+                       workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # fmt: skip
+        if fmt is Format.JSON:
+            emit_json(r)
+            return
+        if not r["feasible"]:
+            ex = r.get("infeasible_examples", {})
+            top = "; ".join(f"{n}× {ex.get(why, why)}" for why, n in list(r["infeasible"].items())[:3])
+            raise ConfigError(f"no feasible plan among {r['enumerated']} combinations ({top or 'none enumerated'})")
+        import sys
 
-    from rich.console import Console
+        from rich.console import Console
 
-    t = Table(title=f"{spec.name} on {gpus}× {sysspec.device} ({sysspec.name}), global batch {global_batch}: "
-                    f"best {len(r['plans'])} of {r['feasible']} feasible ({r['evaluated']} screened)")  # fmt: skip
-    for col in ("#", "plan", "iteration", "closed form", "tokens/s", "MFU", "memory/GPU"):
-        t.add_column(col, justify="right" if col != "plan" else "left")
-    for i, p in enumerate(r["plans"], 1):
-        t.add_row(str(i), p["plan"], f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['closed_form_s'] * 1e3:,.1f} ms",
-                  f"{p['tokens_per_s']:,.0f}", f"{p['mfu'] * 100:.1f} %", f"{p['memory_per_gpu_bytes'] / 2**30:.1f} GiB")  # fmt: skip
-    Console(width=None if sys.stdout.isatty() else 160).print(t)
-    tm = r["timings_s"]
-    stderr.print(f"screened {r['evaluated']} plans in {tm['screen']:.2f} s ({r['screened_per_min']:,.0f}/min), "
-                 f"simulated {r['simulated']} in {tm['simulate']:.2f} s")  # fmt: skip
-    if r["infeasible"]:
-        ex = r.get("infeasible_examples", {})
-        stderr.print(
-            "infeasible: "
-            + "; ".join(f"{n}× {why}" + (f" (e.g. {ex[why]})" if ex.get(why, why) != why else "")
-                        for why, n in r["infeasible"].items())
-        )
+        t = Table(title=f"{spec.name} on {gpus}× {sysspec.device} ({sysspec.name}), global batch {global_batch}: "
+                        f"best {len(r['plans'])} of {r['feasible']} feasible ({r['evaluated']} screened)")  # fmt: skip
+        for col in ("#", "plan", "iteration", "closed form", "tokens/s", "MFU", "memory/GPU"):
+            t.add_column(col, justify="right" if col != "plan" else "left")
+        for i, p in enumerate(r["plans"], 1):
+            t.add_row(str(i), p["plan"], f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['closed_form_s'] * 1e3:,.1f} ms",
+                      f"{p['tokens_per_s']:,.0f}", f"{p['mfu'] * 100:.1f} %", f"{p['memory_per_gpu_bytes'] / 2**30:.1f} GiB")  # fmt: skip
+        Console(width=None if sys.stdout.isatty() else 160).print(t)
+        tm = r["timings_s"]
+        stderr.print(f"screened {r['evaluated']} plans in {tm['screen']:.2f} s ({r['screened_per_min']:,.0f}/min), "
+                     f"simulated {r['simulated']} in {tm['simulate']:.2f} s")  # fmt: skip
+        if r["infeasible"]:
+            ex = r.get("infeasible_examples", {})
+            stderr.print(
+                "infeasible: "
+                + "; ".join(f"{n}× {why}" + (f" (e.g. {ex[why]})" if ex.get(why, why) != why else "")
+                            for why, n in r["infeasible"].items())
+            )

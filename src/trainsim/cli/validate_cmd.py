@@ -35,9 +35,17 @@ def validate(
     dataset: str | None = typer.Option(None, "--dataset", help="predtop: folder with gpt/, moe/ (and *-search/) stage datasets; default: the packaged ones."),
 ) -> None:  # fmt: skip
     """Run an accuracy suite and print every case's error beside the summary."""
+    import os
+
+    from trainsim.comm.registry import USER_MODELS_ENV as COMM_ENV
     from trainsim.errors import ConfigError
+    from trainsim.kernels.registry import USER_MODELS_ENV as KERNEL_ENV
     from trainsim.sim.options import HostMode, KernelSource
     from trainsim.validate.registry import run_suite
+
+    for name in (KERNEL_ENV, COMM_ENV):  # suites measure the shipped models, never a user's
+        if os.environ.pop(name, None):
+            stderr.print(f"note: ${name} ignored: validate measures the shipped models")
 
     for value, enum, flag in (
         (overheads, HostMode, "--overheads"),

@@ -198,6 +198,16 @@ class CalibratedCommModel(CommModel):
             return False
         return True
 
+    def measured(
+        self, kind: CollectiveKind | str, group_size: int, *, gpus_per_node: int | None = None
+    ) -> bool:
+        """Whether this model has measurements of exactly this case (no extrapolation)."""
+        try:
+            key, anchor = self.resolve(kind, group_size, gpus_per_node)
+        except ModelError:
+            return False
+        return key == anchor
+
     def predict_many(self, kind: CollectiveKind | str, nbytes: ArrayLike, group_size: int, *,
                      gpus_per_node: int | None = None) -> tuple[np.ndarray, str]:  # fmt: skip
         key, anchor = self.resolve(kind, group_size, gpus_per_node)

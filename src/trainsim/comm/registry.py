@@ -135,8 +135,17 @@ def registered_models() -> list[CommModel]:
 
 def predict_collective(kind: str, nbytes: float, group_size: int, *, system: SystemSpec | str,
                        gpus_per_node: int | None = None, models: Sequence[CommModel] | None = None) -> CommPrediction:  # fmt: skip
-    """Seconds for one collective on ``system``, from the first model that supports it."""
-    for model in models if models is not None else models_for(system):
+    """Seconds for one collective on ``system``: from the first model that measured this very
+    case (collective, nodes, GPUs per node), else the first that supports it (extrapolating
+    from another case, or the hierarchical model). A user's artifact with one case thus
+    answers that case and leaves the others to the models that measured them."""
+    candidates = list(models if models is not None else models_for(system))
+    for model in candidates:
+        if isinstance(model, CalibratedCommModel) and model.measured(
+            kind, group_size, gpus_per_node=gpus_per_node
+        ):
+            return model.predict(kind, nbytes, group_size, gpus_per_node=gpus_per_node)
+    for model in candidates:
         if model.supports(kind, group_size, gpus_per_node=gpus_per_node):
             return model.predict(kind, nbytes, group_size, gpus_per_node=gpus_per_node)
     name = system if isinstance(system, str) else system.name

@@ -35,6 +35,7 @@ from trainsim.builders.predict import predict_llm
 from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import SystemSpec, get_device, get_system
+from trainsim.kernels.registry import USER_MODELS_ENV as USER_KERNEL_MODELS_ENV
 from trainsim.search.space import PlanSpace, reason_key
 
 OBJECTIVES = ("time", "time-to-train", "cost")
@@ -51,13 +52,14 @@ class Screened:
     error: str = ""
 
 
-_COSTERS: dict[str, OpCoster] = {}
+_COSTERS: dict[tuple[str, str], OpCoster] = {}
 
 
 def _coster(device: str) -> OpCoster:
-    c = _COSTERS.get(device)
+    key = (device, os.environ.get(USER_KERNEL_MODELS_ENV, ""))  # --kernel-models change the answers
+    c = _COSTERS.get(key)
     if c is None:
-        c = _COSTERS[device] = OpCoster(get_device(device))
+        c = _COSTERS[key] = OpCoster(get_device(device))
     return c
 
 
