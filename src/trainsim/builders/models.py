@@ -217,7 +217,7 @@ def read_model_yaml(path: str | Path) -> ModelSpec:
     fields = {
         f.name: f for f in dataclasses.fields(ModelSpec) if f.name not in ("source", "aliases")
     }
-    unknown = sorted((str(k) for k in set(doc) - set(fields)))
+    unknown = sorted(str(k) for k in set(doc) - set(fields))
     if unknown:
         raise ConfigError(
             f"{path}: unknown field(s) {', '.join(map(repr, unknown))}; known: {', '.join(fields)}"
