@@ -79,6 +79,10 @@ def repair_tail(path: Path) -> int:
 def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
     """Every complete row of a dataset; a torn last line is skipped (not repaired)."""
     raw = path.read_bytes()
+    if path.name.endswith(".gz"):  # a shipped snapshot, compressed (appending needs plain JSONL)
+        import gzip
+
+        raw = gzip.decompress(raw)
     complete = raw[: raw.rfind(b"\n") + 1]
     for lineno, line in enumerate(complete.decode("utf-8").splitlines(), 1):
         if not line.strip():

@@ -42,12 +42,17 @@ def _conv2d(x: Arrays, eb: int) -> Arrays:
     ho = (hw - 1) / s + 1
     return {"out_hw": ho, "gemm_m": n * ho * ho, "gemm_n": k, "gemm_k": c * r * r,
             "flops": 2.0 * n * k * c * r * r * ho * ho,
-            "bytes": eb * (n * c * hw * hw + k * c * r * r + n * k * ho * ho)}  # fmt: skip
+            "bytes": eb * (n * c * hw * hw + k * c * r * r + n * k * ho * ho),
+            # the unfolded input an im2col GEMM reads (r² copies of each input pixel) and the
+            # output; a direct kernel avoids the first, which is why both are features
+            "im2col_bytes": eb * n * ho * ho * c * r * r, "out_bytes": eb * n * k * ho * ho}  # fmt: skip
 
 
 def _batch_norm(x: Arrays, eb: int) -> Arrays:
     numel = x["n"] * x["c"] * x["hw"] ** 2
-    return {"numel": numel, "flops": 8.0 * numel, "bytes": 2.0 * eb * numel}
+    # statistics are reduced per channel over n·hw² values: the length of each reduction
+    return {"numel": numel, "plane": x["n"] * x["hw"] ** 2, "flops": 8.0 * numel,
+            "bytes": 2.0 * eb * numel}  # fmt: skip
 
 
 def _cross_entropy(x: Arrays, eb: int) -> Arrays:
@@ -58,7 +63,8 @@ def _cross_entropy(x: Arrays, eb: int) -> Arrays:
 
 def _concat(x: Arrays, eb: int) -> Arrays:
     numel = x["parts"] * x["rows"] * x["cols"]
-    return {"numel": numel, "flops": np.zeros_like(numel), "bytes": 2.0 * eb * numel}
+    return {"numel": numel, "part_bytes": eb * x["rows"] * x["cols"], "row_bytes": eb * x["cols"],
+            "flops": np.zeros_like(numel), "bytes": 2.0 * eb * numel}  # fmt: skip
 
 
 def _transpose(x: Arrays, eb: int) -> Arrays:
@@ -73,16 +79,24 @@ def _tril(x: Arrays, eb: int) -> Arrays:
 
 
 def _index_select(x: Arrays, eb: int) -> Arrays:
+    """Gather ``k`` rows of ``d`` from ``rows``; backward zero-fills the (rows, d) gradient and
+    adds into it. ``unique_rows``: the expected distinct rows of ``k`` uniform draws,
+    ``rows·(1 − e^(−k/rows))``: a repeated row is a cache hit forward and a read-modify-write of
+    the same line backward; ``touched_bytes`` is their data."""
     gathered = x["k"] * x["d"]
-    return {"numel": gathered, "source_bytes": eb * x["rows"] * x["d"],
+    unique = x["rows"] * -np.expm1(-x["k"] / x["rows"])
+    return {"numel": gathered, "source_bytes": eb * x["rows"] * x["d"], "unique_rows": unique,
+            "touched_bytes": eb * unique * x["d"], "row_bytes": eb * x["d"],
             "flops": np.zeros_like(gathered), "bytes": 2.0 * eb * gathered + 8.0 * x["k"]}  # fmt: skip
 
 
 def _optimizer(bytes_per_param: float, flops_per_param: float) -> Derive:
     def derive(x: Arrays, eb: int) -> Arrays:
         p = x["params"]
-        return {"params": p, "per_tensor": p / x["tensors"], "flops": flops_per_param * p,
-                "bytes": bytes_per_param * p}  # fmt: skip
+        # a for-loop optimizer pays a per-tensor cost (dispatch of each tensor's ops) beside
+        # the per-parameter traffic: per_tensor is the work between two such costs
+        return {"params": p, "per_tensor": p / x["tensors"], "per_tensor_bytes": bytes_per_param * p / x["tensors"],
+                "flops": flops_per_param * p, "bytes": bytes_per_param * p}  # fmt: skip
 
     return derive
 

@@ -101,7 +101,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     cpu_sel = cpu_f
     out = []
     layers = stage_layers(model, plan)
-    per_n: dict[int, tuple[float, float, float]] = {}  # stages of equal depth share their passes
+    per_n: dict[int, tuple[float, float, float, float, float]] = {}  # stages of equal depth share their passes
     tp_f, tp_b = sum(c.seconds for c in tpf), sum(c.seconds for c in tpb)
     fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
     shard = plan.dp * plan.cp if plan.zero >= 1 else 1

@@ -44,7 +44,7 @@ def _run_comm(
 
 def _run_kernels(
     suites: list[str], dataset: Path | None, *, device: str, quick: bool, resume: bool,
-    threads: int | None, ops: list[str], progress: bool,
+    threads: int | None, ops: list[str], progress: bool, dtypes: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     from trainsim.bench.dataset import iter_rows, noise_floor
     from trainsim.bench.devicespec import measured_device, write_device_yaml
@@ -57,11 +57,12 @@ def _run_kernels(
         get_suite(name)  # unknown names fail before anything runs
     path = dataset or Path(f"bench/kernels-{device}.jsonl")
     spec = SweepSpec(device=device, quick=quick)
-    cases = list(suite_cases(suites, spec, ops=ops))
+    cases = list(suite_cases(suites, spec, ops=ops, dtypes=dtypes or ()))
     if not cases:
         known = sorted({c.op for c in suite_cases(suites, spec)})
         raise ConfigError(
-            f"no case of {', '.join(suites)} runs op(s) {ops}; their ops: {', '.join(known)}"
+            f"no case of {', '.join(suites)} runs op(s) {ops or 'any'} in dtype(s) {dtypes or 'any'}; "
+            f"their ops: {', '.join(known)}"
         )
     log(
         f"benchmarking {len(cases)} cases of {', '.join(suites)} on {device}{' (quick)' if quick else ''} → {path}"
@@ -143,6 +144,11 @@ def bench(
     ops: list[str] = typer.Option(
         [], "--op", help="Only these ops of the kernel suites (repeatable), e.g. --op mm."
     ),
+    dtypes: list[str] = typer.Option(
+        [],
+        "--dtype",
+        help="Only these dtypes (repeatable), e.g. --dtype fp32 (a full CPU sweep adds bf16).",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
     nproc: int = typer.Option(2, help="Ranks for the comm suite (ignored under torchrun)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
@@ -175,7 +181,7 @@ def bench(
             log(f"backend refused: {', '.join(doc['unsupported'])}")
         return
     doc = _run_kernels(names, dataset, device=device, quick=quick, resume=resume, threads=threads,
-                       ops=ops, progress=progress)  # fmt: skip
+                       ops=ops, progress=progress, dtypes=dtypes)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
     else:

@@ -42,13 +42,21 @@ def fit_cmd(
     jobs: int = typer.Option(1, "--jobs", "-j", help="Threads per tree fit (1 is fastest on small data and busy machines)."),
     strict_monotone: bool = typer.Option(False, "--strict-monotone", help="Constrain trees to be monotone in every signed input (less accurate on cuBLAS kernel switches)."),
     name: str | None = typer.Option(None, help="Dataset name used in provenance (default: the folder name)."),
+    folds: int = typer.Option(1, "--folds", help="Score candidates by k-fold cross-validation on the training rows (1: one 80/20 split)."),
+    max_spread: float | None = typer.Option(None, "--max-spread", help="Leave out rows whose repeat spread (p75 − p25)/median exceeds this (e.g. 0.25), before any split; rows without repeats are kept."),
 ) -> None:  # fmt: skip
     """Fit kernel models (per operator, phase and dtype): choose a regressor by validation error
     inside the training rows, report its error on held-out rows, refit it on all rows."""
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_device
     from trainsim.ir.kinds import KernelFamily
-    from trainsim.kernels import DEFAULT_KINDS, fit_kernels, read_kernel_dataset, save_model
+    from trainsim.kernels import (
+        DEFAULT_KINDS,
+        family_summary,
+        fit_kernels,
+        read_kernel_dataset,
+        save_model,
+    )
 
     _register_bench_ops()
     fams = None
@@ -61,6 +69,12 @@ def fit_cmd(
             ) from None
     kind_list = tuple(_split([kinds]) or ()) if kinds else DEFAULT_KINDS
     ds = read_kernel_dataset(datasets, name=name, ops=_split(op))
+    dropped_noisy = 0
+    if max_spread is not None:
+        if not max_spread > 0:
+            raise ConfigError(f"--max-spread must be positive, got {max_spread}")
+        ds, dropped_noisy = ds.without_spread_above(max_spread)
+        log(f"--max-spread {max_spread:g}: left out {dropped_noisy} rows whose repeats spread more")
     spec = get_device(device) if device else None
     log(f"{len(ds)} rows, {len(ds.entry_keys())} entries from {ds.name} ({', '.join(sorted(ds.formats))}); "
         f"device {spec.name if spec else ds.device}")  # fmt: skip
@@ -71,7 +85,7 @@ def fit_cmd(
         )
 
     result = fit_kernels(ds, device=spec, kinds=kind_list, grid=grid, holdout=holdout, seed=seed, families=fams,
-                         n_jobs=jobs, strict_monotone=strict_monotone, progress=progress)  # fmt: skip
+                         n_jobs=jobs, strict_monotone=strict_monotone, progress=progress, folds=folds)  # fmt: skip
     if output is not None:
         if result.model is None:
             raise ConfigError("no entry had enough rows to fit a model; nothing to write")
@@ -79,8 +93,10 @@ def fit_cmd(
         log(f"wrote {output}")
     doc = {
         "dataset": ds.name, "device": result.roofline.device, "rows": len(ds), "kinds": list(kind_list),
-        "grid": grid, "holdout": holdout, "seed": seed,
+        "grid": grid, "holdout": holdout, "seed": seed, "folds": folds,
+        "max_spread": max_spread, "rows_left_out_noisy": dropped_noisy,
         "models": [_model_row(r) for r in result.reports],
+        "families": family_summary(result.reports),
         "artifact": str(output) if output else None,
     }  # fmt: skip
     if fmt is Format.JSON:
@@ -123,6 +139,15 @@ def _print(doc: dict[str, Any]) -> None:
         out.print(
             f"mean MAPE {sum(done) / len(done):.2f} %, max {max(done):.2f} % over {len(done)} entries"
         )
+    f = Table(title="per family: held-out GMAE (entries pooled, weighted by held-out rows) beside the "
+              "noise floor (median repeat spread (p75 − p25)/median)", title_justify="left")  # fmt: skip
+    for c in ("family", "entries", "rows", "held-out rows", "GMAE %", "noise floor %",
+              "held-out noise %", "worst entry"):  # fmt: skip
+        f.add_column(c, justify="left" if c in ("family", "worst entry") else "right")
+    for fam, s in doc["families"].items():
+        f.add_row(fam, str(s["entries"]), str(s["rows"]), str(s["heldout_rows"]), _pct(s["gmae_pct"]),
+                  _pct(s["noise_pct"]), _pct(s["heldout_noise_pct"]), s["worst_entry"] or "—")  # fmt: skip
+    out.print(f)
 
 
 def _register_bench_ops() -> None:

@@ -13,7 +13,7 @@ rooflines) fitted per operator, phase and dtype on micro-benchmarks, selected by
 from trainsim.kernels.calibrated import LearnedEntry, LearnedKernelModel
 from trainsim.kernels.embedding import EmbeddingLookupModel
 from trainsim.kernels.features import OPS, OpSpec, Phase, derive, op_spec
-from trainsim.kernels.fitting import EntryReport, FitResult, fit_entry, fit_kernels
+from trainsim.kernels.fitting import EntryReport, FitResult, family_summary, fit_entry, fit_kernels
 from trainsim.kernels.learned import DEFAULT_KINDS, KINDS
 from trainsim.kernels.model import (
     KernelModel,
@@ -61,6 +61,7 @@ __all__ = [
     "Phase",
     "RooflineModel",
     "derive",
+    "family_summary",
     "fit_entry",
     "fit_kernels",
     "load_model",

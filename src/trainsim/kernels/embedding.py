@@ -101,9 +101,12 @@ class EmbeddingLookupModel(KernelModel):
     def supports(self, q: KernelQuery) -> bool:
         if q.op != _OP or q.key.phase not in (Phase.FWD, Phase.BWD):
             return False
-        need = (
-            op_spec(_OP).inputs if not self.reuse_factors else (*op_spec(_OP).inputs, *RF_NAMES[:1])
-        )
+        spec = op_spec(_OP)
+        need = [
+            n for n in spec.inputs if not (spec.defaults and n in spec.defaults)
+        ]  # optional: reuse
+        if self.reuse_factors:
+            need.append(RF_NAMES[0])
         return all(n in q.inputs for n in need)
 
     def _hit_rate(

@@ -246,7 +246,10 @@ def _optimizer(x: Arrays, eb: int) -> Arrays:
 def _embedding_bag(x: Arrays, eb: int) -> Arrays:
     """A batched embedding-bag lookup (DLRM/FBGEMM TBE): B samples x T tables x L rows of D."""
     lookups = x["B"] * x["T"] * x["L"]
+    reuse = x.get("reuse", np.ones_like(lookups))
+    # distinct rows fetched (first touches: from DRAM unless cached) against the tables' size
     return {"lookups": lookups, "dim": x["D"], "flops": lookups * x["D"],
+            "unique_bytes": eb * lookups / reuse * x["D"], "table_bytes": eb * x["T"] * x["E"] * x["D"],
             "bytes": eb * (lookups * x["D"] + x["B"] * x["T"] * x["D"])}  # fmt: skip
 
 
@@ -325,12 +328,14 @@ _register(OpSpec("attention", F.ATTENTION, {"batch": 1, "heads": 1, "seq_len": 1
 _register(OpSpec("elementwise", F.ELEMENTWISE, {"numel": 1},
                  lambda x, eb: _elementwise(x["numel"], eb, reads=2, writes=1, flops_per=1),
                  {"numel": 2.0**24}, note="Approximation: two inputs, one output"))  # fmt: skip
-_register(OpSpec("embedding_bag", F.EMBEDDING_FWD, {"B": 0, "E": 0, "T": 1, "L": 1, "D": 1},
-                 _embedding_bag, {"B": 2048.0, "E": 1e6, "T": 8.0, "L": 32.0, "D": 128.0},
+_register(OpSpec("embedding_bag", F.EMBEDDING_FWD, {"B": 0, "E": 0, "T": 1, "L": 1, "D": 1, "reuse": 0},
+                 _embedding_bag, {"B": 2048.0, "E": 1e6, "T": 8.0, "L": 32.0, "D": 128.0}, {"reuse": 1.0},
                  bwd_family=F.EMBEDDING_BWD,
                  note="batched embedding-bag (FBGEMM TBE). No claim in B: in 002's L2 model a larger "
                       "batch leaves fewer tables sharing the L2 and can raise the hit rate enough to "
-                      "outweigh the extra lookups"))  # fmt: skip
+                      "outweigh the extra lookups. Optional ``reuse``: lookups per distinct row of the "
+                      "batch (000 §III-E's mean reuse factor; 1 = every lookup a different row), which "
+                      "sets how many lookups hit in cache"))  # fmt: skip
 _register(OpSpec("memcpy", F.MEMCPY, {"bytes": 1},
                  lambda x, eb: {"flops": np.zeros_like(x["bytes"]), "bytes": 2.0 * x["bytes"]},
                  {"bytes": 2.0**26}, note="a device-to-device copy reads and writes each byte"))  # fmt: skip
@@ -394,6 +399,17 @@ def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: De
         cols["tiles"], cols["waves"] = tiles, np.ceil(tiles / sms)
     if "q_blocks" in w:
         cols["waves"] = np.ceil(w["q_blocks"] / sms)
+    if device.sm_count is None:
+        # A host CPU (no SMs; the tile and wave columns above stay, so models fitted before
+        # these columns still evaluate). Its cores reach their peak only at a high arithmetic
+        # intensity, and trees on log columns cannot form log(flops) − log(bytes) themselves;
+        # the smallest GEMM dimension bounds the register blocking the same way.
+        cols["intensity"] = w["flops"] / np.maximum(w["bytes"], 1.0) + 1.0
+        # one core rarely overlaps its arithmetic with its memory traffic: the two times added
+        cols["serial_s"] = (w["flops"] / peak_flops(device, dtype)
+                            + w["bytes"] / device.memory_bandwidth_Bps)  # fmt: skip
+        if {"m", "n", "k"} <= w.keys():
+            cols["min_dim"] = np.minimum(np.minimum(w["m"], w["n"]), w["k"])
     names = sorted(cols)
     mat = np.column_stack([np.log2(np.maximum(cols[n], 1e-30)) for n in names])
     return names, mat

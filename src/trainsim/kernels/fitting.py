@@ -24,7 +24,12 @@ Per entry (operator, phase, dtype):
    and the entry records why it was dropped). Every tree kind is also tried *constrained*
    (``"constrained": true`` in its config: monotone constraints on every column that moves
    with a claimed input), which honours the claims by construction; the ``roofline`` kind is
-   monotone too, so some candidate always qualifies. The best score wins; a candidate within
+   monotone too, so some candidate always qualifies. Constrained trees that learn the
+   efficiency are monotone in time only if efficiency never improves with size, which per-call
+   overhead contradicts on a CPU; so each is also tried on log2 time itself (``"target":
+   "time"``, the roofline time one of its columns; ``time_target=False`` leaves that out).
+   ``folds > 1`` scores each candidate by k-fold cross-validation on the training rows instead
+   of the one 80/20 split. The best score wins; a candidate within
    2 % of it that is smaller wins instead (artifacts stay small).
 
    Why "twice" and a 10 % allowance, not strict monotonicity: the measurements themselves
@@ -47,6 +52,7 @@ import datetime as dt
 import itertools
 import math
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,7 +93,7 @@ from trainsim.kernels.monotone import (
     monotone_violation,
 )
 from trainsim.kernels.roofline import EfficiencyCurve, RooflineModel, fit_efficiency
-from trainsim.kernels.samples import EntryKey, KernelDataset, heldout_rows
+from trainsim.kernels.samples import EntryKey, KernelDataset, heldout_rows, kfold_ids
 
 IMPLAUSIBLE_FACTOR = 10.0  # a timing failure, not noise: an order of magnitude off
 _LOG_BAD = math.log2(IMPLAUSIBLE_FACTOR)
@@ -124,6 +130,13 @@ class EntryReport:
     candidates: list[Candidate] = field(default_factory=list)
     heldout: list[tuple[float, float]] = field(default_factory=list)  # (measured s, predicted s)
     contradicted: dict[str, str] = field(default_factory=dict)  # monotone claims the data refute
+    row_spreads: tuple[float, ...] = ()  # each row's repeat spread, where the data keep repeats
+    heldout_spreads: tuple[float, ...] = ()  # the same, of the held-out rows
+
+    @property
+    def noise_pct(self) -> float | None:
+        """The entry's noise floor: median repeat spread (p75 − p25)/median of its rows, in %."""
+        return _median_pct(self.row_spreads)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -135,9 +148,45 @@ class EntryReport:
             "heldout_rows": self.heldout_rows, "train_rows": self.train_rows, "excluded_rows": self.excluded,
             "size_bytes": self.size_bytes, "fit_seconds": round(self.seconds, 2),
             "claims_contradicted_by_data": self.contradicted,
+            "noise_pct": self.noise_pct, "heldout_noise_pct": _median_pct(self.heldout_spreads),
             "candidates": [{"kind": c.kind, "config": c.config, "val_mape_pct": c.val_mape_pct,
                             "size_bytes": c.size_bytes, "rejected": c.rejected} for c in self.candidates],
         }  # fmt: skip
+
+
+def _median_pct(spreads: Sequence[float]) -> float | None:
+    return float(np.median(spreads)) * 100.0 if len(spreads) else None
+
+
+def family_summary(reports: Sequence[EntryReport]) -> dict[str, dict[str, Any]]:
+    """Per kernel family: entries, held-out rows, held-out GMAE and the noise floor.
+
+    GMAE pools the entries' held-out GMAE geometrically, weighted by their held-out rows (the
+    geometric mean of every plausible held-out row's error); the noise floor is the median
+    repeat spread (p75 − p25)/median over all the family's rows (the bench runner's definition)
+    and over its held-out rows — what a perfect model of the true median still scores, to
+    first order."""
+    out: dict[str, dict[str, Any]] = {}
+    for fam in sorted({r.family.value for r in reports}):
+        rs = [r for r in reports if r.family.value == fam]
+        fitted = [(r, g) for r in rs if (g := r.heldout_gmae_pct) is not None and r.heldout_rows > 0
+                  and math.isfinite(g)]  # fmt: skip
+        n = sum(r.heldout_rows for r, _ in fitted)
+        gmae = (
+            math.exp(sum(r.heldout_rows * math.log(max(g, 1e-9)) for r, g in fitted) / n)
+            if n
+            else None
+        )
+        worst = max(fitted, key=lambda rg: rg[1])[0].key.label if fitted else None
+        out[fam] = {
+            "entries": len(fitted), "entries_without_model": len(rs) - len(fitted), "heldout_rows": n,
+            "rows": sum(r.train_rows + r.heldout_rows + r.excluded for r in rs),
+            "gmae_pct": gmae,
+            "noise_pct": _median_pct([s for r in rs for s in r.row_spreads]),
+            "heldout_noise_pct": _median_pct([s for r, _ in fitted for s in r.heldout_spreads]),
+            "worst_entry": worst,
+        }  # fmt: skip
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +265,16 @@ def _take(inputs: Arrays, rows: np.ndarray) -> Arrays:
 
 def _select(key: EntryKey, family: KernelFamily, *, kinds: Sequence[str], grid: str, cols: list[str], signs: list[int],
             x: np.ndarray, y: np.ndarray, inputs: Arrays, rows: np.ndarray, device: DeviceSpec, seed: int,
-            n_jobs: int, strict: bool, claims: dict[str, int]) -> list[Candidate]:  # fmt: skip
+            n_jobs: int, strict: bool, claims: dict[str, int], time_target: bool = True,
+            folds: int = 1) -> list[Candidate]:  # fmt: skip
     val = heldout_rows(rows.size, fraction=0.2, seed=seed + 1, label=key.label)
     fit_rows, val_rows = rows[~val], rows[val]
+    # folds > 1: each candidate is scored on every training row, predicted by a fit of the
+    # other folds (k-fold cross-validation), not on one 20 % draw — steadier on a few dozen rows
+    splits = [(fit_rows, val_rows)]
+    if folds > 1:
+        ids = kfold_ids(rows.size, folds=folds, seed=seed + zlib.crc32(key.label.encode()))
+        splits = [(rows[ids != f], rows[ids == f]) for f in range(folds)]
     out: list[Candidate] = []
     for kname in kinds:
         k = kind(kname)
@@ -231,27 +287,39 @@ def _select(key: EntryKey, family: KernelFamily, *, kinds: Sequence[str], grid: 
             if k.monotone and any(ksigns)
             else (False,)
         )
-        for cfg, constrained in itertools.product(configs(k, grid), variants):
+        # A constrained tree that learns the efficiency is monotone in time only if the
+        # efficiency never improves with size; where per-call overhead dominates small problems
+        # (CPU operators) it does, so constrained trees are also tried on log2 time itself.
+        targets = [(c, False) for c in variants] + [
+            (True, True) for c in variants if c and k.on_roofline and time_target
+        ]
+        for cfg, (constrained, on_time) in itertools.product(configs(k, grid), targets):
             if constrained and not constrainable(k, cfg):
                 continue
             label = {**cfg, "constrained": True} if constrained else dict(cfg)
+            if on_time:
+                label["target"] = "time"
+            preds, meas = [], []
             try:
-                reg = fit_kind(
-                    k,
-                    kx[fit_rows],
-                    y[fit_rows],
-                    cols=kcols,
-                    signs=ksigns if constrained else [0] * len(ksigns),
-                    cfg={**cfg, **({"n_jobs": n_jobs} if k.threads else {})},
-                    seed=seed,
-                )
+                for fit_rows, val_rows in splits:
+                    reg = fit_kind(
+                        k,
+                        kx[fit_rows],
+                        y[fit_rows],
+                        cols=kcols,
+                        signs=ksigns if constrained else [0] * len(ksigns),
+                        cfg={**cfg, **({"n_jobs": n_jobs} if k.threads else {})},
+                        seed=seed,
+                        on_roofline=not on_time,
+                    )
+                    entry = _entry(key, family, kname=kname, cfg=label, cols=kcols, reg=reg, inputs=inputs,
+                                   rows=fit_rows, claims=claims)  # fmt: skip
+                    preds.append(entry.predict(_take(inputs, val_rows), device)[0])
+                    meas.append(np.exp2(y[val_rows]))
             except (ValueError, np.linalg.LinAlgError) as e:
                 out.append(Candidate(kname, label, math.inf, 0, f"fit failed: {e}"))
                 continue
-            entry = _entry(key, family, kname=kname, cfg=label, cols=kcols, reg=reg, inputs=inputs, rows=fit_rows,
-                           claims=claims)  # fmt: skip
-            pred, _ = entry.predict(_take(inputs, val_rows), device)
-            score = mape_pct(pred, np.exp2(y[val_rows]))
+            score = mape_pct(np.concatenate(preds), np.concatenate(meas))
             why = ""
             if not (constrained or k.name == "roofline") and monotone_violation(
                 entry, inputs, fit_rows, device, step=None if strict else MONOTONE_STEP, seed=seed
@@ -267,6 +335,10 @@ def _select(key: EntryKey, family: KernelFamily, *, kinds: Sequence[str], grid: 
                 )
             )
     return out
+
+
+def _finite(v: np.ndarray) -> tuple[float, ...]:
+    return tuple(float(x) for x in v if np.isfinite(x))
 
 
 def _choose(cands: list[Candidate]) -> Candidate | None:
@@ -287,12 +359,14 @@ def _errors(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float, float, fl
 
 def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Sequence[str] = DEFAULT_KINDS,
               grid: str = "quick", holdout: float = 0.2, seed: int = 0, refit_all: bool = True,
-              n_jobs: int = 1, strict_monotone: bool = False) -> tuple[LearnedEntry | None, EfficiencyCurve, EntryReport]:  # fmt: skip
+              n_jobs: int = 1, strict_monotone: bool = False,
+              time_target: bool = True, folds: int = 1) -> tuple[LearnedEntry | None, EfficiencyCurve, EntryReport]:  # fmt: skip
     """One entry (see the module docstring)."""
     t0 = time.perf_counter()
     spec = op_spec(key.op)
     family = spec.family_for(key.phase)
     raw, secs, _ = ds.arrays(key)
+    spreads = ds.spreads(key)
     inputs = as_inputs(spec, raw)
     cols, signs, x = _layout(key.op, inputs, device, key.dtype)
     y = np.log2(secs)
@@ -313,7 +387,8 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     chosen = None
     if train.size >= _MIN_ROWS and cols:
         cands = _select(key, family, kinds=kinds, grid=grid, cols=cols, signs=signs, x=x, y=y, inputs=inputs,
-                        rows=train, device=device, seed=seed, n_jobs=n_jobs, strict=strict_monotone, claims=claims)  # fmt: skip
+                        rows=train, device=device, seed=seed, n_jobs=n_jobs, strict=strict_monotone, claims=claims,
+                        time_target=time_target, folds=folds)  # fmt: skip
         chosen = _choose(cands)
     entry = None
     errs: tuple[float | None, ...] = (None, None, None, None)
@@ -321,13 +396,21 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     size = 0
     if chosen is not None:
         k = kind(chosen.kind)
-        cfg = {c: v for c, v in chosen.config.items() if c != "constrained"}
+        cfg = {c: v for c, v in chosen.config.items() if c not in ("constrained", "target")}
+        on_roofline = chosen.config.get("target") != "time"
         extra = {"n_jobs": n_jobs} if k.threads else {}
         idx = kind_columns(k, cols)
         cols, x = [cols[i] for i in idx], x[:, idx]
         signs = [signs[i] for i in idx] if chosen.config.get("constrained") else [0] * len(idx)
         reg = fit_kind(
-            k, x[train], y[train], cols=cols, signs=signs, cfg={**cfg, **extra}, seed=seed
+            k,
+            x[train],
+            y[train],
+            cols=cols,
+            signs=signs,
+            cfg={**cfg, **extra},
+            seed=seed,
+            on_roofline=on_roofline,
         )
         trained = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
                          rows=train, claims=claims)  # fmt: skip
@@ -341,7 +424,14 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
             every = np.arange(y.size)
             keep, y = _merge_duplicates(inputs, y, every[~_implausible(x, y)])
             reg = fit_kind(
-                k, x[keep], y[keep], cols=cols, signs=signs, cfg={**cfg, **extra}, seed=seed
+                k,
+                x[keep],
+                y[keep],
+                cols=cols,
+                signs=signs,
+                cfg={**cfg, **extra},
+                seed=seed,
+                on_roofline=on_roofline,
             )
             entry = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
                            rows=keep, claims=claims)  # fmt: skip
@@ -351,12 +441,14 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     report = EntryReport(key, family, chosen.kind if chosen else None, dict(chosen.config) if chosen else {},
                          errs[0], errs[1], errs[2], errs[3], r_mape, int(test_rows.size), int(train.size),
                          entry.samples if entry else 0, int(bad.sum()), size, time.perf_counter() - t0,
-                         cands, heldout, contradicted)  # fmt: skip
+                         cands, heldout, contradicted, _finite(spreads),
+                         _finite(spreads[test_rows]) if chosen is not None else ())  # fmt: skip
     if entry is not None:
         metrics = {
             k: v
             for k, v in report.as_dict().items()
-            if k.endswith("_pct") or k in ("heldout_rows", "train_rows", "excluded_rows")
+            if (k.endswith("_pct") and not (k.endswith("noise_pct") and v is None))
+            or k in ("heldout_rows", "train_rows", "excluded_rows")
         }
         metrics["candidates"] = [{"kind": c.kind, "config": c.config, "val_mape_pct": c.val_mape_pct,
                                   "rejected": c.rejected} for c in cands]  # fmt: skip
@@ -369,7 +461,8 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
 def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: Sequence[str] = DEFAULT_KINDS,
                 grid: str = "quick", holdout: float = 0.2, seed: int = 0, families: Iterable[KernelFamily] | None = None,
                 ops: Iterable[str] | None = None, refit_all: bool = True, n_jobs: int = 1,
-                strict_monotone: bool = False, progress: Callable[[EntryReport], None] | None = None) -> FitResult:  # fmt: skip
+                strict_monotone: bool = False, progress: Callable[[EntryReport], None] | None = None,
+                time_target: bool = True, folds: int = 1) -> FitResult:  # fmt: skip
     """Fit every entry of ``ds`` (optionally only some families or operators)."""
     dev = device or guess_device(ds)
     for k in kinds:
@@ -383,7 +476,8 @@ def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: S
     entries, curves, reports = [], {}, []
     for key in keys:
         entry, curve, report = fit_entry(ds, key, device=dev, kinds=kinds, grid=grid, holdout=holdout, seed=seed,
-                                         refit_all=refit_all, n_jobs=n_jobs, strict_monotone=strict_monotone)  # fmt: skip
+                                         refit_all=refit_all, n_jobs=n_jobs, strict_monotone=strict_monotone,
+                                         time_target=time_target, folds=folds)  # fmt: skip
         if entry is not None:
             entries.append(entry)
         curves[key] = curve
@@ -396,7 +490,8 @@ def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: S
         "monotone": "strict (constrained trees)" if strict_monotone else f"never faster at {MONOTONE_STEP:g}x a signed input",
         "fitted_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "split": f"{holdout:.0%} of rows held out per entry (seed {seed} + CRC-32 of the entry label); "
-                 "selection on an 80/20 split of the rest; final fit on all plausible rows" if refit_all else
+                 + ("selection on an 80/20 split of the rest" if folds <= 1 else f"selection by {folds}-fold cross-validation on the rest")
+                 + "; final fit on all plausible rows" if refit_all else
                  f"{holdout:.0%} of rows held out per entry (seed {seed}); fitted on the rest",
         "ranges": {e.key.label: {k: list(v) for k, v in e.ranges.items()} for e in entries},
     }  # fmt: skip

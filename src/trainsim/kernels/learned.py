@@ -358,9 +358,11 @@ def kind_columns(k: Kind, cols: list[str]) -> list[int]:
 
 
 def fit_kind(k: Kind, x: np.ndarray, y: np.ndarray, *, cols: list[str], signs: list[int], cfg: Config,
-             seed: int) -> Portable:  # fmt: skip
-    """Fit kind ``k`` on the columns ``cols`` (those :func:`kind_columns` selects)."""
-    if k.on_roofline and "roofline_s" in cols:
+             seed: int, on_roofline: bool = True) -> Portable:  # fmt: skip
+    """Fit kind ``k`` on the columns ``cols`` (those :func:`kind_columns` selects); kinds that
+    learn the efficiency do so unless ``on_roofline`` is false (they then learn log2 time, the
+    roofline time one of their columns)."""
+    if k.on_roofline and on_roofline and "roofline_s" in cols:
         j = cols.index("roofline_s")
         return OnRoofline(k.fit(x, y - x[:, j], signs, cfg, seed), j)
     return k.fit(x, y, signs, cfg, seed)

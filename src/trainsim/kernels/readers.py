@@ -26,6 +26,7 @@ its name alone; bad input raises ``TraceFormatError`` naming the file and line.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import os
@@ -35,6 +36,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from trainsim.errors import ModelError, TraceFormatError
 from trainsim.ir.kinds import KernelFamily
@@ -77,7 +80,8 @@ class PaperError:
 
 
 def _sample(path: Path, lineno: int, *, op: str, phase: Phase, dtype: str, features: dict[str, float],
-            duration_s: float, family: str | None = None, repeats: int = 1, statistic: str = "mean") -> KernelSample:  # fmt: skip
+            duration_s: float, family: str | None = None, repeats: int = 1, statistic: str = "mean",
+            spread: float | None = None) -> KernelSample:  # fmt: skip
     where = f"{path}:{lineno}"
     try:
         spec = op_spec(op)
@@ -96,7 +100,16 @@ def _sample(path: Path, lineno: int, *, op: str, phase: Phase, dtype: str, featu
         raise TraceFormatError(
             path, f"line {lineno}: duration must be positive, got {duration_s!r}"
         )
-    return KernelSample(expected, key, features, duration_s, where, repeats, statistic)
+    return KernelSample(expected, key, features, duration_s, where, repeats, statistic, spread)
+
+
+def _spread(samples: Any) -> float | None:
+    """(p75 − p25) / median of a row's repeat times (``samples_s``), None without two of them."""
+    if not isinstance(samples, list) or len(samples) < 2:
+        return None
+    t = np.asarray(samples, dtype=float)
+    q25, q50, q75 = np.percentile(t, [25, 50, 75])
+    return float((q75 - q25) / q50) if q50 > 0 else None
 
 
 # --- paper 001 ---------------------------------------------------------------------------------
@@ -165,10 +178,17 @@ def _sniff_csv(first: str) -> bool:
     return {"op", "phase", "duration_s"} <= cols
 
 
+def _open_text(path: Path, encoding: str = "utf-8", **kw: Any) -> Any:
+    """``path`` opened as text; ``*.gz`` files (a shipped dataset, compressed) through gzip."""
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding=encoding, **kw)
+    return path.open(encoding=encoding, **kw)
+
+
 def read_kernel_jsonl(path: Path) -> FileRead:
     out: list[KernelSample] = []
     device = fingerprint = None
-    with path.open(encoding="utf-8") as fh:
+    with _open_text(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -180,7 +200,8 @@ def read_kernel_jsonl(path: Path) -> FileRead:
                 out.append(_sample(path, lineno, op=row["op"], phase=Phase(row["phase"]),
                                    dtype=row.get("dtype", DEFAULT_DTYPE), features=feats,
                                    duration_s=float(row["duration_s"]), family=row.get("family"),
-                                   repeats=int(row.get("repeats", 1)), statistic=str(row.get("statistic", "mean"))))  # fmt: skip
+                                   repeats=int(row.get("repeats", 1)), statistic=str(row.get("statistic", "mean")),
+                                   spread=_spread(row.get("samples_s"))))  # fmt: skip
             except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
                 raise TraceFormatError(path, f"line {lineno}: not a {SCHEMA} row ({e})") from None
             device = device or row.get("device")
@@ -250,10 +271,10 @@ FORMATS: tuple[Format, ...] = (
 
 def sniff_format(path: Path) -> Format | None:
     try:
-        with path.open(encoding="utf-8-sig", errors="replace") as fh:
+        with _open_text(path, encoding="utf-8-sig", errors="replace") as fh:
             first = fh.readline()
-    except OSError as e:
-        raise TraceFormatError(path, f"cannot read: {e.strerror}") from None
+    except (OSError, EOFError) as e:
+        raise TraceFormatError(path, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
     return next((f for f in FORMATS if f.sniff(first)), None)
 
 
@@ -264,7 +285,7 @@ def _expand(paths: list[Path]) -> list[tuple[Path, bool]]:
             out += [
                 (f, False)
                 for f in sorted(p.rglob("*"))
-                if f.is_file() and f.suffix in (".csv", ".jsonl")
+                if f.is_file() and (f.suffix in (".csv", ".jsonl") or f.name.endswith(".jsonl.gz"))
             ]
         elif p.is_file():
             out.append((p, True))
@@ -277,6 +298,8 @@ def dataset_name(paths: list[Path]) -> str:
     """The folder's name (``<parent>-operator`` for 001's ``operator`` folders), else the file's stem."""
     p = paths[0].resolve()
     if p.is_file():
+        if p.name.endswith(".jsonl.gz"):
+            return p.name[: -len(".jsonl.gz")]
         return (
             p.stem
             if p.suffix == ".jsonl" or p.parent.name != "operator"

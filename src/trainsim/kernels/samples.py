@@ -51,6 +51,7 @@ class KernelSample:
     origin: str  # "file:line"
     repeats: int = 1
     statistic: str = "mean"  # what duration_s is over the repeats: mean, median, min
+    spread: float | None = None  # (p75 − p25) / median of the repeats, when the row keeps them
 
 
 @dataclass(slots=True)
@@ -99,6 +100,20 @@ class KernelDataset:
                 bad = rows[int(np.argmax(np.isnan(v)))].origin
                 raise ModelError(f"{bad}: {key.label} row has no value for input {n!r}")
         return x, np.array([r.duration_s for r in rows], dtype=float), [r.origin for r in rows]
+
+    def spreads(self, key: EntryKey) -> np.ndarray:
+        """Each row's repeat spread (:attr:`KernelSample.spread`; NaN where unknown), in file order."""
+        return np.array([np.nan if r.spread is None else r.spread for r in self.select(key)])
+
+    def without_spread_above(self, limit: float) -> tuple[KernelDataset, int]:
+        """(the rows whose repeat spread is at most ``limit`` or unknown, how many were dropped).
+
+        A uniform screen on the measurement alone, applied before any split: a row whose
+        repeats disagree by more than ``limit`` (a preempted case on a shared machine) says
+        little about the kernel, whatever a model would make of it."""
+        keep = [s for s in self.samples if s.spread is None or s.spread <= limit]
+        out = KernelDataset(self.name, keep, self.device, self.fingerprint, set(self.formats))
+        return out, len(self.samples) - len(keep)
 
 
 def heldout_rows(n: int, *, fraction: float, seed: int, label: str = "") -> np.ndarray:

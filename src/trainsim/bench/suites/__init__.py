@@ -21,7 +21,7 @@ from trainsim.bench.suites import (
     roofline,
     softmax,
 )
-from trainsim.bench.suites.base import Case, Phase, Suite, SweepSpec
+from trainsim.bench.suites.base import DTYPE_LABEL, Case, Phase, Suite, SweepSpec
 from trainsim.errors import ConfigError
 
 SUITES: dict[str, Suite] = {
@@ -43,12 +43,14 @@ def get_suite(name: str) -> Suite:
 
 
 def suite_cases(
-    names: Sequence[str], spec: SweepSpec, *, ops: Sequence[str] = ()
+    names: Sequence[str], spec: SweepSpec, *, ops: Sequence[str] = (), dtypes: Sequence[str] = ()
 ) -> Iterator[Case]:
-    """The cases of the named suites under ``spec`` (only ``ops`` when given)."""
+    """The cases of the named suites under ``spec`` (only ``ops`` and only ``dtypes`` — torch
+    names or kernel-model labels, ``float32`` or ``fp32`` — when given)."""
+    want = {DTYPE_LABEL.get(d, d) for d in dtypes}
     for name in names:
         for case in get_suite(name).cases(spec):
-            if not ops or case.op in ops:
+            if (not ops or case.op in ops) and (not want or DTYPE_LABEL[case.dtype] in want):
                 yield case
 
 

@@ -193,6 +193,41 @@ def draw_params(
     return out
 
 
+PROBE_BASES = 8  # base points per swept dimension, drawn and at the dimension's low end
+
+
+def doubling_probes(drawn: Sequence[Params], dims: Mapping[str, Dim], accept: Callable[[Params], bool]) -> list[Params]:  # fmt: skip
+    """Pairs of points that differ only in one swept size, by a factor of two (full sweeps).
+
+    The kernel models claim that twice the problem is never faster (``OpSpec.inputs`` signs)
+    and keep a claim unless measured doublings contradict it
+    (:func:`trainsim.kernels.monotone.data_claims`); a space-filling design almost never holds
+    such pairs. For every :class:`LogRange` dimension: the first :data:`PROBE_BASES` drawn
+    points and the same points with that dimension at its low end (where vector-width and
+    blocking specializations show: torch's CPU softmax over rows of 8 takes 4x as long as over
+    rows of 16), each with its double. Both points of a pair must be accepted; points already
+    drawn are not repeated."""
+    seen = {tuple(sorted(p.items())) for p in drawn}
+    out: list[Params] = []
+    for name, d in dims.items():
+        if not isinstance(d, LogRange):
+            continue
+        lo = d.at(0.0)
+        bases = [dict(p) for p in drawn[:PROBE_BASES]] + [
+            {**p, name: lo} for p in drawn[:PROBE_BASES]
+        ]
+        for base in bases:
+            twin = {**base, name: 2 * base[name]}
+            if twin[name] > d.hi or not (accept(base) and accept(twin)):
+                continue
+            for p in (base, twin):
+                ident = tuple(sorted(p.items()))
+                if ident not in seen:
+                    seen.add(ident)
+                    out.append(p)
+    return out
+
+
 # --- building timed calls ------------------------------------------------------------------------
 
 
@@ -279,9 +314,12 @@ def expand(suite: str, ops: Sequence[OpSweep], spec: SweepSpec) -> Iterator[Case
                     )
 
                 seed = f"{suite}/{o.op}/{phase.value}/{dtype}"
-                for drawn in draw_params(
+                points = draw_params(
                     seed=seed, n=spec.count(o.quick_cases), dims=o.dims, accept=accept
-                ):
+                )
+                if not spec.quick:
+                    points += doubling_probes(points, o.dims, accept)
+                for drawn in points:
                     p = {**drawn, **o.derive(drawn)} if o.derive else drawn
                     c = o.cost(phase, p, dtype)
                     yield Case(
@@ -317,6 +355,7 @@ __all__ = [
     "Suite",
     "SweepSpec",
     "autograd_call",
+    "doubling_probes",
     "draw_params",
     "expand",
     "randn",

@@ -4,7 +4,8 @@ Parameters: ``B`` bags, ``L`` lookups per bag (fixed pooling), ``E`` table rows,
 dimension, ``hist`` the reuse-factor histogram the indices follow (:mod:`trainsim.bench.reuse`;
 default the published DLRM locality ``dlrm2022``; the full sweep adds ``uniform`` indices), and
 the derived ``unique_rows`` and ``mean_reuse`` (lookups per unique row). Kernel-model operator
-``embedding_bag`` with one table (``T = 1``); the reuse parameters stay in the row's ``params``. Backward is the sparse
+``embedding_bag`` with one table (``T = 1``) and ``reuse = mean_reuse`` (a full sweep times the
+same shapes with both index distributions); ``hist`` and ``unique_rows`` stay in the row's ``params``. Backward is the sparse
 weight gradient (``sparse=True``, as DLRM trains its tables), not a dense E×D tensor.
 
 Approximation (002 §4.3.2.1, without L2): FLOPs are the pooling adds (B·L·D); bytes count every
@@ -93,7 +94,8 @@ def _op(hist: ReuseHistogram | None, spec: SweepSpec) -> OpSweep:
     }  # fmt: skip
     return OpSweep(
         op="embedding_bag", model_op="embedding_bag", family=KernelFamily.EMBEDDING_FWD, dims=dims,
-        quick_cases=24, features=lambda p: {"B": p["B"], "E": p["E"], "T": 1, "L": p["L"], "D": p["D"]},
+        quick_cases=24, features=lambda p: {"B": p["B"], "E": p["E"], "T": 1, "L": p["L"], "D": p["D"],
+                                            "reuse": p["mean_reuse"]},
         backward_family=KernelFamily.EMBEDDING_BWD,
         valid=lambda p: _unique(p, hist) <= p["E"], derive=lambda p: _derive(p, hist),
         cost=_cost, shapes=lambda p: [(p["E"], p["D"]), (p["B"] * p["L"],), (p["B"],)],
