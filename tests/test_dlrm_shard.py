@@ -299,3 +299,19 @@ def test_cli_shard_bad_spec_is_one_line_exit_1(tmp_path):
     assert p.returncode == 1
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "tables[0].rows" in lines[0]
+
+
+def test_mean_reuse_is_the_input_the_learned_embedding_models_read():
+    """The builder passes each table's lookups per distinct row (``reuse``), as the bench
+    measures it; without it the learned CPU models assumed every lookup a different row."""
+    from trainsim.builders.dlrm import mean_reuse
+
+    dlrm2022 = (0.342, 0.144, 0.149, 0.138, 0.112, 0.068, 0.029, 0.010, 0.004, 0.002, 0.001, 0.001)
+    big = TableSpec("t", rows=10**7, dim=64, pooling=20)
+    assert mean_reuse(big, 2048) == pytest.approx(1.0, abs=0.01)  # uniform, far more rows than lookups
+    assert mean_reuse(TableSpec("t", rows=1000, dim=64, pooling=20), 2048) == pytest.approx(40.96)  # every row hit
+    assert mean_reuse(TableSpec("t", rows=10**7, dim=64, pooling=20, reuse=dlrm2022), 2048) == pytest.approx(11.33, rel=1e-3)
+    spec = DLRMSpec(tables=(TableSpec("t", rows=10**5, dim=64, pooling=20, reuse=dlrm2022),), batch=2048)
+    w = build_dlrm_workload(spec, [0], 1, device=CPU)
+    emb = [k for r in w.ranks for op in r.ops for k in op.kernels if k.name.startswith("embedding_bag")]
+    assert emb and all(k.features.get("reuse") == pytest.approx(11.33, rel=1e-3) for k in emb)

@@ -398,12 +398,35 @@ def _k(c: Coster, op: str, phase: str, dtype: str, **inputs: float) -> _K:
     return _K(op, phase, inputs, s, prov)
 
 
+def mean_reuse(t: TableSpec, batch: int) -> float:
+    """Lookups per distinct row of one batch (the ``reuse`` input of the learned
+    ``embedding_bag`` models, as ``trainsim bench`` measures it): from the table's reuse-factor
+    bins (000 §III-E; bin 0 one access, bin i the mean of (2^(i-1), 2^i]), at most ``rows``
+    distinct rows; uniform indices: ``n / (E (1 - e^(-n/E)))``, the expected distinct rows of
+    ``n`` draws from ``E``."""
+    import math
+
+    import numpy as np
+
+    from trainsim.kernels.embedding import RF_BINS, rf_mean_accesses
+
+    n = max(1.0, batch * t.pooling)
+    if t.reuse is not None and sum(t.reuse) > 0:
+        rf = np.zeros(RF_BINS)
+        rf[: len(t.reuse)] = t.reuse[:RF_BINS]
+        unique = min(n / float(rf_mean_accesses(rf)), float(t.rows))
+    else:
+        unique = t.rows * -math.expm1(-n / t.rows)
+    return n / max(1.0, unique)
+
+
 def _table_kernels(
     c: Coster, t: TableSpec, batch: int, dtype: str, *, tbe: bool
 ) -> tuple[list[_K], list[_K]]:
     """Forward and backward(+update) kernels of one table looked up for ``batch`` samples;
     without TBE the sparse SGD update is a kernel of its own."""
-    inputs: dict[str, float] = {"B": batch, "E": t.rows, "T": 1, "L": t.pooling, "D": t.dim}
+    inputs: dict[str, float] = {"B": batch, "E": t.rows, "T": 1, "L": t.pooling, "D": t.dim,
+                                "reuse": mean_reuse(t, batch)}  # fmt: skip
     if t.reuse is not None:
         inputs.update({f"rf_{i}": f for i, f in enumerate(t.reuse)})
     fwd = [_k(c, "embedding_bag", "fwd", dtype, **inputs)]

@@ -7,7 +7,7 @@ steps), and each factor of :data:`FACTORS` (B/2 and 2B: one smaller, one larger 
 
 * **predicted**: every traced step of each baseline capture is loaded (Kineto + execution trace),
   resized with :func:`trainsim.sim.resize.resize_batch` and the CPU kernel models (fitted on the
-  shipped calibration sample of this machine, ``bench/data/cpu_quick_*``; the fit is cached, see
+  shipped full calibration sample of this machine, ``bench/data/cpu_full_*``; the fit is cached, see
   :func:`trainsim.validate.shard_suite.cpu_kernel_models`), then simulated with the workload's
   own host statistics (``HostMode.STATS``: T1 and other host gaps unchanged). A repeat's
   prediction is the median over its steps (a step whose ops another process preempted does not

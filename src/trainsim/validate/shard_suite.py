@@ -7,7 +7,7 @@ experiment picks its heavy tasks so that lookups dominate), every sharder of
 :data:`trainsim.search.sharders.SHARDERS` assigns the tables to ``world`` ranks, then
 
 * **predicted**: :func:`trainsim.search.sharders.select_sharder`'s simulated step on the CPU
-  device measured by ``trainsim bench`` on this machine (``bench/data/cpu_quick_*.device.yaml``)
+  device measured by ``trainsim bench`` on this machine (``bench/data/cpu_full_*.device.yaml``)
   with kernel models fitted on its calibration sample (``kernel_models="auto"``: fitted once,
   cached next to the results) or the device's spec-based models (``kernel_models=None``);
   every case reports the kernels' provenance;
@@ -56,7 +56,8 @@ SCHEMA = "trainsim.shard-suite/1"
 CRITERION = 0.10  # 000 §V-A: chosen sharder within 10 % of the fastest
 TABLES_PER_RANK = 13  # 000 §IV-B1: (0.7 ~ 1.3) x #GPU x 13 tables
 _BENCH_DATA = Path(__file__).resolve().parents[1] / "bench" / "data"
-CPU_SAMPLE = "cpu_quick_f97e94a9cbddf655"  # the shipped 1-thread calibration of this machine
+CPU_SAMPLE = "cpu_full_f97e94a9cbddf655"  # the shipped 1-thread full calibration of this machine
+FIT_REVISION = 2  # part of the fit cache key: bump when kernel fitting changes what it returns
 
 
 def default_results_path() -> Path:
@@ -132,8 +133,8 @@ def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
     """Kernel models fitted on the shipped CPU calibration sample (cached), and a note."""
     import hashlib
 
-    sample = _BENCH_DATA / f"{CPU_SAMPLE}.jsonl"
-    digest = hashlib.sha256(sample.read_bytes()).hexdigest()[:12]
+    sample = next(p for p in (_BENCH_DATA / f"{CPU_SAMPLE}.jsonl.gz", _BENCH_DATA / f"{CPU_SAMPLE}.jsonl") if p.exists())
+    digest = hashlib.sha256(sample.read_bytes() + f"fit-r{FIT_REVISION}".encode()).hexdigest()[:12]
     out = cache_dir / f"{CPU_SAMPLE}-{digest}.npz"
     if out.exists():
         return out, f"calibrated: trainsim fit on {sample.name} (cached {out.name})"
