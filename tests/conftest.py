@@ -40,3 +40,16 @@ def dlrm_raw() -> dict[int, dict]:
                 rank = int(re.search(r"worker(\d+)", base).group(1))  # type: ignore[union-attr]
                 out[rank] = json.load(tar.extractfile(m))  # type: ignore[arg-type]
     return out
+
+
+@pytest.fixture
+def bench_ops():
+    """The bench operators registered for one test, then removed (the table is global)."""
+    from trainsim.bench.opspecs import BENCH_OPS, register_bench_ops
+    from trainsim.kernels.features import OPS
+
+    added = [s.name for s in BENCH_OPS if s.name not in OPS]
+    register_bench_ops()
+    yield
+    for name in added:
+        OPS.pop(name, None)

@@ -24,18 +24,6 @@ EXPECTED_OPS = {
 }  # fmt: skip
 
 
-@pytest.fixture
-def bench_ops():
-    """The bench operators registered for one test, then removed (the table is global)."""
-    from trainsim.kernels.features import OPS
-
-    added = [s.name for s in BENCH_OPS if s.name not in OPS]
-    register_bench_ops()
-    yield
-    for name in added:
-        OPS.pop(name, None)
-
-
 @pytest.fixture(scope="module")
 def quick_cases():
     return list(suite_cases(list(SUITES), QUICK))

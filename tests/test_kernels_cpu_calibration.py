@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainsim.bench.opspecs import BENCH_OPS, register_bench_ops
 from trainsim.bench.suites import SUITES, SweepSpec, suite_cases
 from trainsim.hardware import get_device
 from trainsim.ir.kinds import KernelFamily
@@ -21,15 +20,6 @@ from trainsim.kernels.readers import read_kernel_dataset
 from trainsim.kernels.samples import EntryKey
 
 A100 = get_device("a100")
-
-
-@pytest.fixture
-def bench_ops():
-    added = [s.name for s in BENCH_OPS if s.name not in OPS]
-    register_bench_ops()
-    yield
-    for name in added:
-        OPS.pop(name, None)
 
 
 def _row(op: str, phase: str, feats: dict, dur: float, samples: list[float] | None) -> str:

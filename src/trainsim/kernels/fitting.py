@@ -49,6 +49,7 @@ Per entry (operator, phase, dtype):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import math
 import time
@@ -402,16 +403,9 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         idx = kind_columns(k, cols)
         cols, x = [cols[i] for i in idx], x[:, idx]
         signs = [signs[i] for i in idx] if chosen.config.get("constrained") else [0] * len(idx)
-        reg = fit_kind(
-            k,
-            x[train],
-            y[train],
-            cols=cols,
-            signs=signs,
-            cfg={**cfg, **extra},
-            seed=seed,
-            on_roofline=on_roofline,
-        )
+        fit = functools.partial(fit_kind, k, cols=cols, signs=signs, cfg={**cfg, **extra}, seed=seed,
+                                on_roofline=on_roofline)  # fmt: skip
+        reg = fit(x[train], y[train])
         trained = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
                          rows=train, claims=claims)  # fmt: skip
         if test_rows.size:
@@ -423,16 +417,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
             y = np.log2(secs)
             every = np.arange(y.size)
             keep, y = _merge_duplicates(inputs, y, every[~_implausible(x, y)])
-            reg = fit_kind(
-                k,
-                x[keep],
-                y[keep],
-                cols=cols,
-                signs=signs,
-                cfg={**cfg, **extra},
-                seed=seed,
-                on_roofline=on_roofline,
-            )
+            reg = fit(x[keep], y[keep])
             entry = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
                            rows=keep, claims=claims)  # fmt: skip
             size = size_bytes(reg)
