@@ -134,6 +134,12 @@ BENCH_OPS: tuple[OpSpec, ...] = (
            note="pinned host to device, non-blocking"),
     OpSpec("memcpy_d2h", F.MEMCPY, {"bytes": 1}, _copy, {"bytes": 2.0**26},
            note="device to pinned host, non-blocking"),
+    OpSpec("embedding_tbe", F.EMBEDDING_FWD, {"B": 0, "E": 0, "T": 1, "L": 1, "D": 1, "reuse": 0},
+           OPS["embedding_bag"].derive, {"B": 2048.0, "E": 1e6, "T": 1.0, "L": 32.0, "D": 128.0},
+           {"reuse": 1.0}, bwd_family=F.EMBEDDING_BWD,
+           note="FBGEMM's table-batched embedding bag (SplitTableBatchedEmbeddingBagsCodegen, CPU, sum "
+                "pooling), one table; backward includes its fused exact-SGD row update. Same work as "
+                "embedding_bag, another kernel (what DLRM training runs)"),
 )  # fmt: skip
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainsim.errors import ConfigError
+from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import DeviceSpec, SystemSpec, get_device, get_system, list_systems
 from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, Workload
 from trainsim.ir.kinds import CollectiveKind, OpCategory
@@ -424,13 +424,22 @@ def _table_kernels(
     c: Coster, t: TableSpec, batch: int, dtype: str, *, tbe: bool
 ) -> tuple[list[_K], list[_K]]:
     """Forward and backward(+update) kernels of one table looked up for ``batch`` samples;
-    without TBE the sparse SGD update is a kernel of its own."""
+    without TBE the sparse SGD update is a kernel of its own. With TBE, FBGEMM's kernel
+    (``embedding_tbe``, calibrated by ``trainsim bench`` on CPUs) answers where a calibrated
+    model has it, else ``embedding_bag`` (the same work; on GPUs 002's heuristics)."""
     inputs: dict[str, float] = {"B": batch, "E": t.rows, "T": 1, "L": t.pooling, "D": t.dim,
                                 "reuse": mean_reuse(t, batch)}  # fmt: skip
     if t.reuse is not None:
         inputs.update({f"rf_{i}": f for i, f in enumerate(t.reuse)})
-    fwd = [_k(c, "embedding_bag", "fwd", dtype, **inputs)]
-    bwd = [_k(c, "embedding_bag", "bwd", dtype, **inputs)]
+    op = "embedding_bag"
+    if tbe:
+        try:
+            prov = c.time("embedding_tbe", "fwd", dtype, **inputs)[1]
+        except TrainsimError:  # no model knows the operator
+            prov = ""
+        op = "embedding_tbe" if prov.startswith("calibrated") else op
+    fwd = [_k(c, op, "fwd", dtype, **inputs)]
+    bwd = [_k(c, op, "bwd", dtype, **inputs)]
     if not tbe:  # sparse SGD update: read the gradient rows, read+write the weights
         bwd.append(_k(c, "elementwise", "fwd", dtype, numel=max(1.0, batch * t.pooling * t.dim)))
     return fwd, bwd

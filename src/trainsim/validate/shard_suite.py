@@ -57,6 +57,7 @@ CRITERION = 0.10  # 000 §V-A: chosen sharder within 10 % of the fastest
 TABLES_PER_RANK = 13  # 000 §IV-B1: (0.7 ~ 1.3) x #GPU x 13 tables
 _BENCH_DATA = Path(__file__).resolve().parents[1] / "bench" / "data"
 CPU_SAMPLE = "cpu_full_f97e94a9cbddf655"  # the shipped 1-thread full calibration of this machine
+CPU_EXTRA = "cpu_tbe_f97e94a9cbddf655"  # FBGEMM TBE rows of the same machine, fitted together
 FIT_REVISION = 2  # part of the fit cache key: bump when kernel fitting changes what it returns
 
 
@@ -134,17 +135,18 @@ def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
     import hashlib
 
     sample = next(p for p in (_BENCH_DATA / f"{CPU_SAMPLE}.jsonl.gz", _BENCH_DATA / f"{CPU_SAMPLE}.jsonl") if p.exists())
-    digest = hashlib.sha256(sample.read_bytes() + f"fit-r{FIT_REVISION}".encode()).hexdigest()[:12]
+    samples = [sample, *sorted(_BENCH_DATA.glob(f"{CPU_EXTRA}*.jsonl*"))]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in samples) + f"fit-r{FIT_REVISION}".encode()).hexdigest()[:12]
     out = cache_dir / f"{CPU_SAMPLE}-{digest}.npz"
     if out.exists():
-        return out, f"calibrated: trainsim fit on {sample.name} (cached {out.name})"
+        return out, f"calibrated: trainsim fit on {' + '.join(p.name for p in samples)} (cached {out.name})"
     try:
         from trainsim.bench.opspecs import register_bench_ops
         from trainsim.hardware import get_device
         from trainsim.kernels import fit_kernels, read_kernel_dataset, save_model
 
         register_bench_ops()
-        ds = read_kernel_dataset([sample])
+        ds = read_kernel_dataset(samples)
         result = fit_kernels(ds, device=get_device(str(cpu_device_file())), n_jobs=1)
         if result.model is None:
             return None, "spec-based: the calibration sample fitted no model"
@@ -152,16 +154,17 @@ def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
         save_model(result.model, out)
     except ImportError as e:  # the learned extra (xgboost, lightgbm, scikit-learn) is missing
         return None, f"spec-based: cannot fit the CPU sample ({e}); pip install trainsim[learned]"
-    return out, f"calibrated: trainsim fit on {sample.name} (fitted now, cached {out.name})"
+    return out, f"calibrated: trainsim fit on {' + '.join(p.name for p in samples)} (fitted now, cached {out.name})"
 
 
 def _predict(
-    spec: Any, world: int, names: Sequence[str], kernel_models: Path | None, seed: int
+    spec: Any, world: int, names: Sequence[str], kernel_models: Path | None, seed: int, *, tbe: bool
 ) -> dict[str, dict[str, Any]]:
+    """Every sharder's predicted step; ``tbe``: the runs use FBGEMM's TBE (fused update)."""
     from trainsim.search.sharders import select_sharder
 
     rows = select_sharder(spec, world, device=str(cpu_device_file()), kernel_models=kernel_models,
-                          sharders=list(names), seed=seed)  # fmt: skip
+                          sharders=list(names), seed=seed, tbe=tbe)  # fmt: skip
     return {r["name"]: r for r in rows}
 
 
@@ -386,7 +389,7 @@ def run_shard_suite(
             spec = table_set(i, seed=seed, world=world, heavy=heavy, batch=batch,
                              bottom_mlp=bottom_mlp, top_mlp=top_mlp)  # fmt: skip
             set_key = spec_digest({"spec": spec_payload(spec), "measure": key_info})
-            preds = _predict(spec, world, names, km, seed + i)
+            preds = _predict(spec, world, names, km, seed + i, tbe=info["embedding_backend"] == "fbgemm")
             have = {
                 (r["sharder"], r["assignment_key"]): r
                 for r in read_rows(path)

@@ -67,14 +67,11 @@ def _cost(phase: Phase, p: Params, dtype: str) -> Cost:
 
 
 def _build(hist: ReuseHistogram | None, phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
-    import numpy as np
     import torch
     import torch.nn.functional as nnf
 
     n, e = p["B"] * p["L"], p["E"]
-    idx = (np.random.default_rng(0).integers(0, e, n) if hist is None
-           else reuse_indices(n, e, hist, seed=0))  # fmt: skip
-    indices = torch.from_numpy(idx).to(device)
+    indices = torch.from_numpy(_indices(hist, p)).to(device)
     offsets = torch.arange(0, n, p["L"], device=device)
     # A constant table: filling is memset-fast, and values do not change the access pattern.
     weight = torch.full(
@@ -103,9 +100,72 @@ def _op(hist: ReuseHistogram | None, spec: SweepSpec) -> OpSweep:
     )  # fmt: skip
 
 
+def _indices(hist: ReuseHistogram | None, p: Params) -> Any:
+    import numpy as np
+
+    n, e = p["B"] * p["L"], p["E"]
+    return (np.random.default_rng(0).integers(0, e, n) if hist is None
+            else reuse_indices(n, e, hist, seed=0))  # fmt: skip
+
+
+def tbe_available() -> bool:
+    """Whether FBGEMM's CPU table-batched embedding loads (``fbgemm-gpu-cpu``)."""
+    try:
+        import warnings
+
+        with warnings.catch_warnings():  # fbgemm-gpu-cpu warns about its GPU-only (SSD) ops
+            warnings.simplefilter("ignore")
+            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: F401
+                SplitTableBatchedEmbeddingBagsCodegen,
+            )
+    except Exception:  # ImportError, or an op library that fails to load against this torch
+        return False
+    return True
+
+
+def _build_tbe(hist: ReuseHistogram | None, phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
+    """One table in FBGEMM's TBE, as the sharded DLRM runs it (``trainsim.bench.dlrm_shard``):
+    host-resident fp32 weights, sum pooling, exact SGD fused into the backward."""
+    import torch
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice,
+        EmbeddingLocation,
+        OptimType,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
+
+    emb = SplitTableBatchedEmbeddingBagsCodegen(
+        [(p["E"], p["D"], EmbeddingLocation.HOST, ComputeDevice.CPU)], optimizer=OptimType.EXACT_SGD,
+        learning_rate=0.01, pooling_mode=PoolingMode.SUM,
+    )  # fmt: skip
+    indices = torch.from_numpy(_indices(hist, p))
+    offsets = torch.arange(0, p["B"] * p["L"] + 1, p["L"])
+    if phase is Phase.FWD:
+        return lambda: emb(indices, offsets)
+    out = emb(indices, offsets)
+    grad = torch.randn_like(out)
+    return lambda: out.backward(grad, retain_graph=True)  # the fused update runs in here
+
+
+def _tbe_op(hist: ReuseHistogram | None, spec: SweepSpec) -> OpSweep:
+    base = _op(hist, spec)
+    return OpSweep(
+        op="embedding_tbe", model_op="embedding_tbe", family=KernelFamily.EMBEDDING_FWD,
+        dims={**base.dims, "E": LogRange(1000, 10_000_000, align=1)}, quick_cases=base.quick_cases,
+        features=base.features, backward_family=KernelFamily.EMBEDDING_BWD, valid=base.valid,
+        derive=base.derive, cost=_cost, shapes=base.shapes, dtypes=("float32",),
+        build=lambda phase, dtype, p, device: _build_tbe(hist, phase, dtype, p, device),
+    )  # fmt: skip
+
+
 def embedding_cases(spec: SweepSpec, *, hist: ReuseHistogram = DLRM_2022) -> Iterator[Case]:
-    """The suite's cases with indices following ``hist`` (plus uniform indices in a full sweep)."""
-    ops = [_op(hist, spec)] + ([] if spec.quick else [_op(None, spec)])
+    """The suite's cases with indices following ``hist`` (plus uniform indices in a full sweep);
+    on a CPU with ``fbgemm-gpu-cpu`` also FBGEMM's TBE (fp32), the kernel DLRM training runs."""
+    hists: list[ReuseHistogram | None] = [hist] + ([] if spec.quick else [None])
+    ops = [_op(h, spec) for h in hists]
+    if not spec.cuda and tbe_available():
+        ops += [_tbe_op(h, spec) for h in hists]
     return expand(NAME, ops, spec)
 
 
@@ -113,4 +173,4 @@ def cases(spec: SweepSpec) -> Iterator[Case]:
     return embedding_cases(spec)
 
 
-SUITE = Suite(NAME, "embedding_bag (sum) with DLRM-like index reuse; forward and backward", cases)
+SUITE = Suite(NAME, "embedding_bag (sum) and FBGEMM TBE (CPU) with DLRM-like index reuse; forward and backward", cases)
