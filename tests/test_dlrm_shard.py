@@ -315,3 +315,41 @@ def test_mean_reuse_is_the_input_the_learned_embedding_models_read():
     w = build_dlrm_workload(spec, [0], 1, device=CPU)
     emb = [k for r in w.ranks for op in r.ops for k in op.kernels if k.name.startswith("embedding_bag")]
     assert emb and all(k.features.get("reuse") == pytest.approx(11.33, rel=1e-3) for k in emb)
+
+
+TBE_DATA = REPO / "src" / "trainsim" / "bench" / "data" / "cpu_tbe_f97e94a9cbddf655.jsonl.gz"
+
+
+@pytest.fixture(scope="module")
+def tbe_model(tmp_path_factory):
+    """A quick (roofline-kind) fit of the shipped FBGEMM TBE rows."""
+    from trainsim.bench.opspecs import register_bench_ops
+    from trainsim.hardware import get_device
+    from trainsim.kernels import fit_kernels, read_kernel_dataset, save_model
+
+    register_bench_ops()
+    result = fit_kernels(read_kernel_dataset([TBE_DATA]), device=get_device(str(CPU)), kinds=("roofline",))
+    return save_model(result.model, tmp_path_factory.mktemp("tbe") / "tbe.npz")
+
+
+def test_tbe_tables_are_timed_with_the_tbe_kernel_where_calibrated(tbe_model):
+    from trainsim.builders.dlrm import Coster, _table_kernels
+
+    t = TableSpec("t", rows=10**6, dim=64, pooling=20)
+    with_tbe = Coster(CPU, kernel_models=tbe_model)
+    fwd, bwd = _table_kernels(with_tbe, t, 4096, "fp32", tbe=True)
+    assert [k.op for k in fwd + bwd] == ["embedding_tbe", "embedding_tbe"]
+    assert all(k.provenance.startswith("calibrated") for k in fwd + bwd)
+    fwd, bwd = _table_kernels(with_tbe, t, 4096, "fp32", tbe=False)  # nn.EmbeddingBag + a sparse update
+    assert [k.op for k in fwd] == ["embedding_bag"] and len(bwd) == 2
+    fwd, _ = _table_kernels(Coster(CPU), t, 4096, "fp32", tbe=True)  # no calibrated TBE model: fall back
+    assert fwd[0].op == "embedding_bag"
+
+
+def test_cpu_embedding_suite_measures_tbe_when_fbgemm_loads():
+    from trainsim.bench.suites.base import SweepSpec
+    from trainsim.bench.suites.embedding import embedding_cases, tbe_available
+
+    ops = {c.op for c in embedding_cases(SweepSpec(device="cpu", quick=True))}
+    assert ops == ({"embedding_bag", "embedding_tbe"} if tbe_available() else {"embedding_bag"})
+    assert {c.op for c in embedding_cases(SweepSpec(device="cuda", quick=True))} == {"embedding_bag"}
