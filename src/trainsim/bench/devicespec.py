@@ -87,20 +87,11 @@ def _gpu_memory_gb() -> float:
 
 def write_device_yaml(doc: Mapping[str, Any], path: Path) -> Path:
     """Write ``doc`` as YAML atomically (temporary file, then rename)."""
-    import tempfile
-
     import yaml
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True))
-        Path(tmp).chmod(0o644)  # mkstemp makes it private; it is a data file like any other
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from trainsim.ir.serialize import write_text_atomic
+
+    write_text_atomic(path, yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True))
     return path
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
@@ -58,21 +57,10 @@ def load_model(path: Path | str) -> CommModel:
 
 def save_model(model: CommModel, path: Path | str) -> Path:
     """Write the artifact atomically (temporary file, then rename)."""
-    from trainsim.ir.serialize import output_path
+    from trainsim.ir.serialize import write_text_atomic
 
-    p = output_path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(model.to_dict(), fh, indent=1, sort_keys=False)
-            fh.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        Path(tmp).chmod(0o666 & ~umask)  # mkstemp creates 0600; artifacts are ordinary files
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    p = Path(path)
+    write_text_atomic(p, json.dumps(model.to_dict(), indent=1) + "\n")
     return p
 
 

@@ -29,9 +29,7 @@ import csv
 import gzip
 import io
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,17 +244,9 @@ def write_kernel_dataset(ds: KernelDataset, path: Path | str) -> Path:
     buf = io.StringIO()
     for row in kernel_rows(ds):
         buf.write(json.dumps(row) + "\n")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(buf.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from trainsim.ir.serialize import write_text_atomic
+
+    write_text_atomic(p, buf.getvalue())
     return p
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -90,23 +89,9 @@ def save_model(model: KernelModel, path: Path | str) -> Path:
     p = Path(path)
     if p.suffix != ".npz":
         raise ConfigError(f"kernel model artifacts are .npz files, got {p.name}")
-    from trainsim.ir.serialize import output_path
+    from trainsim.ir.serialize import output_path, write_bytes_atomic
 
-    output_path(p)
-    data = artifact_bytes(model)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        Path(tmp).chmod(0o666 & ~umask)  # mkstemp creates 0600; artifacts are ordinary files
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(output_path(p), artifact_bytes(model))
     return p
 
 
