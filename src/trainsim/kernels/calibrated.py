@@ -99,8 +99,7 @@ class LearnedKernelModel(KernelModel):
         e = self.entries.get(q.key)
         if e is None:
             return False
-        spec = op_spec(q.op)
-        return all(n in q.inputs or (spec.defaults and n in spec.defaults) for n in spec.inputs)
+        return all(n in q.inputs for n in op_spec(q.op).required)
 
     def predict_many(
         self, q: KernelQuery, inputs: Mapping[str, ArrayLike]

@@ -101,12 +101,7 @@ class EmbeddingLookupModel(KernelModel):
     def supports(self, q: KernelQuery) -> bool:
         if q.op != _OP or q.key.phase not in (Phase.FWD, Phase.BWD):
             return False
-        spec = op_spec(_OP)
-        need = [
-            n for n in spec.inputs if not (spec.defaults and n in spec.defaults)
-        ]  # optional: reuse
-        if self.reuse_factors:
-            need.append(RF_NAMES[0])
+        need = (*op_spec(_OP).required, *RF_NAMES[: int(self.reuse_factors)])  # reuse is optional
         return all(n in q.inputs for n in need)
 
     def _hit_rate(

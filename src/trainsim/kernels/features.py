@@ -99,6 +99,11 @@ class OpSpec:
     bwd_family: F | None = None  # when the backward kernels belong to another family
     note: str = ""
 
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The inputs a caller must give (those without a default)."""
+        return tuple(n for n in self.inputs if not (self.defaults and n in self.defaults))
+
     def family_for(self, phase: Phase) -> F:
         return self.bwd_family if phase is Phase.BWD and self.bwd_family else self.family
 

@@ -29,13 +29,12 @@ import csv
 import gzip
 import io
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from trainsim.errors import ModelError, TraceFormatError
 from trainsim.ir.kinds import KernelFamily
@@ -102,12 +101,14 @@ def _sample(path: Path, lineno: int, *, op: str, phase: Phase, dtype: str, featu
 
 
 def _spread(samples: Any) -> float | None:
-    """(p75 − p25) / median of a row's repeat times (``samples_s``), None without two of them."""
+    """The bench's repeat spread (:func:`~trainsim.bench.dataset.relative_iqr`) of a row's
+    ``samples_s``; None without two of them or without a positive median."""
+    from trainsim.bench.dataset import relative_iqr
+
     if not isinstance(samples, list) or len(samples) < 2:
         return None
-    t = np.asarray(samples, dtype=float)
-    q25, q50, q75 = np.percentile(t, [25, 50, 75])
-    return float((q75 - q25) / q50) if q50 > 0 else None
+    v = relative_iqr(samples)
+    return v if math.isfinite(v) else None
 
 
 # --- paper 001 ---------------------------------------------------------------------------------

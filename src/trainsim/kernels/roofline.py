@@ -121,8 +121,7 @@ class RooflineModel(KernelModel):
 
     @staticmethod
     def _has_inputs(q: KernelQuery) -> bool:
-        spec = op_spec(q.op)
-        return all(n in q.inputs or (spec.defaults and n in spec.defaults) for n in spec.inputs)
+        return all(n in q.inputs for n in op_spec(q.op).required)
 
     def predict_many(
         self, q: KernelQuery, inputs: Mapping[str, ArrayLike]

@@ -89,9 +89,7 @@ class KernelDataset:
             raise ModelError(f"dataset {self.name} has no rows for {key.label}")
         spec = op_spec(key.op)
         names = [n for n in spec.inputs if any(n in r.features for r in rows)]
-        missing = [
-            n for n in spec.inputs if n not in names and not (spec.defaults and n in spec.defaults)
-        ]
+        missing = [n for n in spec.required if n not in names]
         if missing:
             raise ModelError(f"dataset {self.name}, {key.label}: no column for input(s) {missing}")
         x = {n: np.array([r.features.get(n, np.nan) for r in rows], dtype=float) for n in names}
