@@ -29,6 +29,15 @@ class ConfigError(TrainsimError):
     """Invalid user input (flags, YAML, catalog names)."""
 
 
+def yaml_error(origin: object, e: Exception) -> ConfigError:
+    """One line for a YAML parser error: the file, where the parser stopped and why."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return ConfigError(
+        f"{origin}: not valid YAML{where} ({getattr(e, 'problem', None) or type(e).__name__})"
+    )
+
+
 class TraceFormatError(TrainsimError):
     """A trace file cannot be read as the format it claims to be."""
 

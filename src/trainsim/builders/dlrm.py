@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainsim.errors import ConfigError, TrainsimError
+from trainsim.errors import ConfigError, TrainsimError, yaml_error
 from trainsim.hardware import DeviceSpec, SystemSpec, get_device, get_system, list_systems
 from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, Workload
 from trainsim.ir.kinds import CollectiveKind, OpCategory
@@ -229,21 +229,14 @@ def load_dlrm_spec(path: str | Path) -> DLRMSpec:
         raise ConfigError(f"{p}: cannot read the DLRM spec ({e.strerror or e})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not a text file (expected a JSON or YAML DLRM spec)") from None
-    try:
-        if p.suffix.lower() == ".json":
-            doc = json.loads(text)
-        else:
-            import yaml
+    import yaml
 
-            doc = yaml.safe_load(text)
+    try:
+        doc = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise yaml_error(p, e) from None
     except (json.JSONDecodeError, ValueError) as e:
         raise ConfigError(f"{p}: not valid JSON/YAML ({str(e).splitlines()[0]})") from None
-    except Exception as e:  # yaml.YAMLError (imported lazily): where the parser stopped
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(
-            f"{p}: not valid YAML{where} ({getattr(e, 'problem', None) or type(e).__name__})"
-        ) from None
     return dlrm_spec_from_dict(doc, origin=str(p))
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.builders.spec import ModelSpec
-from trainsim.errors import ConfigError
+from trainsim.errors import ConfigError, yaml_error
 
 # --- the catalog -------------------------------------------------------------------------------
 
@@ -205,11 +205,7 @@ def read_model_yaml(path: str | Path) -> ModelSpec:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(
-            f"{path}: not valid YAML{where} ({getattr(e, 'problem', None) or e})"
-        ) from None
+        raise yaml_error(path, e) from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping of model fields at the top level")
     if "model_type" in doc:

@@ -15,7 +15,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from trainsim.errors import ConfigError
+from trainsim.errors import ConfigError, yaml_error
 from trainsim.hardware.schema import SCHEMA_VERSION, DeviceSpec, SystemSpec
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -30,9 +30,7 @@ def _load_yaml(text: str, origin: str, model: type[_M]) -> _M:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"{origin}: not valid YAML{where} ({getattr(e, 'problem', None) or type(e).__name__})") from None
+        raise yaml_error(origin, e) from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{origin}: expected a mapping at the top level")
     version = doc.get("schema_version")

@@ -18,8 +18,8 @@ SCHEMA_VERSION = 1
 # asks for units in names, so N802/N815 are silenced on those lines.
 
 
-
 USABLE_FRACTION = 40441 / 40960  # deviceQuery total / marketed GiB, A100 40 GB (see memory_bytes)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
