@@ -475,7 +475,7 @@ def comm_setup(device: DeviceSpec, world: int, system: str | Path | SystemSpec |
         s = get_system(system)
         return CommSetup(s, f"system {s.name}")
     if link_bandwidth_Bps is None and link_latency_s is None:
-        mine = [s for s in list_systems() if _same_device(s.device, device)]
+        mine = [s for s in list_systems() if same_device(s.device, device)]
         if mine:
             return CommSetup(
                 mine[0], f"system {mine[0].name} (the first catalog system of {device.name})"
@@ -493,11 +493,13 @@ def comm_setup(device: DeviceSpec, world: int, system: str | Path | SystemSpec |
     )
 
 
-def _same_device(name: str, dev: DeviceSpec) -> bool:
+def same_device(name: str, dev: DeviceSpec) -> bool:
+    """Whether the device ``name`` (catalog name, alias or YAML) is ``dev``; a name outside the
+    catalog counts as ``dev`` only when it is ``dev``'s name."""
     try:
         return get_device(name).name == dev.name
     except ConfigError:
-        return False
+        return name == dev.name
 
 
 def padded_group(system: SystemSpec, world: int) -> int:

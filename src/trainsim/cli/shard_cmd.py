@@ -104,16 +104,12 @@ def shard(
 
 def _check_system_device(dev: DeviceSpec, system: SystemSpec) -> None:
     """--device and --system together must describe one machine: the system's device."""
+    from trainsim.builders.dlrm import same_device
     from trainsim.errors import ConfigError
-    from trainsim.hardware import get_device
 
-    try:
-        own = get_device(system.device).name
-    except ConfigError:  # a system YAML naming a device outside the catalog: compare names
-        own = system.device
-    if own != dev.name:
+    if not same_device(system.device, dev):
         raise ConfigError(
-            f"--device {dev.name} is not the device of --system {system.name} ({own}); "
+            f"--device {dev.name} is not the device of --system {system.name} ({system.device}); "
             f"drop --device, or give a system built of {dev.name}"
         )
 
