@@ -47,7 +47,8 @@ from trainsim.comm.fitting import (
 )
 from trainsim.comm.hierarchical import HierarchicalModel
 from trainsim.comm.metrics import abs_rel_errors, gmae_pct, mape_pct, max_abs_err_pct
-from trainsim.comm.piecewise import fit_piecewise
+from trainsim.comm.monotone import MonotoneCurve
+from trainsim.comm.piecewise import PiecewiseCurve, fit_piecewise
 from trainsim.comm.readers import PaperError, read_comm_dataset, read_seed001_errors
 from trainsim.comm.samples import CommDataset, heldout_split
 
@@ -139,10 +140,20 @@ def _seed001(data_dir: Path, folder: str) -> list[dict[str, Any]]:
                          mape_all_rows_pct=mape_pct(p_all, t[test]),
                          paper_error_pct=pe.error_pct if pe else None, paper_model=pe.model if pe else None,
                          family=fam, inner_heldout_pct={f: v[SELECTION_CRITERIA.index(CRITERION)] for f, v in inner.items()},
-                         piecewise_mape_pct=mape_pct(fit_piecewise(m[train], t[train])(m[ok]), t[ok]))  # fmt: skip
+                         piecewise_mape_pct=mape_pct(_piecewise_of(curve, m[train], t[train])(m[ok]), t[ok]))  # fmt: skip
             case["abs_err_pct"] = case["mape_pct"]
             out.append(case)
     return out
+
+
+def _piecewise_of(curve: Any, m: np.ndarray, t: np.ndarray) -> Any:
+    """000's piecewise curve on these rows: the chosen curve itself, the one a monotone curve
+    was built on (same rows), or a fit."""
+    if isinstance(curve, PiecewiseCurve):
+        return curve
+    if isinstance(curve, MonotoneCurve):
+        return curve.base
+    return fit_piecewise(m, t)
 
 
 def _vtrain(data_dir: Path, folder: str) -> list[dict[str, Any]]:
