@@ -42,23 +42,26 @@ def use_artifacts(kernel_models: Sequence[Path] | None, comm_models: Sequence[Pa
 
 def _register(kernel_models: Sequence[Path] | None, comm_models: Sequence[Path] | None, *,
               system: SystemSpec) -> None:  # fmt: skip
+    """Set the variables, then check what the registries load from them (each file read once:
+    the registries cache by the variable's value)."""
     from trainsim.comm import registry as comm_registry
     from trainsim.kernels import registry as kernel_registry
 
     if kernel_models:
+        os.environ[kernel_registry.USER_MODELS_ENV] = _joined(kernel_models)
         device = get_device(system.device).name  # the system may name its device by an alias
-        for p in kernel_models:
-            m = kernel_registry.load_model(p)
+        for p, m in zip(kernel_models, kernel_registry.user_models(), strict=True):
             if m.device != device:
                 raise ConfigError(f"--kernel-models {p}: fitted on device {m.device}, but {system.name} "
                                   f"has {device}")  # fmt: skip
-        os.environ[kernel_registry.USER_MODELS_ENV] = os.pathsep.join(str(Path(p).resolve()) for p in kernel_models)
     if comm_models:
-        for p in comm_models:
-            c = comm_registry.load_model(p)
-            name = getattr(getattr(c, "system", None), "name", None)
+        os.environ[comm_registry.USER_MODELS_ENV] = _joined(comm_models)
+        for p, c in zip(comm_models, comm_registry.user_models(), strict=True):  # calibrated, or refused
+            name = c.system.name if c.system is not None else None
             if name != system.name:
                 raise ConfigError(f"--comm-models {p}: measured on system {name or '(none)'}, not {system.name}; "
                                   "refit it with `trainsim fit-comm … --system NAME`")  # fmt: skip
-        os.environ[comm_registry.USER_MODELS_ENV] = os.pathsep.join(str(Path(p).resolve()) for p in comm_models)
-        comm_registry.user_models()  # fail now (one line) rather than inside a worker
+
+
+def _joined(paths: Sequence[Path]) -> str:
+    return os.pathsep.join(str(Path(p).resolve()) for p in paths)
