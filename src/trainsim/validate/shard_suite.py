@@ -134,12 +134,12 @@ def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
     """Kernel models fitted on the shipped CPU calibration sample (cached), and a note."""
     import hashlib
 
-    sample = next(p for p in (_BENCH_DATA / f"{CPU_SAMPLE}.jsonl.gz", _BENCH_DATA / f"{CPU_SAMPLE}.jsonl") if p.exists())
-    samples = [sample, *sorted(_BENCH_DATA.glob(f"{CPU_EXTRA}*.jsonl*"))]
+    samples = [p for name in (CPU_SAMPLE, CPU_EXTRA) for p in sorted(_BENCH_DATA.glob(f"{name}.jsonl*"))]
+    used = " + ".join(p.name for p in samples)
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in samples) + f"fit-r{FIT_REVISION}".encode()).hexdigest()[:12]
     out = cache_dir / f"{CPU_SAMPLE}-{digest}.npz"
     if out.exists():
-        return out, f"calibrated: trainsim fit on {' + '.join(p.name for p in samples)} (cached {out.name})"
+        return out, f"calibrated: trainsim fit on {used} (cached {out.name})"
     try:
         from trainsim.bench.opspecs import register_bench_ops
         from trainsim.hardware import get_device
@@ -154,7 +154,7 @@ def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
         save_model(result.model, out)
     except ImportError as e:  # the learned extra (xgboost, lightgbm, scikit-learn) is missing
         return None, f"spec-based: cannot fit the CPU sample ({e}); pip install trainsim[learned]"
-    return out, f"calibrated: trainsim fit on {' + '.join(p.name for p in samples)} (fitted now, cached {out.name})"
+    return out, f"calibrated: trainsim fit on {used} (fitted now, cached {out.name})"
 
 
 def _predict(
