@@ -13,6 +13,7 @@ from a measured dataset (``--measured``: Alpa's full profiling).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -99,7 +100,7 @@ def predict(
         raise ConfigError(f"{dataset}: no stages (stages.jsonl missing or empty)")
     p = pred.predict(list(iter_graphs(dataset, rows, pred.part)))
     y = np.array([r.latency_s for r in rows])
-    cases = [{"id": r.id, "spec": r.spec.to_dict(), "measured_s": r.latency_s, "predicted_s": float(v),
+    cases: list[dict[str, Any]] = [{"id": r.id, "spec": r.spec.to_dict(), "measured_s": r.latency_s, "predicted_s": float(v),
               "err_pct": 100.0 * (float(v) - r.latency_s) / r.latency_s} for r, v in zip(rows, p, strict=True)]  # fmt: skip
     doc = {"predictor": str(predictor), "dataset": str(dataset), "stages": cases,
            "mre_pct": mre_pct(p, y), "provenance": f"learned from measured CPU stages ({pred.config.kind})"}  # fmt: skip

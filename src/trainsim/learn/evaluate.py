@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -144,7 +144,7 @@ def read_cases(results: Path | str) -> list[dict[str, Any]]:
     return [json.loads(x) for x in lines if x.strip()]
 
 
-def evaluate(folders: dict[str, Path | str], results: Path | str, *, fractions: Sequence[float] = FRACTIONS,
+def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fractions: Sequence[float] = FRACTIONS,
              kinds: Sequence[str] = MODEL_KINDS, seeds: Sequence[int] = (0,), readout: str = "logsumexp",
              part: str = "train", input_features: bool = True, per_work: bool = True,
              train_config: TrainConfig = TrainConfig(), save_fraction: float | None = 0.3,

@@ -292,8 +292,8 @@ def stage_function(
     else:
         cot = jnp.asarray(rng.standard_normal((b, s, h), dtype=np.float32))
 
-        def loss(p: dict[str, Any], x: Any, g: Any) -> Any:
-            return jnp.sum(forward(p, x) * g)
+        def loss(p: dict[str, Any], x: Any, y: Any) -> Any:  # y: the output's cotangent
+            return jnp.sum(forward(p, x) * y)
 
         extra = cot
     if part == "forward":

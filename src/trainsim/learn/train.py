@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from trainsim.errors import ConfigError, ModelError
 from trainsim.learn.graphs import (
@@ -99,7 +100,7 @@ def _batches(
     if by_size:  # similar sizes together: less padding in the quadratic attention
         idx = np.array(sorted(idx, key=lambda i: (tensors[i].num_nodes, rng.random())))
     batches = [list(idx[k : k + size]) for k in range(0, len(idx), size)]
-    rng.shuffle(batches)  # type: ignore[arg-type]
+    rng.shuffle(batches)
     return batches
 
 
@@ -190,8 +191,8 @@ def _epoch_loss(model: torch.nn.Module, tensors: Sequence[GraphTensors], y: torc
     return total / max(1, len(tensors))
 
 
-def train_predictor(train: Sequence[GraphTensors], train_latency_s: Sequence[float], val: Sequence[GraphTensors],
-                    val_latency_s: Sequence[float], *, model_config: ModelConfig, op_vocab: Sequence[str],
+def train_predictor(train: Sequence[GraphTensors], train_latency_s: ArrayLike, val: Sequence[GraphTensors],
+                    val_latency_s: ArrayLike, *, model_config: ModelConfig, op_vocab: Sequence[str],
                     config: TrainConfig = TrainConfig(), part: str = "train", input_features: bool = False,
                     per_work: bool = False, log: Callable[[str], None] | None = None) -> Predictor:  # fmt: skip
     """Fit ``model_config`` on featurized graphs (see :func:`featurize`) and latencies."""
@@ -259,7 +260,7 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: Sequence[flo
                      input_features=input_features, per_work=per_work, meta=meta)  # fmt: skip
 
 
-def mre_pct(pred_s: Sequence[float], true_s: Sequence[float]) -> float:
+def mre_pct(pred_s: ArrayLike, true_s: ArrayLike) -> float:
     """003 Eq. 5: mean relative error in percent."""
     p, t = np.asarray(pred_s, dtype=float), np.asarray(true_s, dtype=float)
     return float(np.mean(np.abs(p - t) / t) * 100.0)
