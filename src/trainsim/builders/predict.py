@@ -4,11 +4,13 @@
 >>> r = predict_llm("gpt3-1.3b", Plan(tp=1, pp=1, dp=8, micro_batch=4, global_batch=256), "dgx-a100")  # doctest: +SKIP
 >>> r.iteration_time_s, r.mfu, r.fits_in_memory                                                       # doctest: +SKIP
 
-The iteration time is the simulator's (the IR of :func:`trainsim.builders.llm.build_workload`);
-``simulate=False`` gives paper 001's closed form (Eq. 7) instead, in well under a millisecond
-once the operator costs are known. Both closed forms are always reported beside. Long
-iterations are simulated up to the pipeline's steady state and extrapolated exactly
-(:func:`_simulate`); ``full_simulation=True`` simulates every micro-batch (``--timeline`` does).
+The iteration time is the simulator's on the IR of :func:`trainsim.builders.llm.build_workload`,
+obtained by :func:`~trainsim.builders.llm.evaluate_pipeline` (the same program and semantics
+without building the IR; equal to 1e-9, a test); ``full_simulation=True`` runs the simulator
+itself on every micro-batch and keeps its result (``--timeline`` does). ``simulate=False``
+gives paper 001's closed form (Eq. 7) instead, in well under a millisecond once the operator
+costs are known. Both closed forms are always reported beside. Long iterations are evaluated
+up to the pipeline's steady state and extrapolated exactly (:func:`_simulate`).
 
 MFU counts model FLOPs only (no recomputation): the GEMM and attention FLOPs of every operator
 (attention as the full ``s × s`` square, as Megatron's formula), over ``gpus × dense peak of
@@ -23,10 +25,12 @@ from typing import Any
 
 from trainsim.builders.costs import OpCoster
 from trainsim.builders.llm import (
+    PipelineTimes,
     StageCost,
     build_workload,
     closed_form_001,
     closed_form_003,
+    evaluate_pipeline,
     stage_costs,
 )
 from trainsim.builders.memory import MemoryBreakdown, memory_per_gpu
@@ -53,7 +57,7 @@ class LLMPrediction:
     stages: list[StageCost]
     provenance: dict[str, Any]
     timings_s: dict[str, float] = field(default_factory=dict)
-    sim: Any = None  # SimResult when simulated
+    sim: Any = None  # SimResult when the IR was simulated (full_simulation)
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -148,35 +152,47 @@ def _run(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCost]) 
                                  launch_latency_s=0.0, kernel_gap_s=0.0))  # fmt: skip
 
 
-def _simulate(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCost], *, full: bool) -> tuple[float, Any, str]:  # fmt: skip
-    """Simulated iteration time, with steady-state extrapolation over micro-batches.
+def _simulate(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCost], *, full: bool) -> tuple[float, tuple[float, ...], Any, str]:  # fmt: skip
+    """Iteration time, each stage's end, the SimResult (``full`` only) and how it was obtained.
 
-    Every micro-batch costs the same, so once the pipeline reaches its steady state each further
-    ``k`` micro-batches (1; pp for the interleaved schedule, keeping its divisibility) add one
-    constant period: the schedule is a max-plus linear system and, for these schedules, becomes
-    periodic after its fill. We simulate ``m0``, ``m0 + k`` and ``m0 + 2k`` micro-batches; when
-    both increments agree (to 1e-9 relative) the time at ``M`` is ``T(m0 + k) + (M - m0 - k) / k``
-    × period — exact, not an approximation — else (or with ``full``) all ``M`` are simulated.
-    The returned SimResult is that of the largest simulated count.
+    ``full``: the simulator runs the IR of every micro-batch (``--timeline`` needs its result).
+    Otherwise :func:`~trainsim.builders.llm.evaluate_pipeline` evaluates the same program
+    without building the IR (equal to the simulator's time to 1e-9, a test), and long
+    iterations use the steady state: every micro-batch costs the same, so once the pipeline
+    reaches its steady state each further ``k`` micro-batches (1; pp for the interleaved
+    schedule, keeping its divisibility) add one constant period: the schedule is a max-plus
+    linear system and, for these schedules, becomes periodic after its fill. We evaluate
+    ``m0``, ``m0 + k`` and ``m0 + 2k`` micro-batches; when both increments agree (to 1e-9
+    relative) the time at ``M`` is ``T(m0 + k) + (M - m0 - k) / k`` × period — exact, not an
+    approximation — else all ``M`` are evaluated. Stage ends are those of the largest count
+    evaluated (they name the critical stage).
     """
+    if full:
+        sim = _run(spec, plan, sys, stages)
+        return sim.predicted_step_s, tuple(r.end_s for r in sim.ranks), sim, "simulation"
     m = plan.grad_accum
     k = plan.pp if plan.schedule == "interleaved" else 1
     m0 = 2 * plan.pp if plan.schedule == "interleaved" else plan.pp + 1
-    if full or 3 * (m0 + 2 * k) >= m or (m - m0) % k:  # three short runs must be cheaper
-        sim = _run(spec, plan, sys, stages)
-        return sim.predicted_step_s, sim, "simulation"
+    if 3 * (m0 + 2 * k) >= m or (m - m0) % k:  # three short runs must be cheaper
+        r = evaluate_pipeline(spec, plan, sys, stages)
+        return r.predicted_step_s, r.stage_end_s, None, "simulation"
 
-    def at(mb: int) -> Any:
-        return _run(spec, replace(plan, global_batch=mb * plan.micro_batch * plan.dp), sys, stages)
+    def at(mb: int) -> PipelineTimes:
+        return evaluate_pipeline(spec, replace(plan, global_batch=mb * plan.micro_batch * plan.dp), sys, stages)  # fmt: skip
 
     s0, s1, s2 = at(m0), at(m0 + k), at(m0 + 2 * k)
     d1 = s1.predicted_step_s - s0.predicted_step_s
     d2 = s2.predicted_step_s - s1.predicted_step_s
     if abs(d1 - d2) > 1e-9 * max(abs(d2), 1e-12) + 1e-12:
-        sim = _run(spec, plan, sys, stages)
-        return sim.predicted_step_s, sim, "simulation"
+        r = evaluate_pipeline(spec, plan, sys, stages)
+        return r.predicted_step_s, r.stage_end_s, None, "simulation"
     t = s1.predicted_step_s + (m - m0 - k) / k * d2
-    return t, s2, f"simulation (steady state from {m0 + 2 * k} of {m} micro-batches)"
+    return (
+        t,
+        s2.stage_end_s,
+        None,
+        f"simulation (steady state from {m0 + 2 * k} of {m} micro-batches)",
+    )
 
 
 def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *, simulate: bool = True,
@@ -193,9 +209,9 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     t2 = time.perf_counter()
     sim = None
     if simulate:
-        iteration, sim, method = _simulate(spec, plan, sys, stages, full=full_simulation)
+        iteration, ends, sim, method = _simulate(spec, plan, sys, stages, full=full_simulation)
         # the stage whose GPUs finish last carries the critical path
-        crit = max(sim.ranks, key=lambda r: r.end_s).rank
+        crit = max(range(len(ends)), key=ends.__getitem__)
     else:
         iteration, method = cf["001_eq7"], "closed-form-001"
         crit = 0
@@ -241,7 +257,9 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"{n} operator(s) on {r.device.name} are timed with {src}'s micro-benchmarks (same "
                    "architecture and tensor-core peak; memory bandwidth and clocks may differ)")  # fmt: skip
     if r.plan.sp and r.plan.tp == 1:
-        out.append("sequence parallelism has no effect with tp 1 (it splits the TP group's activations)")
+        out.append(
+            "sequence parallelism has no effect with tp 1 (it splits the TP group's activations)"
+        )
     m, pp = r.plan.grad_accum, r.plan.pp
     if pp > 1 and m < pp:
         out.append(f"only {m} micro-batch(es) for {pp} pipeline stages: the pipeline is mostly bubble "
