@@ -578,6 +578,7 @@ def test_workload_ir(sched: str, cp: int) -> None:
         (Plan(dp=8), 16, "--gpus 16"),
         (Plan(dp=8, micro_batch=4, global_batch=100), None, "global batch 100"),
         (Plan(pp=4, global_batch=6, schedule="interleaved", vpp=2), None, "divisible by pp"),
+        (Plan(pp=1, global_batch=4, schedule="interleaved", vpp=2), None, "needs pp ≥ 2"),
         (Plan(ep=2, dp=2), None, "mixture-of-experts"),
         (Plan(schedule="zb"), None, "schedule"),  # type: ignore[arg-type]
     ],

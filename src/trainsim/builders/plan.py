@@ -145,6 +145,10 @@ class Plan:
             )
         if self.schedule != "interleaved" and self.vpp != 1:
             raise ConfigError("plan: vpp > 1 needs --schedule interleaved")
+        if self.schedule == "interleaved" and self.vpp > 1 and self.pp < 2:
+            raise ConfigError(
+                f"plan: interleaved schedule with vpp {self.vpp} needs pp ≥ 2 (one stage has no pipeline to interleave)"
+            )
         if self.schedule == "interleaved" and model.layers % chunks:
             raise ConfigError(
                 f"plan: interleaved schedule needs layers ({model.layers}) divisible by pp×vpp ({chunks})"
