@@ -396,25 +396,6 @@ def test_interleaving_shrinks_the_bubble() -> None:
     assert inter.breakdown["pipeline_bubble_s"] < _predict(base).breakdown["pipeline_bubble_s"]
 
 
-@pytest.mark.parametrize("sched", ["1f1b", "interleaved", "gpipe"])
-def test_steady_state_extrapolation_is_exact(sched: str) -> None:
-    plan = Plan(
-        tp=2,
-        pp=4,
-        dp=2,
-        micro_batch=1,
-        global_batch=128,
-        schedule=sched,
-        vpp=2 if sched == "interleaved" else 1,
-        recompute="selective",
-    )
-    fast = _predict(plan, system="perlmutter")
-    full = _predict(plan, system="perlmutter", full_simulation=True)
-    assert fast.method.startswith("simulation (steady state")
-    assert full.method == "simulation"
-    assert fast.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
-
-
 def test_more_microbatches_never_faster() -> None:
     for plan_kw in ({"pp": 4, "tp": 2}, {"pp": 1, "dp": 8}):
         prev = 0.0

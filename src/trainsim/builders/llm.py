@@ -20,7 +20,7 @@ Closed forms reported beside it: 001 Eq. 7 (1F1B + DP) and 003 Eq. 4 (pipeline l
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainsim.builders.costs import HOST, HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
 from trainsim.builders.llm_comm import CommCost, PlanComm
@@ -281,6 +281,9 @@ class _StepRecorder:
         self.dur: list[float] = []
         self.deps: list[list[int]] = []
         self.inst: list[int] = []  # a collective's instance (``instances[(group, seq)]``), else -1
+        # (what, virtual stage, micro-batch) of a micro-batch's step, None for the iteration's
+        # tail: what :func:`_period` matches micro-batch j with j + period by
+        self.key: list[tuple[str, int, int] | None] = []
         # 000 §III-D's intra-rank rule as trainsim.sim.edges.intra_rank_rule applies it, kept
         # while emitting: a collective starts no earlier than the first-issued step (on another
         # stream) that depends on the previous collective of its stream, if issued before it
@@ -290,8 +293,10 @@ class _StepRecorder:
         self._first_dep: dict[int, int] = {}
 
     def _add(self, lane: int, seconds: float, deps: list[int | None],
-             inst: tuple[str, int, int] | None = None) -> int:  # fmt: skip
+             inst: tuple[str, int, int] | None = None,
+             key: tuple[str, int, int] | None = None) -> int:  # fmt: skip
         """``inst``: (group, seq, members) of a collective."""
+        self.key.append(key)
         lanes, cover, first = self.lane, self._cover, self._first_dep
         i = len(lanes)
         ds = [d - 1 for d in deps if d]
@@ -321,7 +326,7 @@ class _StepRecorder:
     def compute(
         self, what: str, tag: tuple[int, int], seconds: float, deps: list[int | None]
     ) -> int:
-        return self._add(COMPUTE, seconds, deps)
+        return self._add(COMPUTE, seconds, deps, None, (what, tag[1], tag[0]))
 
     def optimizer(self, seconds: float, deps: list[int | None]) -> int:
         return self._add(COMPUTE, seconds, deps)
@@ -330,7 +335,8 @@ class _StepRecorder:
         self, what: str, tag: tuple[int, int], link: _Link, seq: int, deps: list[int | None]
     ) -> int:
         cost = self.bcost[link.boundary % len(self.bcost)]
-        return self._add(link.stream, cost.seconds if cost else 0.0, deps, (link.group, seq, 2))
+        return self._add(link.stream, cost.seconds if cost else 0.0, deps, (link.group, seq, 2),
+                         (what, tag[1], tag[0]))  # fmt: skip
 
     def collective(self, c: CommCost, kind: CollectiveKind, *, group: str, ranks: tuple[int, ...], seq: int,
                    stream: int, deps: list[int | None]) -> int:  # fmt: skip
@@ -339,14 +345,17 @@ class _StepRecorder:
 
 @dataclass(frozen=True, slots=True)
 class PipelineTimes:
-    """What :func:`evaluate_pipeline` returns: the iteration time and each stage's end."""
+    """What :func:`evaluate_pipeline` returns: the iteration time, each stage's end and how many
+    micro-batches were evaluated step by step (fewer than the plan's when the rest was carried
+    forward by the certified period)."""
 
     predicted_step_s: float
     stage_end_s: tuple[float, ...]
+    evaluated_micro_batches: int = 0
 
 
-def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec,
-                      stages: list[StageCost]) -> PipelineTimes:  # fmt: skip
+def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost],
+                      *, periodic: bool = False) -> PipelineTimes:  # fmt: skip
     """The iteration time of :func:`build_workload`'s program without building the IR.
 
     Evaluates the same max-plus system as the simulator does on that workload (model-timed
@@ -357,9 +366,47 @@ def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec,
     member's start plus the largest member's duration. Each stage advances through its steps in
     issue order and parks on a collective whose peers have not arrived. Agreement with the
     simulator is a test (``tests/test_pipeline_eval.py``); the simulator stays the reference
-    (timelines, critical paths). ~50× faster, which keeps a 32-stage, 192-micro-batch plan
-    within the latency target.
+    (timelines, critical paths). ~50× faster.
+
+    ``periodic`` (1F1B and interleaved schedules, many micro-batches): evaluate a shorter
+    iteration of ``m`` micro-batches (``m ≡ M`` modulo the period ``c``: 1 micro-batch, ``pp``
+    interleaved) and carry it forward when :func:`_period` certifies that its steady state
+    repeats — every step of a window of micro-batches at least as long as the program's longest
+    dependency lag starts and ends exactly ``Δ`` after its counterpart ``c`` micro-batches
+    earlier, with the same dependencies. The steady part of these schedules is shift-invariant
+    and ``M`` micro-batches are ``m`` with ``(M - m) / c`` periods inserted there, so by
+    induction over the steps every later step, the cool-down and each stage's end move by
+    exactly ``(M - m) / c × Δ``: the result equals the full evaluation (a test, on random stage
+    costs), not an extrapolation of a trend. Without a certificate (the pipeline is still
+    settling: stages whose periods nearly tie), ``m`` doubles while it stays within ``0.6 M``,
+    then all ``M`` are evaluated.
     """
+    m = plan.grad_accum
+    if periodic and plan.schedule in ("1f1b", "interleaved") and plan.pp > 1:
+        c = plan.pp if plan.schedule == "interleaved" else 1
+        # the shortest runs that hold warm-up, a window and cool-down (measured: 1F1B from 3 pp,
+        # interleaved from 5–7 pp); multiples of c, as M is (Plan.validate)
+        run = (7 if plan.schedule == "interleaved" else 3) * plan.pp
+        while 5 * run <= 3 * m:  # a run of at most 0.6 M: worst case (no certificate) 2.2 M
+            short = replace(plan, global_batch=run * plan.micro_batch * plan.dp)
+            recs = _record(model, short, system, stages)
+            starts, ends = _evaluate(recs)
+            delta = _period(recs, starts, ends, c)
+            if delta is not None:
+                shift = (m - run) // c * delta
+                stage_end = tuple(_last(en) + shift for en in ends)
+                return PipelineTimes(max(stage_end), stage_end, run)
+            run *= 2
+    _, ends = _evaluate(_record(model, plan, system, stages))
+    stage_end = tuple(_last(en) for en in ends)
+    return PipelineTimes(max(stage_end, default=0.0), stage_end, m)
+
+
+def _last(ends: list[float | None]) -> float:
+    return max((e for e in ends if e is not None), default=0.0)
+
+
+def _record(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost]) -> list[_StepRecorder]:  # fmt: skip
     sched = _schedule(plan)
     bcost = _p2p_costs(model, plan, system)
     recs = []
@@ -369,13 +416,115 @@ def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec,
         r = _StepRecorder(s, bcost, instances, members)
         _emit_stage(r, s, st, plan, sched[s])
         recs.append(r)
-    return _evaluate(recs)
+    return recs
 
 
-def _evaluate(recs: list[_StepRecorder]) -> PipelineTimes:
+_Key = tuple[str, int, int]  # (what, virtual stage, micro-batch) of a step
+
+
+def _period(recs: list[_StepRecorder], starts: list[list[float | None]],
+            ends: list[list[float | None]], c: int) -> float | None:  # fmt: skip
+    """``Δ`` when a window of micro-batches certifies the program periodic with period ``c``
+    micro-batches (see :func:`evaluate_pipeline`), else None.
+
+    Micro-batch ``j`` matches ``j + c`` when each of its steps (on every stage) has a
+    counterpart (same what, virtual stage, stream and duration) whose predecessors — explicit
+    dependencies, the previous step of its stream, the intra-rank rule's step — and collective
+    peers are the counterparts of its own, and whose start and end are later by one common
+    ``Δ``. A window of ``lag`` consecutive matching micro-batches (``lag``: the largest
+    micro-batch distance from a step back to a predecessor) holds the whole state the rest of
+    the iteration depends on. Windows are tried from the latest (where the pipeline has settled
+    most); micro-batches are compared on demand.
+    """
+    inf = float("inf")
+    peers: dict[int, list[tuple[int, _Key | None]]] = {}
+    where: list[dict[_Key, int]] = []
+    prevs: list[list[int]] = []
+    by_mb: dict[int, list[tuple[int, int]]] = {}  # micro-batch → its (stage, step)s
+    lag = 1
+    for s, r in enumerate(recs):
+        keys = r.key
+        where.append({k: i for i, k in enumerate(keys) if k is not None})
+        prev, last = [-1] * len(keys), dict[int, int]()
+        for i, ln in enumerate(r.lane):
+            prev[i] = last.get(ln, -1)
+            last[ln] = i
+        prevs.append(prev)
+        for i, k in enumerate(keys):
+            if r.inst[i] >= 0:
+                peers.setdefault(r.inst[i], []).append((s, k))
+            if k is None:
+                continue
+            j = k[2]
+            by_mb.setdefault(j, []).append((s, i))
+            for d in (*r.deps[i], prev[i], r.after[i]):
+                if d >= 0:
+                    kd = keys[d]
+                    if kd is not None and j - kd[2] > lag:
+                        lag = j - kd[2]
+    nmb = max(by_mb, default=-1) + 1
+
+    def moved(k: _Key | None) -> _Key | None:
+        return None if k is None else (k[0], k[1], k[2] + c)
+
+    memo: dict[int, tuple[float, float] | None] = {}
+
+    def shift(j: int) -> tuple[float, float] | None:
+        """The range of start/end shifts from micro-batch j to j + c, None if they differ in shape."""
+        if j in memo:
+            return memo[j]
+        lo, hi, out = inf, -inf, None
+        for s, i in by_mb.get(j, ()):
+            r, prev = recs[s], prevs[s]
+            k = r.key[i]
+            assert k is not None
+            i2 = where[s].get((k[0], k[1], j + c))
+            if i2 is None or r.lane[i2] != r.lane[i] or r.dur[i2] != r.dur[i]:
+                break
+            # the emitter lists a step's dependencies in one order: compared in it (a mere
+            # reordering fails the check, which only costs the certificate)
+            mine = [moved(r.key[d]) for d in (*r.deps[i], prev[i], r.after[i]) if d >= 0]
+            if None in mine or mine != [
+                r.key[d] for d in (*r.deps[i2], prev[i2], r.after[i2]) if d >= 0
+            ]:
+                break
+            a, b = r.inst[i], r.inst[i2]
+            if (a >= 0) != (b >= 0) or (
+                a >= 0 and [(q, moved(pk)) for q, pk in peers[a]] != peers[b]
+            ):
+                break
+            s1, s2, e1, e2 = starts[s][i], starts[s][i2], ends[s][i], ends[s][i2]
+            assert s1 is not None and s2 is not None and e1 is not None and e2 is not None
+            lo, hi = min(lo, s2 - s1, e2 - e1), max(hi, s2 - s1, e2 - e1)
+        else:
+            out = (lo, hi) if lo < inf else None
+        memo[j] = out
+        return out
+
+    tol = 1e-12 * max((abs(e) for en in ends for e in en if e is not None), default=1.0)
+    a = nmb - c - lag
+    while a >= 0:
+        lo, hi = inf, -inf
+        for j in range(a + lag - 1, a - 1, -1):
+            sh = shift(j)
+            if sh is None:  # no window holding j certifies
+                a = j - lag
+                break
+            lo, hi = min(lo, sh[0]), max(hi, sh[1])
+            if hi - lo > tol:
+                a -= 1
+                break
+        else:
+            return 0.5 * (lo + hi)
+    return None
+
+
+def _evaluate(
+    recs: list[_StepRecorder],
+) -> tuple[list[list[float | None]], list[list[float | None]]]:
     """Every stream of every stage is a lane advancing through its steps in issue order (as in
     :mod:`trainsim.sim.engine`); a lane needing a time not yet known parks on that step and is
-    woken when the step gets it."""
+    woken when the step gets it. Returns every step's start and end, per stage."""
     starts: list[list[float | None]] = [[None] * len(r.lane) for r in recs]
     ends: list[list[float | None]] = [[None] * len(r.lane) for r in recs]
     lanes: list[tuple[int, list[int]]] = []  # (stage, its steps on this stream)
@@ -462,8 +611,7 @@ def _evaluate(recs: list[_StepRecorder]) -> PipelineTimes:
         pos[g], clock[g] = p, t0
     if any(pos[g] < len(steps) for g, (_, steps) in enumerate(lanes)):  # pragma: no cover
         raise RuntimeError("pipeline program deadlocked: a collective's peers never arrive")
-    stage_end = tuple(max((e for e in en if e is not None), default=0.0) for en in ends)
-    return PipelineTimes(max(stage_end, default=0.0), stage_end)
+    return starts, ends
 
 
 def _emit_stage(

@@ -9,8 +9,9 @@ obtained by :func:`~trainsim.builders.llm.evaluate_pipeline` (the same program a
 without building the IR; equal to 1e-9, a test); ``full_simulation=True`` runs the simulator
 itself on every micro-batch and keeps its result (``--timeline`` does). ``simulate=False``
 gives paper 001's closed form (Eq. 7) instead, in well under a millisecond once the operator
-costs are known. Both closed forms are always reported beside. Long iterations are evaluated
-up to the pipeline's steady state and extrapolated exactly (:func:`_simulate`).
+costs are known. Both closed forms are always reported beside. Long 1F1B and interleaved
+iterations evaluate fewer micro-batches and carry them forward by a certified period, which
+equals evaluating them all (:func:`~trainsim.builders.llm.evaluate_pipeline`).
 
 MFU counts model FLOPs only (no recomputation): the GEMM and attention FLOPs of every operator
 (attention as the full ``s × s`` square, as Megatron's formula), over ``gpus × dense peak of
@@ -20,12 +21,11 @@ the dtype × iteration time``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainsim.builders.costs import OpCoster
 from trainsim.builders.llm import (
-    PipelineTimes,
     StageCost,
     build_workload,
     closed_form_001,
@@ -157,42 +157,19 @@ def _simulate(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCo
 
     ``full``: the simulator runs the IR of every micro-batch (``--timeline`` needs its result).
     Otherwise :func:`~trainsim.builders.llm.evaluate_pipeline` evaluates the same program
-    without building the IR (equal to the simulator's time to 1e-9, a test), and long
-    iterations use the steady state: every micro-batch costs the same, so once the pipeline
-    reaches its steady state each further ``k`` micro-batches (1; pp for the interleaved
-    schedule, keeping its divisibility) add one constant period: the schedule is a max-plus
-    linear system and, for these schedules, becomes periodic after its fill. We evaluate
-    ``m0``, ``m0 + k`` and ``m0 + 2k`` micro-batches; when both increments agree (to 1e-9
-    relative) the time at ``M`` is ``T(m0 + k) + (M - m0 - k) / k`` × period — exact, not an
-    approximation — else all ``M`` are evaluated. Stage ends are those of the largest count
-    evaluated (they name the critical stage).
+    without building the IR (equal to the simulator's time to 1e-9, a test); with many
+    micro-batches it evaluates fewer and carries them forward by a certified period, which
+    equals evaluating them all (see its docstring).
     """
     if full:
         sim = _run(spec, plan, sys, stages)
         return sim.predicted_step_s, tuple(r.end_s for r in sim.ranks), sim, "simulation"
+    r = evaluate_pipeline(spec, plan, sys, stages, periodic=True)
     m = plan.grad_accum
-    k = plan.pp if plan.schedule == "interleaved" else 1
-    m0 = 2 * plan.pp if plan.schedule == "interleaved" else plan.pp + 1
-    if 3 * (m0 + 2 * k) >= m or (m - m0) % k:  # three short runs must be cheaper
-        r = evaluate_pipeline(spec, plan, sys, stages)
-        return r.predicted_step_s, r.stage_end_s, None, "simulation"
-
-    def at(mb: int) -> PipelineTimes:
-        return evaluate_pipeline(spec, replace(plan, global_batch=mb * plan.micro_batch * plan.dp), sys, stages)  # fmt: skip
-
-    s0, s1, s2 = at(m0), at(m0 + k), at(m0 + 2 * k)
-    d1 = s1.predicted_step_s - s0.predicted_step_s
-    d2 = s2.predicted_step_s - s1.predicted_step_s
-    if abs(d1 - d2) > 1e-9 * max(abs(d2), 1e-12) + 1e-12:
-        r = evaluate_pipeline(spec, plan, sys, stages)
-        return r.predicted_step_s, r.stage_end_s, None, "simulation"
-    t = s1.predicted_step_s + (m - m0 - k) / k * d2
-    return (
-        t,
-        s2.stage_end_s,
-        None,
-        f"simulation (steady state from {m0 + 2 * k} of {m} micro-batches)",
-    )
+    how = "simulation"
+    if r.evaluated_micro_batches < m:
+        how += f" (periodic from {r.evaluated_micro_batches} of {m} micro-batches)"
+    return r.predicted_step_s, r.stage_end_s, None, how
 
 
 def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *, simulate: bool = True,
