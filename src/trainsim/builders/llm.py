@@ -19,7 +19,9 @@ Closed forms reported beside it: 001 Eq. 7 (1F1B + DP) and 003 Eq. 4 (pipeline l
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import gc
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from trainsim.builders.costs import HOST, HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
@@ -381,6 +383,23 @@ def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: 
     settling: stages whose periods nearly tie), ``m`` doubles while it stays within ``0.6 M``,
     then all ``M`` are evaluated.
     """
+    with _no_gc():  # tens of thousands of short-lived lists, no cycles: collections only cost
+        return _evaluate_pipeline(model, plan, system, stages, periodic)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost],
+                       periodic: bool) -> PipelineTimes:  # fmt: skip
     m = plan.grad_accum
     if periodic and plan.schedule in ("1f1b", "interleaved") and plan.pp > 1:
         c = plan.pp if plan.schedule == "interleaved" else 1
@@ -567,7 +586,8 @@ def _evaluate(
                     if e is None:
                         blocked = w
                         break
-                    t = max(t, e)
+                    if e > t:  # noqa: PLR1730 (hot loop: a call to max costs more)
+                        t = e
                 a = af[i]
                 if blocked < 0 and a >= 0:
                     sa = st[a]
@@ -586,7 +606,8 @@ def _evaluate(
                     arr = i_arrived[k]
                     if not arr or t > i_start[k]:
                         i_start[k] = t
-                    i_dur[k] = max(i_dur[k], durs[i])
+                    if durs[i] > i_dur[k]:  # noqa: PLR1730
+                        i_dur[k] = durs[i]
                     arr.append((s, i))
                     expected[k] -= 1
                     if not expected[k]:
