@@ -139,7 +139,9 @@ def _breakdown(st: StageCost, plan: Plan, iteration_s: float) -> dict[str, float
         "exposed_dp_communication_s": st.dp_comm_s + m * z3,
         "optimizer_s": st.optimizer_s,
     }
-    out["pipeline_bubble_s"] = max(0.0, iteration_s - sum(out.values()))
+    bubble = iteration_s - sum(out.values())
+    # below rounding (1e-12 of the iteration: sums in another order) there is no bubble
+    out["pipeline_bubble_s"] = bubble if bubble > 1e-12 * iteration_s else 0.0
     return {"stage": st.stage, **out}
 
 
