@@ -380,8 +380,8 @@ def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: 
     induction over the steps every later step, the cool-down and each stage's end move by
     exactly ``(M - m) / c × Δ``: the result equals the full evaluation (a test, on random stage
     costs), not an extrapolation of a trend. Without a certificate (the pipeline is still
-    settling: stages whose periods nearly tie), ``m`` doubles while it stays within ``0.6 M``,
-    then all ``M`` are evaluated.
+    settling: stages whose periods nearly tie), ``m`` doubles while all runs together stay
+    within ``M / 2``, then all ``M`` are evaluated.
     """
     with _no_gc():  # tens of thousands of short-lived lists, no cycles: collections only cost
         return _evaluate_pipeline(model, plan, system, stages, periodic)
@@ -406,7 +406,11 @@ def _evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages:
         # the shortest runs that hold warm-up, a window and cool-down (measured: 1F1B from 3 pp,
         # interleaved from 5–7 pp); multiples of c, as M is (Plan.validate)
         run = (7 if plan.schedule == "interleaved" else 3) * plan.pp
-        while 5 * run <= 3 * m:  # a run of at most 0.6 M: worst case (no certificate) 2.2 M
+        spent = 0
+        # the first run if it is at most 0.6 M; longer ones while all runs stay within 0.5 M:
+        # without any certificate the work is at most 1.6 M (1.5 M after a second run)
+        while 5 * run <= 3 * m if not spent else 2 * (spent + run) <= m:
+            spent += run
             short = replace(plan, global_batch=run * plan.micro_batch * plan.dp)
             recs = _record(model, short, system, stages)
             starts, ends = _evaluate(recs)
@@ -486,13 +490,14 @@ def _period(recs: list[_StepRecorder], starts: list[list[float | None]],
     def moved(k: _Key | None) -> _Key | None:
         return None if k is None else (k[0], k[1], k[2] + c)
 
-    memo: dict[int, tuple[float, float] | None] = {}
+    memo: dict[int, tuple[float, float, float] | None] = {}
 
-    def shift(j: int) -> tuple[float, float] | None:
-        """The range of start/end shifts from micro-batch j to j + c, None if they differ in shape."""
+    def shift(j: int) -> tuple[float, float, float] | None:
+        """The range of start/end shifts from micro-batch j to j + c and the latest end of j + c,
+        None if they differ in shape."""
         if j in memo:
             return memo[j]
-        lo, hi, out = inf, -inf, None
+        lo, hi, top, out = inf, -inf, 0.0, None
         for s, i in by_mb.get(j, ()):
             r, prev = recs[s], prevs[s]
             k = r.key[i]
@@ -514,23 +519,24 @@ def _period(recs: list[_StepRecorder], starts: list[list[float | None]],
                 break
             s1, s2, e1, e2 = starts[s][i], starts[s][i2], ends[s][i], ends[s][i2]
             assert s1 is not None and s2 is not None and e1 is not None and e2 is not None
-            lo, hi = min(lo, s2 - s1, e2 - e1), max(hi, s2 - s1, e2 - e1)
+            lo, hi, top = min(lo, s2 - s1, e2 - e1), max(hi, s2 - s1, e2 - e1), max(top, abs(e2))
         else:
-            out = (lo, hi) if lo < inf else None
+            out = (lo, hi, top) if lo < inf else None
         memo[j] = out
         return out
 
-    tol = 1e-12 * max((abs(e) for en in ends for e in en if e is not None), default=1.0)
+    # equal shifts up to rounding of the window's own times (1e-12 of them: thousands of ulps);
+    # not of the iteration's, whose tail (a long gradient reduction) may be far longer
     a = nmb - c - lag
     while a >= 0:
-        lo, hi = inf, -inf
+        lo, hi, top = inf, -inf, 0.0
         for j in range(a + lag - 1, a - 1, -1):
             sh = shift(j)
             if sh is None:  # no window holding j certifies
                 a = j - lag
                 break
-            lo, hi = min(lo, sh[0]), max(hi, sh[1])
-            if hi - lo > tol:
+            lo, hi, top = min(lo, sh[0]), max(hi, sh[1]), max(top, sh[2])
+            if hi - lo > 1e-12 * top:
                 a -= 1
                 break
         else:
