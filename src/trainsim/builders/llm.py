@@ -19,9 +19,7 @@ Closed forms reported beside it: 001 Eq. 7 (1F1B + DP) and 003 Eq. 4 (pipeline l
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from trainsim.builders.costs import HOST, HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
@@ -29,6 +27,7 @@ from trainsim.builders.llm_comm import CommCost, PlanComm
 from trainsim.builders.plan import Plan
 from trainsim.builders.schedules import Action, schedule
 from trainsim.builders.spec import ModelSpec
+from trainsim.gcpause import gc_paused
 from trainsim.hardware import SystemSpec, get_device, get_system
 from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, Workload
 from trainsim.ir.kinds import CollectiveKind, KernelFamily, OpCategory
@@ -383,19 +382,8 @@ def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: 
     settling: stages whose periods nearly tie), ``m`` doubles while all runs together stay
     within ``M / 2``, then all ``M`` are evaluated.
     """
-    with _no_gc():  # tens of thousands of short-lived lists, no cycles: collections only cost
+    with gc_paused():  # tens of thousands of short-lived lists, no cycles
         return _evaluate_pipeline(model, plan, system, stages, periodic)
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost],

@@ -19,11 +19,8 @@ length; they share its types and its one pass over the events, so they stay here
 
 from __future__ import annotations
 
-import gc
 import re
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Annotated, Any, Union
@@ -32,6 +29,7 @@ import msgspec
 import numpy as np
 
 from trainsim.errors import ConfigError, TraceFormatError
+from trainsim.gcpause import gc_paused
 
 MAX_COUNT = 1 << 48  # bytes or elements of one tensor or message; more is a corrupt value
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]  # bytes and element counts
@@ -216,7 +214,7 @@ def rank_from_name(name: str) -> int | None:
 
 def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> KinetoTrace:
     """Decode one Kineto JSON document. Raises TraceFormatError naming the file and field."""
-    with _gc_paused():
+    with gc_paused():
         doc = _decode_document(name, data)
         by_cat = _complete_events_by_category(doc)
         lists = [_join(by_cat, cats) for cats in _ROLES]
@@ -240,19 +238,6 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
             rank_hint=rank_from_name(name), counts={c: len(v) for c, v in by_cat.items()},
             event_coverage=coverage,
         )  # fmt: skip
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Decoding allocates millions of containers (shape lists) and nothing cyclic: the
-    collector's generation-2 passes over them would cost more than the decoding itself."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _decode_document(name: str, data: bytes) -> _Doc:

@@ -9,11 +9,9 @@ See docs/simulator.md for the semantics, the host modes and the what-if passes.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from trainsim.gcpause import gc_paused
 from trainsim.ir.graph import Workload
 from trainsim.sim.options import HostMode, KernelSource, SegmentKind, SimOptions
 from trainsim.sim.result import RankResult, Segment, SimResult, StreamResult
@@ -31,7 +29,7 @@ def simulate(workload: Workload, options: SimOptions | None = None) -> SimResult
     """
     from trainsim.sim.program import compile_workload
 
-    with _gc_paused():
+    with gc_paused():
         return simulate_program(compile_workload(workload, options or SimOptions()))
 
 
@@ -40,19 +38,8 @@ def simulate_program(program: Program) -> SimResult:
     from trainsim.sim.engine import evaluate
     from trainsim.sim.result import build_result
 
-    with _gc_paused():
+    with gc_paused():
         return build_result(program, evaluate(program))
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 __all__ = [
