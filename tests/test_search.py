@@ -13,7 +13,7 @@ from trainsim.builders.predict import predict_llm
 from trainsim.cli.main import _register, app
 from trainsim.errors import ConfigError
 from trainsim.hardware import get_system
-from trainsim.search.llm import MEMORY_REASON, screen_plans, search_llm
+from trainsim.search.llm import MEMORY_REASON, scheduler_address, screen_plans, search_llm
 from trainsim.search.space import PlanSpace, reason_key
 
 SMALL = PlanSpace(gpus=16, global_batch=64, tp=(1, 2, 4), pp=(1, 2, 4), micro_batch=(1, 2), zero=(0, 1),
@@ -29,7 +29,10 @@ def test_space_enumerates_every_combination_once():
     assert all(not (p.sp and p.tp == 1) for p in valid)  # SP without TP is not a distinct plan
     # every (tp, pp, mb, zero, recompute, sp) combination is either valid or has a reason
     assert len(got) == sum(1 for _ in SMALL.plans(model, 8))
-    assert len(got) == 3 * 3 * 2 * 2 * 2 * 2 - 1 * 3 * 1 * 2 * 2 * 2  # sp=True with tp=1 dropped
+    # sp=True with tp=1 dropped; zero 1 dropped where dp = 16 / (tp·pp) is 1 (tp 4 pp 4: sp on, off)
+    assert len(got) == 3 * 3 * 2 * 2 * 2 * 2 - 1 * 3 * 1 * 2 * 2 * 2 - 2 * 2 * 2
+    assert all(p.zero == 0 for p in valid if p.dp * p.cp == 1)
+    assert any(p.zero == 1 for p in valid if p.dp > 1)
 
 
 def test_infeasible_reasons_are_counted_and_generic():
@@ -100,6 +103,53 @@ def test_objectives_need_their_inputs():
     )
 
 
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [("notanaddress", "expected tcp://HOST:PORT"), ("tcp://host", "expected tcp://HOST:PORT"),
+     ("tcp://h:notaport", "port must be 1-65535, got 'notaport'"), ("tcp://h:70000", "port must be"),
+     ("http://h:8786", "unknown scheme 'http'"), ("tcp://:8786", "expected tcp://HOST:PORT"),
+     ("tcp://h:8786/path", "expected tcp://HOST:PORT")],
+)  # fmt: skip
+def test_malformed_scheduler_addresses_are_one_line_errors(address, message):
+    """Review finding: these reached dask and came back as a ValueError traceback."""
+    with pytest.raises(ConfigError, match=message):
+        scheduler_address(address)
+    _register()
+    res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64",
+                                   "--scheduler", address])  # fmt: skip
+    assert res.exit_code == 1 and isinstance(res.exception, ConfigError), res.output
+
+
+def test_scheduler_addresses_dask_accepts_pass():
+    assert scheduler_address("10.0.0.1:8786") == "tcp://10.0.0.1:8786"
+    assert scheduler_address("tls://sched.example:8786") == "tls://sched.example:8786"
+    assert scheduler_address("tcp://[::1]:8786") == "tcp://[::1]:8786"
+
+
+@pytest.mark.parametrize("flag", ["--train-tokens", "--gpu-hour-price"])
+@pytest.mark.parametrize("value", ["0", "-1e9", "nan", "inf"])
+def test_tokens_and_price_must_be_positive(flag, value):
+    """Review finding: a negative price reversed the cost ranking; 0 was read as 'not given'."""
+    _register()
+    res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64",
+                                   "--objective", "cost", flag, value])  # fmt: skip
+    assert res.exit_code == 1 and f"{flag} must be a positive number" in str(res.exception)
+
+
+def test_cli_search_shows_the_objective_it_ranks_by():
+    _register()
+    args = ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64", "--tp", "1,2", "--pp", "1,2",
+            "--micro-batch", "1", "--zero", "0", "--recompute", "none", "--schedule", "1f1b", "--workers", "1",
+            "--top-k", "2", "--simulate-top", "2", "--objective", "cost"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "cost (GPU-hours per iteration)" in res.stdout and "cost is counted in GPU-hours" in res.stderr
+    doc = json.loads(CliRunner().invoke(app, [*args, "--train-tokens", "1e9", "--format", "json"]).stdout)
+    assert doc["objective_unit"] == "GPU-hours to train"
+    p = doc["plans"][0]
+    assert p["objective"] == pytest.approx(16 * 1e9 / (64 * 4096) * p["iteration_time_s"] / 3600, rel=1e-9)
+
+
 def test_cli_search_json():
     _register()
     res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64", "--tp", "1,2",
@@ -154,5 +204,6 @@ def test_cli_search_without_feasible_plans_fails_with_reasons():
     res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64", "--tp", "1",
                                    "--pp", "1", "--micro-batch", "1", "--zero", "4", "--workers", "1",
                                    "--format", "json"])  # fmt: skip
+    assert res.exit_code == 1, "no feasible plan fails in JSON as in a table (review finding: it exited 0)"
     doc = json.loads(res.stdout)
     assert doc["plans"] == [] and doc["infeasible_examples"]["zero must be N, N, N or N, got N"].endswith("got 4")

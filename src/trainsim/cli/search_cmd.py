@@ -81,6 +81,10 @@ def search(
     if scheduler and (kernel_models or comm_models):
         raise ConfigError("--kernel-models/--comm-models are local files the Dask workers cannot read; "
                           "screen locally (drop --scheduler) or install the artifacts on the workers")  # fmt: skip
+    if objective == "cost" and (train_tokens is None or gpu_hour_price is None) and fmt is Format.TABLE:
+        stderr.print("cost is counted in " + ("GPU-hours" if gpu_hour_price is None else "--gpu-hour-price units")
+                     + (" per iteration" if train_tokens is None else "")
+                     + ": give --train-tokens for a whole run and --gpu-hour-price for money")  # fmt: skip
     with use_artifacts(kernel_models, comm_models, system=sysspec):
         if sp not in ("on", "off", "both"):
             raise ConfigError(f"--sp must be on, off or both, got {sp!r}")
@@ -98,23 +102,30 @@ def search(
         r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
                        workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # fmt: skip
         if fmt is Format.JSON:
-            emit_json(r)
-            return
+            emit_json(r)  # the reasons too when nothing is feasible; the exit code still says so
         if not r["feasible"]:
             ex = r.get("infeasible_examples", {})
             top = "; ".join(f"{n}× {ex.get(why, why)}" for why, n in list(r["infeasible"].items())[:3])
             raise ConfigError(f"no feasible plan among {r['enumerated']} combinations ({top or 'none enumerated'})")
+        if fmt is Format.JSON:
+            return
         import sys
 
         from rich.console import Console
 
         t = Table(title=f"{spec.name} on {gpus}× {sysspec.device} ({sysspec.name}), global batch {global_batch}: "
                         f"best {len(r['plans'])} of {r['feasible']} feasible ({r['evaluated']} screened)")  # fmt: skip
-        for col in ("#", "plan", "iteration", "closed form", "tokens/s", "MFU", "memory/GPU"):
+        cols = ["#", "plan", "iteration", "closed form", "tokens/s", "MFU", "memory/GPU"]
+        if objective != "time":
+            cols.append(f"{objective} ({r['objective_unit']})")
+        for col in cols:
             t.add_column(col, justify="right" if col != "plan" else "left")
         for i, p in enumerate(r["plans"], 1):
-            t.add_row(str(i), p["plan"], f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['closed_form_s'] * 1e3:,.1f} ms",
-                      f"{p['tokens_per_s']:,.0f}", f"{p['mfu'] * 100:.1f} %", f"{p['memory_per_gpu_bytes'] / 2**30:.1f} GiB")  # fmt: skip
+            row = [str(i), p["plan"], f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['closed_form_s'] * 1e3:,.1f} ms",
+                   f"{p['tokens_per_s']:,.0f}", f"{p['mfu'] * 100:.1f} %", f"{p['memory_per_gpu_bytes'] / 2**30:.1f} GiB"]  # fmt: skip
+            if objective != "time":
+                row.append(f"{p['objective']:,.4g}")
+            t.add_row(*row)
         Console(width=None if sys.stdout.isatty() else 160).print(t)
         tm = r["timings_s"]
         stderr.print(f"screened {r['evaluated']} plans in {tm['screen']:.2f} s ({r['screened_per_min']:,.0f}/min), "

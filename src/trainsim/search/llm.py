@@ -87,10 +87,40 @@ def _objective(name: str, seconds: float, plan: Plan, model: ModelSpec, *, train
     if name == "time":
         return seconds
     tokens = plan.batch * plan.seq(model)
-    total_s = (train_tokens / tokens * seconds) if train_tokens else seconds
+    total_s = (train_tokens / tokens * seconds) if train_tokens is not None else seconds
     if name == "time-to-train":
         return total_s
-    return plan.gpus * total_s / 3600.0 * (gpu_hour_price or 1.0)
+    return plan.gpus * total_s / 3600.0 * (gpu_hour_price if gpu_hour_price is not None else 1.0)
+
+
+def objective_unit(name: str, *, train_tokens: float | None, gpu_hour_price: float | None) -> str:
+    """What an objective value measures, e.g. ``"GPU-hours per iteration"``."""
+    if name == "time":
+        return "s per iteration"
+    if name == "time-to-train":
+        return "s to train"
+    what = "cost" if gpu_hour_price is not None else "GPU-hours"
+    return f"{what} {'to train' if train_tokens is not None else 'per iteration'}"
+
+
+_DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
+
+
+def scheduler_address(text: str) -> str:
+    """``text`` checked as a Dask scheduler address (``[tcp|tls|ucx|ws|wss]://host:port`` or
+    ``host:port``, which Dask reads as TCP); a ConfigError names what is wrong."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "tcp", text
+    host, colon, port = rest.rpartition(":")
+    expect = "expected tcp://HOST:PORT (or tls, ucx, ws, wss)"
+    if scheme not in _DASK_SCHEMES:
+        raise ConfigError(f"--scheduler {text!r}: unknown scheme {scheme!r}; {expect}")
+    if not colon or not host.strip("[]") or "/" in rest:
+        raise ConfigError(f"--scheduler {text!r}: {expect}")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--scheduler {text!r}: port must be 1-65535, got {port!r}; {expect}")
+    return f"{scheme}://{rest}"
 
 
 def _chunks(items: list[tuple[int, Plan]], n: int) -> Iterable[list[tuple[int, Plan]]]:
@@ -112,7 +142,7 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
             ) from None
         try:
             client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, ValueError) as e:
             raise ConfigError(
                 f"--scheduler {scheduler}: cannot reach the Dask scheduler ({str(e).splitlines()[0]})"
             ) from None
@@ -148,8 +178,13 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     """Search ``space`` for ``model`` on ``system`` (see the module docstring)."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    if objective == "time-to-train" and not train_tokens:
+    for flag, value in (("--train-tokens", train_tokens), ("--gpu-hour-price", gpu_hour_price)):
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"{flag} must be a positive number, got {value:g}")
+    if objective == "time-to-train" and train_tokens is None:
         raise ConfigError("objective time-to-train needs --train-tokens")
+    if scheduler is not None:
+        scheduler = scheduler_address(scheduler)
     sys_spec = get_system(system) if isinstance(system, str) else system
     t0 = time.perf_counter()
     infeasible: Counter[str] = Counter()
@@ -206,7 +241,9 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     t3 = time.perf_counter()
     return {
         "model": model.name, "system": sys_spec.name, "gpus": space.gpus, "global_batch": space.global_batch,
-        "objective": objective, "plans": ranked[:top_k], "enumerated": enumerated, "evaluated": len(screened),
+        "objective": objective,
+        "objective_unit": objective_unit(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price),
+        "plans": ranked[:top_k], "enumerated": enumerated, "evaluated": len(screened),
         "feasible": len(ok), "simulated": len(ranked), "infeasible": dict(infeasible.most_common()),
         "infeasible_examples": {k: examples[k] for k, _ in infeasible.most_common()},
         "timings_s": {"enumerate": t1 - t0, "screen": t2 - t1, "simulate": t3 - t2, "total": t3 - t0},

@@ -61,19 +61,11 @@ class PlanSpace:
         return {"tp": tp, "pp": pp, "cp": self.cp, "ep": self.ep, "sp": self.sp, "zero": self.zero,
                 "micro_batch": self.micro_batch, "recompute": self.recompute, "schedule": self.schedule}  # fmt: skip
 
-    def size(self, model: ModelSpec, gpus_per_node: int) -> int:
-        n = 1
-        for k, v in self.dims(model, gpus_per_node).items():
-            n *= (
-                len(v)
-                if k != "schedule"
-                else len(v) - ("interleaved" in v) + ("interleaved" in v) * len(self.vpp)
-            )
-        return n
-
     def plans(self, model: ModelSpec, gpus_per_node: int) -> Iterator[tuple[Plan | None, str]]:
-        """Every combination: ``(plan, "")`` when structurally valid, else ``(None, message)``
-        (count messages by :func:`reason_key`)."""
+        """Every distinct combination: ``(plan, "")`` when structurally valid, else ``(None, message)``
+        (count messages by :func:`reason_key`). Combinations that would repeat a plan are not
+        yielded: sequence parallelism without TP, and ZeRO stages above the smallest tried when
+        dp×cp is 1 (nothing to shard over)."""
         d = self.dims(model, gpus_per_node)
         for tp, pp, cp, ep, sp, zero, mb, rc, sched in itertools.product(*d.values()):
             if sp and tp == 1:
@@ -82,6 +74,8 @@ class PlanSpace:
             if self.gpus % base:
                 yield None, f"GPUs {self.gpus} not divisible by tp×cp×pp = {base}"
                 continue
+            if self.gpus // base * int(cp) == 1 and zero != min(self.zero):  # type: ignore[call-overload]
+                continue  # ZeRO shards over dp×cp: with one rank every stage is the same plan
             vpps = self.vpp if sched == "interleaved" else (1,)
             for v in vpps:
                 fields: dict[str, Any] = {
