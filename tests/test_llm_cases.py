@@ -255,3 +255,5 @@ def test_ground_truth_lookup_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown ground-truth tag.*vtrain-multi"):
         read_cases(tmp_path, ["vtrain"])
     assert [c.id for c in read_cases(tmp_path, ["seed001"])] == ["seed001:1"]
+    with pytest.raises(ConfigError, match="no ground-truth tag given"):
+        read_cases(tmp_path, [])

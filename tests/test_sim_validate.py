@@ -84,3 +84,23 @@ def test_replay_suite_in_stats_mode_meets_its_target_on_replayable_cases(shared_
     assert doc["summary"]["median_abs_err_pct"] <= 2.0
     assert doc["summary"]["max_abs_err_pct"] <= target
     assert doc["summary_all"]["max_abs_err_pct"] >= doc["summary"]["max_abs_err_pct"]
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_cli_limit_below_one_is_an_error(tmp_path: Path, limit: str):
+    """Review finding: ``validate llm --limit 0`` ran every case and ``--limit -1`` none."""
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    _register()
+    res = CliRunner().invoke(app, ["validate", "llm", "--data", str(tmp_path), "--limit", limit])
+    assert res.exit_code == 1 and f"--limit must be at least 1, got {limit}" in str(res.exception)
+
+
+def test_llm_suite_ignores_an_empty_tag(shared_data: Path):
+    """Review finding: ``--files vtrain-multi,`` failed with 'unknown ground-truth tag(s) ;'."""
+    from trainsim.validate.llm_suite import run_llm_suite
+
+    doc = run_llm_suite(shared_data, files="vtrain-multi,", limit=1, simulate=False)
+    assert [c["id"] for c in doc["cases"]] == ["vtrain-multi:1"]

@@ -55,6 +55,8 @@ def validate(
             raise ConfigError(
                 f"{flag} must be one of {', '.join(e.value for e in enum)}, got {value!r}"
             )
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be at least 1, got {limit}")
     with stderr.status(f"running suite {suite}...", spinner="dots"):
         doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit, sets=sets,
                         repeats=repeats, seed=seed, resume=resume, device=device, fractions=fractions,

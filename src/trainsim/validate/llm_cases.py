@@ -390,6 +390,8 @@ def read_cases(root: Path | str, tags: Iterable[str] | None = None) -> list[LLMC
     """All cases of the chosen files (all three by default), in file then row order."""
     chosen = list(FILES) if tags is None else list(dict.fromkeys(tags))
     unknown = [t for t in chosen if t not in FILES]
+    if not chosen:
+        raise ConfigError(f"no ground-truth tag given; known: {', '.join(FILES)}")
     if unknown:
         raise ConfigError(
             f"unknown ground-truth tag(s) {', '.join(unknown)}; known: {', '.join(FILES)}"

@@ -56,7 +56,7 @@ def run_llm_suite(data_dir: Path, *, files: str | None = None, limit: int | None
                   simulate: bool = True, progress: bool = False) -> dict[str, Any]:  # fmt: skip
     """Predict every ground-truth row; ``files``: comma-separated tags (default all),
     ``limit``: the first N rows of each file (quick runs)."""
-    tags: Iterable[str] | None = [t.strip() for t in files.split(",")] if files else None
+    tags: Iterable[str] | None = [t.strip() for t in files.split(",") if t.strip()] if files else None
     cases = read_cases(data_dir / "ground_truth", tags)
     if limit:
         seen: dict[str, int] = {}

@@ -37,7 +37,7 @@ def _file(case: LLMCase) -> str:
 def run_search_suite(data_dir: Path, *, files: str | None = None) -> dict[str, Any]:
     """Group the ground-truth rows, predict each, report regret and rank correlation."""
     t0 = time.perf_counter()
-    tags = [t.strip() for t in files.split(",")] if files else None
+    tags = [t.strip() for t in files.split(",") if t.strip()] if files else None
     cases = read_cases(Path(data_dir) / "ground_truth", tags)
     groups: dict[tuple[str, str, int, int], list[LLMCase]] = {}
     for c in cases:
