@@ -189,7 +189,9 @@ def test_stage_params_match_001_table_ii_and_iii():
         stage_params(NEOX, plan, 4)
 
 
-@pytest.mark.parametrize("model", [GPT3, NEOX, LLAMA, MOE], ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "model", [GPT3, NEOX, LLAMA, MOE, replace(LLAMA, name="qwen2-like", qkv_bias=True)], ids=lambda m: m.name
+)
 @pytest.mark.parametrize("pp", [1, 2, 4])
 def test_stage_params_sum_to_model_params(model, pp):
     plan = Plan(pp=pp)

@@ -199,10 +199,6 @@ def _hf_params(torch: ModuleType, transformers: ModuleType, config: Any, *, meta
     return sum(p.numel() for p in model.parameters())  # shared (tied) tensors count once
 
 
-def _qkv_bias(spec: ModelSpec) -> int:
-    return spec.layers * (spec.q_width + 2 * spec.kv_width)
-
-
 _TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
          "max_position_embeddings": 32}  # fmt: skip
 _GPT2_TINY = {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 256, "n_positions": 32}
@@ -231,7 +227,7 @@ TINY: dict[str, tuple[str, dict[str, Any], dict[str, Any], Callable[[ModelSpec],
     "mistral-head-dim": ("MistralConfig", {**_LLAMA_TINY, "head_dim": 32},
                          {"d_head": 32, "q_width": 128, "n_kv": 2}, lambda s: 0),
     "qwen2": ("Qwen2Config", {**_LLAMA_TINY, "tie_word_embeddings": True},
-              {"bias": False, "tied_embeddings": True}, _qkv_bias),  # q/k/v biases not in the spec
+              {"bias": False, "qkv_bias": True, "tied_embeddings": True}, lambda s: 0),
     "mixtral": ("MixtralConfig", {**_LLAMA_TINY, "num_local_experts": 4, "num_experts_per_tok": 2},
                 {"num_experts": 4, "top_k": 2, "expert_ffn": 96, "is_moe": True}, lambda s: 0),
 }  # fmt: skip
@@ -278,7 +274,7 @@ def test_catalog_agrees_with_transformers(hf, tmp_path, spec):
     read = read_hf_config(tmp_path / "config.json")
     assert replace(read, name=spec.name, source="catalog") == spec
     padding = (spec.padded_vocab() - spec.vocab) * spec.hidden * (1 if spec.tied_embeddings else 2)
-    assert _hf_params(torch, transformers, config, meta=True) == spec.params() - padding
+    assert _hf_params(torch, transformers, config, meta=True) == spec.params(padded=False) == spec.params() - padding
 
 
 def test_yaml_model_spec(tmp_path):

@@ -193,7 +193,7 @@ def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int) -> tuple[float, fl
     d = model.hidden
     q = model.q_width / tp
     kv = math.ceil(model.n_kv / tp) * model.d_head  # KV heads are replicated when tp > kv heads
-    attn = d * (q + 2 * kv) + q * d + ((q + 2 * kv + d) if model.bias else 0)
+    attn = d * (q + 2 * kv) + q * d + ((q + 2 * kv) if model.bias or model.qkv_bias else 0) + (d if model.bias else 0)
     dense = attn + 2 * model.norm_params()  # norms are replicated over TP
     if not model.is_moe:
         return dense + _mlp_params_per_gpu(model, model.ffn, tp), 0.0

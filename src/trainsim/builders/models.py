@@ -15,10 +15,11 @@ GPT-3 XL has 16 heads of 128 (the table says 24 heads × 128 = 3072 ≠ d_model 
 has d_model 5120 (the table says 5140, which 40 heads of 128 do not fill).
 
 HuggingFace configs: ``gpt2``, ``gpt_bigcode`` (StarCoder; multi-query → one KV head),
-``gpt_neox``, ``llama``, ``mistral``, ``qwen2``, ``mixtral``. A ModelSpec has one ``bias`` flag,
-true when every linear layer has a bias, so partial biases are dropped: Qwen2's q/k/v biases
-(``q_width + 2 kv_width`` per layer) and a LLaMA config with only one of
-``attention_bias``/``mlp_bias``. Ignored because they change neither shapes nor parameter counts:
+``gpt_neox``, ``llama``, ``mistral``, ``qwen2``, ``mixtral``. A ModelSpec has a ``bias`` flag,
+true when every linear layer has a bias, and ``qkv_bias`` for Qwen2's biases on q/k/v alone;
+other partial biases are dropped: a LLaMA config with only one of ``attention_bias``/``mlp_bias``,
+a GPT-NeoX config with ``attention_bias`` false (its MLP biases). Ignored because they change
+neither shapes nor parameter counts:
 GPT-NeoX's parallel residual and partial rotary, sliding windows, RoPE scaling.
 """
 
@@ -330,6 +331,11 @@ def _llama_like(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _qwen2(f: _Fields) -> dict[str, Any]:
+    """qwen2: as llama, and the q/k/v projections always carry biases (o_proj and the MLP do not)."""
+    return {**_llama_like(f), "qkv_bias": True}
+
+
 def _mixtral_cfg(f: _Fields) -> dict[str, Any]:
     ffn = f.integer(*_FFN)
     return {
@@ -346,7 +352,7 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt_neox": _gpt_neox,
     "llama": _llama_like,
     "mistral": _llama_like,
-    "qwen2": _llama_like,
+    "qwen2": _qwen2,
     "mixtral": _mixtral_cfg,
 }
 _GATED_TYPES = frozenset({"llama", "mistral", "qwen2", "mixtral"})  # intermediate_size required

@@ -1,7 +1,8 @@
 """What a transformer is: :class:`ModelSpec`, the architecture facts a builder needs.
 
 One frozen record covers GPT-2/GPT-3/Megatron GPT/GPT-NeoX (MHA, GeLU, LayerNorm, learned or
-rotary positions, biases), LLaMA/Mistral/Qwen (GQA, SwiGLU, RMSNorm, rotary, no biases) and
+rotary positions, biases), LLaMA/Mistral/Qwen (GQA, SwiGLU, RMSNorm, rotary, no biases but
+Qwen2's on q/k/v) and
 Mixtral-style MoE (``num_experts`` experts of ``moe_ffn_hidden``, ``top_k`` active per token).
 Catalog entries and HuggingFace ``config.json`` files both become a ModelSpec
 (:mod:`trainsim.builders.models`).
@@ -44,6 +45,7 @@ class ModelSpec:
     norm: Norm = "layernorm"
     position: Position = "learned"
     bias: bool = True  # linear layers carry biases (GPT) or not (LLaMA)
+    qkv_bias: bool = False  # only the q/k/v projections carry biases (Qwen2); implied by ``bias``
     tied_embeddings: bool = False
     parallel_residual: bool = False  # GPT-NeoX/GPT-J: attention and MLP read the same input
     num_experts: int = 0  # 0: dense MLP in every layer
@@ -120,7 +122,7 @@ class ModelSpec:
     def attention_params(self) -> int:
         d = self.hidden
         w = d * (self.q_width + 2 * self.kv_width) + self.q_width * d
-        b = (self.q_width + 2 * self.kv_width) + d if self.bias else 0
+        b = (self.q_width + 2 * self.kv_width if self.bias or self.qkv_bias else 0) + (d if self.bias else 0)
         return w + b
 
     def mlp_params(self, ffn: int | None = None) -> int:
@@ -158,9 +160,10 @@ class ModelSpec:
     def position_params(self) -> int:
         return self.seq_len * self.hidden if self.position == "learned" else 0
 
-    def params(self, tp: int = 1) -> int:
-        """All parameters (the padded vocabulary of ``tp`` partitions)."""
-        emb = self.embedding_params(tp)
+    def params(self, tp: int = 1, *, padded: bool = True) -> int:
+        """All parameters: with the vocabulary padded for ``tp`` partitions as Megatron allocates
+        it, or (``padded=False``) as the HuggingFace model has it."""
+        emb = self.embedding_params(tp) if padded else self.vocab * self.hidden
         out = 0 if self.tied_embeddings else emb
         return (
             self.layers * self.layer_params()

@@ -126,7 +126,7 @@ def models(
 
     from trainsim.builders.models import list_models
 
-    rows: list[dict[str, Any]] = [{"name": m.name, "params": m.params(), "hidden": m.hidden, "layers": m.layers, "heads": m.heads,
+    rows: list[dict[str, Any]] = [{"name": m.name, "params": m.params(), "params_unpadded": m.params(padded=False), "hidden": m.hidden, "layers": m.layers, "heads": m.heads,
              "kv_heads": m.n_kv, "ffn": m.ffn, "vocab": m.vocab, "seq_len": m.seq_len, "activation": m.activation,
              "norm": m.norm, "experts": m.num_experts, "top_k": m.top_k, "aliases": list(m.aliases)}
             for m in list_models()]  # fmt: skip
