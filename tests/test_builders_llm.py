@@ -745,6 +745,23 @@ def test_cli_rejects_zero_degrees_and_folder_outputs(tmp_path: Path) -> None:
     assert r.returncode == 1 and "--tp values must be >= 1" in r.stderr
 
 
+def test_cli_timeline_is_bounded(tmp_path: Path) -> None:
+    """Review finding: a timeline of 65,536 micro-batches grew until the process was killed."""
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    _register()
+    args = ["predict", "gpt2", "--gpus", "2", "--pp", "2", "--global-batch", "16", "--timeline", str(tmp_path / "t.json")]
+    res = CliRunner().invoke(app, [*args, "--timeline-max-passes", "31"])
+    assert res.exit_code == 1
+    assert "16 micro-batches × 2 stages × 1 chunks = 32 stage passes" in str(res.exception)
+    assert not (tmp_path / "t.json").exists()
+    res = CliRunner().invoke(app, [*args, "--timeline-max-passes", "32"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "t.json").stat().st_size > 0
+
+
 def test_zero3_exposes_its_first_gather_and_last_scatter() -> None:
     """ZeRO-3's per-layer collectives hide behind compute except the first all-gather of each
     pass and the backward's last reduce-scatter; they show as exposed DP communication."""

@@ -42,6 +42,7 @@ def predict(
     kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
     comm_models: list[Path] | None = typer.Option(None, "--comm-models", help="A `trainsim fit-comm` .json artifact of this system, answering before the shipped comm models (repeatable)."),
     timeline: Path | None = typer.Option(None, "--timeline", help="Write the simulated iteration here (Chrome trace JSON; open in Perfetto)."),
+    timeline_max_passes: int = typer.Option(65536, "--timeline-max-passes", min=1, help="Largest timeline, in stage passes (micro-batches × stages × chunks; 65,536 ≈ 2 GB of memory, 200 MB of JSON)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Predict one training iteration of a transformer under a parallel plan, before running it."""
@@ -65,6 +66,15 @@ def predict(
                     global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                     attention_dropout=attention_dropout)  # fmt: skip
+        if timeline is not None:
+            plan.validate(spec, gpus=gpus)
+            passes = plan.grad_accum * plan.pp * plan.vpp
+            if passes > timeline_max_passes:
+                raise ConfigError(
+                    f"--timeline records every micro-batch: {plan.grad_accum:,} micro-batches × {plan.pp} stages"
+                    f" × {plan.vpp} chunks = {passes:,} stage passes, over --timeline-max-passes {timeline_max_passes:,};"
+                    " lower --global-batch for the timeline (the steady state repeats per micro-batch) or raise the limit"
+                )
         r = predict_llm(
             spec,
             plan,
