@@ -559,7 +559,7 @@ def test_workload_ir(sched: str, cp: int) -> None:
         (Plan(dp=8), 16, "--gpus 16"),
         (Plan(dp=8, micro_batch=4, global_batch=100), None, "global batch 100"),
         (Plan(pp=4, global_batch=6, schedule="interleaved", vpp=2), None, "divisible by pp"),
-        (Plan(pp=1, global_batch=4, schedule="interleaved", vpp=2), None, "needs pp ≥ 2"),
+        (Plan(pp=1, global_batch=4, schedule="interleaved", vpp=2), None, "needs two or more pipeline stages, got pp 1"),
         (Plan(ep=2, dp=2), None, "mixture-of-experts"),
         (Plan(schedule="zb"), None, "schedule"),  # type: ignore[arg-type]
     ],
@@ -788,3 +788,20 @@ def test_plan_and_catalog_errors_from_the_review(tmp_path: Path) -> None:
     bad.write_text("name: x\n")
     with pytest.raises(ConfigError, match="missing field 'schema_version'"):
         get_system(str(bad))
+
+
+def test_a_dtype_without_tensor_cores_is_warned(tmp_path: Path) -> None:
+    """Review finding: bf16 on V100 (no bf16 units) was costed at the fp32 peak without a word."""
+    from trainsim.hardware import catalog
+
+    src = (Path(catalog.__file__).parent / "data" / "system_dgx_a100.yaml").read_text()
+    yaml_path = tmp_path / "v100.yaml"
+    yaml_path.write_text(
+        "\n".join("device: v100-sxm2-32gb" if ln.startswith("device:") else "name: v100-box" if ln.startswith("name:")
+                  else ln for ln in src.splitlines())  # fmt: skip
+    )
+    bf16 = predict_llm("gpt2", Plan(dtype="bf16"), str(yaml_path))
+    fp16 = predict_llm("gpt2", Plan(dtype="fp16"), str(yaml_path))
+    assert any("has no bf16 tensor cores" in w for w in bf16.warnings)
+    assert not any("tensor cores" in w for w in fp16.warnings)
+    assert bf16.iteration_time_s > fp16.iteration_time_s

@@ -160,6 +160,8 @@ def test_cli_search_json():
     doc = json.loads(res.stdout)
     assert {"plans", "evaluated", "infeasible"} <= set(doc)
     assert all({"plan", "iteration_time_s", "memory_per_gpu_bytes"} <= set(p) for p in doc["plans"])
+    assert {p["plan_fields"]["seq_len"] for p in doc["plans"]} == {4096}  # the model's, not 0 for 'default'
+
 
 
 def test_search_suite(shared_data):

@@ -147,7 +147,7 @@ class Plan:
             raise ConfigError("plan: vpp > 1 needs --schedule interleaved")
         if self.schedule == "interleaved" and self.vpp > 1 and self.pp < 2:
             raise ConfigError(
-                f"plan: interleaved schedule with vpp {self.vpp} needs pp ≥ 2 (one stage has no pipeline to interleave)"
+                f"plan: interleaved schedule with vpp {self.vpp} needs two or more pipeline stages, got pp {self.pp}"
             )
         if self.schedule == "interleaved" and model.layers % chunks:
             raise ConfigError(

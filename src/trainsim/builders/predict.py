@@ -248,6 +248,9 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(
             f"some collectives on {r.system.name} are spec-based (link rates at 100 % efficiency): optimistic"
         )
+    if r.device.peak_flops_per_s(r.plan.dtype) is None:
+        out.append(f"{r.device.name} has no {r.plan.dtype} tensor cores: its matrix math is costed at the "
+                   "fp32 peak (frameworks emulate it or refuse; fp16 is what this GPU trains in)")  # fmt: skip
     if not r.fits_in_memory:
         out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
                    f"{r.device.memory_bytes / 2**30:.1f} GiB")  # fmt: skip

@@ -95,7 +95,7 @@ def _print_table(doc: dict[str, Any]) -> None:
             :8
         ]
         if cases and "err_pct" in cases[0] and "err_pct" not in keys:  # llm: error beside measured
-            keys = [k for k in keys if k not in ("model", "gpus")] + ["err_pct"]
+            keys = [k for k in keys if k not in ("group", "gpus")] + ["err_pct"]  # the id names the group
         for k in keys:
             t.add_column(k)
         for c in cases:

@@ -230,7 +230,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
         plan = items[s.index][1]
         r = predict_llm(model, plan, sys_spec, coster=_coster(sys_spec.device))
         ranked.append({
-            "plan": plan.label(), "plan_fields": asdict(plan), "iteration_time_s": r.iteration_time_s,
+            "plan": plan.label(), "plan_fields": {**asdict(plan), "seq_len": plan.seq(model)}, "iteration_time_s": r.iteration_time_s,
             "closed_form_s": s.closed_form_s, "memory_per_gpu_bytes": r.peak_memory.total_bytes,
             "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
             "objective": _objective(objective, r.iteration_time_s, plan, model, train_tokens=train_tokens,

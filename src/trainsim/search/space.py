@@ -86,7 +86,7 @@ class PlanSpace:
                 }  # fmt: skip
                 plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
-                    yield None, "interleaved schedule needs pp > 1"
+                    yield None, "interleaved schedule needs two or more pipeline stages"
                     continue
                 try:
                     plan.validate(model, gpus=self.gpus)
