@@ -106,6 +106,18 @@ def test_unknown_name_lists_close_matches():
         get_model("resnet50")
 
 
+def test_a_folder_named_like_a_catalog_model_does_not_shadow_it(tmp_path, monkeypatch):
+    """Review finding: an unrelated ./gpt2 folder made `predict gpt2` fail ('has no config.json')."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").mkdir()
+    assert get_model("gpt2").source == "catalog"
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(ConfigError, match=r"model directory mine has no config\.json"):
+        get_model("mine")
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(GPT2))
+    assert get_model("gpt2").source.endswith("config.json")  # a real config folder is what was meant
+
+
 # --- config.json without transformers --------------------------------------------------------
 
 # As published on the Hub (meta-llama/Llama-2-7b-hf, openai-community/gpt2).

@@ -145,15 +145,16 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     from a YAML spec of :class:`ModelSpec` fields (:func:`read_model_yaml`)."""
     text = str(name_or_path)
     path = Path(text).expanduser()
+    hit = _index().get(_key(text))
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if (path / "config.json").is_file():
+            return read_hf_config(path / "config.json")
+        if hit is None:  # a folder that happens to share a catalog name is not the model
             raise ConfigError(f"model directory {path} has no config.json")
-        return read_hf_config(path / "config.json")
     if path.suffix.lower() in (".yaml", ".yml"):
         return read_model_yaml(path)
-    if path.is_file() or text.endswith(".json"):
+    if (path.is_file() and hit is None) or text.endswith(".json"):
         return read_hf_config(path)
-    hit = _index().get(_key(text))
     if hit is not None:
         return hit
     close = difflib.get_close_matches(_key(text), list(_index()), n=5, cutoff=0.6)
