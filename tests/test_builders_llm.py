@@ -694,13 +694,16 @@ def test_mixtral_expert_parallel() -> None:
     a2a = [c for c in r.stages[0].comm if c.name == "ep_all_to_all"]
     assert len(a2a) == 4 and all(c.group_size == 2 and c.seconds > 0 for c in a2a)  # fwd + bwd
     # experts move tokens, not work: each layer's passes gain exactly their two all-to-alls
-    no_ep = _predict(
-        Plan(tp=2, pp=4, dp=2, micro_batch=1, global_batch=8, seq_len=4096), model="mixtral-8x7b"
-    )
-    for a, b in zip(r.stages, no_ep.stages, strict=True):
+    # (fused weight-gradient accumulation: the adds over a GPU's experts do scale with 1/ep)
+    fused = {"tp": 2, "pp": 4, "dp": 2, "micro_batch": 1, "global_batch": 8, "seq_len": 4096, "wgrad_fusion": True}
+    ep2 = _predict(Plan(**fused, ep=2), model="mixtral-8x7b")
+    no_ep = _predict(Plan(**fused), model="mixtral-8x7b")
+    for a, b in zip(ep2.stages, no_ep.stages, strict=True):
         assert a.fwd_s - b.fwd_s == pytest.approx(a.layers * 2 * a2a[0].seconds, rel=1e-9)
         assert a.bwd_s - b.bwd_s == pytest.approx(a.layers * 2 * a2a[0].seconds, rel=1e-9)
         assert a.params < b.params  # each GPU holds half the experts
+    unfused = _predict(Plan(tp=2, pp=4, dp=2, micro_batch=1, global_batch=8, seq_len=4096), model="mixtral-8x7b")
+    assert all(a.bwd_s - b.bwd_s < a.layers * 2 * a2a[0].seconds for a, b in zip(r.stages, unfused.stages, strict=True))
 
 
 def test_op_coster_caches() -> None:
@@ -805,3 +808,51 @@ def test_a_dtype_without_tensor_cores_is_warned(tmp_path: Path) -> None:
     assert any("has no bf16 tensor cores" in w for w in bf16.warnings)
     assert not any("tensor cores" in w for w in fp16.warnings)
     assert bf16.iteration_time_s > fp16.iteration_time_s
+
+
+# --- gradient accumulation ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "tp", "ep"),
+    [("gpt3-1.3b", 1, 1), ("gpt3-1.3b", 2, 1), ("llama2-7b", 1, 1), ("llama2-7b", 2, 1),
+     ("mixtral-8x7b", 1, 1), ("mixtral-8x7b", 2, 2)],
+)  # fmt: skip
+def test_accumulated_weights_are_the_layer_parameters(name: str, tp: int, ep: int) -> None:
+    """The weight matrices added per micro-batch plus the small tensors are the layer's
+    parameters on one GPU (memory.py's count), so no tensor is missed or counted twice."""
+    from trainsim.builders.costs import LayerCoster
+    from trainsim.builders.memory import _layer_params_per_gpu
+
+    model = get_model(name)
+    plan = Plan(tp=tp, dp=2, ep=ep, micro_batch=1, global_batch=4)
+    lc = LayerCoster(model, plan, OpCoster(get_device("a100-sxm4-80gb")))
+    weights = sum(e for _, e in lc.layer_weights())
+    dense, expert = _layer_params_per_gpu(model, tp, ep)
+    d = model.hidden
+    small = 2 * model.norm_params() + (
+        (model.q_width + 2 * model.kv_width) / tp + d + model.ffn * (2 if model.gated else 1) / tp + d
+        if model.bias else 0
+    ) + (d * model.num_experts if model.is_moe else 0)  # fmt: skip
+    assert weights + small == pytest.approx(dense + expert, rel=1e-12)
+    ops, n_small = lc.grad_accumulation()
+    assert len(ops) == len(lc.layer_weights()) and n_small == lc._small_tensors() > 0
+    assert all(o.seconds > 0 and o.provenance.startswith("calibrated:") for o in ops)
+
+
+def test_gradient_accumulation_costs_every_micro_batch_after_the_first() -> None:
+    """AccumulateGrad assigns the first micro-batch's gradients and adds the later ones: a
+    single micro-batch, or weight gradients fused into their GEMMs, adds nothing; with M
+    micro-batches each backward carries (M - 1) / M of the adds and of their dispatch."""
+    model, system = get_model("gpt3-2.7b"), get_system(SYSTEM)
+
+    def bwd(m: int, fused: bool) -> float:
+        plan = Plan(tp=2, pp=2, dp=1, micro_batch=1, global_batch=m, recompute="full", wgrad_fusion=fused)
+        return stage_costs(model, plan, system)[0].bwd_s
+
+    assert bwd(1, False) == bwd(1, True)
+    extra = {m: bwd(m, False) - bwd(m, True) for m in (2, 4, 8)}
+    assert all(v > 0 for v in extra.values())
+    assert extra[4] / extra[2] == pytest.approx((3 / 4) / (1 / 2), rel=1e-6)
+    assert extra[8] / extra[2] == pytest.approx((7 / 8) / (1 / 2), rel=1e-6)
+    assert Plan(wgrad_fusion=True).label().endswith("-wgf") and "wgf" not in Plan().label()

@@ -327,6 +327,71 @@ class LayerCoster:
             )
         return ops
 
+    # --- gradient accumulation -------------------------------------------------------------
+
+    def _accumulate(self, name: str, elements: float) -> OpCost:
+        """Adding one parameter tensor's gradient into the accumulated one: an element-wise add,
+        timed by 001's res_add model (also an add of two tensors) on a ``[b, l, dim]`` shape of
+        the same element count, placed inside that benchmark's sweep (b 2-8, l up to 5,120,
+        dim 2,048-8,192) where the count allows; beyond it the answer says ``extrapolated``."""
+        dim = min(max(self.model.hidden, 2048), 8192)
+        rows = elements / dim
+        b = min(max(-(-rows // 5120), 2), 8)
+        s, prov = self.c.time("res_add", "fwd", self.dtype, b=b, l=rows / b, dim=dim)
+        return OpCost(name, "bwd", s, prov, 0.0, "memory", 1)
+
+    def _small_tensors(self) -> int:
+        """Per layer: norm weights (and LayerNorm biases), linear biases."""
+        m = self.model
+        norms = 2 * (2 if m.norm == "layernorm" else 1)
+        biases = (4 if m.bias else 0) + (1 if m.qkv_bias and not m.bias else 0)
+        if m.is_moe:
+            biases += 1  # the router's weight: d × experts, small
+        return norms + biases
+
+    def layer_weights(self) -> list[tuple[str, float]]:
+        """One layer's weight matrices on this GPU, (name, elements), in Megatron's fused layout:
+        qkv, output, fc1 (gate and up side by side), fc2; an MoE layer holds ``num_experts / ep``
+        experts."""
+        m, t, d = self.model, self.t, self.model.hidden
+        g = 2 if m.gated else 1
+        out = [("qkv", d * (m.q_width + 2 * m.kv_width) / t), ("out", m.q_width / t * d)]
+        if m.is_moe:
+            out += [("expert_up", d * g * m.expert_ffn / t), ("expert_down", m.expert_ffn / t * d)] * (
+                m.num_experts // self.plan.ep
+            )
+        else:
+            out += [("mlp_up", d * g * m.ffn / t), ("mlp_down", m.ffn / t * d)]
+        return out
+
+    def grad_accumulation(self) -> tuple[list[OpCost], int]:
+        """One layer's gradient accumulation for one micro-batch: the weight-matrix adds (timed)
+        and how many small tensors (biases, norm weights) are added too (their kernels are
+        negligible; the host model charges their dispatch). Nothing with ``wgrad_fusion`` (the
+        GEMMs accumulate) or a single micro-batch."""
+        if self.plan.wgrad_fusion or self.plan.grad_accum <= 1:
+            return [], 0
+        return [self._accumulate(f"grad_acc_{n}", e) for n, e in self.layer_weights()], self._small_tensors()
+
+    def extra_grad_accumulation(self, first: bool, last: bool) -> tuple[list[OpCost], int]:
+        """The stage's tensors outside the layers: the word (and learned position) embedding on
+        the first stage; the output projection on the last when untied, or Megatron's tied copy
+        there when the stages differ; the final norm (small)."""
+        m, t, d = self.model, self.t, self.model.hidden
+        if self.plan.wgrad_fusion or self.plan.grad_accum <= 1:
+            return [], 0
+        ops, small = [], 0
+        table = m.padded_vocab(t) / t * d
+        if first:
+            ops.append(self._accumulate("grad_acc_embedding", table))
+            if m.position == "learned":
+                ops.append(self._accumulate("grad_acc_position", m.seq_len * d))
+        if last:
+            if not m.tied_embeddings or not first:
+                ops.append(self._accumulate("grad_acc_output", table))
+            small += 2 if m.norm == "layernorm" else 1
+        return ops, small
+
     # --- stage extras --------------------------------------------------------------------------
 
     def embedding(self, phase: str) -> list[OpCost]:

@@ -100,6 +100,21 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts)
     cpu_f, cpu_b = host.layer_s("fwd") / len(lf), host.layer_s("bwd") / len(lb)
     cpu_sel = cpu_f
+    # gradient accumulation, averaged over the micro-batches: autograd's AccumulateGrad assigns
+    # the first micro-batch's gradients (a detach, counted as a view op in HostModel's trace)
+    # and adds every later one (a launching op), so (M - 1) / M of the adds and of the extra
+    # dispatch per tensor; the small tensors' dispatch rides on the timed adds
+    frac = (plan.grad_accum - 1) / plan.grad_accum
+    extra_dispatch = frac * (host.kernel_op_s - host.view_op_s)
+
+    def averaged(ops: list[OpCost], small: int) -> tuple[list[OpCost], list[float]]:
+        if not ops:
+            return [], []
+        ops = [replace(o, seconds=o.seconds * frac) for o in ops]
+        return ops, [extra_dispatch * (1 + small / len(ops))] * len(ops)
+
+    acc, acc_cpu = averaged(*lc.grad_accumulation())
+    lb_acc, cpu_b_acc = lb + acc, [cpu_b] * len(lb) + acc_cpu
     out = []
     layers = stage_layers(model, plan)
     per_n: dict[
@@ -116,6 +131,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         first, last = s == 0, s == plan.pp - 1
         extra_f = (lc.embedding("fwd") if first else []) + (lc.head("fwd") if last else [])
         extra_b = (lc.embedding("bwd") if first else []) + (lc.head("bwd") if last else [])
+        ext_acc, ext_acc_cpu = averaged(*lc.extra_grad_accumulation(first, last))
         passes = per_n.get(n)
         if passes is None:
             # each pass is a CPU-dispatch / GPU flow shop (small models are launch-bound)
@@ -125,7 +141,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 if re_ops
                 else 0.0
             )
-            b = flow_shop_s(lb, cpu_b, n) + n * layer_comm_b
+            b = flow_shop_s(lb_acc, cpu_b_acc, n) + n * layer_comm_b
             z3f = z3b = 0.0
             if z3 is not None:
                 # ZeRO-3/FSDP with one-layer prefetch: each layer's weight all-gather runs on the
@@ -145,9 +161,10 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         fwd = f + (flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0)
         bwd = (
             b
-            + (flow_shop_s(extra_b, [host.extra_s(o) for o in extra_b]) if extra_b else 0.0)
+            + (flow_shop_s(extra_b + ext_acc, [host.extra_s(o) for o in extra_b] + ext_acc_cpu)
+               if extra_b or ext_acc else 0.0)
             + recompute
-        )
+        )  # fmt: skip
         dense, expert = stage_params_split(model, plan, s)
         params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
@@ -162,8 +179,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.embedding_comm = comm.embedding_grads() if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
-        st.layer_ops = lf + lb
-        st.ops = [*extra_f, *extra_b]
+        st.layer_ops = lf + lb + acc
+        st.ops = [*extra_f, *extra_b, *ext_acc]
         st.comm = layer_comm
         out.append(st)
     return out

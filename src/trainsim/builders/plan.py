@@ -14,6 +14,9 @@ before its backward). ``zero``: 0 plain data parallel, 1 optimizer states sharde
 3 + parameters (FSDP full shard). ``attention``: ``flash`` (FlashAttention), ``fused`` (QK^T and
 ·V batched GEMMs around Megatron's fused scale-mask-softmax kernel), ``unfused`` (GEMMs, fill-mask,
 softmax as separate kernels), the three implementations paper 001 Table I models.
+``wgrad_fusion``: weight gradients accumulate inside their GEMMs (Megatron-LM's
+``--gradient-accumulation-fusion``); without it (PyTorch autograd, DeepSpeed, FSDP) every
+micro-batch after the first adds each parameter tensor's gradient with a separate kernel.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class Plan:
     attention_dropout: float = (
         0.0  # > 0: a dropout kernel over the [b, h, s, s] probabilities (non-flash)
     )
+    wgrad_fusion: bool = False  # Megatron-LM's gradient-accumulation fusion (see the docstring)
 
     @property
     def gpus(self) -> int:
@@ -92,6 +96,8 @@ class Plan:
         parts.append(f"gb{self.batch}")
         if self.recompute != "none":
             parts.append(f"rc-{self.recompute}")
+        if self.wgrad_fusion:
+            parts.append("wgf")
         return "-".join(parts)
 
     def validate(self, model: ModelSpec, *, gpus: int | None = None) -> None:

@@ -53,6 +53,7 @@ class PlanSpace:
     dtype: str = "bf16"
     attention: str = "flash"
     attention_dropout: float = 0.0
+    wgrad_fusion: bool = False
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     def dims(self, model: ModelSpec, gpus_per_node: int) -> dict[str, tuple[object, ...]]:
@@ -83,6 +84,7 @@ class PlanSpace:
                     "micro_batch": mb, "global_batch": self.global_batch, "seq_len": self.seq_len,
                     "schedule": sched, "vpp": v, "recompute": rc, "dtype": self.dtype,
                     "attention": self.attention, "attention_dropout": self.attention_dropout,
+                    "wgrad_fusion": self.wgrad_fusion,
                 }  # fmt: skip
                 plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
