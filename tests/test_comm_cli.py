@@ -64,3 +64,34 @@ def test_hw_list_and_show():
     assert p.returncode == 0 and "989" in p.stdout
     p = _cli("hw", "show", "tpu-v9")
     assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_outputs_never_overwrite_inputs(shared_data, tmp_path):
+    """Review finding: `fit-comm my.log -o my.log` replaced the measured log with the model, and
+    `replay DIR --timeline DIR/trace.json.gz` / `analyze DIR --save-workload DIR/et.json.gz`
+    replaced the traces; all exited 0."""
+    import shutil
+
+    log = tmp_path / "my.log"
+    shutil.copy(shared_data / "comm" / "nccl_tests_allreduce_a100_40gb_azure" / "nccl_8.log", log)
+    before = log.read_bytes()
+    p = _cli("fit-comm", str(log), "-o", str(tmp_path / "model.txt"))
+    assert p.returncode == 1 and ".json files" in p.stderr
+    p = _cli("fit-comm", str(tmp_path), "-o", str(log.with_suffix(".json")), "--seed", "-1")
+    assert p.returncode == 2  # usage error: a seed is not negative
+    log_json = tmp_path / "nccl.json"
+    shutil.copy(log, log_json)
+    p = _cli("fit-comm", str(log), str(log_json), "-o", str(log_json))
+    assert p.returncode == 1 and "would overwrite the input" in p.stderr
+    assert log.read_bytes() == before
+    traces = tmp_path / "lin"
+    shutil.copytree(shared_data / "traces" / "param_linear_2080ti", traces)
+    kineto = traces / "linear_kineto.json.gz"
+    size = kineto.stat().st_size
+    p = _cli("replay", str(traces), "--timeline", str(kineto))
+    assert p.returncode == 1 and "would overwrite the input" in p.stderr
+    p = _cli("analyze", str(traces), "--save-workload", str(traces / "linear_et.json.gz"))
+    assert p.returncode == 1 and "would overwrite the input" in p.stderr
+    assert kineto.stat().st_size == size
+    p = _cli("replay", str(kineto), "--timeline", str(traces / "new_timeline.json"))
+    assert p.returncode == 0, p.stderr  # a new file beside the inputs is fine

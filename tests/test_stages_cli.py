@@ -76,3 +76,52 @@ def test_errors_are_one_line(dataset, tmp_path):
     assert res.exit_code != 0 and "features must be one of" in str(res.exception)
     res = _run("predict", str(tmp_path / "missing"), str(dataset))
     assert res.exit_code != 0 and "no predictor.json" in str(res.exception)
+
+
+def test_damaged_predictors_and_datasets_are_one_line_errors(dataset, tmp_path):
+    """Review findings: each of these was a traceback (JSONDecodeError, FileNotFoundError,
+    SafetensorError, NotADirectoryError, UnicodeDecodeError, BadGzipFile, IndexError)."""
+    good = tmp_path / "good"
+    assert _run("train", str(dataset), "--out", str(good), "--model", "gcn", "--epochs", "1").exit_code == 0
+    weights, meta = (good / "predictor.safetensors").read_bytes(), (good / "predictor.json").read_bytes()
+    cases = {
+        "json": ({"predictor.json": b'{"schema":', "predictor.safetensors": weights}, "unreadable predictor JSON"),
+        "nonutf": ({"predictor.json": b"\xff\xfe", "predictor.safetensors": weights}, "unreadable predictor JSON"),
+        "noweights": ({"predictor.json": meta}, "no predictor.safetensors"),
+        "torn": ({"predictor.json": meta, "predictor.safetensors": weights[:1000]}, "not a readable safetensors"),
+    }
+    for name, (files, message) in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for f, data in files.items():
+            (folder / f).write_bytes(data)
+        res = _run("predict", str(folder), str(dataset))
+        assert res.exit_code == 1 and message in str(res.exception), (name, res.exception)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert "not a predictor folder" in str(_run("predict", str(afile), str(dataset)).exception)
+    res = _run("train", str(dataset), "--out", str(afile), "--model", "gcn", "--epochs", "1")
+    assert res.exit_code == 1 and "is a file; give a folder" in str(res.exception)
+    import shutil
+
+    small = tmp_path / "small"
+    shutil.copytree(dataset / "graphs", small / "graphs")
+    lines = (dataset / "stages.jsonl").read_bytes().splitlines(keepends=True)
+    (small / "stages.jsonl").write_bytes(b"".join(lines[:3]))
+    res = _run("train", str(small), "--out", str(tmp_path / "p3"), "--model", "gcn", "--epochs", "1")
+    assert res.exit_code == 1 and "3 stages split" in str(res.exception)
+    (small / "stages.jsonl").write_bytes(b"\xff" + b"".join(lines[:3]))
+    res = _run("predict", str(good), str(small))
+    assert res.exit_code == 1 and "invalid UTF-8" in str(res.exception)
+
+
+def test_a_damaged_stage_graph_is_a_one_line_error(dataset, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    for g in (copy / "graphs").glob("*.json.gz"):
+        g.write_bytes(b"hello")
+    good = tmp_path / "good"
+    res = _run("train", str(copy), "--out", str(good), "--model", "gcn", "--epochs", "1")
+    assert res.exit_code == 1 and "unreadable stage graph" in str(res.exception)

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, stderr
+from trainsim.cli.output import Format, emit_json, not_an_input, stderr
 
 
 @app.command()
@@ -27,6 +27,9 @@ def analyze(
     from trainsim.analyze.report import analyze_paths
     from trainsim.errors import ConfigError
 
+    for out, flag in ((overhead_db, "--overhead-db"), (export_kernels, "--export-kernels"),
+                      (save_workload, "--save-workload")):  # fmt: skip
+        not_an_input(out, paths, flag)
     if time_unit not in ("auto", "us", "ns"):
         raise ConfigError(f"--time-unit must be auto, us or ns, got {time_unit!r}")
     a = analyze_paths(

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, log
+from trainsim.cli.output import Format, emit_json, log, not_an_input
 
 hw_app = typer.Typer(name="hw", help="Hardware catalog: devices and systems.", no_args_is_help=True)
 app.add_typer(hw_app, name="hw")
@@ -42,7 +42,7 @@ def fit_comm_cmd(
         0.25,
         help="Fraction of distinct message sizes held out per case to choose the curve family.",
     ),
-    seed: int = typer.Option(0, help="Seed of the held-out split."),
+    seed: int = typer.Option(0, min=0, help="Seed of the held-out split."),
     kind: str | None = typer.Option(
         None, help="Collective measured, when a log does not say (all_reduce, all_gather, ...)."
     ),
@@ -56,8 +56,15 @@ def fit_comm_cmd(
     """Fit collective models on measurements; print each case's held-out error."""
     from trainsim.comm import fit_comm, guess_system, read_comm_dataset, save_model
     from trainsim.comm.model import canonical_kind
+    from trainsim.errors import ConfigError
     from trainsim.hardware import get_system
+    from trainsim.ir.serialize import output_path
 
+    if output is not None:  # before the fit: a wrong path should not cost the fitting time
+        if output.suffix != ".json":
+            raise ConfigError(f"--output {output}: collective model artifacts are .json files")
+        not_an_input(output, datasets, "--output")
+        output_path(output)
     ds = read_comm_dataset(
         datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None
     )

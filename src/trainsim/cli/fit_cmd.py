@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, log
+from trainsim.cli.output import Format, emit_json, log, not_an_input
 
 
 def _out() -> Console:
@@ -38,7 +38,7 @@ def fit_cmd(
     device: str | None = typer.Option(None, "--device", help="Catalog device (or YAML) the data were measured on; read from the data if omitted."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the fitted model here (.npz artifact, atomically)."),
     holdout: float = typer.Option(0.2, help="Fraction of each entry's rows held out to measure the chosen model."),
-    seed: int = typer.Option(0, help="Seed of the held-out and validation splits."),
+    seed: int = typer.Option(0, min=0, help="Seed of the held-out and validation splits."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Threads per tree fit (1 is fastest on small data and busy machines)."),
     strict_monotone: bool = typer.Option(False, "--strict-monotone", help="Constrain trees to be monotone in every signed input (less accurate on cuBLAS kernel switches)."),
     name: str | None = typer.Option(None, help="Dataset name used in provenance (default: the folder name)."),
@@ -50,6 +50,7 @@ def fit_cmd(
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_device
     from trainsim.ir.kinds import KernelFamily
+    from trainsim.ir.serialize import output_path
     from trainsim.kernels import (
         DEFAULT_KINDS,
         family_summary,
@@ -58,6 +59,13 @@ def fit_cmd(
         save_model,
     )
 
+    if output is not None:  # before the fit: a wrong path should not cost the fitting time
+        if output.suffix != ".npz":
+            raise ConfigError(f"--output {output}: kernel model artifacts are .npz files")
+        not_an_input(output, datasets, "--output")
+        output_path(output)
+    if folds < 1:
+        raise ConfigError(f"--folds must be at least 1, got {folds}")
     _register_bench_ops()
     fams = None
     if family:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterable
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -32,6 +34,21 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(_clean(doc), indent=2))
     sys.stdout.write("\n")
     sys.stdout.flush()
+
+
+def not_an_input(output: Path | None, inputs: Iterable[Path | str], flag: str) -> None:
+    """Refuse an output path that would overwrite what the command reads: one of its input
+    files, or a file already inside an input folder (folders are searched for their inputs).
+    A new file inside an input folder is allowed."""
+    from trainsim.errors import ConfigError
+
+    if output is None:
+        return
+    out = Path(output).expanduser().resolve()
+    for given in inputs:
+        p = Path(given).expanduser().resolve()
+        if out == p or (p.is_dir() and out.exists() and p in out.parents):
+            raise ConfigError(f"{flag} {output}: would overwrite the input {given}; write it elsewhere")
 
 
 def log(msg: str) -> None:

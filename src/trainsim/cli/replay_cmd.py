@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, stderr
+from trainsim.cli.output import Format, emit_json, not_an_input, stderr
 from trainsim.sim.options import HostMode, KernelSource
 
 
@@ -55,6 +55,7 @@ def replay(
     from trainsim.sim import SimOptions
     from trainsim.sim.replay import replay_paths
 
+    not_an_input(timeline, paths, "--timeline")
     if overheads is HostMode.SHARED and overhead_db is None:
         raise ConfigError(
             "--overheads shared needs --overhead-db FILE (write one with `trainsim analyze --overhead-db`)"

@@ -34,13 +34,18 @@ app.add_typer(stages_app, name="stages")
 def collect(
     folder: Path = typer.Argument(..., metavar="DIR", help="Dataset folder (stages.jsonl, graphs/); resumes what is there."),
     family: str = typer.Option(..., "--family", help="gpt or moe."),
-    count: int = typer.Option(300, "--count", help="Random stages to measure."),
-    seed: int = typer.Option(0, "--seed", help="Sampler seed (a folder keeps one sampler)."),
+    count: int = typer.Option(300, "--count", min=1, help="Random stages to measure."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Sampler seed (a folder keeps one sampler)."),
     search_set: bool = typer.Option(False, "--search-set", help="Measure every candidate stage of the family's search model instead."),
 ) -> None:  # fmt: skip
     """Measure stage latencies on this CPU (one core, single-threaded XLA; restarts itself with that environment)."""
+    from trainsim.errors import ConfigError
     from trainsim.learn.dataset import main
 
+    if family not in ("gpt", "moe"):
+        raise ConfigError(f"--family must be gpt or moe, got {family!r}")
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: is a file; a stage dataset is a folder (stages.jsonl, graphs/)")
     argv = [str(folder), "--family", family, "--count", str(count), "--seed", str(seed)]
     raise typer.Exit(main([*argv, "--search"] if search_set else argv))
 
@@ -53,15 +58,16 @@ def train(
     fraction: float = typer.Option(0.8, "--fraction", help="Share of the stages to train on (10 % more validate; the rest test)."),
     epochs: int = typer.Option(250, "--epochs", min=1, help="Most epochs (early stopping restores the best)."),
     features: str = typer.Option("table1+work", "--features", help="table1 (003 Table I) or table1+work (plus operand sizes, FLOPs, contraction)."),
-    seed: int = typer.Option(0, "--seed", help="Split and initialisation seed."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Split and initialisation seed."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Train one predictor and report its test error (003 Eq. 5 MRE)."""
     from dataclasses import replace
 
     from trainsim.learn.evaluate import FamilyData, features_flag, train_case
-    from trainsim.learn.train import TrainConfig
+    from trainsim.learn.train import TrainConfig, predictor_folder
 
+    predictor_folder(out)  # before training: a wrong --out should not cost the training time
     data = FamilyData(dataset, input_features=features_flag(features))
     cfg = replace(TrainConfig(), epochs=epochs, patience=max(1, epochs // 3))
     pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg,
@@ -122,7 +128,7 @@ def predict(
 @stages_app.command("search")
 def search(
     family: str = typer.Option("gpt", "--family", help="Search model: gpt or moe (8 layers; stages of 1-4 layers on 1, 2 or 4 devices)."),
-    devices: int = typer.Option(8, "--devices", help="Devices for the whole pipeline."),
+    devices: int = typer.Option(8, "--devices", min=1, help="Devices for the whole pipeline (the plan may use fewer)."),
     microbatches: int = typer.Option(16, "--microbatches", min=1, help="Micro-batches per iteration (003 Eq. 4's B)."),
     predictor: Path | None = typer.Option(None, "--predictor", help="Predict stage latencies with this predictor (nothing measured)."),
     measured: Path | None = typer.Option(None, "--measured", help="Look stage latencies up in this measured dataset (full profiling)."),
@@ -151,7 +157,10 @@ def search(
                               f"train one on a {family} dataset or pass --family {fams[0]}")  # fmt: skip
         provider = PredictedStages(pred, name=f"predicted ({predictor})")
     else:
-        provider = MeasuredStages(measured, name=f"measured ({measured})")  # type: ignore[arg-type]
+        assert measured is not None
+        if not measured.is_dir():
+            raise ConfigError(f"--measured {measured}: no such dataset folder")
+        provider = MeasuredStages(measured, name=f"measured ({measured})")
     res = search_pipeline(SEARCH_MODELS[family], provider, devices=devices, microbatches=microbatches)
     res["provenance"] = (
         "learned stage latencies (CPU-measured training stages)"
@@ -165,7 +174,9 @@ def search(
         f"{family}: {res['candidates']} candidate stages from {provider.name} in "
         f"{res['timings_s']['latencies']:.2f} s; plan search {res['timings_s']['optimize'] * 1e3:.1f} ms"
     )
-    t = Table(title=f"best plan on {devices} devices, B = {microbatches}: {res['plan']}")
+    used = sum(d for _, _, d in res["stages"])
+    t = Table(title=f"best plan on {devices} devices{f' (uses {used})' if used != devices else ''}, "
+                    f"B = {microbatches}: {res['plan']}")  # fmt: skip
     for col in ("stage", "layers", "devices", "latency"):
         t.add_column(col, justify="right")
     for i, ((a, b, d), lat) in enumerate(zip(res["stages"], res["stage_latency_s"], strict=True)):

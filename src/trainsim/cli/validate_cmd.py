@@ -26,7 +26,7 @@ def validate(
     limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file; shard: only the first N table sets; cpu-e2e: only the first N models."),
     sets: int | None = typer.Option(None, "--sets", help="shard: random table sets to measure (default 10)."),
     repeats: int | None = typer.Option(None, "--repeats", help="shard: measurement repeats per sharder (interleaved); cpu-e2e: captures per configuration."),
-    seed: int | None = typer.Option(None, "--seed", help="shard: seed of the table sets; kernels: seed of the held-out split (default 0)."),
+    seed: int | None = typer.Option(None, "--seed", min=0, help="shard: seed of the table sets; kernels: seed of the held-out split (default 0)."),
     device: str | None = typer.Option(None, "--device", help="kernels: a100 (default), gh200 or all."),
     resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to; cpu-e2e: folder of captures to reuse; predtop: results folder (cases and predictors) to reuse."),
     fractions: str | None = typer.Option(None, "--fractions", help="predtop: training fractions, comma-separated or 'all' (10 %–80 %); default 0.3."),

@@ -60,6 +60,8 @@ def save_model(model: CommModel, path: Path | str) -> Path:
     from trainsim.ir.serialize import write_text_atomic
 
     p = Path(path)
+    if p.suffix != ".json":
+        raise ConfigError(f"collective model artifacts are .json files, got {p.name}")
     write_text_atomic(p, json.dumps(model.to_dict(), indent=1) + "\n")
     return p
 

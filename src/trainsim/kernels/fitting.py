@@ -273,6 +273,7 @@ def _select(key: EntryKey, family: KernelFamily, *, kinds: Sequence[str], grid: 
     # folds > 1: each candidate is scored on every training row, predicted by a fit of the
     # other folds (k-fold cross-validation), not on one 20 % draw — steadier on a few dozen rows
     splits = [(fit_rows, val_rows)]
+    folds = min(folds, rows.size)  # more folds than rows would fit on empty folds (leave-one-out at most)
     if folds > 1:
         ids = kfold_ids(rows.size, folds=folds, seed=seed + zlib.crc32(key.label.encode()))
         splits = [(rows[ids != f], rows[ids == f]) for f in range(folds)]

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from trainsim.bench.dataset import append_row, repair_tail
-from trainsim.errors import ConfigError, TraceFormatError
+from trainsim.errors import ConfigError, TraceFormatError, TrainsimError
 from trainsim.learn.graphs import StageGraph
 from trainsim.learn.stages import (
     MALLOC_ENV,
@@ -220,23 +220,31 @@ class StageRow:
 
 def read_rows(folder: Path | str) -> list[StageRow]:
     """Every complete row of ``folder/stages.jsonl`` (a torn last line is skipped)."""
-    path = Path(folder) / "stages.jsonl"
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: is a file; a stage dataset is a folder (stages.jsonl, graphs/)")
+    path = folder / "stages.jsonl"
     if not path.exists():
         return []
     raw = path.read_bytes()
     complete = raw[: raw.rfind(b"\n") + 1]
     out = []
-    for lineno, line in enumerate(complete.decode("utf-8").splitlines(), 1):
+    for lineno, line in enumerate(complete.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            d = json.loads(line)
+            d = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, f"line {lineno}: invalid UTF-8 at byte {e.start}") from None
         except json.JSONDecodeError as e:
             raise TraceFormatError(path, f"line {lineno}: not JSON ({e.msg})") from None
-        if d.get("schema") != STAGE_SCHEMA:
+        if not isinstance(d, dict) or d.get("schema") != STAGE_SCHEMA:
             raise TraceFormatError(path, f"line {lineno}: not a {STAGE_SCHEMA} row")
-        out.append(StageRow(d["id"], d["family"], StageSpec.from_dict(d["spec"]), float(d["latency_s"]),
-                            float(d.get("rel_iqr", 0.0)), d["graph"], d))  # fmt: skip
+        try:
+            out.append(StageRow(d["id"], d["family"], StageSpec.from_dict(d["spec"]), float(d["latency_s"]),
+                                float(d.get("rel_iqr", 0.0)), d["graph"], d))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as e:
+            raise TraceFormatError(path, f"line {lineno}: malformed row ({type(e).__name__}: {e})") from None
     return out
 
 
@@ -247,6 +255,10 @@ def load_graph(folder: Path | str, digest: str) -> StageGraph:
     except FileNotFoundError:
         raise TraceFormatError(
             path, "graph file missing; re-run the collection to recreate it"
+        ) from None
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise TraceFormatError(
+            path, f"unreadable stage graph ({type(e).__name__}); delete it and re-run the collection"
         ) from None
 
 
@@ -307,10 +319,16 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
     from trainsim.learn.stages import measure_stage
 
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: is a file; a stage dataset is a folder (stages.jsonl, graphs/)")
     (folder / "graphs").mkdir(parents=True, exist_ok=True)
     path = folder / "stages.jsonl"
     repair_tail(path)
     done = {r.id: r for r in read_rows(folder)}
+    held, wanted = {r.family for r in done.values()}, {s.family for _, s in items}
+    if held and not wanted <= held:
+        raise ConfigError(f"{folder} holds {', '.join(sorted(held))} stages; collect "
+                          f"{', '.join(sorted(wanted - held))} stages into another folder")  # fmt: skip
     host = host_fingerprint()
     settings = {"warmup": warmup, "min_repeats": min_repeats, "max_repeats": max_repeats,
                 "min_total_s": min_total_s, "target_spread": target_spread, "max_total_s": max_total_s,
@@ -422,6 +440,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--min-total-s", type=float, default=1.0)
     args = ap.parse_args(argv)
+    try:
+        return _collect_main(args, argv)
+    except TrainsimError as e:  # the CLI contract: one line, exit 1 (this runs as its own process)
+        print(f"trainsim: error: {e}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
     env = single_thread_env()
     if any(os.environ.get(k) != v for k, v in env.items()):
         # glibc reads MALLOC_* at process start and jax reads XLA_FLAGS at import: start afresh

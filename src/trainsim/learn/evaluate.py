@@ -78,6 +78,11 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
                log: Callable[[str], None] | None = None) -> tuple[Predictor, dict[str, Any]]:  # fmt: skip
     """Train one predictor of ``kind`` on ``fraction`` of ``data`` and test it (one case)."""
     tr, va, te = split(len(data.rows), fraction, seed=seed)
+    if len(tr) < 2 or not len(va) or not len(te):
+        raise ConfigError(
+            f"{len(data.rows)} stages split {len(tr)}/{len(va)}/{len(te)} (train/validate/test at fraction "
+            f"{fraction:g}): each part needs stages (train at least 2); measure more or change --fraction"
+        )
     tensors = data.tensors(reach=kind == "dag_transformer")
     cfg = model_config(kind, tensors[0].x.shape[1], readout=readout, input_features=data.input_features)
     pred = train_predictor([tensors[i] for i in tr], data.latency_s[tr], [tensors[i] for i in va],

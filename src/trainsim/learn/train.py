@@ -142,40 +142,71 @@ class Predictor:
         return self.predict_tensors(self.tensors(graphs))
 
     def save(self, folder: Path | str) -> Path:
-        from safetensors.torch import save_file
+        """Write the weights, then the JSON that names them, each atomically (a reader never
+        sees a half-written file; a folder with only new weights still loads the old JSON's
+        shapes and fails with one line, not garbage)."""
+        from safetensors.torch import save as save_bytes
 
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        from trainsim.ir.serialize import write_bytes_atomic, write_text_atomic
+
+        folder = predictor_folder(folder)
         state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
-        save_file(state, str(folder / "predictor.safetensors"))
+        write_bytes_atomic(folder / "predictor.safetensors", save_bytes(state))
         doc = {"schema": PREDICTOR_SCHEMA, "model": self.config.to_dict(), "op_vocab": self.op_vocab,
                "features": feature_names(self.op_vocab, inputs=self.input_features),
                "input_features": self.input_features, "target": {"transform": "log-per-flop" if self.per_work else "log", "mean": self.target_mean,
                "std": self.target_std}, "pruned": self.pruned, "pruned_ops": sorted(PRUNED_OPS), "part": self.part,
                "history": asdict(self.history) if self.history else None, "meta": self.meta}  # fmt: skip
-        (folder / "predictor.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        write_text_atomic(folder / "predictor.json", json.dumps(doc, indent=1))
         return folder
 
     @classmethod
     def load(cls, folder: Path | str) -> Predictor:
         """Load without executing code: JSON config + safetensors weights."""
-        from safetensors.torch import load_file
+        from safetensors import SafetensorError
+        from safetensors.torch import load as load_bytes
 
         folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{folder}: not a predictor folder (one written by `trainsim stages train`)")
+        meta, weights = folder / "predictor.json", folder / "predictor.safetensors"
         try:
-            doc = json.loads((folder / "predictor.json").read_text(encoding="utf-8"))
+            doc = json.loads(meta.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"{folder}: no predictor.json; train a predictor first") from None
-        if doc.get("schema") != PREDICTOR_SCHEMA:
-            raise ModelError(f"{folder}/predictor.json is not a {PREDICTOR_SCHEMA} document")
-        cfg = ModelConfig(**doc["model"])
-        model = build_model(cfg)
-        model.load_state_dict(load_file(str(folder / "predictor.safetensors")))
-        hist = History(**doc["history"]) if doc.get("history") else None
-        return cls(cfg, list(doc["op_vocab"]), float(doc["target"]["mean"]), float(doc["target"]["std"]),
-                   model, pruned=bool(doc.get("pruned", True)), history=hist, part=str(doc.get("part", "train")),
-                   input_features=bool(doc.get("input_features", False)),
-                   per_work=doc["target"].get("transform") == "log-per-flop", meta=doc.get("meta", {}))  # fmt: skip
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConfigError(f"{meta}: unreadable predictor JSON ({e})") from None
+        if not isinstance(doc, dict) or doc.get("schema") != PREDICTOR_SCHEMA:
+            raise ModelError(f"{meta} is not a {PREDICTOR_SCHEMA} document")
+        try:
+            cfg = ModelConfig(**doc["model"])
+            model = build_model(cfg)
+            state = load_bytes(weights.read_bytes())
+            model.load_state_dict(state)
+            hist = History(**doc["history"]) if doc.get("history") else None
+            return cls(cfg, list(doc["op_vocab"]), float(doc["target"]["mean"]), float(doc["target"]["std"]),
+                       model, pruned=bool(doc.get("pruned", True)), history=hist, part=str(doc.get("part", "train")),
+                       input_features=bool(doc.get("input_features", False)),
+                       per_work=doc["target"].get("transform") == "log-per-flop", meta=doc.get("meta", {}))  # fmt: skip
+        except FileNotFoundError:
+            raise ConfigError(f"{folder}: no predictor.safetensors beside predictor.json") from None
+        except SafetensorError as e:
+            raise ConfigError(f"{weights}: not a readable safetensors file ({e})") from None
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ModelError(f"{folder}: predictor.json and its weights do not agree ({msg})") from None
+
+
+def predictor_folder(folder: Path | str) -> Path:
+    """``folder`` checked (and created) as where a predictor is written: one-line errors."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: is a file; give a folder for the predictor")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{folder}: cannot create it ({e.strerror or e})") from None
+    return folder
 
 
 def _epoch_loss(model: torch.nn.Module, tensors: Sequence[GraphTensors], y: torch.Tensor, padded: bool,
