@@ -81,3 +81,22 @@ class CaptureError(TrainsimError):
 
 class SimulationError(TrainsimError):
     """The simulator cannot make progress (cycle, deadlock, missing collective member)."""
+
+
+def read_utf8(path: object, what: str = "file") -> str:
+    """The text of ``path`` (UTF-8, a BOM dropped) or a one-line ConfigError naming the file:
+    missing, unreadable, or not UTF-8 (with the byte offset)."""
+    from pathlib import Path
+
+    p = Path(str(path))
+    try:
+        return p.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {p} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {p} is a folder; give a file") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start})") from None
+

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.analyze.breakdown import RankBreakdown, workload_breakdown
-from trainsim.host.overheads import build_overhead_db
 from trainsim.ingest.multirank import LoadedTraces, load_traces
 from trainsim.ir.graph import Workload
 
@@ -85,7 +84,9 @@ def analyze_paths(
             et_link = {r: _stats_dict(s) for r, s in stats.items()}
     analysis = Analysis(loaded=loaded, workload=workload, ranks=workload_breakdown(workload), et_link=et_link)
     if overhead_db is not None:
-        build_overhead_db([workload]).save(overhead_db)
+        from trainsim.sim.program import workload_overhead_db
+
+        workload_overhead_db([workload]).save(overhead_db)
         analysis.written["overhead_db"] = str(overhead_db)
     if export_kernels is not None:
         from trainsim.analyze.samples import export_kernel_samples

@@ -84,11 +84,13 @@ def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
 
         raw = gzip.decompress(raw)
     complete = raw[: raw.rfind(b"\n") + 1]
-    for lineno, line in enumerate(complete.decode("utf-8").splitlines(), 1):
+    for lineno, line in enumerate(complete.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, f"line {lineno}: not UTF-8 text (byte {e.start})") from None
         except json.JSONDecodeError as e:
             raise TraceFormatError(path, f"line {lineno}: not JSON ({e.msg})") from None
         if not isinstance(row, dict) or row.get("schema") != KERNEL_BENCH_SCHEMA:

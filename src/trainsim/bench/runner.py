@@ -284,8 +284,9 @@ def run_sweep(
     goes on; it is retried by the next resumed run.
     """
     schedule = schedule or Schedule()
-    path = Path(dataset)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from trainsim.ir.serialize import output_path
+
+    path = output_path(dataset)  # a folder, or a file where a folder should be: one line
     env, dev, timer = _environment(device, threads)
     todo = list(cases)
     t0 = time.perf_counter()

@@ -25,9 +25,20 @@ def _pair(text: str, what: str, form: str = "NAME:FACTOR") -> tuple[str, float]:
     try:
         if not sep:
             raise ValueError
-        return name, float(value)
+        factor = float(value)
     except ValueError:
         raise ConfigError(f"{what} must look like {form}, got {text!r}") from None
+    _factor(factor, what)
+    return name, factor
+
+
+def _factor(value: float, what: str) -> None:
+    import math
+
+    from trainsim.errors import ConfigError
+
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{what}: the factor must be a positive finite number, got {value:g}")
 
 
 @app.command()
@@ -36,7 +47,7 @@ def replay(
     paths: list[Path] = typer.Argument(..., help="Kineto traces (.json/.json.gz), archives (.tar.gz) or folders; one per rank for multi-rank jobs."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
     kernels: KernelSource = typer.Option(KernelSource.MEASURED, "--kernels", help="Kernel durations: measured (from the trace) or model (registry; measured where no model applies)."),
-    overheads: HostMode = typer.Option(HostMode.STATS, "--overheads", help="Host gaps: trace (exact, sanity check), stats (per-op means of this workload) or shared (--overhead-db)."),
+    overheads: HostMode | None = typer.Option(None, "--overheads", help="Host gaps: trace (exact, sanity check), stats (per-op means of this workload; the default) or shared (--overhead-db; the default when one is given)."),
     overhead_db: Path | None = typer.Option(None, "--overhead-db", help="T1–T5 database (JSON, from `trainsim analyze --overhead-db`) for --overheads shared."),
     timeline: Path | None = typer.Option(None, "--timeline", help="Write the predicted timeline here (Chrome trace JSON; open in Perfetto)."),
     step: str = typer.Option("median", "--step", help="Which iteration: median, first, last or a ProfilerStep number."),
@@ -56,6 +67,17 @@ def replay(
     from trainsim.sim.replay import replay_paths
 
     not_an_input(timeline, paths, "--timeline")
+    # what-if arguments checked before the (long) load and simulation
+    if straggler is not None:
+        _pair(straggler, "--straggler", "RANK:FACTOR (e.g. 3:1.5)")
+    if family is not None:
+        _pair(family, "--scale-family")
+    if network is not None:
+        _factor(network, "--network-speedup")
+    if overheads is None:
+        overheads = HostMode.SHARED if overhead_db is not None else HostMode.STATS
+    if stats_iqr and (overheads is not HostMode.STATS or overhead_db is not None):
+        raise ConfigError("--stats-iqr applies to --overheads stats without --overhead-db")
     if overheads is HostMode.SHARED and overhead_db is None:
         raise ConfigError(
             "--overheads shared needs --overhead-db FILE (write one with `trainsim analyze --overhead-db`)"

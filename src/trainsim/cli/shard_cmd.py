@@ -58,7 +58,9 @@ def shard(
     dev = resolve_device(device if device is not None else sys_spec.device)  # type: ignore[union-attr]
     if sys_spec is not None and device is not None:
         _check_system_device(dev, sys_spec)
-    names = [s.strip() for s in sharders.split(",") if s.strip()] if sharders else None
+    names = list(dict.fromkeys(s.strip() for s in sharders.split(",") if s.strip())) if sharders else None
+    if names == []:
+        raise ConfigError(f"--sharders names no sharder: {sharders!r}")
     if capacity_gb is not None:
         cap, cap_src = capacity_gb * 1e9, "--capacity-gb"
     else:

@@ -63,8 +63,17 @@ def validate(
                         models=models, features=features, dataset=dataset)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
-        return
-    _print_table(doc)
+    else:
+        _print_table(doc)
+    # after the report: a run that validated nothing, or could not read a case it has, fails
+    summary: dict[str, Any] = doc["summary"] if isinstance(doc.get("summary"), dict) else {}
+    failed = [c for c in doc.get("cases", []) if isinstance(c, dict) and c.get("status") == "failed"]
+    if failed:
+        raise ConfigError(f"suite {suite}: {len(failed)} case(s) failed; first: {failed[0].get('case', '?')}: "
+                          f"{failed[0].get('reason', '')}")  # fmt: skip
+    if summary.get("cases") == 0:
+        why = next((c.get("reason") for c in doc.get("cases", []) if isinstance(c, dict) and c.get("reason")), None)
+        raise ConfigError(f"suite {suite} validated no case under {data}" + (f" (e.g. {why})" if why else ""))
 
 
 def _fmt(v: Any, unit: str = "") -> str:

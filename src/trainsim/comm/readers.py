@@ -409,7 +409,10 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
     )
     deferred: list[Path] = []
     for path, explicit in _expand(plist):
-        fmt = sniff_format(path)
+        try:
+            fmt = sniff_format(path)
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, f"not UTF-8 text (byte {e.start})") from None
         if fmt is None or (
             not explicit and fmt.name == "seed001-csv" and _is_seed001_aggregate(path)
         ):
@@ -421,6 +424,8 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
             continue
         try:
             got = fmt.read(path, timing=timing, kind=kind)
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, f"not UTF-8 text (byte {e.start})") from None
         except TraceFormatError as e:
             if fmt.name == "nccl-tests" and "cannot tell which collective" in e.problem:
                 deferred.append(path)

@@ -20,7 +20,7 @@ from trainsim.comm.calibrated import CalibratedCommModel
 from trainsim.comm.hierarchical import HierarchicalModel
 from trainsim.comm.model import CommModel, CommPrediction
 from trainsim.comm.sizing import model_size_bytes
-from trainsim.errors import ConfigError, ModelError
+from trainsim.errors import ConfigError, ModelError, read_utf8
 from trainsim.hardware import SystemSpec, get_system, list_systems
 from trainsim.ir.graph import Collective
 
@@ -42,9 +42,7 @@ def model_from_dict(doc: dict[str, Any]) -> CommModel:
 def load_model(path: Path | str) -> CommModel:
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"cannot read comm model {p}: {e.strerror}") from None
+        doc = json.loads(read_utf8(p, "comm model"))
     except json.JSONDecodeError as e:
         raise ConfigError(f"{p}: not JSON (line {e.lineno}: {e.msg})") from None
     if not isinstance(doc, dict):

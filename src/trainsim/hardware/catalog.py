@@ -15,7 +15,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from trainsim.errors import ConfigError, yaml_error
+from trainsim.errors import ConfigError, read_utf8, yaml_error
 from trainsim.hardware.schema import SCHEMA_VERSION, DeviceSpec, SystemSpec
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -79,9 +79,7 @@ def _resolve(name_or_path: str | Path, table: dict[str, _M], model: type[_M], wh
     text = str(name_or_path)
     if text.endswith((".yaml", ".yml")) or Path(text).is_file():
         path = Path(text)
-        if not path.is_file():
-            raise ConfigError(f"{what} file {path} does not exist")
-        return _load_yaml(path.read_text(encoding="utf-8"), str(path), model)
+        return _load_yaml(read_utf8(path, f"{what} file"), str(path), model)
     hit = table.get(_norm(text))
     if hit is None:
         names = sorted({s.name for s in table.values()})  # type: ignore[attr-defined]

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from trainsim.errors import ConfigError
+from trainsim.errors import ConfigError, read_utf8
 from trainsim.ir.graph import Kernel, Op, RankGraph, Workload
 from trainsim.ir.kinds import KernelFamily
 from trainsim.ir.serialize import write_json_atomic
@@ -178,9 +178,9 @@ class OverheadDB:
     def load(cls, path: str | Path) -> OverheadDB:
         p = Path(path)
         try:
-            doc = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"{p}: cannot read overhead database: {e}") from e
+            doc = json.loads(read_utf8(p, "overhead database"))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{p}: cannot read overhead database: {e}") from None
         if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
             raise ConfigError(f"{p}: not an overhead database (schema_version {SCHEMA_VERSION})")
         try:

@@ -311,7 +311,10 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
     keep = set(ops) if ops is not None else None
     ds = KernelDataset(name or dataset_name(plist))
     for path, explicit in _expand(plist):
-        fmt = sniff_format(path)
+        try:
+            fmt = sniff_format(path)
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, f"not UTF-8 text (byte {e.start})") from None
         if fmt is None:
             if explicit:
                 raise TraceFormatError(
@@ -323,7 +326,10 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
             m = _SEED001_NAME.match(path.stem)
             if m is not None and m["op"] not in keep:
                 continue
-        got = fmt.read(path)
+        try:
+            got = fmt.read(path)
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, f"not UTF-8 text (byte {e.start})") from None
         rows = [s for s in got.samples if keep is None or s.key.op in keep]
         ds.extend(rows)
         if got.device and ds.device and got.device != ds.device:

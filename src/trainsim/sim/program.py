@@ -401,3 +401,20 @@ def _dep_edges(rp: RankProgram, kernel_op: list[int]) -> None:
                         continue
                     rp.k_waits[dependent] = (*rp.k_waits[dependent], awaited)
                     rp.diagnostics["dep_edges"] += 1
+
+
+def workload_overhead_db(workloads: Any, *, filtered: bool = True) -> Any:
+    """The T1–T5 database of ``workloads`` (every rank pooled), sampled as the simulator replays
+    them (:mod:`trainsim.sim.selfstats`: T1 from the binding predecessor, blocking calls out of
+    T4), so that replaying a trace with its own database does not count waiting twice; IQR
+    filtered per 002 §4.4.2 when ``filtered``. This is what ``analyze --overhead-db`` writes and
+    ``--overheads shared`` reads."""
+    from trainsim.sim.selfstats import self_overheads
+
+    workloads = list(workloads)
+    options = SimOptions()
+    ranks = [_structure(rg, default_registry(None), options) for w in workloads for rg in w.ranks]
+    db = self_overheads(ranks, filtered=filtered)
+    db.sources = [str(f) for w in workloads for f in w.metadata.get("files", [])]
+    return db
+

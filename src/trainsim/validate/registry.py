@@ -75,6 +75,11 @@ def get_suite(name: str) -> SuiteSpec:
     raise ConfigError(f"unknown validation suite {name!r}; known: {', '.join(names)}")
 
 
+# the suite parameters `trainsim validate` exposes as options (others are for library callers)
+CLI_OPTIONS = frozenset({"overheads", "kernels", "files", "limit", "sets", "repeats", "seed", "device", "resume",
+                         "fractions", "models", "features", "dataset"})  # fmt: skip
+
+
 def run_suite(name: str, data_dir: Path, **params: Any) -> dict[str, Any]:
     """Run a suite; ``params`` left at None are not passed, others must be accepted."""
     spec = get_suite(name)
@@ -83,8 +88,9 @@ def run_suite(name: str, data_dir: Path, **params: Any) -> dict[str, Any]:
     unknown = sorted(set(given) - set(accepted))
     if unknown:
         opts = ", ".join("--" + u.replace("_", "-") for u in unknown)
+        flags = [f"--{a.replace('_', '-')}" for a in accepted if a in CLI_OPTIONS]
         raise ConfigError(
-            f"suite {name} does not take {opts} (it takes: {', '.join(accepted) or 'no options'})"
+            f"suite {name} does not take {opts} (it takes: {', '.join(flags) or 'no options'})"
         )
     if not data_dir.is_dir():
         raise ConfigError(

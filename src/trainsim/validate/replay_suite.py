@@ -9,7 +9,8 @@ left out of the summary.
 
 ``overheads``: ``stats`` (default) and ``trace`` as in ``trainsim replay``; ``shared`` builds
 the overhead database of each case from the *other* cases recorded on the same device
-(leave-one-out, 002-style IQR-filtered means via ``build_overhead_db``), i.e. overheads shared
+(leave-one-out, 002-style IQR-filtered means, sampled as the simulator replays them:
+``workload_overhead_db``), i.e. overheads shared
 across workloads of one platform as in 000's experiments; a case without such a neighbour is
 skipped.
 
@@ -92,8 +93,8 @@ def _load(data_dir: Path, case: ReplayCase) -> tuple[Any, str | None]:
 def run_replay_suite(
     data_dir: Path, *, overheads: str = "stats", kernels: str = "measured"
 ) -> dict[str, Any]:
-    from trainsim.host.overheads import build_overhead_db
     from trainsim.sim import SimOptions, simulate
+    from trainsim.sim.program import workload_overhead_db
     from trainsim.sim.replay import pct_error
     from trainsim.sim.unexplained import explain
 
@@ -102,8 +103,9 @@ def run_replay_suite(
     rows: list[dict[str, Any]] = []
     for case, workload, reason in loaded:
         row: dict[str, Any] = {"case": case.name, "note": case.note, "files": list(case.paths)}
-        if workload is None:
-            rows.append({**row, "status": "skipped", "reason": reason})
+        if workload is None:  # a file that is there but does not load is a failure, not a skip
+            failed = bool(reason and reason.startswith("does not load"))
+            rows.append({**row, "status": "failed" if failed else "skipped", "reason": reason})
             continue
         db = None
         if mode is HostMode.SHARED:
@@ -122,7 +124,7 @@ def run_replay_suite(
                     }
                 )
                 continue
-            db = build_overhead_db(others)
+            db = workload_overhead_db(others)
             row["overheads_from"] = [
                 c.name for c, w, _ in loaded if w is not None and any(w is o for o in others)
             ]

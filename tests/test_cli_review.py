@@ -1,0 +1,94 @@
+"""Review findings of 2026-11-25 (a second CLI review): each was a traceback, a silent wrong
+answer or a misleading exit code. One line per bad input, exit 1; usage errors exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trainsim.cli.main import _register, app
+from trainsim.errors import ConfigError, TrainsimError
+
+LINEAR = Path("traces") / "param_linear_2080ti" / "linear_kineto.json.gz"
+
+
+def _run(*args: str):
+    _register()
+    return CliRunner().invoke(app, list(args))
+
+
+def _error(res) -> str:
+    assert res.exit_code == 1 and isinstance(res.exception, TrainsimError), res.output
+    return str(res.exception)
+
+
+def test_non_utf8_inputs_name_the_file(tmp_path, shared_data):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"\xff\xfe")
+    assert "bad.yaml: not UTF-8 text (byte 0)" in _error(_run("hw", "show", str(bad)))
+    log = shared_data / "comm" / "nccl_tests_allreduce_a100_40gb_azure" / "nccl_8.log"
+    assert "not UTF-8" in _error(_run("fit-comm", str(log), "--system", str(bad)))
+    db = tmp_path / "db.json"
+    db.write_bytes(b"\xff")
+    assert "db.json: not UTF-8" in _error(_run("replay", str(shared_data / LINEAR), "--overhead-db", str(db)))
+    csv = shared_data / "calibration" / "a100-sxm4-80gb_perlmutter" / "operator" / "NVIDIAA100-SXM4-80GB_softmax_fp16.csv"
+    copy = tmp_path / "x_softmax_fp16.csv"
+    copy.write_bytes(b"\xff\xfe" + csv.read_bytes())
+    assert "x_softmax_fp16.csv: not UTF-8" in _error(_run("fit", str(copy)))
+    jsonl = tmp_path / "bench.jsonl"
+    jsonl.write_bytes(b"\xff\n")
+    from trainsim.bench.dataset import iter_rows
+
+    with pytest.raises(TrainsimError, match="line 1: not UTF-8"):
+        list(iter_rows(jsonl))
+
+
+@pytest.mark.parametrize("arg", [["--network-speedup", "inf"], ["--straggler", "0:inf"],
+                                 ["--scale-family", "gemm:inf"], ["--scale-family", "gemm:-1"]])  # fmt: skip
+def test_what_if_factors_are_positive_and_finite(shared_data, arg):
+    msg = _error(_run("replay", str(shared_data / LINEAR), *arg))
+    assert "the factor must be a positive finite number" in msg
+
+
+def test_a_trace_replayed_with_its_own_database_is_not_double_counted(shared_data, tmp_path):
+    """The database `analyze --overhead-db` writes is sampled as the simulator replays it: the
+    trace's own database replays it within a few per cent (002's trace-level T1 counted the
+    waiting a second time: +56 %). --overhead-db alone means --overheads shared."""
+    import json
+
+    db = tmp_path / "ov.json"
+    assert _run("analyze", str(shared_data / LINEAR), "--overhead-db", str(db)).exit_code == 0
+    res = _run("replay", str(shared_data / LINEAR), "--overhead-db", str(db), "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["options"]["overheads"] == "shared"
+    assert abs(doc["error_pct"]) < 6.0
+    assert "--stats-iqr applies" in _error(_run("replay", str(shared_data / LINEAR), "--overhead-db", str(db),
+                                                 "--stats-iqr"))  # fmt: skip
+
+
+def test_validate_fails_when_it_validated_nothing(tmp_path):
+    assert "validated no case" in _error(_run("validate", "comm", "--data", str(tmp_path)))
+    assert "validated no case" in _error(_run("validate", "replay", "--data", str(tmp_path), "--format", "json"))
+    msg = _error(_run("validate", "replay", "--limit", "3", "--data", str(tmp_path)))
+    assert "it takes: --overheads, --kernels" in msg
+
+
+def test_shard_sharders_list_must_name_one(tmp_path):
+    spec = Path(__file__).resolve().parents[1] / "examples" / "dlrm_tables.json"
+    assert "--sharders names no sharder" in _error(_run("shard", str(spec), "--device", "a100", "--sharders", ","))
+
+
+def test_output_paths_are_checked_before_the_work(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    res = _run("bench", "softmax", "--quick", "--no-progress", "--dataset", str(tmp_path))
+    assert "is a folder" in _error(res)
+    res = _run("bench", "softmax", "--quick", "--no-progress", "--dataset", str(afile / "x.jsonl"))
+    assert "cannot create its folder" in _error(res)
+    with pytest.raises(ConfigError):
+        from trainsim.ir.serialize import output_path
+
+        output_path(afile / "y.json")
