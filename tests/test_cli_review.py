@@ -76,6 +76,24 @@ def test_validate_fails_when_it_validated_nothing(tmp_path):
     assert "it takes: --overheads, --kernels" in msg
 
 
+def test_a_trace_given_twice_says_so(shared_data):
+    assert "given twice" in _error(_run("replay", str(shared_data / LINEAR), str(shared_data / LINEAR)))
+
+
+def test_device_and_system_must_agree_with_the_data(shared_data):
+    csv = shared_data / "calibration" / "a100-sxm4-80gb_perlmutter" / "operator" / "NVIDIAA100-SXM4-80GB_softmax_fp16.csv"
+    assert "contradicts the data" in _error(_run("fit", str(csv), "--kinds", "poly", "--device", "h100"))
+    log = shared_data / "comm" / "nccl_tests_allreduce_a100_40gb_azure" / "nccl_8.log"
+    assert "contradicts the data" in _error(_run("fit-comm", str(log), "--system", "dgx-h100"))
+
+
+def test_bench_options_that_do_not_apply_are_errors():
+    assert "apply to the kernel suites" in _error(_run("bench", "comm", "--quick", "--op", "mm"))
+    assert "--nproc applies to the comm suite only" in _error(_run("bench", "softmax", "--quick", "--nproc", "7"))
+    assert "--threads must be at least 1" in _error(_run("bench", "softmax", "--threads", "0"))
+    assert "their dtypes" in _error(_run("bench", "softmax", "--quick", "--dtype", "bogus"))
+
+
 def test_shard_sharders_list_must_name_one(tmp_path):
     spec = Path(__file__).resolve().parents[1] / "examples" / "dlrm_tables.json"
     assert "--sharders names no sharder" in _error(_run("shard", str(spec), "--device", "a100", "--sharders", ","))

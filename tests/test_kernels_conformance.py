@@ -186,3 +186,12 @@ def test_object_arrays_are_refused():
     )
     with pytest.raises(ConfigError, match="not a kernel model artifact"):
         read_artifact(buf.getvalue())
+
+
+def test_a_non_npz_file_is_named_for_what_it_is(tmp_path):
+    """Review finding: a JSON file given as --kernel-models was reported as 'it holds Python
+    objects' (numpy's pickle path); it is simply not a .npz."""
+    f = tmp_path / "fc.json"
+    f.write_text('{"a": 1}')
+    with pytest.raises(ConfigError, match=r"fc\.json: not a kernel model artifact \(a \.npz written by"):
+        read_artifact(f)

@@ -183,8 +183,9 @@ BAD_INPUTS: list[tuple[str, str, bytes | None, str]] = [
         "zip archive",
         "rank0.json",
         b"PK\x03\x04" + b"\x00" * 40,
-        "not JSON (starts with b'PK\\x03\\x04",
+        "not JSON, gzip or tar (starts with b'PK\\x03\\x04",
     ),
+    ("gzip of plain text", "rank0.json.gz", gzip.compress(b"hello\n"), "gzip data that is not JSON"),
     ("plain text", "rank0.json", b"hello, trace\n", "not JSON"),
     ("truncated gzip", "rank0.json.gz", gzip.compress(BIG)[:-9], "corrupt or truncated gzip"),
     (

@@ -59,10 +59,12 @@ def _run_kernels(
     spec = SweepSpec(device=device, quick=quick)
     cases = list(suite_cases(suites, spec, ops=ops, dtypes=dtypes or ()))
     if not cases:
-        known = sorted({c.op for c in suite_cases(suites, spec)})
+        every = list(suite_cases(suites, spec))
+        known = sorted({c.op for c in every})
+        kinds = sorted({str(getattr(c, "dtype", "")) for c in every} - {""})
         raise ConfigError(
             f"no case of {', '.join(suites)} runs op(s) {ops or 'any'} in dtype(s) {dtypes or 'any'}; "
-            f"their ops: {', '.join(known)}"
+            f"their ops: {', '.join(known)}; their dtypes: {', '.join(kinds) or 'n/a'}"
         )
     log(
         f"benchmarking {len(cases)} cases of {', '.join(suites)} on {device}{' (quick)' if quick else ''} → {path}"
@@ -150,7 +152,7 @@ def bench(
         help="Only these dtypes (repeatable), e.g. --dtype fp32 (a full CPU sweep adds bf16).",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
-    nproc: int = typer.Option(2, help="Ranks for the comm suite (ignored under torchrun)."),
+    nproc: int | None = typer.Option(None, help="Ranks for the comm suite (default 2; ignored under torchrun)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
 ) -> None:
     """Benchmark kernels (and, as suite `comm`, collectives) into a dataset for `trainsim fit`."""
@@ -169,8 +171,15 @@ def bench(
         raise ConfigError(
             "the comm suite writes its own dataset format; run `trainsim bench comm` separately from kernel suites"
         )
+    if threads is not None and threads < 1:
+        raise ConfigError(f"--threads must be at least 1, got {threads}")
     if names == [COMM_SUITE]:
-        doc = _run_comm(dataset, nproc=nproc, device=device, quick=quick, resume=resume)
+        given = [f for f, v in (("--op", ops), ("--dtype", dtypes), ("--threads", threads)) if v]
+        if given:
+            raise ConfigError(f"{', '.join(given)} apply to the kernel suites, not comm")
+        if nproc is not None and nproc < 2:
+            raise ConfigError(f"--nproc must be at least 2 for collectives, got {nproc}")
+        doc = _run_comm(dataset, nproc=nproc or 2, device=device, quick=quick, resume=resume)
         if fmt is Format.JSON:
             emit_json(doc)
             return
@@ -180,6 +189,8 @@ def bench(
         if doc["unsupported"]:
             log(f"backend refused: {', '.join(doc['unsupported'])}")
         return
+    if nproc is not None:  # given for a kernel suite, it would be silently ignored
+        raise ConfigError("--nproc applies to the comm suite only")
     doc = _run_kernels(names, dataset, device=device, quick=quick, resume=resume, threads=threads,
                        ops=ops, progress=progress, dtypes=dtypes)  # fmt: skip
     if fmt is Format.JSON:

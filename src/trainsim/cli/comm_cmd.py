@@ -57,7 +57,7 @@ def fit_comm_cmd(
     from trainsim.comm import fit_comm, guess_system, read_comm_dataset, save_model
     from trainsim.comm.model import canonical_kind
     from trainsim.errors import ConfigError
-    from trainsim.hardware import get_system
+    from trainsim.hardware import get_device, get_system
     from trainsim.ir.serialize import output_path
 
     if output is not None:  # before the fit: a wrong path should not cost the fitting time
@@ -69,6 +69,13 @@ def fit_comm_cmd(
         datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None
     )
     spec = get_system(system) if system else guess_system(ds)
+    if system and spec is not None and ds.device:
+        from trainsim.hardware import find_device
+
+        stated = find_device(ds.device)
+        if stated is not None and stated.name != spec.device and stated.architecture != get_device(spec.device).architecture:
+            raise ConfigError(f"--system {spec.name} ({spec.device}) contradicts the data: {ds.name} was measured "
+                              f"on {ds.device}; drop --system or give a system of that device")  # fmt: skip
     log(
         f"{len(ds)} rows, {len(ds.cases())} case(s) from {ds.name}; system: {spec.name if spec else 'unknown (no extrapolation)'}"
     )

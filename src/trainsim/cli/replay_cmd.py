@@ -51,7 +51,7 @@ def replay(
     overhead_db: Path | None = typer.Option(None, "--overhead-db", help="T1–T5 database (JSON, from `trainsim analyze --overhead-db`) for --overheads shared."),
     timeline: Path | None = typer.Option(None, "--timeline", help="Write the predicted timeline here (Chrome trace JSON; open in Perfetto)."),
     step: str = typer.Option("median", "--step", help="Which iteration: median, first, last or a ProfilerStep number."),
-    no_et: bool = typer.Option(False, "--no-et", help="Do not link execution traces found beside the Kineto traces."),
+    no_et: bool = typer.Option(False, "--no-et", help="Do not link the execution traces given with the Kineto traces (as files, or inside a given folder or archive)."),
     no_intra_rank_sync: bool = typer.Option(False, "--no-intra-rank-sync", help="Drop 000 §III-D's intra-rank rule (for comparison)."),
     stats_iqr: bool = typer.Option(False, "--stats-iqr", help="stats: 002's IQR-filtered means instead of plain means (for comparison)."),
     system: str | None = typer.Option(None, "--system", help="--kernels model: catalog system (name or YAML) whose collective models answer; default: the only catalog system of the trace's device."),

@@ -104,6 +104,12 @@ def predict(
         from trainsim.errors import ConfigError
 
         raise ConfigError(f"{dataset}: no stages (stages.jsonl missing or empty)")
+    fams, held = pred.meta.get("families"), sorted({r.family for r in rows})
+    if fams and not set(held) <= set(fams):
+        from trainsim.errors import ConfigError
+
+        raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, {dataset} holds {', '.join(held)}; "
+                          "predict with a predictor of that family")  # fmt: skip
     p = pred.predict(list(iter_graphs(dataset, rows, pred.part)))
     y = np.array([r.latency_s for r in rows])
     cases: list[dict[str, Any]] = [{"id": r.id, "spec": r.spec.to_dict(), "measured_s": r.latency_s, "predicted_s": float(v),

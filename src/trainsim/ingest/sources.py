@@ -69,7 +69,8 @@ def _gunzip(label: str, raw: bytes) -> bytes:
 
 def _as_json(label: str, data: bytes) -> bytes:
     """Uncompress if gzip, then check the bytes can be a JSON document (object or array)."""
-    if data[:2] == _GZIP_MAGIC:
+    gzipped = data[:2] == _GZIP_MAGIC
+    if gzipped:
         data = _gunzip(label, data)
     if data.startswith(_UTF8_BOM):
         data = data[len(_UTF8_BOM) :]
@@ -77,9 +78,8 @@ def _as_json(label: str, data: bytes) -> bytes:
     if not first:
         raise TraceFormatError(label, f"file is empty; {_EXPECTED}")
     if first not in (b"{", b"["):
-        raise TraceFormatError(
-            label, f"not JSON (starts with {data[:8]!r}) and not gzip or tar; {_EXPECTED}"
-        )
+        what = "gzip data that is not JSON" if gzipped else "not JSON, gzip or tar"
+        raise TraceFormatError(label, f"{what} (starts with {data[:8]!r}); {_EXPECTED}")
     return data
 
 
@@ -106,7 +106,8 @@ def _read_archive(path: Path, raw: bytes) -> list[TraceBlob]:
                 pass
             return blobs
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
-        raise TraceFormatError(path, f"corrupt or truncated tar archive ({e})") from e
+        first = (str(e).splitlines() or [type(e).__name__])[0].rstrip(":")
+        raise TraceFormatError(path, f"corrupt or truncated tar archive ({first})") from e
 
 
 def _is_trace_name(base: str, suffixes: tuple[str, ...]) -> bool:
@@ -154,6 +155,11 @@ def _is_tar(raw: bytes) -> bool:
 
 def read_paths(paths: Iterable[str | Path]) -> list[TraceBlob]:
     out: list[TraceBlob] = []
+    seen: dict[Path, str] = {}
     for p in paths:
+        key = Path(p).expanduser().resolve()
+        if key in seen:  # one rank twice would read as two ranks that cannot be told apart
+            raise TraceFormatError(p, f"given twice (also as {seen[key]})")
+        seen[key] = str(p)
         out.extend(read_path(p))
     return out

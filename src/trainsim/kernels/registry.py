@@ -100,6 +100,19 @@ def read_artifact(data: bytes | Path | str, origin: str = "") -> KernelModel:
     where = origin or (str(data) if not isinstance(data, bytes) else "(bytes)")
     src = io.BytesIO(data) if isinstance(data, bytes) else Path(data)
     try:
+        if isinstance(data, bytes):
+            head = data[:4]
+        else:
+            with Path(data).open("rb") as fh:
+                head = fh.read(4)
+    except FileNotFoundError:
+        raise ConfigError(f"kernel model {where} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read ({e.strerror or e})") from None
+    if head != b"PK\x03\x04":  # an .npz is a zip of arrays; anything else would reach pickle's path
+        raise ConfigError(f"{where}: not a kernel model artifact (a .npz written by `trainsim fit`; "
+                          f"this file starts with {head!r})")  # fmt: skip
+    try:
         with np.load(src, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except FileNotFoundError:
