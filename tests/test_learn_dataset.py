@@ -158,3 +158,18 @@ def test_search_experiment_regret_is_zero_with_exact_predictions():
             c["approaches"]["exact"]["regret_pct"] == 0.0 and c["approaches"]["exact"]["same_plan"]
         )
         assert c["approaches"]["noisy"]["regret_pct"] >= 0.0
+
+
+def test_a_folder_keeps_one_sampler(tmp_path):
+    """Review finding: `stages collect --seed 5` on a seed-0 folder silently mixed samplers."""
+    from trainsim.errors import ConfigError
+    from trainsim.learn.dataset import _check_provenance, host_fingerprint
+
+    def prov(seed: int) -> dict:
+        sampler = {"kind": "stratified-log-latency", "family": "gpt", "count": 10, "seed": seed}
+        return {"host": host_fingerprint(), "runs": [{"sampler": sampler}]}
+
+    _check_provenance(tmp_path, prov(0))
+    _check_provenance(tmp_path, prov(0))  # the same sampler resumes
+    with pytest.raises(ConfigError, match="seed 0; this run asks for stratified-log-latency gpt seed 5"):
+        _check_provenance(tmp_path, prov(5))

@@ -278,13 +278,27 @@ def _check_provenance(folder: Path, prov: dict[str, Any]) -> None:
     if not path.exists():
         _write_json_atomic(path, prov)
         return
-    old = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: unreadable ({e}); it records where the folder was measured") from None
     if old.get("host", {}).get("id") != prov["host"]["id"]:
         raise ConfigError(
             f"{folder} was measured on host {old.get('host', {}).get('id')} "
             f"({old.get('host', {}).get('cpu')}), this is {prov['host']['id']}; use another folder"
         )
     runs = old.setdefault("runs", [])
+    # a folder keeps one sampler: the same kind, family and seed (a count may grow)
+    def sampler_id(run: dict[str, Any]) -> tuple[Any, ...]:
+        s = run.get("sampler") or {}
+        return s.get("kind"), s.get("family"), s.get("seed")
+
+    new = sampler_id(prov["runs"][0])
+    before = {sampler_id(r) for r in runs if r.get("sampler")}
+    if before and new[0] is not None and new not in before:
+        kind, fam, seed = sorted(before, key=str)[0]
+        raise ConfigError(f"{folder} was sampled with {kind} {fam} seed {seed}; this run asks for {new[0]} "
+                          f"{new[1]} seed {new[2]}: collect into another folder")  # fmt: skip
     runs.extend(prov["runs"])
     _write_json_atomic(path, old)
 
