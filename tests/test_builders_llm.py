@@ -816,7 +816,7 @@ def test_a_dtype_without_tensor_cores_is_warned(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "tp", "ep"),
     [("gpt3-1.3b", 1, 1), ("gpt3-1.3b", 2, 1), ("llama2-7b", 1, 1), ("llama2-7b", 2, 1),
-     ("mixtral-8x7b", 1, 1), ("mixtral-8x7b", 2, 2)],
+     ("mixtral-8x7b", 1, 1), ("mixtral-8x7b", 2, 2), ("llama3-70b", 16, 1)],  # tp 16 > 8 KV heads
 )  # fmt: skip
 def test_accumulated_weights_are_the_layer_parameters(name: str, tp: int, ep: int) -> None:
     """The weight matrices added per micro-batch plus the small tensors are the layer's
@@ -856,3 +856,21 @@ def test_gradient_accumulation_costs_every_micro_batch_after_the_first() -> None
     assert extra[4] / extra[2] == pytest.approx((3 / 4) / (1 / 2), rel=1e-6)
     assert extra[8] / extra[2] == pytest.approx((7 / 8) / (1 / 2), rel=1e-6)
     assert Plan(wgrad_fusion=True).label().endswith("-wgf") and "wgf" not in Plan().label()
+
+
+def test_gradient_accumulation_under_zero3_and_fusion() -> None:
+    """Review findings: ZeRO-3 reduce-scatters every micro-batch, so only the 1/(dp·cp) shard
+    is accumulated; fusion covers the linear GEMMs (output projection too), not the embedding."""
+    from trainsim.builders.costs import LayerCoster
+
+    model, coster = get_model("llama2-7b"), OpCoster(get_device("a100-sxm4-80gb"))
+    base = {"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64}
+    full = LayerCoster(model, Plan(**base, zero=2), coster)
+    shard = LayerCoster(model, Plan(**base, zero=3), coster)
+    assert sum(o.seconds for o in shard.grad_accumulation()[0]) < sum(o.seconds for o in full.grad_accumulation()[0]) / 4
+    fused = LayerCoster(model, Plan(**base, wgrad_fusion=True), coster)
+    assert fused.grad_accumulation() == ([], 0)
+    names = [o.name for o in fused.extra_grad_accumulation(True, True)[0]]
+    assert names == ["grad_acc_embedding"]  # untied llama2: the output projection's GEMM accumulates
+    unfused = LayerCoster(model, Plan(**base), coster)
+    assert [o.name for o in unfused.extra_grad_accumulation(True, True)[0]] == ["grad_acc_embedding", "grad_acc_output"]

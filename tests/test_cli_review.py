@@ -69,6 +69,28 @@ def test_a_trace_replayed_with_its_own_database_is_not_double_counted(shared_dat
                                                  "--stats-iqr"))  # fmt: skip
 
 
+def test_old_or_misused_overhead_databases_are_refused(shared_data, tmp_path):
+    import json
+
+    db = tmp_path / "ov.json"
+    assert _run("analyze", str(shared_data / LINEAR), "--overhead-db", str(db)).exit_code == 0
+    assert "read by --overheads shared, not stats" in _error(
+        _run("replay", str(shared_data / LINEAR), "--overheads", "stats", "--overhead-db", str(db))
+    )
+    doc = json.loads(db.read_text())
+    doc["schema_version"] = "1.0"
+    db.write_text(json.dumps(doc))
+    assert "of an older trainsim" in _error(_run("replay", str(shared_data / LINEAR), "--overhead-db", str(db)))
+
+
+def test_a_timeline_is_not_written_into_a_trace_folder(shared_data, tmp_path):
+    import shutil
+
+    folder = tmp_path / "tf"
+    shutil.copytree(shared_data / "traces" / "param_linear_2080ti", folder)
+    assert "take it for a trace" in _error(_run("replay", str(folder), "--timeline", str(folder / "t.json")))
+
+
 def test_validate_fails_when_it_validated_nothing(tmp_path):
     assert "validated no case" in _error(_run("validate", "comm", "--data", str(tmp_path)))
     assert "validated no case" in _error(_run("validate", "replay", "--data", str(tmp_path), "--format", "json"))
@@ -110,3 +132,20 @@ def test_output_paths_are_checked_before_the_work(tmp_path):
         from trainsim.ir.serialize import output_path
 
         output_path(afile / "y.json")
+
+
+def test_fit_accepts_a_measured_device_file(shared_data, tmp_path):
+    """Review finding: the contradiction check refused the device file `bench roofline` writes
+    (architecture 'gpu', measured peaks below the datasheet's)."""
+    import yaml
+
+    from trainsim.hardware import get_device
+
+    doc = get_device("a100-sxm4-80gb").model_dump(mode="json", exclude_none=True)
+    doc.update(name="nvidia-a100-sxm4-80gb-0123abcd", architecture="gpu", aliases=[])
+    doc["peak_tflops"] = {"fp32": 18.0, "fp16": 250.0}
+    dev = tmp_path / "measured.device.yaml"
+    dev.write_text(yaml.safe_dump(doc))
+    csv = shared_data / "calibration" / "a100-sxm4-80gb_perlmutter" / "operator" / "NVIDIAA100-SXM4-80GB_softmax_fp16.csv"
+    res = _run("fit", str(csv), "--kinds", "poly", "--device", str(dev))
+    assert res.exit_code == 0, res.output

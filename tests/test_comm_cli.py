@@ -94,4 +94,6 @@ def test_outputs_never_overwrite_inputs(shared_data, tmp_path):
     assert p.returncode == 1 and "would overwrite the input" in p.stderr
     assert kineto.stat().st_size == size
     p = _cli("replay", str(kineto), "--timeline", str(traces / "new_timeline.json"))
-    assert p.returncode == 0, p.stderr  # a new file beside the inputs is fine
+    assert p.returncode == 0, p.stderr  # a new file beside an input file is fine
+    p = _cli("replay", str(traces), "--timeline", str(traces / "other_timeline.json"))
+    assert p.returncode == 1 and "take it for a trace" in p.stderr  # inside an input folder: not

@@ -124,6 +124,8 @@ def test_scheduler_addresses_dask_accepts_pass():
     assert scheduler_address("10.0.0.1:8786") == "tcp://10.0.0.1:8786"
     assert scheduler_address("tls://sched.example:8786") == "tls://sched.example:8786"
     assert scheduler_address("tcp://[::1]:8786") == "tcp://[::1]:8786"
+    assert scheduler_address("ucxx://h-1.example:8786") == "ucxx://h-1.example:8786"
+    assert scheduler_address("inproc://10.0.0.1/1234/1") == "inproc://10.0.0.1/1234/1"
 
 
 @pytest.mark.parametrize("flag", ["--train-tokens", "--gpu-hour-price"])

@@ -355,7 +355,8 @@ class LayerCoster:
         experts."""
         m, t, d = self.model, self.t, self.model.hidden
         g = 2 if m.gated else 1
-        out = [("qkv", d * (m.q_width + 2 * m.kv_width) / t), ("out", m.q_width / t * d)]
+        kv = -(-m.n_kv // t) * m.d_head  # KV heads are replicated when tp exceeds them (memory.py)
+        out = [("qkv", d * (m.q_width / t + 2 * kv)), ("out", m.q_width / t * d)]
         if m.is_moe:
             out += [("expert_up", d * g * m.expert_ffn / t), ("expert_down", m.expert_ffn / t * d)] * (
                 m.num_experts // self.plan.ep
@@ -364,30 +365,42 @@ class LayerCoster:
             out += [("mlp_up", d * g * m.ffn / t), ("mlp_down", m.ffn / t * d)]
         return out
 
+    def _grad_shard(self) -> int:
+        """ZeRO-3/FSDP reduce-scatters each layer's gradients every micro-batch (llm_comm's
+        ``zero3_layer``): the full gradient is freed and only this rank's 1/(dp·cp) shard is
+        accumulated."""
+        return self.plan.dp * self.plan.cp if self.plan.zero >= 3 else 1
+
     def grad_accumulation(self) -> tuple[list[OpCost], int]:
         """One layer's gradient accumulation for one micro-batch: the weight-matrix adds (timed)
         and how many small tensors (biases, norm weights) are added too (their kernels are
         negligible; the host model charges their dispatch). Nothing with ``wgrad_fusion`` (the
-        GEMMs accumulate) or a single micro-batch."""
+        weight-gradient GEMMs accumulate in place; the few small adds left are not charged) or a
+        single micro-batch. Gradients are added in the training dtype (DeepSpeed and Megatron
+        train a cast model; torch AMP, which keeps fp32 parameters, would add in fp32)."""
         if self.plan.wgrad_fusion or self.plan.grad_accum <= 1:
             return [], 0
-        return [self._accumulate(f"grad_acc_{n}", e) for n, e in self.layer_weights()], self._small_tensors()
+        k = self._grad_shard()
+        return [self._accumulate(f"grad_acc_{n}", e / k) for n, e in self.layer_weights()], self._small_tensors()
 
     def extra_grad_accumulation(self, first: bool, last: bool) -> tuple[list[OpCost], int]:
         """The stage's tensors outside the layers: the word (and learned position) embedding on
         the first stage; the output projection on the last when untied, or Megatron's tied copy
-        there when the stages differ; the final norm (small)."""
+        there when the stages differ; the final norm (small). Gradient-accumulation fusion covers
+        the linear layers' weight GEMMs (the output projection too): the embedding lookup's
+        gradients still add."""
         m, t, d = self.model, self.t, self.model.hidden
-        if self.plan.wgrad_fusion or self.plan.grad_accum <= 1:
+        if self.plan.grad_accum <= 1:
             return [], 0
         ops, small = [], 0
-        table = m.padded_vocab(t) / t * d
+        k = self._grad_shard()
+        table = m.padded_vocab(t) / t * d / k
         if first:
             ops.append(self._accumulate("grad_acc_embedding", table))
             if m.position == "learned":
-                ops.append(self._accumulate("grad_acc_position", m.seq_len * d))
+                ops.append(self._accumulate("grad_acc_position", m.seq_len * d / k))
         if last:
-            if not m.tied_embeddings or not first:
+            if (not m.tied_embeddings or not first) and not self.plan.wgrad_fusion:  # a linear layer's GEMM
                 ops.append(self._accumulate("grad_acc_output", table))
             small += 2 if m.norm == "layernorm" else 1
         return ops, small

@@ -36,10 +36,11 @@ def emit_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
-def not_an_input(output: Path | None, inputs: Iterable[Path | str], flag: str) -> None:
+def not_an_input(output: Path | None, inputs: Iterable[Path | str], flag: str, *, new_inside: bool = True) -> None:
     """Refuse an output path that would overwrite what the command reads: one of its input
     files, or a file already inside an input folder (folders are searched for their inputs).
-    A new file inside an input folder is allowed."""
+    A new file inside an input folder is allowed unless ``new_inside`` is false (an output the
+    next read of that folder would take for an input, e.g. a Chrome-trace timeline)."""
     from trainsim.errors import ConfigError
 
     if output is None:
@@ -49,6 +50,9 @@ def not_an_input(output: Path | None, inputs: Iterable[Path | str], flag: str) -
         p = Path(given).expanduser().resolve()
         if out == p or (p.is_dir() and out.exists() and p in out.parents):
             raise ConfigError(f"{flag} {output}: would overwrite the input {given}; write it elsewhere")
+        if not new_inside and p.is_dir() and p in out.parents:
+            raise ConfigError(f"{flag} {output}: inside the input folder {given}, where the next read would "
+                              "take it for a trace; write it elsewhere")  # fmt: skip
 
 
 def log(msg: str) -> None:

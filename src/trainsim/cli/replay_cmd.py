@@ -66,7 +66,7 @@ def replay(
     from trainsim.sim import SimOptions
     from trainsim.sim.replay import replay_paths
 
-    not_an_input(timeline, paths, "--timeline")
+    not_an_input(timeline, paths, "--timeline", new_inside=False)
     # what-if arguments checked before the (long) load and simulation
     if straggler is not None:
         _pair(straggler, "--straggler", "RANK:FACTOR (e.g. 3:1.5)")
@@ -82,9 +82,9 @@ def replay(
         raise ConfigError(
             "--overheads shared needs --overhead-db FILE (write one with `trainsim analyze --overhead-db`)"
         )
+    if overhead_db is not None and overheads is not HostMode.SHARED:
+        raise ConfigError(f"--overhead-db is read by --overheads shared, not {overheads.value}")
     db = OverheadDB.load(overhead_db) if overhead_db is not None else None
-    if db is not None and overheads is HostMode.TRACE:
-        raise ConfigError("--overhead-db is used by --overheads shared or stats, not trace")
     options = SimOptions(kernels=kernels, overheads=overheads, overhead_db=db,
                          intra_rank_sync=not no_intra_rank_sync, stats_iqr=stats_iqr, system=system)  # fmt: skip
     if system is not None and kernels is not KernelSource.MODEL:

@@ -66,7 +66,9 @@ def validate(
     else:
         _print_table(doc)
     # after the report: a run that validated nothing, or could not read a case it has, fails
-    summary: dict[str, Any] = doc["summary"] if isinstance(doc.get("summary"), dict) else {}
+    # replay: summary counts replayable cases, summary_all every evaluated one
+    key = "summary_all" if isinstance(doc.get("summary_all"), dict) else "summary"
+    summary: dict[str, Any] = doc[key] if isinstance(doc.get(key), dict) else {}
     failed = [c for c in doc.get("cases", []) if isinstance(c, dict) and c.get("status") == "failed"]
     if failed:
         raise ConfigError(f"suite {suite}: {len(failed)} case(s) failed; first: {failed[0].get('case', '?')}: "

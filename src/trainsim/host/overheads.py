@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 
 from trainsim.errors import ConfigError, read_utf8
-from trainsim.ir.graph import Kernel, Op, RankGraph, Workload
+from trainsim.ir.graph import Kernel, Op, RankGraph
 from trainsim.ir.kinds import KernelFamily
 from trainsim.ir.serialize import write_json_atomic
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: sampled as the simulator replays (trainsim.sim.program.workload_overhead_db)
 
 
 class Overhead(StrEnum):
@@ -181,6 +181,9 @@ class OverheadDB:
             doc = json.loads(read_utf8(p, "overhead database"))
         except json.JSONDecodeError as e:
             raise ConfigError(f"{p}: cannot read overhead database: {e}") from None
+        if isinstance(doc, dict) and doc.get("schema_version") == "1.0":
+            raise ConfigError(f"{p}: an overhead database of an older trainsim (its T1 counts waiting the "
+                              "simulator derives itself: +40–56 %); write it again with `trainsim analyze --overhead-db`")  # fmt: skip
         if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
             raise ConfigError(f"{p}: not an overhead database (schema_version {SCHEMA_VERSION})")
         try:
@@ -193,23 +196,3 @@ class OverheadDB:
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{p}: malformed overhead database ({type(e).__name__}: {e})") from e
-
-
-def build_overhead_db(workloads: Iterable[Workload]) -> OverheadDB:
-    """Pool samples of every rank of every workload, then summarise per op name and globally."""
-    pooled: dict[str, dict[Overhead, list[float]]] = defaultdict(lambda: defaultdict(list))
-    sources: list[str] = []
-    for w in workloads:
-        sources.extend(str(f) for f in w.metadata.get("files", []))
-        for r in w.ranks:
-            for name, kinds in collect_samples(r).items():
-                for kind, vals in kinds.items():
-                    pooled[name][kind].extend(vals)
-    db = OverheadDB(sources=sources)
-    glob: dict[Overhead, list[float]] = defaultdict(list)
-    for name, kinds in pooled.items():
-        db.per_op[name] = {k: summarize(v) for k, v in kinds.items() if v}
-        for k, v in kinds.items():
-            glob[k].extend(v)
-    db.global_ = {k: summarize(v) for k, v in glob.items() if v}
-    return db

@@ -103,7 +103,7 @@ def objective_unit(name: str, *, train_tokens: float | None, gpu_hour_price: flo
     return f"{what} {'to train' if train_tokens is not None else 'per iteration'}"
 
 
-_DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
+_DASK_SCHEMES = ("tcp", "tls", "ucx", "ucxx", "ws", "wss")
 
 
 def scheduler_address(text: str) -> str:
@@ -112,8 +112,10 @@ def scheduler_address(text: str) -> str:
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "tcp", text
+    if scheme == "inproc" and rest:  # in-process: inproc://IP/PID/N, no port
+        return text
     host, colon, port = rest.rpartition(":")
-    expect = "expected tcp://HOST:PORT (or tls, ucx, ws, wss)"
+    expect = "expected tcp://HOST:PORT (or tls, ucx, ucxx, ws, wss; inproc://…)"
     if scheme not in _DASK_SCHEMES:
         raise ConfigError(f"--scheduler {text!r}: unknown scheme {scheme!r}; {expect}")
     if not colon or not host.strip("[]") or "/" in rest:

@@ -1,6 +1,6 @@
 """T1–T5 statistics of the simulated workload itself (``HostMode.STATS``).
 
-Same statistics as :func:`trainsim.host.overheads.build_overhead_db` (per op name, with the
+Same statistics as 002's T1–T5 (:func:`trainsim.host.overheads.collect_samples`, per op name, with the
 global fallback), but sampled the way the simulator replays them, so that no waiting the
 simulator derives by itself is also counted as host time:
 
