@@ -147,12 +147,9 @@ def _check_cuda(nproc: int) -> None:
 
 
 def _prepare_out_dir(out: Path, *, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise CaptureError(f"--out {out} exists and is not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CaptureError(f"--out {out}: cannot create it ({e.strerror or e})") from None
+    from trainsim.ir.serialize import output_folder
+
+    output_folder(out, "--out ")
     ours = [p for p in out.iterdir() if _OUR_FILES.match(p.name)]
     if ours and not overwrite:
         raise CaptureError(

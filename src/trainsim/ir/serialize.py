@@ -174,6 +174,19 @@ def output_path(path: Path | str) -> Path:
     return p
 
 
+def output_folder(path: Path | str, what: str = "") -> Path:
+    """``path`` checked and created as an output folder (``what``: e.g. ``"--out "`` to name
+    the option): not a file, creatable (one-line errors)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{what}{p}: is a file; give a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{what}{p}: cannot create it ({e.strerror or e})") from None
+    return p
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """:func:`write_text_atomic` for bytes."""
     path = output_path(path)

@@ -199,14 +199,9 @@ class Predictor:
 
 def predictor_folder(folder: Path | str) -> Path:
     """``folder`` checked (and created) as where a predictor is written: one-line errors."""
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{folder}: is a file; give a folder for the predictor")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{folder}: cannot create it ({e.strerror or e})") from None
-    return folder
+    from trainsim.ir.serialize import output_folder
+
+    return output_folder(folder)
 
 
 def _epoch_loss(model: torch.nn.Module, tensors: Sequence[GraphTensors], y: torch.Tensor, padded: bool,
