@@ -874,3 +874,21 @@ def test_gradient_accumulation_under_zero3_and_fusion() -> None:
     assert names == ["grad_acc_embedding"]  # untied llama2: the output projection's GEMM accumulates
     unfused = LayerCoster(model, Plan(**base), coster)
     assert [o.name for o in unfused.extra_grad_accumulation(True, True)[0]] == ["grad_acc_embedding", "grad_acc_output"]
+
+
+def test_borrowed_memory_bound_answers_follow_the_bandwidth() -> None:
+    """Review finding: H100-SXM borrowed GH200's element-wise times unscaled, so its adds ran
+    faster than its 3.35 TB/s allow; compute-bound answers are borrowed as they are."""
+    h100, gh200 = OpCoster(get_device("h100-sxm5-80gb")), OpCoster(get_device("gh200-96gb"))
+    inputs = {"b": 4, "l": 2048, "dim": 4096}
+    own, _ = gh200.time("res_add", "fwd", "bf16", **inputs)
+    borrowed, prov = h100.time("res_add", "fwd", "bf16", **inputs)
+    assert ";transferred-from:gh200" in prov and borrowed == own
+    scaled, prov2 = h100.memory_bound(borrowed, prov)
+    ratio = get_device("gh200-96gb").memory_bandwidth_GBps / get_device("h100-sxm5-80gb").memory_bandwidth_GBps
+    assert scaled == pytest.approx(own * ratio) and prov2.endswith(";bandwidth-scaled")
+    elements = 4 * 2048 * 4096
+    assert 3 * elements * 2 / scaled <= get_device("h100-sxm5-80gb").memory_bandwidth_GBps * 1e9 * 1.05
+    a100 = OpCoster(get_device("a100-sxm4-80gb"))
+    s, p = a100.time("res_add", "fwd", "bf16", **inputs)
+    assert a100.memory_bound(s, p) == (s, p)  # its own measurements: unchanged

@@ -82,6 +82,17 @@ class OpCoster:
     def time(self, op: str, phase: str, dtype: str, **inputs: float) -> tuple[float, str]:
         return self._cached(op, phase, dtype, tuple(sorted(inputs.items())))
 
+    def memory_bound(self, seconds: float, provenance: str) -> tuple[float, str]:
+        """A memory-bound operator's answer borrowed from a sibling device, scaled by the two
+        devices' memory bandwidths (the sibling matches architecture and tensor-core peak, not
+        bandwidth: GH200 4.0 TB/s answering for H100-SXM 3.35 TB/s); others unchanged."""
+        marker = ";transferred-from:"
+        if marker not in provenance:
+            return seconds, provenance
+        source = get_device(provenance.split(marker, 1)[1].split(";", 1)[0])
+        ratio = source.memory_bandwidth_GBps / self.device.memory_bandwidth_GBps
+        return seconds * ratio, provenance + ";bandwidth-scaled"
+
     def _candidates(self) -> list[tuple[DeviceSpec, str]]:
         out: list[tuple[DeviceSpec, str]] = [(self.device, "")]
         d = self.device
@@ -192,6 +203,8 @@ class LayerCoster:
     def _q(self, name: str, op: str, phase: str, *, flops: float = 0.0, scale: float = 1.0,
            category: str = "compute", **inputs: float) -> OpCost:  # fmt: skip
         s, prov = self.c.time(op, phase, self.dtype, **inputs)
+        if category == "memory":
+            s, prov = self.c.memory_bound(s, prov)
         if scale != 1.0:
             prov += f";scaled-from:{op}"
         # backward of a GEMM or norm: input- and weight-gradient ops (autograd runs both)
@@ -337,7 +350,7 @@ class LayerCoster:
         dim = min(max(self.model.hidden, 2048), 8192)
         rows = elements / dim
         b = min(max(-(-rows // 5120), 2), 8)
-        s, prov = self.c.time("res_add", "fwd", self.dtype, b=b, l=rows / b, dim=dim)
+        s, prov = self.c.memory_bound(*self.c.time("res_add", "fwd", self.dtype, b=b, l=rows / b, dim=dim))
         return OpCost(name, "bwd", s, prov, 0.0, "memory", 1)
 
     def _small_tensors(self) -> int:

@@ -234,7 +234,8 @@ def _warnings(r: LLMPrediction) -> list[str]:
             tr[src] = tr.get(src, 0) + n
     for src, n in tr.items():
         out.append(f"{n} operator(s) on {r.device.name} are timed with {src}'s micro-benchmarks (same "
-                   "architecture and tensor-core peak; memory bandwidth and clocks may differ)")  # fmt: skip
+                   "architecture and tensor-core peak; memory-bound ones scaled by the two memory bandwidths, "
+                   "clocks may differ)")  # fmt: skip
     if r.plan.sp and r.plan.tp == 1:
         out.append(
             "sequence parallelism has no effect with tp 1 (it splits the TP group's activations)"
