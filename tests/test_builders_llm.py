@@ -892,3 +892,15 @@ def test_borrowed_memory_bound_answers_follow_the_bandwidth() -> None:
     a100 = OpCoster(get_device("a100-sxm4-80gb"))
     s, p = a100.time("res_add", "fwd", "bf16", **inputs)
     assert a100.memory_bound(s, p) == (s, p)  # its own measurements: unchanged
+
+
+def test_qkv_projection_replicates_kv_heads_beyond_tp() -> None:
+    """With tp above the KV heads (llama3-70b: 8 KV heads, tp 16) each GPU computes a whole KV
+    head, as memory.py counts it, not half of one."""
+    from trainsim.builders.costs import LayerCoster
+
+    m = get_model("llama3-70b")
+    lc = LayerCoster(m, Plan(tp=16, micro_batch=1, global_batch=1), OpCoster(get_device("a100-sxm4-80gb")))
+    qkv = next(o for o in lc.layer("fwd") if o.name == "qkv_proj")
+    assert lc.kv_width_per_gpu == m.d_head
+    assert qkv.flops == 2.0 * lc.tokens * (m.q_width / 16 + 2 * m.d_head) * m.hidden
