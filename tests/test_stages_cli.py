@@ -125,3 +125,26 @@ def test_a_damaged_stage_graph_is_a_one_line_error(dataset, tmp_path):
     good = tmp_path / "good"
     res = _run("train", str(copy), "--out", str(good), "--model", "gcn", "--epochs", "1")
     assert res.exit_code == 1 and "unreadable stage graph" in str(res.exception)
+
+
+def test_collect_follows_the_cli_contract(tmp_path):
+    """Review findings: collect always printed JSON (no --format), its errors were tracebacks
+    from the re-executed process, and --family bogus showed an internal usage text. It runs
+    as its own process (single-threaded XLA), so this test runs the real command."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "trainsim", "stages", "collect", *args], capture_output=True,
+                              text=True, timeout=300, check=False)  # fmt: skip
+
+    folder = tmp_path / "ds"
+    p = run(str(folder), "--family", "gpt", "--count", "1")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "" and "measured 1 stage(s)" in p.stderr
+    p = run(str(folder), "--family", "gpt", "--count", "1", "--format", "json")
+    assert p.returncode == 0 and json.loads(p.stdout) == {"measured": 0, "skipped": 1, "total": 1}
+    p = run(str(folder), "--family", "bogus")
+    assert p.returncode == 1 and p.stderr.strip() == "trainsim: error: --family must be gpt or moe, got 'bogus'"
+    p = run(str(folder), "--family", "gpt", "--count", "1", "--seed", "5")
+    assert p.returncode == 1 and "Traceback" not in p.stderr and "collect into another folder" in p.stderr

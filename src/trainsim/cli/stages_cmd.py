@@ -37,6 +37,7 @@ def collect(
     count: int = typer.Option(300, "--count", min=1, help="Random stages to measure."),
     seed: int = typer.Option(0, "--seed", min=0, help="Sampler seed (a folder keeps one sampler)."),
     search_set: bool = typer.Option(False, "--search-set", help="Measure every candidate stage of the family's search model instead."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table (a summary line on stderr) or json (the counts on stdout)."),
 ) -> None:  # fmt: skip
     """Measure stage latencies on this CPU (one core, single-threaded XLA; restarts itself with that environment)."""
     from trainsim.errors import ConfigError
@@ -46,7 +47,7 @@ def collect(
         raise ConfigError(f"--family must be gpt or moe, got {family!r}")
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder}: is a file; a stage dataset is a folder (stages.jsonl, graphs/)")
-    argv = [str(folder), "--family", family, "--count", str(count), "--seed", str(seed)]
+    argv = [str(folder), "--family", family, "--count", str(count), "--seed", str(seed), "--format", fmt.value]
     raise typer.Exit(main([*argv, "--search"] if search_set else argv))
 
 

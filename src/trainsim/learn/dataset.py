@@ -453,6 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="measure every candidate stage of the search-integration model instead",
     )
     ap.add_argument("--min-total-s", type=float, default=1.0)
+    ap.add_argument("--format", choices=("table", "json"), default="json")
     args = ap.parse_args(argv)
     try:
         return _collect_main(args, argv)
@@ -482,7 +483,11 @@ def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
     sampler["core"] = core
     res = collect(args.folder, items, min_total_s=args.min_total_s, sampler=sampler,
                   log=lambda m: print(m, file=sys.stderr, flush=True))  # fmt: skip
-    print(json.dumps(res))
+    if args.format == "json":
+        print(json.dumps(res))
+    else:
+        print(f"measured {res['measured']} stage(s), {res['skipped']} already there; {res['total']} in {args.folder}",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 
