@@ -904,3 +904,14 @@ def test_qkv_projection_replicates_kv_heads_beyond_tp() -> None:
     qkv = next(o for o in lc.layer("fwd") if o.name == "qkv_proj")
     assert lc.kv_width_per_gpu == m.d_head
     assert qkv.flops == 2.0 * lc.tokens * (m.q_width / 16 + 2 * m.d_head) * m.hidden
+
+
+def test_context_parallel_ring_moves_whole_kv_heads() -> None:
+    """Each GPU sends the K and V of the heads it holds: whole heads, replicated when tp exceeds
+    the KV heads (llama3-70b: 8 KV heads, tp 16), not half a head."""
+    m = get_model("llama3-70b")
+    for tp, heads in ((8, 1), (16, 1), (4, 2)):
+        plan = Plan(tp=tp, cp=2, dp=1, micro_batch=1, global_batch=1, seq_len=8192, dtype="bf16")
+        c = PlanComm(m, plan, get_system(SYSTEM)).cp_layer("fwd")
+        assert c is not None
+        assert c.bytes == 8192 // 2 * heads * m.d_head * 2 * 2  # tokens/cp × K,V × bf16, one step
