@@ -902,7 +902,7 @@ def test_qkv_projection_replicates_kv_heads_beyond_tp() -> None:
     m = get_model("llama3-70b")
     lc = LayerCoster(m, Plan(tp=16, micro_batch=1, global_batch=1), OpCoster(get_device("a100-sxm4-80gb")))
     qkv = next(o for o in lc.layer("fwd") if o.name == "qkv_proj")
-    assert lc.kv_width_per_gpu == m.d_head
+    assert m.kv_width_tp(16) == m.d_head
     assert qkv.flops == 2.0 * lc.tokens * (m.q_width / 16 + 2 * m.d_head) * m.hidden
 
 

@@ -198,12 +198,6 @@ class LayerCoster:
         self.dtype = "fp32" if plan.dtype == "fp32" else plan.dtype
         self.tokens = self.b * self.l
 
-    @property
-    def kv_width_per_gpu(self) -> int:
-        """K (or V) projection width on one GPU: KV heads are split over TP and replicated when
-        TP exceeds them (Megatron; memory.py counts the same)."""
-        return -(-self.model.n_kv // self.t) * self.model.d_head
-
     # --- helpers ---------------------------------------------------------------------------
 
     def _q(self, name: str, op: str, phase: str, *, flops: float = 0.0, scale: float = 1.0,
@@ -234,7 +228,7 @@ class LayerCoster:
         bwd = 2.0 if phase == "bwd" else 1.0  # backward GEMMs: input and weight gradients
         ops = [self._norm("input_norm", phase)]
         # QKV projection, 001 linear1 = [bl, d, 3d/mp]
-        n_qkv = m.q_width / t + 2 * self.kv_width_per_gpu
+        n_qkv = m.q_width / t + 2 * m.kv_width_tp(t)
         fl = bwd * _gemm_flops(self.tokens, n_qkv, d)
         ops.append(self._q("qkv_proj", "linear1", phase, flops=fl, scale=n_qkv / (3 * d / t),
                            mp=t, b=b, l=seq, dim=d))  # fmt: skip
@@ -374,7 +368,7 @@ class LayerCoster:
         experts."""
         m, t, d = self.model, self.t, self.model.hidden
         g = 2 if m.gated else 1
-        out = [("qkv", d * (m.q_width / t + 2 * self.kv_width_per_gpu)), ("out", m.q_width / t * d)]
+        out = [("qkv", d * (m.q_width / t + 2 * m.kv_width_tp(t))), ("out", m.q_width / t * d)]
         if m.is_moe:
             out += [("expert_up", d * g * m.expert_ffn / t), ("expert_down", m.expert_ffn / t * d)] * (
                 m.num_experts // self.plan.ep

@@ -136,9 +136,7 @@ class PlanComm:
         cp = self.plan.cp
         if cp <= 1:
             return None
-        # K and V of this GPU's heads (whole KV heads: replicated when tp exceeds them)
-        kv_width = -(-self.model.n_kv // self.plan.tp) * self.model.d_head
-        kv = self._tokens() * kv_width * 2 * self.act_bytes
+        kv = self._tokens() * self.model.kv_width_tp(self.plan.tp) * 2 * self.act_bytes  # K and V
         step = self.cost("cp_send_recv", "send", kv, 2, self.plan.tp)
         mult = (cp - 1) * (2 if phase == "bwd" else 1)
         return CommCost(

@@ -192,7 +192,7 @@ def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int) -> tuple[float, fl
     """(dense, expert) parameters of one layer on one GPU (Megatron's TP layout, Table II)."""
     d = model.hidden
     q = model.q_width / tp
-    kv = math.ceil(model.n_kv / tp) * model.d_head  # KV heads are replicated when tp > kv heads
+    kv = model.kv_width_tp(tp)
     attn = d * (q + 2 * kv) + q * d + ((q + 2 * kv) if model.bias or model.qkv_bias else 0) + (d if model.bias else 0)
     dense = attn + 2 * model.norm_params()  # norms are replicated over TP
     if not model.is_moe:
@@ -272,7 +272,7 @@ def _layer_activation_terms(
     s_full = plan.seq(model)
     s = s_full / plan.cp
     sp_div = t if plan.sp and t > 1 else 1
-    kv = math.ceil(model.n_kv / t) * model.d_head
+    kv = model.kv_width_tp(t)
     q = model.q_width / t
     c = 3 if model.gated else 2
     if model.is_moe:

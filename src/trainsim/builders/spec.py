@@ -112,6 +112,11 @@ class ModelSpec:
     def kv_width(self) -> int:
         return self.n_kv * self.d_head
 
+    def kv_width_tp(self, tp: int) -> int:
+        """K (or V) width on one of ``tp`` ranks: KV heads are split over TP and replicated when
+        TP exceeds them (Megatron)."""
+        return -(-self.n_kv // tp) * self.d_head
+
     def padded_vocab(self, tp: int = 1, multiple: int = 128) -> int:
         """001 Eq. 1–2: the vocabulary rounded up to a multiple of ``multiple × tp``."""
         f = multiple * tp
