@@ -97,11 +97,7 @@ class OpCoster:
         out: list[tuple[DeviceSpec, str]] = [(self.device, "")]
         d = self.device
         for other in list_devices():
-            if (
-                other.name != d.name
-                and other.architecture == d.architecture
-                and other.peak_flops_per_s("fp16") == d.peak_flops_per_s("fp16")
-            ):
+            if other.name != d.name and other.is_sibling_of(d):
                 out.append((other, f";transferred-from:{other.name}"))
         return out
 

@@ -73,7 +73,7 @@ def fit_comm_cmd(
         from trainsim.hardware import find_device
 
         stated = find_device(ds.device)
-        if stated is not None and stated.name != spec.device and stated.architecture != get_device(spec.device).architecture:
+        if stated is not None and not stated.is_sibling_of(get_device(spec.device)):
             raise ConfigError(f"--system {spec.name} ({spec.device}) contradicts the data: {ds.name} was measured "
                               f"on {ds.device}; drop --system or give a system of that device")  # fmt: skip
     log(

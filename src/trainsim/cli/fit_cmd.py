@@ -27,10 +27,7 @@ def _check_device(spec: Any, ds: Any) -> None:
     from trainsim.hardware import find_device
 
     stated = find_device(ds.device) if ds.device else None
-    if stated is not None and stated.name != spec.name and (
-        stated.architecture != spec.architecture
-        or stated.peak_flops_per_s("fp16") != spec.peak_flops_per_s("fp16")
-    ):
+    if stated is not None and not stated.is_sibling_of(spec):
         raise ConfigError(f"--device {spec.name} contradicts the data: {ds.name} was measured on {ds.device} "
                           f"({stated.name}); drop --device or fit data of that device")  # fmt: skip
 

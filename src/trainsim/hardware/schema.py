@@ -95,6 +95,13 @@ class DeviceSpec(_Strict):
         v = getattr(self.peak_tflops, precision, None)
         return None if v is None else v * 1e12
 
+    def is_sibling_of(self, other: DeviceSpec) -> bool:
+        """Same architecture and tensor-core (fp16) peak: parts whose kernel measurements stand
+        for each other (A100 40 GB and 80 GB; GH200 and H100-SXM), memory aside."""
+        return self.architecture == other.architecture and self.peak_flops_per_s(
+            "fp16"
+        ) == other.peak_flops_per_s("fp16")
+
 
 class TierKind(StrEnum):
     NVSWITCH = "nvswitch"
