@@ -112,7 +112,7 @@ def test_damaged_predictors_and_datasets_are_one_line_errors(dataset, tmp_path):
     assert res.exit_code == 1 and "3 stages split" in str(res.exception)
     (small / "stages.jsonl").write_bytes(b"\xff" + b"".join(lines[:3]))
     res = _run("predict", str(good), str(small))
-    assert res.exit_code == 1 and "invalid UTF-8" in str(res.exception)
+    assert res.exit_code == 1 and "line 1: not UTF-8 text (byte 0)" in str(res.exception)
 
 
 def test_a_damaged_stage_graph_is_a_one_line_error(dataset, tmp_path):

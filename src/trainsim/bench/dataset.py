@@ -76,6 +76,22 @@ def repair_tail(path: Path) -> int:
     return size - end
 
 
+def complete_lines(path: Path, raw: bytes | None = None) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded JSON) of every complete line of an append-only JSONL file (a torn
+    last line is skipped, not repaired; blank lines too); bad bytes or JSON name the line."""
+    raw = path.read_bytes() if raw is None else raw
+    complete = raw[: raw.rfind(b"\n") + 1]
+    for lineno, line in enumerate(complete.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, f"line {lineno}: not UTF-8 text (byte {e.start})") from None
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(path, f"line {lineno}: not JSON ({e.msg})") from None
+
+
 def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
     """Every complete row of a dataset; a torn last line is skipped (not repaired)."""
     raw = path.read_bytes()
@@ -83,16 +99,7 @@ def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
         import gzip
 
         raw = gzip.decompress(raw)
-    complete = raw[: raw.rfind(b"\n") + 1]
-    for lineno, line in enumerate(complete.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise TraceFormatError(path, f"line {lineno}: not UTF-8 text (byte {e.start})") from None
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(path, f"line {lineno}: not JSON ({e.msg})") from None
+    for lineno, row in complete_lines(path, raw):
         if not isinstance(row, dict) or row.get("schema") != KERNEL_BENCH_SCHEMA:
             got = row.get("schema") if isinstance(row, dict) else type(row).__name__
             raise TraceFormatError(

@@ -43,10 +43,8 @@ def collect(
     from trainsim.errors import ConfigError
     from trainsim.learn.dataset import main
 
-    if family not in ("gpt", "moe"):
+    if family not in ("gpt", "moe"):  # argparse in the collector would print its own usage text
         raise ConfigError(f"--family must be gpt or moe, got {family!r}")
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{folder}: is a file; a stage dataset is a folder (stages.jsonl, graphs/)")
     argv = [str(folder), "--family", family, "--count", str(count), "--seed", str(seed), "--format", fmt.value]
     raise typer.Exit(main([*argv, "--search"] if search_set else argv))
 
@@ -96,19 +94,16 @@ def predict(
     """Predict every stage of a dataset; where it holds measurements, report the error per stage."""
     import numpy as np
 
+    from trainsim.errors import ConfigError
     from trainsim.learn.dataset import iter_graphs, read_rows
     from trainsim.learn.train import Predictor, mre_pct
 
     pred = Predictor.load(predictor)
     rows = read_rows(dataset)
     if not rows:
-        from trainsim.errors import ConfigError
-
         raise ConfigError(f"{dataset}: no stages (stages.jsonl missing or empty)")
     fams, held = pred.meta.get("families"), sorted({r.family for r in rows})
     if fams and not set(held) <= set(fams):
-        from trainsim.errors import ConfigError
-
         raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, {dataset} holds {', '.join(held)}; "
                           "predict with a predictor of that family")  # fmt: skip
     p = pred.predict(list(iter_graphs(dataset, rows, pred.part)))

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from trainsim.bench.dataset import append_row, repair_tail
+from trainsim.bench.dataset import append_row, complete_lines, repair_tail
 from trainsim.errors import ConfigError, TraceFormatError, TrainsimError
 from trainsim.learn.graphs import StageGraph
 from trainsim.learn.stages import (
@@ -218,26 +218,20 @@ class StageRow:
         )
 
 
-def read_rows(folder: Path | str) -> list[StageRow]:
-    """Every complete row of ``folder/stages.jsonl`` (a torn last line is skipped)."""
+def _dataset_folder(folder: Path | str) -> Path:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder}: is a file; a stage dataset is a folder (stages.jsonl, graphs/)")
-    path = folder / "stages.jsonl"
+    return folder
+
+
+def read_rows(folder: Path | str) -> list[StageRow]:
+    """Every complete row of ``folder/stages.jsonl`` (a torn last line is skipped)."""
+    path = _dataset_folder(folder) / "stages.jsonl"
     if not path.exists():
         return []
-    raw = path.read_bytes()
-    complete = raw[: raw.rfind(b"\n") + 1]
     out = []
-    for lineno, line in enumerate(complete.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise TraceFormatError(path, f"line {lineno}: invalid UTF-8 at byte {e.start}") from None
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(path, f"line {lineno}: not JSON ({e.msg})") from None
+    for lineno, d in complete_lines(path):
         if not isinstance(d, dict) or d.get("schema") != STAGE_SCHEMA:
             raise TraceFormatError(path, f"line {lineno}: not a {STAGE_SCHEMA} row")
         try:
@@ -332,9 +326,7 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
     from trainsim.learn.graphs import prune
     from trainsim.learn.stages import measure_stage
 
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{folder}: is a file; a stage dataset is a folder (stages.jsonl, graphs/)")
+    folder = _dataset_folder(folder)
     (folder / "graphs").mkdir(parents=True, exist_ok=True)
     path = folder / "stages.jsonl"
     repair_tail(path)
