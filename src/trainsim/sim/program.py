@@ -23,7 +23,7 @@ collective instances across ranks (``collectives.py``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from trainsim.errors import SimulationError
+from trainsim.host.overheads import OverheadDB
 from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, SyncPoint, Workload
 from trainsim.ir.kinds import KernelFamily, SyncKind
 from trainsim.sim import syncs
@@ -403,7 +404,7 @@ def _dep_edges(rp: RankProgram, kernel_op: list[int]) -> None:
                     rp.diagnostics["dep_edges"] += 1
 
 
-def workload_overhead_db(workloads: Any, *, filtered: bool = True) -> Any:
+def workload_overhead_db(workloads: Iterable[Workload], *, filtered: bool = True) -> OverheadDB:
     """The T1–T5 database of ``workloads`` (every rank pooled), sampled as the simulator replays
     them (:mod:`trainsim.sim.selfstats`: T1 from the binding predecessor, blocking calls out of
     T4), so that replaying a trace with its own database does not count waiting twice; IQR
@@ -412,7 +413,7 @@ def workload_overhead_db(workloads: Any, *, filtered: bool = True) -> Any:
     from trainsim.sim.selfstats import self_overheads
 
     workloads = list(workloads)
-    options = SimOptions()
+    options = SimOptions()  # measured kernels: the registry answers nothing here
     ranks = [_structure(rg, default_registry(None), options) for w in workloads for rg in w.ranks]
     db = self_overheads(ranks, filtered=filtered)
     db.sources = [str(f) for w in workloads for f in w.metadata.get("files", [])]

@@ -386,6 +386,11 @@ def ground_truth_files(root: Path | str) -> dict[str, Path]:
     return files
 
 
+def parse_tags(files: str | None) -> list[str] | None:
+    """``--files``: comma-separated ground-truth tags (empty items skipped); None for all."""
+    return [t.strip() for t in files.split(",") if t.strip()] if files else None
+
+
 def read_cases(root: Path | str, tags: Iterable[str] | None = None) -> list[LLMCase]:
     """All cases of the chosen files (all three by default), in file then row order."""
     chosen = list(FILES) if tags is None else list(dict.fromkeys(tags))

@@ -23,7 +23,7 @@ from trainsim.builders.costs import OpCoster
 from trainsim.builders.predict import predict_llm
 from trainsim.errors import TrainsimError
 from trainsim.hardware import get_device, get_system
-from trainsim.validate.llm_cases import LLMCase, read_cases
+from trainsim.validate.llm_cases import LLMCase, parse_tags, read_cases
 from trainsim.validate.registry import error_summary
 
 # Published MAPEs on the same files (data README; paper 001 §IV)
@@ -56,8 +56,7 @@ def run_llm_suite(data_dir: Path, *, files: str | None = None, limit: int | None
                   simulate: bool = True, progress: bool = False) -> dict[str, Any]:  # fmt: skip
     """Predict every ground-truth row; ``files``: comma-separated tags (default all),
     ``limit``: the first N rows of each file (quick runs)."""
-    tags: Iterable[str] | None = [t.strip() for t in files.split(",") if t.strip()] if files else None
-    cases = read_cases(data_dir / "ground_truth", tags)
+    cases = read_cases(data_dir / "ground_truth", parse_tags(files))
     if limit:
         seen: dict[str, int] = {}
         kept = []

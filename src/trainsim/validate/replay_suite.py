@@ -69,25 +69,27 @@ CASES: tuple[ReplayCase, ...] = (
 )  # fmt: skip
 
 
-def _load(data_dir: Path, case: ReplayCase) -> tuple[Any, str | None]:
+def _load(data_dir: Path, case: ReplayCase) -> tuple[Any, str | None, str]:
+    """(workload or None, why not, status): ``skipped`` for what is absent or not replayable
+    by nature, ``failed`` for a file that is there but does not load."""
     from trainsim.sim.replay import load_for_replay
 
     paths = [data_dir / "traces" / p for p in case.paths]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
-        return None, f"missing {', '.join(missing)}"
+        return None, f"missing {', '.join(missing)}", "skipped"
     try:
         loaded = load_for_replay(paths, link_et=False)
     except TrainsimError as e:
-        return None, f"does not load: {e}"
+        return None, f"does not load: {e}", "failed"
     workload = loaded.workload
     if loaded.sampled:
-        return None, "sampled trace (a fraction of its events recorded): no complete step to replay"
+        return None, "sampled trace (a fraction of its events recorded): no complete step to replay", "skipped"
     if workload.measured_step_s is None:
-        return None, "no measured step"
+        return None, "no measured step", "skipped"
     if not any(r.kernels() for r in workload.ranks):
-        return None, "no GPU kernels in the step"
-    return workload, None
+        return None, "no GPU kernels in the step", "skipped"
+    return workload, None, "ok"
 
 
 def run_replay_suite(
@@ -101,18 +103,17 @@ def run_replay_suite(
     mode, source = HostMode(overheads), KernelSource(kernels)
     loaded = [(c, *_load(Path(data_dir), c)) for c in CASES]
     rows: list[dict[str, Any]] = []
-    for case, workload, reason in loaded:
+    for case, workload, reason, status in loaded:
         row: dict[str, Any] = {"case": case.name, "note": case.note, "files": list(case.paths)}
-        if workload is None:  # a file that is there but does not load is a failure, not a skip
-            failed = bool(reason and reason.startswith("does not load"))
-            rows.append({**row, "status": "failed" if failed else "skipped", "reason": reason})
+        if workload is None:
+            rows.append({**row, "status": status, "reason": reason})
             continue
         db = None
         if mode is HostMode.SHARED:
             device = workload.metadata.get("device", "")
             others = [
                 w
-                for c, w, _ in loaded
+                for c, w, _, _ in loaded
                 if w is not None and c is not case and w.metadata.get("device", "") == device
             ]
             if not others:
@@ -126,7 +127,7 @@ def run_replay_suite(
                 continue
             db = workload_overhead_db(others)
             row["overheads_from"] = [
-                c.name for c, w, _ in loaded if w is not None and any(w is o for o in others)
+                c.name for c, w, _, _ in loaded if w is not None and any(w is o for o in others)
             ]
         t0 = time.perf_counter()
         try:
