@@ -113,7 +113,7 @@ def test_bench_options_that_do_not_apply_are_errors():
     assert "apply to the kernel suites" in _error(_run("bench", "comm", "--quick", "--op", "mm"))
     assert "--nproc applies to the comm suite only" in _error(_run("bench", "softmax", "--quick", "--nproc", "7"))
     assert "--threads must be at least 1" in _error(_run("bench", "softmax", "--threads", "0"))
-    assert "their dtypes" in _error(_run("bench", "softmax", "--quick", "--dtype", "bogus"))
+    assert "their dtypes: fp32" in _error(_run("bench", "softmax", "--quick", "--dtype", "bogus"))
 
 
 def test_shard_sharders_list_must_name_one(tmp_path):

@@ -49,7 +49,7 @@ def _run_kernels(
     from trainsim.bench.dataset import iter_rows, noise_floor
     from trainsim.bench.devicespec import measured_device, write_device_yaml
     from trainsim.bench.runner import Schedule, run_sweep
-    from trainsim.bench.suites import SweepSpec, get_suite, suite_cases
+    from trainsim.bench.suites import DTYPE_LABEL, SweepSpec, get_suite, suite_cases
     from trainsim.bench.suites.roofline import roofline_peaks
     from trainsim.errors import ConfigError
 
@@ -61,7 +61,7 @@ def _run_kernels(
     if not cases:
         every = list(suite_cases(suites, spec))
         known = sorted({c.op for c in every})
-        kinds = sorted({str(getattr(c, "dtype", "")) for c in every} - {""})
+        kinds = sorted({DTYPE_LABEL[c.dtype] for c in every})  # the names --dtype takes
         raise ConfigError(
             f"no case of {', '.join(suites)} runs op(s) {ops or 'any'} in dtype(s) {dtypes or 'any'}; "
             f"their ops: {', '.join(known)}; their dtypes: {', '.join(kinds) or 'n/a'}"
