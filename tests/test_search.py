@@ -145,7 +145,7 @@ def test_cli_search_shows_the_objective_it_ranks_by():
             "--top-k", "2", "--simulate-top", "2", "--objective", "cost"]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "cost (GPU-hours per iteration)" in res.stdout and "cost is counted in GPU-hours" in res.stderr
+    assert "cost (GPU-hours per iteration)" in res.stdout and "cost is counted in GPU-hours per iteration: give" in res.stderr
     doc = json.loads(CliRunner().invoke(app, [*args, "--train-tokens", "1e9", "--format", "json"]).stdout)
     assert doc["objective_unit"] == "GPU-hours to train"
     p = doc["plans"][0]

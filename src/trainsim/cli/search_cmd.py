@@ -83,9 +83,10 @@ def search(
         raise ConfigError("--kernel-models/--comm-models are local files the Dask workers cannot read; "
                           "screen locally (drop --scheduler) or install the artifacts on the workers")  # fmt: skip
     if objective == "cost" and (train_tokens is None or gpu_hour_price is None) and fmt is Format.TABLE:
-        stderr.print("cost is counted in " + ("GPU-hours" if gpu_hour_price is None else "--gpu-hour-price units")
-                     + (" per iteration" if train_tokens is None else "")
-                     + ": give --train-tokens for a whole run and --gpu-hour-price for money")  # fmt: skip
+        from trainsim.search.llm import objective_unit
+
+        unit = objective_unit(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)
+        stderr.print(f"cost is counted in {unit}: give --train-tokens for a whole run and --gpu-hour-price for money")
     with use_artifacts(kernel_models, comm_models, system=sysspec):
         if sp not in ("on", "off", "both"):
             raise ConfigError(f"--sp must be on, off or both, got {sp!r}")
