@@ -151,3 +151,38 @@ def test_a_long_gradient_tail_does_not_loosen_the_certificate(monkeypatch: pytes
     part = evaluate_pipeline(spec, plan, sys, stages, periodic=True)
     whole = evaluate_pipeline(spec, plan, sys, stages)
     assert part.stage_end_s == pytest.approx(whole.stage_end_s, rel=1e-12)
+
+
+# --- the vectorized recorder: the same program as step-by-step emission ----------------------
+
+_RECORDED = ("lane", "dur", "d0", "d1", "d2", "inst", "mb", "cls", "after", "_cover", "_last_coll", "_first_dep")  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_vectorized_recording_equals_step_by_step_emission(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # every list, the intra-rank rule's state the tail continues from, the instances and the
+    # evaluated times; GPipe, 1F1B and interleaved, one stage to eight, ties and empty p2p
+    rng = random.Random(seed)
+    spec, sys = get_model("gpt3-125m"), get_system("dgx-a100")
+    for _ in range(60):
+        sched = rng.choice(["1f1b", "interleaved", "gpipe"])
+        pp = rng.choice([2, 3, 4, 8]) if sched == "interleaved" else rng.choice([1, 2, 3, 4, 8])
+        m = pp * rng.randint(1, 4) if sched == "interleaved" else rng.randint(1, 24)
+        plan = Plan(pp=pp, micro_batch=1, global_batch=m, schedule=sched,
+                    vpp=rng.choice([2, 3]) if sched == "interleaved" else 1)  # fmt: skip
+        stages = [StageCost(s, 1, 1.0, rng.random(), rng.random(), optimizer_s=rng.random()) for s in range(pp)]
+        if rng.random() < 0.5:
+            stages[rng.randrange(pp)].dp_comm = [CommCost("g", "all_reduce", 1, 2, 1, rng.random(), "t"),
+                                                 CommCost("p", "all_gather", 1, 2, 1, rng.random(), "t")]  # fmt: skip
+        if pp > 1 and rng.random() < 0.3:
+            stages[0].embedding_comm = stages[-1].embedding_comm = CommCost("e", "all_reduce", 1, 2, 1, 0.1, "t")
+        p2p = [CommCost("p2p", "send", 1, 2, 1, rng.random(), "t") if rng.random() < 0.8 else None
+               for _ in range(pp)]  # fmt: skip
+        monkeypatch.setattr(llm, "_p2p_costs", lambda *a, p2p=p2p: p2p)
+        fast = llm._record(spec, plan, sys, stages, vectorize_from=0)
+        slow = llm._record(spec, plan, sys, stages, vectorize_from=10**9)
+        for a, b in zip(fast, slow, strict=True):
+            for name in _RECORDED:
+                assert getattr(a, name) == getattr(b, name), (plan, a.stage, name)
+        assert fast[0].instances.members == slow[0].instances.members
+        assert llm._evaluate(fast) == llm._evaluate(slow)

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from itertools import chain
+
+import numpy as np
 
 from trainsim.builders.costs import HOST, HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
 from trainsim.builders.llm_comm import CommCost, PlanComm
@@ -287,21 +290,30 @@ class _StageEmitter:
         return self.add(c.name, k, deps, OpCategory.COMMUNICATION)
 
 
+# the kind of a keyed step, for :func:`_period` (a class is kind + 8 × virtual stage)
+_WHAT = {"forward": 0, "backward": 1, "recv_act": 2, "send_act": 3, "recv_grad": 4, "send_grad": 5}
+# a transfer's instance group: (gradients?, virtual stage offset): recv_act of v is act{v - 1}
+_P2P_GROUP = {"recv_act": (False, -1), "send_act": (False, 0), "recv_grad": (True, 1), "send_grad": (True, 0)}
+
+
 class _StepRecorder:
     """The same program as :class:`_StageEmitter` emits, as plain lists (no IR objects): what
-    :func:`evaluate_pipeline` evaluates. Step ids are 1-based like the IR's op ids."""
+    :func:`evaluate_pipeline` evaluates. Step ids are 1-based like the IR's op ids; a step's
+    dependencies (at most three, each -1 where none) are 0-based indices in ``d0``–``d2``."""
 
-    def __init__(self, stage: int, bcost: list[CommCost | None],
-                 instances: dict[tuple[str, int], int], members: list[int]) -> None:  # fmt: skip
+    def __init__(self, stage: int, bcost: list[CommCost | None], instances: _Instances) -> None:
         self.stage, self.bcost = stage, bcost
-        self.instances, self.members = instances, members  # shared by the stages of one program
+        self.instances = instances  # shared by the stages of one program
         self.lane: list[int] = []
         self.dur: list[float] = []
-        self.deps: list[list[int]] = []
-        self.inst: list[int] = []  # a collective's instance (``instances[(group, seq)]``), else -1
-        # (what, virtual stage, micro-batch) of a micro-batch's step, None for the iteration's
-        # tail: what :func:`_period` matches micro-batch j with j + period by
-        self.key: list[tuple[str, int, int] | None] = []
+        self.d0: list[int] = []
+        self.d1: list[int] = []
+        self.d2: list[int] = []
+        self.inst: list[int] = []  # a collective's instance, else -1
+        # a micro-batch's step: its micro-batch and class (kind + 8 × virtual stage), what
+        # :func:`_period` matches micro-batch j with j + period by; -1 for the iteration's tail
+        self.mb: list[int] = []
+        self.cls: list[int] = []
         # 000 §III-D's intra-rank rule as trainsim.sim.edges.intra_rank_rule applies it, kept
         # while emitting: a collective starts no earlier than the first-issued step (on another
         # stream) that depends on the previous collective of its stream, if issued before it
@@ -310,41 +322,43 @@ class _StepRecorder:
         self._last_coll: dict[int, int] = {}
         self._first_dep: dict[int, int] = {}
 
-    def _add(self, lane: int, seconds: float, deps: list[int | None],
-             inst: tuple[str, int, int] | None = None,
-             key: tuple[str, int, int] | None = None) -> int:  # fmt: skip
-        """``inst``: (group, seq, members) of a collective."""
-        self.key.append(key)
+    def _add(self, lane: int, seconds: float, deps: list[int | None], *, inst: int = -1,
+             mb: int = -1, cls: int = -1) -> int:  # fmt: skip
+        """``inst``: a collective's instance (:class:`_Instances`)."""
+        self.mb.append(mb)
+        self.cls.append(cls)
         lanes, cover, first = self.lane, self._cover, self._first_dep
         i = len(lanes)
-        ds = [d - 1 for d in deps if d]
+        ds = [-1 if d is None else d - 1 for d in deps]
+        if len(ds) > 3:  # pragma: no cover - the emitter passes at most three
+            raise ValueError("a pipeline step has at most three dependencies")
         for w in ds:
-            c = cover[w]
-            if c >= 0 and c not in first and lanes[w] != lane:
-                first[c] = i
+            if w >= 0:
+                c = cover[w]
+                if c >= 0 and c not in first and lanes[w] != lane:
+                    first[c] = i
         last_coll = self._last_coll
-        if inst is None:
+        if inst < 0:
             self.after.append(-1)
-            self.inst.append(-1)
             cover.append(last_coll.get(lane, -1))
         else:
             prev = last_coll.get(lane)
             self.after.append(-1 if prev is None else first.get(prev, -1))
             last_coll[lane] = i
             cover.append(i)
-            iid = self.instances.setdefault(inst[:2], len(self.instances))
-            if iid == len(self.members):
-                self.members.append(inst[2])
-            self.inst.append(iid)
+        self.inst.append(inst)
         lanes.append(lane)
         self.dur.append(seconds)
-        self.deps.append(ds)
+        ds += [-1] * (3 - len(ds))
+        self.d0.append(ds[0])
+        self.d1.append(ds[1])
+        self.d2.append(ds[2])
         return i + 1
 
     def compute(
         self, what: str, tag: tuple[int, int], seconds: float, deps: list[int | None]
     ) -> int:
-        return self._add(COMPUTE, seconds, deps, None, (what, tag[1], tag[0]))
+        return self._add(COMPUTE, seconds, deps, mb=tag[0], cls=_WHAT[what] + 8 * tag[1])
 
     def optimizer(self, seconds: float, deps: list[int | None]) -> int:
         return self._add(COMPUTE, seconds, deps)
@@ -353,12 +367,145 @@ class _StepRecorder:
         self, what: str, tag: tuple[int, int], link: _Link, seq: int, deps: list[int | None]
     ) -> int:
         cost = self.bcost[link.boundary % len(self.bcost)]
-        return self._add(link.stream, cost.seconds if cost else 0.0, deps, (link.group, seq, 2),
-                         (what, tag[1], tag[0]))  # fmt: skip
+        grad, offset = _P2P_GROUP[what]
+        iid = self.instances.p2p_one(grad, tag[1] + offset, seq)
+        return self._add(link.stream, cost.seconds if cost else 0.0, deps, inst=iid, mb=tag[0],
+                         cls=_WHAT[what] + 8 * tag[1])  # fmt: skip
 
     def collective(self, c: CommCost, kind: CollectiveKind, *, group: str, ranks: tuple[int, ...], seq: int,
                    stream: int, deps: list[int | None]) -> int:  # fmt: skip
-        return self._add(stream, c.seconds, deps, (group, seq, len(set(ranks))))
+        return self._add(stream, c.seconds, deps, inst=self.instances.named((group, seq), len(set(ranks))))
+
+    def schedule(self, s: int, st: StageCost, plan: Plan, actions: list[Action]) -> tuple[int | None, int | None]:  # fmt: skip
+        """What :func:`_emit_schedule` emits for this stage (through :meth:`compute` and
+        :meth:`p2p`), appended at once as arrays; returns its (last, last_send). Equality with
+        the step-by-step emission, every list and the intra-rank state, is a test.
+
+        An action is [receive] compute [send]. The compute depends on the last send before it,
+        the previous compute and its receive; a send on its compute. The intra-rank rule: a
+        receive starts after the compute that consumed the previous receive of its stream; a
+        send after the first compute issued after the previous send of its stream."""
+        if self.lane:  # pragma: no cover - the intra-rank state below starts empty
+            raise ValueError("the schedule is a stage program's first part")
+        if not actions:
+            return None, None
+        chunks = plan.vpp if plan.schedule == "interleaved" else 1
+        pp, nv, na = plan.pp, plan.pp * chunks, len(actions)
+        fwd = np.fromiter((x.kind == "F" for x in actions), bool, na)
+        mb = np.fromiter((x.mb for x in actions), np.int64, na)
+        v = np.fromiter((x.chunk for x in actions), np.int64, na) * pp + s
+        has_r = np.where(fwd, v > 0, v < nv - 1)
+        has_s = np.where(fwd, v < nv - 1, v > 0)
+        count = has_r + 1 + has_s
+        base = len(self.lane)
+        n = int(count.sum())
+        first_step = base + np.cumsum(count) - count
+        cs = first_step + has_r  # the compute of each action
+        rs = np.flatnonzero(has_r)  # actions with a receive (at first_step), with a send (cs + 1)
+        ss = np.flatnonzero(has_s)
+        r_at, s_at = first_step[rs], cs[ss] + 1
+        sends = np.where(has_s, cs + 1, -1)
+        last_send = np.concatenate(([-1], np.maximum.accumulate(sends)[:-1]))
+        bsec = np.array([c.seconds if c else 0.0 for c in self.bcost])
+        nb = len(self.bcost)
+
+        def put(col: np.ndarray, at: np.ndarray, values: np.ndarray | int | float) -> None:
+            col[at - base] = values
+
+        lane, dur, cls = np.empty(n, np.int64), np.empty(n), np.empty(n, np.int64)
+        steps_mb = np.repeat(mb, count)
+        d0, d1, d2 = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        inst, after, cover = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        put(lane, cs, COMPUTE)
+        put(dur, cs, np.where(fwd, st.fwd_s / chunks, st.bwd_s / chunks))
+        put(cls, cs, np.where(fwd, _WHAT["forward"], _WHAT["backward"]) + 8 * v)
+        put(d0, cs, last_send)
+        put(d1, cs, np.concatenate(([-1], cs[:-1])))
+        put(d2, cs[rs], r_at)
+        fr, fs = fwd[rs], fwd[ss]
+        put(lane, r_at, np.where(fr, RECV_PREV, RECV_NEXT))
+        put(dur, r_at, bsec[np.where(fr, v[rs] - 1, v[rs]) % nb])
+        put(cls, r_at, np.where(fr, _WHAT["recv_act"], _WHAT["recv_grad"]) + 8 * v[rs])
+        put(lane, s_at, np.where(fs, SEND_NEXT, SEND_PREV))
+        put(dur, s_at, bsec[np.where(fs, v[ss], v[ss] - 1) % nb])
+        put(cls, s_at, np.where(fs, _WHAT["send_act"], _WHAT["send_grad"]) + 8 * v[ss])
+        put(d0, s_at, cs[ss])
+        put(cover, r_at, r_at)
+        put(cover, s_at, s_at)
+        # the intra-rank rule, per stream (receives: per direction, likewise sends)
+        for sel, at, later in ((fr, r_at, cs[rs]), (~fr, r_at, cs[rs]),
+                               (fs, s_at, cs[np.minimum(ss + 1, na - 1)]), (~fs, s_at, cs[np.minimum(ss + 1, na - 1)])):  # fmt: skip
+            k = np.flatnonzero(sel)
+            if len(k) > 1:
+                put(after, at[k[1:]], later[k[:-1]])
+        # instances: (direction, group's virtual stage, micro-batch); groups act{v - 1} and
+        # act{v} (receive / send of activations), grad{v + 1} and grad{v} (of gradients)
+        at = np.concatenate((r_at, s_at))
+        group = np.concatenate((np.where(fr, v[rs] - 1, v[rs] + 1), v[ss]))
+        is_grad = np.concatenate((~fr, ~fs))
+        order = np.argsort(at, kind="stable")
+        put(inst, at[order], self.instances.p2p(is_grad[order], group[order], np.concatenate((mb[rs], mb[ss]))[order]))
+        self.lane += lane.tolist()
+        self.dur += dur.tolist()
+        self.d0 += d0.tolist()
+        self.d1 += d1.tolist()
+        self.d2 += d2.tolist()
+        self.inst += inst.tolist()
+        self.mb += steps_mb.tolist()
+        self.cls += cls.tolist()
+        self.after += after.tolist()
+        self._cover += cover.tolist()
+        for sel, at_ in ((fr, r_at), (~fr, r_at), (fs, s_at), (~fs, s_at)):
+            k = np.flatnonzero(sel)
+            if len(k):
+                self._last_coll[int(lane[at_[k[-1]] - base])] = int(at_[k[-1]])
+        # first dependents: a receive's is its compute, a send's the next action's compute
+        self._first_dep.update(zip(r_at.tolist(), cs[rs].tolist(), strict=True))
+        more = ss < na - 1
+        self._first_dep.update(zip(s_at[more].tolist(), cs[ss[more] + 1].tolist(), strict=True))
+        return int(cs[-1]) + 1, (int(s_at.max()) + 1 if len(s_at) else None)
+
+
+class _Instances:
+    """The collective instances of one pipeline program, numbered in order of first issue:
+    point-to-point ones in a table by (direction, group's virtual stage, micro-batch) — groups
+    ``act<g>`` and ``grad<g>``, ``g`` in 0..nv —, the others (gradient reduction, embedding
+    sync, ZeRO gathers) by (group, seq)."""
+
+    def __init__(self, nv: int, micro_batches: int) -> None:
+        self.members: list[int] = []  # per instance: how many ranks take part
+        self._named: dict[tuple[str, int], int] = {}
+        self._groups, self._width = nv + 1, max(micro_batches, 1)
+        self._table = np.full(2 * self._groups * self._width, -1, np.int64)
+
+    def named(self, key: tuple[str, int], members: int) -> int:
+        iid = self._named.get(key)
+        if iid is None:
+            iid = self._named[key] = len(self.members)
+            self.members.append(members)
+        return iid
+
+    def p2p_one(self, grad: bool, group: int, mb: int) -> int:
+        code = (int(grad) * self._groups + group) * self._width + mb
+        iid = int(self._table[code])
+        if iid < 0:
+            iid = len(self.members)
+            self._table[code] = iid
+            self.members.append(2)
+        return iid
+
+    def p2p(self, grad: np.ndarray, group: np.ndarray, mb: np.ndarray) -> np.ndarray:
+        """Instance ids of point-to-point steps given in issue order (new ones numbered in it)."""
+        code = (grad.astype(np.int64) * self._groups + group) * self._width + mb
+        ids = self._table[code]
+        new = ids < 0
+        if new.any():
+            u, first = np.unique(code[new], return_index=True)
+            u = u[np.argsort(first)]
+            self._table[u] = np.arange(len(self.members), len(self.members) + len(u))
+            self.members += [2] * len(u)
+            ids = self._table[code]
+        return ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,20 +581,28 @@ def _last(ends: list[float | None]) -> float:
     return max((e for e in ends if e is not None), default=0.0)
 
 
-def _record(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost]) -> list[_StepRecorder]:  # fmt: skip
+_VECTORIZED_FROM = 48  # actions of a stage: below, numpy's per-call cost outweighs the loop's
+
+
+def _record(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost],
+            *, vectorize_from: int = _VECTORIZED_FROM) -> list[_StepRecorder]:  # fmt: skip
+    """The program of every stage: the schedule part of stages with at least
+    ``vectorize_from`` actions as arrays (:meth:`_StepRecorder.schedule`), of the others step
+    by step through :func:`_emit_schedule`, as the IR emitter."""
     sched = _schedule(plan)
     bcost = _p2p_costs(model, plan, system)
+    chunks = plan.vpp if plan.schedule == "interleaved" else 1
+    instances = _Instances(plan.pp * chunks, plan.grad_accum)
     recs = []
-    instances: dict[tuple[str, int], int] = {}
-    members: list[int] = []
     for s, st in enumerate(stages):
-        r = _StepRecorder(s, bcost, instances, members)
-        _emit_stage(r, s, st, plan, sched[s])
+        r = _StepRecorder(s, bcost, instances)
+        if len(sched[s]) >= vectorize_from:
+            last, last_send = r.schedule(s, st, plan, sched[s])
+        else:
+            last, last_send = _emit_schedule(r, s, st, plan, sched[s])
+        _emit_tail(r, s, st, plan, last=last, last_send=last_send)
         recs.append(r)
     return recs
-
-
-_Key = tuple[str, int, int]  # (what, virtual stage, micro-batch) of a step
 
 
 def _period(recs: list[_StepRecorder], starts: list[list[float | None]],
@@ -456,93 +611,101 @@ def _period(recs: list[_StepRecorder], starts: list[list[float | None]],
     micro-batches (see :func:`evaluate_pipeline`), else None.
 
     Micro-batch ``j`` matches ``j + c`` when each of its steps (on every stage) has a
-    counterpart (same what, virtual stage, stream and duration) whose predecessors — explicit
-    dependencies, the previous step of its stream, the intra-rank rule's step — and collective
-    peers are the counterparts of its own, and whose start and end are later by one common
-    ``Δ``. A window of ``lag`` consecutive matching micro-batches (``lag``: the largest
-    micro-batch distance from a step back to a predecessor) holds the whole state the rest of
-    the iteration depends on. Windows are tried from the latest (where the pipeline has settled
-    most); micro-batches are compared on demand.
+    counterpart (same class — what and virtual stage —, stream and duration) whose predecessors
+    — explicit dependencies, the previous step of its stream, the intra-rank rule's step, each
+    in the same position — and collective peers are the counterparts of its own, and whose
+    start and end are later by one common ``Δ``. A window of ``lag`` consecutive matching
+    micro-batches (``lag``: the largest micro-batch distance from a step back to a predecessor)
+    holds the whole state the rest of the iteration depends on. Windows are tried from the
+    latest (where the pipeline has settled most). Every step is compared at once, as arrays.
     """
-    inf = float("inf")
-    peers: dict[int, list[tuple[int, _Key | None]]] = {}
-    where: list[dict[_Key, int]] = []
-    prevs: list[list[int]] = []
-    by_mb: dict[int, list[tuple[int, int]]] = {}  # micro-batch → its (stage, step)s
+    sizes = [len(r.lane) for r in recs]
+    n = sum(sizes)
+    if not n:
+        return None
+    off = np.cumsum([0, *sizes[:-1]])
+    base = np.repeat(off, sizes)  # each step's stage offset into the global arrays
+
+    def column(name: str, dtype: type = np.int64) -> np.ndarray:
+        return np.fromiter(chain.from_iterable(getattr(r, name) for r in recs), dtype, n)
+
+    mb, cls = column("mb"), column("cls")
+    dur, inst = column("dur", np.float64), column("inst")
+    lane = column("lane") + (np.repeat(np.arange(len(recs)), sizes) << 8)  # per stage
+    st = np.fromiter(chain.from_iterable(starts), np.float64, n)
+    en = np.fromiter(chain.from_iterable(ends), np.float64, n)
+    # predecessors in a fixed order: explicit dependencies, previous step of the stream, the
+    # intra-rank rule's step (-1 where none); global indices
+    preds = np.full((n, 5), -1, np.int64)
+    for col, name in enumerate(("d0", "d1", "d2")):
+        d = column(name)
+        preds[:, col] = np.where(d >= 0, d + base, -1)
+    order = np.lexsort((np.arange(n), lane))
+    same = lane[order[1:]] == lane[order[:-1]]
+    preds[order[1:][same], 3] = order[:-1][same]
+    after = column("after")
+    preds[:, 4] = np.where(after >= 0, after + base, -1)
+
+    keyed = np.flatnonzero(mb >= 0)
+    if not len(keyed):
+        return None
+    nmb = int(mb.max()) + 1
+    # the counterpart c micro-batches later (same stage and class): -2 where none
+    code = (np.repeat(np.arange(len(recs)), sizes) * (int(cls.max()) + 1) + cls) * (nmb + c) + mb
+    table = np.full(len(recs) * (int(cls.max()) + 1) * (nmb + c), -2, np.int64)
+    table[code[keyed]] = keyed
+    twin = np.full(n + 1, -2, np.int64)  # twin[-1] == -1: "no predecessor" maps to itself
+    twin[-1] = -1
+    twin[keyed] = table[code[keyed] + c]
+    i1 = keyed[twin[keyed] >= 0]
+    i2 = twin[i1]
+    ok = (lane[i2] == lane[i1]) & (dur[i2] == dur[i1])
+    ok &= (twin[preds[i1]] == preds[i2]).all(axis=1)
     lag = 1
-    for s, r in enumerate(recs):
-        keys = r.key
-        where.append({k: i for i, k in enumerate(keys) if k is not None})
-        prev, last = [-1] * len(keys), dict[int, int]()
-        for i, ln in enumerate(r.lane):
-            prev[i] = last.get(ln, -1)
-            last[ln] = i
-        prevs.append(prev)
-        for i, k in enumerate(keys):
-            if r.inst[i] >= 0:
-                peers.setdefault(r.inst[i], []).append((s, k))
-            if k is None:
-                continue
-            j = k[2]
-            by_mb.setdefault(j, []).append((s, i))
-            for d in (*r.deps[i], prev[i], r.after[i]):
-                if d >= 0:
-                    kd = keys[d]
-                    if kd is not None and j - kd[2] > lag:
-                        lag = j - kd[2]
-    nmb = max(by_mb, default=-1) + 1
-
-    def moved(k: _Key | None) -> _Key | None:
-        return None if k is None else (k[0], k[1], k[2] + c)
-
-    memo: dict[int, tuple[float, float, float] | None] = {}
-
-    def shift(j: int) -> tuple[float, float, float] | None:
-        """The range of start/end shifts from micro-batch j to j + c and the latest end of j + c,
-        None if they differ in shape."""
-        if j in memo:
-            return memo[j]
-        lo, hi, top, out = inf, -inf, 0.0, None
-        for s, i in by_mb.get(j, ()):
-            r, prev = recs[s], prevs[s]
-            k = r.key[i]
-            assert k is not None
-            i2 = where[s].get((k[0], k[1], j + c))
-            if i2 is None or r.lane[i2] != r.lane[i] or r.dur[i2] != r.dur[i]:
-                break
-            # the emitter lists a step's dependencies in one order: compared in it (a mere
-            # reordering fails the check, which only costs the certificate)
-            mine = [moved(r.key[d]) for d in (*r.deps[i], prev[i], r.after[i]) if d >= 0]
-            if None in mine or mine != [
-                r.key[d] for d in (*r.deps[i2], prev[i2], r.after[i2]) if d >= 0
-            ]:
-                break
-            a, b = r.inst[i], r.inst[i2]
-            if (a >= 0) != (b >= 0) or (
-                a >= 0 and [(q, moved(pk)) for q, pk in peers[a]] != peers[b]
-            ):
-                break
-            s1, s2, e1, e2 = starts[s][i], starts[s][i2], ends[s][i], ends[s][i2]
-            assert s1 is not None and s2 is not None and e1 is not None and e2 is not None
-            lo, hi, top = min(lo, s2 - s1, e2 - e1), max(hi, s2 - s1, e2 - e1), max(top, abs(e2))
-        else:
-            out = (lo, hi, top) if lo < inf else None
-        memo[j] = out
-        return out
+    p, q = np.nonzero(preds[keyed] >= 0)
+    if len(p):
+        d = preds[keyed][p, q]
+        d_keyed = mb[d] >= 0
+        if d_keyed.any():
+            lag = max(lag, int((mb[keyed[p]] - mb[d])[d_keyed].max()))
+    # collective peers: instance b's members are the counterparts of instance a's, in order
+    a, b = inst[i1], inst[i2]
+    ok &= (a >= 0) == (b >= 0)
+    coll = np.flatnonzero(inst >= 0)
+    if len(coll):
+        by = coll[np.argsort(inst[coll], kind="stable")]
+        cnt = np.bincount(inst[coll])
+        slot = np.arange(len(by)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        members = np.full((len(cnt), int(cnt.max())), -1, np.int64)
+        members[inst[by], slot] = by
+        both = np.flatnonzero(ok & (a >= 0))
+        ok[both] &= (twin[members[a[both]]] == members[b[both]]).all(axis=1)
+    # per micro-batch: all steps matched, the range of start/end shifts, the latest end of j + c
+    bad = np.bincount(mb[keyed], minlength=nmb) - np.bincount(mb[i1[ok]], minlength=nmb)
+    j1 = mb[i1]
+    shifts = np.minimum(st[i2] - st[i1], en[i2] - en[i1]), np.maximum(st[i2] - st[i1], en[i2] - en[i1])
+    lo_mb = np.full(nmb, np.inf)
+    hi_mb = np.full(nmb, -np.inf)
+    top_mb = np.zeros(nmb)
+    np.minimum.at(lo_mb, j1, shifts[0])
+    np.maximum.at(hi_mb, j1, shifts[1])
+    np.maximum.at(top_mb, j1, np.abs(en[i2]))
+    matched = (bad == 0) & np.isfinite(lo_mb)
+    lo_l, hi_l, top_l, ok_l = lo_mb.tolist(), hi_mb.tolist(), top_mb.tolist(), matched.tolist()
 
     # equal shifts up to rounding of the window's own times (1e-12 of them: thousands of ulps);
     # not of the iteration's, whose tail (a long gradient reduction) may be far longer
-    a = nmb - c - lag
-    while a >= 0:
+    inf = float("inf")
+    start = nmb - c - lag
+    while start >= 0:
         lo, hi, top = inf, -inf, 0.0
-        for j in range(a + lag - 1, a - 1, -1):
-            sh = shift(j)
-            if sh is None:  # no window holding j certifies
-                a = j - lag
+        for j in range(start + lag - 1, start - 1, -1):
+            if not ok_l[j]:  # no window holding j certifies
+                start = j - lag
                 break
-            lo, hi, top = min(lo, sh[0]), max(hi, sh[1]), max(top, sh[2])
+            lo, hi, top = min(lo, lo_l[j]), max(hi, hi_l[j]), max(top, top_l[j])
             if hi - lo > 1e-12 * top:
-                a -= 1
+                start -= 1
                 break
         else:
             return 0.5 * (lo + hi)
@@ -553,90 +716,113 @@ def _evaluate(
     recs: list[_StepRecorder],
 ) -> tuple[list[list[float | None]], list[list[float | None]]]:
     """Every stream of every stage is a lane advancing through its steps in issue order (as in
-    :mod:`trainsim.sim.engine`); a lane needing a time not yet known parks on that step and is
-    woken when the step gets it. Returns every step's start and end, per stage."""
+    :mod:`trainsim.sim.engine`); a lane needing a time not yet known parks on that step — on
+    its start (the intra-rank rule) or on its end (dependencies, the stream's previous step: a
+    collective's end waits for its peers) — and is woken when the step gets it. Returns every
+    step's start and end, per stage."""
     starts: list[list[float | None]] = [[None] * len(r.lane) for r in recs]
     ends: list[list[float | None]] = [[None] * len(r.lane) for r in recs]
     lanes: list[tuple[int, list[int]]] = []  # (stage, its steps on this stream)
     for s, r in enumerate(recs):
-        by_lane: dict[int, list[int]] = {}
-        for i, ln in enumerate(r.lane):
-            by_lane.setdefault(ln, []).append(i)
-        lanes.extend((s, steps) for steps in by_lane.values())
+        if len(r.lane) < 4 * _VECTORIZED_FROM:
+            by_lane: dict[int, list[int]] = {}
+            for i, ln in enumerate(r.lane):
+                by_lane.setdefault(ln, []).append(i)
+            lanes.extend((s, steps) for steps in by_lane.values())
+        else:
+            order = np.argsort(np.asarray(r.lane), kind="stable")
+            cuts = np.flatnonzero(np.diff(np.asarray(r.lane)[order])) + 1
+            lanes.extend((s, steps.tolist()) for steps in np.split(order, cuts))
     pos = [0] * len(lanes)
     clock = [0.0] * len(lanes)
-    waiters: list[dict[int, list[int]]] = [{} for _ in recs]  # per stage: step → parked lanes
+    # per stage: step → lanes parked until it starts / until it ends
+    on_start: list[dict[int, list[int]]] = [{} for _ in recs]
+    on_end: list[dict[int, list[int]]] = [{} for _ in recs]
     # collective instances: members to come, latest start, largest duration, (stage, step) arrived
-    expected = list(recs[0].members) if recs else []
+    expected = list(recs[0].instances.members) if recs else []
     i_start = [0.0] * len(expected)
     i_dur = [0.0] * len(expected)
     i_arrived: list[list[tuple[int, int]]] = [[] for _ in expected]
     queue = list(range(len(lanes)))
     queued = [True] * len(lanes)
-
-    def wake(ws: dict[int, list[int]], i: int) -> None:
-        for g in ws.pop(i, ()):
-            if not queued[g]:
-                queued[g] = True
-                queue.append(g)
+    # per lane, what its loop reads (looked up once, not at every resumption)
+    deps = [list(zip(r.d0, r.d1, r.d2, strict=True)) for r in recs]
+    context = [(s, steps, len(steps), starts[s], ends[s], on_start[s], on_end[s], recs[s].after,
+                deps[s], recs[s].dur, recs[s].inst) for s, steps in lanes]  # fmt: skip
 
     while queue:
         g = queue.pop()
         queued[g] = False
-        s, steps = lanes[g]
-        r, st, en, ws = recs[s], starts[s], ends[s], waiters[s]
-        af = r.after
-        deps, durs, insts = r.deps, r.dur, r.inst
-        p, t0, n = pos[g], clock[g], len(steps)
+        s, steps, n, st, en, ws, we, af, dep, durs, insts = context[g]
+        p, t0 = pos[g], clock[g]
         while p < n:
             i = steps[p]
             if st[i] is None:
-                t, blocked = t0, -1
-                for w in deps[i]:
-                    e = en[w]
-                    if e is None:
-                        blocked = w
-                        break
-                    if e > t:  # noqa: PLR1730 (hot loop: a call to max costs more)
-                        t = e
-                a = af[i]
-                if blocked < 0 and a >= 0:
-                    sa = st[a]
-                    if sa is None:
-                        blocked = a
-                    elif sa > t:
-                        t = sa
-                if blocked >= 0:
-                    ws.setdefault(blocked, []).append(g)
-                    break
-                st[i] = t
-                k = insts[i]
-                if k < 0:
-                    en[i] = t + durs[i]
+                t = t0
+                for w in dep[i]:
+                    if w >= 0:
+                        e = en[w]
+                        if e is None:
+                            we.setdefault(w, []).append(g)
+                            break
+                        if e > t:  # noqa: PLR1730 (hot loop: a call to max costs more)
+                            t = e
                 else:
-                    arr = i_arrived[k]
-                    if not arr or t > i_start[k]:
-                        i_start[k] = t
-                    if durs[i] > i_dur[k]:  # noqa: PLR1730
-                        i_dur[k] = durs[i]
-                    arr.append((s, i))
-                    expected[k] -= 1
-                    if not expected[k]:
-                        end = i_start[k] + i_dur[k]
-                        for ms, mi in arr:
-                            ends[ms][mi] = end
-                            if (ms != s or mi != i) and waiters[ms]:
-                                wake(waiters[ms], mi)
-                if ws:
-                    woken = ws.pop(i, None)
-                    if woken:
-                        for w in woken:
-                            if not queued[w]:
-                                queued[w] = True
-                                queue.append(w)
-            e = en[i]
-            if e is None:  # a collective whose peers have not all arrived
-                ws.setdefault(i, []).append(g)
+                    a = af[i]
+                    if a >= 0:
+                        sa = st[a]
+                        if sa is None:
+                            ws.setdefault(a, []).append(g)
+                            break
+                        if sa > t:  # noqa: PLR1730
+                            t = sa
+                    st[i] = t
+                    if ws:
+                        woken = ws.pop(i, None)
+                        if woken:
+                            for w in woken:
+                                if not queued[w]:
+                                    queued[w] = True
+                                    queue.append(w)
+                    k = insts[i]
+                    if k < 0:
+                        en[i] = t + durs[i]
+                        if we:
+                            woken = we.pop(i, None)
+                            if woken:
+                                for w in woken:
+                                    if not queued[w]:
+                                        queued[w] = True
+                                        queue.append(w)
+                    else:
+                        arr = i_arrived[k]
+                        if not arr or t > i_start[k]:
+                            i_start[k] = t
+                        if durs[i] > i_dur[k]:  # noqa: PLR1730
+                            i_dur[k] = durs[i]
+                        arr.append((s, i))
+                        expected[k] -= 1
+                        if not expected[k]:
+                            end = i_start[k] + i_dur[k]
+                            for ms, mi in arr:
+                                ends[ms][mi] = end
+                                woken = on_end[ms].pop(mi, None)
+                                if woken:
+                                    for w in woken:
+                                        if not queued[w]:
+                                            queued[w] = True
+                                            queue.append(w)
+                    e = en[i]
+                    if e is not None:
+                        t0 = e
+                        p += 1
+                        continue
+                    we.setdefault(i, []).append(g)  # a collective whose peers have not all arrived
+                    break
+                break  # a dependency has not ended
+            e = en[i]  # started earlier; parked until its peers arrived
+            if e is None:  # pragma: no cover - woken only once it ends
+                we.setdefault(i, []).append(g)
                 break
             t0 = e
             p += 1
@@ -650,6 +836,14 @@ def _emit_stage(
     e: _StageEmitter | _StepRecorder, s: int, st: StageCost, plan: Plan, actions: list[Action]
 ) -> None:
     """One stage's program in issue order, through either emitter (IR or light steps)."""
+    last, last_send = _emit_schedule(e, s, st, plan, actions)
+    _emit_tail(e, s, st, plan, last=last, last_send=last_send)
+
+
+def _emit_schedule(
+    e: _StageEmitter | _StepRecorder, s: int, st: StageCost, plan: Plan, actions: list[Action]
+) -> tuple[int | None, int | None]:
+    """The micro-batches' part of a stage's program: returns its (last step, last send)."""
     chunks = plan.vpp if plan.schedule == "interleaved" else 1
     nv, pp = plan.pp * chunks, plan.pp
     last_send: int | None = None
@@ -684,7 +878,14 @@ def _emit_stage(
             last = e.compute("backward", tag, bwd_s, deps)
             if v > 0:
                 last_send = e.p2p("send_grad", tag, link("send_grad", v), act.mb, [last])
-    # once per iteration: gradient reduction (comm stream), tied-embedding sync, update
+    return last, last_send
+
+
+def _emit_tail(e: _StageEmitter | _StepRecorder, s: int, st: StageCost, plan: Plan, *,
+               last: int | None, last_send: int | None) -> None:  # fmt: skip
+    """Once per iteration, after the micro-batches: gradient reduction (comm stream), the
+    tied-embedding sync, the update and ZeRO's gathers."""
+    pp = plan.pp
     dep: list[int | None] = [last, last_send]
     for i, c in enumerate(x for x in st.dp_comm if x.kind != "all_gather"):
         dep = [e.collective(c, CollectiveKind(c.kind), group=f"dp{s}", ranks=(s,), seq=i,
