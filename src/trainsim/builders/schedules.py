@@ -12,14 +12,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from trainsim.errors import ConfigError
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
+class Action(NamedTuple):  # a tuple: deep pipelines make tens of thousands
     kind: Literal["F", "B"]
     mb: int
     chunk: int = 0
