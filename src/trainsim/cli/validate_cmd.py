@@ -112,6 +112,15 @@ def _print_table(doc: dict[str, Any]) -> None:
         for c in cases:
             t.add_row(*(_fmt(c.get(k)) for k in keys))
         out.print(t)
+        s001 = [c for c in cases if c.get("group") == "seed001"]
+        if s001:  # comm: paper 001's sweeps, ours beside the paper's and the data's noise floor
+            t = Table(title="paper 001's NCCL sweeps: held-out MAPE %", title_justify="left")
+            for k in ("case", "points", "ours", "paper 001", "neighbours' median", "family"):
+                t.add_column(k)
+            for c in s001:
+                t.add_row(c["name"], str(c.get("points", 0)), _fmt(c.get("mape_pct")), _fmt(c.get("paper_error_pct")),
+                          _fmt(c.get("neighbour_mape_pct")), c.get("family") or c.get("unusable", "—"))  # fmt: skip
+            out.print(t)
         for g, v in doc.get("groups", {}).items():  # llm: per file, beside the published tools
             pub = ", ".join(f"{n} {x}" for n, x in v.get("published_mape_pct", {}).items())
             out.print(f"{g}: MAPE {_fmt(v.get('mape_pct'))} % (target {_fmt(v.get('target_mape_pct'))}; "
