@@ -50,7 +50,8 @@ def main() -> None:
     for name, xs in (("simulation (whole call)", sim), ("closed form (whole call)", cf_call),
                      ("closed form (formula)", cf_formula)):  # fmt: skip
         print(f"{name:28s} n={len(xs)} median {statistics.median(xs) * 1e3:8.3f} ms  "
-              f"p95 {_q(xs, 0.95) * 1e3:8.3f} ms  max {max(xs) * 1e3:8.3f} ms")  # fmt: skip
+              f"p95 {_q(xs, 0.95) * 1e3:8.3f} ms  max {max(xs) * 1e3:8.3f} ms  "
+              f"over 50 ms: {sum(x > 0.05 for x in xs)}")  # fmt: skip
     for model, plan in (("gpt3-175b", Plan(tp=8, pp=16, dp=8, micro_batch=1, global_batch=1536, recompute="full")),
                         ("llama3-70b", Plan(tp=8, pp=4, dp=16, micro_batch=1, global_batch=1024))):  # fmt: skip
         t = time.perf_counter()

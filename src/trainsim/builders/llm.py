@@ -290,7 +290,8 @@ class _StageEmitter:
         return self.add(c.name, k, deps, OpCategory.COMMUNICATION)
 
 
-# the kind of a keyed step, for :func:`_period` (a class is kind + 8 × virtual stage)
+# the kind of a micro-batch's step (its class is kind + 8 × virtual stage): what
+# :func:`_steady_end` finds a stage's actions by
 _WHAT = {"forward": 0, "backward": 1, "recv_act": 2, "send_act": 3, "recv_grad": 4, "send_grad": 5}
 # a transfer's instance group: (gradients?, virtual stage offset): recv_act of v is act{v - 1}
 _P2P_GROUP = {"recv_act": (False, -1), "send_act": (False, 0), "recv_grad": (True, 1), "send_grad": (True, 0)}
@@ -310,8 +311,8 @@ class _StepRecorder:
         self.d1: list[int] = []
         self.d2: list[int] = []
         self.inst: list[int] = []  # a collective's instance, else -1
-        # a micro-batch's step: its micro-batch and class (kind + 8 × virtual stage), what
-        # :func:`_period` matches micro-batch j with j + period by; -1 for the iteration's tail
+        # a micro-batch's step: its micro-batch and class (kind + 8 × virtual stage); -1 for
+        # the iteration's tail
         self.mb: list[int] = []
         self.cls: list[int] = []
         # 000 §III-D's intra-rank rule as trainsim.sim.edges.intra_rank_rule applies it, kept
@@ -535,16 +536,16 @@ def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: 
 
     ``periodic`` (1F1B and interleaved schedules, many micro-batches): evaluate a shorter
     iteration of ``m`` micro-batches (``m ≡ M`` modulo the period ``c``: 1 micro-batch, ``pp``
-    interleaved) and carry it forward when :func:`_period` certifies that its steady state
-    repeats — every step of a window of micro-batches at least as long as the program's longest
-    dependency lag starts and ends exactly ``Δ`` after its counterpart ``c`` micro-batches
-    earlier, with the same dependencies. The steady part of these schedules is shift-invariant
-    and ``M`` micro-batches are ``m`` with ``(M - m) / c`` periods inserted there, so by
-    induction over the steps every later step, the cool-down and each stage's end move by
-    exactly ``(M - m) / c × Δ``: the result equals the full evaluation (a test, on random stage
-    costs), not an extrapolation of a trend. Without a certificate (the pipeline is still
-    settling: stages whose periods nearly tie), ``m`` doubles while all runs together stay
-    within ``M / 2``, then all ``M`` are evaluated.
+    interleaved; 1F1B from ``pp + 4``, interleaved from ``3 pp``) and carry it forward when
+    :func:`_extrapolate` certifies it: the program one period longer, recorded but not
+    evaluated, is checked equation by equation against the short run's times with one period
+    inserted at the end of each stage's steady part and every later step ``Δ`` later. A DAG's
+    max-plus system has a single solution, so passing the check *is* the longer program's
+    evaluation; the schedules' steady parts repeat their period, so each further period moves
+    every stage's end by ``Δ`` again: the result equals the full evaluation (a test, on random
+    stage costs and on every vTrain configuration), not an extrapolation of a trend. Without a
+    certificate (the pipeline is still settling: stages whose periods nearly tie), ``m``
+    doubles while all runs together stay within ``M / 2``, then all ``M`` are evaluated.
     """
     with gc_paused():  # tens of thousands of short-lived lists, no cycles
         return _evaluate_pipeline(model, plan, system, stages, periodic)
@@ -555,18 +556,20 @@ def _evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages:
     m = plan.grad_accum
     if periodic and plan.schedule in ("1f1b", "interleaved") and plan.pp > 1:
         c = plan.pp if plan.schedule == "interleaved" else 1
-        # the shortest runs that hold warm-up, a window and cool-down (measured: 1F1B from 3 pp,
-        # interleaved from 5–7 pp); multiples of c, as M is (Plan.validate)
-        run = (7 if plan.schedule == "interleaved" else 3) * plan.pp
+        # short runs that hold warm-up, a steady period before the last forward and cool-down
+        # (1F1B: pp - 1 warm-up forwards; interleaved: about 2.5 pp micro-batches); multiples
+        # of c, as M is (Plan.validate)
+        run = 3 * plan.pp if plan.schedule == "interleaved" else plan.pp + 4
         spent = 0
         # the first run if it is at most 0.6 M; longer ones while all runs stay within 0.5 M:
         # without any certificate the work is at most 1.6 M (1.5 M after a second run)
         while 5 * run <= 3 * m if not spent else 2 * (spent + run) <= m:
             spent += run
             short = replace(plan, global_batch=run * plan.micro_batch * plan.dp)
+            longer = replace(plan, global_batch=(run + c) * plan.micro_batch * plan.dp)
             recs = _record(model, short, system, stages)
             starts, ends = _evaluate(recs)
-            delta = _period(recs, starts, ends, c)
+            delta = _extrapolate(recs, starts, ends, _record(model, longer, system, stages))
             if delta is not None:
                 shift = (m - run) // c * delta
                 stage_end = tuple(_last(en) + shift for en in ends)
@@ -605,111 +608,101 @@ def _record(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[Stage
     return recs
 
 
-def _period(recs: list[_StepRecorder], starts: list[list[float | None]],
-            ends: list[list[float | None]], c: int) -> float | None:  # fmt: skip
-    """``Δ`` when a window of micro-batches certifies the program periodic with period ``c``
-    micro-batches (see :func:`evaluate_pipeline`), else None.
-
-    Micro-batch ``j`` matches ``j + c`` when each of its steps (on every stage) has a
-    counterpart (same class — what and virtual stage —, stream and duration) whose predecessors
-    — explicit dependencies, the previous step of its stream, the intra-rank rule's step, each
-    in the same position — and collective peers are the counterparts of its own, and whose
-    start and end are later by one common ``Δ``. A window of ``lag`` consecutive matching
-    micro-batches (``lag``: the largest micro-batch distance from a step back to a predecessor)
-    holds the whole state the rest of the iteration depends on. Windows are tried from the
-    latest (where the pipeline has settled most). Every step is compared at once, as arrays.
-    """
+def _columns(recs: list[_StepRecorder]) -> dict[str, np.ndarray]:
+    """The program of every stage as global arrays: indices shifted by each stage's offset
+    (-1 stays -1), the lane made unique per stage, and each step's previous step on its lane."""
     sizes = [len(r.lane) for r in recs]
     n = sum(sizes)
-    if not n:
-        return None
-    off = np.cumsum([0, *sizes[:-1]])
-    base = np.repeat(off, sizes)  # each step's stage offset into the global arrays
+    stage = np.repeat(np.arange(len(recs)), sizes)
+    base = np.repeat(np.cumsum([0, *sizes[:-1]]), sizes)
 
     def column(name: str, dtype: type = np.int64) -> np.ndarray:
         return np.fromiter(chain.from_iterable(getattr(r, name) for r in recs), dtype, n)
 
-    mb, cls = column("mb"), column("cls")
-    dur, inst = column("dur", np.float64), column("inst")
-    lane = column("lane") + (np.repeat(np.arange(len(recs)), sizes) << 8)  # per stage
-    st = np.fromiter(chain.from_iterable(starts), np.float64, n)
-    en = np.fromiter(chain.from_iterable(ends), np.float64, n)
-    # predecessors in a fixed order: explicit dependencies, previous step of the stream, the
-    # intra-rank rule's step (-1 where none); global indices
-    preds = np.full((n, 5), -1, np.int64)
-    for col, name in enumerate(("d0", "d1", "d2")):
+    out = {"base": base, "dur": column("dur", np.float64), "inst": column("inst"),
+           "lane": column("lane") + (stage << 8)}  # fmt: skip
+    for name in ("d0", "d1", "d2", "after"):
         d = column(name)
-        preds[:, col] = np.where(d >= 0, d + base, -1)
-    order = np.lexsort((np.arange(n), lane))
-    same = lane[order[1:]] == lane[order[:-1]]
-    preds[order[1:][same], 3] = order[:-1][same]
-    after = column("after")
-    preds[:, 4] = np.where(after >= 0, after + base, -1)
+        out[name] = np.where(d >= 0, d + base, -1)
+    order = np.lexsort((np.arange(n), out["lane"]))
+    same = out["lane"][order[1:]] == out["lane"][order[:-1]]
+    prev = np.full(n, -1, np.int64)
+    prev[order[1:][same]] = order[:-1][same]
+    out["prev"] = prev
+    return out
 
-    keyed = np.flatnonzero(mb >= 0)
-    if not len(keyed):
+
+def _steady_end(r: _StepRecorder) -> int:
+    """The first step after the stage's steady part — after the backward that follows its last
+    forward (the cool-down's first action, else the iteration's tail): a program one period
+    longer has the same steps up to here, then one more period."""
+    cls, mb = r.cls, r.mb
+    starts = []  # each action's first step: its receive, else its compute
+    for i, (k, b) in enumerate(zip(cls, mb, strict=True)):
+        if b >= 0 and k % 8 in (_WHAT["forward"], _WHAT["backward"]):
+            recv = i and mb[i - 1] >= 0 and cls[i - 1] % 8 in (_WHAT["recv_act"], _WHAT["recv_grad"])
+            starts.append(i - 1 if recv else i)
+    forwards = [a for a, i in enumerate(starts) if cls[i] % 8 in (_WHAT["forward"], _WHAT["recv_act"])]
+    after = forwards[-1] + 2 if forwards else len(starts)
+    return starts[after] if after < len(starts) else sum(b >= 0 for b in mb)
+
+
+def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
+                 ends: list[list[float | None]], longer: list[_StepRecorder]) -> float | None:  # fmt: skip
+    """``Δ`` if the program one period longer (``longer``, recorded, not evaluated) is the
+    evaluated ``short`` one with one period inserted at the end of each stage's steady part
+    (:func:`_steady_end`) and every later step moved by ``Δ``, else None.
+
+    The candidate times of ``longer``: on each stage, a step before the cut takes the time of
+    the same step of ``short``; a later one the time of its counterpart one period
+    earlier in ``short`` (``k`` steps back, ``k`` the stage's extra steps) plus ``Δ`` (read off
+    stage 0 at the cut). They are then checked against every equation of ``longer`` — each
+    start the latest of its dependencies' and stream predecessor's ends, the intra-rank rule's
+    start and zero; each end its start plus its duration, or a collective's latest start plus
+    its largest duration — to 1e-12 of each step's time. A DAG's max-plus system has one
+    solution, so a candidate that satisfies all of them *is* the evaluation of ``longer``.
+    Repeating the insertion (the schedules' steady parts repeat their period; the check depends
+    only on the steps around the cut, which every insertion leaves alike) moves every stage's
+    end by ``Δ`` per period."""
+    k_steps, cuts = [], []
+    for r, rl in zip(short, longer, strict=True):
+        k = len(rl.lane) - len(r.lane)
+        cut = _steady_end(r)
+        if k <= 0 or cut - k < 1:  # a whole period (and a step before it) precedes the cut
+            return None
+        k_steps.append(k)
+        cuts.append(cut)
+    col = _columns(longer)
+    n = len(col["dur"])
+    s_short = np.fromiter(chain.from_iterable(starts), np.float64)
+    e_short = np.fromiter(chain.from_iterable(ends), np.float64)
+    short_base = np.repeat(np.cumsum([0] + [len(r.lane) for r in short[:-1]]), [len(r.lane) for r in longer])
+    local = np.arange(n) - col["base"]
+    later = local >= np.repeat(cuts, [len(r.lane) for r in longer])
+    src = short_base + local - np.where(later, np.repeat(k_steps, [len(r.lane) for r in longer]), 0)
+    c0 = cuts[0] - 1  # stage 0's last step before the cut, and its counterpart a period earlier
+    delta = float(e_short[c0] - e_short[c0 - k_steps[0]])
+    if not np.isfinite(delta) or delta < 0:
         return None
-    nmb = int(mb.max()) + 1
-    # the counterpart c micro-batches later (same stage and class): -2 where none
-    code = (np.repeat(np.arange(len(recs)), sizes) * (int(cls.max()) + 1) + cls) * (nmb + c) + mb
-    table = np.full(len(recs) * (int(cls.max()) + 1) * (nmb + c), -2, np.int64)
-    table[code[keyed]] = keyed
-    twin = np.full(n + 1, -2, np.int64)  # twin[-1] == -1: "no predecessor" maps to itself
-    twin[-1] = -1
-    twin[keyed] = table[code[keyed] + c]
-    i1 = keyed[twin[keyed] >= 0]
-    i2 = twin[i1]
-    ok = (lane[i2] == lane[i1]) & (dur[i2] == dur[i1])
-    ok &= (twin[preds[i1]] == preds[i2]).all(axis=1)
-    lag = 1
-    p, q = np.nonzero(preds[keyed] >= 0)
-    if len(p):
-        d = preds[keyed][p, q]
-        d_keyed = mb[d] >= 0
-        if d_keyed.any():
-            lag = max(lag, int((mb[keyed[p]] - mb[d])[d_keyed].max()))
-    # collective peers: instance b's members are the counterparts of instance a's, in order
-    a, b = inst[i1], inst[i2]
-    ok &= (a >= 0) == (b >= 0)
+    st = s_short[src] + np.where(later, delta, 0.0)
+    en = e_short[src] + np.where(later, delta, 0.0)
+    # the equations of ``longer`` at the candidate; index n reads 0.0 (no such predecessor)
+    en_x, st_x = np.append(en, 0.0), np.append(st, 0.0)
+    rhs_start = np.maximum.reduce([en_x[col[d]] for d in ("d0", "d1", "d2", "prev")] + [st_x[col["after"]]])
+    rhs_start = np.maximum(rhs_start, 0.0)
+    rhs_end = st + col["dur"]
+    inst = col["inst"]
     coll = np.flatnonzero(inst >= 0)
     if len(coll):
-        by = coll[np.argsort(inst[coll], kind="stable")]
-        cnt = np.bincount(inst[coll])
-        slot = np.arange(len(by)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        members = np.full((len(cnt), int(cnt.max())), -1, np.int64)
-        members[inst[by], slot] = by
-        both = np.flatnonzero(ok & (a >= 0))
-        ok[both] &= (twin[members[a[both]]] == members[b[both]]).all(axis=1)
-    # per micro-batch: all steps matched, the range of start/end shifts, the latest end of j + c
-    bad = np.bincount(mb[keyed], minlength=nmb) - np.bincount(mb[i1[ok]], minlength=nmb)
-    j1 = mb[i1]
-    shifts = np.minimum(st[i2] - st[i1], en[i2] - en[i1]), np.maximum(st[i2] - st[i1], en[i2] - en[i1])
-    lo_mb = np.full(nmb, np.inf)
-    hi_mb = np.full(nmb, -np.inf)
-    top_mb = np.zeros(nmb)
-    np.minimum.at(lo_mb, j1, shifts[0])
-    np.maximum.at(hi_mb, j1, shifts[1])
-    np.maximum.at(top_mb, j1, np.abs(en[i2]))
-    matched = (bad == 0) & np.isfinite(lo_mb)
-    lo_l, hi_l, top_l, ok_l = lo_mb.tolist(), hi_mb.tolist(), top_mb.tolist(), matched.tolist()
-
-    # equal shifts up to rounding of the window's own times (1e-12 of them: thousands of ulps);
-    # not of the iteration's, whose tail (a long gradient reduction) may be far longer
-    inf = float("inf")
-    start = nmb - c - lag
-    while start >= 0:
-        lo, hi, top = inf, -inf, 0.0
-        for j in range(start + lag - 1, start - 1, -1):
-            if not ok_l[j]:  # no window holding j certifies
-                start = j - lag
-                break
-            lo, hi, top = min(lo, lo_l[j]), max(hi, hi_l[j]), max(top, top_l[j])
-            if hi - lo > 1e-12 * top:
-                start -= 1
-                break
-        else:
-            return 0.5 * (lo + hi)
-    return None
+        first, longest = np.full(inst.max() + 1, -np.inf), np.full(inst.max() + 1, -np.inf)
+        np.maximum.at(first, inst[coll], st[coll])
+        np.maximum.at(longest, inst[coll], col["dur"][coll])
+        rhs_end[coll] = first[inst[coll]] + longest[inst[coll]]
+    tol = 1e-12 * np.maximum(np.abs(st), np.abs(rhs_start))
+    if not np.all(np.abs(st - rhs_start) <= tol):
+        return None
+    tol = 1e-12 * np.maximum(np.abs(en), np.abs(rhs_end))
+    return delta if np.all(np.abs(en - rhs_end) <= tol) else None
 
 
 def _evaluate(
