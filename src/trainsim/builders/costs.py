@@ -28,7 +28,7 @@ from functools import lru_cache
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ModelError
-from trainsim.hardware import DeviceSpec, get_device, list_devices
+from trainsim.hardware import DeviceSpec, find_device, get_device, list_devices
 from trainsim.kernels import predict_query, query
 
 _SEED001_VOCAB = 50257  # the vocabulary paper 001 benchmarked linear_final / cross-entropy with
@@ -78,6 +78,7 @@ class OpCoster:
     def __init__(self, device: DeviceSpec | str) -> None:
         self.device = get_device(device) if isinstance(device, str) else device
         self._cached = lru_cache(maxsize=4096)(self._predict)
+        self._bandwidth_ratio: dict[str, float] = {}
 
     def time(self, op: str, phase: str, dtype: str, **inputs: float) -> tuple[float, str]:
         return self._cached(op, phase, dtype, tuple(sorted(inputs.items())))
@@ -89,8 +90,11 @@ class OpCoster:
         marker = ";transferred-from:"
         if marker not in provenance:
             return seconds, provenance
-        source = get_device(provenance.split(marker, 1)[1].split(";", 1)[0])
-        ratio = source.memory_bandwidth_GBps / self.device.memory_bandwidth_GBps
+        name = provenance.split(marker, 1)[1].split(";", 1)[0]
+        ratio = self._bandwidth_ratio.get(name)
+        if ratio is None:  # once per sibling: a search asks this hundreds of thousands of times
+            source = find_device(name) or get_device(name)
+            ratio = self._bandwidth_ratio[name] = source.memory_bandwidth_GBps / self.device.memory_bandwidth_GBps
         return seconds * ratio, provenance + ";bandwidth-scaled"
 
     def _candidates(self) -> list[tuple[DeviceSpec, str]]:
