@@ -204,3 +204,22 @@ def test_vectorized_recording_equals_step_by_step_emission(seed: int, monkeypatc
                 assert getattr(a, name) == getattr(b, name), (plan, a.stage, name)
         assert fast[0].instances.members == slow[0].instances.members
         assert llm._evaluate(fast) == llm._evaluate(slow)
+
+
+def test_a_path_that_grows_a_little_faster_is_not_carried_far(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A review's case: two paths whose periods differ by ~2e-8 s, within 1e-12 of the window's
+    # ~37,000 s. Carried over 9,928 periods the difference grew to 1.7e-9 of the iteration;
+    # the window must repeat to 1e-10 of the carried iteration per period carried.
+    e1, e2 = 0.0073043665742047 * 3e-6, 0.001362686615207 * 3e-6
+    fb = [(1.5, 1.5), (0.5, 2.5 + e2), (0.5, 2.5), (0.75, 2.2536231091749537),
+          (1.5, 1.5), (1.5, 1.5), (0.75, 2.25), (1.0, 2.0)]  # fmt: skip
+    stages = [StageCost(i, 1, 1.0, f, b) for i, (f, b) in enumerate(fb)]
+    p2p: list[CommCost | None] = [CommCost("p2p", "send", 1, 2, 1, x, "t") for x in (3 + e1, 6, 3 + e1, 3 + e1, 3, 3, 6, 3)]  # fmt: skip
+    monkeypatch.setattr(llm, "_p2p_costs", lambda *a: p2p)
+    spec, sys = get_model("gpt3-125m"), get_system("dgx-a100")
+    short, longer = (Plan(pp=8, micro_batch=1, global_batch=m) for m in (3072, 3073))
+    recs = llm._record(spec, short, sys, stages)
+    starts, ends = llm._evaluate(recs)
+    again = llm._record(spec, longer, sys, stages)
+    assert llm._extrapolate(recs, starts, ends, again, periods=1) is not None  # one period: fine
+    assert llm._extrapolate(recs, starts, ends, again, periods=13000 - 3072) is None

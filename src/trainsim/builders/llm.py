@@ -536,16 +536,15 @@ def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: 
 
     ``periodic`` (1F1B and interleaved schedules, many micro-batches): evaluate a shorter
     iteration of ``m`` micro-batches (``m ≡ M`` modulo the period ``c``: 1 micro-batch, ``pp``
-    interleaved; 1F1B from ``pp + 4``, interleaved from ``3 pp``) and carry it forward when
-    :func:`_extrapolate` certifies it: the program one period longer, recorded but not
-    evaluated, is checked equation by equation against the short run's times with one period
-    inserted at the end of each stage's steady part and every later step ``Δ`` later. A DAG's
-    max-plus system has a single solution, so passing the check *is* the longer program's
-    evaluation; the schedules' steady parts repeat their period, so each further period moves
-    every stage's end by ``Δ`` again: the result equals the full evaluation (a test, on random
-    stage costs and on every vTrain configuration), not an extrapolation of a trend. Without a
-    certificate (the pipeline is still settling: stages whose periods nearly tie), ``m``
-    doubles while all runs together stay within ``M / 2``, then all ``M`` are evaluated.
+    interleaved; 1F1B from ``pp + 4``, interleaved from ``4 pp``) and carry it forward when
+    :func:`_extrapolate` certifies it: the state at the end of each stage's steady part repeats
+    exactly from one period to the next, and the program one period longer — recorded, not
+    evaluated — satisfies every one of its equations at the short run's times with that period
+    inserted. Then every further period moves each stage's end by the same ``Δ``: the result
+    equals the full evaluation (a test, on random stage costs and on every vTrain
+    configuration), not an extrapolation of a trend. Without a certificate (the pipeline is
+    still settling: stages whose periods nearly tie), ``m`` doubles while all runs together
+    stay within ``M / 2``, then all ``M`` are evaluated.
     """
     with gc_paused():  # tens of thousands of short-lived lists, no cycles
         return _evaluate_pipeline(model, plan, system, stages, periodic)
@@ -556,10 +555,10 @@ def _evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages:
     m = plan.grad_accum
     if periodic and plan.schedule in ("1f1b", "interleaved") and plan.pp > 1:
         c = plan.pp if plan.schedule == "interleaved" else 1
-        # short runs that hold warm-up, a steady period before the last forward and cool-down
-        # (1F1B: pp - 1 warm-up forwards; interleaved: about 2.5 pp micro-batches); multiples
-        # of c, as M is (Plan.validate)
-        run = 3 * plan.pp if plan.schedule == "interleaved" else plan.pp + 4
+        # short runs that hold warm-up, two steady periods and cool-down (1F1B: pp - 1 warm-up
+        # forwards; interleaved: about 2.5 pp micro-batches, then a period of pp); multiples of
+        # c, as M is (Plan.validate)
+        run = 4 * plan.pp if plan.schedule == "interleaved" else plan.pp + 4
         spent = 0
         # the first run if it is at most 0.6 M; longer ones while all runs stay within 0.5 M:
         # without any certificate the work is at most 1.6 M (1.5 M after a second run)
@@ -569,7 +568,7 @@ def _evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages:
             longer = replace(plan, global_batch=(run + c) * plan.micro_batch * plan.dp)
             recs = _record(model, short, system, stages)
             starts, ends = _evaluate(recs)
-            delta = _extrapolate(recs, starts, ends, _record(model, longer, system, stages))
+            delta = _extrapolate(recs, starts, ends, _record(model, longer, system, stages), (m - run) // c)
             if delta is not None:
                 shift = (m - run) // c * delta
                 stage_end = tuple(_last(en) + shift for en in ends)
@@ -648,22 +647,30 @@ def _steady_end(r: _StepRecorder) -> int:
 
 
 def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
-                 ends: list[list[float | None]], longer: list[_StepRecorder]) -> float | None:  # fmt: skip
-    """``Δ`` if the program one period longer (``longer``, recorded, not evaluated) is the
-    evaluated ``short`` one with one period inserted at the end of each stage's steady part
-    (:func:`_steady_end`) and every later step moved by ``Δ``, else None.
+                 ends: list[list[float | None]], longer: list[_StepRecorder], periods: int = 1) -> float | None:  # fmt: skip
+    """``Δ`` if the iteration repeats with period ``Δ`` from the end of each stage's steady
+    part (:func:`_steady_end`) on, else None. Two conditions, both checked on arrays:
 
-    The candidate times of ``longer``: on each stage, a step before the cut takes the time of
-    the same step of ``short``; a later one the time of its counterpart one period
-    earlier in ``short`` (``k`` steps back, ``k`` the stage's extra steps) plus ``Δ`` (read off
-    stage 0 at the cut). They are then checked against every equation of ``longer`` — each
-    start the latest of its dependencies' and stream predecessor's ends, the intra-rank rule's
-    start and zero; each end its start plus its duration, or a collective's latest start plus
-    its largest duration — to 1e-12 of each step's time. A DAG's max-plus system has one
-    solution, so a candidate that satisfies all of them *is* the evaluation of ``longer``.
-    Repeating the insertion (the schedules' steady parts repeat their period; the check depends
-    only on the steps around the cut, which every insertion leaves alike) moves every stage's
-    end by ``Δ`` per period."""
+    1. *The state repeats.* Every step before the cut that a later step reads — a dependency,
+       a stream predecessor, the intra-rank rule's step on the same stage, or a collective peer
+       on another stage — lies within ``reach`` periods of its stage's cut (``k`` steps each, the
+       stage's extra steps in ``longer``); each step of those periods of ``short`` starts and
+       ends exactly ``Δ`` after its counterpart one period earlier (Δ read off stage 0 at the
+       cut; to the precision the carried ``periods`` allow, see below).
+    2. *One inserted period obeys the program.* ``longer`` (one period more, recorded, not
+       evaluated) at a candidate — a step before the cut at its time in ``short``, a later one
+       at its counterpart's a period earlier plus Δ — satisfies every equation: each start the
+       latest of its dependencies' and stream predecessor's ends, the intra-rank rule's start
+       and zero; each end its start plus its duration, or a collective's latest start plus its
+       largest duration (to 1e-12 of each step's time). A DAG's max-plus system has one
+       solution, so the candidate *is* ``longer``'s evaluation.
+
+    The schedules' steady parts repeat their period, so a further inserted period meets the
+    same equations around the cut — they read only the repeating state — and every stage's
+    end moves by Δ per period (the max-plus argument: a state that repeats once repeats
+    forever). Condition 1 is what the second half needs: the equations of (2) can hold while a
+    path that is nowhere the latest grows a little faster than Δ and takes over many periods
+    on (a review's case)."""
     k_steps, cuts = [], []
     for r, rl in zip(short, longer, strict=True):
         k = len(rl.lane) - len(r.lane)
@@ -684,6 +691,50 @@ def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
     delta = float(e_short[c0] - e_short[c0 - k_steps[0]])
     if not np.isfinite(delta) or delta < 0:
         return None
+    # the state at the cut: every step before it that a step after it reads (same stage, or a
+    # collective peer on another) lies within ``reach`` periods of its stage's cut; all of
+    # them must repeat exactly, one period to the next. Without this, a path that is not the
+    # latest at the cut but grows faster (nearly tied periods) can take over many periods on
+    # while the equations around one inserted period still hold.
+    cut_of = np.repeat(cuts, [len(r.lane) for r in longer])
+    k_of = np.repeat(k_steps, [len(r.lane) for r in longer])
+    reach = 1
+    after_cut = np.flatnonzero(later)
+    for name in ("d0", "d1", "d2", "prev", "after"):
+        p = col[name][after_cut]
+        p = p[p >= 0]
+        p = p[~later[p]]
+        if len(p):
+            reach = max(reach, int(np.max(-(-(cut_of[p] - local[p]) // k_of[p]))))
+    inst = col["inst"]
+    coll = np.flatnonzero(inst >= 0)
+    if len(coll):
+        crossing = np.zeros(inst.max() + 1, bool)
+        crossing[inst[coll[later[coll]]]] = True
+        before = coll[~later[coll] & crossing[inst[coll]]]
+        if len(before):
+            reach = max(reach, int(np.max(-(-(cut_of[before] - local[before]) // k_of[before]))))
+    window: list[np.ndarray] = []
+    offset = 0
+    for r, cut, k in zip(short, cuts, k_steps, strict=True):
+        if cut - (reach + 1) * k < 0:
+            return None
+        window.append(np.arange(cut - reach * k, cut) + offset)
+        offset += len(r.lane)
+    w = np.concatenate(window)
+    k_w = np.concatenate([np.full(len(x), k) for x, k in zip(window, k_steps, strict=True)])
+    # To what precision: carried over ``periods`` periods, a per-period error grows that many
+    # times, so it must stay within 1e-10 of the carried iteration / periods (a review's case:
+    # two paths whose periods differ by 2e-8 s, inside 1e-12 of the window's 37,000 s, came
+    # out 1.7e-9 off after 10,000 periods); but not below the rounding of the window's own
+    # times (64 ulps), which a real steady state shows.
+    end = float(max(e_short.max(), 0.0))
+    carried = 1e-10 * (end + periods * delta) / max(periods, 1)
+    for t in (s_short, e_short):
+        tw = np.abs(t[w])
+        tol = np.maximum(np.minimum(1e-12 * tw, carried), 64 * np.spacing(tw))
+        if not np.all(np.abs(t[w] - t[w - k_w] - delta) <= tol):
+            return None
     st = s_short[src] + np.where(later, delta, 0.0)
     en = e_short[src] + np.where(later, delta, 0.0)
     # the equations of ``longer`` at the candidate; index n reads 0.0 (no such predecessor)
@@ -691,8 +742,6 @@ def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
     rhs_start = np.maximum.reduce([en_x[col[d]] for d in ("d0", "d1", "d2", "prev")] + [st_x[col["after"]]])
     rhs_start = np.maximum(rhs_start, 0.0)
     rhs_end = st + col["dur"]
-    inst = col["inst"]
-    coll = np.flatnonzero(inst >= 0)
     if len(coll):
         first, longest = np.full(inst.max() + 1, -np.inf), np.full(inst.max() + 1, -np.inf)
         np.maximum.at(first, inst[coll], st[coll])
