@@ -789,6 +789,12 @@ def _evaluate(
     i_arrived: list[list[tuple[int, int]]] = [[] for _ in expected]
     queue = list(range(len(lanes)))
     queued = [True] * len(lanes)
+    def wake(lanes_parked: list[int]) -> None:
+        for w in lanes_parked:
+            if not queued[w]:
+                queued[w] = True
+                queue.append(w)
+
     # per lane, what its loop reads (looked up once, not at every resumption)
     deps = [list(zip(r.d0, r.d1, r.d2, strict=True)) for r in recs]
     context = [(s, steps, len(steps), starts[s], ends[s], on_start[s], on_end[s], recs[s].after,
@@ -821,23 +827,13 @@ def _evaluate(
                         if sa > t:  # noqa: PLR1730
                             t = sa
                     st[i] = t
-                    if ws:
-                        woken = ws.pop(i, None)
-                        if woken:
-                            for w in woken:
-                                if not queued[w]:
-                                    queued[w] = True
-                                    queue.append(w)
+                    if ws and i in ws:
+                        wake(ws.pop(i))
                     k = insts[i]
                     if k < 0:
                         en[i] = t + durs[i]
-                        if we:
-                            woken = we.pop(i, None)
-                            if woken:
-                                for w in woken:
-                                    if not queued[w]:
-                                        queued[w] = True
-                                        queue.append(w)
+                        if we and i in we:
+                            wake(we.pop(i))
                     else:
                         arr = i_arrived[k]
                         if not arr or t > i_start[k]:
@@ -850,12 +846,8 @@ def _evaluate(
                             end = i_start[k] + i_dur[k]
                             for ms, mi in arr:
                                 ends[ms][mi] = end
-                                woken = on_end[ms].pop(mi, None)
-                                if woken:
-                                    for w in woken:
-                                        if not queued[w]:
-                                            queued[w] = True
-                                            queue.append(w)
+                                if mi in on_end[ms]:
+                                    wake(on_end[ms].pop(mi))
                     e = en[i]
                     if e is not None:
                         t0 = e
