@@ -170,7 +170,7 @@ def _simulate(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCo
     m = plan.grad_accum
     how = "simulation"
     if r.evaluated_micro_batches < m:
-        how += f": {r.evaluated_micro_batches} of {m} micro-batches evaluated, the rest repeat exactly"
+        how += f": {r.evaluated_micro_batches} of {m} micro-batches evaluated, the rest certified to repeat (to 1e-10)"
     return r.predicted_step_s, r.stage_end_s, None, how
 
 
