@@ -73,3 +73,16 @@ def test_neighbour_median_is_the_local_scatter():
     assert _neighbour_median(np.delete(m, 3), np.delete(t, 3), np.array([8.0]), k=4)[0] == pytest.approx(12.5)
     assert _neighbour_median(m, t, np.array([1.0]), k=1)[0] == 10.0
     assert _neighbour_median(m[:2], t[:2], np.array([64.0]), k=5)[0] == pytest.approx(10.5)  # k > rows
+
+
+def test_the_table_prints_paper_001_beside_ours(suite, capsys):
+    # the generic table takes the first case's columns (Azure's), which have no paper error:
+    # paper 001's sweeps get their own table, ours beside the paper's and the neighbours'
+    from trainsim.cli.validate_cmd import _print_table
+
+    _print_table(suite)
+    out = capsys.readouterr().out
+    assert "paper 001's NCCL sweeps" in out and "neighbours' median" in out
+    paper_table = out[out.index("paper 001's NCCL sweeps"):]
+    row = next(line for line in paper_table.splitlines() if "NVIDIAA100-SXM4-80GB allgather_large 1x4" in line)
+    assert "58.9" in row and "76.8" in row and "80.2" in row
