@@ -28,7 +28,7 @@ from functools import lru_cache
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ModelError
-from trainsim.hardware import DeviceSpec, find_device, get_device, list_devices
+from trainsim.hardware import DeviceSpec, get_device, list_devices
 from trainsim.kernels import predict_query, query
 
 _SEED001_VOCAB = 50257  # the vocabulary paper 001 benchmarked linear_final / cross-entropy with
@@ -93,7 +93,7 @@ class OpCoster:
         name = provenance.split(marker, 1)[1].split(";", 1)[0]
         ratio = self._bandwidth_ratio.get(name)
         if ratio is None:  # once per sibling: a search asks this hundreds of thousands of times
-            source = find_device(name) or get_device(name)
+            source = get_device(name)
             ratio = self._bandwidth_ratio[name] = source.memory_bandwidth_GBps / self.device.memory_bandwidth_GBps
         return seconds * ratio, provenance + ";bandwidth-scaled"
 

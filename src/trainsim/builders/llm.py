@@ -398,68 +398,60 @@ class _StepRecorder:
         has_r = np.where(fwd, v > 0, v < nv - 1)
         has_s = np.where(fwd, v < nv - 1, v > 0)
         count = has_r + 1 + has_s
-        base = len(self.lane)
         n = int(count.sum())
-        first_step = base + np.cumsum(count) - count
+        first_step = np.cumsum(count) - count  # the recorder is empty: its indices start at 0
         cs = first_step + has_r  # the compute of each action
         rs = np.flatnonzero(has_r)  # actions with a receive (at first_step), with a send (cs + 1)
         ss = np.flatnonzero(has_s)
         r_at, s_at = first_step[rs], cs[ss] + 1
         sends = np.where(has_s, cs + 1, -1)
-        last_send = np.concatenate(([-1], np.maximum.accumulate(sends)[:-1]))
         bsec = np.array([c.seconds if c else 0.0 for c in self.bcost])
         nb = len(self.bcost)
-
-        def put(col: np.ndarray, at: np.ndarray, values: np.ndarray | int | float) -> None:
-            col[at - base] = values
+        fr, fs = fwd[rs], fwd[ss]
 
         lane, dur, cls = np.empty(n, np.int64), np.empty(n), np.empty(n, np.int64)
-        steps_mb = np.repeat(mb, count)
         d0, d1, d2 = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         inst, after, cover = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-        put(lane, cs, COMPUTE)
-        put(dur, cs, np.where(fwd, st.fwd_s / chunks, st.bwd_s / chunks))
-        put(cls, cs, np.where(fwd, _WHAT["forward"], _WHAT["backward"]) + 8 * v)
-        put(d0, cs, last_send)
-        put(d1, cs, np.concatenate(([-1], cs[:-1])))
-        put(d2, cs[rs], r_at)
-        fr, fs = fwd[rs], fwd[ss]
-        put(lane, r_at, np.where(fr, RECV_PREV, RECV_NEXT))
-        put(dur, r_at, bsec[np.where(fr, v[rs] - 1, v[rs]) % nb])
-        put(cls, r_at, np.where(fr, _WHAT["recv_act"], _WHAT["recv_grad"]) + 8 * v[rs])
-        put(lane, s_at, np.where(fs, SEND_NEXT, SEND_PREV))
-        put(dur, s_at, bsec[np.where(fs, v[ss], v[ss] - 1) % nb])
-        put(cls, s_at, np.where(fs, _WHAT["send_act"], _WHAT["send_grad"]) + 8 * v[ss])
-        put(d0, s_at, cs[ss])
-        put(cover, r_at, r_at)
-        put(cover, s_at, s_at)
+        lane[cs] = COMPUTE
+        dur[cs] = np.where(fwd, st.fwd_s / chunks, st.bwd_s / chunks)
+        cls[cs] = np.where(fwd, _WHAT["forward"], _WHAT["backward"]) + 8 * v
+        d0[cs] = np.concatenate(([-1], np.maximum.accumulate(sends)[:-1]))  # the last send before
+        d1[cs] = np.concatenate(([-1], cs[:-1]))
+        d2[cs[rs]] = r_at
+        lane[r_at] = np.where(fr, RECV_PREV, RECV_NEXT)
+        dur[r_at] = bsec[np.where(fr, v[rs] - 1, v[rs]) % nb]
+        cls[r_at] = np.where(fr, _WHAT["recv_act"], _WHAT["recv_grad"]) + 8 * v[rs]
+        lane[s_at] = np.where(fs, SEND_NEXT, SEND_PREV)
+        dur[s_at] = bsec[np.where(fs, v[ss], v[ss] - 1) % nb]
+        cls[s_at] = np.where(fs, _WHAT["send_act"], _WHAT["send_grad"]) + 8 * v[ss]
+        d0[s_at] = cs[ss]
+        cover[r_at], cover[s_at] = r_at, s_at
         # the intra-rank rule, per stream (receives: per direction, likewise sends)
-        for sel, at, later in ((fr, r_at, cs[rs]), (~fr, r_at, cs[rs]),
-                               (fs, s_at, cs[np.minimum(ss + 1, na - 1)]), (~fs, s_at, cs[np.minimum(ss + 1, na - 1)])):  # fmt: skip
+        next_compute = cs[np.minimum(ss + 1, na - 1)]
+        streams = ((fr, r_at, cs[rs]), (~fr, r_at, cs[rs]), (fs, s_at, next_compute), (~fs, s_at, next_compute))
+        for sel, at, later in streams:
             k = np.flatnonzero(sel)
             if len(k) > 1:
-                put(after, at[k[1:]], later[k[:-1]])
+                after[at[k[1:]]] = later[k[:-1]]
+            if len(k):
+                self._last_coll[int(lane[at[k[-1]]])] = int(at[k[-1]])
         # instances: (direction, group's virtual stage, micro-batch); groups act{v - 1} and
         # act{v} (receive / send of activations), grad{v + 1} and grad{v} (of gradients)
         at = np.concatenate((r_at, s_at))
         group = np.concatenate((np.where(fr, v[rs] - 1, v[rs] + 1), v[ss]))
         is_grad = np.concatenate((~fr, ~fs))
         order = np.argsort(at, kind="stable")
-        put(inst, at[order], self.instances.p2p(is_grad[order], group[order], np.concatenate((mb[rs], mb[ss]))[order]))
+        inst[at[order]] = self.instances.p2p(is_grad[order], group[order], np.concatenate((mb[rs], mb[ss]))[order])
         self.lane += lane.tolist()
         self.dur += dur.tolist()
         self.d0 += d0.tolist()
         self.d1 += d1.tolist()
         self.d2 += d2.tolist()
         self.inst += inst.tolist()
-        self.mb += steps_mb.tolist()
+        self.mb += np.repeat(mb, count).tolist()
         self.cls += cls.tolist()
         self.after += after.tolist()
         self._cover += cover.tolist()
-        for sel, at_ in ((fr, r_at), (~fr, r_at), (fs, s_at), (~fs, s_at)):
-            k = np.flatnonzero(sel)
-            if len(k):
-                self._last_coll[int(lane[at_[k[-1]] - base])] = int(at_[k[-1]])
         # first dependents: a receive's is its compute, a send's the next action's compute
         self._first_dep.update(zip(r_at.tolist(), cs[rs].tolist(), strict=True))
         more = ss < na - 1
@@ -618,7 +610,7 @@ def _columns(recs: list[_StepRecorder]) -> dict[str, np.ndarray]:
     def column(name: str, dtype: type = np.int64) -> np.ndarray:
         return np.fromiter(chain.from_iterable(getattr(r, name) for r in recs), dtype, n)
 
-    out = {"base": base, "dur": column("dur", np.float64), "inst": column("inst"),
+    out = {"stage": stage, "base": base, "dur": column("dur", np.float64), "inst": column("inst"),
            "lane": column("lane") + (stage << 8)}  # fmt: skip
     for name in ("d0", "d1", "d2", "after"):
         d = column(name)
@@ -685,40 +677,33 @@ def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
         k_steps.append(k)
         cuts.append(cut)
     col = _columns(longer)
-    n = len(col["dur"])
+    stage, local = col["stage"], np.arange(len(col["dur"])) - col["base"]
+    cut_of, k_of = np.asarray(cuts)[stage], np.asarray(k_steps)[stage]
+    later = local >= cut_of
+    short_base = np.cumsum([0] + [len(r.lane) for r in short[:-1]])
+    src = short_base[stage] + local - np.where(later, k_of, 0)
     s_short = np.fromiter(chain.from_iterable(starts), np.float64)
     e_short = np.fromiter(chain.from_iterable(ends), np.float64)
-    short_base = np.repeat(np.cumsum([0] + [len(r.lane) for r in short[:-1]]), [len(r.lane) for r in longer])
-    local = np.arange(n) - col["base"]
-    later = local >= np.repeat(cuts, [len(r.lane) for r in longer])
-    src = short_base + local - np.where(later, np.repeat(k_steps, [len(r.lane) for r in longer]), 0)
     c0 = cuts[0] - 1  # stage 0's last step before the cut, and its counterpart a period earlier
     delta = float(e_short[c0] - e_short[c0 - k_steps[0]])
     if not np.isfinite(delta) or delta < 0:
         return None
-    # the state at the cut: every step before it that a step after it reads (same stage, or a
-    # collective peer on another) lies within ``reach`` periods of its stage's cut; all of
-    # them must repeat exactly, one period to the next. Without this, a path that is not the
-    # latest at the cut but grows faster (nearly tied periods) can take over many periods on
-    # while the equations around one inserted period still hold.
-    cut_of = np.repeat(cuts, [len(r.lane) for r in longer])
-    k_of = np.repeat(k_steps, [len(r.lane) for r in longer])
-    reach = 1
-    after_cut = np.flatnonzero(later)
-    for name in ("d0", "d1", "d2", "prev", "after"):
-        p = col[name][after_cut]
-        p = p[p >= 0]
-        p = p[~later[p]]
-        if len(p):
-            reach = max(reach, int(np.max(-(-(cut_of[p] - local[p]) // k_of[p]))))
+    # the state at the cut: every step before it that a step after it reads — on the same
+    # stage, or a collective peer on another — lies within ``reach`` periods of its stage's
+    # cut; all of them must repeat exactly, one period to the next. Without this, a path that
+    # is not the latest at the cut but grows faster (nearly tied periods) can take over many
+    # periods on while the equations around one inserted period still hold.
+    read = [col[name][later] for name in ("d0", "d1", "d2", "prev", "after")]
     inst = col["inst"]
     coll = np.flatnonzero(inst >= 0)
     if len(coll):
         crossing = np.zeros(inst.max() + 1, bool)
         crossing[inst[coll[later[coll]]]] = True
-        before = coll[~later[coll] & crossing[inst[coll]]]
-        if len(before):
-            reach = max(reach, int(np.max(-(-(cut_of[before] - local[before]) // k_of[before]))))
+        read.append(coll[crossing[inst[coll]]])
+    read_before = np.concatenate(read)
+    read_before = read_before[read_before >= 0]
+    read_before = read_before[~later[read_before]]
+    reach = int(np.max(-(-(cut_of - local)[read_before] // k_of[read_before]), initial=1))
     window: list[np.ndarray] = []
     offset = 0
     for r, cut, k in zip(short, cuts, k_steps, strict=True):
@@ -732,11 +717,12 @@ def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
     # 2e-8 s, inside 1e-12 of the window's 37,000 s, came out 1.7e-9 off after 10,000 periods)
     end = float(max(e_short.max(), 0.0))
     carried = 1e-10 * (end + periods * delta) / max(periods, 1)
-    for t in (s_short, e_short):
-        tw = np.abs(t[w])
-        tol = np.maximum(np.minimum(1e-12 * tw, carried), 64 * np.spacing(tw))
-        if not np.all(np.abs(t[w] - t[w - k_w] - delta) <= tol):
-            return None
+
+    def within(err: np.ndarray, mag: np.ndarray) -> bool:
+        return bool(np.all(np.abs(err) <= np.maximum(np.minimum(1e-12 * mag, carried), 64 * np.spacing(mag))))
+
+    if not all(within(t[w] - t[w - k_w] - delta, np.abs(t[w])) for t in (s_short, e_short)):
+        return None
     st = s_short[src] + np.where(later, delta, 0.0)
     en = e_short[src] + np.where(later, delta, 0.0)
     # the equations of ``longer`` at the candidate; index n reads 0.0 (no such predecessor)
@@ -749,11 +735,9 @@ def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
         np.maximum.at(first, inst[coll], st[coll])
         np.maximum.at(longest, inst[coll], col["dur"][coll])
         rhs_end[coll] = first[inst[coll]] + longest[inst[coll]]
-    for have, want in ((st, rhs_start), (en, rhs_end)):  # the same budget: a residual recurs
-        mag = np.maximum(np.abs(have), np.abs(want))  # at every inserted period
-        if not np.all(np.abs(have - want) <= np.maximum(np.minimum(1e-12 * mag, carried), 64 * np.spacing(mag))):
-            return None
-    return delta
+    # the same budget: a residual recurs at every inserted period
+    ok = all(within(have - want, np.maximum(np.abs(have), np.abs(want))) for have, want in ((st, rhs_start), (en, rhs_end)))
+    return delta if ok else None
 
 
 def _evaluate(
@@ -789,6 +773,7 @@ def _evaluate(
     i_arrived: list[list[tuple[int, int]]] = [[] for _ in expected]
     queue = list(range(len(lanes)))
     queued = [True] * len(lanes)
+
     def wake(lanes_parked: list[int]) -> None:
         for w in lanes_parked:
             if not queued[w]:
