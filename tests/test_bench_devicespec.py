@@ -34,3 +34,12 @@ def test_without_probes_it_says_what_to_run():
         measured_device(
             [_row("peak_mm", flops=2e9, nbytes=1e6, duration_s=0.01)], fingerprint="abc123"
         )
+
+
+def test_vector_width_is_read_from_the_cpu_flags():
+    from trainsim.bench.devicespec import _vector_bits
+
+    assert _vector_bits("processor : 0\nflags : fpu sse2 avx avx2 avx512f avx512bw\n") == 512
+    assert _vector_bits("flags\t\t: fpu sse2 avx avx2 fma\n") == 256
+    assert _vector_bits("flags : fpu sse2\n") == 128
+    assert _vector_bits("processor : 0\n") is None  # nothing to read (not x86)

@@ -217,3 +217,61 @@ def test_a_gzipped_jsonl_dataset_reads_like_the_plain_one(tmp_path: Path):
     assert [s.spread for s in b] == [s.spread for s in a]
     assert list(iter_rows(packed)) == list(iter_rows(plain))
     assert len(read_kernel_dataset([tmp_path])) == 6  # a folder holds both
+
+
+def test_conv_padded_work_uses_the_devices_vector_width(bench_ops):
+    """oneDNN computes on channels padded to the SIMD width: 16 fp32 lanes on AVX-512, 8 on
+    AVX2 (`lanes`, filled from the device's vector_bits); torch's native path pads nothing."""
+    from trainsim.kernels.features import device_inputs
+
+    shape = {"n": 2, "c": 3, "k": 8, "hw": 9, "r": 3, "stride": 1}
+    w = derive(OPS["conv2d"], shape, "fp32")
+    assert float(w["onednn"]) == 2.0
+    assert float(w["padded_flops"]) == pytest.approx(float(w["flops"]) * 16 / 3 * 16 / 8)
+    avx2 = A100.model_copy(update={"sm_count": None, "vector_bits": 256})
+    narrow = derive(OPS["conv2d"], device_inputs(OPS["conv2d"], shape, avx2, "fp32"), "fp32")
+    assert float(narrow["padded_flops"]) == pytest.approx(float(w["flops"]) * 8 / 3)
+    native = derive(OPS["conv2d"], {**shape, "n": 1, "hw": 8, "r": 1}, "fp32")  # 1x1, one small image
+    assert float(native["onednn"]) == 1.0 and float(native["padded_flops"]) == float(native["flops"])
+
+
+@pytest.mark.parametrize("shape", [
+    {"n": 1, "c": 8, "k": 16, "hw": 8, "r": 1, "stride": 1},    # 1x1, one small image: native
+    {"n": 9, "c": 8, "k": 248, "hw": 7, "r": 1, "stride": 1},   # 1x1 stride 1, batch < 16: native
+    {"n": 16, "c": 8, "k": 16, "hw": 7, "r": 1, "stride": 1},   # batch 16: oneDNN
+    {"n": 2, "c": 16, "k": 16, "hw": 26, "r": 1, "stride": 2},  # strided: oneDNN
+    {"n": 1, "c": 64, "k": 56, "hw": 4, "r": 3, "stride": 1},   # 3x3, one image of 1,024 values: native
+    {"n": 1, "c": 64, "k": 56, "hw": 32, "r": 3, "stride": 1},  # 3x3, 65,536 values: oneDNN
+    {"n": 1, "c": 4, "k": 8, "hw": 8, "r": 5, "stride": 1},     # 5x5: oneDNN
+])  # fmt: skip
+def test_conv_path_is_the_one_torch_takes(bench_ops, capfd, shape):
+    """The `onednn` feature follows torch's own choice: oneDNN's verbose log names a
+    convolution primitive exactly when derive says the oneDNN path (one thread)."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        x = torch.randn(shape["n"], shape["c"], shape["hw"], shape["hw"])
+        w = torch.randn(shape["k"], shape["c"], shape["r"], shape["r"])
+        capfd.readouterr()
+        with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+            torch.nn.functional.conv2d(x, w, stride=shape["stride"], padding=shape["r"] // 2)
+        log = capfd.readouterr().out
+    finally:
+        torch.set_num_threads(threads)
+    ran_onednn = ",convolution," in log
+    assert float(derive(OPS["conv2d"], shape, "fp32")["onednn"]) == (2.0 if ran_onednn else 1.0), log[-500:]
+
+
+def test_polynomial_monomials_match_the_filtered_product():
+    """The degree-limited monomials, generated directly, are exactly those of the filtered
+    (degree + 1)^columns product, in its order (that enumeration took minutes on 22 columns)."""
+    import itertools
+
+    from trainsim.kernels.learned import monomial_powers
+
+    for columns in range(1, 7):
+        for degree in range(1, 4):
+            want = [p for p in itertools.product(range(degree + 1), repeat=columns) if 0 < sum(p) <= degree]
+            assert monomial_powers(columns, degree) == want
+    assert len(monomial_powers(22, 2)) == 22 + 22 * 23 // 2

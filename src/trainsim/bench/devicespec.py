@@ -66,6 +66,7 @@ def measured_device(rows: Iterable[Mapping[str, Any]], *, fingerprint: str) -> d
         "aliases": [name], "vendor": _vendor(name), "architecture": platform.machine() if kind == "cpu" else "gpu",
         "memory_GB": _memory_gb() if kind == "cpu" else _gpu_memory_gb(),
         "memory_bandwidth_GBps": round(peaks["bandwidth_Bps"] / 1e9, 2), "peak_tflops": tflops,
+        **({"vector_bits": v} if kind == "cpu" and (v := _vector_bits()) else {}),
         "sources": [{"kind": "measurement", "title": "trainsim bench roofline probes (best of peak_mm and stream_*)",
                      "note": f"fingerprint {fingerprint}; {dt.date.today().isoformat()}; measured peaks, "
                              "below datasheet peaks"}],
@@ -77,6 +78,20 @@ def measured_device(rows: Iterable[Mapping[str, Any]], *, fingerprint: str) -> d
 def _vendor(name: str) -> str:
     low = name.lower()
     return next((v for v in ("intel", "amd", "nvidia", "arm", "apple") if v in low), "unknown")
+
+
+def _vector_bits(cpuinfo: str | None = None) -> int | None:
+    """The widest SIMD registers of this x86 CPU from ``/proc/cpuinfo``'s flags (oneDNN blocks
+    channels by their width in elements); None where the flags are not there to read."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        except OSError:
+            return None
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), None)
+    if flags is None:
+        return None
+    return 512 if "avx512f" in flags else 256 if "avx2" in flags or "avx" in flags else 128
 
 
 def _gpu_memory_gb() -> float:

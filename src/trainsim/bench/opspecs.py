@@ -37,15 +37,33 @@ def _elementwise(flops_per: float, reads: float, writes: float, extra_bytes: flo
 def _conv2d(x: Arrays, eb: int) -> Arrays:
     """Direct convolution, "same" padding (odd r): FLOPs 2·n·k·c·r²·ho²; as an implicit GEMM
     m = n·ho², n = k, k = c·r². Approximation: ho = (hw − 1)/stride + 1 without the floor, so
-    that it moves smoothly (and monotonically) with its inputs."""
+    that it moves smoothly (and monotonically) with its inputs.
+
+    On a CPU, torch runs a convolution one of two ways, by a fixed rule on the shapes and the
+    thread count (``ConvParams::use_mkldnn``, aten/src/ATen/native/Convolution.cpp; it picks the
+    path of all 467 fp32 shapes of our CPU sample as oneDNN's verbose log shows): oneDNN, which
+    reorders the input and output into channel blocks of ``lanes`` (the SIMD width: 16 fp32 on
+    AVX-512) and computes on the padded channels, or torch's native kernel (per-image im2col
+    and GEMM; no unfold for a 1x1 stride-1 filter). ``onednn`` (2 on that path, 1 on the
+    native one), the padded FLOPs and the bytes the path moves besides the convolution's own
+    are features; a GPU's rows ignore them (the trees find no use for a constant)."""
     n, c, k, hw, r, s = x["n"], x["c"], x["k"], x["hw"], x["r"], x["stride"]
     ho = (hw - 1) / s + 1
+    lanes = x["lanes"]
+    pointwise = (r == 1) & (s == 1)
+    onednn = (~pointwise | (n >= 16) | (x["threads"] > 1)) & ((r > 3) | (n > 1) | (n * c * hw * hw > 20480))
+    cp, kp = np.ceil(c / lanes) * lanes, np.ceil(k / lanes) * lanes
+    im2col = eb * n * ho * ho * c * r * r
+    moved = np.where(onednn, eb * n * ((c + cp) * hw * hw + (k + kp) * ho * ho),
+                     np.where(pointwise, 0.0, 2.0 * im2col))  # fmt: skip
+    flops = 2.0 * n * k * c * r * r * ho * ho
     return {"out_hw": ho, "gemm_m": n * ho * ho, "gemm_n": k, "gemm_k": c * r * r,
-            "flops": 2.0 * n * k * c * r * r * ho * ho,
-            "bytes": eb * (n * c * hw * hw + k * c * r * r + n * k * ho * ho),
+            "flops": flops, "bytes": eb * (n * c * hw * hw + k * c * r * r + n * k * ho * ho),
             # the unfolded input an im2col GEMM reads (r² copies of each input pixel) and the
             # output; a direct kernel avoids the first, which is why both are features
-            "im2col_bytes": eb * n * ho * ho * c * r * r, "out_bytes": eb * n * k * ho * ho}  # fmt: skip
+            "im2col_bytes": im2col, "out_bytes": eb * n * k * ho * ho,
+            "onednn": 1.0 + onednn, "padded_flops": np.where(onednn, flops * (cp / c) * (kp / k), flops),
+            "path_bytes": moved + eb}  # fmt: skip
 
 
 def _batch_norm(x: Arrays, eb: int) -> Arrays:
@@ -112,8 +130,11 @@ BENCH_OPS: tuple[OpSpec, ...] = (
     OpSpec("dropout", F.ELEMENTWISE, _N, _elementwise(2, 1, 1, extra_bytes=1), {"numel": 2.0**24},
            note="training mode: also writes a one-byte mask per element"),
     OpSpec("sum", F.REDUCTION, _N, _elementwise(1, 1, 0), {"numel": 2.0**24}),
-    OpSpec("conv2d", F.CONV, {"n": 1, "c": 1, "k": 1, "hw": 1, "r": 1, "stride": -1}, _conv2d,
-           {"n": 32.0, "c": 64.0, "k": 64.0, "hw": 56.0, "r": 3.0, "stride": 1.0}),
+    OpSpec("conv2d", F.CONV, {"n": 1, "c": 1, "k": 1, "hw": 1, "r": 1, "stride": -1, "threads": 0, "lanes": 0},
+           _conv2d, {"n": 32.0, "c": 64.0, "k": 64.0, "hw": 56.0, "r": 3.0, "stride": 1.0},
+           {"threads": 1.0, "lanes": 16.0},
+           note="threads: torch's intra-op threads (the CPU path rule); lanes: the SIMD width in "
+                "elements, from the device's vector_bits where it has them"),
     OpSpec("batch_norm", F.NORM, {"n": 1, "c": 1, "hw": 1}, _batch_norm,
            {"n": 32.0, "c": 64.0, "hw": 56.0}, note="training mode (batch statistics)"),
     OpSpec("cross_entropy", F.SOFTMAX, {"n": 1, "v": 1}, _cross_entropy, {"n": 4096.0, "v": 32000.0},

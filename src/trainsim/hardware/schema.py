@@ -73,6 +73,9 @@ class DeviceSpec(_Strict):
         default=None, gt=0, description="NVLink/Infinity Fabric per GPU, both directions together"
     )
     pcie_bandwidth_GBps: float | None = Field(default=None, gt=0, description="one direction")  # noqa: N815
+    vector_bits: int | None = Field(
+        default=None, gt=0, description="host CPU: its widest SIMD registers (512 AVX-512, 256 AVX2); null for GPUs"
+    )
     sources: tuple[Source, ...] = Field(min_length=1)
 
     @property

@@ -388,12 +388,21 @@ def roofline_s(flops: np.ndarray, nbytes: np.ndarray, device: DeviceSpec, dtype:
     return np.maximum(flops / peak_flops(device, dtype), nbytes / device.memory_bandwidth_Bps)
 
 
+def device_inputs(spec: OpSpec, features: Mapping[str, ArrayLike], device: DeviceSpec,
+                  dtype: str) -> Mapping[str, ArrayLike]:  # fmt: skip
+    """``features`` with the inputs the device fixes, where the op takes them and the caller did
+    not give them: ``lanes``, the SIMD width in elements of a CPU that declares ``vector_bits``."""
+    if "lanes" in spec.inputs and "lanes" not in features and device.vector_bits:
+        return {**features, "lanes": device.vector_bits / (8 * dtype_bytes(dtype))}
+    return features
+
+
 def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: DeviceSpec,
                   dtype: str = DEFAULT_DTYPE) -> tuple[list[str], np.ndarray]:  # fmt: skip
     """(column names, matrix): log2 of inputs, derived quantities and the roofline time; for
     GEMMs also log2 of 128x128 output tiles and of waves over the device's SMs (both grow in
     steps with the problem: tile and wave quantization, 002 §4.2.3)."""
-    x = as_inputs(spec, features)
+    x = as_inputs(spec, device_inputs(spec, features, device, dtype))
     w = spec.derive(x, dtype_bytes(dtype))
     cols: dict[str, np.ndarray] = {f"in:{k}": v for k, v in x.items()}
     cols.update({f"d:{k}": np.broadcast_to(v, next(iter(x.values())).shape) for k, v in w.items()})
@@ -431,7 +440,7 @@ def column_signs(spec: OpSpec, example: Mapping[str, ArrayLike], *, device: Devi
     conflicting ones, is monotone in every signed input (the chain rule, term by term).
     ``claims`` replaces the spec's signs (e.g. those its measurements do not contradict)."""
     names, base = model_columns(spec, example, device=device, dtype=dtype)
-    x = as_inputs(spec, example)
+    x = as_inputs(spec, device_inputs(spec, example, device, dtype))
     up = np.zeros(len(names), dtype=bool)
     down = np.zeros(len(names), dtype=bool)
     for name, sign in (spec.inputs if claims is None else claims).items():

@@ -70,6 +70,7 @@ from trainsim.kernels.features import (
     as_inputs,
     column_signs,
     derive,
+    device_inputs,
     model_columns,
     op_spec,
     roofline_s,
@@ -369,7 +370,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     family = spec.family_for(key.phase)
     raw, secs, _ = ds.arrays(key)
     spreads = ds.spreads(key)
-    inputs = as_inputs(spec, raw)
+    inputs = as_inputs(spec, device_inputs(spec, raw, device, key.dtype))
     cols, signs, x = _layout(key.op, inputs, device, key.dtype)
     y = np.log2(secs)
     test = heldout_rows(y.size, fraction=holdout, seed=seed, label=key.label)

@@ -81,9 +81,10 @@ class SweepSpec:
     def cuda(self) -> bool:
         return self.device == "cuda"
 
-    def count(self, quick_n: int) -> int:
-        """Cases per (op, phase, dtype): ``quick_n`` in a quick sweep, 5× that in a full one."""
-        return quick_n if self.quick else 5 * quick_n
+    def count(self, quick_n: int, full_factor: int = 5) -> int:
+        """Cases per (op, phase, dtype): ``quick_n`` in a quick sweep, ``full_factor``× that
+        (5× unless the op asks for more) in a full one."""
+        return quick_n if self.quick else full_factor * quick_n
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -287,6 +288,7 @@ class OpSweep:
     shapes: Callable[[Params], Sequence[Sequence[int]]]
     build: Callable[[Phase, str, Params, Any], Timed]
     quick_cases: int = 16  # per (phase, dtype)
+    full_factor: int = 5  # a full sweep draws this many times quick_cases
     phases: tuple[Phase, ...] = (Phase.FWD, Phase.BWD)
     dtypes: tuple[str, ...] | None = None  # None: the spec's floating dtypes
     valid: Callable[[Params], bool] | None = None
@@ -315,7 +317,7 @@ def expand(suite: str, ops: Sequence[OpSweep], spec: SweepSpec) -> Iterator[Case
 
                 seed = f"{suite}/{o.op}/{phase.value}/{dtype}"
                 points = draw_params(
-                    seed=seed, n=spec.count(o.quick_cases), dims=o.dims, accept=accept
+                    seed=seed, n=spec.count(o.quick_cases, o.full_factor), dims=o.dims, accept=accept
                 )
                 if not spec.quick:
                     points += doubling_probes(points, o.dims, accept)
