@@ -13,7 +13,7 @@ import pytest
 from trainsim.bench.suites import SUITES, SweepSpec, suite_cases
 from trainsim.hardware import get_device
 from trainsim.ir.kinds import KernelFamily
-from trainsim.kernels.features import OPS, derive
+from trainsim.kernels.features import OPS, derive, model_columns
 from trainsim.kernels.fitting import EntryReport, family_summary, fit_entry
 from trainsim.kernels.monotone import monotone_violation
 from trainsim.kernels.readers import read_kernel_dataset
@@ -226,13 +226,16 @@ def test_conv_padded_work_uses_the_devices_vector_width(bench_ops):
 
     shape = {"n": 2, "c": 3, "k": 8, "hw": 9, "r": 3, "stride": 1}
     w = derive(OPS["conv2d"], shape, "fp32")
-    assert float(w["onednn"]) == 2.0
-    assert float(w["padded_flops"]) == pytest.approx(float(w["flops"]) * 16 / 3 * 16 / 8)
+    assert float(w["host_onednn"]) == 2.0
+    assert float(w["host_padded_flops"]) == pytest.approx(float(w["flops"]) * 16 / 3 * 16 / 8)
     avx2 = A100.model_copy(update={"sm_count": None, "vector_bits": 256})
     narrow = derive(OPS["conv2d"], device_inputs(OPS["conv2d"], shape, avx2, "fp32"), "fp32")
-    assert float(narrow["padded_flops"]) == pytest.approx(float(w["flops"]) * 8 / 3)
+    assert float(narrow["host_padded_flops"]) == pytest.approx(float(w["flops"]) * 8 / 3)
     native = derive(OPS["conv2d"], {**shape, "n": 1, "hw": 8, "r": 1}, "fp32")  # 1x1, one small image
-    assert float(native["onednn"]) == 1.0 and float(native["padded_flops"]) == float(native["flops"])
+    assert float(native["host_onednn"]) == 1.0 and float(native["host_padded_flops"]) == float(native["flops"])
+    gpu_cols, _ = model_columns(OPS["conv2d"], shape, device=A100)
+    cpu_cols, _ = model_columns(OPS["conv2d"], shape, device=avx2)
+    assert "d:host_onednn" in cpu_cols and not any("host_" in c for c in gpu_cols)
 
 
 @pytest.mark.parametrize("shape", [
@@ -245,7 +248,7 @@ def test_conv_padded_work_uses_the_devices_vector_width(bench_ops):
     {"n": 1, "c": 4, "k": 8, "hw": 8, "r": 5, "stride": 1},     # 5x5: oneDNN
 ])  # fmt: skip
 def test_conv_path_is_the_one_torch_takes(bench_ops, capfd, shape):
-    """The `onednn` feature follows torch's own choice: oneDNN's verbose log names a
+    """The `host_onednn` feature follows torch's own choice: oneDNN's verbose log names a
     convolution primitive exactly when derive says the oneDNN path (one thread)."""
     torch = pytest.importorskip("torch")
     threads = torch.get_num_threads()
@@ -260,7 +263,7 @@ def test_conv_path_is_the_one_torch_takes(bench_ops, capfd, shape):
     finally:
         torch.set_num_threads(threads)
     ran_onednn = ",convolution," in log
-    assert float(derive(OPS["conv2d"], shape, "fp32")["onednn"]) == (2.0 if ran_onednn else 1.0), log[-500:]
+    assert float(derive(OPS["conv2d"], shape, "fp32")["host_onednn"]) == (2.0 if ran_onednn else 1.0), log[-500:]
 
 
 def test_polynomial_monomials_match_the_filtered_product():

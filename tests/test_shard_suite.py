@@ -216,3 +216,17 @@ def test_suite_without_measuring_reports_incomplete(tmp_path: Path) -> None:
     assert doc["summary"]["sets_ok"] == 0
     with pytest.raises(ConfigError, match="unknown sharder"):
         shard_suite.run_shard_suite(tmp_path, sharders=["nope"], progress=False)
+
+
+def test_the_hosts_own_calibration_sample_is_used_when_it_ships(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainsim.bench import comm
+
+    for cpu, (sample, extra) in shard_suite.CPU_SAMPLES.items():
+        monkeypatch.setattr(comm, "_cpu_model", lambda cpu=cpu: cpu)
+        assert shard_suite.cpu_sample() == (sample, extra, True)
+        assert shard_suite.cpu_device_file().name == f"{sample}.device.yaml"
+        assert shard_suite.cpu_device_file().is_file()  # every listed sample ships its device
+        rows = next(shard_suite._BENCH_DATA.glob(f"{sample}.jsonl*"))
+        assert rows.is_file() and next(shard_suite._BENCH_DATA.glob(f"{extra}.jsonl*")).is_file()
+    monkeypatch.setattr(comm, "_cpu_model", lambda: "Some Other CPU")
+    assert shard_suite.cpu_sample() == (shard_suite.CPU_SAMPLE, shard_suite.CPU_EXTRA, False)

@@ -40,13 +40,14 @@ def _conv2d(x: Arrays, eb: int) -> Arrays:
     that it moves smoothly (and monotonically) with its inputs.
 
     On a CPU, torch runs a convolution one of two ways, by a fixed rule on the shapes and the
-    thread count (``ConvParams::use_mkldnn``, aten/src/ATen/native/Convolution.cpp; it picks the
-    path of all 467 fp32 shapes of our CPU sample as oneDNN's verbose log shows): oneDNN, which
+    thread count (``ConvParams::use_mkldnn``, aten/src/ATen/native/Convolution.cpp; it gives the
+    path oneDNN's verbose log shows for all 467 shapes of a full fp32 conv sweep, one thread, and
+    a test checks it against torch): oneDNN, which
     reorders the input and output into channel blocks of ``lanes`` (the SIMD width: 16 fp32 on
     AVX-512) and computes on the padded channels, or torch's native kernel (per-image im2col
-    and GEMM; no unfold for a 1x1 stride-1 filter). ``onednn`` (2 on that path, 1 on the
+    and GEMM; no unfold for a 1x1 stride-1 filter). ``host_onednn`` (2 on that path, 1 on the
     native one), the padded FLOPs and the bytes the path moves besides the convolution's own
-    are features; a GPU's rows ignore them (the trees find no use for a constant)."""
+    are features on a CPU (``host_`` columns: a device with SMs drops them)."""
     n, c, k, hw, r, s = x["n"], x["c"], x["k"], x["hw"], x["r"], x["stride"]
     ho = (hw - 1) / s + 1
     lanes = x["lanes"]
@@ -62,8 +63,8 @@ def _conv2d(x: Arrays, eb: int) -> Arrays:
             # the unfolded input an im2col GEMM reads (r² copies of each input pixel) and the
             # output; a direct kernel avoids the first, which is why both are features
             "im2col_bytes": im2col, "out_bytes": eb * n * k * ho * ho,
-            "onednn": 1.0 + onednn, "padded_flops": np.where(onednn, flops * (cp / c) * (kp / k), flops),
-            "path_bytes": moved + eb}  # fmt: skip
+            "host_onednn": 1.0 + onednn, "host_padded_flops": np.where(onednn, flops * (cp / c) * (kp / k), flops),
+            "host_path_bytes": moved + eb}  # fmt: skip
 
 
 def _batch_norm(x: Arrays, eb: int) -> Arrays:

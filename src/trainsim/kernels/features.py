@@ -405,7 +405,10 @@ def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: De
     x = as_inputs(spec, device_inputs(spec, features, device, dtype))
     w = spec.derive(x, dtype_bytes(dtype))
     cols: dict[str, np.ndarray] = {f"in:{k}": v for k, v in x.items()}
-    cols.update({f"d:{k}": np.broadcast_to(v, next(iter(x.values())).shape) for k, v in w.items()})
+    # ``host_`` quantities describe how a CPU runs the op (its library's path): not on a GPU
+    host = device.sm_count is None
+    cols.update({f"d:{k}": np.broadcast_to(v, next(iter(x.values())).shape) for k, v in w.items()
+                 if host or not k.startswith("host_")})  # fmt: skip
     cols["roofline_s"] = roofline_s(w["flops"], w["bytes"], device, dtype)
     sms = float(device.sm_count or 100)
     if {"m", "n", "batch"} <= w.keys():

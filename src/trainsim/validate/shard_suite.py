@@ -56,9 +56,15 @@ SCHEMA = "trainsim.shard-suite/1"
 CRITERION = 0.10  # 000 §V-A: chosen sharder within 10 % of the fastest
 TABLES_PER_RANK = 13  # 000 §IV-B1: (0.7 ~ 1.3) x #GPU x 13 tables
 _BENCH_DATA = Path(__file__).resolve().parents[1] / "bench" / "data"
-CPU_SAMPLE = "cpu_full_f97e94a9cbddf655"  # the shipped 1-thread full calibration of this machine
-CPU_EXTRA = "cpu_tbe_f97e94a9cbddf655"  # FBGEMM TBE rows of the same machine, fitted together
-FIT_REVISION = 2  # part of the fit cache key: bump when kernel fitting changes what it returns
+# The shipped 1-thread full calibration samples (bench/data, docs/benchmarks.md) by the CPU model
+# their rows name, each with its FBGEMM TBE rows (fitted together): the host's own is used
+# when it ships, else the first (the development machine the suites' figures come from).
+CPU_SAMPLES: dict[str, tuple[str, str]] = {
+    "Intel(R) Xeon(R) Processor": ("cpu_full_f97e94a9cbddf655", "cpu_tbe_f97e94a9cbddf655"),
+    "AMD EPYC": ("cpu_full_97317d12607a0598", "cpu_tbe_97317d12607a0598"),
+}
+CPU_SAMPLE, CPU_EXTRA = CPU_SAMPLES["Intel(R) Xeon(R) Processor"]
+FIT_REVISION = 3  # part of the fit cache key: bump when kernel fitting changes what it returns
 
 
 def default_results_path() -> Path:
@@ -126,18 +132,27 @@ def _assign_key(a: Sequence[int]) -> str:
 # --- predictions -------------------------------------------------------------------------------
 
 
+def cpu_sample() -> tuple[str, str, bool]:
+    """(calibration sample, its TBE sample, whether they were measured on this host's CPU model)."""
+    from trainsim.bench.comm import _cpu_model
+
+    mine = CPU_SAMPLES.get(_cpu_model())
+    return (*mine, True) if mine else (CPU_SAMPLE, CPU_EXTRA, False)
+
+
 def cpu_device_file() -> Path:
-    return _BENCH_DATA / f"{CPU_SAMPLE}.device.yaml"
+    return _BENCH_DATA / f"{cpu_sample()[0]}.device.yaml"
 
 
 def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
     """Kernel models fitted on the shipped CPU calibration sample (cached), and a note."""
     import hashlib
 
-    samples = [p for name in (CPU_SAMPLE, CPU_EXTRA) for p in sorted(_BENCH_DATA.glob(f"{name}.jsonl*"))]
-    used = " + ".join(p.name for p in samples)
+    sample, extra, here = cpu_sample()
+    samples = [p for name in (sample, extra) for p in sorted(_BENCH_DATA.glob(f"{name}.jsonl*"))]
+    used = " + ".join(p.name for p in samples) + ("" if here else " (another CPU model than this host's)")
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in samples) + f"fit-r{FIT_REVISION}".encode()).hexdigest()[:12]
-    out = cache_dir / f"{CPU_SAMPLE}-{digest}.npz"
+    out = cache_dir / f"{sample}-{digest}.npz"
     if out.exists():
         return out, f"calibrated: trainsim fit on {used} (cached {out.name})"
     try:
