@@ -35,6 +35,16 @@ def test_kernel_suite_json_and_resume(tmp_path):
     again = json.loads(_cli(*args).stdout)
     assert (again["samples"], again["skipped_existing"]) == (0, 40)
 
+    # a second measurement of the same cases, half of them twice as slow, one case not in common
+    other = tmp_path / "other.jsonl"
+    twin = [dict(r, duration_s=r["duration_s"] * (2.0 if i % 2 else 1.0)) for i, r in enumerate(rows)]
+    other.write_text("".join(json.dumps(r) + "\n" for r in [*twin, dict(rows[0], key="elsewhere")]))
+    cmp = json.loads(_cli(*args, "--compare-with", str(other)).stdout)["compared_with"]
+    assert cmp["cases"] == 40 and cmp["max_abs_pct"] == pytest.approx(100.0)
+    assert cmp["geomean_abs_pct"] == pytest.approx(100.0 * (2.0**0.5 - 1.0))
+    p = _cli(*args[:-3], "--compare-with", str(other))  # the table prints one line about it
+    assert p.returncode == 0 and "40 common cases differ by a geometric mean of 41.4 %" in " ".join(p.stderr.split())
+
 
 @pytest.mark.parametrize(
     ("args", "message"),

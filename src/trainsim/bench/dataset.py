@@ -126,8 +126,34 @@ def noise_floor(rows: Iterable[Mapping[str, Any]]) -> float | None:
     return statistics.median(spreads) if spreads else None
 
 
+def agreement(rows: Iterable[Mapping[str, Any]], other: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """How two measurements of the same cases agree: the rows of ``rows`` and ``other`` with the
+    same case key and thread count, compared by their times (``other`` over ``rows``).
+
+    The within-row noise floor says how steady the repeats of one row were; this says what a
+    second run reproduces (another moment of a shared machine, or another machine): the
+    geometric mean, median, p90 and max of ``|t_other / t − 1|`` taken in log space
+    (``exp(|ln ratio|) − 1``), and the median ratio (a shift of one run against the other)."""
+    mine = {(r["key"], r.get("threads")): float(r["duration_s"]) for r in rows if r.get("duration_s")}
+    theirs = {(r["key"], r.get("threads")): float(r["duration_s"]) for r in other if r.get("duration_s")}
+    common = sorted(k for k in mine.keys() & theirs.keys() if mine[k] > 0 and theirs[k] > 0)
+    if not common:
+        return {"cases": 0}
+    logs = sorted(math.log(theirs[k] / mine[k]) for k in common)
+    absl = sorted(abs(v) for v in logs)
+
+    def pct(v: float) -> float:
+        return 100.0 * math.expm1(v)
+
+    return {"cases": len(common), "geomean_abs_pct": pct(statistics.fmean(absl)),
+            "median_abs_pct": pct(statistics.median(absl)),
+            "p90_abs_pct": pct(absl[min(len(absl) - 1, math.ceil(0.9 * len(absl)) - 1)]),
+            "max_abs_pct": pct(absl[-1]), "median_ratio": math.exp(statistics.median(logs))}  # fmt: skip
+
+
 __all__ = [
     "KERNEL_BENCH_SCHEMA",
+    "agreement",
     "append_row",
     "iter_rows",
     "noise_floor",

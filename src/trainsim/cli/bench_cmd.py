@@ -95,6 +95,16 @@ def _run_kernels(
     }  # fmt: skip
 
 
+def _compare(dataset: Path, other: Path) -> dict[str, Any]:
+    """:func:`trainsim.bench.dataset.agreement` of ``dataset`` with ``other``, and their devices."""
+    from trainsim.bench.dataset import agreement, iter_rows
+
+    mine, theirs = list(iter_rows(dataset)), list(iter_rows(other))
+    devices = lambda rows: sorted({str(r.get("device")) for r in rows})  # noqa: E731
+    return {"dataset": str(other), "devices": devices(mine), "other_devices": devices(theirs),
+            **agreement(mine, theirs)}  # fmt: skip
+
+
 def _table(doc: dict[str, Any]) -> None:
     out = Console(width=None if sys.stdout.isatty() else 120)
     t = Table(title=f"{doc['dataset']} — {doc['device']}")
@@ -116,6 +126,17 @@ def _table(doc: dict[str, Any]) -> None:
         )
     if doc.get("device_spec"):
         log(f"device file for `trainsim fit --device`: {doc['device_spec']}")
+    cmp = doc.get("compared_with")
+    if cmp is not None:
+        if not cmp["cases"]:
+            log(f"--compare-with {cmp['dataset']}: no case in common")
+        else:
+            where = "" if cmp["devices"] == cmp["other_devices"] else (
+                f" (other device: {', '.join(cmp['other_devices'])})")
+            log(f"against {cmp['dataset']}{where}: {cmp['cases']} common cases differ by a geometric mean of "
+                f"{cmp['geomean_abs_pct']:.1f} % (median {cmp['median_abs_pct']:.1f} %, p90 "
+                f"{cmp['p90_abs_pct']:.1f} %, max {cmp['max_abs_pct']:.1f} %); median ratio "
+                f"{cmp['median_ratio']:.3f} (theirs / this run's)")  # fmt: skip
     if doc["failed"]:
         log(f"{len(doc['failed'])} case(s) failed (retried on the next run), first: "
             f"{doc['failed'][0]['key']}: {doc['failed'][0]['error']}")  # fmt: skip
@@ -154,6 +175,11 @@ def bench(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
     nproc: int | None = typer.Option(None, help="Ranks for the comm suite (default 2; ignored under torchrun)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
+    compare_with: Path | None = typer.Option(
+        None, "--compare-with",
+        help="After the sweep, compare the dataset's times with this dataset's (JSONL, .jsonl.gz) on "
+             "the cases both hold: what a second run reproduces, beside the within-row noise floor.",
+    ),  # fmt: skip
 ) -> None:
     """Benchmark kernels (and, as suite `comm`, collectives) into a dataset for `trainsim fit`."""
     from trainsim.errors import ConfigError
@@ -191,8 +217,12 @@ def bench(
         return
     if nproc is not None:  # given for a kernel suite, it would be silently ignored
         raise ConfigError("--nproc applies to the comm suite only")
+    if compare_with is not None and not compare_with.is_file():
+        raise ConfigError(f"--compare-with {compare_with}: no such dataset file")
     doc = _run_kernels(names, dataset, device=device, quick=quick, resume=resume, threads=threads,
                        ops=ops, progress=progress, dtypes=dtypes)  # fmt: skip
+    if compare_with is not None:
+        doc["compared_with"] = _compare(Path(doc["dataset"]), compare_with)
     if fmt is Format.JSON:
         emit_json(doc)
     else:
