@@ -53,6 +53,8 @@ def test_kernel_suite_json_and_resume(tmp_path):
         (("comm", "gemm"), "separately"),
         (("index", "--op", "nope"), "their ops"),
         (("gemm", "--device", "tpu"), "cpu or cuda"),
+        (("comm", "--compare-with", "k.jsonl"), "--compare-with apply to the kernel suites"),
+        (("index", "--compare-with", "/no/such.jsonl"), "no such dataset file"),
     ],
 )
 def test_errors_are_one_line(tmp_path, args, message):

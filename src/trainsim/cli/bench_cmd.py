@@ -200,7 +200,8 @@ def bench(
     if threads is not None and threads < 1:
         raise ConfigError(f"--threads must be at least 1, got {threads}")
     if names == [COMM_SUITE]:
-        given = [f for f, v in (("--op", ops), ("--dtype", dtypes), ("--threads", threads)) if v]
+        given = [f for f, v in (("--op", ops), ("--dtype", dtypes), ("--threads", threads),
+                                ("--compare-with", compare_with)) if v]  # fmt: skip
         if given:
             raise ConfigError(f"{', '.join(given)} apply to the kernel suites, not comm")
         if nproc is not None and nproc < 2:

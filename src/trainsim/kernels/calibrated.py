@@ -31,7 +31,6 @@ from trainsim.hardware import DeviceSpec
 from trainsim.hardware.schema import DeviceSpec as _DeviceSchema
 from trainsim.ir.kinds import KernelFamily
 from trainsim.kernels.features import (
-    as_inputs,
     derive,
     device_inputs,
     model_columns,
@@ -71,7 +70,7 @@ class LearnedEntry:
     ) -> tuple[np.ndarray, bool]:
         """(seconds, whether any row was outside the fitted range)."""
         spec = op_spec(self.key.op)
-        x = as_inputs(spec, device_inputs(spec, inputs, device, self.key.dtype))
+        x = device_inputs(spec, inputs, device, self.key.dtype)
         shape = next(iter(x.values())).shape
         x = {k: np.atleast_1d(v).ravel() for k, v in x.items()}
         clipped = {k: np.clip(v, *self.ranges[k]) if k in self.ranges else v for k, v in x.items()}

@@ -388,13 +388,13 @@ def roofline_s(flops: np.ndarray, nbytes: np.ndarray, device: DeviceSpec, dtype:
     return np.maximum(flops / peak_flops(device, dtype), nbytes / device.memory_bandwidth_Bps)
 
 
-def device_inputs(spec: OpSpec, features: Mapping[str, ArrayLike], device: DeviceSpec,
-                  dtype: str) -> Mapping[str, ArrayLike]:  # fmt: skip
-    """``features`` with the inputs the device fixes, where the op takes them and the caller did
-    not give them: ``lanes``, the SIMD width in elements of a CPU that declares ``vector_bits``."""
+def device_inputs(spec: OpSpec, features: Mapping[str, ArrayLike], device: DeviceSpec, dtype: str) -> Arrays:
+    """:func:`as_inputs` on ``device``: an input the device fixes, where the op takes it and the
+    caller did not give it, is the device's (``lanes``: the SIMD width in elements of a CPU that
+    declares ``vector_bits``), not the op's default."""
     if "lanes" in spec.inputs and "lanes" not in features and device.vector_bits:
-        return {**features, "lanes": device.vector_bits / (8 * dtype_bytes(dtype))}
-    return features
+        features = {**features, "lanes": device.vector_bits / (8 * dtype_bytes(dtype))}
+    return as_inputs(spec, features)
 
 
 def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: DeviceSpec,
@@ -402,7 +402,7 @@ def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: De
     """(column names, matrix): log2 of inputs, derived quantities and the roofline time; for
     GEMMs also log2 of 128x128 output tiles and of waves over the device's SMs (both grow in
     steps with the problem: tile and wave quantization, 002 §4.2.3)."""
-    x = as_inputs(spec, device_inputs(spec, features, device, dtype))
+    x = device_inputs(spec, features, device, dtype)
     w = spec.derive(x, dtype_bytes(dtype))
     cols: dict[str, np.ndarray] = {f"in:{k}": v for k, v in x.items()}
     # ``host_`` quantities describe how a CPU runs the op (its library's path): not on a GPU
@@ -443,7 +443,7 @@ def column_signs(spec: OpSpec, example: Mapping[str, ArrayLike], *, device: Devi
     conflicting ones, is monotone in every signed input (the chain rule, term by term).
     ``claims`` replaces the spec's signs (e.g. those its measurements do not contradict)."""
     names, base = model_columns(spec, example, device=device, dtype=dtype)
-    x = as_inputs(spec, device_inputs(spec, example, device, dtype))
+    x = device_inputs(spec, example, device, dtype)
     up = np.zeros(len(names), dtype=bool)
     down = np.zeros(len(names), dtype=bool)
     for name, sign in (spec.inputs if claims is None else claims).items():

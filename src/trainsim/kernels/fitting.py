@@ -67,7 +67,6 @@ from trainsim.ir.kinds import KernelFamily
 from trainsim.kernels.calibrated import LearnedEntry, LearnedKernelModel
 from trainsim.kernels.features import (
     Arrays,
-    as_inputs,
     column_signs,
     derive,
     device_inputs,
@@ -370,7 +369,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     family = spec.family_for(key.phase)
     raw, secs, _ = ds.arrays(key)
     spreads = ds.spreads(key)
-    inputs = as_inputs(spec, device_inputs(spec, raw, device, key.dtype))
+    inputs = device_inputs(spec, raw, device, key.dtype)
     cols, signs, x = _layout(key.op, inputs, device, key.dtype)
     y = np.log2(secs)
     test = heldout_rows(y.size, fraction=holdout, seed=seed, label=key.label)
