@@ -63,16 +63,25 @@ def measured_device(rows: Iterable[Mapping[str, Any]], *, fingerprint: str) -> d
     doc = {
         "schema_version": 1,
         "name": f"{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}-{fingerprint[:8]}",
-        "aliases": [name], "vendor": _vendor(name), "architecture": platform.machine() if kind == "cpu" else "gpu",
+        "aliases": [name], "vendor": _vendor(name), "architecture": platform.machine() if kind == "cpu" else _gpu_architecture(),
         "memory_GB": _memory_gb() if kind == "cpu" else _gpu_memory_gb(),
         "memory_bandwidth_GBps": round(peaks["bandwidth_Bps"] / 1e9, 2), "peak_tflops": tflops,
         **({"vector_bits": v} if kind == "cpu" and (v := _vector_bits()) else {}),
+        **(_gpu_layout() if kind == "cuda" else {}),
         "sources": [{"kind": "measurement", "title": "trainsim bench roofline probes (best of peak_mm and stream_*)",
                      "note": f"fingerprint {fingerprint}; {dt.date.today().isoformat()}; measured peaks, "
                              "below datasheet peaks"}],
     }  # fmt: skip
     DeviceSpec.model_validate(doc)  # the catalog must accept it
     return doc
+
+
+def _gpu_architecture() -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(0)
+    names = {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell"}
+    return names.get(major, f"sm_{major}{minor}")
 
 
 def _vendor(name: str) -> str:
@@ -92,6 +101,19 @@ def _vector_bits(cpuinfo: str | None = None) -> int | None:
     if flags is None:
         return None
     return 512 if "avx512f" in flags else 256 if "avx2" in flags or "avx" in flags else 128
+
+
+def _gpu_layout() -> dict[str, Any]:
+    """SM count and L2 size of GPU 0 (kernel models read ``sm_count``: waves, and no host path
+    columns)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    out: dict[str, Any] = {"sm_count": int(props.multi_processor_count)}
+    l2 = getattr(props, "L2_cache_size", None)
+    if l2:
+        out["l2_cache_MB"] = round(l2 / 1e6, 1)  # DeviceSpec.l2_cache_bytes reads MB as 1e6 B
+    return out
 
 
 def _gpu_memory_gb() -> float:

@@ -7,7 +7,13 @@ warm-up call so that one repeat lasts about ``min_repeat_s`` (a µs op is timed 
 a 10 ms op once). While the repeats' spread ((p75 − p25) / median) exceeds ``target_spread``,
 more repeats are taken, up to ``max_repeats`` and ``max_case_s`` (as
 ``torch.utils.benchmark``'s ``adaptive_autorange``). A row keeps every repeat's per-call time
-and their median. On CUDA, repeats are timed with CUDA events around the calls; on CPU with
+and their median. On CUDA, a repeat is one replay of a CUDA graph that holds ``inner`` calls
+(captured after warm-up on a side stream), timed with CUDA events: the row is the device time
+of the op's kernels, as a Kineto trace shows them, not the host's launch rate (an eager loop of
+a 3 µs kernel whose autograd call costs 40 µs of Python would time the Python). A case whose
+calls cannot be captured (a host sync inside) falls back to events around eager calls, and its
+row says so (``timer``: ``cuda_graph`` or ``cuda_event``). Before a CUDA sweep the GPU is kept
+busy for about a second so that its clocks have left idle. On CPU, repeats are timed with
 ``time.perf_counter``, each repeat started right after ``sched_yield`` so that a short repeat
 rarely spans a preemption on a shared machine. Rows record the load average: on a machine
 shared with other jobs, contention is the main source of repeat-to-repeat noise.
@@ -51,7 +57,11 @@ class Schedule:
     max_inner: int = 1000
 
     @classmethod
-    def for_run(cls, *, quick: bool) -> Schedule:
+    def for_run(cls, *, quick: bool, cuda: bool = False) -> Schedule:
+        if cuda:  # graph replays on an otherwise idle GPU: repeats agree to ~1 %
+            return cls(warmup=3, min_warmup_s=0.005, repeats=7 if quick else 9, max_repeats=25,
+                       target_spread=0.02, max_case_s=0.5 if quick else 1.0, min_repeat_s=1e-3,
+                       max_inner=200 if quick else 500)  # fmt: skip
         if quick:
             return cls(warmup=2, min_warmup_s=0.01, repeats=7, max_repeats=15, target_spread=0.05,
                        max_case_s=1.0, min_repeat_s=5e-4, max_inner=300)  # fmt: skip
@@ -108,7 +118,82 @@ class CudaEventTimer:
         return float(self._start.elapsed_time(self._end)) / 1e3
 
 
-def time_call(fn: Timed, *, schedule: Schedule, timer: CpuTimer | CudaEventTimer) -> Timing:
+class CudaGraphTimer:
+    """Device time of ``calls`` calls replayed from one CUDA graph, between two CUDA events.
+
+    One graph is captured per (case, call count) and kept until :meth:`release`; a case whose
+    calls cannot be captured is timed like :class:`CudaEventTimer` and :attr:`name` says so.
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+        self._fn: Timed | None = None
+        self._graphs: dict[int, Any] = {}
+        self._eager = False
+        self.name = "cuda_graph"
+
+    def release(self) -> None:
+        """Drop the graphs (and with them the case's memory pool)."""
+        self._fn, self._graphs, self._eager, self.name = None, {}, False, "cuda_graph"
+
+    def _capture(self, fn: Timed, calls: int) -> Any:
+        torch = self._torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up outside the capture (lazy handles, workspaces)
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        return graph
+
+    def total_s(self, fn: Timed, calls: int) -> float:
+        torch = self._torch
+        if fn is not self._fn:
+            self.release()
+            self._fn = fn
+        graph = None
+        if not self._eager:
+            graph = self._graphs.get(calls)
+            if graph is None:
+                try:
+                    graph = self._graphs[calls] = self._capture(fn, calls)
+                except (RuntimeError, ValueError, TypeError, NotImplementedError):
+                    torch.cuda.synchronize()
+                    self._graphs, self._eager, self.name, graph = {}, True, "cuda_event", None
+        torch.cuda.synchronize()
+        self._start.record()
+        if graph is not None:
+            graph.replay()
+        else:
+            for _ in range(calls):
+                fn()
+        self._end.record()
+        self._end.synchronize()
+        return float(self._start.elapsed_time(self._end)) / 1e3
+
+
+def spin_up_gpu(seconds: float = 1.0) -> None:
+    """Keep the GPU busy for about ``seconds`` (bf16 products) so that its clocks leave idle
+    before the first timed case (an idle H200 reads 345 MHz on the SM clock, 1,980 under load)."""
+    import torch
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def time_call(fn: Timed, *, schedule: Schedule, timer: CpuTimer | CudaEventTimer | CudaGraphTimer) -> Timing:
     """Warm up, pick ``inner``, time ``repeats`` repeats of ``inner`` calls, then keep adding
     repeats while their spread exceeds ``target_spread`` (within ``max_repeats`` and
     ``max_case_s``), as ``torch.utils.benchmark``'s adaptive_autorange does."""
@@ -131,7 +216,7 @@ def time_call(fn: Timed, *, schedule: Schedule, timer: CpuTimer | CudaEventTimer
         and time.perf_counter() - start < schedule.max_case_s
     ):
         times.append(timer.total_s(fn, inner) / inner)
-    return Timing(tuple(times), inner, timer.name)
+    return Timing(tuple(times), inner, timer.name)  # read last: a graph timer may fall back
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +318,9 @@ def _environment(device: str, threads: int | None) -> tuple[dict[str, Any], Any,
     versions = {k: v for k, v in fp["versions"].items() if v}
     env = {"device": fp["gpu"] or fp["cpu"], "device_kind": device, "fingerprint": fp["id"],
            "threads": torch.get_num_threads(), "versions": versions}  # fmt: skip
-    timer = CudaEventTimer() if device == "cuda" else CpuTimer()
+    if device == "cuda":
+        spin_up_gpu()
+    timer = CudaGraphTimer() if device == "cuda" else CpuTimer()
     return env, torch.device(device), timer
 
 
@@ -264,6 +351,9 @@ def measure(case: Case, *, device: Any, schedule: Schedule, timer: Any) -> Timin
     try:
         return time_call(fn, schedule=schedule, timer=timer)
     finally:
+        release = getattr(timer, "release", None)
+        if release is not None:
+            release()
         del fn  # no gc.collect(): it costs ~0.1 s a case; the inputs are freed by refcount
 
 
@@ -327,6 +417,7 @@ def run_sweep(
 __all__ = [
     "CpuTimer",
     "CudaEventTimer",
+    "CudaGraphTimer",
     "Schedule",
     "SweepResult",
     "Timing",

@@ -70,7 +70,7 @@ def _run_kernels(
         f"benchmarking {len(cases)} cases of {', '.join(suites)} on {device}{' (quick)' if quick else ''} → {path}"
     )
     r = run_sweep(path, cases, device=device, resume=resume, threads=threads,
-                  schedule=Schedule.for_run(quick=quick), progress=progress)  # fmt: skip
+                  schedule=Schedule.for_run(quick=quick, cuda=device == "cuda"), progress=progress)  # fmt: skip
     mine = [
         x
         for x in iter_rows(path)

@@ -62,10 +62,10 @@ def cases(spec: SweepSpec) -> Iterator[Case]:
     # one core), not the default 5x: six inputs, and a CPU switches kernels by shape (torch's
     # oneDNN or native path, oneDNN's 1x1 / direct / strided kernels, channel blocking). Held-out
     # GMAE on an AMD EPYC, with the path features: 18.0 % at 5x, 9.5 % at 40x, 9.97 % at 80x
-    # (other measurements; docs/benchmarks.md).
+    # (other measurements; docs/benchmarks.md). A GPU runs cuDNN, not those paths: 5x there.
     conv = OpSweep(
         op="conv2d", model_op="conv2d", features=dict, family=KernelFamily.CONV, cost=_cost, build=_build,
-        quick_cases=32, full_factor=80,
+        quick_cases=32, full_factor=5 if spec.cuda else 80,
         dims={"n": LogRange(1, 256, align=1), "c": LogRange(3, 1024), "k": LogRange(8, 1024),
               "hw": LogRange(4, 256, align=1), "r": Choice((1, 3, 5, 7)), "stride": Choice((1, 2))},
         valid=lambda p: p["hw"] >= p["r"],

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# What trainsim measures on a lent CUDA GPU, in one command per lease (docs/gpu.md):
+#   bench     the CUDA kernel suites (resumable; rows land in $RUN/kernels-cuda.jsonl)
+#   captures  the shipped examples captured on the GPU at three batch sizes, for
+#             `trainsim validate gpu-e2e --captures DIR`
+# usage: scripts/gpu_session.sh RUN_DIR BENCH_SECONDS [bench] [captures]
+# RUN_DIR travels between leases (it is resumed); results are copied to $OUT when it is set.
+# Nothing here changes the GPU's settings: clocks, power and modes are read, never set.
+set -u
+RUN=${1:?run folder}; BENCH_S=${2:?seconds for the benchmark sweep}; shift 2
+STEPS=${STEPS:-"bench captures"}; [ $# -gt 0 ] && STEPS="$*"
+OUT=${OUT:-$RUN/out}
+LOG=$RUN/logs; CAPS=${CAPS:-/tmp/trainsim_captures}
+mkdir -p "$RUN" "$OUT" "$LOG"
+if [ -d .whl ]; then  # packages the GPU image lacks, carried as wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site || exit 1
+fi
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+ts() { python3 -m trainsim "$@"; }
+t0=$(date +%s)
+{ date -u; nvidia-smi; python3 -c 'import torch; p = torch.cuda.get_device_properties(0); print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), p)'; } >"$LOG/env.txt" 2>&1
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu --format=csv -l 5 >"$LOG/clocks.csv" 2>&1 &
+smi=$!
+
+if [[ " $STEPS " == *" bench "* ]]; then
+  ds=$RUN/kernels-cuda.jsonl
+  # roofline first (the device file), then the suites in the order the LLM and DLRM models need them
+  for group in "roofline" "gemm attention" "norm softmax elementwise optimizer" "memory index" "embedding" "conv"; do
+    left=$(( t0 + BENCH_S - $(date +%s) ))
+    [ "$left" -le 5 ] && { echo "bench: out of time before: $group"; break; }
+    echo "== bench $group ($left s left)"
+    # shellcheck disable=SC2086
+    timeout "$left" python3 -m trainsim bench $group --device cuda --dtype bf16 --dtype fp32 \
+      --dataset "$ds" --no-progress --format json >"$LOG/bench_${group// /_}.json" 2>>"$LOG/bench.log"
+    echo "   exit $? after $(( $(date +%s) - t0 )) s; rows: $(wc -l <"$ds")"
+  done
+  gzip -9 -n -c "$ds" >"$OUT/kernels-cuda.jsonl.gz"
+  cp "$RUN"/kernels-cuda.device.yaml "$OUT/" 2>/dev/null
+fi
+
+if [[ " $STEPS " == *" captures "* ]]; then
+  caps=$CAPS/captures
+  # GPU-sized batches (the CPU defaults are 64/4/8); each base at half and double (cpu-e2e's factors)
+  for rep in 0 1; do
+    for mb in dlrm:1024 dlrm:512 dlrm:2048 gpt2:32 gpt2:16 gpt2:64 resnet:128 resnet:64 resnet:256; do
+      m=${mb%%:*}; b=${mb##*:}; dir=$caps/${m}_b${b}_t1_s5_r${rep}
+      [ -f "$dir/capture.json" ] && continue
+      [ $(( $(date +%s) - t0 )) -ge "${END_S:-540}" ] && { echo "captures: out of time at $m b$b r$rep"; break 2; }
+      ts capture --model "$m" --device cuda --batch-size "$b" --threads 1 --steps 5 --out "$dir" \
+        --overwrite --format json >"$LOG/capture_${m}_b${b}_r${rep}.json" 2>>"$LOG/capture.log" \
+        || echo "capture $m b$b r$rep failed (see capture.log)"
+    done
+  done
+  tar -C "$CAPS" -czf "$OUT/captures.tgz" captures
+fi
+kill "$smi" 2>/dev/null
+tar -C "$RUN" -czf "$OUT/logs.tgz" logs
+echo "done in $(( $(date +%s) - t0 )) s"
+ls -la "$OUT"
