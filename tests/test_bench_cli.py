@@ -55,6 +55,9 @@ def test_kernel_suite_json_and_resume(tmp_path):
         (("gemm", "--device", "tpu"), "cpu or cuda"),
         (("comm", "--compare-with", "k.jsonl"), "--compare-with apply to the kernel suites"),
         (("index", "--compare-with", "/no/such.jsonl"), "no such dataset file"),
+        (("index", "--quick", "--density", "3"), "--density applies to full sweeps"),
+        (("comm", "--density", "2"), "--density apply to the kernel suites"),
+        (("index", "--density", "0"), "--density"),
     ],
 )
 def test_errors_are_one_line(tmp_path, args, message):

@@ -107,3 +107,25 @@ def test_sampling_and_registry_edges():
     )
     with pytest.raises(ConfigError, match="available"):
         get_suite("nope")
+
+
+def test_density_extends_the_full_sweep_without_changing_its_draws() -> None:
+    """--density N draws N times the shapes; the default draws are a prefix (resumed rows kept)."""
+    from trainsim.bench.suites import suite_cases
+    from trainsim.bench.suites.base import SweepSpec
+
+    one = [c.key for c in suite_cases(["gemm"], SweepSpec(device="cuda"), ops=["mm"], dtypes=["bf16"])]
+    three = [c.key for c in suite_cases(["gemm"], SweepSpec(device="cuda", density=3), ops=["mm"], dtypes=["bf16"])]
+    assert set(one) < set(three)
+    assert len(three) > 2 * len(one)  # 3x the draws; the doubling probes come once
+    quick = [c.key for c in suite_cases(["gemm"], SweepSpec(device="cuda", quick=True, density=3), ops=["mm"])]
+    assert len(quick) == len([c for c in suite_cases(["gemm"], SweepSpec(device="cuda", quick=True), ops=["mm"])])
+
+
+def test_conv_full_factor_is_cpu_only() -> None:
+    from trainsim.bench.suites import suite_cases
+    from trainsim.bench.suites.base import SweepSpec
+
+    gpu = list(suite_cases(["conv"], SweepSpec(device="cuda"), dtypes=["fp32"]))
+    cpu = list(suite_cases(["conv"], SweepSpec(device="cpu"), dtypes=["fp32"]))
+    assert len(cpu) > 8 * len(gpu)

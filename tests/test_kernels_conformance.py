@@ -29,7 +29,9 @@ _N = 64  # random points per entry
 def _points(
     ranges: dict[str, tuple[float, float]], rng: np.random.Generator, n: int = _N
 ) -> dict[str, np.ndarray]:
-    return {k: np.exp2(rng.uniform(np.log2(lo), np.log2(hi), n)) for k, (lo, hi) in ranges.items()}
+    # log-uniform sizes; a 0/1 flag (e.g. gemm's bias) drawn from its two values
+    return {k: (rng.integers(0, 2, n).astype(float) if lo == 0 else np.exp2(rng.uniform(np.log2(lo), np.log2(hi), n)))
+            for k, (lo, hi) in ranges.items()}  # fmt: skip
 
 
 def _domain(model: KernelModel, limit: int = 100):

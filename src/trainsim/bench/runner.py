@@ -135,6 +135,14 @@ class CudaGraphTimer:
         self._graphs: dict[int, Any] = {}
         self._eager = False
         self.name = "cuda_graph"
+        # Cases are built, warmed up, captured and timed on this stream: autograd runs a
+        # backward on the stream its forward ran on, so a backward captured on another stream
+        # would launch outside the capture.
+        self._stream = torch.cuda.Stream()
+
+    def stream(self) -> Any:
+        """The context in which a case is built and timed."""
+        return self._torch.cuda.stream(self._stream)
 
     def release(self) -> None:
         """Drop the graphs (and with them the case's memory pool)."""
@@ -142,17 +150,25 @@ class CudaGraphTimer:
 
     def _capture(self, fn: Timed, calls: int) -> Any:
         torch = self._torch
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up outside the capture (lazy handles, workspaces)
-            for _ in range(2):
+        with torch.cuda.stream(self._stream):
+            for _ in range(2):  # warm-up outside the capture (lazy handles, workspaces)
                 fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=self._stream):
+                for _ in range(calls):
+                    fn()
         return graph
+
+    def _recover(self) -> None:
+        """After a failed capture: a capture that raises leaves the default CUDA generator in
+        capture mode (every later random op then fails); an empty capture ends it cleanly."""
+        torch = self._torch
+        with contextlib.suppress(RuntimeError):
+            torch.cuda.synchronize()
+        with contextlib.suppress(RuntimeError), torch.cuda.stream(self._stream):
+            with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=self._stream):
+                pass
+        torch.cuda.synchronize()
 
     def total_s(self, fn: Timed, calls: int) -> float:
         torch = self._torch
@@ -166,16 +182,16 @@ class CudaGraphTimer:
                 try:
                     graph = self._graphs[calls] = self._capture(fn, calls)
                 except (RuntimeError, ValueError, TypeError, NotImplementedError):
-                    torch.cuda.synchronize()
+                    self._recover()
                     self._graphs, self._eager, self.name, graph = {}, True, "cuda_event", None
         torch.cuda.synchronize()
-        self._start.record()
+        self._start.record(self._stream)
         if graph is not None:
             graph.replay()
         else:
             for _ in range(calls):
                 fn()
-        self._end.record()
+        self._end.record(self._stream)
         self._end.synchronize()
         return float(self._start.elapsed_time(self._end)) / 1e3
 
@@ -346,15 +362,17 @@ def measure(case: Case, *, device: Any, schedule: Schedule, timer: Any) -> Timin
     """Build ``case`` on ``device`` and time it (a fixed seed makes the inputs reproducible)."""
     import torch
 
-    torch.manual_seed(0)
-    fn = case.build(device)
-    try:
-        return time_call(fn, schedule=schedule, timer=timer)
-    finally:
-        release = getattr(timer, "release", None)
-        if release is not None:
-            release()
-        del fn  # no gc.collect(): it costs ~0.1 s a case; the inputs are freed by refcount
+    stream = getattr(timer, "stream", None)  # a CUDA graph timer's stream
+    with stream() if stream is not None else contextlib.nullcontext():
+        torch.manual_seed(0)
+        fn = case.build(device)
+        try:
+            return time_call(fn, schedule=schedule, timer=timer)
+        finally:
+            release = getattr(timer, "release", None)
+            if release is not None:
+                release()
+            del fn  # no gc.collect(): it costs ~0.1 s a case; the inputs are freed by refcount
 
 
 def run_sweep(

@@ -373,11 +373,16 @@ class _K:
     provenance: str
 
 
-def _gemm_bwd(c: Coster, dtype: str, m: float, n: float, k: float, *, batch: float = 1.0) -> _K:
+_LINEAR = {"bias": 1.0, "wt": 1.0}  # nn.Linear: a bias, the weight stored [out, in] (features.GEMM_VARIANT)
+
+
+def _gemm_bwd(c: Coster, dtype: str, m: float, n: float, k: float, *, batch: float = 1.0,
+              variant: dict[str, float] | None = None) -> _K:  # fmt: skip
     """Backward of ``(m,k) @ (k,n)``: the calibrated ``gemm`` bwd entry where one exists, else
     the two GEMMs it runs (dX = dY Wᵀ: m×k×n, dW = Xᵀ dY: k×n×m) — a spec roofline of one
-    forward-shaped GEMM would count half the work."""
-    inputs = {"batch": batch, "m": m, "n": n, "k": k}
+    forward-shaped GEMM would count half the work. ``variant``: the call's ``bias``/``wt``
+    inputs (an ``nn.Linear``: both 1)."""
+    inputs = {"batch": batch, "m": m, "n": n, "k": k, **(variant or {})}
     s, prov = c.time("gemm", "bwd", dtype, **inputs)
     if not prov.startswith("calibrated"):
         s1, prov = c.time("gemm", "fwd", dtype, batch=batch, m=m, n=k, k=n)
@@ -543,13 +548,13 @@ def _mlp(
     bwd: list[_K] = []
     for i in range(1, len(widths)):
         k_in, n_out = widths[i - 1], widths[i]
-        fwd.append(_k(c, "gemm", "fwd", dtype, batch=1, m=b, n=n_out, k=k_in))
+        fwd.append(_k(c, "gemm", "fwd", dtype, batch=1, m=b, n=n_out, k=k_in, **_LINEAR))
         act = _k(c, "relu", "fwd", dtype, numel=b * n_out)
         actb = _k(c, "relu", "bwd", dtype, numel=b * n_out)
         if i < len(widths) - 1 or last_relu:
             fwd.append(act)
             bwd.append(actb)
-        bwd.append(_gemm_bwd(c, dtype, b, n_out, k_in))
+        bwd.append(_gemm_bwd(c, dtype, b, n_out, k_in, variant=_LINEAR))
     bwd.reverse()
     return fwd, bwd
 

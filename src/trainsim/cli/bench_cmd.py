@@ -45,6 +45,7 @@ def _run_comm(
 def _run_kernels(
     suites: list[str], dataset: Path | None, *, device: str, quick: bool, resume: bool,
     threads: int | None, ops: list[str], progress: bool, dtypes: list[str] | None = None,
+    density: int = 1,
 ) -> dict[str, Any]:  # fmt: skip
     from trainsim.bench.dataset import iter_rows, noise_floor
     from trainsim.bench.devicespec import measured_device, write_device_yaml
@@ -56,7 +57,7 @@ def _run_kernels(
     for name in suites:
         get_suite(name)  # unknown names fail before anything runs
     path = dataset or Path(f"bench/kernels-{device}.jsonl")
-    spec = SweepSpec(device=device, quick=quick)
+    spec = SweepSpec(device=device, quick=quick, density=density)
     cases = list(suite_cases(suites, spec, ops=ops, dtypes=dtypes or ()))
     if not cases:
         every = list(suite_cases(suites, spec))
@@ -175,6 +176,11 @@ def bench(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
     nproc: int | None = typer.Option(None, help="Ranks for the comm suite (default 2; ignored under torchrun)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
+    density: int = typer.Option(
+        1, "--density",
+        help="A full sweep draws N times each op's shapes (the draws extend the default ones: a denser "
+             "rerun keeps the rows already measured).",
+    ),
     compare_with: Path | None = typer.Option(
         None, "--compare-with",
         help="After the sweep, compare the dataset's times with this dataset's (JSONL, .jsonl.gz) on "
@@ -199,9 +205,11 @@ def bench(
         )
     if threads is not None and threads < 1:
         raise ConfigError(f"--threads must be at least 1, got {threads}")
+    if density < 1:
+        raise ConfigError(f"--density must be at least 1, got {density}")
     if names == [COMM_SUITE]:
         given = [f for f, v in (("--op", ops), ("--dtype", dtypes), ("--threads", threads),
-                                ("--compare-with", compare_with)) if v]  # fmt: skip
+                                ("--compare-with", compare_with), ("--density", density > 1)) if v]  # fmt: skip
         if given:
             raise ConfigError(f"{', '.join(given)} apply to the kernel suites, not comm")
         if nproc is not None and nproc < 2:
@@ -218,10 +226,12 @@ def bench(
         return
     if nproc is not None:  # given for a kernel suite, it would be silently ignored
         raise ConfigError("--nproc applies to the comm suite only")
+    if quick and density > 1:
+        raise ConfigError("--density applies to full sweeps; a quick sweep draws the quick shapes")
     if compare_with is not None and not compare_with.is_file():
         raise ConfigError(f"--compare-with {compare_with}: no such dataset file")
     doc = _run_kernels(names, dataset, device=device, quick=quick, resume=resume, threads=threads,
-                       ops=ops, progress=progress, dtypes=dtypes)  # fmt: skip
+                       ops=ops, progress=progress, dtypes=dtypes, density=density)  # fmt: skip
     if compare_with is not None:
         doc["compared_with"] = _compare(Path(doc["dataset"]), compare_with)
     if fmt is Format.JSON:

@@ -43,13 +43,13 @@ def features_from_op(op: Op, kernel: Kernel) -> dict[str, float | str]:
             if op.name == "aten::addmm" and len(shapes) >= 3
             else (shapes[0], shapes[1])
         )
-        if op.name == "aten::linear":  # weight is [out, in]
+        if op.name == "aten::linear":  # weight is [out, in]; a third input is the bias
             return {"op": "gemm", "batch": 1, "m": a.numel // a.shape[-1], "k": a.shape[-1], "n": b.shape[0],
-                    "dtype": _dtype(a)}  # fmt: skip
+                    "bias": int(len(shapes) >= 3), "wt": 1, "dtype": _dtype(a)}  # fmt: skip
         if len(a.shape) < 2 or len(b.shape) < 2 or a.shape[-1] != b.shape[-2]:
             return {}
         return {"op": "gemm", "batch": a.numel // (a.shape[-1] * a.shape[-2]), "m": a.shape[-2], "k": a.shape[-1],
-                "n": b.shape[-1], "dtype": _dtype(a)}  # fmt: skip
+                "n": b.shape[-1], **({"bias": 1} if op.name == "aten::addmm" else {}), "dtype": _dtype(a)}  # fmt: skip
     if kernel.family is KernelFamily.ELEMENTWISE and len(op.kernels) == 1 and shapes:
         return {
             "op": "elementwise",

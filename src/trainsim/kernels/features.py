@@ -98,6 +98,7 @@ class OpSpec:
     defaults: dict[str, float] | None = None  # optional inputs and their values
     bwd_family: F | None = None  # when the backward kernels belong to another family
     note: str = ""
+    flags: frozenset[str] = frozenset()  # 0/1 inputs (a variant of the op): log2(1 + v) columns
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -326,8 +327,19 @@ _register(OpSpec("optimizer", F.OPTIMIZER,
                  {"num_layers": 24.0, "hidden_size": 2048.0, "param_tensors": 292.0, "params": 1.3e9},
                  note="one optimizer step over a whole model"))  # fmt: skip
 # Generic operators, for datasets of single kernels (ours, or exported from traces).
-_register(OpSpec("gemm", F.GEMM, {"batch": 1, "m": 1, "n": 1, "k": 1}, _generic_gemm,
-                 {"batch": 1.0, "m": 4096.0, "n": 4096.0, "k": 4096.0}, {"batch": 1.0}))  # fmt: skip
+# The ``gemm`` operator's variant inputs of each torch call (benchmark rows name the call).
+GEMM_VARIANT: dict[str, dict[str, int]] = {
+    "mm": {"bias": 0, "wt": 0}, "addmm": {"bias": 1, "wt": 0}, "matmul": {"bias": 0, "wt": 0},
+    "bmm": {"bias": 0, "wt": 0}, "linear": {"bias": 1, "wt": 1}, "peak_mm": {"bias": 0, "wt": 0},
+}  # fmt: skip
+# ``bias``: the call adds a bias (addmm, linear: a fused epilogue forward, a bias-gradient
+# reduction backward); ``wt``: B is stored transposed ([n, k], linear's weight). cuBLAS picks
+# other kernels for each layout: on an H100 the four calls of one (m, n, k) differ by up to 2x
+# in backward, and pooled without these inputs the bf16 backward's cross-validated MAPE was
+# 22.5 % (9.2 % with the call named; docs/gpu.md).
+_register(OpSpec("gemm", F.GEMM, {"batch": 1, "m": 1, "n": 1, "k": 1, "bias": 0, "wt": 0}, _generic_gemm,
+                 {"batch": 1.0, "m": 4096.0, "n": 4096.0, "k": 4096.0, "bias": 0.0, "wt": 0.0},
+                 {"batch": 1.0, "bias": 0.0, "wt": 0.0}, flags=frozenset({"bias", "wt"})))  # fmt: skip
 _register(OpSpec("attention", F.ATTENTION, {"batch": 1, "heads": 1, "seq_len": 1, "head_dim": 1},
                  _generic_attention, {"batch": 4.0, "heads": 16.0, "seq_len": 2048.0, "head_dim": 128.0}))  # fmt: skip
 _register(OpSpec("elementwise", F.ELEMENTWISE, {"numel": 1},
@@ -370,7 +382,10 @@ def as_inputs(spec: OpSpec, features: Mapping[str, ArrayLike]) -> Arrays:
             raise ModelError(
                 f"operator {spec.name} needs input {name!r} (inputs: {', '.join(spec.inputs)})"
             )
-        if not np.all(np.isfinite(v) & (v > 0)):
+        if name in spec.flags:
+            if not np.all((v == 0) | (v == 1)):
+                raise ModelError(f"operator {spec.name}: input {name!r} is a 0/1 flag, got {v!r}")
+        elif not np.all(np.isfinite(v) & (v > 0)):
             raise ModelError(f"operator {spec.name}: input {name!r} must be positive, got {v!r}")
         out[name] = v
     shape = np.broadcast_shapes(*(v.shape for v in out.values()))
@@ -404,7 +419,7 @@ def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: De
     steps with the problem: tile and wave quantization, 002 §4.2.3)."""
     x = device_inputs(spec, features, device, dtype)
     w = spec.derive(x, dtype_bytes(dtype))
-    cols: dict[str, np.ndarray] = {f"in:{k}": v for k, v in x.items()}
+    cols: dict[str, np.ndarray] = {f"in:{k}": v + 1.0 if k in spec.flags else v for k, v in x.items()}
     # ``host_`` quantities describe how a CPU runs the op (its library's path): not on a GPU
     host = device.sm_count is None
     cols.update({f"d:{k}": np.broadcast_to(v, next(iter(x.values())).shape) for k, v in w.items()

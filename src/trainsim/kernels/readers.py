@@ -38,7 +38,7 @@ from typing import Any
 
 from trainsim.errors import ModelError, TraceFormatError
 from trainsim.ir.kinds import KernelFamily
-from trainsim.kernels.features import DEFAULT_DTYPE, Phase, canonical_dtype, op_spec
+from trainsim.kernels.features import DEFAULT_DTYPE, GEMM_VARIANT, Phase, canonical_dtype, op_spec
 from trainsim.kernels.samples import EntryKey, KernelDataset, KernelSample
 
 SCHEMA = "trainsim.kernel-bench/1"
@@ -196,6 +196,9 @@ def read_kernel_jsonl(path: Path) -> FileRead:
                 if row.get("schema") != SCHEMA:
                     raise ValueError(f"schema {row.get('schema')!r}")
                 feats = {str(k): float(v) for k, v in row["features"].items()}
+                if row["op"] == "gemm" and "bias" not in feats and row.get("bench_op") in GEMM_VARIANT:
+                    # rows measured before the variant inputs: the call they timed says it
+                    feats.update({k: float(v) for k, v in GEMM_VARIANT[row["bench_op"]].items()})
                 out.append(_sample(path, lineno, op=row["op"], phase=Phase(row["phase"]),
                                    dtype=row.get("dtype", DEFAULT_DTYPE), features=feats,
                                    duration_s=float(row["duration_s"]), family=row.get("family"),

@@ -148,8 +148,8 @@ class RooflineModel(KernelModel):
                 continue
             rng = self.provenance_info.get("ranges", {}).get(key.label)
             ranges = {k: (float(v[0]), float(v[1])) for k, v in rng.items()} if rng else {
-                k: (v / _SPEC_RANGE, v * _SPEC_RANGE) for k, v in spec.example.items()
-            }  # fmt: skip
+                k: (v / _SPEC_RANGE, v * _SPEC_RANGE) for k, v in spec.example.items() if k not in spec.flags
+            }  # fmt: skip (a 0/1 flag has a default: the domain is the sizes)
             out.append((fam, key, ranges))
         return out
 

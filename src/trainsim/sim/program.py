@@ -48,7 +48,12 @@ from trainsim.sim.edges import intra_rank_rule, thread_edges
 from trainsim.sim.host import HostModel, blocks_cpu_copy, op_calls
 from trainsim.sim.options import HostMode, KernelSource, SimOptions
 from trainsim.sim.timings import end_tails, fill_timings
+from trainsim.sim.resize import RESIZE
 from trainsim.sim.whatif import WHATIF
+
+# Kernel durations a pass over the workload predicted (what-if, resize): they replace the
+# measured ones whatever the kernel source, as the pass meant.
+_PASSES = (WHATIF, RESIZE)
 
 
 @dataclass(slots=True)
@@ -164,8 +169,8 @@ def _duration(
     *,
     members: Mapping[int, Collective] | None = None,
 ) -> tuple[float, str]:
-    if k.predicted_s is not None and k.provenance.startswith(WHATIF):
-        return k.predicted_s, k.provenance  # a what-if pass changed this kernel (whatif.py)
+    if k.predicted_s is not None and k.provenance.startswith(_PASSES):
+        return k.predicted_s, k.provenance  # a what-if or resize pass changed this kernel
     if opts.kernels is KernelSource.MODEL:
         if k.predicted_s is not None:
             return k.predicted_s, k.provenance or "predicted"
@@ -310,7 +315,7 @@ def _durations(rp: RankProgram, kernel_op: list[int], reg: ModelRegistry, opts: 
             for i, k in enumerate(kernels)
             if k.collective is not None
             or k.duration_s is None
-            or (k.predicted_s is not None and k.provenance.startswith(WHATIF))
+            or (k.predicted_s is not None and k.provenance.startswith(_PASSES))
         ]
     else:
         rp.k_dur, rp.k_prov = [0.0] * len(kernels), [""] * len(kernels)

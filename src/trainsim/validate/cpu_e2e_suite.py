@@ -125,6 +125,58 @@ def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple
                          for n, p in preds.items()}}  # fmt: skip
 
 
+def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
+             timer: Callable[..., tuple[float, str]]) -> dict[str, Any]:  # fmt: skip
+    """Per model, the captures at its base batch resized to each other captured batch and
+    simulated, against those captures' measured steps: ``cases``, ``base_replay``, ``noise``
+    and ``summary`` (see the module docstring)."""
+    from trainsim.sim.replay import pct_error
+
+    measured: dict[tuple[str, int], list[tuple[float, float]]] = {
+        c: [_measured(f) for f in fs] for c, fs in folders.items()
+    }
+    noise = {f"{m}_b{b}": {"repeat_spread_pct": 100.0 * (max(v) - min(v)) / statistics.median(v),
+                           "within_capture_iqr_pct": 100.0 * statistics.median(s for _, s in ms)}
+             for (m, b), ms in measured.items() for v in [[x for x, _ in ms]]}  # fmt: skip
+    med = {c: statistics.median(x for x, _ in ms) for c, ms in measured.items()}
+
+    cases: list[dict[str, Any]] = []
+    base_replay: list[dict[str, Any]] = []
+    for m, base in bases.items():
+        news = sorted(b for mm, b in folders if mm == m and b != base)
+        reps = [_predict(p, base, news, timer) for p in folders[(m, base)]]
+        for new in news:
+            per_rep = [r["by_batch"][new] for r in reps]
+            predicted = statistics.median(r["predicted_s"] for r in per_rep)
+            naive = med[(m, base)] * new / base
+            meas = med[(m, new)]
+            cases.append({
+                "case": f"{m} b{base}->b{new}", "model": m, "batch_from": base, "batch_to": new,
+                "measured_s": meas, "predicted_s": predicted,  # not *_step_s: the CLI's replay table
+                "error_pct": pct_error(predicted, meas),
+                "naive_error_pct": pct_error(naive, meas), "naive_step_s": naive,
+                "measured_base_step_s": med[(m, base)],
+                "measured_repeats_s": [x for x, _ in measured[(m, new)]],
+                "predicted_repeats_s": [r["predicted_s"] for r in per_rep],
+                "rules": per_rep[0]["rules"], "status": "ok",
+            })  # fmt: skip
+        sim = statistics.median(r["base_simulated_s"] for r in reps)
+        base_replay.append({"model": m, "batch": base, "measured_step_s": med[(m, base)],
+                            "simulated_step_s": sim, "error_pct": pct_error(sim, med[(m, base)])})  # fmt: skip
+    errors = [c["error_pct"] for c in cases]
+    naive_errors = [c["naive_error_pct"] for c in cases]
+    summary: dict[str, Any] = {
+        "geomean_abs_err_pct": geomean_abs(errors), **error_summary(errors),
+        "naive_geomean_abs_err_pct": geomean_abs(naive_errors),
+        "naive_mape_pct": error_summary(naive_errors)["mape_pct"],
+        "target_geomean_pct": TARGET_PCT,
+        "noise_repeat_spread_median_pct": statistics.median(n["repeat_spread_pct"] for n in noise.values()),
+        "noise_within_capture_iqr_median_pct": statistics.median(
+            n["within_capture_iqr_pct"] for n in noise.values()),
+    }  # fmt: skip
+    return {"cases": cases, "base_replay": base_replay, "noise": noise, "summary": summary}
+
+
 def run_cpu_e2e_suite(
     data_dir: Path, *, repeats: int = 3, resume: str | None = None, limit: int | None = None,
     threads: int = 1, steps: int = 9,
@@ -132,7 +184,6 @@ def run_cpu_e2e_suite(
     del data_dir  # everything is captured on this machine
     from trainsim.builders.dlrm import Coster
     from trainsim.capture.examples import example_info
-    from trainsim.sim.replay import pct_error
     from trainsim.validate.shard_suite import cpu_device_file, cpu_kernel_models
 
     for flag, v in (("--repeats", repeats), ("threads", threads), ("steps", steps)):
@@ -154,56 +205,12 @@ def run_cpu_e2e_suite(
 
     artifact, kernel_note = cpu_kernel_models(default_cache_dir().parent)  # shared with shard
     timer = Coster(str(cpu_device_file()), artifact).time
-    measured: dict[tuple[str, int], list[tuple[float, float]]] = {
-        c: [_measured(f) for f in fs] for c, fs in folders.items()
-    }
-    noise = {f"{m}_b{b}": {"repeat_spread_pct": 100.0 * (max(v) - min(v)) / statistics.median(v),
-                           "within_capture_iqr_pct": 100.0 * statistics.median(s for _, s in ms)}
-             for (m, b), ms in measured.items() for v in [[x for x, _ in ms]]}  # fmt: skip
-    med = {c: statistics.median(x for x, _ in ms) for c, ms in measured.items()}
-
-    cases: list[dict[str, Any]] = []
-    base_replay: list[dict[str, Any]] = []
-    for m in models:
-        base = batches[m]
-        news = [max(1, round(f * base)) for f in FACTORS]
-        reps = [_predict(p, base, news, timer) for p in folders[(m, base)]]
-        for f, new in zip(FACTORS, news, strict=True):
-            per_rep = [r["by_batch"][new] for r in reps]
-            predicted = statistics.median(r["predicted_s"] for r in per_rep)
-            naive = med[(m, base)] * new / base
-            meas = med[(m, new)]
-            cases.append({
-                "case": f"{m} b{base}->b{new}", "model": m, "batch_from": base, "batch_to": new,
-                "measured_s": meas, "predicted_s": predicted,  # not *_step_s: the CLI's replay table
-                "error_pct": pct_error(predicted, meas),
-                "naive_error_pct": pct_error(naive, meas), "naive_step_s": naive,
-                "measured_base_step_s": med[(m, base)],
-                "measured_repeats_s": [x for x, _ in measured[(m, new)]],
-                "predicted_repeats_s": [r["predicted_s"] for r in per_rep],
-                "rules": per_rep[0]["rules"], "status": "ok",
-            })  # fmt: skip
-            if f == FACTORS[0]:
-                sim = statistics.median(r["base_simulated_s"] for r in reps)
-                base_replay.append({"model": m, "batch": base, "measured_step_s": med[(m, base)],
-                                    "simulated_step_s": sim,
-                                    "error_pct": pct_error(sim, med[(m, base)])})  # fmt: skip
-    errors = [c["error_pct"] for c in cases]
-    naive_errors = [c["naive_error_pct"] for c in cases]
-    summary: dict[str, Any] = {
-        "geomean_abs_err_pct": geomean_abs(errors), **error_summary(errors),
-        "naive_geomean_abs_err_pct": geomean_abs(naive_errors),
-        "naive_mape_pct": error_summary(naive_errors)["mape_pct"],
-        "target_geomean_pct": TARGET_PCT,
-        "noise_repeat_spread_median_pct": statistics.median(n["repeat_spread_pct"] for n in noise.values()),
-        "noise_within_capture_iqr_median_pct": statistics.median(
-            n["within_capture_iqr_pct"] for n in noise.values()),
-        "capture_s": t_capture, "wall_s": time.perf_counter() - t0,
-    }  # fmt: skip
+    bases = {m: batches[m] for m in models}
+    out = evaluate(folders, bases, timer)
+    out["summary"]["capture_s"], out["summary"]["wall_s"] = t_capture, time.perf_counter() - t0
     return {
         "suite": "cpu-e2e",
         "params": {"repeats": repeats, "threads": threads, "steps": steps, "factors": list(FACTORS),
                    "models": list(models), "cache": str(cache)},
-        "kernel_models": kernel_note, "cases": cases, "base_replay": base_replay, "noise": noise,
-        "summary": summary,
+        "kernel_models": kernel_note, **out,
     }  # fmt: skip

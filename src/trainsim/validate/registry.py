@@ -54,6 +54,8 @@ SUITES: tuple[SuiteSpec, ...] = (
               "plan ranking: regret of the predicted-best measured plan and Spearman, per ground-truth group"),
     SuiteSpec("cpu-e2e", "trainsim.validate.cpu_e2e_suite", "run_cpu_e2e_suite",
               "resize what-if: captured CPU examples predicted at B/2 and 2B vs captured steps (002 §4.5.1.1)"),
+    SuiteSpec("gpu-e2e", "trainsim.validate.gpu_e2e_suite", "run_gpu_e2e_suite",
+              "resize what-if on steps captured on a CUDA GPU (shipped: H100) with that GPU's kernel models"),
     SuiteSpec("predtop", "trainsim.learn.suite", "run_predtop_suite",
               "DAG Transformer / GCN / GAT stage-latency MRE vs training fraction on CPU-measured stages (003)"),
 )  # fmt: skip

@@ -76,15 +76,16 @@ class SweepSpec:
 
     device: str = "cpu"
     quick: bool = False
+    density: int = 1  # a full sweep draws this many times its usual shapes (they extend them)
 
     @property
     def cuda(self) -> bool:
         return self.device == "cuda"
 
     def count(self, quick_n: int, full_factor: int = 5) -> int:
-        """Cases per (op, phase, dtype): ``quick_n`` in a quick sweep, ``full_factor``× that
-        (5× unless the op asks for more) in a full one."""
-        return quick_n if self.quick else full_factor * quick_n
+        """Cases per (op, phase, dtype): ``quick_n`` in a quick sweep, ``density × full_factor``×
+        that (5× unless the op asks for more) in a full one."""
+        return quick_n if self.quick else self.density * full_factor * quick_n
 
     @property
     def dtypes(self) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from trainsim.bench.suites.base import (
     randn,
 )
 from trainsim.ir.kinds import KernelFamily
+from trainsim.kernels.features import GEMM_VARIANT
 
 NAME = "gemm"
 
@@ -75,7 +76,7 @@ def _op(op: str, hi: int) -> OpSweep:
         dims["b"] = LogRange(1, 512, align=1)
     return OpSweep(
         op=op, model_op="gemm", family=KernelFamily.GEMM, dims=dims, quick_cases=24,
-        features=lambda p: {"batch": p.get("b", 1), "m": p["m"], "n": p["n"], "k": p["k"]},
+        features=lambda p: {"batch": p.get("b", 1), "m": p["m"], "n": p["n"], "k": p["k"], **GEMM_VARIANT[op]},
         cost=lambda phase, p, dtype: _cost(op, phase, p, dtype),
         shapes=lambda p: _shapes(op, p),
         build=lambda phase, dtype, p, device: _build(op, phase, dtype, p, device),
