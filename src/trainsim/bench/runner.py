@@ -165,9 +165,9 @@ class CudaGraphTimer:
         torch = self._torch
         with contextlib.suppress(RuntimeError):
             torch.cuda.synchronize()
-        with contextlib.suppress(RuntimeError), torch.cuda.stream(self._stream):
-            with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=self._stream):
-                pass
+        with (contextlib.suppress(RuntimeError), torch.cuda.stream(self._stream),
+              torch.cuda.graph(torch.cuda.CUDAGraph(), stream=self._stream)):  # fmt: skip
+            pass
         torch.cuda.synchronize()
 
     def total_s(self, fn: Timed, calls: int) -> float:

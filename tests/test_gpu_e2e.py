@@ -1,0 +1,58 @@
+"""``trainsim validate gpu-e2e`` on the shipped H100 captures, and its input checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainsim.errors import ConfigError
+from trainsim.validate import gpu_e2e_suite as suite
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    cache = tmp_path_factory.mktemp("gpu_e2e")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(suite, "default_cache_dir", lambda: cache)
+    try:
+        return suite.run_gpu_e2e_suite(Path("."))
+    finally:
+        mp.undo()
+
+
+def test_shipped_captures_resize_and_simulate(doc: dict) -> None:
+    assert doc["params"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert doc["params"]["bases"] == {"dlrm": 16384, "gpt2": 1024, "resnet": 1024}
+    assert doc["kernel_models"].startswith("calibrated: trainsim fit on cuda_full_")
+    by = {(c["model"], c["batch_to"]): c for c in doc["cases"]}
+    assert len(by) == 6 and all(c["error_pct"] is not None and c["rules"] for c in by.values())
+    base = {b["model"]: b["simulated_step_s"] for b in doc["base_replay"]}
+    for model, small, large in (("gpt2", 512, 2048), ("resnet", 512, 2048)):
+        # GPU-bound steps: a resized kernel's prediction reaches the simulator (it once fell
+        # back to the measured duration, so every batch predicted the base step)
+        assert by[(model, small)]["predicted_s"] < 0.8 * base[model] < 0.8 * by[(model, large)]["predicted_s"]
+    assert all(abs(b["error_pct"]) < 10 for b in doc["base_replay"])  # unresized replay
+
+
+def test_discover_rejects_folders_without_gpu_captures(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such folder"):
+        suite.discover(tmp_path / "nope")
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "capture.json").write_text(json.dumps(
+        {"model": "dlrm", "batch_size": 64, "device": "cpu", "nproc": 1}))  # fmt: skip
+    with pytest.raises(ConfigError, match="no single-GPU CUDA capture"):
+        suite.discover(tmp_path)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "capture.json").write_text("{")
+    with pytest.raises(ConfigError, match="not a trainsim capture manifest"):
+        suite.discover(tmp_path)
+
+
+def test_one_batch_per_model_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "capture.json").write_text(json.dumps(
+        {"model": "gpt2", "batch_size": 8, "device": "cuda", "nproc": 1}))  # fmt: skip
+    with pytest.raises(ConfigError, match="one batch only"):
+        suite.run_gpu_e2e_suite(Path("."), resume=str(tmp_path))
