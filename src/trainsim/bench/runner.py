@@ -8,7 +8,7 @@ a 10 ms op once). While the repeats' spread ((p75 − p25) / median) exceeds ``t
 more repeats are taken, up to ``max_repeats`` and ``max_case_s`` (as
 ``torch.utils.benchmark``'s ``adaptive_autorange``). A row keeps every repeat's per-call time
 and their median. On CUDA, a repeat is one replay of a CUDA graph that holds ``inner`` calls
-(captured after warm-up on a side stream), timed with CUDA events: the row is the device time
+(captured on the timer's own stream after warm-up), timed with CUDA events: the row is the device time
 of the op's kernels, as a Kineto trace shows them, not the host's launch rate (an eager loop of
 a 3 µs kernel whose autograd call costs 40 µs of Python would time the Python). A case whose
 calls cannot be captured (a host sync inside) falls back to events around eager calls, and its
@@ -198,7 +198,7 @@ class CudaGraphTimer:
 
 def spin_up_gpu(seconds: float = 1.0) -> None:
     """Keep the GPU busy for about ``seconds`` (bf16 products) so that its clocks leave idle
-    before the first timed case (an idle H200 reads 345 MHz on the SM clock, 1,980 under load)."""
+    before the first timed case (the lent H100 read 345 MHz on the SM clock idle, 1,980 under load)."""
     import torch
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
