@@ -3,7 +3,7 @@
 #   repro     a quick sweep into $RUN/repro.jsonl compared with $RUN/kernels-cuda.jsonl (run-to-run)
 #   bench     the CUDA kernel suites (resumable; rows land in $RUN/kernels-cuda.jsonl)
 #   captures  the shipped examples captured on the GPU at three batch sizes, for
-#             `trainsim validate gpu-e2e --captures DIR`
+#             `trainsim validate gpu-e2e --resume DIR`
 # usage: scripts/gpu_session.sh RUN_DIR BENCH_SECONDS [repro] [bench] [captures]
 # RUN_DIR travels between leases (it is resumed); results are copied to $OUT when it is set.
 # Nothing here changes the GPU's settings: clocks, power and modes are read, never set.
@@ -56,22 +56,20 @@ print("   written", d["samples"], "failed", len(d["failed"]), collections.Counte
 PY
   done
   gzip -9 -n -c "$ds" >"$OUT/kernels-cuda.jsonl.gz"
-fi
-
-if [[ " $STEPS " == *" bench "* ]]; then
   cp "$RUN"/kernels-cuda.device.yaml "$OUT/" 2>/dev/null
 fi
 
 if [[ " $STEPS " == *" captures "* ]]; then
   caps=$CAPS/captures
-  # GPU-sized batches (the CPU defaults are 64/4/8); each base at half and double (cpu-e2e's
-  # factors). CAPTURE_SET overrides them; WARMUP untraced steps let the clocks leave idle first.
+  # GPU-bound batches on an H100 (the CPU defaults 64/4/8, even x16, left the step host-bound and
+  # 23 % noisy); each base at half and double (cpu-e2e's factors). CAPTURE_SET overrides them;
+  # WARMUP untraced steps (default 20) let the clocks leave idle first.
   for rep in 0 1; do
-    for mb in ${CAPTURE_SET:-dlrm:1024 dlrm:512 dlrm:2048 gpt2:32 gpt2:16 gpt2:64 resnet:128 resnet:64 resnet:256}; do
+    for mb in ${CAPTURE_SET:-resnet:1024 resnet:512 resnet:2048 dlrm:16384 dlrm:8192 dlrm:32768 gpt2:1024 gpt2:512 gpt2:2048}; do
       m=${mb%%:*}; b=${mb##*:}; dir=$caps/${m}_b${b}_t1_s5_r${rep}
       [ -f "$dir/capture.json" ] && continue
       [ $(( $(date +%s) - t0 )) -ge "${END_S:-540}" ] && { echo "captures: out of time at $m b$b r$rep"; break 2; }
-      ts capture --model "$m" --device cuda --batch-size "$b" --threads 1 --steps 5 --warmup "${WARMUP:-2}" --out "$dir" \
+      ts capture --model "$m" --device cuda --batch-size "$b" --threads 1 --steps 5 --warmup "${WARMUP:-20}" --out "$dir" \
         --overwrite --format json >"$LOG/capture_${m}_b${b}_r${rep}.json" 2>>"$LOG/capture.log" \
         || echo "capture $m b$b r$rep failed (see capture.log)"
     done
