@@ -155,7 +155,7 @@ def bench(
         "--dataset",
         help="Dataset file (JSONL, appended; resumable). Default bench/kernels-DEVICE.jsonl or bench/comm.jsonl.",
     ),
-    device: str = typer.Option("cpu", help="cpu or cuda (CUDA kernels are timed with events)."),
+    device: str = typer.Option("cpu", help="cpu or cuda (a CUDA case is timed as CUDA-graph replays of its calls)."),
     quick: bool = typer.Option(
         False, "--quick", help="Fewer shapes and repeats (a CPU run takes minutes)."
     ),
