@@ -17,7 +17,7 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> dict:
     mp = pytest.MonkeyPatch()
     mp.setattr(suite, "default_cache_dir", lambda: cache)
     try:
-        return suite.run_gpu_e2e_suite(Path("."))
+        return suite.run_gpu_e2e_suite(Path())
     finally:
         mp.undo()
 
@@ -25,7 +25,10 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_shipped_captures_resize_and_simulate(doc: dict) -> None:
     assert doc["params"]["gpu"] == "NVIDIA H100 80GB HBM3"
     assert doc["params"]["bases"] == {"dlrm": 16384, "gpt2": 1024, "resnet": 1024}
-    assert doc["kernel_models"].startswith("calibrated: trainsim fit on cuda_full_")
+    assert "(shipped cuda_full_03b482ae582e2c80.models.npz)" in doc["kernel_models"], (
+        "the shipped H100 models no longer match their sample or FIT_REVISION: refit them with "
+        "`trainsim fit` on the sample and record the digest in its provenance (docs/gpu.md)"
+    )
     by = {(c["model"], c["batch_to"]): c for c in doc["cases"]}
     assert len(by) == 6 and all(c["error_pct"] is not None and c["rules"] for c in by.values())
     base = {b["model"]: b["simulated_step_s"] for b in doc["base_replay"]}
@@ -55,4 +58,4 @@ def test_one_batch_per_model_is_refused(tmp_path: Path) -> None:
     (tmp_path / "g" / "capture.json").write_text(json.dumps(
         {"model": "gpt2", "batch_size": 8, "device": "cuda", "nproc": 1}))  # fmt: skip
     with pytest.raises(ConfigError, match="one batch only"):
-        suite.run_gpu_e2e_suite(Path("."), resume=str(tmp_path))
+        suite.run_gpu_e2e_suite(Path(), resume=str(tmp_path))

@@ -151,6 +151,15 @@ def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
                                 "" if here else " (another CPU model than this host's)")  # fmt: skip
 
 
+def fit_digest(names: Sequence[str]) -> str:
+    """What a fit of shipped samples ``names`` depends on: their bytes and :data:`FIT_REVISION`
+    (12 hex digits; the cache key, and the ``fit.digest`` a sample's shipped models record)."""
+    import hashlib
+
+    samples = [p for name in names for p in sorted(_BENCH_DATA.glob(f"{name}.jsonl*"))]
+    return hashlib.sha256(b"".join(p.read_bytes() for p in samples) + f"fit-r{FIT_REVISION}".encode()).hexdigest()[:12]
+
+
 def _shipped_fit_digest(name: str) -> str | None:
     """The fit digest a shipped sample's provenance records for its shipped models."""
     try:
@@ -165,11 +174,9 @@ def sample_kernel_models(cache_dir: Path, names: Sequence[str], device_file: Pat
     """Kernel models fitted on shipped calibration samples ``names`` (``bench/data/NAME.jsonl*``)
     measured on ``device_file``'s device, cached in ``cache_dir`` by the samples' content and
     :data:`FIT_REVISION`; and a provenance note."""
-    import hashlib
-
     samples = [p for name in names for p in sorted(_BENCH_DATA.glob(f"{name}.jsonl*"))]
     used = " + ".join(p.name for p in samples) + note
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in samples) + f"fit-r{FIT_REVISION}".encode()).hexdigest()[:12]
+    digest = fit_digest(names)
     shipped = _BENCH_DATA / f"{names[0]}.models.npz"  # fitted once and shipped, where the
     if shipped.is_file() and _shipped_fit_digest(names[0]) == digest:  # data and fitting still match
         return shipped, f"calibrated: trainsim fit on {used} (shipped {shipped.name})"
