@@ -23,12 +23,12 @@ def validate(
     overheads: str | None = typer.Option(None, "--overheads", help="replay: host gaps from stats (default), trace, or shared (leave-one-out)."),
     kernels: str | None = typer.Option(None, "--kernels", help="replay: kernel durations measured (default) or model."),
     files: str | None = typer.Option(None, "--files", help="llm: ground-truth files (vtrain-multi, vtrain-single, seed001; comma-separated)."),
-    limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file; shard: only the first N table sets; cpu-e2e: only the first N models."),
+    limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file; shard: only the first N table sets; cpu-e2e, gpu-e2e: only the first N models."),
     sets: int | None = typer.Option(None, "--sets", help="shard: random table sets to measure (default 10)."),
     repeats: int | None = typer.Option(None, "--repeats", help="shard: measurement repeats per sharder (interleaved); cpu-e2e: captures per configuration."),
     seed: int | None = typer.Option(None, "--seed", min=0, help="shard: seed of the table sets; kernels: seed of the held-out split (default 0)."),
     device: str | None = typer.Option(None, "--device", help="kernels: a100 (default), gh200 or all."),
-    resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to; cpu-e2e: folder of captures to reuse; predtop: results folder (cases and predictors) to reuse."),
+    resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to; cpu-e2e: folder of captures to reuse; gpu-e2e: folder of GPU captures (default: the shipped H100 set); predtop: results folder (cases and predictors) to reuse."),
     fractions: str | None = typer.Option(None, "--fractions", help="predtop: training fractions, comma-separated or 'all' (10 %–80 %); default 0.3."),
     models: str | None = typer.Option(None, "--models", help="predtop: dag_transformer,gcn,gat (default: all three)."),
     features: str | None = typer.Option(None, "--features", help="predtop: table1 (003 Table I) or table1+work (default)."),
@@ -147,6 +147,8 @@ def _print_table(doc: dict[str, Any]) -> None:
             label = "summary (replayable cases)"
         parts = [f"{k} {_fmt(v)}" for k, v in doc[key].items() if not isinstance(v, list | dict)]
         out.print(f"{label}: " + ", ".join(parts))
+    if isinstance(doc.get("kernel_models"), str):  # where the predictions' kernel times came from
+        out.print(f"kernel models: {doc['kernel_models']}")
 
 
 def _replay_table(doc: dict[str, Any]) -> Table:

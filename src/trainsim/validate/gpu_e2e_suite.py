@@ -108,7 +108,7 @@ def run_gpu_e2e_suite(data_dir: Path, *, resume: str | None = None, limit: int |
     t0 = time.perf_counter()
     root = Path(resume).expanduser() if resume else _unpack_shipped(default_cache_dir())
     folders = discover(root)
-    models = sorted({m for m, _ in folders})[:limit] if limit else sorted({m for m, _ in folders})
+    models = sorted({m for m, _ in folders})[:limit]  # limit None: all of them
     bases: dict[str, int] = {}
     for m in models:
         batches = sorted(b for mm, b in folders if mm == m)
