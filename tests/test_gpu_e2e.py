@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +62,21 @@ def test_one_batch_per_model_is_refused(tmp_path: Path) -> None:
         {"model": "gpt2", "batch_size": 8, "device": "cuda", "nproc": 1}))  # fmt: skip
     with pytest.raises(ConfigError, match="one batch only"):
         suite.run_gpu_e2e_suite(Path(), resume=str(tmp_path))
+
+
+def _trainsim(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainsim", *args], capture_output=True, text=True, timeout=300,
+                          check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+
+
+def test_replay_batch_what_if_on_a_gpu_capture(tmp_path: Path) -> None:
+    """`trainsim replay CAPTURE --batch N`: the traced batch from capture.json, the H100 models."""
+    folder = suite._unpack_shipped(tmp_path) / "resnet_b1024_t1_s5_r0"
+    p = _trainsim("replay", str(folder), "--batch", "2048", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    w = json.loads(p.stdout)["whatif"]
+    assert w["applied"][0].startswith("batch 1024 → 2048 (kernel models: calibrated")
+    assert 60 < w["change_pct"] < 130  # a GPU-bound step: about twice the work
+    for args, message in ((("--old-batch", "8"), "give --batch too"), (("--batch", "0"), "positive integer")):
+        p = _trainsim("replay", str(folder), *args)
+        assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr

@@ -58,6 +58,8 @@ def replay(
     straggler: str | None = typer.Option(None, "--straggler", help="What-if: RANK:FACTOR, e.g. 3:1.5 (rank 3's kernels 1.5× slower)."),
     network: float | None = typer.Option(None, "--network-speedup", help="What-if: collectives this many times faster (0.5: twice slower)."),
     family: str | None = typer.Option(None, "--scale-family", help="What-if: FAMILY:FACTOR, e.g. gemm:0.5 (GEMMs twice as fast)."),
+    batch: int | None = typer.Option(None, "--batch", help="What-if: the step at this per-rank batch size (002 §4.5.1.1 resize: shapes rescaled, kernels re-timed by kernel models)."),
+    old_batch: int | None = typer.Option(None, "--old-batch", help="--batch: the traced batch size (default: the capture.json beside the trace)."),
     segments: bool = typer.Option(False, "--segments", help="JSON: include every critical-path segment."),
 ) -> None:  # fmt: skip
     """Simulate the traced step (critical path over CPU threads, streams and ranks)."""
@@ -74,6 +76,14 @@ def replay(
         _pair(family, "--scale-family")
     if network is not None:
         _factor(network, "--network-speedup")
+    for flag, v in (("--batch", batch), ("--old-batch", old_batch)):
+        if v is not None and v < 1:
+            raise ConfigError(f"{flag} must be a positive integer, got {v}")
+    if old_batch is not None and batch is None:
+        raise ConfigError("--old-batch is the traced batch of the --batch what-if; give --batch too")
+    traced_batch = (old_batch or _manifest_batch(paths)) if batch is not None else None
+    if batch is not None and traced_batch is None:
+        raise ConfigError("--batch: which batch was traced? give --old-batch (no capture.json beside the trace says)")
     if overheads is None:
         overheads = HostMode.SHARED if overhead_db is not None else HostMode.STATS
     if stats_iqr and (overheads is not HostMode.STATS or overhead_db is not None):
@@ -91,7 +101,8 @@ def replay(
         raise ConfigError("--system chooses the collective models of --kernels model")
     with stderr.status("loading and simulating...", spinner="dots"):
         rep = replay_paths(paths, options, step=_step(step), link_et=not no_et, timeline=timeline)
-        whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family)
+        whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family,
+                          resize=(traced_batch, batch) if batch is not None and traced_batch else None)  # fmt: skip
     doc = rep.to_dict(segments=segments)
     doc["whatif"] = whatif
     if timeline is not None:
@@ -116,14 +127,63 @@ def replay(
     _print_table(doc, rep)
 
 
+def _manifest_batch(paths: list[Path]) -> int | None:
+    """The per-rank batch a ``trainsim capture`` folder records (the folder given, or the one
+    holding the first trace file), else None."""
+    import json
+
+    from trainsim.capture.manifest import MANIFEST_NAME
+
+    first = paths[0]
+    man = (first if first.is_dir() else first.parent) / MANIFEST_NAME
+    try:
+        return int(json.loads(man.read_text(encoding="utf-8"))["batch_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _resize_timer(w: Any) -> tuple[Any, str]:
+    """Kernel-model answers for resizing ``w``: the shipped calibration of its GPU (H100) or of
+    this host's CPU (a CPU trace), else its catalog device's models; None (work ratios) when the
+    trace names no known device."""
+    from trainsim.builders.dlrm import Coster
+    from trainsim.hardware import find_device
+    from trainsim.validate.gpu_e2e_suite import CUDA_SAMPLES, default_cache_dir
+    from trainsim.validate.shard_suite import (
+        _BENCH_DATA,
+        cpu_device_file,
+        cpu_kernel_models,
+        sample_kernel_models,
+    )
+
+    gpu = next((r.device for r in w.ranks if r.device), "")
+    if gpu in CUDA_SAMPLES:
+        device_file = _BENCH_DATA / f"{CUDA_SAMPLES[gpu]}.device.yaml"
+        artifact, note = sample_kernel_models(default_cache_dir().parent, (CUDA_SAMPLES[gpu],), device_file)
+        return Coster(str(device_file), artifact).time, note
+    if not gpu and not any(k for r in w.ranks for o in r.ops for k in o.kernels):  # a CPU trace
+        artifact, note = cpu_kernel_models(default_cache_dir().parent)
+        return Coster(str(cpu_device_file()), artifact).time, note
+    spec = find_device(gpu) if gpu else None
+    if spec is not None:
+        return Coster(spec).time, f"the catalog models of {spec.name} (calibrated where shipped, else spec-based)"
+    return None, f"no kernel models for device {gpu or '(unnamed)'}: each op scaled by its work"
+
+
 def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | None,
-             family: str | None) -> dict[str, Any]:  # fmt: skip
+             family: str | None, resize: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
     from trainsim.errors import ConfigError
     from trainsim.ir.kinds import KernelFamily
     from trainsim.sim import simulate, whatif
 
     w = rep.workload
     applied: list[str] = []
+    if resize is not None:
+        from trainsim.sim.resize import resize_batch
+
+        timer, note = _resize_timer(w)
+        w = resize_batch(w, resize[1], old_batch=resize[0], timer=timer)
+        applied.append(f"batch {resize[0]} → {resize[1]} (kernel models: {note})")
     if straggler is not None:
         r, f = _pair(straggler, "--straggler", "RANK:FACTOR (e.g. 3:1.5)")
         if not r.lstrip("-").isdigit():
