@@ -148,18 +148,13 @@ def _resize_timer(w: Any) -> tuple[Any, str]:
     trace names no known device."""
     from trainsim.builders.dlrm import Coster
     from trainsim.hardware import find_device
-    from trainsim.validate.gpu_e2e_suite import CUDA_SAMPLES, default_cache_dir
-    from trainsim.validate.shard_suite import (
-        _BENCH_DATA,
-        cpu_device_file,
-        cpu_kernel_models,
-        sample_kernel_models,
-    )
+    from trainsim.validate.gpu_e2e_suite import default_cache_dir, gpu_kernel_models
+    from trainsim.validate.shard_suite import cpu_device_file, cpu_kernel_models
 
     gpu = next((r.device for r in w.ranks if r.device), "")
-    if gpu in CUDA_SAMPLES:
-        device_file = _BENCH_DATA / f"{CUDA_SAMPLES[gpu]}.device.yaml"
-        artifact, note = sample_kernel_models(default_cache_dir().parent, (CUDA_SAMPLES[gpu],), device_file)
+    calibration = gpu_kernel_models(gpu) if gpu else None
+    if calibration is not None:
+        device_file, artifact, note = calibration
         return Coster(str(device_file), artifact).time, note
     if not gpu and not any(k for r in w.ranks for o in r.ops for k in o.kernels):  # a CPU trace
         artifact, note = cpu_kernel_models(default_cache_dir().parent)

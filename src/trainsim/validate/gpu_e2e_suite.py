@@ -90,6 +90,19 @@ def discover(root: Path) -> dict[tuple[str, int], list[Path]]:
     return found
 
 
+def gpu_kernel_models(gpu: str) -> tuple[Path, Path | None, str] | None:
+    """(device file, fitted models, provenance note) of the CUDA calibration sample shipped for
+    GPU ``gpu`` (its name as traces give it), or None where none ships."""
+    from trainsim.validate.shard_suite import _BENCH_DATA, sample_kernel_models
+
+    sample = CUDA_SAMPLES.get(gpu)
+    if sample is None:
+        return None
+    device_file = _BENCH_DATA / f"{sample}.device.yaml"
+    artifact, note = sample_kernel_models(default_cache_dir().parent, (sample,), device_file)
+    return device_file, artifact, note
+
+
 def _gpu_name(folder: Path) -> str:
     from trainsim.sim.replay import load_for_replay
 
@@ -101,7 +114,6 @@ def run_gpu_e2e_suite(data_dir: Path, *, resume: str | None = None, limit: int |
     del data_dir  # the captures are shipped or given; shared/data is not read
     from trainsim.builders.dlrm import Coster
     from trainsim.validate.cpu_e2e_suite import evaluate
-    from trainsim.validate.shard_suite import _BENCH_DATA, sample_kernel_models
 
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {limit}")
@@ -117,12 +129,11 @@ def run_gpu_e2e_suite(data_dir: Path, *, resume: str | None = None, limit: int |
         bases[m] = batches[(len(batches) - 1) // 2]  # the middle one (the lower middle of an even count)
     folders = {k: v for k, v in folders.items() if k[0] in bases}
     gpu = _gpu_name(next(iter(folders.values()))[0])
-    sample = CUDA_SAMPLES.get(gpu)
-    if sample is None:
+    calibration = gpu_kernel_models(gpu)
+    if calibration is None:
         known = ", ".join(CUDA_SAMPLES)
         raise ConfigError(f"{root}: captured on {gpu or 'an unnamed GPU'}; CUDA calibration samples ship for: {known}")
-    device_file = _BENCH_DATA / f"{sample}.device.yaml"
-    artifact, kernel_note = sample_kernel_models(default_cache_dir().parent, (sample,), device_file)
+    device_file, artifact, kernel_note = calibration
     timer = Coster(str(device_file), artifact).time
     out = evaluate(folders, bases, timer)
     out["summary"]["wall_s"] = time.perf_counter() - t0
