@@ -147,3 +147,22 @@ def test_suite_runs_end_to_end_on_one_real_capture(tmp_path: Path, monkeypatch: 
     assert all(c["error_pct"] is not None and c["rules"] for c in doc["cases"])
     assert doc["summary"]["cases"] == 2 and doc["summary"]["geomean_abs_err_pct"] is not None
     assert doc["base_replay"][0]["model"] == "dlrm"
+
+
+@pytest.mark.slow
+def test_replay_batch_what_if_on_a_cpu_capture(tmp_path: Path) -> None:
+    """`trainsim replay CAPTURE --batch N` on a real CPU capture: the host CPU's kernel models."""
+    import json
+    import subprocess
+    import sys
+
+    from trainsim.capture import capture
+
+    folder = tmp_path / "dlrm"
+    capture(model="dlrm", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1, batch_size=32)
+    p = subprocess.run([sys.executable, "-m", "trainsim", "replay", str(folder), "--batch", "64", "--format", "json"],
+                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    w = json.loads(p.stdout)["whatif"]
+    assert w["applied"][0].startswith("batch 32 → 64 (kernel models: calibrated: trainsim fit on cpu_full_")
+    assert w["change_pct"] > 0
