@@ -111,3 +111,14 @@ def test_simulator_adapter_reads_traced_gemm_shapes():
     p = adapter.predict(kern, op, v100)
     assert isinstance(p, Prediction) and p.provenance == "spec-based:v100-sxm2-32gb"
     assert p.seconds == pytest.approx(max(2e-6, 2 * 512 * 1024 * 256 / 15.7e12))
+
+
+def test_gemm_inputs_of_each_torch_call():
+    from trainsim.kernels.features import gemm_inputs
+
+    assert gemm_inputs("linear", [(4, 8, 16), (32, 16), (32,)]) == {"batch": 1, "m": 32, "k": 16, "n": 32, "bias": 1, "wt": 1}
+    assert gemm_inputs("linear", [(4, 16), (32, 16)])["bias"] == 0  # type: ignore[index]
+    assert gemm_inputs("addmm", [(32,), (4, 16), (16, 32)]) == {"batch": 1, "m": 4, "k": 16, "n": 32, "bias": 1}
+    assert gemm_inputs("bmm", [(3, 4, 16), (3, 16, 32)]) == {"batch": 3, "m": 4, "k": 16, "n": 32}
+    assert gemm_inputs("mm", [(4, 16), (8, 32)]) is None  # inner sizes differ
+    assert gemm_inputs("conv2d", [(1, 3, 8, 8), (4, 3, 3, 3)]) is None

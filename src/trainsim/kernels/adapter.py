@@ -17,6 +17,7 @@ from trainsim.errors import ModelError
 from trainsim.hardware import DeviceSpec
 from trainsim.ir.graph import Kernel, Op, TensorMeta
 from trainsim.ir.kinds import KernelFamily
+from trainsim.kernels.features import gemm_inputs
 from trainsim.kernels.model import KernelQuery, query_from_kernel
 from trainsim.kernels.registry import predict_query
 
@@ -38,18 +39,11 @@ def features_from_op(op: Op, kernel: Kernel) -> dict[str, float | str]:
     if kernel.family is KernelFamily.GEMM and op.name in _GEMM_OPS and len(shapes) >= 2:
         if sum(k.family is KernelFamily.GEMM for k in op.kernels) != 1:
             return {}  # several GEMMs under one op (e.g. a backward): shapes do not say which
-        a, b = (
-            (shapes[1], shapes[2])
-            if op.name == "aten::addmm" and len(shapes) >= 3
-            else (shapes[0], shapes[1])
-        )
-        if op.name == "aten::linear":  # weight is [out, in]; a third input is the bias
-            return {"op": "gemm", "batch": 1, "m": a.numel // a.shape[-1], "k": a.shape[-1], "n": b.shape[0],
-                    "bias": int(len(shapes) >= 3), "wt": 1, "dtype": _dtype(a)}  # fmt: skip
-        if len(a.shape) < 2 or len(b.shape) < 2 or a.shape[-1] != b.shape[-2]:
+        inputs = gemm_inputs(op.name.removeprefix("aten::"), [t.shape for t in shapes])
+        if inputs is None:
             return {}
-        return {"op": "gemm", "batch": a.numel // (a.shape[-1] * a.shape[-2]), "m": a.shape[-2], "k": a.shape[-1],
-                "n": b.shape[-1], **({"bias": 1} if op.name == "aten::addmm" else {}), "dtype": _dtype(a)}  # fmt: skip
+        a = shapes[1] if op.name == "aten::addmm" else shapes[0]  # the left operand (addmm: after the bias)
+        return {"op": "gemm", **inputs, "dtype": _dtype(a)}
     if kernel.family is KernelFamily.ELEMENTWISE and len(op.kernels) == 1 and shapes:
         return {
             "op": "elementwise",

@@ -35,7 +35,7 @@ does; learned models use them as features, so only their order of magnitude matt
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -332,6 +332,27 @@ GEMM_VARIANT: dict[str, dict[str, int]] = {
     "mm": {"bias": 0, "wt": 0}, "addmm": {"bias": 1, "wt": 0}, "matmul": {"bias": 0, "wt": 0},
     "bmm": {"bias": 0, "wt": 0}, "linear": {"bias": 1, "wt": 1}, "peak_mm": {"bias": 0, "wt": 0},
 }  # fmt: skip
+
+
+def gemm_inputs(call: str, shapes: Sequence[Sequence[int]]) -> dict[str, float] | None:
+    """The ``gemm`` operator's inputs of torch call ``call`` (``mm``, ``addmm``, ``bmm``,
+    ``matmul``, ``linear``) on input tensors of ``shapes`` (those that have one, in order), or
+    None when they do not form a product. ``linear``'s weight is ``[out, in]`` and a third input
+    its bias; ``addmm``'s first input is the bias. Variant inputs only where they are not 0."""
+    if len(shapes) < 2:
+        return None
+    if call == "linear":
+        x, w = shapes[0], shapes[1]
+        return {"batch": 1, "m": math.prod(x) // x[-1], "k": x[-1], "n": w[0], "bias": int(len(shapes) >= 3), "wt": 1}
+    if call not in ("mm", "addmm", "bmm", "matmul"):
+        return None
+    a, b = (shapes[1], shapes[2]) if call == "addmm" and len(shapes) >= 3 else (shapes[0], shapes[1])
+    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        return None
+    return {"batch": math.prod(a) // (a[-1] * a[-2]), "m": a[-2], "k": a[-1], "n": b[-1],
+            **({"bias": 1} if call == "addmm" else {})}  # fmt: skip
+
+
 # ``bias``: the call adds a bias (addmm, linear: a fused epilogue forward, a bias-gradient
 # reduction backward); ``wt``: B is stored transposed ([n, k], linear's weight). cuBLAS picks
 # other kernels for each layout: on an H100 the four calls of one (m, n, k) differ by up to 2x

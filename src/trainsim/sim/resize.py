@@ -54,6 +54,7 @@ from dataclasses import dataclass, replace
 
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.ir.graph import Op, RankGraph, TensorMeta, Workload
+from trainsim.kernels.features import gemm_inputs
 
 RESIZE = "resize"
 # (kernel-model operator, phase, dtype, inputs) -> (seconds, provenance); e.g. ``Coster.time``.
@@ -110,17 +111,9 @@ def _model_query(name: str, ins: Sequence[TensorMeta], outs: Sequence[TensorMeta
     if dt is None:
         return None
     n = _norm(name)
-    if n == "linear" and len(sh) >= 2:
-        x, w = sh[0], sh[1]
-        return _Query("gemm", dt, {"batch": 1.0, "m": x.numel // x.shape[-1], "k": x.shape[-1], "n": w.shape[0],
-                                   "bias": float(len(sh) >= 3), "wt": 1.0})  # fmt: skip
-    if n in ("mm", "addmm", "matmul", "bmm") and len(sh) >= 2:
-        a, b = (sh[1], sh[2]) if n == "addmm" and len(sh) >= 3 else (sh[0], sh[1])
-        if len(a.shape) < 2 or len(b.shape) < 2 or a.shape[-1] != b.shape[-2]:
-            return None
-        return _Query("gemm", dt, {"batch": a.numel // (a.shape[-1] * a.shape[-2]),
-                                   "m": a.shape[-2], "k": a.shape[-1], "n": b.shape[-1],
-                                   **({"bias": 1.0} if n == "addmm" else {})})  # fmt: skip
+    if n in ("linear", "mm", "addmm", "matmul", "bmm"):
+        g = gemm_inputs(n, [t.shape for t in sh])
+        return _Query("gemm", dt, g) if g else None
     if n == "conv2d" and len(sh) >= 2 and len(sh[0].shape) == 4 and outs and len(outs[0].shape) == 4:
         x, w, o = sh[0], sh[1], outs[0]
         stride = max(1, round(x.shape[2] / max(1, o.shape[2])))
