@@ -96,33 +96,12 @@ class CpuTimer:
         return time.perf_counter() - t0
 
 
-class CudaEventTimer:
-    """Device time between two CUDA events around the calls (the launch queue stays full)."""
-
-    name = "cuda_event"
-
-    def __init__(self) -> None:
-        import torch
-
-        self._torch = torch
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-
-    def total_s(self, fn: Timed, calls: int) -> float:
-        self._torch.cuda.synchronize()
-        self._start.record()
-        for _ in range(calls):
-            fn()
-        self._end.record()
-        self._end.synchronize()
-        return float(self._start.elapsed_time(self._end)) / 1e3
-
-
 class CudaGraphTimer:
     """Device time of ``calls`` calls replayed from one CUDA graph, between two CUDA events.
 
     One graph is captured per (case, call count) and kept until :meth:`release`; a case whose
-    calls cannot be captured is timed like :class:`CudaEventTimer` and :attr:`name` says so.
+    calls cannot be captured is timed with the events around eager calls, and :attr:`name`
+    says so (``cuda_event``).
     """
 
     def __init__(self) -> None:
@@ -209,7 +188,7 @@ def spin_up_gpu(seconds: float = 1.0) -> None:
         torch.cuda.synchronize()
 
 
-def time_call(fn: Timed, *, schedule: Schedule, timer: CpuTimer | CudaEventTimer | CudaGraphTimer) -> Timing:
+def time_call(fn: Timed, *, schedule: Schedule, timer: CpuTimer | CudaGraphTimer) -> Timing:
     """Warm up, pick ``inner``, time ``repeats`` repeats of ``inner`` calls, then keep adding
     repeats while their spread exceeds ``target_spread`` (within ``max_repeats`` and
     ``max_case_s``), as ``torch.utils.benchmark``'s adaptive_autorange does."""
@@ -434,7 +413,6 @@ def run_sweep(
 
 __all__ = [
     "CpuTimer",
-    "CudaEventTimer",
     "CudaGraphTimer",
     "Schedule",
     "SweepResult",

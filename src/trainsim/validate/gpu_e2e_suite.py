@@ -40,32 +40,25 @@ def default_cache_dir() -> Path:
 
 
 def _unpack_shipped(cache: Path) -> Path:
-    """The shipped captures, unpacked once (a folder per archive content digest)."""
+    """The shipped captures, unpacked once (a folder per archive content digest; unpacked
+    beside it, then renamed, so a folder that exists is complete)."""
     import hashlib
+    import shutil
 
     if not SHIPPED.is_file():
         raise ConfigError(f"{SHIPPED}: the shipped GPU captures are missing; pass --resume DIR of captures")
     digest = hashlib.sha256(SHIPPED.read_bytes()).hexdigest()[:12]
     out = cache / f"shipped-{digest}"
-    done = out / ".complete"
-    if done.exists():
-        return out / "captures"
-    tmp = cache / f".shipped-{digest}.partial"
-    if tmp.exists():
-        import shutil
-
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    with tarfile.open(SHIPPED, "r:xz") as tar:
-        tar.extractall(tmp, filter="data")  # plain files only: no links, no absolute paths
-    done_tmp = tmp / ".complete"
-    done_tmp.write_text(SHIPPED.name)
-    if out.exists():  # another run finished first
-        import shutil
-
-        shutil.rmtree(tmp)
-    else:
-        tmp.rename(out)
+    if not out.is_dir():
+        tmp = cache / f".shipped-{digest}.partial"
+        shutil.rmtree(tmp, ignore_errors=True)  # a run killed while unpacking
+        tmp.mkdir(parents=True)
+        with tarfile.open(SHIPPED, "r:xz") as tar:
+            tar.extractall(tmp, filter="data")  # plain files only: no links, no absolute paths
+        try:
+            tmp.rename(out)
+        except OSError:  # another run renamed its copy first
+            shutil.rmtree(tmp, ignore_errors=True)
     return out / "captures"
 
 
