@@ -46,7 +46,7 @@ def test_row_counts_and_ids(gt):
     assert len(read_vtrain(files["vtrain-multi"])) == COUNTS["vtrain-multi"]
     assert len(read_vtrain(files["vtrain-single"])) == COUNTS["vtrain-single"]
     assert len(read_seed001(files["seed001"])) == COUNTS["seed001"]
-    cases = read_cases(gt)
+    cases = read_cases(gt, list(FILES))
     assert len(cases) == sum(COUNTS.values())
     assert len({c.id for c in cases}) == len(cases)
     for tag, n in COUNTS.items():

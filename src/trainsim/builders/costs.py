@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from trainsim.builders.bench_costs import BenchTranslator, bench_calibration
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ModelError
@@ -72,13 +73,18 @@ class OpCoster:
     device of the same architecture and tensor-core peak that has them answers (e.g. the
     A100-SXM4-40GB from the 80 GB part's micro-benchmarks) and the provenance says
     ``;transferred-from:<device>``. bf16 queries fall back to the fp16 entries on devices whose
-    fp16 and bf16 peaks are equal (``;as-fp16``).
+    fp16 and bf16 peaks are equal (``;as-fp16``). A device with a shipped ``trainsim bench``
+    calibration (:mod:`trainsim.builders.bench_costs`) answers from its own measurements before
+    any sibling's (``;bench-as:<op>``); ``bench=False`` skips it.
     """
 
-    def __init__(self, device: DeviceSpec | str) -> None:
+    def __init__(self, device: DeviceSpec | str, *, bench: bool = True) -> None:
         self.device = get_device(device) if isinstance(device, str) else device
         self._cached = lru_cache(maxsize=4096)(self._predict)
         self._bandwidth_ratio: dict[str, float] = {}
+        self._bench: BenchTranslator | None = None
+        if bench and (cal := bench_calibration(self.device)) is not None:
+            self._bench = BenchTranslator(cal)
 
     def time(self, op: str, phase: str, dtype: str, **inputs: float) -> tuple[float, str]:
         return self._cached(op, phase, dtype, tuple(sorted(inputs.items())))
@@ -114,6 +120,10 @@ class OpCoster:
             dtypes.append("fp16")
         first: tuple[float, str] | None = None
         for dev, note in self._candidates():
+            if note and self._bench is not None:  # the device's own measurements before a sibling's
+                own = self._bench.time(op, phase, dtype, inputs)
+                if own is not None:
+                    return own
             for dt in dtypes:
                 p = predict_query(query(op, phase=phase, dtype=dt, **inputs), dev)  # type: ignore[arg-type]
                 prov = p.provenance + note + (";as-fp16" if dt != dtype else "")
@@ -121,6 +131,8 @@ class OpCoster:
                     return p.duration_s, prov
                 if first is None and not note:
                     first = (p.duration_s, prov)
+        if self._bench is not None and (own := self._bench.time(op, phase, dtype, inputs)) is not None:
+            return own  # no sibling: the bench calibration still answers before the roofline
         if first is None:  # pragma: no cover - the device's own spec model always answers
             raise ModelError(f"no kernel model answers {op} {phase} on {self.device.name}")
         return first
@@ -210,7 +222,7 @@ class LayerCoster:
         # backward of a GEMM or norm: input- and weight-gradient ops (autograd runs both)
         launches = (
             2
-            if phase == "bwd" and (flops or category == "memory") and name != "residual_add"
+            if phase == "bwd" and (flops or category == "memory") and name not in ("residual_add", "hidden_dropout")
             else 1
         )
         return OpCost(name, phase, s * scale, prov, flops, category, launches)
@@ -240,12 +252,25 @@ class LayerCoster:
                 "out_proj", "linear2", phase, flops=fl, scale=m.q_width / d, mp=t, b=b, l=seq, dim=d
             )
         )
+        ops.extend(self.hidden_dropout(phase))
         l_sp = seq // t if self.plan.sp and t > 1 else seq
         ops.append(self._q("residual_add", "res_add", phase, category="memory", b=b, l=l_sp, dim=d))
         ops.append(self._norm("post_attention_norm", phase))
         ops.extend(self.mlp(phase))
+        ops.extend(self.hidden_dropout(phase))
         ops.append(self._q("residual_add", "res_add", phase, category="memory", b=b, l=l_sp, dim=d))
         return ops
+
+    def hidden_dropout(self, phase: str) -> list[OpCost]:
+        """An unfused dropout on the ``[b, l, dim]`` residual stream (``plan.hidden_dropout``):
+        one memory-bound pass, timed as 001's residual add on the same tensor (its sister:
+        forward reads one tensor and writes the output and a 1-byte mask, the add reads two and
+        writes one; backward multiplies the gradient by the saved mask)."""
+        if self.plan.hidden_dropout <= 0:
+            return []
+        l_sp = self.l // self.t if self.plan.sp and self.t > 1 else self.l
+        return [self._q("hidden_dropout", "res_add", phase, category="memory", b=self.b, l=l_sp,
+                        dim=self.model.hidden)]  # fmt: skip
 
     def attention_core(self, phase: str) -> list[OpCost]:
         m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
@@ -422,7 +447,8 @@ class LayerCoster:
     def embedding(self, phase: str) -> list[OpCost]:
         t, b, seq, d = self.t, self.b, self.l, self.model.hidden
         return [
-            self._q("embedding", "embedding", phase, category="memory", mp=t, b=b, l=seq, dim=d)
+            self._q("embedding", "embedding", phase, category="memory", mp=t, b=b, l=seq, dim=d),
+            *self.hidden_dropout(phase),
         ]
 
     def head(self, phase: str) -> list[OpCost]:

@@ -17,6 +17,9 @@ softmax as separate kernels), the three implementations paper 001 Table I models
 ``wgrad_fusion``: weight gradients accumulate inside their GEMMs (Megatron-LM's
 ``--gradient-accumulation-fusion``); without it (PyTorch autograd, DeepSpeed, FSDP) every
 micro-batch after the first adds each parameter tensor's gradient with a separate kernel.
+``hidden_dropout``: a separate dropout kernel on the embedding output and on each sub-layer's
+output before its residual add, as HuggingFace models run ``nn.Dropout`` (Megatron fuses it with
+the bias and residual add: leave it 0 there, the residual-add operator stands for the fusion).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Plan:
         0.0  # > 0: a dropout kernel over the [b, h, s, s] probabilities (non-flash)
     )
     wgrad_fusion: bool = False  # Megatron-LM's gradient-accumulation fusion (see the docstring)
+    hidden_dropout: float = 0.0  # > 0: unfused dropout kernels on the residual stream (see above)
 
     @property
     def gpus(self) -> int:
@@ -124,6 +128,8 @@ class Plan:
             raise ConfigError(
                 f"plan: attention_dropout must be in [0, 1), got {self.attention_dropout!r}"
             )
+        if not 0.0 <= self.hidden_dropout < 1.0:
+            raise ConfigError(f"plan: hidden_dropout must be in [0, 1), got {self.hidden_dropout!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"plan: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if gpus is not None and gpus != self.gpus:

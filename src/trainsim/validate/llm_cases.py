@@ -19,6 +19,16 @@ Three files under ``shared/data/ground_truth`` (``shared/data/README.md``), each
     target paper 001 predicts; its published error per row is kept in
     ``reference["paper001_error_pct"]``.
 
+One more set ships inside the package instead (:data:`SHIPPED_TAGS`):
+
+``h100-gpt2``     the GPT-2 captures of ``validate gpu-e2e`` (``validate/data/gpu_e2e_h100.tar.xz``):
+    a 2-layer, 128-wide HuggingFace ``GPT2LMHeadModel`` (vocabulary 1,000, sequence 64; the
+    ``gpt2`` capture example) trained in fp32 with SGD on one H100 at batch 512, 1,024 and 2,048,
+    two captures each; the measured value is the capture's median profiled step. Plan: one GPU,
+    no recompute, SDPA attention (``flash``), HuggingFace's dropout 0.1 on the residual stream
+    (``hidden_dropout``; attention dropout runs inside the SDPA kernel). Not modelled: SGD (the
+    builder's optimizer is Adam's), the loss's shifted-logits copy.
+
 Ids are ``"<tag>:<row>"`` with ``row`` the 1-based data row (line ``row + 1`` of the file).
 Every problem in a file is a one-line :class:`~trainsim.errors.TraceFormatError` naming the
 file, the row (and line) and the column.
@@ -40,6 +50,7 @@ from trainsim.hardware import get_system
 
 __all__ = [
     "FILES",
+    "SHIPPED_TAGS",
     "LLMCase",
     "ground_truth_files",
     "read_cases",
@@ -362,6 +373,47 @@ _READERS: dict[str, Callable[[Path], list[LLMCase]]] = {
 }
 
 
+# --- shipped H100 captures ----------------------------------------------------------------------
+
+# trainsim.capture.examples.gpt2's model (tests/test_llm_cases.py checks it against the example)
+H100_GPT2_CONFIG: dict[str, object] = {
+    "model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 1000,
+    "n_positions": 128, "activation_function": "gelu_new", "tie_word_embeddings": True,
+}  # fmt: skip
+H100_GPT2_SEQ = 64
+H100_GPT2_DROPOUT = 0.1  # GPT2Config's resid_pdrop and embd_pdrop defaults
+
+
+def read_h100_gpt2(tag: str = "h100-gpt2") -> list[LLMCase]:
+    """The shipped single-H100 GPT-2 captures as cases (see the module docstring)."""
+    import json
+
+    from trainsim.builders.models import hf_config_from_dict
+    from trainsim.validate.gpu_e2e_suite import _unpack_shipped, default_cache_dir, discover
+
+    root = _unpack_shipped(default_cache_dir())
+    model = hf_config_from_dict(dict(H100_GPT2_CONFIG), root / "gpt2-2l-128h")
+    out: list[LLMCase] = []
+    for (name, batch), folders in sorted(discover(root).items()):
+        if name != "gpt2":
+            continue
+        for k, folder in enumerate(folders):
+            man = folder / "capture.json"
+            doc = json.loads(man.read_text(encoding="utf-8"))
+            measured = doc.get("measured_step_s")
+            if not isinstance(measured, int | float) or measured <= 0:
+                raise ConfigError(f"{man}: field 'measured_step_s' must be a positive number, got {measured!r}")
+            plan = Plan(micro_batch=batch, global_batch=batch, seq_len=H100_GPT2_SEQ, dtype="fp32",
+                        attention="flash", hidden_dropout=H100_GPT2_DROPOUT)  # fmt: skip
+            plan.validate(model, gpus=1)
+            out.append(LLMCase(f"{tag}:b{batch}-r{k}", str(man), k + 1, model, plan, "dgx-h100",
+                               float(measured), {}))  # fmt: skip
+    return out
+
+
+SHIPPED_TAGS: dict[str, Callable[[], list[LLMCase]]] = {"h100-gpt2": read_h100_gpt2}
+
+
 def _tag_of(path: Path) -> str:
     return next((t for t, name in FILES.items() if path.name == name), path.stem)
 
@@ -392,18 +444,23 @@ def parse_tags(files: str | None) -> list[str] | None:
 
 
 def read_cases(root: Path | str, tags: Iterable[str] | None = None) -> list[LLMCase]:
-    """All cases of the chosen files (all three by default), in file then row order."""
-    chosen = list(FILES) if tags is None else list(dict.fromkeys(tags))
-    unknown = [t for t in chosen if t not in FILES]
+    """All cases of the chosen sets (the three files, then the shipped ones, by default), in
+    set then row order."""
+    known = [*FILES, *SHIPPED_TAGS]
+    chosen = known if tags is None else list(dict.fromkeys(tags))
+    unknown = [t for t in chosen if t not in known]
     if not chosen:
-        raise ConfigError(f"no ground-truth tag given; known: {', '.join(FILES)}")
+        raise ConfigError(f"no ground-truth tag given; known: {', '.join(known)}")
     if unknown:
         raise ConfigError(
-            f"unknown ground-truth tag(s) {', '.join(unknown)}; known: {', '.join(FILES)}"
+            f"unknown ground-truth tag(s) {', '.join(unknown)}; known: {', '.join(known)}"
         )
-    base = _ground_truth_dir(root)
     out: list[LLMCase] = []
     for tag in chosen:
+        if tag in SHIPPED_TAGS:
+            out.extend(SHIPPED_TAGS[tag]())
+            continue
+        base = _ground_truth_dir(root)
         p = base / FILES[tag]
         if not p.is_file():
             raise ConfigError(f"{base}: missing ground-truth file {FILES[tag]} ({tag})")

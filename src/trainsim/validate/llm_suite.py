@@ -2,8 +2,10 @@
 
 Cases are the rows of shared/data/ground_truth (:mod:`trainsim.validate.llm_cases`): vTrain's
 Megatron-DeepSpeed runs on A100 (109 multi-node rows, 1,440 single-node rows) and paper 001's
-GPT-NeoX runs on Perlmutter (A100) and Vista (GH200). Each is predicted from micro-benchmarks
-and hardware data only — kernel models fitted on paper 001's operator measurements, collective
+GPT-NeoX runs on Perlmutter (A100) and Vista (GH200); and trainsim's own GPT-2 captures on one
+H100 (shipped with the package). Each is predicted from micro-benchmarks
+and hardware data only — kernel models fitted on paper 001's operator measurements (the H100's
+on trainsim's own bench sample, :mod:`trainsim.builders.bench_costs`), collective
 models fitted on the systems' NCCL measurements or spec-based — never from these iteration
 times (the honesty rule of the LLM issue): nothing in this suite fits anything.
 
