@@ -129,3 +129,21 @@ def test_conv_full_factor_is_cpu_only() -> None:
     gpu = list(suite_cases(["conv"], SweepSpec(device="cuda"), dtypes=["fp32"]))
     cpu = list(suite_cases(["conv"], SweepSpec(device="cpu"), dtypes=["fp32"]))
     assert len(cpu) > 8 * len(gpu)
+
+
+def test_linear_tokens_sweeps_llm_token_rows_on_cuda_only() -> None:
+    """The CUDA gemm suite adds linear over 8k-131k token rows (the LLM regime beyond the other
+    sweeps' 16,384); the other ops' draws are unchanged by it and CPU sweeps do not get it."""
+    from trainsim.bench.suites import suite_cases
+    from trainsim.bench.suites.base import SweepSpec
+    from trainsim.bench.suites.gemm import _shapes
+
+    spec = SweepSpec(device="cuda")
+    tok = list(suite_cases(["gemm"], spec, ops=["linear_tokens"], dtypes=["bf16"]))
+    assert tok and all(8192 <= dict(c.params)["m"] <= 131072 for c in tok)
+    assert max(dict(c.params)["m"] for c in tok) > 65536
+    assert all(dict(c.features)["bias"] == 1.0 and dict(c.features)["wt"] == 1.0 for c in tok)
+    assert all(spec.fits(flops=c.flops, nbytes=c.bytes) for c in tok)
+    assert _shapes("linear_tokens", {"m": 8192, "n": 64, "k": 32}) == [(8192, 32), (64, 32), (64,)]
+    cpu = {c.op for c in suite_cases(["gemm"], SweepSpec(device="cpu"), dtypes=["fp32"])}
+    assert "linear_tokens" not in cpu and "linear" in cpu

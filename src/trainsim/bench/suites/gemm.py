@@ -1,7 +1,10 @@
 """GEMM suite: ``mm``, ``addmm``, ``bmm`` and ``linear``, forward and backward.
 
 Parameters: ``m``, ``n``, ``k`` (``C[m, n] = A[m, k] · B[k, n]``) and ``b`` (bmm batch). Every
-call calibrates the kernel-model operator ``gemm`` (``batch, m, n, k``).
+call calibrates the kernel-model operator ``gemm`` (``batch, m, n, k``). On CUDA one more sweep,
+``linear_tokens``, is ``linear`` with ``m`` the token rows of a transformer micro-batch (8,192 to
+131,072, beyond the other sweeps' 16,384): an LLM's projections and, in their backward, the
+weight-gradient GEMMs that reduce over those rows (docs/gpu.md).
 Approximation: FLOPs count the multiply-adds (2·m·n·k per product; backward computes dA and dB,
 twice that) plus the bias add/reduction; bytes count each operand read once and each result
 written once (no cache reuse, no workspace).
@@ -37,7 +40,7 @@ def _shapes(op: str, p: Params) -> list[tuple[int, ...]]:
     m, n, k = p["m"], p["n"], p["k"]
     if op == "bmm":
         return [(p["b"], m, k), (p["b"], k, n)]
-    if op == "linear":
+    if op in ("linear", "linear_tokens"):
         return [(m, k), (n, k), (n,)]
     if op == "addmm":
         return [(n,), (m, k), (k, n)]
@@ -47,7 +50,7 @@ def _shapes(op: str, p: Params) -> list[tuple[int, ...]]:
 def _cost(op: str, phase: Phase, p: Params, dtype: str) -> Cost:
     es = DTYPE_BYTES[dtype]
     b, m, n, k = p.get("b", 1), p["m"], p["n"], p["k"]
-    bias = n if op in ("addmm", "linear") else 0
+    bias = n if op in ("addmm", "linear", "linear_tokens") else 0
     times = 1 if phase is Phase.FWD else 2
     return Cost(
         flops=times * 2.0 * b * m * n * k + (m * bias),
@@ -64,6 +67,7 @@ def _build(op: str, phase: Phase, dtype: str, p: Params, device: Any) -> Timed:
         "addmm": torch.addmm,
         "bmm": torch.bmm,
         "linear": nnf.linear,
+        "linear_tokens": nnf.linear,
     }
     grad = phase is Phase.BWD
     inputs = [randn(s, dtype=dtype, device=device, grad=grad) for s in _shapes(op, p)]
@@ -74,8 +78,10 @@ def _op(op: str, hi: int) -> OpSweep:
     dims: dict[str, Any] = {"m": LogRange(8, hi), "n": LogRange(8, hi), "k": LogRange(8, hi)}
     if op == "bmm":
         dims["b"] = LogRange(1, 512, align=1)
+    if op == "linear_tokens":
+        dims = {"m": LogRange(8192, 131072), "n": LogRange(256, hi), "k": LogRange(256, hi)}
     return OpSweep(
-        op=op, model_op="gemm", family=KernelFamily.GEMM, dims=dims, quick_cases=24,
+        op=op, model_op="gemm", family=KernelFamily.GEMM, dims=dims, quick_cases=8 if op == "linear_tokens" else 24,
         features=lambda p: {"batch": p.get("b", 1), "m": p["m"], "n": p["n"], "k": p["k"], **GEMM_VARIANT[op]},
         cost=lambda phase, p, dtype: _cost(op, phase, p, dtype),
         shapes=lambda p: _shapes(op, p),
@@ -85,7 +91,8 @@ def _op(op: str, hi: int) -> OpSweep:
 
 def cases(spec: SweepSpec) -> Iterator[Case]:
     hi = 16384 if spec.cuda else 4096
-    return expand(NAME, [_op(op, hi) for op in ("mm", "addmm", "bmm", "linear")], spec)
+    ops = ("mm", "addmm", "bmm", "linear", *(("linear_tokens",) if spec.cuda else ()))
+    return expand(NAME, [_op(op, hi) for op in ops], spec)
 
 
 SUITE = Suite(NAME, "mm, addmm, bmm, linear; forward and backward", cases)
