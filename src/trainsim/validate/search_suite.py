@@ -20,7 +20,7 @@ from scipy.stats import spearmanr
 from trainsim.builders.costs import OpCoster
 from trainsim.builders.predict import predict_llm
 from trainsim.hardware import get_device, get_system
-from trainsim.validate.llm_cases import LLMCase, parse_tags, read_cases
+from trainsim.validate.llm_cases import FILES, LLMCase, parse_tags, read_cases
 from trainsim.validate.registry import error_summary
 
 # The issue's targets and Calculon's published figures on the same groups (mean regret %,
@@ -37,7 +37,9 @@ def _file(case: LLMCase) -> str:
 def run_search_suite(data_dir: Path, *, files: str | None = None) -> dict[str, Any]:
     """Group the ground-truth rows, predict each, report regret and rank correlation."""
     t0 = time.perf_counter()
-    cases = read_cases(Path(data_dir) / "ground_truth", parse_tags(files))
+    # default: the measured files, whose groups hold different plans (the shipped H100 captures
+    # repeat one plan per batch: nothing to rank)
+    cases = read_cases(Path(data_dir) / "ground_truth", parse_tags(files) or list(FILES))
     groups: dict[tuple[str, str, int, int], list[LLMCase]] = {}
     for c in cases:
         groups.setdefault((_file(c), c.model.name, c.plan.gpus, c.plan.batch), []).append(c)
