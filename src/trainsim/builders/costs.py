@@ -22,7 +22,7 @@ Tensor-parallel and sequence-parallel communication is not here (see
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from trainsim.builders.bench_costs import BenchTranslator, bench_calibration
@@ -33,6 +33,7 @@ from trainsim.hardware import DeviceSpec, get_device, list_devices
 from trainsim.kernels import predict_query, query
 
 _SEED001_VOCAB = 50257  # the vocabulary paper 001 benchmarked linear_final / cross-entropy with
+FLASH_BWD_WORK = 2.5  # FlashAttention-2 §3.2: backward = 5 of the forward's 2 products (+ recompute)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +87,13 @@ class OpCoster:
         if bench and (cal := bench_calibration(self.device)) is not None:
             self._bench = BenchTranslator(cal)
 
-    def time(self, op: str, phase: str, dtype: str, **inputs: float) -> tuple[float, str]:
-        return self._cached(op, phase, dtype, tuple(sorted(inputs.items())))
+    def time(self, op: str, phase: str, dtype: str, *, bench: dict[str, float] | None = None,
+             bench_op: str | None = None, **inputs: float) -> tuple[float, str]:  # fmt: skip
+        """Seconds and provenance of 001 operator ``op``. For a bench calibration
+        (:func:`trainsim.builders.bench_costs.translate`): ``bench``, the exact shape's extra
+        inputs; ``bench_op``, the operator the bench times instead of ``op``."""
+        extra = tuple(sorted(bench.items())) if bench else ()
+        return self._cached(op, phase, dtype, tuple(sorted(inputs.items())), extra=extra, bench_op=bench_op)
 
     def memory_bound(self, seconds: float, provenance: str) -> tuple[float, str]:
         """A memory-bound operator's answer borrowed from a sibling device, scaled by the two
@@ -111,7 +117,8 @@ class OpCoster:
                 out.append((other, f";transferred-from:{other.name}"))
         return out
 
-    def _predict(self, op: str, phase: str, dtype: str, items: tuple[tuple[str, float], ...]) -> tuple[float, str]:  # fmt: skip
+    def _predict(self, op: str, phase: str, dtype: str, items: tuple[tuple[str, float], ...], *,
+                 extra: tuple[tuple[str, float], ...], bench_op: str | None) -> tuple[float, str]:  # fmt: skip
         inputs = dict(items)
         dtypes = [dtype]
         if dtype == "bf16" and self.device.peak_flops_per_s("bf16") == self.device.peak_flops_per_s(
@@ -121,7 +128,7 @@ class OpCoster:
         first: tuple[float, str] | None = None
         for dev, note in self._candidates():
             if note and self._bench is not None:  # the device's own measurements before a sibling's
-                own = self._bench.time(op, phase, dtype, inputs)
+                own = self._bench.time(bench_op or op, phase, dtype, {**inputs, **dict(extra)})
                 if own is not None:
                     return own
             for dt in dtypes:
@@ -131,7 +138,7 @@ class OpCoster:
                     return p.duration_s, prov
                 if first is None and not note:
                     first = (p.duration_s, prov)
-        if self._bench is not None and (own := self._bench.time(op, phase, dtype, inputs)) is not None:
+        if self._bench is not None and (own := self._bench.time(bench_op or op, phase, dtype, {**inputs, **dict(extra)})):
             return own  # no sibling: the bench calibration still answers before the roofline
         if first is None:  # pragma: no cover - the device's own spec model always answers
             raise ModelError(f"no kernel model answers {op} {phase} on {self.device.name}")
@@ -213,8 +220,14 @@ class LayerCoster:
     # --- helpers ---------------------------------------------------------------------------
 
     def _q(self, name: str, op: str, phase: str, *, flops: float = 0.0, scale: float = 1.0,
-           category: str = "compute", **inputs: float) -> OpCost:  # fmt: skip
-        s, prov = self.c.time(op, phase, self.dtype, **inputs)
+           times: float = 1.0, category: str = "compute", bench: dict[str, float] | None = None,
+           bench_op: str | None = None, **inputs: float) -> OpCost:  # fmt: skip
+        """One operator: 001's ``op`` on ``inputs``, its answer times ``scale`` (a shape 001 did
+        not measure, from its sister) and ``times`` (copies, e.g. MoE top-k). ``bench``: the
+        exact shape for a bench calibration, which then answers unscaled."""
+        s, prov = self.c.time(op, phase, self.dtype, bench=bench, bench_op=bench_op, **inputs)
+        if bench is not None and ";bench-as:" in prov:
+            scale = 1.0  # the device's own measurements of the exact shape
         if category == "memory":
             s, prov = self.c.memory_bound(s, prov)
         if scale != 1.0:
@@ -225,7 +238,7 @@ class LayerCoster:
             if phase == "bwd" and (flops or category == "memory") and name not in ("residual_add", "hidden_dropout")
             else 1
         )
-        return OpCost(name, phase, s * scale, prov, flops, category, launches)
+        return OpCost(name, phase, s * scale * times, prov, flops, category, launches)
 
     def _norm(self, name: str, phase: str) -> OpCost:
         op = "RMSlayernorm" if self.model.norm == "rmsnorm" else "layernorm"
@@ -243,14 +256,13 @@ class LayerCoster:
         n_qkv = m.q_width / t + 2 * m.kv_width_tp(t)
         fl = bwd * _gemm_flops(self.tokens, n_qkv, d)
         ops.append(self._q("qkv_proj", "linear1", phase, flops=fl, scale=n_qkv / (3 * d / t),
-                           mp=t, b=b, l=seq, dim=d))  # fmt: skip
+                           bench={"n": n_qkv}, mp=t, b=b, l=seq, dim=d))  # fmt: skip
         ops.extend(self.attention_core(phase))
         # output projection, 001 linear2 = [bl, d/mp, d]
         fl = bwd * _gemm_flops(self.tokens, d, m.q_width / t)
         ops.append(
-            self._q(
-                "out_proj", "linear2", phase, flops=fl, scale=m.q_width / d, mp=t, b=b, l=seq, dim=d
-            )
+            self._q("out_proj", "linear2", phase, flops=fl, scale=m.q_width / d,
+                    bench={"k": m.q_width / t}, mp=t, b=b, l=seq, dim=d)  # fmt: skip
         )
         ops.extend(self.hidden_dropout(phase))
         l_sp = seq // t if self.plan.sp and t > 1 else seq
@@ -269,8 +281,8 @@ class LayerCoster:
         if self.plan.hidden_dropout <= 0:
             return []
         l_sp = self.l // self.t if self.plan.sp and self.t > 1 else self.l
-        return [self._q("hidden_dropout", "res_add", phase, category="memory", b=self.b, l=l_sp,
-                        dim=self.model.hidden)]  # fmt: skip
+        return [self._q("hidden_dropout", "res_add", phase, category="memory", bench_op="dropout",
+                        b=self.b, l=l_sp, dim=self.model.hidden)]  # fmt: skip
 
     def attention_core(self, phase: str) -> list[OpCost]:
         m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
@@ -288,11 +300,21 @@ class LayerCoster:
                 self._q("rotary", "RoPE", phase, category="memory", mp=t, b=b, h=h, l=seq, dim=d)
             )
         if self.plan.attention == "flash":
-            ops.append(self._q("flash_attention", "flash_atten", phase, flops=core, category="attention",
-                               scale=hd_scale, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+            kw = {"flops": core, "category": "attention", "scale": hd_scale, "bench": {"head_dim": m.d_head}}
+            op = self._q("flash_attention", "flash_atten", phase, **kw, mp=t, b=b, h=h, l=seq, dim=d)  # type: ignore[arg-type]
+            if phase == "bwd":
+                # FlashAttention's backward recomputes the scores and takes five products to the
+                # forward's two (2.5x the work); a backward answer under the forward's is a
+                # broken measurement (GH200's 001 rows: 0.08-0.16x, the timer caught part of
+                # it), so it is replaced by 2.5x the forward, the lower bound the work sets
+                fwd = self._q("flash_attention", "flash_atten", "fwd", **kw, mp=t, b=b, h=h, l=seq, dim=d)  # type: ignore[arg-type]
+                if op.seconds < fwd.seconds:
+                    op = replace(op, seconds=FLASH_BWD_WORK * fwd.seconds,
+                                 provenance=fwd.provenance + ";bwd-as-2.5x-fwd")  # fmt: skip
+            ops.append(op)
             return ops
         ops.append(self._q("attention_scores", "baddbmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+                           scale=hd_scale, bench={"head_dim": m.d_head}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
         if self.plan.attention == "fused":
             # 001's fused-softmax data vary heads at mp=1: b(h/mp) is what the kernel sees
             ops.append(self._q("scale_mask_softmax", "ScaledUpperTriangMaskedSoftmax", phase,
@@ -328,7 +350,7 @@ class LayerCoster:
                 )
             )
         ops.append(self._q("attention_values", "bmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+                           scale=hd_scale, bench={"head_dim": m.d_head}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
         return ops
 
     def mlp(self, phase: str) -> list[OpCost]:
@@ -342,11 +364,11 @@ class LayerCoster:
         up = (2 if m.gated else 1) * ffn / t  # gated: gate and up projections side by side
         ops = [
             self._q("mlp_up", "linear3", phase, flops=copies * bwd * _gemm_flops(self.tokens, up, d),
-                    scale=copies * up / (4 * d / t), mp=t, b=b, l=seq, dim=d),
-            self._q("activation", "gelu", phase, category="memory",
-                    scale=copies * (1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=seq, dim=d),
+                    scale=up / (4 * d / t), times=copies, bench={"n": up}, mp=t, b=b, l=seq, dim=d),
+            self._q("activation", "gelu", phase, category="memory", times=copies,
+                    scale=(1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=seq, dim=d),
             self._q("mlp_down", "linear4", phase, flops=copies * bwd * _gemm_flops(self.tokens, d, ffn / t),
-                    scale=copies * ffn / (4 * d), mp=t, b=b, l=seq, dim=d),
+                    scale=ffn / (4 * d), times=copies, bench={"k": ffn / t}, mp=t, b=b, l=seq, dim=d),
         ]  # fmt: skip
         if m.is_moe:  # router: a [tokens, d] x [d, experts] GEMM and its softmax, tiny
             fl = bwd * _gemm_flops(self.tokens, m.num_experts, d)
@@ -357,6 +379,7 @@ class LayerCoster:
                     phase,
                     flops=fl,
                     scale=m.num_experts / (4 * d),
+                    bench={"n": m.num_experts},
                     mp=1,
                     b=b,
                     l=seq,
@@ -446,10 +469,12 @@ class LayerCoster:
 
     def embedding(self, phase: str) -> list[OpCost]:
         t, b, seq, d = self.t, self.b, self.l, self.model.hidden
+        v = self.model.padded_vocab(t)
         return [
-            self._q("embedding", "embedding", phase, category="memory", mp=t, b=b, l=seq, dim=d),
+            self._q("embedding", "embedding", phase, category="memory", bench={"vocab": v},
+                    mp=t, b=b, l=seq, dim=d),
             *self.hidden_dropout(phase),
-        ]
+        ]  # fmt: skip
 
     def head(self, phase: str) -> list[OpCost]:
         """Final norm, output projection and loss (the last stage)."""
@@ -461,8 +486,9 @@ class LayerCoster:
         return [
             self._norm("final_norm", phase),
             self._q("output_proj", "linear_final", phase, flops=bwd * _gemm_flops(self.tokens, v / t, d),
-                    scale=r, mp=t, b=b, l=seq, dim=d),
-            self._q("cross_entropy", "parallel_cross_entropy_128", phase, category="memory", scale=r, mp=t, b=b, l=seq),
+                    scale=r, bench={"vocab": v}, mp=t, b=b, l=seq, dim=d),
+            self._q("cross_entropy", "parallel_cross_entropy_128", phase, category="memory", scale=r,
+                    bench={"vocab": v}, mp=t, b=b, l=seq),
         ]  # fmt: skip
 
     def optimizer(self, params: float, layers: int) -> OpCost:

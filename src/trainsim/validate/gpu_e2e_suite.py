@@ -27,12 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainsim.bench import samples
 from trainsim.errors import ConfigError
 
 _DATA = Path(__file__).parent / "data"
 SHIPPED = _DATA / "gpu_e2e_h100.tar.xz"
 # GPU name (as the Kineto trace's deviceProperties give it) -> its shipped calibration sample
-CUDA_SAMPLES = {"NVIDIA H100 80GB HBM3": "cuda_full_03b482ae582e2c80"}
+CUDA_SAMPLES = samples.CUDA_SAMPLES  # GPU name -> its shipped CUDA sample (trainsim.bench.samples)
 
 
 def default_cache_dir() -> Path:
@@ -86,12 +87,12 @@ def discover(root: Path) -> dict[tuple[str, int], list[Path]]:
 def gpu_kernel_models(gpu: str) -> tuple[Path, Path | None, str] | None:
     """(device file, fitted models, provenance note) of the CUDA calibration sample shipped for
     GPU ``gpu`` (its name as traces give it), or None where none ships."""
-    from trainsim.validate.shard_suite import _BENCH_DATA, sample_kernel_models
+    from trainsim.validate.shard_suite import sample_kernel_models
 
     sample = CUDA_SAMPLES.get(gpu)
     if sample is None:
         return None
-    device_file = _BENCH_DATA / f"{sample}.device.yaml"
+    device_file = samples.BENCH_DATA / f"{sample}.device.yaml"
     artifact, note = sample_kernel_models(default_cache_dir().parent, (sample,), device_file)
     return device_file, artifact, note
 

@@ -50,12 +50,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainsim.bench.samples import BENCH_DATA, fit_digest, sample_files, shipped_models
 from trainsim.errors import ConfigError
 
 SCHEMA = "trainsim.shard-suite/1"
 CRITERION = 0.10  # 000 §V-A: chosen sharder within 10 % of the fastest
 TABLES_PER_RANK = 13  # 000 §IV-B1: (0.7 ~ 1.3) x #GPU x 13 tables
-_BENCH_DATA = Path(__file__).resolve().parents[1] / "bench" / "data"
+_BENCH_DATA = BENCH_DATA
 # The shipped 1-thread full calibration samples (bench/data, docs/benchmarks.md) by the CPU model
 # their rows name, each with its FBGEMM TBE rows (fitted together): the host's own is used
 # when it ships, else the first (the development machine the suites' figures come from).
@@ -64,7 +65,6 @@ CPU_SAMPLES: dict[str, tuple[str, str]] = {
     "AMD EPYC": ("cpu_full_97317d12607a0598", "cpu_tbe_97317d12607a0598"),
 }
 CPU_SAMPLE, CPU_EXTRA = CPU_SAMPLES["Intel(R) Xeon(R) Processor"]
-FIT_REVISION = 4  # part of the fit cache key: bump when kernel fitting changes what it returns
 
 
 def default_results_path() -> Path:
@@ -151,34 +151,15 @@ def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
                                 "" if here else " (another CPU model than this host's)")  # fmt: skip
 
 
-def fit_digest(names: Sequence[str]) -> str:
-    """What a fit of shipped samples ``names`` depends on: their bytes and :data:`FIT_REVISION`
-    (12 hex digits; the cache key, and the ``fit.digest`` a sample's shipped models record)."""
-    import hashlib
-
-    samples = [p for name in names for p in sorted(_BENCH_DATA.glob(f"{name}.jsonl*"))]
-    return hashlib.sha256(b"".join(p.read_bytes() for p in samples) + f"fit-r{FIT_REVISION}".encode()).hexdigest()[:12]
-
-
-def _shipped_fit_digest(name: str) -> str | None:
-    """The fit digest a shipped sample's provenance records for its shipped models."""
-    try:
-        doc = json.loads((_BENCH_DATA / f"{name}.provenance.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    fit = doc.get("fit") if isinstance(doc, dict) else None
-    return fit.get("digest") if isinstance(fit, dict) else None
-
-
 def sample_kernel_models(cache_dir: Path, names: Sequence[str], device_file: Path, note: str = "") -> tuple[Path | None, str]:  # fmt: skip
     """Kernel models fitted on shipped calibration samples ``names`` (``bench/data/NAME.jsonl*``)
     measured on ``device_file``'s device, cached in ``cache_dir`` by the samples' content and
-    :data:`FIT_REVISION`; and a provenance note."""
-    samples = [p for name in names for p in sorted(_BENCH_DATA.glob(f"{name}.jsonl*"))]
+    :data:`trainsim.bench.samples.FIT_REVISION`; and a provenance note."""
+    samples = sample_files(names)
     used = " + ".join(p.name for p in samples) + note
     digest = fit_digest(names)
-    shipped = _BENCH_DATA / f"{names[0]}.models.npz"  # fitted once and shipped, where the
-    if shipped.is_file() and _shipped_fit_digest(names[0]) == digest:  # data and fitting still match
+    shipped = shipped_models(names)  # fitted once and shipped, while data and fitting still match
+    if shipped is not None:
         return shipped, f"calibrated: trainsim fit on {used} (shipped {shipped.name})"
     out = cache_dir / f"{names[0]}-{digest}.npz"
     if out.exists():
