@@ -3,6 +3,7 @@ the hidden-dropout plan option, and the shipped H100 GPT-2 cases of ``validate l
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -190,7 +191,7 @@ def test_flash_backward_under_its_forward_is_replaced():
 
 
 def test_a_stale_sample_is_not_refitted_at_prediction_time(monkeypatch):
-    import trainsim.bench.samples as samples
+    from trainsim.bench import samples
     from trainsim.builders import bench_costs
 
     bench_costs._load.cache_clear()
@@ -202,3 +203,22 @@ def test_a_stale_sample_is_not_refitted_at_prediction_time(monkeypatch):
         assert "bench-as" not in prov
     finally:
         bench_costs._load.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("op", "phase", "fixed", "key", "values"),
+    [
+        ("linear1", "fwd", {"mp": 1.0, "l": 4096.0, "dim": 4096.0}, "b", [2, 3, 4, 5, 6, 8, 16]),
+        ("flash_atten", "bwd", {"mp": 1.0, "h": 12.0, "l": 1024.0, "dim": 768.0}, "b", [32, 48, 64, 96, 128, 256]),
+        ("flash_atten", "fwd", {"mp": 1.0, "h": 32.0, "b": 1.0, "dim": 4096.0}, "l", [4096, 8192, 16384, 32768, 65536]),
+        ("parallel_cross_entropy_128", "fwd", {"mp": 1.0, "l": 2048.0, "vocab": 256000.0}, "b", [1, 2, 3, 4, 8]),
+    ],
+)
+def test_h100_answers_grow_with_the_work_past_the_measured_calls(op, phase, fixed, key, values):
+    """Second review: a carry at the largest calls' median efficiency jumped at its threshold
+    and ran backwards (more tokens, less time); the shrink-to-the-limit carry is continuous."""
+    coster = OpCoster(get_device("h100-sxm5-80gb"))
+    times = [coster.time(op, phase, "bf16", **fixed, **{key: float(v)}) for v in values]
+    assert any(";beyond-measured-work" in p for _, p in times)
+    seconds = [s for s, _ in times]
+    assert all(b > a for a, b in itertools.pairwise(seconds)), seconds

@@ -43,9 +43,12 @@ Beyond the measured work: the fitted trees are flat past the largest measured ca
 with every input inside the sweep can still hold far more work than any measured one (attention
 at batch 8 × 32 heads × 4,096 tokens; unchecked, such answers ran at 1.4–2.4× the peak). A call
 whose roofline time (at the measured device's own peaks) exceeds that of the entry's fifth
-largest measured call is carried along the roofline from there: its roofline time divided by
-the median efficiency (roofline / measured time) of the five largest measured calls
-(``;beyond-measured-work``).
+largest measured call is carried along the roofline from its own shape shrunk to that work: its
+batch-like size (GEMM rows or batch, attention batch, norm/softmax/loss rows, element count,
+gathered rows) scaled down until the roofline time equals the threshold, the model asked there,
+and the answer scaled by the two roofline times (``;beyond-measured-work``) — continuous at the
+threshold, growing with the work beyond it, and at the shape's own efficiency (head size, GEMM
+variant), not another shape's.
 
 Not answered (the caller's next source answers): operators without a bench counterpart (RoPE,
 fill-mask) and 001's optimizer operator, which times Megatron's FusedAdam (one fused pass) where
@@ -118,8 +121,8 @@ def translate(op: str, phase: str, x: dict[str, float]) -> Translation | None:
         return Translation("gelu", phase, {"mp": p, "b": 1.0, "l": t, "dim": dim})
     if op == "res_add":  # the bench's element-wise backward rows are mul's (two products)
         return Translation("elementwise", "fwd", {"numel": t * dim}, 1.0, f";add-{phase}")
-    if op == "dropout":
-        return Translation("dropout", phase, {"numel": t * dim})
+    if op == "dropout":  # the builder's own: the residual stream's, or ``numel`` given
+        return Translation("dropout", phase, {"numel": x.get("numel", t * dim)})
     if op == "embedding":
         return Translation("index_select", phase, {"rows": vocab / p, "d": dim, "k": t})
     if op == "parallel_cross_entropy_128":
@@ -127,7 +130,7 @@ def translate(op: str, phase: str, x: dict[str, float]) -> Translation | None:
     return None
 
 
-_TOP = 5  # the largest measured calls an entry's beyond-the-data efficiency is taken from
+_TOP = 5  # beyond the fifth largest measured call of an entry, calls are carried (see the module)
 
 
 @dataclass(frozen=True)
@@ -138,10 +141,10 @@ class BenchCalibration:
     models: tuple[Any, ...]
     device: DeviceSpec
 
-    def work_reference(self, op: str, phase: str, dtype: str) -> tuple[float, float] | None:
-        """(roofline seconds of the entry's fifth largest measured call, median efficiency of
-        its five largest), or None when the sample has no such entry."""
-        return _reference(self.sample, self.device, op, phase, dtype)
+    def work_threshold(self, op: str, phase: str, dtype: str) -> float | None:
+        """Roofline seconds of the entry's fifth largest measured call (at the measured device's
+        peaks), or None when the sample has no such entry."""
+        return _threshold(self.sample, self.device, op, phase, dtype)
 
 
 @cache
@@ -159,7 +162,11 @@ def _rows(sample: str) -> dict[tuple[str, str, str], list[tuple[dict[str, float]
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8") as fh:
             for line in fh:
+                if not line.strip():
+                    continue
                 row = json.loads(line)
+                if "dtype" not in row or "features" not in row:
+                    continue
                 feats = {k: float(v) for k, v in row["features"].items()}
                 if row["op"] == "gemm" and "bias" not in feats:
                     feats.update({k: float(v) for k, v in GEMM_VARIANT.get(row.get("bench_op", ""), {}).items()})
@@ -169,7 +176,7 @@ def _rows(sample: str) -> dict[tuple[str, str, str], list[tuple[dict[str, float]
 
 
 @cache
-def _reference(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str) -> tuple[float, float] | None:
+def _threshold(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str) -> float | None:
     import numpy as np
 
     from trainsim.kernels import query
@@ -181,9 +188,18 @@ def _reference(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str)
     names = sorted({k for f, _ in rows for k in f})
     x = {n: np.array([f.get(n, 0.0) for f, _ in rows]) for n in names}
     roof, _ = RooflineModel(device).predict_many(query(op, phase=phase, dtype=dtype), x)
-    seconds = np.array([t for _, t in rows])
-    top = np.argsort(roof)[-_TOP:]
-    return float(roof[top].min()), float(np.median(roof[top] / seconds[top]))
+    return float(np.sort(roof)[-min(_TOP, len(roof))])
+
+
+# the inputs a call's work grows with, in the order the carry beyond the measured work shrinks
+# them, each with the power the work grows by (attention: the square of the sequence)
+_WORK_DIMS: dict[str, tuple[tuple[str, float], ...]] = {
+    "gemm": (("batch", 1.0), ("m", 1.0), ("n", 1.0), ("k", 1.0)),
+    "attention": (("batch", 1.0), ("heads", 1.0), ("seq_len", 2.0)),
+    "softmax": (("b", 1.0), ("h", 1.0), ("l", 2.0)), "layernorm": (("b", 1.0),), "RMSlayernorm": (("b", 1.0),),
+    "gelu": (("l", 1.0),), "elementwise": (("numel", 1.0),), "dropout": (("numel", 1.0),),
+    "index_select": (("k", 1.0),), "cross_entropy": (("n", 1.0),),
+}  # fmt: skip
 
 
 @cache
@@ -218,8 +234,8 @@ class BenchTranslator:
         self._roofline = (RooflineModel(calibration.device),)
 
     def time(self, op: str, phase: str, dtype: str, inputs: dict[str, float]) -> tuple[float, str] | None:
-        """Seconds and provenance, or None when the operator has no bench counterpart, the
-        calibration has no model for it, or its answer beats the measured device's roofline."""
+        """Seconds and provenance, or None when the operator has no bench counterpart or the
+        calibration has no model for it; beyond the measured work, carried (see the module)."""
         from trainsim.errors import NotCalibratedError
         from trainsim.kernels import predict_query, query
         from trainsim.kernels.roofline import MIN_KERNEL_S
@@ -237,9 +253,18 @@ class BenchTranslator:
         if not p.calibrated:
             return None
         seconds, prov = p.duration_s, p.provenance
-        ref = self.cal.work_reference(q.key.op, q.key.phase.value, q.key.dtype)
-        if ref is not None and roof > ref[0] and roof > MIN_KERNEL_S:
-            seconds, prov = roof / ref[1], prov + ";beyond-measured-work"
+        limit = self.cal.work_threshold(q.key.op, q.key.phase.value, q.key.dtype)
+        dims = _WORK_DIMS.get(tr.op, ())
+        if limit is not None and dims and roof > limit and roof > MIN_KERNEL_S:
+            small, at_roof, qs = dict(tr.inputs), roof, q
+            for dim, power in dims:  # shrink the sizes in turn until the work is the limit's
+                if at_roof <= limit * (1 + 1e-9) or dim not in small:
+                    continue
+                small[dim] = max(1.0, small[dim] * (limit / at_roof) ** (1 / power))
+                qs = query(tr.op, phase=tr.phase, dtype=dt, **small)  # type: ignore[arg-type]
+                at_roof = predict_query(qs, self.cal.device, models=self._roofline).duration_s
+            at = predict_query(qs, self.cal.device, models=self.cal.models)
+            seconds, prov = at.duration_s * roof / at_roof, at.provenance + ";beyond-measured-work"
         return seconds * tr.scale, f"{prov};bench-as:{op}{tr.note}{note}"
 
 
