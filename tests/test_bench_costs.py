@@ -222,3 +222,19 @@ def test_h100_answers_grow_with_the_work_past_the_measured_calls(op, phase, fixe
     assert any(";beyond-measured-work" in p for _, p in times)
     seconds = [s for s, _ in times]
     assert all(b > a for a, b in itertools.pairwise(seconds)), seconds
+
+
+def test_shipped_work_thresholds_match_the_sample():
+    """The thresholds shipped beside the H100 sample (so a process need not parse its 22.7k rows)
+    are what the rows give; regenerate with ``python -m trainsim.builders.bench_costs SAMPLE``."""
+    from trainsim.builders.bench_costs import _shipped_thresholds, compute_thresholds
+
+    cal = bench_calibration(get_device("h100-sxm5-80gb"))
+    assert cal is not None
+    shipped = _shipped_thresholds(cal.sample)
+    assert shipped is not None, "stale or missing thresholds: python -m trainsim.builders.bench_costs " + cal.sample
+    computed = compute_thresholds(cal.sample, cal.device)
+    assert shipped.keys() == computed.keys() and {"gemm/fwd/bf16", "attention/bwd/fp32"} <= shipped.keys()
+    for k, v in computed.items():
+        assert shipped[k] == pytest.approx(v, rel=1e-12)
+    assert cal.work_threshold("gemm", "fwd", "bf16") == shipped["gemm/fwd/bf16"]

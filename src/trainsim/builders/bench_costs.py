@@ -60,6 +60,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from trainsim.hardware import DeviceSpec
@@ -144,7 +145,69 @@ class BenchCalibration:
     def work_threshold(self, op: str, phase: str, dtype: str) -> float | None:
         """Roofline seconds of the entry's fifth largest measured call (at the measured device's
         peaks), or None when the sample has no such entry."""
+        shipped = _shipped_thresholds(self.sample)
+        if shipped is not None:
+            return shipped.get(f"{op}/{phase}/{dtype}")
         return _threshold(self.sample, self.device, op, phase, dtype)
+
+
+def thresholds_path(sample: str) -> Path:
+    from trainsim.bench.samples import BENCH_DATA
+
+    return BENCH_DATA / f"{sample}.thresholds.json"
+
+
+@cache
+def _shipped_thresholds(sample: str) -> dict[str, float] | None:
+    """The thresholds shipped beside the sample (``<sample>.thresholds.json``, written by
+    :func:`write_thresholds`) while they belong to it (its fit digest), else None: then they are
+    computed from the rows (~0.3 s a process)."""
+    import json
+
+    from trainsim.bench.samples import fit_digest
+
+    try:
+        doc = json.loads(thresholds_path(sample).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("digest") != fit_digest((sample,)):
+        return None
+    values = doc.get("thresholds")
+    return {str(k): float(v) for k, v in values.items()} if isinstance(values, dict) else None
+
+
+def compute_thresholds(sample: str, device: DeviceSpec) -> dict[str, float]:
+    """Every entry's threshold (:meth:`BenchCalibration.work_threshold`) the translations use,
+    from the rows."""
+    from trainsim.bench.opspecs import register_bench_ops
+
+    register_bench_ops()
+    out = {}
+    for op, phase, dtype in sorted(_rows(sample)):
+        if op in _WORK_DIMS:
+            v = _threshold(sample, device, op, phase, dtype)
+            if v is not None:
+                out[f"{op}/{phase}/{dtype}"] = v
+    return out
+
+
+def write_thresholds(sample: str) -> Path:
+    """Write ``<sample>.thresholds.json`` (atomically) for a shipped sample."""
+    import json
+    import os
+
+    from trainsim.bench.samples import BENCH_DATA, fit_digest
+    from trainsim.hardware import get_device
+
+    device = get_device(str(BENCH_DATA / f"{sample}.device.yaml"))
+    doc = {"what": "per (operator/phase/dtype): roofline seconds, at the measured device's peaks, of the "
+                   "fifth largest measured call; calls beyond it are carried (trainsim.builders.bench_costs)",
+           "digest": fit_digest((sample,)), "thresholds": compute_thresholds(sample, device)}  # fmt: skip
+    path = thresholds_path(sample)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
 
 
 @cache
@@ -268,4 +331,12 @@ class BenchTranslator:
         return seconds * tr.scale, f"{prov};bench-as:{op}{tr.note}{note}"
 
 
-__all__ = ["BenchCalibration", "BenchTranslator", "Translation", "bench_calibration", "translate"]
+__all__ = ["BenchCalibration", "BenchTranslator", "Translation", "bench_calibration", "compute_thresholds",
+           "thresholds_path", "translate", "write_thresholds"]  # fmt: skip
+
+
+if __name__ == "__main__":  # python -m trainsim.builders.bench_costs SAMPLE...: ship the thresholds
+    import sys
+
+    for name in sys.argv[1:]:
+        print(write_thresholds(name))
