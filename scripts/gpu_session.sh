@@ -65,7 +65,7 @@ if [[ " $STEPS " == *" captures "* ]]; then
   # 23 % noisy); each base at half and double (cpu-e2e's factors). CAPTURE_SET overrides them;
   # WARMUP untraced steps (default 20) let the clocks leave idle first.
   for rep in 0 1; do
-    for mb in ${CAPTURE_SET:-resnet:1024 resnet:512 resnet:2048 dlrm:16384 dlrm:8192 dlrm:32768 gpt2:1024 gpt2:512 gpt2:2048}; do
+    for mb in ${CAPTURE_SET:-llama:2 llama:1 llama:4 resnet:1024 resnet:512 resnet:2048 dlrm:16384 dlrm:8192 dlrm:32768 gpt2:1024 gpt2:512 gpt2:2048}; do
       m=${mb%%:*}; b=${mb##*:}; dir=$caps/${m}_b${b}_t1_s5_r${rep}
       [ -f "$dir/capture.json" ] && continue
       [ $(( $(date +%s) - t0 )) -ge "${END_S:-540}" ] && { echo "captures: out of time at $m b$b r$rep"; break 2; }

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 STEPS = 2
 CASES = [(model, nproc) for model in sorted(EXAMPLES) for nproc in (1, 2)]
-SMALL_BATCH = {"dlrm": 32, "gpt2": 2, "resnet": 4}
+SMALL_BATCH = {"dlrm": 32, "gpt2": 2, "llama": 1, "resnet": 4}
 # What torch 2.13 writes for gloo collectives (CPU ops; no record_param_comms with gloo).
 GLOO_NAMES = {"c10d::allreduce_", "gloo:all_reduce"}
 
@@ -136,7 +136,7 @@ def test_cli_error_is_one_line_and_exit_1(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        "trainsim: error: unknown example model 'bert'; choose one of: dlrm, gpt2, resnet"
+        "trainsim: error: unknown example model 'bert'; choose one of: dlrm, gpt2, llama, resnet"
     ]
 
 

@@ -52,6 +52,11 @@ EXAMPLES: Mapping[str, ExampleInfo] = MappingProxyType({
         "trainsim.capture.examples.gpt2", 4,
         "tiny GPT-2 (transformers GPT2LMHeadModel): 2 layers, 128 hidden, vocab 1000, seq 64",
     ),
+    "llama": ExampleInfo(
+        "trainsim.capture.examples.llama", 1,
+        "LLaMA-style decoder (transformers LlamaForCausalLM): on CUDA 2 layers of LLaMA-3 8B's widths, "
+        "bf16, seq 2048; on CPU a 256-wide fp32 stand-in",
+    ),
     "resnet": ExampleInfo(
         "trainsim.capture.examples.resnet", 8,
         "ResNet-style CNN: 3 stages of basic blocks on 32x32 images, 10 classes",

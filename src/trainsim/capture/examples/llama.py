@@ -1,0 +1,52 @@
+"""A LLaMA-style decoder (transformers ``LlamaForCausalLM``) built from a local config.
+
+On CUDA it has LLaMA-3 8B's layer widths (hidden 4,096, 32 heads, 8 KV heads, MLP 14,336,
+SwiGLU, RMSNorm, rotary) with 2 layers, a 32,000-token vocabulary and sequences of 2,048, in
+bf16 with SDPA attention: one real-size transformer layer stack whose measured step
+``trainsim predict`` can be checked against (``trainsim predict CONFIG --system dgx-h100 --gpus 1
+--dtype bf16 --seq-len 2048 --micro-batch B``; the capture's optimizer is SGD, the builder's Adam).
+On the CPU a 256-wide stand-in (fp32, sequence 64) keeps tests fast. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from trainsim.capture.examples import TrainingStep
+
+# device kind -> (config fields, sequence length, dtype)
+SHAPES: dict[str, tuple[dict[str, int], int, torch.dtype]] = {
+    "cuda": ({"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "intermediate_size": 14336, "num_hidden_layers": 2, "vocab_size": 32000}, 2048, torch.bfloat16),
+    "cpu": ({"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 1000}, 64, torch.float32),
+}  # fmt: skip
+
+
+def config(kind: str) -> tuple[LlamaConfig, int, torch.dtype]:
+    fields, seq, dtype = SHAPES[kind]
+    cfg = LlamaConfig(**fields, max_position_embeddings=seq, tie_word_embeddings=False,
+                      bos_token_id=0, eos_token_id=0, pad_token_id=0)  # fmt: skip
+    return cfg, seq, dtype
+
+
+def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    (tokens,) = batch
+    loss: torch.Tensor = module(input_ids=tokens, labels=tokens).loss
+    return loss
+
+
+def build(*, batch_size: int, device: str, seed: int) -> TrainingStep:
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    cfg, seq, dtype = config(kind)
+    torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
+    model: nn.Module = LlamaForCausalLM(cfg).to(dtype=dtype).train()
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, cfg.vocab_size, (batch_size, seq), generator=g)
+    return TrainingStep(
+        model=model.to(device), batch=(tokens.to(device),), loss=_loss,
+        summary=f"LLaMA-style {cfg.num_hidden_layers} layers x {cfg.hidden_size} hidden ({kind} shape), "
+                f"batch {batch_size} x seq {seq}, {str(dtype).removeprefix('torch.')}",
+    )  # fmt: skip

@@ -1,0 +1,40 @@
+"""The LLaMA-style capture example: its CUDA shape is what ``trainsim predict`` reads from the
+same config (parameters to the one), and its CPU stand-in trains one step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+def test_cuda_shape_is_the_config_trainsim_predict_reads(tmp_path):
+    from transformers import LlamaForCausalLM
+
+    from trainsim.builders.models import read_hf_config
+    from trainsim.capture.examples.llama import config
+
+    cfg, seq, dtype = config("cuda")
+    assert (seq, dtype) == (2048, torch.bfloat16)
+    path = tmp_path / "config.json"
+    path.write_text(cfg.to_json_string())
+    spec = read_hf_config(path)
+    with torch.device("meta"):
+        hf = LlamaForCausalLM(cfg)
+    assert spec.params(padded=False) == sum(p.numel() for p in hf.parameters())
+    assert (spec.hidden, spec.layers, spec.heads, spec.n_kv, spec.ffn) == (4096, 2, 32, 8, 14336)
+    assert json.loads(path.read_text())["model_type"] == "llama"
+
+
+def test_cpu_stand_in_trains_a_step():
+    from trainsim.capture.examples import example_info
+
+    step = example_info("llama").build(batch_size=2, device="cpu", seed=0)
+    (tokens,) = step.batch
+    assert tokens.shape == (2, 64)
+    loss = step.loss(step.model, step.batch)
+    loss.backward()
+    assert torch.isfinite(loss) and all(p.grad is not None for p in step.model.parameters() if p.requires_grad)
