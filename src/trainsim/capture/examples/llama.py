@@ -10,6 +10,8 @@ On the CPU a 256-wide stand-in (fp32, sequence 64) keeps tests fast. Nothing is 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -17,7 +19,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from trainsim.capture.examples import TrainingStep
 
 # device kind -> (config fields, sequence length, dtype)
-SHAPES: dict[str, tuple[dict[str, int], int, torch.dtype]] = {
+SHAPES: dict[str, tuple[dict[str, Any], int, torch.dtype]] = {
     "cuda": ({"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
               "intermediate_size": 14336, "num_hidden_layers": 2, "vocab_size": 32000}, 2048, torch.bfloat16),
     "cpu": ({"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
