@@ -44,7 +44,8 @@ def build(*, batch_size: int, device: str, seed: int) -> TrainingStep:
     kind = "cuda" if device.startswith("cuda") else "cpu"
     cfg, seq, dtype = config(kind)
     torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
-    model: nn.Module = LlamaForCausalLM(cfg).to(dtype=dtype).train()
+    hf_model: nn.Module = LlamaForCausalLM(cfg)
+    model = hf_model.to(dtype=dtype).train()
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, cfg.vocab_size, (batch_size, seq), generator=g)
     return TrainingStep(
