@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -36,7 +37,7 @@ def test_space_enumerates_every_combination_once():
 
 
 def test_infeasible_reasons_are_counted_and_generic():
-    model = get_model("gpt3-1.3b")  # 24 layers, 16 heads (per the GPT-3 paper's corrected row)
+    model = get_model("gpt3-350m")  # 24 layers, 16 heads (per the GPT-3 paper's corrected row)
     space = PlanSpace(gpus=96, global_batch=96, tp=(3,), pp=(32,), micro_batch=(1,), zero=(0,),
                       recompute=("none",), schedule=("1f1b",), sp=(False,))  # fmt: skip
     reasons = [why for p, why in space.plans(model, 8)]
@@ -211,3 +212,74 @@ def test_cli_search_without_feasible_plans_fails_with_reasons():
     assert res.exit_code == 1, "no feasible plan fails in JSON as in a table (review finding: it exited 0)"
     doc = json.loads(res.stdout)
     assert doc["plans"] == [] and doc["infeasible_examples"]["zero must be N, N, N or N, got N"].endswith("got 4")
+
+
+# --- a Dask scheduler that is not one, or has no workers (review: hang or traceback) ---------
+
+
+@pytest.fixture
+def quick_deadlines(monkeypatch):
+    from trainsim.search import llm
+
+    monkeypatch.setattr(llm, "CONNECT_DEADLINE_S", 4.0)
+    monkeypatch.setattr(llm, "WORKERS_DEADLINE_S", 2.0)
+
+
+def _serve(reply: bytes):
+    """A TCP server on localhost that answers every connection with ``reply`` (b"": nothing)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    conns = []
+
+    def loop() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+            if reply:
+                c.sendall(reply)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return srv, conns
+
+
+@pytest.mark.parametrize("reply", [b"SSH-2.0-OpenSSH_9.6\r\n" + bytes(range(256)) * 64, b""], ids=["garbage", "silent"])
+def test_a_port_that_is_no_dask_scheduler_is_a_one_line_error(quick_deadlines, reply):
+    pytest.importorskip("distributed")
+    srv, conns = _serve(reply)
+    try:
+        address = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+        t0 = time.perf_counter()
+        with pytest.raises(ConfigError) as e:
+            search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=address, progress=False)
+        assert time.perf_counter() - t0 < 30
+        assert "\n" not in str(e.value) and address in str(e.value)
+    finally:
+        srv.close()
+        for c in conns:
+            c.close()
+
+
+def test_a_scheduler_without_workers_is_a_one_line_error(quick_deadlines):
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None)
+    with cluster, pytest.raises(ConfigError, match="no workers"):
+        search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=cluster.scheduler_address,
+                   progress=False)  # fmt: skip
+
+
+def test_a_dask_scheduler_with_a_worker_screens_the_same_plans(quick_deadlines):
+    distributed = pytest.importorskip("distributed")
+    model, space = get_model("gpt3-350m"), PlanSpace(gpus=8, global_batch=8)
+    local = search_llm(model, "dgx-a100", space, workers=1, progress=False, simulate_top=2)
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None)
+    with cluster:
+        remote = search_llm(model, "dgx-a100", space, scheduler=cluster.scheduler_address, progress=False, simulate_top=2)
+    assert [r["plan"] for r in remote["plans"]] == [r["plan"] for r in local["plans"]]
+    assert remote["feasible"] == local["feasible"] and remote["plans"]

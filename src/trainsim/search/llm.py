@@ -130,6 +130,43 @@ def _chunks(items: list[tuple[int, Plan]], n: int) -> Iterable[list[tuple[int, P
         yield items[k : k + n]
 
 
+CONNECT_DEADLINE_S = 20.0  # to reach the scheduler and finish its handshake
+WORKERS_DEADLINE_S = 30.0  # for the first worker to be there
+
+
+def _connect(client_cls: Any, scheduler: str) -> Any:
+    """A Dask client of ``scheduler`` with at least one worker, or a one-line ConfigError: the
+    connection (handshake included) runs in a daemon thread under :data:`CONNECT_DEADLINE_S`,
+    since a port held by another service can stall the handshake or answer garbage."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = client_cls(scheduler, timeout="10s")
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=connect, name="trainsim-dask-connect", daemon=True)
+    t.start()
+    t.join(CONNECT_DEADLINE_S)
+    if t.is_alive():
+        raise ConfigError(f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_DEADLINE_S:.0f} s "
+                          "(is it a Dask scheduler's address, not its dashboard's?)")  # fmt: skip
+    if "error" in box:
+        first = (str(box["error"]).splitlines() or [type(box["error"]).__name__])[0]
+        raise ConfigError(f"--scheduler {scheduler}: cannot use it as a Dask scheduler ({first})") from None
+    client = box["client"]
+    try:
+        client.wait_for_workers(1, timeout=WORKERS_DEADLINE_S)
+    except Exception:
+        client.close()
+        raise ConfigError(f"--scheduler {scheduler}: the scheduler has no workers after {WORKERS_DEADLINE_S:.0f} s "
+                          f"(start some: dask worker {scheduler})") from None  # fmt: skip
+    return client
+
+
 def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, Plan]], *, workers: int | None,
                    scheduler: str | None, tick: Callable[[int], None]) -> list[Screened]:  # fmt: skip
     chunks = list(_chunks(items, _CHUNK))
@@ -142,12 +179,7 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
             raise ConfigError(
                 "--scheduler needs dask.distributed: pip install 'trainsim[search]' (or dask[distributed])"
             ) from None
-        try:
-            client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError, ValueError) as e:
-            raise ConfigError(
-                f"--scheduler {scheduler}: cannot reach the Dask scheduler ({str(e).splitlines()[0]})"
-            ) from None
+        client = _connect(Client, scheduler)
         with client:
             futures = client.map(
                 screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False
