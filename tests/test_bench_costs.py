@@ -238,3 +238,21 @@ def test_shipped_work_thresholds_match_the_sample():
     for k, v in computed.items():
         assert shipped[k] == pytest.approx(v, rel=1e-12)
     assert cal.work_threshold("gemm", "fwd", "bf16") == shipped["gemm/fwd/bf16"]
+
+
+def test_predict_notes_framework_limits_and_labels_its_provenance():
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    _register()
+    r = CliRunner().invoke(app, ["predict", "gpt3-175b", "--gpus", "1024", "--tp", "4", "--pp", "8", "--zero", "2",
+                                 "--global-batch", "1536", "--closed-form"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "ZeRO-2 with pipeline parallelism" in flat and "torchtitan" in flat
+    r = CliRunner().invoke(app, ["predict", "llama3-8b", "--system", "dgx-h100", "--gpus", "16", "--tp", "16", "--closed-form"])
+    assert r.exit_code == 0 and "spans nodes of 8 GPUs" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["predict", "llama2-7b", "--gpus", "1", "--dtype", "fp32", "--closed-form"])
+    flat = " ".join(r.output.split())
+    assert "(upper bound: spec-based" in flat and "spec-based (no measurements" in flat

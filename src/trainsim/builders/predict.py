@@ -244,6 +244,13 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"{n} operator(s) on {r.device.name} are timed with {src}'s micro-benchmarks (same "
                    "architecture and tensor-core peak; memory-bound ones scaled by the two memory bandwidths, "
                    "clocks may differ)")  # fmt: skip
+    if r.plan.zero >= 2 and r.plan.pp > 1:
+        out.append(f"ZeRO-{r.plan.zero} with pipeline parallelism: DeepSpeed's pipeline engine takes ZeRO-1 at most "
+                   "and Megatron-LM's distributed optimizer is ZeRO-1; the plan needs a framework that combines "
+                   "them (PyTorch FSDP2 with pipelining, e.g. torchtitan)")  # fmt: skip
+    if r.plan.tp > r.system.gpus_per_node:
+        out.append(f"tensor parallelism (tp {r.plan.tp}) spans nodes of {r.system.gpus_per_node} GPUs: its "
+                   "all-reduces cross the inter-node network in every layer")  # fmt: skip
     if r.plan.sp and r.plan.tp == 1:
         out.append(
             "sequence parallelism has no effect with tp 1 (it splits the TP group's activations)"

@@ -90,10 +90,10 @@ def search(
     with use_artifacts(kernel_models, comm_models, system=sysspec):
         if sp not in ("on", "off", "both"):
             raise ConfigError(f"--sp must be on, off or both, got {sp!r}")
-        if dtype not in DTYPES or attention not in ATTENTION:
-            raise ConfigError(
-                f"--dtype must be one of {', '.join(DTYPES)} and --attention one of {', '.join(ATTENTION)}"
-            )
+        if dtype not in DTYPES:
+            raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if attention not in ATTENTION:
+            raise ConfigError(f"--attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
         space = PlanSpace(
             gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
             cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),
