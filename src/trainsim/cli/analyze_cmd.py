@@ -83,6 +83,10 @@ def _print_table(doc: dict) -> None:
     if ov:
         parts = [f"{k} {v['mean_s'] * 1e6:.1f} µs" for k, v in ov.items()]
         out.print(f"host overheads (rank {doc['ranks'][0]['rank']}, IQR-filtered means): " + ", ".join(parts))
+    if doc["ranks"] and not any(r["device_busy_s"] for r in doc["ranks"]):
+        from trainsim.cli.replay_cmd import CPU_ONLY_NOTE
+
+        stderr.print(CPU_ONLY_NOTE)
     for w in doc["warnings"]:
         stderr.print(f"[yellow]note:[/] {w}")
     for k, v in doc["written"].items():

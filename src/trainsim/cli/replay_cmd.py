@@ -214,6 +214,13 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x:+.2f}"
 
 
+CPU_ONLY_NOTE = (
+    "[yellow]note:[/] no device kernels in this trace (a CPU-only capture): the whole step is CPU op "
+    "time, shown as host time (host_gap) on the CPU threads; `trainsim replay TRACE --batch N` predicts "
+    "a CPU capture at another batch with this host's CPU kernel models (docs/capture.md)"
+)
+
+
 def _print_table(doc: dict[str, Any], rep: Any) -> None:
     from rich.console import Console
 
@@ -223,11 +230,15 @@ def _print_table(doc: dict[str, Any], rep: Any) -> None:
         f"[bold]{len(doc['ranks'])} rank graph(s)[/]  device: {doc['device'] or 'unknown'}  "
         f"kernels: {o['kernels']}  host gaps: {o['overheads']}"
     )
+    cpu_only = not doc["kernel_sum_baseline_s"]
     out.print(
         f"measured step [bold]{_ms(doc['measured_step_s'])} ms[/]   predicted [bold]{_ms(doc['predicted_step_s'])} ms[/] "
-        f"({_pct(doc['error_pct'])} %)   kernel-sum baseline {_ms(doc['kernel_sum_baseline_s'])} ms "
-        f"({_pct(doc['baseline_error_pct'])} %)"
-    )
+        f"({_pct(doc['error_pct'])} %)"
+        + ("" if cpu_only else f"   kernel-sum baseline {_ms(doc['kernel_sum_baseline_s'])} ms "
+                               f"({_pct(doc['baseline_error_pct'])} %)")
+    )  # fmt: skip
+    if cpu_only:
+        stderr.print(CPU_ONLY_NOTE)
     t = Table(title="Per rank (ms)", title_justify="left")
     for col in (
         "rank",
