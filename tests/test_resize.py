@@ -166,3 +166,10 @@ def test_replay_batch_what_if_on_a_cpu_capture(tmp_path: Path) -> None:
     w = json.loads(p.stdout)["whatif"]
     assert w["applied"][0].startswith("batch 32 → 64 (kernel models: calibrated: trainsim fit on cpu_full_")
     assert w["change_pct"] > 0
+    # two gloo ranks: their collectives are recorded as communication kernels, still a CPU trace
+    two = tmp_path / "dlrm2"
+    capture(model="dlrm", out_dir=two, nproc=2, steps=2, warmup_steps=1, threads_per_rank=1, batch_size=32)
+    p = subprocess.run([sys.executable, "-m", "trainsim", "replay", str(two), "--batch", "64", "--format", "json"],
+                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "kernel models: calibrated: trainsim fit on cpu_full_" in json.loads(p.stdout)["whatif"]["applied"][0]

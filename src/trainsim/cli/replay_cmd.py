@@ -156,7 +156,8 @@ def _resize_timer(w: Any) -> tuple[Any, str]:
     if calibration is not None:
         device_file, artifact, note = calibration
         return Coster(str(device_file), artifact).time, note
-    if not gpu and not any(k for r in w.ranks for o in r.ops for k in o.kernels):  # a CPU trace
+    # a CPU trace: no device kernels (gloo collectives are recorded as communication "kernels")
+    if not gpu and not any(not k.family.is_communication for r in w.ranks for o in r.ops for k in o.kernels):
         artifact, note = cpu_kernel_models(default_cache_dir().parent)
         return Coster(str(cpu_device_file()), artifact).time, note
     spec = find_device(gpu) if gpu else None
