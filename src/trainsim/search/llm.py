@@ -99,7 +99,7 @@ def objective_unit(name: str, *, train_tokens: float | None, gpu_hour_price: flo
         return "s per iteration"
     if name == "time-to-train":
         return "s to train"
-    what = "cost" if gpu_hour_price is not None else "GPU-hours"
+    what = "money in --gpu-hour-price units" if gpu_hour_price is not None else "GPU-hours"
     return f"{what} {'to train' if train_tokens is not None else 'per iteration'}"
 
 
