@@ -161,7 +161,7 @@ def thresholds_path(sample: str) -> Path:
 def _shipped_thresholds(sample: str) -> dict[str, float] | None:
     """The thresholds shipped beside the sample (``<sample>.thresholds.json``, written by
     :func:`write_thresholds`) while they belong to it (its fit digest), else None: then they are
-    computed from the rows (~0.3 s a process)."""
+    computed from the rows (~1.5 s a process)."""
     import json
 
     from trainsim.bench.samples import fit_digest
@@ -179,16 +179,8 @@ def _shipped_thresholds(sample: str) -> dict[str, float] | None:
 def compute_thresholds(sample: str, device: DeviceSpec) -> dict[str, float]:
     """Every entry's threshold (:meth:`BenchCalibration.work_threshold`) the translations use,
     from the rows."""
-    from trainsim.bench.opspecs import register_bench_ops
-
-    register_bench_ops()
-    out = {}
-    for op, phase, dtype in sorted(_rows(sample)):
-        if op in _WORK_DIMS:
-            v = _threshold(sample, device, op, phase, dtype)
-            if v is not None:
-                out[f"{op}/{phase}/{dtype}"] = v
-    return out
+    return {f"{k.op}/{k.phase.value}/{k.dtype}": v for k in _dataset(sample).entry_keys()
+            if k.op in _WORK_DIMS and (v := _threshold(sample, device, k.op, k.phase.value, k.dtype)) is not None}  # fmt: skip
 
 
 def write_thresholds(sample: str) -> Path:
@@ -211,31 +203,14 @@ def write_thresholds(sample: str) -> Path:
 
 
 @cache
-def _rows(sample: str) -> dict[tuple[str, str, str], list[tuple[dict[str, float], float]]]:
-    """The sample's (features, seconds) per (operator, phase, dtype): a plain read of the rows
-    (what :func:`trainsim.kernels.read_kernel_dataset` validates at fitting time)."""
-    import gzip
-    import json
-
+def _dataset(sample: str) -> Any:
+    """The sample's rows, read as fitting reads them (used only where no current thresholds ship)."""
+    from trainsim.bench.opspecs import register_bench_ops
     from trainsim.bench.samples import sample_files
-    from trainsim.kernels.features import GEMM_VARIANT, canonical_dtype
+    from trainsim.kernels import read_kernel_dataset
 
-    out: dict[tuple[str, str, str], list[tuple[dict[str, float], float]]] = {}
-    for path in sample_files((sample,)):
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                if "dtype" not in row or "features" not in row:
-                    continue
-                feats = {k: float(v) for k, v in row["features"].items()}
-                if row["op"] == "gemm" and "bias" not in feats:
-                    feats.update({k: float(v) for k, v in GEMM_VARIANT.get(row.get("bench_op", ""), {}).items()})
-                key = (row["op"], row["phase"], canonical_dtype(row["dtype"]))
-                out.setdefault(key, []).append((feats, float(row["duration_s"])))
-    return out
+    register_bench_ops()
+    return read_kernel_dataset(sample_files((sample,)))
 
 
 @cache
@@ -244,12 +219,12 @@ def _threshold(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str)
 
     from trainsim.kernels import query
     from trainsim.kernels.roofline import RooflineModel
+    from trainsim.kernels.samples import EntryKey
 
-    rows = _rows(sample).get((op, phase, dtype))
-    if not rows:
+    ds, key = _dataset(sample), EntryKey.parse(f"{op}/{phase}/{dtype}")
+    if key not in ds.entry_keys():
         return None
-    names = sorted({k for f, _ in rows for k in f})
-    x = {n: np.array([f.get(n, 0.0) for f, _ in rows]) for n in names}
+    x, _, _ = ds.arrays(key)
     roof, _ = RooflineModel(device).predict_many(query(op, phase=phase, dtype=dtype), x)
     return float(np.sort(roof)[-min(_TOP, len(roof))])
 

@@ -127,11 +127,12 @@ class OpCoster:
         ):
             dtypes.append("fp16")
         first: tuple[float, str] | None = None
+        own = None
+        if self._bench is not None:  # the device's own measurements: before a sibling's, or the roofline
+            own = self._bench.time(bench_op or op, phase, dtype, {**inputs, **dict(extra)})
         for dev, note in self._candidates():
-            if note and self._bench is not None:  # the device's own measurements before a sibling's
-                own = self._bench.time(bench_op or op, phase, dtype, {**inputs, **dict(extra)})
-                if own is not None:
-                    return own
+            if note and own is not None:
+                return own
             for dt in dtypes:
                 p = predict_query(query(op, phase=phase, dtype=dt, **inputs), dev)  # type: ignore[arg-type]
                 prov = p.provenance + note + (";as-fp16" if dt != dtype else "")
@@ -139,7 +140,7 @@ class OpCoster:
                     return p.duration_s, prov
                 if first is None and not note:
                     first = (p.duration_s, prov)
-        if self._bench is not None and (own := self._bench.time(bench_op or op, phase, dtype, {**inputs, **dict(extra)})):
+        if own is not None:
             return own  # no sibling: the bench calibration still answers before the roofline
         if first is None:  # pragma: no cover - the device's own spec model always answers
             raise ModelError(f"no kernel model answers {op} {phase} on {self.device.name}")
