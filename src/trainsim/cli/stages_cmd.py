@@ -37,6 +37,7 @@ def collect(
     count: int = typer.Option(300, "--count", min=1, help="Random stages to measure."),
     seed: int = typer.Option(0, "--seed", min=0, help="Sampler seed (a folder keeps one sampler)."),
     search_set: bool = typer.Option(False, "--search-set", help="Measure every candidate stage of the family's search model instead."),
+    protocol: bool = typer.Option(False, "--protocol", help="Measure 003's protocol sets instead: every stage of one model under each 003 Table III configuration (docs/predtop.md)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table (a summary line on stderr) or json (the counts on stdout)."),
 ) -> None:  # fmt: skip
     """Measure stage latencies on this CPU (one core, single-threaded XLA; restarts itself with that environment)."""
@@ -46,7 +47,10 @@ def collect(
     if family not in ("gpt", "moe"):  # argparse in the collector would print its own usage text
         raise ConfigError(f"--family must be gpt or moe, got {family!r}")
     argv = [str(folder), "--family", family, "--count", str(count), "--seed", str(seed), "--format", fmt.value]
-    raise typer.Exit(main([*argv, "--search"] if search_set else argv))
+    if search_set and protocol:
+        raise ConfigError("--search-set and --protocol are two different stage sets: give one")
+    argv += ["--search"] if search_set else ["--protocol"] if protocol else []
+    raise typer.Exit(main(argv))
 
 
 @stages_app.command("train")

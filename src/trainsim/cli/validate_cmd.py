@@ -33,6 +33,7 @@ def validate(
     models: str | None = typer.Option(None, "--models", help="predtop: dag_transformer,gcn,gat (default: all three)."),
     features: str | None = typer.Option(None, "--features", help="predtop: table1 (003 Table I) or table1+work (default)."),
     dataset: str | None = typer.Option(None, "--dataset", help="predtop: folder with gpt/, moe/ (and *-search/) stage datasets; default: the packaged ones."),
+    protocol: bool = typer.Option(False, "--protocol", help="predtop: 003's own protocol instead (gpt-003/, moe-003/: one model, a predictor per Table III configuration; default fractions 10, 30, 80 %)."),
 ) -> None:  # fmt: skip
     """Run an accuracy suite and print every case's error beside the summary."""
     import os
@@ -60,7 +61,7 @@ def validate(
     with stderr.status(f"running suite {suite}...", spinner="dots"):
         doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit, sets=sets,
                         repeats=repeats, seed=seed, resume=resume, device=device, fractions=fractions,
-                        models=models, features=features, dataset=dataset)  # fmt: skip
+                        models=models, features=features, dataset=dataset, protocol=protocol or None)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
     else:
@@ -134,6 +135,17 @@ def _print_table(doc: dict[str, Any]) -> None:
             for fr in sorted(rows, key=float):
                 mt.add_row(f"{float(fr):.0%}", *(_fmt(rows[fr].get(k)) for k in kinds))
             out.print(mt)
+        for fam, cols in doc.get("protocol_table", {}).items():  # 003 Table V: a column per configuration
+            pt = Table(title=f"{fam} (003 protocol): test MRE % per configuration", title_justify="left")
+            for col in ("fraction", "model", *doc["configs"], "mean"):
+                pt.add_column(col, justify="right")
+            for fr in sorted(cols, key=float):
+                for kind, per in sorted(cols[fr].items()):
+                    vals = [per.get(c) for c in doc["configs"]]
+                    got = [v for v in vals if v is not None]
+                    pt.add_row(f"{float(fr):.0%}", kind, *(_fmt(v) for v in vals),
+                               _fmt(sum(got) / len(got) if got else None))  # fmt: skip
+            out.print(pt)
         for fam, srch in doc.get("search", {}).items():
             for name, a in srch["approaches"].items():
                 out.print(f"search {fam} {name}: measured {a['measured']}/{srch['candidates']} stages, "

@@ -429,7 +429,7 @@ def _pin_one_core() -> int | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m trainsim.learn.dataset DIR --family F --count N [--seed S] [--search]``."""
+    """``python -m trainsim.learn.dataset DIR --family F --count N [--seed S] [--search | --protocol]``."""
     import argparse
 
     ap = argparse.ArgumentParser(
@@ -443,6 +443,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--search",
         action="store_true",
         help="measure every candidate stage of the search-integration model instead",
+    )
+    ap.add_argument(
+        "--protocol",
+        action="store_true",
+        help="measure 003's protocol sets instead: every stage of one model under each Table III configuration",
     )
     ap.add_argument("--min-total-s", type=float, default=1.0)
     ap.add_argument("--format", choices=("table", "json"), default="json")
@@ -463,7 +468,17 @@ def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
     if "jax" in sys.modules:
         raise ConfigError("jax is already imported: run the collector as its own process")
     core = _pin_one_core()
-    if args.search:
+    if args.search and args.protocol:
+        raise ConfigError("--search and --protocol are two different stage sets: give one")
+    if args.protocol:
+        from trainsim.learn.protocol import PROTOCOL_MODELS, protocol_stages
+
+        items = protocol_stages(args.family)
+        m = PROTOCOL_MODELS[args.family]
+        sampler = {"kind": "003-protocol", "family": args.family, "layers": m.layers,
+                   "max_stage_layers": m.max_stage_layers, "hidden": m.hidden, "seq": m.seq,
+                   "micro_batch": m.micro_batch}  # fmt: skip
+    elif args.search:
         from trainsim.learn.provider import search_candidates
 
         items = search_candidates(args.family)

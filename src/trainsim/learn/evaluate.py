@@ -50,14 +50,18 @@ class FamilyData:
     """A dataset folder's rows, graphs and featurized tensors (built once, per model layout)."""
 
     def __init__(self, folder: Path | str, vocab: Sequence[str] | None = None, *, part: str = "train",
-                 input_features: bool = False) -> None:  # fmt: skip
+                 input_features: bool = False, select: Callable[[StageRow], bool] | None = None,
+                 what: str = "") -> None:  # fmt: skip
+        """``select`` keeps only the rows it accepts (``what`` names that subset in errors)."""
         self.folder = Path(folder)
         self.part = part
         self.input_features = input_features
         self.rows: list[StageRow] = read_rows(self.folder)
+        if select is not None:
+            self.rows = [r for r in self.rows if select(r)]
         if not self.rows:
             raise ConfigError(
-                f"{self.folder}: no measured stages (stages.jsonl is missing or empty)"
+                f"{self.folder}: no measured stages{' ' + what if what else ''} (stages.jsonl is missing or empty)"
             )
         self.graphs = list(iter_graphs(self.folder, self.rows, part))
         self.vocab = list(vocab) if vocab is not None else op_vocabulary(self.graphs)

@@ -14,6 +14,10 @@ GCN and GAT in ≥ 75 % of the (family, fraction) cases; training ≤ 15 min), a
 Defaults: fraction 0.3 only (six predictors, ~1 hour on this 2-core machine: the DAG
 Transformer trains up to its 15-minute budget); ``fractions=all`` runs Tables V/VI's
 full sweep (10 %–80 %), ``resume=PATH`` (``--resume``) makes it resumable and keeps the predictors.
+
+``protocol=True`` (``--protocol``) runs 003's own protocol instead (:mod:`trainsim.learn.protocol`):
+the ``gpt-003/`` and ``moe-003/`` sets (one model, every stage of 1–5 / 1–3 layers under each of
+003 Table III's six configurations), a predictor per configuration, fractions 10, 30 and 80 %.
 """
 
 from __future__ import annotations
@@ -50,12 +54,18 @@ def _parse_fractions(text: str | None) -> tuple[float, ...]:
 def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str | None = None,
                       fractions: str | None = None, models: str | None = None, seed: int = 0,
                       search: bool = True, epochs: int | None = None,
-                      features: str = "table1+work") -> dict[str, Any]:  # fmt: skip
+                      features: str = "table1+work", protocol: bool = False) -> dict[str, Any]:  # fmt: skip
     """Train and test the stage-latency predictors; run the search integration (module docstring).
 
     ``data_dir`` (the shared data folder) is not read: the stages are this machine's own
-    measurements (``dataset``, default: the packaged ones).
+    measurements (``dataset``, default: the packaged ones). ``protocol`` runs 003's own protocol
+    instead (:func:`run_protocol`).
     """
+    if protocol:
+        if features != "table1+work":
+            raise ConfigError("--protocol trains on the table1+work features only")
+        return run_protocol(dataset=dataset, resume=resume, fractions=fractions, models=models, seed=seed,
+                            epochs=epochs)  # fmt: skip
     from trainsim.learn.evaluate import evaluate, features_flag, read_cases
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import Predictor, TrainConfig
@@ -107,8 +117,8 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
                 sampled = ("dag_transformer",) if "dag_transformer" in kinds else kinds[:1]
                 searches[fam] = run_search_integration(sf, family=fam, family_predictors=preds, kinds=sampled,
                                                        seed=seed, train_config=tc, input_features=inputs)  # fmt: skip
-    dag = [c["mre_pct"] for c in cases if c["model"] == "dag_transformer"]
-    summary = {**error_summary(dag), **{k: v for k, v in table.items() if k != "mre_pct"},
+    dag = [c["mre_pct"] for c in cases if c["model"] == "dag_transformer"]  # --models gcn: the GCN's
+    summary = {**error_summary(dag or [c["mre_pct"] for c in cases]), **{k: v for k, v in table.items() if k != "mre_pct"},
                "wall_s": time.perf_counter() - t0}  # fmt: skip
     for fam, s in searches.items():
         for name, a in s["approaches"].items():
@@ -119,4 +129,56 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
             "summary": summary}  # fmt: skip
 
 
-__all__ = ["packaged_dataset", "run_predtop_suite"]
+def run_protocol(*, dataset: str | None = None, resume: str | None = None, fractions: str | None = None,
+                 models: str | None = None, seed: int = 0, epochs: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """003 Table V on the protocol sets ``gpt-003/`` and ``moe-003/`` (:mod:`trainsim.learn.protocol`).
+
+    A predictor per (family, Table III configuration, fraction, model), 003's training schedule;
+    the acceptance figures are the means over the six configurations (003 Fig. 8).
+    """
+    from trainsim.learn.models import MODEL_KINDS
+    from trainsim.learn.protocol import (
+        PROTOCOL_EPOCHS,
+        PROTOCOL_FRACTIONS,
+        PROTOCOL_PATIENCE,
+        RUNTIME_CONFIGS,
+        evaluate_protocol,
+    )
+    from trainsim.learn.train import TrainConfig
+    from trainsim.validate.registry import error_summary
+
+    root = Path(dataset) if dataset else packaged_dataset()
+    folders = {f: root / f"{f}-003" for f in FAMILIES if (root / f"{f}-003" / "stages.jsonl").exists()}
+    if not folders:
+        raise ConfigError(f"no protocol stage sets under {root} (expected gpt-003/ and moe-003/); collect them "
+                          "with trainsim stages collect DIR --family gpt --protocol")  # fmt: skip
+    kinds = tuple(models.split(",")) if models else MODEL_KINDS
+    fr = PROTOCOL_FRACTIONS if fractions is None else _parse_fractions(fractions)
+    tc = TrainConfig(epochs=epochs or PROTOCOL_EPOCHS, patience=PROTOCOL_PATIENCE)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="predtop-003-") as tmp:
+        out = Path(resume) if resume else Path(tmp)
+        table = evaluate_protocol(folders, out, fractions=fr, kinds=kinds, seed=seed, train_config=tc)
+    wanted = {f"{float(f):.1f}" for f in fr}
+    by = {fam: {f: {k: v for k, v in cell.items() if k in kinds} for f, cell in rows.items() if f in wanted}
+          for fam, rows in table["mre_pct"].items() if fam in folders}  # fmt: skip
+    cases = [{"case": f"{fam}/{cfg}/{float(f):.0%}/{k}", "family": fam, "config": cfg, "fraction": float(f),
+              "model": k, "mre_pct": v, "abs_err_pct": v}
+             for fam, rows in by.items() for f, cell in rows.items() for k, per in cell.items()
+             for cfg, v in per.items()]  # fmt: skip
+    mean = {fam: {f: {k: sum(per.values()) / len(per) for k, per in cell.items()} for f, cell in rows.items()}
+            for fam, rows in by.items()}  # fmt: skip
+    dag = [c["mre_pct"] for c in cases if c["model"] == "dag_transformer"]  # the figures of interest
+    summary = {**error_summary(dag or [c["mre_pct"] for c in cases]),
+               **{k: v for k, v in table.items() if k not in ("mre_pct", "mean_mre_pct")},
+               "wall_s": time.perf_counter() - t0}  # fmt: skip
+    for fam, v in table["dag_transformer_mre_at_30pct"].items():  # flat, for the printed summary line
+        summary[f"{fam}_dag_transformer_mre_at_30pct"] = v
+    summary |= {f"acceptance_{k}": v for k, v in table["acceptance"].items()}
+    return {"suite": "predtop", "params": {"dataset": str(root), "protocol": "003", "fractions": list(fr),
+            "models": list(kinds), "seed": seed, "epochs": tc.epochs, "patience": tc.patience},
+            "configs": [c.label for c in RUNTIME_CONFIGS], "cases": cases, "mre_table": mean,
+            "protocol_table": by, "summary": summary}  # fmt: skip
+
+
+__all__ = ["packaged_dataset", "run_predtop_suite", "run_protocol"]

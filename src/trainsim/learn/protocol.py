@@ -1,0 +1,213 @@
+"""003's own evaluation protocol (§VII-A/B, Tables III–V): one model, one runtime configuration
+per set, stages that differ in which and how many layers they hold.
+
+003 profiles every stage of one benchmark model (GPT-3 1.3B, 24 layers; GShard MoE 2.6B) on
+each (mesh, configuration) of its Table III — a mesh of 1, 2 or 4 GPUs split between data and
+model (intra-operator) parallelism — and reports the MRE per column (Table V: a predictor per
+(mesh, configuration), trained on 10–80 % of that column's stages). Our random stage sets
+(``gpt/``, ``moe/``) vary hidden size, sequence, micro-batch and shard as well; this module builds
+the narrower sets 003 evaluates on, so both can be reported.
+
+On this machine's CPU a stage is timed as one device of its mesh sees it (what the random sets
+do too): ``dp``-way data parallelism gives the device ``micro_batch / dp`` of the micro-batch,
+``mp``-way model parallelism a ``1/mp`` shard of every layer (:class:`StageSpec.shard`).
+Inter-device communication (the gradient all-reduce of data parallelism, the activations'
+all-reduce of model parallelism) is not part of the timed work — there is one core.
+
+The models are 003 Table IV's, narrowed so that a stage takes 10 ms – 1 s on one core: hidden
+512, 8 heads, sequence 128, a micro-batch of 4 on the whole mesh (so 4-way data parallelism
+leaves one sequence per device). GPT: 12 layers, stages of 1–5 consecutive layers (50 per
+configuration, 300 in all). MoE: 10 layers (GShard: every other layer's FFN is a top-2 mixture
+of 16 experts, groups of 128 tokens, capacity factor 1.25), stages of 1–3 layers (27 per
+configuration, 162 in all). The first stage holds the embedding and the last the LM head and
+loss, as in every pipeline.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from trainsim.errors import ConfigError
+from trainsim.learn.dataset import StageRow
+from trainsim.learn.provider import PipelineModel
+from trainsim.learn.stages import StageSpec
+
+# 003 §IV-B6–8: 500 epochs, batches of 32, Adam from 1e-3 with cosine decay to 0, early stopping
+# after 200 epochs without improvement. Our random sets train with a cut schedule (250/80) to fit
+# the 15-minute budget; the protocol's columns are small enough for 003's own.
+PROTOCOL_EPOCHS = 500
+PROTOCOL_PATIENCE = 200
+PROTOCOL_FRACTIONS = (0.1, 0.3, 0.8)
+PROTOCOL_CASE_SCHEMA = "trainsim.predtop-protocol-case/1"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """One column of 003 Table III: a mesh of ``dp * mp`` devices."""
+
+    mesh: int
+    conf: int
+    dp: int
+    mp: int
+
+    @property
+    def label(self) -> str:
+        return f"m{self.mesh}c{self.conf}"
+
+    def describe(self) -> str:
+        if self.dp == self.mp == 1:
+            return "1 device"
+        parts = [f"{self.dp}-way data" if self.dp > 1 else "", f"{self.mp}-way model" if self.mp > 1 else ""]
+        return " × ".join(p for p in parts if p) + " parallel"
+
+
+# 003 Table III: mesh 1 = 1 GPU; mesh 2 = 2 GPUs (2-way DP, 2-way MP); mesh 3 = 4 GPUs (4-way DP,
+# 2 DP × 2 MP, 4-way MP).
+RUNTIME_CONFIGS: tuple[RuntimeConfig, ...] = (
+    RuntimeConfig(1, 1, 1, 1),
+    RuntimeConfig(2, 1, 2, 1),
+    RuntimeConfig(2, 2, 1, 2),
+    RuntimeConfig(3, 1, 4, 1),
+    RuntimeConfig(3, 2, 2, 2),
+    RuntimeConfig(3, 3, 1, 4),
+)
+
+# 003 Table IV's benchmarks, narrowed for one CPU core (module docstring). micro_batch is the
+# whole mesh's; a configuration's device runs micro_batch / dp of it.
+PROTOCOL_MODELS = {
+    "gpt": PipelineModel("gpt", layers=12, hidden=512, heads=8, seq=128, micro_batch=4, vocab=16384,
+                         max_stage_layers=5),
+    "moe": PipelineModel("moe", layers=10, hidden=512, heads=8, seq=128, micro_batch=4, vocab=8192,
+                         experts=16, group_size=128, capacity_factor=1.25, max_stage_layers=3),
+}  # fmt: skip
+
+
+def config_of(spec: StageSpec, family: str) -> RuntimeConfig:
+    """The Table III configuration a protocol stage was measured under."""
+    model = PROTOCOL_MODELS[family]
+    for c in RUNTIME_CONFIGS:
+        if spec.shard == c.mp and spec.micro_batch * c.dp == model.micro_batch:
+            return c
+    raise ConfigError(f"stage {spec.key()} is not one of the {family} protocol's configurations")
+
+
+def protocol_stages(family: str) -> list[tuple[str, StageSpec]]:
+    """Every stage of ``family``'s protocol model under every configuration, as ``(id, spec)``.
+
+    Ordered configuration by configuration, so an interrupted collection leaves whole columns.
+    """
+    if family not in PROTOCOL_MODELS:
+        raise ConfigError(f"no protocol model for family {family!r}; known: {sorted(PROTOCOL_MODELS)}")
+    m = PROTOCOL_MODELS[family]
+    out = []
+    for c in RUNTIME_CONFIGS:
+        if m.micro_batch % c.dp:
+            raise ConfigError(f"{family}: micro-batch {m.micro_batch} does not split {c.dp} ways")
+        mc = PipelineModel(m.family, layers=m.layers, hidden=m.hidden, heads=m.heads, seq=m.seq,
+                           micro_batch=m.micro_batch // c.dp, vocab=m.vocab, experts=m.experts,
+                           group_size=m.group_size, capacity_factor=m.capacity_factor,
+                           max_stage_layers=m.max_stage_layers, shards=(c.mp,))  # fmt: skip
+        for start, end, _ in mc.candidates():
+            out.append((f"{family}003-{c.label}-{start}-{end}", mc.stage(start, end, c.mp)))
+    return out
+
+
+def _in_config(row: StageRow, *, family: str, config: RuntimeConfig) -> bool:
+    return config_of(row.spec, family) == config
+
+
+def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int]:
+    return (c["family"], c["config"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]))
+
+
+def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
+                      fractions: Sequence[float] = PROTOCOL_FRACTIONS, kinds: Sequence[str] | None = None,
+                      seed: int = 0, train_config: Any = None,
+                      log: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """003 Table V on the protocol sets: a predictor per (family, configuration, fraction, model).
+
+    ``folders`` maps a family to its protocol dataset (``gpt-003/``, ``moe-003/``). Each finished
+    case is appended to ``results/protocol_cases.jsonl`` (resumable, like :func:`evaluate`).
+    Returns :func:`summarize_protocol` of every case there.
+    """
+    from trainsim.bench.dataset import append_row, repair_tail
+    from trainsim.learn.evaluate import FamilyData, train_case
+    from trainsim.learn.models import MODEL_KINDS
+    from trainsim.learn.train import TrainConfig
+
+    kinds = tuple(kinds or MODEL_KINDS)
+    tc = train_config or TrainConfig(epochs=PROTOCOL_EPOCHS, patience=PROTOCOL_PATIENCE)
+    results = Path(results)
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / "protocol_cases.jsonl"
+    repair_tail(path)
+    done = {_key(c) for c in read_protocol_cases(results)}
+    for family, folder in folders.items():
+        for rc in RUNTIME_CONFIGS:
+            todo = [(f, k) for f in fractions for k in kinds
+                    if (family, rc.label, round(float(f), 3), k, seed) not in done]  # fmt: skip
+            if not todo:
+                continue
+            data = FamilyData(folder, input_features=True, what=f"under configuration {rc.label}",
+                              select=functools.partial(_in_config, family=family, config=rc))  # fmt: skip
+            for fraction, kind in todo:
+                _, case = train_case(data, kind=kind, fraction=fraction, seed=seed, train_config=tc)
+                case |= {"schema": PROTOCOL_CASE_SCHEMA, "family": family, "config": rc.label,
+                         "config_desc": rc.describe(), "stages": len(data.rows),
+                         "train_config": asdict(replace(tc, seed=seed))}  # fmt: skip
+                append_row(path, case)
+                if log:
+                    log(f"{family} {rc.label} {fraction:.0%} {kind}: MRE {case['mre_pct']:.2f} % "
+                        f"({case['train']} train, {case['train_s']:.0f} s, best epoch {case['best_epoch']})")  # fmt: skip
+    return summarize_protocol(read_protocol_cases(results), seed=seed)
+
+
+def read_protocol_cases(results: Path | str) -> list[dict[str, Any]]:
+    from trainsim.bench.dataset import complete_lines
+
+    path = Path(results) / "protocol_cases.jsonl"
+    if not path.exists():
+        return []
+    return [d for _, d in complete_lines(path) if isinstance(d, dict) and d.get("schema") == PROTOCOL_CASE_SCHEMA]
+
+
+def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0) -> dict[str, Any]:
+    """Per (family, fraction): each model's MRE per configuration and their mean (003 Fig. 8)."""
+    by: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    for c in cases:
+        if int(c["seed"]) != seed:
+            continue
+        cell = by.setdefault(c["family"], {}).setdefault(f"{float(c['fraction']):.1f}", {})
+        cell.setdefault(c["model"], {})[c["config"]] = float(c["mre_pct"])
+    mean = {f: {fr: {m: statistics.fmean(v.values()) for m, v in cell.items()} for fr, cell in rows.items()}
+            for f, rows in by.items()}  # fmt: skip
+    wins = total = col_wins = col_total = 0
+    for fam, rows in by.items():
+        for fr, cell in rows.items():
+            if {"dag_transformer", "gcn", "gat"} <= set(cell):
+                total += 1
+                m = mean[fam][fr]
+                wins += m["dag_transformer"] < min(m["gcn"], m["gat"])
+                for cfg, v in cell["dag_transformer"].items():
+                    if cfg in cell["gcn"] and cfg in cell["gat"]:
+                        col_total += 1
+                        col_wins += v < min(cell["gcn"][cfg], cell["gat"][cfg])
+    at30 = {f: rows.get("0.3", {}).get("dag_transformer") for f, rows in mean.items()}
+    return {
+        "mre_pct": by, "mean_mre_pct": mean, "dag_transformer_mre_at_30pct": at30,
+        "dag_transformer_wins": wins, "cases_compared": total,
+        "column_wins": col_wins, "columns_compared": col_total,
+        "acceptance": {
+            "mre_at_30pct_le_4": bool(at30) and all(v is not None and v <= 4.0 for v in at30.values()),
+            "wins_ge_75pct": bool(total) and wins / total >= 0.75,
+        },
+    }  # fmt: skip
+
+
+__all__ = ["PROTOCOL_MODELS", "RUNTIME_CONFIGS", "RuntimeConfig", "config_of", "evaluate_protocol", "protocol_stages",
+           "read_protocol_cases", "summarize_protocol"]

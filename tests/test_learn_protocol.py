@@ -1,0 +1,108 @@
+"""003's own protocol (``trainsim.learn.protocol``): the sets, the per-configuration evaluation."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from trainsim.errors import ConfigError
+from trainsim.learn import protocol as proto
+from trainsim.learn.provider import PipelineModel
+from trainsim.learn.stages import StageSpec
+
+
+def test_protocol_sets_are_003_table_iii_columns_of_one_model():
+    for family, per_config in (("gpt", 50), ("moe", 27)):
+        items = proto.protocol_stages(family)
+        assert len({i for i, _ in items}) == len(items)  # ids are unique
+        cols = Counter(proto.config_of(s, family).label for _, s in items)
+        assert cols == {c.label: per_config for c in proto.RUNTIME_CONFIGS}
+        m = proto.PROTOCOL_MODELS[family]
+        for _, s in items:
+            c = proto.config_of(s, family)
+            # one device of the mesh: its share of the micro-batch, its model-parallel shard
+            assert s.micro_batch * c.dp == m.micro_batch and s.shard == c.mp
+            assert (s.hidden, s.seq, s.vocab) == (m.hidden, m.seq, m.vocab)
+            assert s.embed == (s.first_layer == 0) and s.head == (s.first_layer + s.layers == m.layers)
+            assert 1 <= s.layers <= m.max_stage_layers
+    assert len(proto.protocol_stages("gpt")) >= 300 and len(proto.protocol_stages("moe")) >= 150  # the issue's sizes
+    with pytest.raises(ConfigError, match="no protocol model"):
+        proto.protocol_stages("bert")
+    odd = StageSpec("gpt", hidden=512, heads=8, seq=128, micro_batch=3, layers=1, vocab=16384)
+    with pytest.raises(ConfigError, match="not one of the gpt protocol's configurations"):
+        proto.config_of(odd, "gpt")
+
+
+def test_runtime_configs_describe_themselves():
+    assert [c.label for c in proto.RUNTIME_CONFIGS] == ["m1c1", "m2c1", "m2c2", "m3c1", "m3c2", "m3c3"]
+    assert proto.RUNTIME_CONFIGS[0].describe() == "1 device"
+    assert proto.RUNTIME_CONFIGS[4].describe() == "2-way data × 2-way model parallel"
+    assert {c.dp * c.mp for c in proto.RUNTIME_CONFIGS} == {1, 2, 4}
+
+
+def test_summary_means_over_configurations_and_counts_wins():
+    cases = [{"family": "gpt", "config": cfg, "fraction": 0.3, "model": k, "seed": 0, "mre_pct": v}
+             for cfg, vals in (("m1c1", (2.0, 3.0, 5.0)), ("m2c1", (6.0, 4.0, 4.5)))
+             for k, v in zip(("dag_transformer", "gcn", "gat"), vals, strict=True)]  # fmt: skip
+    s = proto.summarize_protocol(cases)
+    assert s["mean_mre_pct"]["gpt"]["0.3"] == {"dag_transformer": 4.0, "gcn": 3.5, "gat": 4.75}
+    assert s["dag_transformer_mre_at_30pct"] == {"gpt": 4.0}
+    assert (s["dag_transformer_wins"], s["cases_compared"]) == (0, 1)  # the mean decides: GCN's 3.5 wins
+    assert (s["column_wins"], s["columns_compared"]) == (1, 2)
+    assert s["acceptance"] == {"mre_at_30pct_le_4": True, "wins_ge_75pct": False}
+    assert proto.summarize_protocol(cases, seed=1)["cases_compared"] == 0
+
+
+@pytest.fixture()
+def tiny_protocol(monkeypatch, tmp_path):
+    """A two-configuration protocol of a tiny GPT, measured here (a few seconds)."""
+    pytest.importorskip("jax")
+    pytest.importorskip("torch_geometric")
+    from trainsim.learn.dataset import collect
+
+    tiny = PipelineModel("gpt", layers=3, hidden=64, heads=2, seq=16, micro_batch=2, vocab=128, max_stage_layers=2)
+    monkeypatch.setitem(proto.PROTOCOL_MODELS, "gpt", tiny)
+    monkeypatch.setattr(proto, "RUNTIME_CONFIGS", (proto.RuntimeConfig(1, 1, 1, 1), proto.RuntimeConfig(2, 2, 1, 2)))
+    items = proto.protocol_stages("gpt")
+    assert len(items) == 10  # 3 + 2 layer ranges per configuration
+    folder = tmp_path / "data" / "gpt-003"
+    collect(folder, items, min_repeats=3, max_repeats=3, min_total_s=0.0)
+    return folder
+
+
+def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(tiny_protocol, tmp_path):
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+    from trainsim.learn.train import TrainConfig
+
+    out = tmp_path / "res"
+    tc = TrainConfig(epochs=2, patience=2)
+    s = proto.evaluate_protocol({"gpt": tiny_protocol}, out, fractions=(0.5,), kinds=("gcn",), train_config=tc)
+    rows = proto.read_protocol_cases(out)
+    assert sorted(r["config"] for r in rows) == ["m1c1", "m2c2"]
+    assert all(r["stages"] == 5 and r["train"] == 2 and r["test"] == 2 for r in rows)  # 5 stages a column
+    assert set(s["mre_pct"]["gpt"]["0.5"]["gcn"]) == {"m1c1", "m2c2"}
+    assert proto.evaluate_protocol({"gpt": tiny_protocol}, out, fractions=(0.5,), kinds=("gcn",),
+                               train_config=tc) == s  # fmt: skip
+    assert len(proto.read_protocol_cases(out)) == 2  # resumed: nothing trained twice
+
+    _register()  # the suite reads the finished cases back (--resume): nothing is trained again
+    res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
+                                   "--resume", str(out), "--fractions", "0.5", "--models", "gcn",
+                                   "--format", "json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["params"]["protocol"] == "003" and doc["configs"] == ["m1c1", "m2c2"]
+    assert {c["case"] for c in doc["cases"]} == {"gpt/m1c1/50%/gcn", "gpt/m2c2/50%/gcn"}
+    assert doc["mre_table"]["gpt"]["0.5"]["gcn"] == pytest.approx(
+        sum(r["mre_pct"] for r in rows) / 2)  # fmt: skip
+    assert doc["summary"]["cases"] == 2 and len(proto.read_protocol_cases(out)) == 2
+    res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--format", "table", "--dataset",
+                                   str(tiny_protocol.parent), "--resume", str(out), "--fractions", "0.5",
+                                   "--models", "gcn"])  # fmt: skip
+    assert res.exit_code == 0 and "003 protocol" in res.output and "m2c2" in res.output, res.output
+    res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tmp_path)])
+    assert res.exit_code != 0 and "no protocol stage sets" in str(res.exception)
