@@ -89,6 +89,9 @@ def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(ti
                                train_config=tc) == s  # fmt: skip
     assert len(proto.read_protocol_cases(out)) == 2  # resumed: nothing trained twice
 
+    from trainsim.bench.dataset import append_row
+
+    append_row(out / "protocol_cases.jsonl", rows[0] | {"fraction": 0.8, "mre_pct": 99.0})  # not asked for below
     _register()  # the suite reads the finished cases back (--resume): nothing is trained again
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
                                    "--resume", str(out), "--fractions", "0.5", "--models", "gcn",
@@ -99,7 +102,8 @@ def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(ti
     assert {c["case"] for c in doc["cases"]} == {"gpt/m1c1/50%/gcn", "gpt/m2c2/50%/gcn"}
     assert doc["mre_table"]["gpt"]["0.5"]["gcn"] == pytest.approx(
         sum(r["mre_pct"] for r in rows) / 2)  # fmt: skip
-    assert doc["summary"]["cases"] == 2 and len(proto.read_protocol_cases(out)) == 2
+    assert doc["summary"]["cases"] == 2 and doc["summary"]["max_abs_err_pct"] < 99.0  # 80 % not summarized
+    assert set(doc["mre_table"]["gpt"]) == {"0.5"} and len(proto.read_protocol_cases(out)) == 3
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--format", "table", "--dataset",
                                    str(tiny_protocol.parent), "--resume", str(out), "--fractions", "0.5",
                                    "--models", "gcn"])  # fmt: skip

@@ -143,6 +143,8 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
         PROTOCOL_PATIENCE,
         RUNTIME_CONFIGS,
         evaluate_protocol,
+        read_protocol_cases,
+        summarize_protocol,
     )
     from trainsim.learn.train import TrainConfig
     from trainsim.validate.registry import error_summary
@@ -158,8 +160,11 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="predtop-003-") as tmp:
         out = Path(resume) if resume else Path(tmp)
-        table = evaluate_protocol(folders, out, fractions=fr, kinds=kinds, seed=seed, train_config=tc)
-    wanted = {f"{float(f):.1f}" for f in fr}
+        evaluate_protocol(folders, out, fractions=fr, kinds=kinds, seed=seed, train_config=tc)
+        wanted = {f"{float(f):.1f}" for f in fr}  # the summary covers what was asked, not all of DIR
+        table = summarize_protocol([c for c in read_protocol_cases(out) if c["family"] in folders
+                                    and c["model"] in kinds and f"{float(c['fraction']):.1f}" in wanted],
+                                   seed=seed)  # fmt: skip
     by = {fam: {f: {k: v for k, v in cell.items() if k in kinds} for f, cell in rows.items() if f in wanted}
           for fam, rows in table["mre_pct"].items() if fam in folders}  # fmt: skip
     cases = [{"case": f"{fam}/{cfg}/{float(f):.0%}/{k}", "family": fam, "config": cfg, "fraction": float(f),
