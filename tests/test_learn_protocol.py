@@ -108,5 +108,8 @@ def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(ti
                                    str(tiny_protocol.parent), "--resume", str(out), "--fractions", "0.5",
                                    "--models", "gcn"])  # fmt: skip
     assert res.exit_code == 0 and "003 protocol" in res.output and "m2c2" in res.output, res.output
+    res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
+                                   "--models", "mlp"])  # fmt: skip
+    assert res.exit_code != 0 and "unknown model 'mlp'" in str(res.exception)
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tmp_path)])
     assert res.exit_code != 0 and "no protocol stage sets" in str(res.exception)

@@ -153,6 +153,12 @@ def read_cases(results: Path | str) -> list[dict[str, Any]]:
     return [json.loads(x) for x in lines if x.strip()]
 
 
+def check_kinds(kinds: Sequence[str]) -> None:
+    for k in kinds:
+        if k not in MODEL_KINDS:
+            raise ConfigError(f"unknown model {k!r}; known: {', '.join(MODEL_KINDS)}")
+
+
 def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fractions: Sequence[float] = FRACTIONS,
              kinds: Sequence[str] = MODEL_KINDS, seeds: Sequence[int] = (0,), readout: str = "logsumexp",
              part: str = "train", input_features: bool = True, per_work: bool = True,
@@ -163,9 +169,7 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
     ``folders`` maps a family name to its dataset folder. Predictors of ``save_fraction`` are
     saved under ``results/predictors/<family>-<model>-s<seed>``.
     """
-    for k in kinds:
-        if k not in MODEL_KINDS:
-            raise ConfigError(f"unknown model {k!r}; known: {', '.join(MODEL_KINDS)}")
+    check_kinds(kinds)
     results = Path(results)
     results.mkdir(parents=True, exist_ok=True)
     path = results / "cases.jsonl"
@@ -236,4 +240,4 @@ def summarize(cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", pa
     }  # fmt: skip
 
 
-__all__ = ["FEATURE_SETS", "FRACTIONS", "FamilyData", "evaluate", "features_flag", "read_cases", "split", "summarize", "train_case"]
+__all__ = ["FEATURE_SETS", "FRACTIONS", "FamilyData", "check_kinds", "evaluate", "features_flag", "read_cases", "split", "summarize", "train_case"]

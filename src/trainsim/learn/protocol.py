@@ -136,11 +136,12 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
     Returns :func:`summarize_protocol` of every case there.
     """
     from trainsim.bench.dataset import append_row, repair_tail
-    from trainsim.learn.evaluate import FamilyData, train_case
+    from trainsim.learn.evaluate import FamilyData, check_kinds, train_case
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import TrainConfig
 
     kinds = tuple(kinds or MODEL_KINDS)
+    check_kinds(kinds)
     tc = train_config or TrainConfig(epochs=PROTOCOL_EPOCHS, patience=PROTOCOL_PATIENCE)
     results = Path(results)
     results.mkdir(parents=True, exist_ok=True)
