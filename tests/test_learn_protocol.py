@@ -53,6 +53,9 @@ def test_summary_means_over_configurations_and_counts_wins():
     assert (s["column_wins"], s["columns_compared"]) == (1, 2)
     assert s["acceptance"] == {"mre_at_30pct_le_4": True, "wins_ge_75pct": False}
     assert proto.summarize_protocol(cases, seed=1)["cases_compared"] == 0
+    extra = {"family": "gpt", "config": "m3c1", "fraction": 0.3, "model": "dag_transformer", "seed": 0, "mre_pct": 0.1}
+    s = proto.summarize_protocol([*cases, extra])  # a column only one model has: not compared
+    assert (s["dag_transformer_wins"], s["cases_compared"], s["columns_compared"]) == (0, 1, 2)
 
 
 @pytest.fixture()

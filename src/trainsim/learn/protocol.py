@@ -188,16 +188,18 @@ def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0) -> 
     mean = {f: {fr: {m: statistics.fmean(v.values()) for m, v in cell.items()} for fr, cell in rows.items()}
             for f, rows in by.items()}  # fmt: skip
     wins = total = col_wins = col_total = 0
-    for fam, rows in by.items():
-        for fr, cell in rows.items():
-            if {"dag_transformer", "gcn", "gat"} <= set(cell):
-                total += 1
-                m = mean[fam][fr]
-                wins += m["dag_transformer"] < min(m["gcn"], m["gat"])
-                for cfg, v in cell["dag_transformer"].items():
-                    if cfg in cell["gcn"] and cfg in cell["gat"]:
-                        col_total += 1
-                        col_wins += v < min(cell["gcn"][cfg], cell["gat"][cfg])
+    for rows in by.values():
+        for cell in rows.values():
+            if not {"dag_transformer", "gcn", "gat"} <= set(cell):
+                continue
+            common = set(cell["dag_transformer"]) & set(cell["gcn"]) & set(cell["gat"])
+            if not common:
+                continue
+            total += 1  # the models' means over the columns all three have
+            m = {k: statistics.fmean(cell[k][c] for c in common) for k in ("dag_transformer", "gcn", "gat")}
+            wins += m["dag_transformer"] < min(m["gcn"], m["gat"])
+            col_total += len(common)
+            col_wins += sum(cell["dag_transformer"][c] < min(cell["gcn"][c], cell["gat"][c]) for c in common)
     at30 = {f: rows.get("0.3", {}).get("dag_transformer") for f, rows in mean.items()}
     return {
         "mre_pct": by, "mean_mre_pct": mean, "dag_transformer_mre_at_30pct": at30,
