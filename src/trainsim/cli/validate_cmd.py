@@ -141,10 +141,8 @@ def _print_table(doc: dict[str, Any]) -> None:
                 pt.add_column(col, justify="right")
             for fr in sorted(cols, key=float):
                 for kind, per in sorted(cols[fr].items()):
-                    vals = [per.get(c) for c in doc["configs"]]
-                    got = [v for v in vals if v is not None]
-                    pt.add_row(f"{float(fr):.0%}", kind, *(_fmt(v) for v in vals),
-                               _fmt(sum(got) / len(got) if got else None))  # fmt: skip
+                    pt.add_row(f"{float(fr):.0%}", kind, *(_fmt(per.get(c)) for c in doc["configs"]),
+                               _fmt(doc["mre_table"][fam][fr][kind]))  # fmt: skip
             out.print(pt)
         for fam, srch in doc.get("search", {}).items():
             for name, a in srch["approaches"].items():

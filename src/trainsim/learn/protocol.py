@@ -108,10 +108,7 @@ def protocol_stages(family: str) -> list[tuple[str, StageSpec]]:
     for c in RUNTIME_CONFIGS:
         if m.micro_batch % c.dp:
             raise ConfigError(f"{family}: micro-batch {m.micro_batch} does not split {c.dp} ways")
-        mc = PipelineModel(m.family, layers=m.layers, hidden=m.hidden, heads=m.heads, seq=m.seq,
-                           micro_batch=m.micro_batch // c.dp, vocab=m.vocab, experts=m.experts,
-                           group_size=m.group_size, capacity_factor=m.capacity_factor,
-                           max_stage_layers=m.max_stage_layers, shards=(c.mp,))  # fmt: skip
+        mc = replace(m, micro_batch=m.micro_batch // c.dp, shards=(c.mp,))
         for start, end, _ in mc.candidates():
             out.append((f"{family}003-{c.label}-{start}-{end}", mc.stage(start, end, c.mp)))
     return out

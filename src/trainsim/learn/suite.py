@@ -165,14 +165,11 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
         table = summarize_protocol([c for c in read_protocol_cases(out) if c["family"] in folders
                                     and c["model"] in kinds and f"{float(c['fraction']):.1f}" in wanted],
                                    seed=seed)  # fmt: skip
-    by = {fam: {f: {k: v for k, v in cell.items() if k in kinds} for f, cell in rows.items() if f in wanted}
-          for fam, rows in table["mre_pct"].items() if fam in folders}  # fmt: skip
+    by = table["mre_pct"]  # family -> fraction -> model -> configuration -> MRE, of the asked cases only
     cases = [{"case": f"{fam}/{cfg}/{float(f):.0%}/{k}", "family": fam, "config": cfg, "fraction": float(f),
               "model": k, "mre_pct": v, "abs_err_pct": v}
              for fam, rows in by.items() for f, cell in rows.items() for k, per in cell.items()
              for cfg, v in per.items()]  # fmt: skip
-    mean = {fam: {f: {k: sum(per.values()) / len(per) for k, per in cell.items()} for f, cell in rows.items()}
-            for fam, rows in by.items()}  # fmt: skip
     dag = [c["mre_pct"] for c in cases if c["model"] == "dag_transformer"]  # the figures of interest
     summary = {**error_summary(dag or [c["mre_pct"] for c in cases]),
                **{k: v for k, v in table.items() if k not in ("mre_pct", "mean_mre_pct")},
@@ -182,7 +179,7 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
     summary |= {f"acceptance_{k}": v for k, v in table["acceptance"].items()}
     return {"suite": "predtop", "params": {"dataset": str(root), "protocol": "003", "fractions": list(fr),
             "models": list(kinds), "seed": seed, "epochs": tc.epochs, "patience": tc.patience},
-            "configs": [c.label for c in RUNTIME_CONFIGS], "cases": cases, "mre_table": mean,
+            "configs": [c.label for c in RUNTIME_CONFIGS], "cases": cases, "mre_table": table["mean_mre_pct"],
             "protocol_table": by, "summary": summary}  # fmt: skip
 
 
