@@ -36,7 +36,8 @@ if [[ " $STEPS " == *" bench "* ]]; then
   ds=$RUN/kernels-cuda.jsonl
   # A quick pass over every suite first (a prefix of the full sweep: every op gets rows), then
   # roofline (the device file) and the suites in the order the LLM and DLRM models need them.
-  # BENCH_GROUPS overrides the list; "SUITES@N" sweeps those suites at --density N.
+  # BENCH_GROUPS overrides the list; "SUITES@N" sweeps those suites at --density N; BENCH_OPS
+  # ("op op ...") limits every group to those ops (e.g. BENCH_GROUPS=gemm BENCH_OPS=linear_tokens).
   IFS=';' read -r -a groups <<<"${BENCH_GROUPS:-QUICK;roofline;gemm attention;norm softmax elementwise optimizer;memory index;embedding;conv}"
   for group in "${groups[@]}"; do
     left=$(( t0 + BENCH_S - $(date +%s) ))
@@ -45,6 +46,7 @@ if [[ " $STEPS " == *" bench "* ]]; then
     if [ "$group" = QUICK ]; then args="--quick"
     elif [[ "$group" == *@* ]]; then args="${group%@*} --density ${group##*@}"; group=${group%@*}-x${args##* }
     else args="$group"; fi
+    for op in ${BENCH_OPS:-}; do args="$args --op $op"; done
     # shellcheck disable=SC2086
     timeout "$left" python3 -m trainsim bench $args --device cuda --dtype bf16 --dtype fp32 \
       --dataset "$ds" --no-progress --format json >"$LOG/bench_${group// /_}.json" 2>>"$LOG/bench.log"
