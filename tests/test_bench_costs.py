@@ -135,6 +135,33 @@ def test_h100_cases_bench_calibration_beats_the_sibling_and_roofline(h100_cases)
     assert mape[True] < mape[False] / 2, mape
 
 
+def test_shipped_h100_llama_cases_describe_the_captured_model(tmp_path):
+    from trainsim.validate.llm_cases import H100_LLAMA_SEQ, read_h100_llama
+
+    cases = read_h100_llama()
+    assert sorted({c.plan.micro_batch for c in cases}) == [1, 2, 4, 8, 16] and len(cases) == 10
+    m = cases[0].model
+    for c in cases:
+        assert c.plan.dtype == "bf16" and c.plan.gpus == 1 and c.plan.seq_len == H100_LLAMA_SEQ
+        assert c.plan.hidden_dropout == 0 and c.plan.attention == "flash"
+    # the step grows with the batch: the GPU-bound regime (about 15 ms of work per sequence)
+    by_batch = {c.plan.micro_batch: c.measured_s for c in cases}
+    assert 0.010 < by_batch[1] < by_batch[4] < by_batch[16] < 0.5
+    bad = tmp_path / "steps.json"
+    bad.write_text('{"captures": [{"batch_size": 0, "measured_step_s": 0.1}]}', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"steps.json: captures\[0\] needs a positive integer 'batch_size'"):
+        read_h100_llama(path=bad)
+    try:  # the capture example's own config, where transformers is installed
+        from trainsim.capture.examples import llama
+    except ImportError:
+        pytest.skip("transformers is not installed")
+    cfg, seq, _ = llama.config("cuda")
+    assert seq == H100_LLAMA_SEQ
+    assert (m.layers, m.hidden, m.heads, m.vocab, m.ffn) == (
+        cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.vocab_size, cfg.intermediate_size)
+    assert m.kv_heads == cfg.num_key_value_heads and m.gated and not m.tied_embeddings and not cfg.tie_word_embeddings
+
+
 def test_translate_takes_the_exact_shape_when_given():
     x = {"mp": 2.0, "b": 1.0, "l": 4096.0, "dim": 4096.0, "h": 32.0}
     assert translate("linear1", "fwd", {**x, "n": 3072.0}).inputs["n"] == 3072.0  # type: ignore[union-attr]

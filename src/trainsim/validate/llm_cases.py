@@ -28,6 +28,12 @@ One more set ships inside the package instead (:data:`SHIPPED_TAGS`):
     no recompute, SDPA attention (``flash``), HuggingFace's dropout 0.1 on the residual stream
     (``hidden_dropout``; attention dropout runs inside the SDPA kernel). Not modelled: SGD (the
     builder's optimizer is Adam's), the loss's shifted-logits copy.
+``h100-llama``    the ``llama`` capture example on one H100 (``validate/data/h100_llama_steps.json``):
+    a 2-layer ``LlamaForCausalLM`` at LLaMA-3 8B's widths (hidden 4,096, GQA 32/8 heads, SwiGLU
+    14,336, vocabulary 32,000, untied), sequence 2,048, bf16, eager PyTorch with SDPA, at
+    micro-batch 1, 2, 4, 8 and 16, two captures each (two H100 machines); the measured value is
+    the capture's median profiled step. Plan: one GPU, no recompute, ``flash`` attention, no
+    dropout. Not modelled: SGD (the builder's optimizer is Adam's).
 
 Ids are ``"<tag>:<row>"`` with ``row`` the 1-based data row (line ``row + 1`` of the file).
 Every problem in a file is a one-line :class:`~trainsim.errors.TraceFormatError` naming the
@@ -411,7 +417,42 @@ def read_h100_gpt2(tag: str = "h100-gpt2") -> list[LLMCase]:
     return out
 
 
-SHIPPED_TAGS: dict[str, Callable[[], list[LLMCase]]] = {"h100-gpt2": read_h100_gpt2}
+# trainsim.capture.examples.llama's CUDA model (tests/test_llm_cases.py checks it against the example)
+H100_LLAMA_CONFIG: dict[str, object] = {
+    "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "intermediate_size": 14336, "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 2048,
+    "tie_word_embeddings": False, "hidden_act": "silu",
+}  # fmt: skip
+H100_LLAMA_SEQ = 2048
+H100_LLAMA_FILE = "h100_llama_steps.json"
+
+
+def read_h100_llama(tag: str = "h100-llama", path: Path | None = None) -> list[LLMCase]:
+    """The shipped single-H100 LLaMA captures as cases (see the module docstring)."""
+    import json
+
+    from trainsim.builders.models import hf_config_from_dict
+
+    path = path or Path(__file__).parent / "data" / H100_LLAMA_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        caps = doc["captures"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path}: expected a JSON object with a list 'captures' ({e})") from None
+    model = hf_config_from_dict(dict(H100_LLAMA_CONFIG), path.parent / "llama-2l-4096h")  # a name, never read
+    out: list[LLMCase] = []
+    for k, c in enumerate(caps, 1):
+        batch, measured = c.get("batch_size"), c.get("measured_step_s")
+        if not isinstance(batch, int) or batch < 1 or not isinstance(measured, int | float) or measured <= 0:
+            raise ConfigError(f"{path}: captures[{k - 1}] needs a positive integer 'batch_size' and a positive "
+                              f"'measured_step_s', got {batch!r} and {measured!r}")  # fmt: skip
+        plan = Plan(micro_batch=batch, global_batch=batch, seq_len=H100_LLAMA_SEQ, dtype="bf16", attention="flash")
+        plan.validate(model, gpus=1)
+        out.append(LLMCase(f"{tag}:{c.get('name', k)}", str(path), k, model, plan, "dgx-h100", float(measured), {}))
+    return out
+
+
+SHIPPED_TAGS: dict[str, Callable[[], list[LLMCase]]] = {"h100-gpt2": read_h100_gpt2, "h100-llama": read_h100_llama}
 
 
 def _tag_of(path: Path) -> str:
