@@ -253,7 +253,8 @@ class LayerCoster:
         """One layer's operators, forward or backward (without TP communication)."""
         m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         bwd = 2.0 if phase == "bwd" else 1.0  # backward GEMMs: input and weight gradients
-        ops = [self._norm("input_norm", phase)]
+        hf = self.plan.impl == "hf"  # norms, rotary, activation, residual adds: HF's eager calls instead
+        ops = [] if hf else [self._norm("input_norm", phase)]
         # QKV projection, 001 linear1 = [bl, d, 3d/mp]
         n_qkv = m.q_width / t + 2 * m.kv_width_tp(t)
         fl = bwd * _gemm_flops(self.tokens, n_qkv, d)
@@ -266,6 +267,10 @@ class LayerCoster:
             self._q("out_proj", "linear2", phase, flops=fl, scale=m.q_width / d,
                     bench={"k": m.q_width / t}, mp=t, b=b, l=seq, dim=d)  # fmt: skip
         )
+        if hf:
+            ops.extend(self.mlp(phase))
+            ops.append(self.hf_eager("hf_eager_layer", "layer", phase))
+            return ops
         ops.extend(self.hidden_dropout(phase))
         l_sp = seq // t if self.plan.sp and t > 1 else seq
         ops.append(self._q("residual_add", "res_add", phase, category="memory", b=b, l=l_sp, dim=d))
@@ -274,6 +279,17 @@ class LayerCoster:
         ops.extend(self.hidden_dropout(phase))
         ops.append(self._q("residual_add", "res_add", phase, category="memory", b=b, l=l_sp, dim=d))
         return ops
+
+    def hf_eager(self, name: str, part: str, phase: str) -> OpCost:
+        """HuggingFace's eager memory-bound calls of one layer or of the rest of the model
+        (:mod:`trainsim.builders.eager`): the census's bytes over its kernel count, each kernel
+        timed as an element-wise add moving the same bytes."""
+        from trainsim.builders.eager import eager_bytes
+
+        a = 4 if self.dtype == "fp32" else 2
+        nbytes, kernels = eager_bytes(self.model, part, phase, tokens=self.tokens, seq=self.l, dtype_bytes=a)
+        op = self._elementwise(name, phase, nbytes / (3 * a) / kernels)  # an add reads two, writes one
+        return OpCost(name, phase, op.seconds * kernels, op.provenance + ";hf-eager-census", 0.0, "memory", kernels)
 
     def hidden_dropout(self, phase: str) -> list[OpCost]:
         """An unfused dropout on the ``[b, l, dim]`` residual stream (``plan.hidden_dropout``):
@@ -298,7 +314,7 @@ class LayerCoster:
         # head_dim other than d/h: scale the d/h-shaped measurements by the head-size ratio
         hd_scale = m.d_head / (d / h)
         ops: list[OpCost] = []
-        if m.position == "rotary":
+        if m.position == "rotary" and self.plan.impl != "hf":
             ops.append(
                 self._q("rotary", "RoPE", phase, category="memory", mp=t, b=b, h=h, l=seq, dim=d)
             )
@@ -375,8 +391,9 @@ class LayerCoster:
         ops = [
             self._q("mlp_up", "linear3", phase, flops=copies * bwd * _gemm_flops(self.tokens, up, d),
                     scale=up / (4 * d / t), times=copies, bench={"n": up}, mp=t, b=b, l=seq, dim=d),
-            self._q("activation", "gelu", phase, category="memory", times=copies,
-                    scale=(1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=seq, dim=d),
+            *([] if self.plan.impl == "hf" else [
+                self._q("activation", "gelu", phase, category="memory", times=copies,
+                        scale=(1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=seq, dim=d)]),
             self._q("mlp_down", "linear4", phase, flops=copies * bwd * _gemm_flops(self.tokens, d, ffn / t),
                     scale=ffn / (4 * d), times=copies, bench={"k": ffn / t}, mp=t, b=b, l=seq, dim=d),
         ]  # fmt: skip
@@ -399,6 +416,16 @@ class LayerCoster:
         return ops
 
     # --- gradient accumulation -------------------------------------------------------------
+
+    def _elementwise(self, name: str, phase: str, elements: float) -> OpCost:
+        """An element-wise add of ``elements`` (two read, one written), timed by 001's res_add
+        model on a ``[b, l, dim]`` shape of that count placed inside its sweep (see
+        :meth:`_accumulate`), or by a bench calibration's element-wise add."""
+        dim = min(max(self.model.hidden, 2048), 8192)
+        rows = max(elements / dim, 1.0)
+        b = min(max(-(-rows // 5120), 2), 8)
+        s, prov = self.c.memory_bound(*self.c.time("res_add", "fwd", self.dtype, b=b, l=rows / b, dim=dim))
+        return OpCost(name, phase, s, prov, 0.0, "memory", 1)
 
     def _accumulate(self, name: str, elements: float) -> OpCost:
         """Adding one parameter tensor's gradient into the accumulated one: an element-wise add,
@@ -483,7 +510,7 @@ class LayerCoster:
         return [
             self._q("embedding", "embedding", phase, category="memory", bench={"vocab": v},
                     mp=t, b=b, l=seq, dim=d),
-            *self.hidden_dropout(phase),
+            *([] if self.plan.impl == "hf" else self.hidden_dropout(phase)),
         ]  # fmt: skip
 
     def head(self, phase: str) -> list[OpCost]:
@@ -493,10 +520,13 @@ class LayerCoster:
         v = m.padded_vocab(t)
         v001 = ModelSpec("seed001", d, 1, m.heads, _SEED001_VOCAB).padded_vocab(t)
         r = v / v001
+        proj = self._q("output_proj", "linear_final", phase, flops=bwd * _gemm_flops(self.tokens, v / t, d),
+                       scale=r, bench={"vocab": v}, mp=t, b=b, l=seq, dim=d)  # fmt: skip
+        if self.plan.impl == "hf":  # final norm, loss (its fp32 logits), embedding-side eager calls
+            return [proj, self.hf_eager("hf_eager_rest", "rest", phase)]
         return [
             self._norm("final_norm", phase),
-            self._q("output_proj", "linear_final", phase, flops=bwd * _gemm_flops(self.tokens, v / t, d),
-                    scale=r, bench={"vocab": v}, mp=t, b=b, l=seq, dim=d),
+            proj,
             self._q("cross_entropy", "parallel_cross_entropy_128", phase, category="memory", scale=r,
                     bench={"vocab": v}, mp=t, b=b, l=seq),
         ]  # fmt: skip

@@ -20,6 +20,10 @@ micro-batch after the first adds each parameter tensor's gradient with a separat
 ``hidden_dropout``: a separate dropout kernel on the embedding output and on each sub-layer's
 output before its residual add, as HuggingFace models run ``nn.Dropout`` (Megatron fuses it with
 the bias and residual add: leave it 0 there, the residual-add operator stands for the fusion).
+``impl``: ``fused`` (the fused kernels paper 001 times: Megatron, or any stack with fused norm,
+activation, rotary and loss kernels) or ``hf`` (HuggingFace modules in eager PyTorch: their
+norms, rotary embeddings, activations, residual adds, dropout and loss run as the many aten calls
+:mod:`trainsim.builders.eager` counts; one GPU per model replica: tp = cp = 1).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ ATTENTION: tuple[str, ...] = ("flash", "fused", "unfused")
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
+Impl = Literal["fused", "hf"]
+IMPLS: tuple[str, ...] = ("fused", "hf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,7 @@ class Plan:
     )
     wgrad_fusion: bool = False  # Megatron-LM's gradient-accumulation fusion (see the docstring)
     hidden_dropout: float = 0.0  # > 0: unfused dropout kernels on the residual stream (see above)
+    impl: Impl = "fused"  # fused kernels, or HuggingFace eager modules (see above)
 
     @property
     def gpus(self) -> int:
@@ -130,6 +137,14 @@ class Plan:
             )
         if not 0.0 <= self.hidden_dropout < 1.0:
             raise ConfigError(f"plan: hidden_dropout must be in [0, 1), got {self.hidden_dropout!r}")
+        if self.impl not in IMPLS:
+            raise ConfigError(f"plan: impl must be one of {', '.join(IMPLS)}, got {self.impl!r}")
+        if self.impl == "hf":
+            from trainsim.builders.eager import family_of
+
+            family_of(model)  # a one-line error for a model with no census
+            if self.tp > 1 or self.cp > 1:
+                raise ConfigError(f"plan: impl 'hf' runs one model replica per GPU (tp = cp = 1), got tp {self.tp}, cp {self.cp}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"plan: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if gpus is not None and gpus != self.gpus:

@@ -26,14 +26,15 @@ One more set ships inside the package instead (:data:`SHIPPED_TAGS`):
     ``gpt2`` capture example) trained in fp32 with SGD on one H100 at batch 512, 1,024 and 2,048,
     two captures each; the measured value is the capture's median profiled step. Plan: one GPU,
     no recompute, SDPA attention (``flash``), HuggingFace's dropout 0.1 on the residual stream
-    (``hidden_dropout``; attention dropout runs inside the SDPA kernel). Not modelled: SGD (the
+    (``hidden_dropout``; attention dropout runs inside the SDPA kernel), eager HF modules
+    (``impl="hf"``, :mod:`trainsim.builders.eager`; before 2026-11-26 the fused operators). Not modelled: SGD (the
     builder's optimizer is Adam's), the loss's shifted-logits copy.
 ``h100-llama``    the ``llama`` capture example on one H100 (``validate/data/h100_llama_steps.json``):
     a 2-layer ``LlamaForCausalLM`` at LLaMA-3 8B's widths (hidden 4,096, GQA 32/8 heads, SwiGLU
     14,336, vocabulary 32,000, untied), sequence 2,048, bf16, eager PyTorch with SDPA, at
     micro-batch 1, 2, 4, 8 and 16, two captures each (two H100 machines); the measured value is
     the capture's median profiled step. Plan: one GPU, no recompute, ``flash`` attention, no
-    dropout. Not modelled: SGD (the builder's optimizer is Adam's).
+    dropout, eager HF modules (``impl="hf"``). Not modelled: SGD (the builder's optimizer is Adam's).
 
 Ids are ``"<tag>:<row>"`` with ``row`` the 1-based data row (line ``row + 1`` of the file).
 Every problem in a file is a one-line :class:`~trainsim.errors.TraceFormatError` naming the
@@ -410,7 +411,7 @@ def read_h100_gpt2(tag: str = "h100-gpt2") -> list[LLMCase]:
             if not isinstance(measured, int | float) or measured <= 0:
                 raise ConfigError(f"{man}: field 'measured_step_s' must be a positive number, got {measured!r}")
             plan = Plan(micro_batch=batch, global_batch=batch, seq_len=H100_GPT2_SEQ, dtype="fp32",
-                        attention="flash", hidden_dropout=H100_GPT2_DROPOUT)  # fmt: skip
+                        attention="flash", hidden_dropout=H100_GPT2_DROPOUT, impl="hf")  # fmt: skip
             plan.validate(model, gpus=1)
             out.append(LLMCase(f"{tag}:b{batch}-r{k}", str(man), k + 1, model, plan, "dgx-h100",
                                float(measured), {}))  # fmt: skip
@@ -446,7 +447,8 @@ def read_h100_llama(tag: str = "h100-llama", path: Path | None = None) -> list[L
         if not isinstance(batch, int) or batch < 1 or not isinstance(measured, int | float) or measured <= 0:
             raise ConfigError(f"{path}: captures[{k - 1}] needs a positive integer 'batch_size' and a positive "
                               f"'measured_step_s', got {batch!r} and {measured!r}")  # fmt: skip
-        plan = Plan(micro_batch=batch, global_batch=batch, seq_len=H100_LLAMA_SEQ, dtype="bf16", attention="flash")
+        plan = Plan(micro_batch=batch, global_batch=batch, seq_len=H100_LLAMA_SEQ, dtype="bf16", attention="flash",
+                    impl="hf")  # fmt: skip
         plan.validate(model, gpus=1)
         out.append(LLMCase(f"{tag}:{c.get('name', k)}", str(path), k, model, plan, "dgx-h100", float(measured), {}))
     return out

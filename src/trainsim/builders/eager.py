@@ -1,0 +1,92 @@
+"""HuggingFace eager kernels: the memory-bound work an unfused model runs (``Plan.impl = "hf"``).
+
+Paper 001's operators are Megatron's fused kernels: one per norm, activation, rotary embedding,
+residual add and loss. A HuggingFace model trained in eager PyTorch runs each of them as several
+aten calls: ``LlamaRMSNorm`` upcasts to fp32 and takes pow, mean, rsqrt, two multiplies and two
+casts (forward), about twice that backward; ``apply_rotary_pos_emb`` slices, negates and
+concatenates; the loss upcasts the whole ``[tokens, vocabulary]`` logits to fp32. On the H100
+captures of ``validate llm`` (``h100-llama``, ``h100-gpt2``) this work took 2x what the fused
+operators predict (docs/gpu.md).
+
+``builders/data/hf_eager_census.json`` (``scripts/hf_eager_census.py``) lists, per family, the
+tensors those calls read and write in one layer and in the rest of the model (embedding, final
+norm, head, loss), each size a product of the model's symbols. Here the bytes are evaluated for
+the model and plan, split evenly over the census's kernel count, and each kernel timed as an
+element-wise add moving the same bytes (the device's own ``res_add``/``elementwise`` model, so a
+small kernel keeps its launch-bound floor). GEMMs, attention, the embedding lookup and the loss's
+gather are the builder's own operators and are not in the census.
+
+Approximations (stated): one census per family, recorded at the family's default configuration
+(GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
+the CPU's decomposition of dropout (``bernoulli_`` then ``div_``) is dropped, leaving the
+multiply that a GPU's fused dropout kernel does in one pass; in fp32 training the casts to fp32
+copy nothing and are dropped; small tensors with no token dimension (norm weights, the cos/sin
+table) are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from trainsim.builders.spec import ModelSpec
+from trainsim.errors import ConfigError
+
+CENSUS = Path(__file__).parent / "data" / "hf_eager_census.json"
+_DTYPE_BYTES = {"float32": 4, "int64": 8, "bool": 1}
+_CPU_DROPOUT = ("bernoulli_", "div_")  # the CPU's dropout decomposition (a GPU fuses it into one kernel)
+
+
+@cache
+def _census() -> dict[str, Any]:
+    try:
+        doc = json.loads(CENSUS.read_text(encoding="utf-8"))
+        families = doc["families"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(f"{CENSUS}: expected the JSON written by scripts/hf_eager_census.py ({e})") from None
+    if not isinstance(families, dict):
+        raise ConfigError(f"{CENSUS}: field 'families' must be an object")
+    return families
+
+
+def family_of(model: ModelSpec) -> str:
+    """The census family whose modules ``model`` is built of, or a one-line error."""
+    if model.norm == "rmsnorm" and model.position == "rotary" and model.gated and not model.is_moe:
+        return "llama"
+    if model.norm == "layernorm" and model.position == "learned" and not model.gated and not model.is_moe:
+        return "gpt2"
+    raise ConfigError(f"plan: impl 'hf' has a kernel census for LLaMA-style (RMSNorm, rotary, gated MLP) and "
+                      f"GPT-2-style (LayerNorm, learned positions, GELU) models; {model.name} is neither")  # fmt: skip
+
+
+def symbols(model: ModelSpec, tokens: float, seq: float) -> dict[str, float]:
+    """Each census symbol's value: ``T`` tokens of one micro-batch on one GPU, ``L`` its sequence."""
+    d, f = float(model.hidden), float(model.ffn)
+    per_token = {"d": d, "f": f, "q": float(model.q_width), "kv": float(model.kv_width), "hd": float(model.d_head),
+                 "V": float(model.vocab), "2f": 2 * f, "3d": 3 * d, "4d": 4 * d}  # fmt: skip
+    out = {"T": tokens, "L*d": seq * d, "L*L": seq * seq, "T*L": tokens * seq, "V*d": model.vocab * d}
+    for name, w in per_token.items():
+        out[f"T*{name}"] = tokens * w
+        out[f"T*{name}/2"] = tokens * w / 2
+    return out
+
+
+def eager_bytes(model: ModelSpec, part: str, phase: str, *, tokens: float, seq: float,
+                dtype_bytes: int) -> tuple[float, int]:  # fmt: skip
+    """(bytes moved, kernels) by one micro-batch's eager calls of ``part`` ("layer": one layer,
+    "rest": the rest of the model) in ``phase`` ("fwd" or "bwd")."""
+    fam = _census()[family_of(model)]
+    sym = symbols(model, tokens, seq)
+    total, kernels = 0.0, int(fam.get("kernels", {}).get(part, 0))
+    for ph, call, size, dtype, count in fam[part]:
+        if ph != phase or call in _CPU_DROPOUT or (call == "_to_copy" and dtype_bytes == 4):
+            continue
+        if size not in sym:
+            raise ConfigError(f"{CENSUS}: unknown size symbol {size!r} in family {family_of(model)!r}")
+        total += count * sym[size] * (dtype_bytes if dtype == "bfloat16" else _DTYPE_BYTES.get(dtype, 4))
+    # the census counts kernels over both phases: split them as the bytes split
+    both = sum(c * sym.get(s, 0.0) for _, _, s, _, c in fam[part])
+    mine = sum(c * sym.get(s, 0.0) for p, _, s, _, c in fam[part] if p == phase)
+    return total, max(1, round(kernels * mine / both)) if both else 1

@@ -1,0 +1,90 @@
+"""HuggingFace eager kernels (``Plan.impl = "hf"``, trainsim.builders.eager): the census, its
+evaluation for a model, the plan's checks and what it changes in a prediction."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainsim.builders.eager import CENSUS, eager_bytes, family_of, symbols
+from trainsim.builders.models import get_model
+from trainsim.builders.plan import Plan
+from trainsim.builders.predict import predict_llm
+from trainsim.errors import ConfigError
+
+
+def test_census_families_follow_the_model_architecture():
+    assert family_of(get_model("llama3-8b")) == "llama"
+    assert family_of(get_model("gpt2")) == "gpt2"
+    with pytest.raises(ConfigError, match=r"impl 'hf' has a kernel census .*mixtral-8x7b is neither"):
+        family_of(get_model("mixtral-8x7b"))
+
+
+def test_eager_bytes_grow_with_tokens_and_the_backward_moves_more():
+    m = get_model("llama3-8b")
+    fwd1, k1 = eager_bytes(m, "layer", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
+    fwd2, k2 = eager_bytes(m, "layer", "fwd", tokens=8192, seq=4096, dtype_bytes=2)
+    bwd, kb = eager_bytes(m, "layer", "bwd", tokens=4096, seq=4096, dtype_bytes=2)
+    assert fwd2 == pytest.approx(2 * fwd1, rel=1e-3) and k1 == k2 >= 10
+    assert bwd > 1.5 * fwd1 and kb > k1
+    # LlamaRMSNorm alone upcasts [T, d] to fp32 and back: more than 8 bytes per hidden element a norm
+    assert fwd1 > 2 * 8 * 4096 * m.hidden
+    # fp32 training: the casts to fp32 copy nothing and are dropped
+    f32, _ = eager_bytes(m, "layer", "fwd", tokens=4096, seq=4096, dtype_bytes=4)
+    assert f32 < 2 * fwd1
+    # the rest holds the loss's fp32 logits: at least [T, V] read and written in fp32
+    rest, _ = eager_bytes(m, "rest", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
+    assert rest > 2 * 4 * 4096 * m.vocab
+
+
+def test_census_symbols_cover_every_entry():
+    doc = json.loads(CENSUS.read_text(encoding="utf-8"))
+    sym = symbols(get_model("llama3-8b"), 1024.0, 1024.0)
+    for fam in doc["families"].values():
+        for part in ("layer", "rest"):
+            for phase, call, size, dtype, count in fam[part]:
+                assert phase in ("fwd", "bwd") and size in sym and count > 0, (call, size)
+                assert dtype in ("bfloat16", "float32", "int64"), (call, dtype)
+
+
+def test_plan_checks_impl():
+    m = get_model("llama3-8b")
+    with pytest.raises(ConfigError, match="impl must be one of fused, hf, got 'eager'"):
+        Plan(impl="eager").validate(m)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"impl 'hf' runs one model replica per GPU \(tp = cp = 1\), got tp 2"):
+        Plan(tp=2, impl="hf").validate(m)
+    Plan(dp=8, impl="hf").validate(m)
+
+
+def test_hf_replaces_the_fused_memory_operators_and_adds_their_eager_work():
+    m = get_model("llama3-8b")
+    fused = predict_llm(m, Plan(micro_batch=2, seq_len=2048), "dgx-h100", simulate=False)
+    hf = predict_llm(m, Plan(micro_batch=2, seq_len=2048, impl="hf"), "dgx-h100", simulate=False)
+    names = {o.name for o in hf.stages[0].layer_ops}
+    assert "hf_eager_layer" in names and not names & {"input_norm", "post_attention_norm", "rotary", "activation",
+                                                        "residual_add"}  # fmt: skip
+    assert {o.name for o in hf.stages[0].ops} >= {"hf_eager_rest", "output_proj", "embedding"}
+    assert all("hf-eager-census" in o.provenance for o in hf.stages[0].layer_ops if o.name == "hf_eager_layer")
+    # the GEMMs and attention are the same operators
+    g = {(o.name, o.phase): o.seconds for o in fused.stages[0].layer_ops if o.name.endswith("proj") or "mlp" in o.name}
+    h = {(o.name, o.phase): o.seconds for o in hf.stages[0].layer_ops if o.name.endswith("proj") or "mlp" in o.name}
+    assert g == h
+    assert hf.iteration_time_s > fused.iteration_time_s
+
+
+def test_shipped_census_is_what_the_script_writes(tmp_path, monkeypatch):
+    """The census is reproducible: the script, run again, finds the same calls."""
+    pytest.importorskip("transformers")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "hf_eager_census.py"
+    spec = importlib.util.spec_from_file_location("hf_eager_census", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "OUT", tmp_path / "census.json")
+    assert mod.main() == 0
+    new = json.loads((tmp_path / "census.json").read_text(encoding="utf-8"))["families"]
+    assert new == json.loads(CENSUS.read_text(encoding="utf-8"))["families"]
