@@ -283,3 +283,26 @@ def test_predict_notes_framework_limits_and_labels_its_provenance():
     r = CliRunner().invoke(app, ["predict", "llama2-7b", "--gpus", "1", "--dtype", "fp32", "--closed-form"])
     flat = " ".join(r.output.split())
     assert "(upper bound: spec-based" in flat and "spec-based (no measurements" in flat
+
+
+def test_resize_timer_carries_beyond_the_measured_work():
+    """The H100 models' trees are flat past the largest measured call: the loss over 4x the
+    tokens of any measured one grew 1.2x from the models alone; carried, it grows with its work."""
+    from trainsim.builders.bench_costs import CarriedTimer
+    from trainsim.builders.dlrm import Coster
+    from trainsim.validate.gpu_e2e_suite import gpu_kernel_models, resize_timer
+
+    got = gpu_kernel_models("NVIDIA H100 80GB HBM3")
+    assert got is not None
+    device_file, artifact, _ = got
+    plain = Coster(str(device_file), artifact).time
+    timer = resize_timer(device_file, artifact)
+    assert isinstance(timer.__self__, CarriedTimer)  # type: ignore[attr-defined]
+    x = {"n": 32768.0, "v": 32000.0}
+    big = {"n": 4 * 32768.0, "v": 32000.0}
+    carried = timer("cross_entropy", "bwd", "fp32", **big)[0] / timer("cross_entropy", "bwd", "fp32", **x)[0]
+    flat = plain("cross_entropy", "bwd", "fp32", **big)[0] / plain("cross_entropy", "bwd", "fp32", **x)[0]
+    assert 3.5 < carried <= 4.05 and flat < carried
+    assert "beyond-measured-work" in timer("cross_entropy", "bwd", "fp32", **big)[1]
+    # an operator with no bench counterpart falls through to the models
+    assert timer("embedding_bag", "fwd", "fp32", B=2048.0, E=1e5, T=2.0, L=4.0, D=64.0)[0] > 0

@@ -27,19 +27,23 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_shipped_captures_resize_and_simulate(doc: dict) -> None:
     assert doc["params"]["gpu"] == "NVIDIA H100 80GB HBM3"
-    assert doc["params"]["bases"] == {"dlrm": 16384, "gpt2": 1024, "resnet": 1024}
+    assert doc["params"]["bases"] == {"dlrm": 16384, "gpt2": 1024, "llama": 4, "resnet": 1024}
     assert "(shipped cuda_full_03b482ae582e2c80.models.npz)" in doc["kernel_models"], (
         "the shipped H100 models no longer match their sample or FIT_REVISION: refit them with "
         "`trainsim fit` on the sample and record the digest in its provenance (docs/gpu.md)"
     )
     by = {(c["model"], c["batch_to"]): c for c in doc["cases"]}
-    assert len(by) == 6 and all(c["error_pct"] is not None and c["rules"] for c in by.values())
+    assert len(by) == 10 and all(c["error_pct"] is not None and c["rules"] for c in by.values())
     base = {b["model"]: b["simulated_step_s"] for b in doc["base_replay"]}
-    for model, small, large in (("gpt2", 512, 2048), ("resnet", 512, 2048)):
+    for model, small, large in (("gpt2", 512, 2048), ("resnet", 512, 2048), ("llama", 2, 8)):
         # GPU-bound steps: a resized kernel's prediction reaches the simulator (it once fell
         # back to the measured duration, so every batch predicted the base step)
         assert by[(model, small)]["predicted_s"] < 0.8 * base[model] < 0.8 * by[(model, large)]["predicted_s"]
     assert all(abs(b["error_pct"]) < 10 for b in doc["base_replay"])  # unresized replay
+    # LLaMA at 4x its base: every kernel scales with the tokens (two real-size layers, GPU-bound),
+    # so the prediction grows by nearly 4x: casts and slice backwards launch kernels (no views),
+    # and the loss and attention beyond the measured work are carried (they grew 1.2-2x before)
+    assert 3.5 * base["llama"] < by[("llama", 16)]["predicted_s"] < 4.2 * base["llama"]
 
 
 def test_discover_rejects_folders_without_gpu_captures(tmp_path: Path) -> None:

@@ -105,7 +105,9 @@ def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(ti
     assert {c["case"] for c in doc["cases"]} == {"gpt/m1c1/50%/gcn", "gpt/m2c2/50%/gcn"}
     assert doc["mre_table"]["gpt"]["0.5"]["gcn"] == pytest.approx(
         sum(r["mre_pct"] for r in rows) / 2)  # fmt: skip
-    assert doc["summary"]["cases"] == 2 and doc["summary"]["max_abs_err_pct"] < 99.0  # 80 % not summarized
+    # the 80 % row is not summarized (a 2-epoch GCN's own errors can be anything, even above 99 %)
+    assert doc["summary"]["cases"] == 2
+    assert doc["summary"]["max_abs_err_pct"] == pytest.approx(max(abs(r["mre_pct"]) for r in rows))
     assert set(doc["mre_table"]["gpt"]) == {"0.5"} and len(proto.read_protocol_cases(out)) == 3
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--format", "table", "--dataset",
                                    str(tiny_protocol.parent), "--resume", str(out), "--fractions", "0.5",

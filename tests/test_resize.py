@@ -173,3 +173,25 @@ def test_replay_batch_what_if_on_a_cpu_capture(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "kernel models: calibrated: trainsim fit on cpu_full_" in json.loads(p.stdout)["whatif"]["applied"][0]
+
+
+def test_a_view_named_op_that_launched_kernels_moved_data() -> None:
+    """``aten::to`` that casts (a copy kernel) and ``SliceBackward0`` (zero-fill and copy) scale;
+    the same names without kernels stay views."""
+    from trainsim.ir.graph import Kernel
+    from trainsim.ir.kinds import KernelFamily
+
+    w = _workload()
+    ops = list(w.ranks[0].ops)
+    k = Kernel(0, "copy", KernelFamily.ELEMENTWISE, 7, start_s=0.0, duration_s=20e-6)
+    cast = Op(len(ops), "aten::to", 1, OpCategory.CPU_ONLY, start_s=ops[-1].end_s, duration_s=1e-6,
+              inputs=(_t((4, 8), 4),), outputs=(_t((4, 8), 20, "c10::BFloat16"),), kernels=(k,))  # fmt: skip
+    view = Op(len(ops) + 1, "aten::to", 1, OpCategory.CPU_ONLY, start_s=cast.end_s, duration_s=1e-6,
+              inputs=(_t((4, 8), 4),), outputs=(_t((4, 8), 4),))  # fmt: skip
+    rg = w.ranks[0]
+    w = Workload((type(rg)(0, (*ops, cast, view), step_start_s=rg.step_start_s, step_end_s=view.end_s + 1e-6,
+                           metadata=rg.metadata),), metadata=w.metadata)  # fmt: skip
+    r = resize_batch(w, 8, old_batch=4)
+    new_cast, new_view = r.ranks[0].ops[-2:]
+    assert new_cast.kernels[0].predicted_s == pytest.approx(40e-6) and rule_of(new_cast.kernels[0].provenance) == "numel"
+    assert new_view.predicted_s == pytest.approx(1e-6) and rule_of(new_view.provenance) == "view"

@@ -262,6 +262,40 @@ def bench_calibration(device: DeviceSpec) -> BenchCalibration | None:
     return _load(sample) if sample else None
 
 
+def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs: dict[str, float], *,
+                 roofline: tuple[Any, ...]) -> tuple[float, str] | None:  # fmt: skip
+    """The calibration's answer for bench operator ``op`` on ``inputs`` (seconds, provenance),
+    carried along the roofline beyond the measured work (see the module), or None when the
+    calibration has no model for it. ``roofline``: a :class:`~trainsim.kernels.roofline.RooflineModel`
+    of the calibration's device, in a tuple."""
+    from trainsim.errors import NotCalibratedError
+    from trainsim.kernels import predict_query, query
+    from trainsim.kernels.roofline import MIN_KERNEL_S
+
+    try:
+        q = query(op, phase=phase, dtype=dtype, **inputs)  # type: ignore[arg-type]
+        p = predict_query(q, cal.device, models=cal.models)
+        roof = predict_query(q, cal.device, models=roofline).duration_s
+    except NotCalibratedError:
+        return None
+    if not p.calibrated:
+        return None
+    seconds, prov = p.duration_s, p.provenance
+    limit = cal.work_threshold(q.key.op, q.key.phase.value, q.key.dtype)
+    dims = _WORK_DIMS.get(op, ())
+    if limit is not None and dims and roof > limit and roof > MIN_KERNEL_S:
+        small, at_roof, qs = dict(inputs), roof, q
+        for dim, power in dims:  # shrink the sizes in turn until the work is the limit's
+            if at_roof <= limit * (1 + 1e-9) or dim not in small:
+                continue
+            small[dim] = max(1.0, small[dim] * (limit / at_roof) ** (1 / power))
+            qs = query(op, phase=phase, dtype=dtype, **small)  # type: ignore[arg-type]
+            at_roof = predict_query(qs, cal.device, models=roofline).duration_s
+        at = predict_query(qs, cal.device, models=cal.models)
+        seconds, prov = at.duration_s * roof / at_roof, at.provenance + ";beyond-measured-work"
+    return seconds, prov
+
+
 class BenchTranslator:
     """Answers paper-001 queries on one device from its bench calibration (see the module)."""
 
@@ -274,40 +308,41 @@ class BenchTranslator:
     def time(self, op: str, phase: str, dtype: str, inputs: dict[str, float]) -> tuple[float, str] | None:
         """Seconds and provenance, or None when the operator has no bench counterpart or the
         calibration has no model for it; beyond the measured work, carried (see the module)."""
-        from trainsim.errors import NotCalibratedError
-        from trainsim.kernels import predict_query, query
-        from trainsim.kernels.roofline import MIN_KERNEL_S
-
         tr = translate(op, phase, inputs)
         if tr is None:
             return None
         dt, note = ("bf16", ";as-bf16") if dtype == "fp16" else (dtype, "")
-        try:
-            q = query(tr.op, phase=tr.phase, dtype=dt, **tr.inputs)  # type: ignore[arg-type]
-            p = predict_query(q, self.cal.device, models=self.cal.models)
-            roof = predict_query(q, self.cal.device, models=self._roofline).duration_s
-        except NotCalibratedError:
+        got = carried_time(self.cal, tr.op, tr.phase, dt, tr.inputs, roofline=self._roofline)
+        if got is None:
             return None
-        if not p.calibrated:
-            return None
-        seconds, prov = p.duration_s, p.provenance
-        limit = self.cal.work_threshold(q.key.op, q.key.phase.value, q.key.dtype)
-        dims = _WORK_DIMS.get(tr.op, ())
-        if limit is not None and dims and roof > limit and roof > MIN_KERNEL_S:
-            small, at_roof, qs = dict(tr.inputs), roof, q
-            for dim, power in dims:  # shrink the sizes in turn until the work is the limit's
-                if at_roof <= limit * (1 + 1e-9) or dim not in small:
-                    continue
-                small[dim] = max(1.0, small[dim] * (limit / at_roof) ** (1 / power))
-                qs = query(tr.op, phase=tr.phase, dtype=dt, **small)  # type: ignore[arg-type]
-                at_roof = predict_query(qs, self.cal.device, models=self._roofline).duration_s
-            at = predict_query(qs, self.cal.device, models=self.cal.models)
-            seconds, prov = at.duration_s * roof / at_roof, at.provenance + ";beyond-measured-work"
-        return seconds * tr.scale, f"{prov};bench-as:{op}{tr.note}{note}"
+        return got[0] * tr.scale, f"{got[1]};bench-as:{op}{tr.note}{note}"
 
 
-__all__ = ["BenchCalibration", "BenchTranslator", "Translation", "bench_calibration", "compute_thresholds",
-           "thresholds_path", "translate", "write_thresholds"]  # fmt: skip
+class CarriedTimer:
+    """A resize timer (``timer(op, phase, dtype, **inputs)``, :mod:`trainsim.sim.resize`) that
+    answers a bench operator from ``calibration`` with the carry beyond the measured work, and
+    everything else from ``fallback`` (a :class:`trainsim.builders.dlrm.Coster`'s ``time``): the
+    fitted trees are flat past the largest measured call, so without the carry a call four times
+    the size of any measured one (LLaMA's loss at micro-batch 16) grows by a fraction of its
+    work."""
+
+    def __init__(self, calibration: BenchCalibration, fallback: Any) -> None:
+        from trainsim.kernels.roofline import RooflineModel
+
+        self.cal, self.fallback = calibration, fallback
+        self._roofline = (RooflineModel(calibration.device),)
+
+    def time(self, op: str, phase: str, dtype: str, **inputs: float) -> tuple[float, str]:
+        if op in _WORK_DIMS:
+            got = carried_time(self.cal, op, phase, dtype, dict(inputs), roofline=self._roofline)
+            if got is not None:
+                return got
+        result: tuple[float, str] = self.fallback(op, phase, dtype, **inputs)
+        return result
+
+
+__all__ = ["BenchCalibration", "BenchTranslator", "CarriedTimer", "Translation", "bench_calibration", "carried_time",
+           "compute_thresholds", "thresholds_path", "translate", "write_thresholds"]  # fmt: skip
 
 
 if __name__ == "__main__":  # python -m trainsim.builders.bench_costs SAMPLE...: ship the thresholds

@@ -148,14 +148,14 @@ def _resize_timer(w: Any) -> tuple[Any, str]:
     trace names no known device."""
     from trainsim.builders.dlrm import Coster
     from trainsim.hardware import find_device
-    from trainsim.validate.gpu_e2e_suite import default_cache_dir, gpu_kernel_models
+    from trainsim.validate.gpu_e2e_suite import default_cache_dir, gpu_kernel_models, resize_timer
     from trainsim.validate.shard_suite import cpu_device_file, cpu_kernel_models
 
     gpu = next((r.device for r in w.ranks if r.device), "")
     calibration = gpu_kernel_models(gpu) if gpu else None
     if calibration is not None:
         device_file, artifact, note = calibration
-        return Coster(str(device_file), artifact).time, note
+        return resize_timer(device_file, artifact), note
     # a CPU trace: no device kernels (gloo collectives are recorded as communication "kernels")
     if not gpu and not any(not k.family.is_communication for r in w.ranks for o in r.ops for k in o.kernels):
         artifact, note = cpu_kernel_models(default_cache_dir().parent)

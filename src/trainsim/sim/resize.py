@@ -6,7 +6,9 @@ duration times a ratio, with a provenance naming the rule used (first that appli
 
 1. ``optimizer`` ×1 — ops under an ``Optimizer.*`` annotation update parameters: weight-sized;
 2. ``view`` ×1 — ops that only reinterpret a tensor (view, reshape, transpose, select, ...)
-   and their backward nodes (``ViewBackward0``, ...);
+   and their backward nodes (``ViewBackward0``, ...), unless the op launched device kernels: then
+   it moved data (``to`` with a dtype change, ``SliceBackward0``'s zero-fill and copy, ``reshape``
+   of a non-contiguous tensor) and the rules below apply;
 3. ``AccumulateGrad`` ×1 — accumulates a parameter's gradient: weight-sized;
 4. ``model <op> <phase>`` — a kernel model answers the op's old and new features (GEMMs,
    convolutions, norms, attention, dropout, element-wise, losses, embedding bags):
@@ -267,7 +269,7 @@ def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
     m = _BWD.match(old.name)
     if m is not None:
         key = m.group(1).replace("_", "").lower()
-        if key in _VIEW_BWD:
+        if key in _VIEW_BWD and not old.kernels:
             return 1.0, "view"
         if key == "accumulategrad":
             return 1.0, "AccumulateGrad (weight-sized)"
@@ -277,7 +279,7 @@ def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
         fo = olds[j]
         r, rule = rz.predict(fo, news[j], "bwd")
         return r, f"{rule} (of op {fo.id} {fo.name})"
-    if _norm(old.name) in _VIEW_OPS:
+    if _norm(old.name) in _VIEW_OPS and not old.kernels:
         return 1.0, "view"
     return rz.predict(old, new, "fwd")
 
