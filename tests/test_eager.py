@@ -88,3 +88,19 @@ def test_shipped_census_is_what_the_script_writes(tmp_path, monkeypatch):
     assert mod.main() == 0
     new = json.loads((tmp_path / "census.json").read_text(encoding="utf-8"))["families"]
     assert new == json.loads(CENSUS.read_text(encoding="utf-8"))["families"]
+
+
+def test_predict_cli_takes_impl():
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    _register()
+    res = CliRunner().invoke(app, ["predict", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--impl", "hf",
+                                   "--format", "json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert any("hf-eager-census" in k for k in doc["provenance"]["kernels"])
+    res = CliRunner().invoke(app, ["predict", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--tp", "8",
+                                   "--impl", "hf"])  # fmt: skip
+    assert res.exit_code == 1 and "impl 'hf' runs one model replica per GPU" in str(res.exception)

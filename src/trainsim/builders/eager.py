@@ -21,7 +21,8 @@ Approximations (stated): one census per family, recorded at the family's default
 the CPU's decomposition of dropout (``bernoulli_`` then ``div_``) is dropped, leaving the
 multiply that a GPU's fused dropout kernel does in one pass; in fp32 training the casts to fp32
 copy nothing and are dropped; small tensors with no token dimension (norm weights, the cos/sin
-table) are not counted.
+table) are not counted; the rest of the model is charged to the last pipeline stage (with
+pipeline parallelism the embedding side belongs to the first; HF eager training rarely pipelines).
 """
 
 from __future__ import annotations
