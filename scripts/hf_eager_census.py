@@ -143,7 +143,11 @@ def main() -> int:
         rest = {k: t1[k] - layer.get(k, 0) for k in t1 if t1[k] - layer.get(k, 0)}
         if any(v < 0 for v in (*layer.values(), *rest.values())):
             raise SystemExit(f"{family}: the two-layer step is not the one-layer step plus a layer")
-        kernels = {"layer": sum(1 for p, *_ in two) - sum(1 for p, *_ in one), "rest": 2 * len(one) - len(two)}
+        kernels = {}  # calls (kernels) per part and phase: one layer = two layers less one
+        for ph in ("fwd", "bwd"):
+            n1, n2 = sum(1 for p, *_ in one if p == ph), sum(1 for p, *_ in two if p == ph)
+            kernels.setdefault("layer", {})[ph] = n2 - n1
+            kernels.setdefault("rest", {})[ph] = 2 * n1 - n2
         doc["families"][family] = {  # type: ignore[index]
             part: [[*k, v] for k, v in sorted(d.items())] for part, d in (("layer", layer), ("rest", rest))
         } | {"kernels": kernels}

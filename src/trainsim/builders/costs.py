@@ -419,8 +419,9 @@ class LayerCoster:
 
     def _elementwise(self, name: str, phase: str, elements: float) -> OpCost:
         """An element-wise add of ``elements`` (two read, one written), timed by 001's res_add
-        model on a ``[b, l, dim]`` shape of that count placed inside its sweep (see
-        :meth:`_accumulate`), or by a bench calibration's element-wise add."""
+        model on a ``[b, l, dim]`` shape of that count placed inside its sweep (b 2-8, l up to
+        5,120, dim 2,048-8,192) where the count allows (beyond it the answer says
+        ``extrapolated``), or by a bench calibration's element-wise add."""
         dim = min(max(self.model.hidden, 2048), 8192)
         rows = max(elements / dim, 1.0)
         b = min(max(-(-rows // 5120), 2), 8)
@@ -432,11 +433,7 @@ class LayerCoster:
         timed by 001's res_add model (also an add of two tensors) on a ``[b, l, dim]`` shape of
         the same element count, placed inside that benchmark's sweep (b 2-8, l up to 5,120,
         dim 2,048-8,192) where the count allows; beyond it the answer says ``extrapolated``."""
-        dim = min(max(self.model.hidden, 2048), 8192)
-        rows = elements / dim
-        b = min(max(-(-rows // 5120), 2), 8)
-        s, prov = self.c.memory_bound(*self.c.time("res_add", "fwd", self.dtype, b=b, l=rows / b, dim=dim))
-        return OpCost(name, "bwd", s, prov, 0.0, "memory", 1)
+        return self._elementwise(name, "bwd", elements)
 
     def _small_tensors(self) -> int:
         """Per layer: norm weights (and LayerNorm biases), linear biases."""

@@ -77,17 +77,15 @@ def symbols(model: ModelSpec, tokens: float, seq: float) -> dict[str, float]:
 def eager_bytes(model: ModelSpec, part: str, phase: str, *, tokens: float, seq: float,
                 dtype_bytes: int) -> tuple[float, int]:  # fmt: skip
     """(bytes moved, kernels) by one micro-batch's eager calls of ``part`` ("layer": one layer,
-    "rest": the rest of the model) in ``phase`` ("fwd" or "bwd")."""
+    "rest": the rest of the model) in ``phase`` ("fwd" or "bwd"); kernels: the census's calls of
+    that part and phase (the fp32 casts dropped in fp32 training are still counted: a few)."""
     fam = _census()[family_of(model)]
     sym = symbols(model, tokens, seq)
-    total, kernels = 0.0, int(fam.get("kernels", {}).get(part, 0))
+    total, kernels = 0.0, int(fam["kernels"][part][phase])
     for ph, call, size, dtype, count in fam[part]:
         if ph != phase or call in _CPU_DROPOUT or (call == "_to_copy" and dtype_bytes == 4):
             continue
         if size not in sym:
             raise ConfigError(f"{CENSUS}: unknown size symbol {size!r} in family {family_of(model)!r}")
         total += count * sym[size] * (dtype_bytes if dtype == "bfloat16" else _DTYPE_BYTES.get(dtype, 4))
-    # the census counts kernels over both phases: split them as the bytes split
-    both = sum(c * sym.get(s, 0.0) for _, _, s, _, c in fam[part])
-    mine = sum(c * sym.get(s, 0.0) for p, _, s, _, c in fam[part] if p == phase)
-    return total, max(1, round(kernels * mine / both)) if both else 1
+    return total, max(kernels, 1)
