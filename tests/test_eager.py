@@ -55,6 +55,7 @@ def test_plan_checks_impl():
     with pytest.raises(ConfigError, match=r"impl 'hf' runs one model replica per GPU \(tp = cp = 1\), got tp 2"):
         Plan(tp=2, impl="hf").validate(m)
     Plan(dp=8, impl="hf").validate(m)
+    assert Plan(dp=8, impl="hf").label() == "tp1-pp1-dp8-mb1-gb8-hf" and Plan(dp=8).label() == "tp1-pp1-dp8-mb1-gb8"
 
 
 def test_hf_replaces_the_fused_memory_operators_and_adds_their_eager_work():

@@ -109,6 +109,8 @@ class Plan:
             parts.append(f"rc-{self.recompute}")
         if self.wgrad_fusion:
             parts.append("wgf")
+        if self.impl != "fused":
+            parts.append(self.impl)
         return "-".join(parts)
 
     def validate(self, model: ModelSpec, *, gpus: int | None = None) -> None:
