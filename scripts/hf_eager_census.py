@@ -130,7 +130,7 @@ def main() -> int:
         "what": "bytes moved by the memory-bound kernels of HuggingFace eager training steps (forward, loss, backward), "
                 "per layer and for the rest of the model; each entry: phase, aten call, tensor size (product of symbols: "
                 "T tokens, d hidden, q/kv query/key widths, f MLP width, V vocabulary, hd head size), dtype (bfloat16 "
-                "stands for the training dtype), count (tensors of that size read or written by those calls)",
+                "stands for the training dtype), count (tensors of that size read or written by those calls); kernels: the calls per part and phase",
         "command": "python scripts/hf_eager_census.py",
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
         "families": {},
