@@ -151,6 +151,9 @@ def test_shipped_h100_llama_cases_describe_the_captured_model(tmp_path):
     bad.write_text('{"captures": [{"batch_size": 0, "measured_step_s": 0.1}]}', encoding="utf-8")
     with pytest.raises(ConfigError, match=r"steps.json: captures\[0\] needs a positive integer 'batch_size'"):
         read_h100_llama(path=bad)
+    bad.write_text('{"captures": [1, 2]}', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"steps\.json: field 'captures' must be a list of objects"):
+        read_h100_llama(path=bad)
     try:  # the capture example's own config, where transformers is installed
         from trainsim.capture.examples import llama
     except ImportError:

@@ -418,7 +418,7 @@ def read_h100_gpt2(tag: str = "h100-gpt2") -> list[LLMCase]:
     return out
 
 
-# trainsim.capture.examples.llama's CUDA model (tests/test_llm_cases.py checks it against the example)
+# trainsim.capture.examples.llama's CUDA model (tests/test_bench_costs.py checks it against the example)
 H100_LLAMA_CONFIG: dict[str, object] = {
     "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
     "intermediate_size": 14336, "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 2048,
@@ -440,11 +440,14 @@ def read_h100_llama(tag: str = "h100-llama", path: Path | None = None) -> list[L
         caps = doc["captures"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"{path}: expected a JSON object with a list 'captures' ({e})") from None
+    if not isinstance(caps, list) or not all(isinstance(c, dict) for c in caps):
+        raise ConfigError(f"{path}: field 'captures' must be a list of objects")
     model = hf_config_from_dict(dict(H100_LLAMA_CONFIG), path.parent / "llama-2l-4096h")  # a name, never read
     out: list[LLMCase] = []
     for k, c in enumerate(caps, 1):
         batch, measured = c.get("batch_size"), c.get("measured_step_s")
-        if not isinstance(batch, int) or batch < 1 or not isinstance(measured, int | float) or measured <= 0:
+        if (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1
+                or not isinstance(measured, int | float) or measured <= 0):  # fmt: skip
             raise ConfigError(f"{path}: captures[{k - 1}] needs a positive integer 'batch_size' and a positive "
                               f"'measured_step_s', got {batch!r} and {measured!r}")  # fmt: skip
         plan = Plan(micro_batch=batch, global_batch=batch, seq_len=H100_LLAMA_SEQ, dtype="bf16", attention="flash",
