@@ -48,7 +48,8 @@ batch-like size (GEMM rows or batch, attention batch, norm/softmax/loss rows, el
 gathered rows) scaled down until the roofline time equals the threshold, the model asked there,
 and the answer scaled by the two roofline times (``;beyond-measured-work``) — continuous at the
 threshold, growing with the work beyond it, and at the shape's own efficiency (head size, GEMM
-variant), not another shape's.
+variant), not another shape's. The resize what-if on a GPU capture carries the same way
+(:class:`CarriedTimer`, :func:`carried_time`).
 
 Not answered (the caller's next source answers): operators without a bench counterpart (RoPE,
 fill-mask) and 001's optimizer operator, which times Megatron's FusedAdam (one fused pass) where
