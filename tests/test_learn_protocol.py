@@ -113,6 +113,20 @@ def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(ti
                                    str(tiny_protocol.parent), "--resume", str(out), "--fractions", "0.5",
                                    "--models", "gcn"])  # fmt: skip
     assert res.exit_code == 0 and "003 protocol" in res.output and "m2c2" in res.output, res.output
+    # another readout or bag size is another set of cases in the same folder: trained once, summarized apart
+    res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
+                                   "--resume", str(out), "--fractions", "0.5", "--models", "gcn",
+                                   "--readout", "sum", "--members", "2", "--format", "json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    added = proto.read_protocol_cases(out)[3:]
+    assert len(added) == 2 and {(r["readout"], r["target"], r["members"]) for r in added} == {("sum", "log", 2)}
+    assert all(len(r["member_history"]) == 2 for r in added)
+    assert doc["params"]["readout"] == "sum" and doc["mre_table"]["gpt"]["0.5"]["gcn"] == pytest.approx(
+        sum(r["mre_pct"] for r in added) / 2)  # fmt: skip
+    res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
+                                   "--readout", "mean"])  # fmt: skip
+    assert res.exit_code != 0 and "--readout must be one of" in str(res.exception)
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
                                    "--models", "mlp"])  # fmt: skip
     assert res.exit_code != 0 and "unknown model 'mlp'" in str(res.exception)

@@ -166,3 +166,88 @@ def test_work_readout_pools_seconds_per_flop():
     torch.testing.assert_close(pad, torch.full((1, 4), -3.0))
     with pytest.raises(ValueError, match="FLOPs feature column"):
         _Readout(4, 3, "work")
+
+
+def _union(a: StageGraph, b: StageGraph) -> StageGraph:
+    """Two graphs side by side, with no edge between them."""
+    g = StageGraph()
+    for part in (a, b):
+        off = g.num_nodes
+        for i in range(part.num_nodes):
+            g.add_node(part.op[i], part.kind[i], part.shape[i], part.dtype[i], flops=part.flops[i],
+                       contract=part.contract[i])  # fmt: skip
+        for u, v in zip(part.src, part.dst, strict=True):
+            g.add_edge(u + off, v + off)
+    return g
+
+
+@pytest.mark.parametrize("kind", ["dag_transformer", "gcn", "gat"])
+def test_sum_readout_adds_stages_in_seconds(kind):
+    """Readout "sum": a graph made of two unconnected graphs is predicted as the sum of the two."""
+    pytest.importorskip("torch_geometric")
+    graphs, lat = _synthetic(12, seed=3)
+    for g in graphs:
+        g.flops = [2.0 * 16 * s[1] * s[1] if o == "dot_general" else 0.0 for o, s in zip(g.op, g.shape, strict=True)]
+    vocab = op_vocabulary(graphs)
+    reach = kind == "dag_transformer"
+    t = featurize(graphs, vocab, reach=reach, inputs=True)
+    dim = t[0].x.shape[1]
+    cfg = ModelConfig.for_kind(kind, dim, hidden=16, layers=2, readout="sum", work_col=dim - 2)
+    pred = train_predictor(t[:9], lat[:9], t[9:], lat[9:], model_config=cfg, op_vocab=vocab, input_features=True,
+                           config=TrainConfig(epochs=3, patience=3, batch_size=4, threads=1))  # fmt: skip
+    assert pred.target_std == 1.0
+    a, b = pred.predict(graphs[:4]), pred.predict(graphs[4:8])
+    both = pred.predict([_union(x, y) for x, y in zip(graphs[:4], graphs[4:8], strict=True)])
+    np.testing.assert_allclose(both, a + b, rtol=1e-4)
+
+
+def test_sum_readout_starts_from_time_proportional_to_work():
+    """At zero node weights a "sum" predictor answers e^μ Σ_n (1 + FLOPs_n); μ fits the training set."""
+    from trainsim.errors import ConfigError
+    from trainsim.learn.train import target_scaling
+
+    graphs, _ = _synthetic(6, seed=4)
+    for g in graphs:
+        g.flops = [1e6 * (i + 1) if k == "operator" else 0.0 for i, k in enumerate(g.kind)]
+    vocab = op_vocabulary(graphs)
+    t = featurize(graphs, vocab, reach=False, inputs=True)
+    dim = t[0].x.shape[1]
+    cfg = ModelConfig.for_kind("gcn", dim, hidden=8, layers=1, readout="sum", work_col=dim - 2)
+    work = np.array([sum(1.0 + f for f in g.flops) for g in graphs])
+    log_y = np.log(3e-9 * work)  # 3 ns per unit of work
+    mean, std = target_scaling(cfg, t, log_y, per_work=False)
+    assert std == 1.0 and mean == pytest.approx(np.log(3e-9), abs=1e-4)
+    with pytest.raises(ConfigError, match="log target"):
+        target_scaling(cfg, t, log_y, per_work=True)
+
+
+def test_member_folds_rotate_validation_over_the_labelled_pool():
+    from trainsim.errors import ConfigError
+    from trainsim.learn.train import member_folds
+
+    folds = member_folds(11, 3, 4)
+    assert [list(va) for _, va in folds] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 0]]
+    for tr, va in folds:  # disjoint, and together the whole pool
+        assert not set(tr) & set(va) and sorted([*tr, *va]) == list(range(11))
+    with pytest.raises(ConfigError, match="cannot give 3 to validation"):
+        member_folds(4, 3, 2)
+
+
+def test_a_bag_predicts_the_geometric_mean_of_its_members_and_round_trips(tmp_path):
+    from trainsim.learn.train import train_members
+
+    graphs, lat = _synthetic(14, seed=5)
+    vocab = op_vocabulary(graphs)
+    t = featurize(graphs, vocab, reach=False)
+    cfg = ModelConfig.for_kind("gcn", t[0].x.shape[1], hidden=8, layers=1)
+    bag = train_members(t[:11], lat[:11], 3, model_config=cfg, op_vocab=vocab,
+                        config=TrainConfig(epochs=4, patience=4, threads=1, members=3, max_time_s=60.0))  # fmt: skip
+    assert bag.config.members == 3 and len(bag.meta["members"]) == 3
+    assert all(m["epochs"] == 4 for m in bag.meta["members"]) and bag.history.epochs_run == 12
+    members = [Predictor(cfg, vocab, bag.target_mean, bag.target_std, m) for m in bag.model.members]
+    each = np.array([p.predict(graphs[11:]) for p in members])
+    np.testing.assert_allclose(bag.predict(graphs[11:]), np.exp(np.log(each).mean(axis=0)), rtol=1e-5)
+    assert len({tuple(np.round(e, 12)) for e in each}) == 3  # three different models
+    loaded = Predictor.load(bag.save(tmp_path / "bag"))
+    assert loaded.config == bag.config
+    np.testing.assert_allclose(loaded.predict(graphs[11:]), bag.predict(graphs[11:]), rtol=1e-6)

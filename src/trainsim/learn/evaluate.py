@@ -29,7 +29,14 @@ from trainsim.errors import ConfigError
 from trainsim.learn.dataset import StageRow, iter_graphs, read_rows
 from trainsim.learn.graphs import op_vocabulary
 from trainsim.learn.models import MODEL_KINDS, GraphTensors, ModelConfig
-from trainsim.learn.train import Predictor, TrainConfig, featurize, mre_pct, train_predictor
+from trainsim.learn.train import (
+    Predictor,
+    TrainConfig,
+    featurize,
+    mre_pct,
+    train_members,
+    train_predictor,
+)
 
 FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 VAL_FRACTION = 0.1
@@ -89,10 +96,16 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
         )
     tensors = data.tensors(reach=kind == "dag_transformer")
     cfg = model_config(kind, tensors[0].x.shape[1], readout=readout, input_features=data.input_features)
-    pred = train_predictor([tensors[i] for i in tr], data.latency_s[tr], [tensors[i] for i in va],
-                           data.latency_s[va], model_config=cfg, op_vocab=data.vocab,
-                           config=replace(train_config, seed=seed), part=data.part,
-                           input_features=data.input_features, per_work=per_work, log=log)  # fmt: skip
+    if train_config.members > 1:  # a bag over the labelled stages: validation first, then training
+        lab = np.concatenate([va, tr])
+        pred = train_members([tensors[i] for i in lab], data.latency_s[lab], len(va), model_config=cfg,
+                             op_vocab=data.vocab, config=replace(train_config, seed=seed), part=data.part,
+                             input_features=data.input_features, per_work=per_work, log=log)  # fmt: skip
+    else:
+        pred = train_predictor([tensors[i] for i in tr], data.latency_s[tr], [tensors[i] for i in va],
+                               data.latency_s[va], model_config=cfg, op_vocab=data.vocab,
+                               config=replace(train_config, seed=seed), part=data.part,
+                               input_features=data.input_features, per_work=per_work, log=log)  # fmt: skip
     t0 = time.perf_counter()
     p = pred.predict_tensors([tensors[i] for i in te])
     infer_s = time.perf_counter() - t0
@@ -106,6 +119,7 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
         "train": len(tr), "val": len(va), "test": len(te), "train_s": hist.train_s, "infer_s": infer_s,
         "epochs": hist.epochs_run, "best_epoch": hist.best_epoch, "stopped": hist.stopped,
         "best_val_loss": hist.best_val_loss, "params": sum(q.numel() for q in pred.model.parameters()),
+        "members": train_config.members, "member_history": pred.meta.get("members"),
         "train_config": asdict(replace(train_config, seed=seed)),
     }  # fmt: skip
     return pred, case
@@ -115,7 +129,9 @@ FEATURE_SETS = ("table1", "table1+work")
 
 
 def model_config(kind: str, in_dim: int, *, readout: str, input_features: bool) -> ModelConfig:
-    """003's settings for ``kind``; readout ``work`` reads the FLOPs column of table1+work."""
+    """003's settings for ``kind``; readouts ``work`` and ``sum`` read the FLOPs column of table1+work."""
+    if readout == "sum" and input_features:
+        return ModelConfig.for_kind(kind, in_dim, readout=readout, work_col=in_dim - 2)
     if readout == "work":
         if not input_features:
             raise ConfigError("readout 'work' needs the table1+work features")
@@ -138,10 +154,10 @@ def features_flag(name: str) -> bool:
     return name == "table1+work"
 
 
-def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str, str, str]:
+def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str, str, str, int]:
     return (c["family"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]),
             c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1"),
-            c.get("target", "log"))  # fmt: skip
+            c.get("target", "log"), int(c.get("members", 1)))  # fmt: skip
 
 
 def read_cases(results: Path | str) -> list[dict[str, Any]]:
@@ -182,7 +198,7 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
                 for kind in kinds:
                     key = _case_key({"family": family, "fraction": fraction, "model": kind, "seed": seed,
                                      "readout": readout, "part": part, "features": _features(input_features),
-                                     "target": _target(per_work)})  # fmt: skip
+                                     "target": _target(per_work), "members": train_config.members})  # fmt: skip
                     if key in done:
                         continue
                     pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed,
@@ -201,18 +217,19 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
                         pred.save(results / "predictors" / f"{family}-{kind}-s{seed}")
     return summarize(
         read_cases(results), readout=readout, part=part, features=_features(input_features),
-        target=_target(per_work),
+        target=_target(per_work), members=train_config.members,
     )
 
 
 def summarize(cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", part: str = "train",
-              features: str = "table1+work", target: str = "log-per-flop") -> dict[str, Any]:  # fmt: skip
+              features: str = "table1+work", target: str = "log-per-flop",
+              members: int = 1) -> dict[str, Any]:  # fmt: skip
     """Tables V/VI: MRE per (family, fraction) and model (mean over seeds), winners, acceptance."""
     table: dict[str, dict[str, dict[str, float]]] = {}
     times: dict[str, list[float]] = {}
     for c in cases:
         if (c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1"),
-                c.get("target", "log")) != (readout, part, features, target):  # fmt: skip
+                c.get("target", "log"), int(c.get("members", 1))) != (readout, part, features, target, members):  # fmt: skip
             continue
         cell = table.setdefault(c["family"], {}).setdefault(f"{c['fraction']:.1f}", {})
         cell.setdefault(c["model"], [])  # type: ignore[arg-type]

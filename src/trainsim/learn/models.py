@@ -22,6 +22,12 @@ a sum of the log-scaled dimensions the nodes carry — so exponentiating before 
 channel represent sums of such monomials over the graph. All three models share the readout
 (including its view of the raw features), so the comparison is of the graph encoders.
 
+``readout="sum"`` takes 003's "nodes add up to the stage latency" literally: one log-cost per
+node (plus ln(1 + FLOPs) of the node when the FLOPs column is given: the node's time is its work
+times a learned time per FLOP), the stage's latency is ``e^μ Σ_n e^{c_n}`` — a sum in seconds,
+no head MLP — so a stage twice as deep costs what its layers cost, whatever depths were trained
+on. The trainer leaves its target unscaled for it (``σ = 1``, see ``train.target_scaling``).
+
 Every model maps a :class:`GraphBatch` to one value per graph: the standardized log latency
 (the trainer's target).
 """
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -41,7 +47,7 @@ from torch.nn import functional
 from trainsim.errors import ConfigError
 
 MODEL_KINDS = ("dag_transformer", "gcn", "gat")
-READOUTS = ("logsumexp", "add", "work")
+READOUTS = ("logsumexp", "add", "work", "sum")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +60,8 @@ class ModelConfig:
     layers: int = 4
     heads: int = 4
     readout: str = "logsumexp"
-    work_col: int = -1  # readout "work": the feature column holding log2(1 + FLOPs)
+    work_col: int = -1  # readouts "work", "sum": the feature column holding log2(1 + FLOPs)
+    members: int = 1  # > 1: that many models of this architecture, their outputs averaged
 
     @classmethod
     def for_kind(cls, kind: str, in_dim: int, **kw: Any) -> ModelConfig:
@@ -150,17 +157,21 @@ class _Readout(nn.Module):
             raise ValueError("readout 'work' needs the FLOPs feature column (table1+work features)")
         self.readout = readout
         self.work_col = work_col
-        # logsumexp / work: a node's d log-costs from its embedding and its own Table I features
-        self.node = (nn.Sequential(nn.Linear(dim + in_dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+        # logsumexp / work: a node's d log-costs from its embedding and its own Table I features;
+        # sum: one log-cost per node, the stage is their sum in seconds (no head)
+        width = 1 if readout == "sum" else dim
+        self.node = (nn.Sequential(nn.Linear(dim + in_dim, dim), nn.ReLU(), nn.Linear(dim, width))
                      if readout != "add" else None)  # fmt: skip
-        self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim // 2), nn.ReLU(),
-                                 nn.Linear(dim // 2, 1))  # fmt: skip
+        self.mlp = (nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim // 2), nn.ReLU(),
+                                  nn.Linear(dim // 2, 1))
+                    if readout != "sum" else None)  # fmt: skip
 
     def _z(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         if self.node is None:
             return h
         z = self.node(torch.cat([h, x], dim=-1))
-        return z + self._lw(x).unsqueeze(-1) if self.readout == "work" else z
+        with_work = self.readout == "work" or (self.readout == "sum" and self.work_col >= 0)
+        return z + self._lw(x).unsqueeze(-1) if with_work else z
 
     def _lw(self, x: torch.Tensor) -> torch.Tensor:
         """ln(1 + FLOPs) of every node (readout "work")."""
@@ -196,7 +207,7 @@ class _Readout(nn.Module):
         return pooled
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        return self.mlp(pooled).squeeze(-1)
+        return (self.mlp(pooled) if self.mlp is not None else pooled).squeeze(-1)
 
 
 class DAGAttentionLayer(nn.Module):
@@ -269,7 +280,24 @@ class GNN(nn.Module):
         return self.readout.head(self.readout.pool_flat(h, g.x, g.batch, g.num_graphs))
 
 
+class Members(nn.Module):
+    """Models of one architecture whose outputs (standardized log latencies) are averaged: a
+    cross-validated bag (``train.train_members``), i.e. the geometric mean of their latencies."""
+
+    def __init__(self, models: list[nn.Module]) -> None:
+        super().__init__()
+        self.members = nn.ModuleList(models)
+
+    def forward(self, g: GraphBatch) -> torch.Tensor:
+        return torch.stack([m(g) for m in self.members]).mean(dim=0)
+
+
 def build_model(cfg: ModelConfig) -> nn.Module:
+    if cfg.members < 1:
+        raise ValueError(f"members must be at least 1, got {cfg.members}")
+    if cfg.members > 1:
+        one = replace(cfg, members=1)
+        return Members([build_model(one) for _ in range(cfg.members)])
     if cfg.kind == "dag_transformer":
         return DAGTransformer(cfg)
     if cfg.kind in ("gcn", "gat"):
@@ -285,6 +313,7 @@ __all__ = [
     "DAGTransformer",
     "GraphBatch",
     "GraphTensors",
+    "Members",
     "ModelConfig",
     "build_model",
     "collate",

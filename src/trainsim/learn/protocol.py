@@ -44,6 +44,7 @@ PROTOCOL_EPOCHS = 500
 PROTOCOL_PATIENCE = 200
 PROTOCOL_FRACTIONS = (0.1, 0.3, 0.8)
 PROTOCOL_CASE_SCHEMA = "trainsim.predtop-protocol-case/1"
+DEFAULT_READOUT = "logsumexp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,19 +119,27 @@ def _in_config(row: StageRow, *, family: str, config: RuntimeConfig) -> bool:
     return config_of(row.spec, family) == config
 
 
-def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int]:
-    return (c["family"], c["config"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]))
+def target_of(readout: str) -> str:
+    """The target a readout trains on: ``sum`` adds seconds (log), the others predict per FLOP."""
+    return "log" if readout == "sum" else "log-per-flop"
+
+
+def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int, str, int]:
+    # rows written before the readout and the bag were choices are the defaults' (one model)
+    return (c["family"], c["config"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]),
+            c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)))  # fmt: skip
 
 
 def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
                       fractions: Sequence[float] = PROTOCOL_FRACTIONS, kinds: Sequence[str] | None = None,
-                      seed: int = 0, train_config: Any = None,
+                      seed: int = 0, train_config: Any = None, readout: str = DEFAULT_READOUT,
                       log: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """003 Table V on the protocol sets: a predictor per (family, configuration, fraction, model).
 
     ``folders`` maps a family to its protocol dataset (``gpt-003/``, ``moe-003/``). Each finished
     case is appended to ``results/protocol_cases.jsonl`` (resumable, like :func:`evaluate`).
-    Returns :func:`summarize_protocol` of every case there.
+    ``readout`` is the models' pooling (:mod:`trainsim.learn.models`; its target: :func:`target_of`).
+    Returns :func:`summarize_protocol` of every case there with that readout.
     """
     from trainsim.bench.dataset import append_row, repair_tail
     from trainsim.learn.evaluate import FamilyData, check_kinds, train_case
@@ -148,13 +157,14 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
     for family, folder in folders.items():
         for rc in RUNTIME_CONFIGS:
             todo = [(f, k) for f in fractions for k in kinds
-                    if (family, rc.label, round(float(f), 3), k, seed) not in done]  # fmt: skip
+                    if (family, rc.label, round(float(f), 3), k, seed, readout, tc.members) not in done]  # fmt: skip
             if not todo:
                 continue
             data = FamilyData(folder, input_features=True, what=f"under configuration {rc.label}",
                               select=functools.partial(_in_config, family=family, config=rc))  # fmt: skip
             for fraction, kind in todo:
-                _, case = train_case(data, kind=kind, fraction=fraction, seed=seed, train_config=tc)
+                _, case = train_case(data, kind=kind, fraction=fraction, seed=seed, train_config=tc,
+                                     readout=readout, per_work=target_of(readout) == "log-per-flop")  # fmt: skip
                 case |= {"schema": PROTOCOL_CASE_SCHEMA, "family": family, "config": rc.label,
                          "config_desc": rc.describe(), "stages": len(data.rows),
                          "train_config": asdict(replace(tc, seed=seed))}  # fmt: skip
@@ -162,7 +172,7 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
                 if log:
                     log(f"{family} {rc.label} {fraction:.0%} {kind}: MRE {case['mre_pct']:.2f} % "
                         f"({case['train']} train, {case['train_s']:.0f} s, best epoch {case['best_epoch']})")  # fmt: skip
-    return summarize_protocol(read_protocol_cases(results), seed=seed)
+    return summarize_protocol(read_protocol_cases(results), seed=seed, readout=readout, members=tc.members)
 
 
 def read_protocol_cases(results: Path | str) -> list[dict[str, Any]]:
@@ -174,11 +184,13 @@ def read_protocol_cases(results: Path | str) -> list[dict[str, Any]]:
     return [d for _, d in complete_lines(path) if isinstance(d, dict) and d.get("schema") == PROTOCOL_CASE_SCHEMA]
 
 
-def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0) -> dict[str, Any]:
-    """Per (family, fraction): each model's MRE per configuration and their mean (003 Fig. 8)."""
+def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0,
+                       readout: str = DEFAULT_READOUT, members: int = 1) -> dict[str, Any]:  # fmt: skip
+    """Per (family, fraction): each model's MRE per configuration and their mean (003 Fig. 8),
+    over the cases of one seed, readout and bag size."""
     by: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for c in cases:
-        if int(c["seed"]) != seed:
+        if (int(c["seed"]), c.get("readout", DEFAULT_READOUT), int(c.get("members", 1))) != (seed, readout, members):
             continue
         cell = by.setdefault(c["family"], {}).setdefault(f"{float(c['fraction']):.1f}", {})
         cell.setdefault(c["model"], {})[c["config"]] = float(c["mre_pct"])
@@ -209,5 +221,5 @@ def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0) -> 
     }  # fmt: skip
 
 
-__all__ = ["PROTOCOL_MODELS", "RUNTIME_CONFIGS", "RuntimeConfig", "config_of", "evaluate_protocol", "protocol_stages",
-           "read_protocol_cases", "summarize_protocol"]
+__all__ = ["DEFAULT_READOUT", "PROTOCOL_MODELS", "RUNTIME_CONFIGS", "RuntimeConfig", "config_of", "evaluate_protocol",
+           "protocol_stages", "read_protocol_cases", "summarize_protocol", "target_of"]

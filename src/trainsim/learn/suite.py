@@ -54,18 +54,28 @@ def _parse_fractions(text: str | None) -> tuple[float, ...]:
 def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str | None = None,
                       fractions: str | None = None, models: str | None = None, seed: int = 0,
                       search: bool = True, epochs: int | None = None,
-                      features: str = "table1+work", protocol: bool = False) -> dict[str, Any]:  # fmt: skip
+                      features: str = "table1+work", protocol: bool = False,
+                      readout: str = "logsumexp", members: int = 1) -> dict[str, Any]:  # fmt: skip
     """Train and test the stage-latency predictors; run the search integration (module docstring).
 
     ``data_dir`` (the shared data folder) is not read: the stages are this machine's own
     measurements (``dataset``, default: the packaged ones). ``protocol`` runs 003's own protocol
-    instead (:func:`run_protocol`).
+    instead (:func:`run_protocol`). ``readout`` is the models' pooling (``sum`` trains on the log
+    target, the others on the per-FLOP one: :func:`trainsim.learn.protocol.target_of`);
+    ``members`` > 1 trains each predictor as a cross-validated bag (:func:`trainsim.learn.train.train_members`).
     """
+    from trainsim.learn.models import READOUTS
+    from trainsim.learn.protocol import target_of
+
+    if readout not in READOUTS:
+        raise ConfigError(f"--readout must be one of {', '.join(READOUTS)}, got {readout!r}")
+    if members < 1:
+        raise ConfigError(f"--members must be at least 1, got {members}")
     if protocol:
         if features != "table1+work":
             raise ConfigError("--protocol trains on the table1+work features only")
         return run_protocol(dataset=dataset, resume=resume, fractions=fractions, models=models, seed=seed,
-                            epochs=epochs)  # fmt: skip
+                            epochs=epochs, readout=readout, members=members)  # fmt: skip
     from trainsim.learn.evaluate import evaluate, features_flag, read_cases
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import Predictor, TrainConfig
@@ -79,12 +89,14 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     kinds = tuple(models.split(",")) if models else MODEL_KINDS
     inputs = features_flag(features)
     fr = _parse_fractions(fractions)
-    tc = TrainConfig(epochs=epochs) if epochs else TrainConfig()
+    tc = TrainConfig(epochs=epochs, members=members) if epochs else TrainConfig(members=members)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="predtop-") as tmp:
         out = Path(resume) if resume else Path(tmp)
+        per_work = target_of(readout) == "log-per-flop"
         table = evaluate(folders, out, fractions=fr, kinds=kinds, seeds=(seed,), train_config=tc,
-                         input_features=inputs, save_fraction=0.3 if 0.3 in fr else None)  # fmt: skip
+                         input_features=inputs, save_fraction=0.3 if 0.3 in fr else None, readout=readout,
+                         per_work=per_work)  # fmt: skip
         cases = []
         for c in read_cases(out):
             if (
@@ -93,7 +105,9 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
                 and c["seed"] == seed
                 and any(abs(c["fraction"] - f) < 1e-9 for f in fr)
                 and c.get("features", "table1") == features
-                and c.get("target", "log") == "log-per-flop"
+                and c.get("target", "log") == target_of(readout)
+                and c.get("readout", "logsumexp") == readout
+                and int(c.get("members", 1)) == members
             ):
                 cases.append({"case": f"{c['family']}/{c['fraction']:.0%}/{c['model']}", "family": c["family"],
                               "fraction": c["fraction"], "model": c["model"], "mre_pct": c["mre_pct"],
@@ -125,12 +139,13 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
             summary[f"search_{fam}_{name}_mean_regret_pct"] = a["mean_regret_pct"]
             summary[f"search_{fam}_{name}_saved_pct"] = a["saved_pct"]
     return {"suite": "predtop", "params": {"dataset": str(root), "fractions": list(fr), "models": list(kinds),
-            "seed": seed, "features": features}, "cases": cases, "mre_table": table["mre_pct"], "search": searches,
+            "seed": seed, "features": features, "readout": readout, "members": members}, "cases": cases, "mre_table": table["mre_pct"], "search": searches,
             "summary": summary}  # fmt: skip
 
 
 def run_protocol(*, dataset: str | None = None, resume: str | None = None, fractions: str | None = None,
-                 models: str | None = None, seed: int = 0, epochs: int | None = None) -> dict[str, Any]:  # fmt: skip
+                 models: str | None = None, seed: int = 0, epochs: int | None = None,
+                 readout: str = "logsumexp", members: int = 1) -> dict[str, Any]:  # fmt: skip
     """003 Table V on the protocol sets ``gpt-003/`` and ``moe-003/`` (:mod:`trainsim.learn.protocol`).
 
     A predictor per (family, Table III configuration, fraction, model), 003's training schedule;
@@ -145,6 +160,7 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
         evaluate_protocol,
         read_protocol_cases,
         summarize_protocol,
+        target_of,
     )
     from trainsim.learn.train import TrainConfig
     from trainsim.validate.registry import error_summary
@@ -156,15 +172,15 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
                           "with trainsim stages collect DIR --family gpt --protocol")  # fmt: skip
     kinds = tuple(models.split(",")) if models else MODEL_KINDS
     fr = PROTOCOL_FRACTIONS if fractions is None else _parse_fractions(fractions)
-    tc = TrainConfig(epochs=epochs or PROTOCOL_EPOCHS, patience=PROTOCOL_PATIENCE)
+    tc = TrainConfig(epochs=epochs or PROTOCOL_EPOCHS, patience=PROTOCOL_PATIENCE, members=members)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="predtop-003-") as tmp:
         out = Path(resume) if resume else Path(tmp)
-        evaluate_protocol(folders, out, fractions=fr, kinds=kinds, seed=seed, train_config=tc)
+        evaluate_protocol(folders, out, fractions=fr, kinds=kinds, seed=seed, train_config=tc, readout=readout)
         wanted = {f"{float(f):.1f}" for f in fr}  # the summary covers what was asked, not all of DIR
         table = summarize_protocol([c for c in read_protocol_cases(out) if c["family"] in folders
                                     and c["model"] in kinds and f"{float(c['fraction']):.1f}" in wanted],
-                                   seed=seed)  # fmt: skip
+                                   seed=seed, readout=readout, members=members)  # fmt: skip
     by = table["mre_pct"]  # family -> fraction -> model -> configuration -> MRE, of the asked cases only
     cases = [{"case": f"{fam}/{cfg}/{float(f):.0%}/{k}", "family": fam, "config": cfg, "fraction": float(f),
               "model": k, "mre_pct": v, "abs_err_pct": v}
@@ -178,7 +194,8 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
         summary[f"{fam}_dag_transformer_mre_at_30pct"] = v
     summary |= {f"acceptance_{k}": v for k, v in table["acceptance"].items()}
     return {"suite": "predtop", "params": {"dataset": str(root), "protocol": "003", "fractions": list(fr),
-            "models": list(kinds), "seed": seed, "epochs": tc.epochs, "patience": tc.patience},
+            "models": list(kinds), "seed": seed, "epochs": tc.epochs, "patience": tc.patience,
+            "readout": readout, "target": target_of(readout), "members": members},
             "configs": [c.label for c in RUNTIME_CONFIGS], "cases": cases, "mre_table": table["mean_mre_pct"],
             "protocol_table": by, "summary": summary}  # fmt: skip
 
