@@ -56,6 +56,19 @@ def test_summary_means_over_configurations_and_counts_wins():
     extra = {"family": "gpt", "config": "m3c1", "fraction": 0.3, "model": "dag_transformer", "seed": 0, "mre_pct": 0.1}
     s = proto.summarize_protocol([*cases, extra])  # a column only one model has: not compared
     assert (s["dag_transformer_wins"], s["cases_compared"], s["columns_compared"]) == (0, 1, 2)
+    # other readouts and bag sizes are other experiments: summarized only when asked for
+    bagged = [c | {"readout": "sum", "members": 3, "mre_pct": c["mre_pct"] / 2} for c in cases]
+    s = proto.summarize_protocol([*cases, *bagged], readout="sum", members=3)
+    assert s["mean_mre_pct"]["gpt"]["0.3"] == {"dag_transformer": 2.0, "gcn": 1.75, "gat": 2.375}
+    assert proto.summarize_protocol(bagged)["cases_compared"] == 0
+    assert proto.target_of("sum") == "log" and proto.target_of("logsumexp") == "log-per-flop"
+
+
+def test_protocol_run_names_an_unknown_configuration(tmp_path):
+    from trainsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"unknown configuration\(s\) \['m9c9'\]; known: m1c1"):
+        proto.evaluate_protocol({"gpt": tmp_path}, tmp_path / "res", configs=["m1c1", "m9c9"])
 
 
 @pytest.fixture()

@@ -133,12 +133,14 @@ def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int, str, int]:
 def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
                       fractions: Sequence[float] = PROTOCOL_FRACTIONS, kinds: Sequence[str] | None = None,
                       seed: int = 0, train_config: Any = None, readout: str = DEFAULT_READOUT,
+                      configs: Sequence[str] | None = None,
                       log: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """003 Table V on the protocol sets: a predictor per (family, configuration, fraction, model).
 
     ``folders`` maps a family to its protocol dataset (``gpt-003/``, ``moe-003/``). Each finished
     case is appended to ``results/protocol_cases.jsonl`` (resumable, like :func:`evaluate`).
     ``readout`` is the models' pooling (:mod:`trainsim.learn.models`; its target: :func:`target_of`).
+    ``configs`` limits the run to those configurations (labels such as ``m3c1``; default all).
     Returns :func:`summarize_protocol` of every case there with that readout.
     """
     from trainsim.bench.dataset import append_row, repair_tail
@@ -154,8 +156,13 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
     path = results / "protocol_cases.jsonl"
     repair_tail(path)
     done = {_key(c) for c in read_protocol_cases(results)}
+    labels = [c.label for c in RUNTIME_CONFIGS]
+    if configs is not None and set(configs) - set(labels):
+        raise ConfigError(f"unknown configuration(s) {sorted(set(configs) - set(labels))}; known: {', '.join(labels)}")
     for family, folder in folders.items():
         for rc in RUNTIME_CONFIGS:
+            if configs is not None and rc.label not in configs:
+                continue
             todo = [(f, k) for f in fractions for k in kinds
                     if (family, rc.label, round(float(f), 3), k, seed, readout, tc.members) not in done]  # fmt: skip
             if not todo:
