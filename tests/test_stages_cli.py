@@ -55,6 +55,17 @@ def test_train_predict_and_search_with_a_predictor(dataset, tmp_path):
     assert all(s["predicted_s"] > 0 for s in doc["stages"])
     assert "learned" in doc["provenance"]
 
+    bag = tmp_path / "bag"  # a bag of two "sum" models: saved as one predictor, read back as one
+    res = _run("train", str(dataset), "--out", str(bag), "--model", "gcn", "--epochs", "2", "--fraction", "0.5",
+               "--readout", "sum", "--members", "2", "--format", "json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    case = json.loads(res.stdout)
+    assert (case["readout"], case["target"], case["members"], len(case["member_history"])) == ("sum", "log", 2, 2)
+    model = json.loads((bag / "predictor.json").read_text())["model"]
+    assert (model["readout"], model["members"]) == ("sum", 2)
+    res = _run("predict", str(bag), str(dataset), "--format", "json")
+    assert res.exit_code == 0 and all(s["predicted_s"] > 0 for s in json.loads(res.stdout)["stages"])
+
 
 @pytest.mark.slow
 def test_search_with_a_predictor_returns_a_valid_plan(dataset, tmp_path):
@@ -74,6 +85,8 @@ def test_errors_are_one_line(dataset, tmp_path):
     assert res.exit_code != 0 and "exactly one of --predictor" in str(res.exception)
     res = _run("train", str(dataset), "--out", str(tmp_path / "p"), "--features", "table9")
     assert res.exit_code != 0 and "features must be one of" in str(res.exception)
+    res = _run("train", str(dataset), "--out", str(tmp_path / "p"), "--readout", "mean")
+    assert res.exit_code != 0 and "--readout must be one of" in str(res.exception)
     res = _run("predict", str(tmp_path / "missing"), str(dataset))
     assert res.exit_code != 0 and "no predictor.json" in str(res.exception)
 

@@ -62,19 +62,26 @@ def train(
     epochs: int = typer.Option(250, "--epochs", min=1, help="Most epochs (early stopping restores the best)."),
     features: str = typer.Option("table1+work", "--features", help="table1 (003 Table I) or table1+work (plus operand sizes, FLOPs, contraction)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Split and initialisation seed."),
+    readout: str = typer.Option("logsumexp", "--readout", help="Pooling: logsumexp (default), sum (node costs added in seconds), add (003 Eq. 2), work."),
+    members: int = typer.Option(1, "--members", min=1, help="Train a cross-validated bag of this many models (each early-stopped on its own validation fold)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Train one predictor and report its test error (003 Eq. 5 MRE)."""
     from dataclasses import replace
 
+    from trainsim.errors import ConfigError
     from trainsim.learn.evaluate import FamilyData, features_flag, train_case
+    from trainsim.learn.models import READOUTS
+    from trainsim.learn.protocol import target_of
     from trainsim.learn.train import TrainConfig, predictor_folder
 
+    if readout not in READOUTS:
+        raise ConfigError(f"--readout must be one of {', '.join(READOUTS)}, got {readout!r}")
     predictor_folder(out)  # before training: a wrong --out should not cost the training time
     data = FamilyData(dataset, input_features=features_flag(features))
-    cfg = replace(TrainConfig(), epochs=epochs, patience=max(1, epochs // 3))
-    pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg,
-                            log=stderr.print)  # fmt: skip
+    cfg = replace(TrainConfig(), epochs=epochs, patience=max(1, epochs // 3), members=members)
+    pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg, readout=readout,
+                            per_work=target_of(readout) == "log-per-flop", log=stderr.print)  # fmt: skip
     pred.meta |= {"dataset": str(dataset), "fraction": fraction, "test_mre_pct": case["mre_pct"],
                   "families": sorted({r.family for r in data.rows})}  # fmt: skip
     pred.save(out)
