@@ -8,7 +8,9 @@ similar size are batched together for the padded Transformer layout, batch order
 epoch). Early stopping: the weights with the lowest validation loss are kept, training stops
 after ``patience`` epochs without improvement (or when ``max_time_s`` is spent) and the best
 weights are restored. 003 trains 500 epochs with patience 200; the defaults here are 250 / 80 to
-fit this machine's 2-core budget (measured: see docs/predtop.md).
+fit this machine's 2-core budget (measured: see docs/predtop.md). The ``sum`` readout keeps the
+target unscaled (:func:`target_scaling`); ``TrainConfig.members`` > 1 trains a cross-validated bag
+(:func:`train_members`) saved and loaded as one predictor.
 
 A trained :class:`Predictor` is a folder::
 
