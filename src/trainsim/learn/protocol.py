@@ -120,7 +120,13 @@ def _in_config(row: StageRow, *, family: str, config: RuntimeConfig) -> bool:
 
 
 def target_of(readout: str) -> str:
-    """The target a readout trains on: ``sum`` adds seconds (log), the others predict per FLOP."""
+    """The target a readout trains on: ``sum`` adds seconds (log), the others predict per FLOP.
+
+    An unknown readout is a one-line error naming the option (one check for every caller)."""
+    from trainsim.learn.models import READOUTS
+
+    if readout not in READOUTS:
+        raise ConfigError(f"--readout must be one of {', '.join(READOUTS)}, got {readout!r}")
     return "log" if readout == "sum" else "log-per-flop"
 
 

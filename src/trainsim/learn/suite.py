@@ -64,11 +64,9 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     target, the others on the per-FLOP one: :func:`trainsim.learn.protocol.target_of`);
     ``members`` > 1 trains each predictor as a cross-validated bag (:func:`trainsim.learn.train.train_members`).
     """
-    from trainsim.learn.models import READOUTS
     from trainsim.learn.protocol import target_of
 
-    if readout not in READOUTS:
-        raise ConfigError(f"--readout must be one of {', '.join(READOUTS)}, got {readout!r}")
+    target_of(readout)  # an unknown readout fails here, before any training
     if members < 1:
         raise ConfigError(f"--members must be at least 1, got {members}")
     if protocol:
