@@ -17,6 +17,7 @@ from trainsim.learn.models import (  # noqa: E402
     build_model,
     collate,
     sinusoidal_encoding,
+    size_chunks,
 )
 from trainsim.learn.train import Predictor, TrainConfig, featurize, train_predictor  # noqa: E402
 
@@ -83,6 +84,51 @@ def test_padding_does_not_change_predictions():
         together = model(collate(t, padded=True))
         alone = torch.cat([model(collate([g], padded=True)) for g in t])
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
+
+
+def _chunk_cost(sizes, chunks, fixed=128**2):
+    return sum(len(c) * max(sizes[i] for i in c) ** 2 + fixed for c in chunks)
+
+
+def test_size_chunks_partition_is_exhaustive_and_optimal():
+    import itertools
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        sizes = [int(v) for v in rng.integers(5, 1200, size=int(rng.integers(1, 9)))]
+        chunks = size_chunks(sizes)
+        assert sorted(i for c in chunks for i in c) == list(range(len(sizes)))
+        # brute force over every contiguous partition of the sorted sizes
+        order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+        best = min(
+            _chunk_cost(sizes, [order[a:b] for a, b in itertools.pairwise((0, *cuts, len(sizes)))])
+            for r in range(len(sizes))
+            for cuts in itertools.combinations(range(1, len(sizes)), r)
+        )
+        assert _chunk_cost(sizes, chunks) == pytest.approx(best)
+    # a GPT protocol batch (15 stages of 215–1,058 nodes): far less padding than one chunk
+    gpt = [215] * 4 + [286, 423, 423, 423, 434, 631, 839, 839, 1047, 1047, 1058]
+    assert _chunk_cost(gpt, size_chunks(gpt)) < _chunk_cost(gpt, [list(range(15))]) / 2.5
+    assert size_chunks([]) == []
+
+
+def test_chunked_batch_gives_the_whole_batch_gradient():
+    """Training in size chunks is one optimizer step on the same mean loss (models.size_chunks)."""
+    graphs, _ = _synthetic(12, seed=4)
+    t = featurize(graphs, op_vocabulary(graphs), reach=True)
+    cfg = ModelConfig.for_kind("dag_transformer", t[0].x.shape[1], hidden=16, layers=2)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    y = torch.randn(len(t))
+    torch.abs(model(collate(t, padded=True)) - y).mean().backward()
+    whole = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    chunks = size_chunks([g.num_nodes for g in t], overhead_nodes=1)
+    assert len(chunks) > 1
+    for c in chunks:
+        (torch.abs(model(collate([t[i] for i in c], padded=True)) - y[c]).sum() / len(t)).backward()
+    for a, b in zip(whole, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["dag_transformer", "gcn", "gat"])

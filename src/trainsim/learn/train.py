@@ -43,7 +43,14 @@ from trainsim.learn.graphs import (
     prune,
     reachability,
 )
-from trainsim.learn.models import GraphTensors, Members, ModelConfig, build_model, collate
+from trainsim.learn.models import (
+    GraphTensors,
+    Members,
+    ModelConfig,
+    build_model,
+    collate,
+    size_chunks,
+)
 
 PREDICTOR_SCHEMA = "trainsim.predtop-predictor/1"
 
@@ -130,11 +137,9 @@ class Predictor:
     def predict_tensors(self, tensors: Sequence[GraphTensors], batch_size: int = 32) -> np.ndarray:
         self.model.eval()
         padded = self.config.kind == "dag_transformer"
-        order = sorted(range(len(tensors)), key=lambda i: tensors[i].num_nodes)
         out = np.zeros(len(tensors))
         with torch.no_grad():
-            for k in range(0, len(order), batch_size):
-                ids = order[k : k + batch_size]
+            for ids in _eval_chunks(tensors, batch_size, padded=padded):
                 y = self.model(collate([tensors[i] for i in ids], padded=padded)).numpy()
                 off = np.array([tensors[i].log_work for i in ids]) if self.per_work else 0.0
                 out[ids] = np.exp(y * self.target_std + self.target_mean + off)
@@ -207,14 +212,22 @@ def predictor_folder(folder: Path | str) -> Path:
     return output_folder(folder)
 
 
+def _eval_chunks(tensors: Sequence[GraphTensors], batch_size: int, *, padded: bool) -> list[list[int]]:
+    """Positions of ``tensors`` in inference batches: by size, and for the padded layout in
+    :func:`~trainsim.learn.models.size_chunks` (what a graph gets predicted does not depend on it)."""
+    order = sorted(range(len(tensors)), key=lambda i: tensors[i].num_nodes)
+    batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    if not padded:
+        return batches
+    return [[b[i] for i in c] for b in batches for c in size_chunks([tensors[i].num_nodes for i in b])]
+
+
 def _epoch_loss(model: torch.nn.Module, tensors: Sequence[GraphTensors], y: torch.Tensor, padded: bool,
                 batch_size: int = 64) -> float:  # fmt: skip
     model.eval()
     total = 0.0
-    order = sorted(range(len(tensors)), key=lambda i: tensors[i].num_nodes)
     with torch.no_grad():
-        for k in range(0, len(order), batch_size):
-            ids = order[k : k + batch_size]
+        for ids in _eval_chunks(tensors, batch_size, padded=padded):
             pred = model(collate([tensors[i] for i in ids], padded=padded))
             total += float(torch.abs(pred - y[ids]).sum())
     return total / max(1, len(tensors))
@@ -284,12 +297,17 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: ArrayLike, v
         model.train()
         total = 0.0
         for ids in _batches(train, config.batch_size, rng, by_size=padded):
-            pred = model(collate([train[i] for i in ids], padded=padded))
-            loss = torch.abs(pred - y_tr[ids]).mean()
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            # one optimizer step on the batch's mean MAE; the padded layout computes it in size
+            # chunks (less padding; the gradient is the same sum) — models.size_chunks
+            chunks = size_chunks([train[i].num_nodes for i in ids]) if padded else [list(range(len(ids)))]
+            for c in chunks:
+                sub = [ids[i] for i in c]
+                pred = model(collate([train[i] for i in sub], padded=padded))
+                loss = torch.abs(pred - y_tr[sub]).sum() / len(ids)
+                loss.backward()
+                total += float(loss.detach()) * len(ids)
             opt.step()
-            total += float(loss.detach()) * len(ids)
         sched.step()
         hist.train_loss.append(total / len(train))
         val_loss = _epoch_loss(model, val, y_va, padded)
