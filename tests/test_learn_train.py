@@ -311,3 +311,29 @@ def test_a_bag_predicts_the_geometric_mean_of_its_members_and_round_trips(tmp_pa
     loaded = Predictor.load(bag.save(tmp_path / "bag"))
     assert loaded.config == bag.config
     np.testing.assert_allclose(loaded.predict(graphs[11:]), bag.predict(graphs[11:]), rtol=1e-6)
+
+
+def test_bag_members_share_what_the_earlier_members_left_of_the_budget(monkeypatch):
+    from dataclasses import replace
+
+    import trainsim.learn.train as tr
+    from trainsim.learn.train import History, train_members
+
+    graphs, lat = _synthetic(11, seed=6)
+    vocab = op_vocabulary(graphs)
+    t = featurize(graphs, vocab, reach=False)
+    cfg = ModelConfig.for_kind("gcn", t[0].x.shape[1], hidden=8, layers=1)
+    real, budgets, spent = tr.train_predictor, [], iter([30.0, 100.0, 20.0])
+
+    def one(*args, **kw):  # the real trainer, with the time each member "took" fixed
+        budgets.append(kw["config"].max_time_s)
+        p = real(*args, **{**kw, "config": replace(kw["config"], epochs=1, max_time_s=None)})
+        p.history.train_s = next(spent)
+        return p
+
+    monkeypatch.setattr(tr, "train_predictor", one)
+    bag = train_members(t, lat, 3, model_config=cfg, op_vocab=vocab,
+                        config=TrainConfig(epochs=4, patience=4, threads=1, members=3, max_time_s=300.0))  # fmt: skip
+    # 300 / 3; then (300 − 30) / 2; then (300 − 130) / 1: unspent time moves to later members
+    assert budgets == [100.0, 135.0, 170.0]
+    assert isinstance(bag.history, History) and bag.history.train_s == 150.0

@@ -365,7 +365,8 @@ def train_members(labelled: Sequence[GraphTensors], latency_s: ArrayLike, n_val:
     stopping picks depends on which three stages validate, and one mis-measured validation stage
     can stop a model at epoch 10; member j validates on fold j (:func:`member_folds`), trains on
     the rest, and the bag predicts the mean of the members' log latencies. The members share the
-    target scaling of the whole labelled set and split the time budget.
+    target scaling of the whole labelled set and split the time budget: each member may use an
+    equal share of what is left when it starts, so time a member stopped early leaves to the rest.
     """
     k = config.members
     if k < 2:
@@ -374,9 +375,12 @@ def train_members(labelled: Sequence[GraphTensors], latency_s: ArrayLike, n_val:
     one = replace(model_config, members=1)
     off = np.array([t.log_work for t in labelled]) if per_work else 0.0
     scaling = target_scaling(one, labelled, np.log(lat) - off, per_work=per_work)
-    budget = config.max_time_s / k if config.max_time_s is not None else None
     models, hists = [], []
     for j, (tr, va) in enumerate(member_folds(len(labelled), n_val, k)):
+        # each member gets an equal share of what the members before it left unspent
+        budget = None
+        if config.max_time_s is not None:
+            budget = (config.max_time_s - sum(h.train_s for h in hists)) / (k - j)
         p = train_predictor([labelled[i] for i in tr], lat[tr], [labelled[i] for i in va], lat[va],
                             model_config=one, op_vocab=op_vocab,
                             config=replace(config, seed=config.seed + j, max_time_s=budget, members=1),
