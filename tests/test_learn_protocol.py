@@ -145,3 +145,41 @@ def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(ti
     assert res.exit_code != 0 and "unknown model 'mlp'" in str(res.exception)
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tmp_path)])
     assert res.exit_code != 0 and "no protocol stage sets" in str(res.exception)
+
+
+def test_per_mesh_predictors_train_on_the_mesh_and_test_each_configuration_on_its_own_split(monkeypatch, tmp_path):
+    pytest.importorskip("jax")
+    pytest.importorskip("torch_geometric")
+    import numpy as np
+
+    from trainsim.learn.dataset import collect
+    from trainsim.learn.evaluate import split
+    from trainsim.learn.train import TrainConfig
+
+    tiny = PipelineModel("gpt", layers=3, hidden=64, heads=2, seq=16, micro_batch=2, vocab=128, max_stage_layers=2)
+    monkeypatch.setitem(proto.PROTOCOL_MODELS, "gpt", tiny)
+    rcs = (proto.RuntimeConfig(1, 1, 1, 1), proto.RuntimeConfig(2, 1, 2, 1), proto.RuntimeConfig(2, 2, 1, 2))
+    monkeypatch.setattr(proto, "RUNTIME_CONFIGS", rcs)
+    folder = tmp_path / "gpt-003"
+    collect(folder, proto.protocol_stages("gpt"), min_repeats=3, max_repeats=3, min_total_s=0.0)
+    out, tc = tmp_path / "res", TrainConfig(epochs=2, patience=2)
+    # mesh 1 has one configuration: its per-configuration row serves both settings
+    proto.evaluate_protocol({"gpt": folder}, out, fractions=(0.5,), kinds=("gcn",), train_config=tc, configs=["m1c1"])
+    s = proto.evaluate_protocol({"gpt": folder}, out, fractions=(0.5,), kinds=("gcn",), train_config=tc, per="mesh")
+    rows = proto.read_protocol_cases(out)
+    assert [(r["config"], r.get("per", "config")) for r in rows] == [("m1c1", "config"), ("m2c1", "mesh"),
+                                                                     ("m2c2", "mesh")]  # fmt: skip
+    m21, m22 = rows[1], rows[2]
+    n_tr, n_va, n_te = (len(p) for p in split(5, 0.5, seed=0))  # each column's own split of its 5 stages
+    for r in (m21, m22):
+        assert (r["stages"], r["train"], r["val"], r["test"]) == (5, n_tr, n_va, n_te)
+        assert (r["mesh_train"], r["mesh_val"]) == (2 * n_tr, 2 * n_va)  # one predictor, both columns' stages
+    assert m21["train_s"] == m22["train_s"] and m21["mre_pct"] != m22["mre_pct"]  # one model, two test sets
+    assert set(s["mre_pct"]["gpt"]["0.5"]["gcn"]) == {"m1c1", "m2c1", "m2c2"}
+    assert s["mean_mre_pct"]["gpt"]["0.5"]["gcn"] == pytest.approx(np.mean([r["mre_pct"] for r in rows]))
+    # the per-configuration summary does not read the mesh rows; a rerun trains nothing
+    assert set(proto.summarize_protocol(rows)["mre_pct"]["gpt"]["0.5"]["gcn"]) == {"m1c1"}
+    proto.evaluate_protocol({"gpt": folder}, out, fractions=(0.5,), kinds=("gcn",), train_config=tc, per="mesh")
+    assert len(proto.read_protocol_cases(out)) == 3
+    with pytest.raises(ConfigError, match="--per must be one of config, mesh"):
+        proto.evaluate_protocol({"gpt": folder}, out, per="node")

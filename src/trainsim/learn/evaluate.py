@@ -85,10 +85,13 @@ class FamilyData:
 
 def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
                train_config: TrainConfig = TrainConfig(), readout: str = "logsumexp",
-               per_work: bool = True,
+               per_work: bool = True, parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
                log: Callable[[str], None] | None = None) -> tuple[Predictor, dict[str, Any]]:  # fmt: skip
-    """Train one predictor of ``kind`` on ``fraction`` of ``data`` and test it (one case)."""
-    tr, va, te = split(len(data.rows), fraction, seed=seed)
+    """Train one predictor of ``kind`` on ``fraction`` of ``data`` and test it (one case).
+
+    ``parts`` gives the (train, validate, test) row indices instead of :func:`split`'s (the
+    protocol's per-mesh predictors split each configuration's stages on their own)."""
+    tr, va, te = parts if parts is not None else split(len(data.rows), fraction, seed=seed)
     if len(tr) < 2 or not len(va) or not len(te):
         raise ConfigError(
             f"{len(data.rows)} stages split {len(tr)}/{len(va)}/{len(te)} (train/validate/test at fraction "

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from trainsim.errors import ConfigError
 from trainsim.learn.dataset import StageRow
 from trainsim.learn.provider import PipelineModel
@@ -115,10 +117,6 @@ def protocol_stages(family: str) -> list[tuple[str, StageSpec]]:
     return out
 
 
-def _in_config(row: StageRow, *, family: str, config: RuntimeConfig) -> bool:
-    return config_of(row.spec, family) == config
-
-
 def target_of(readout: str) -> str:
     """The target a readout trains on: ``sum`` adds seconds (log), the others predict per FLOP.
 
@@ -130,27 +128,64 @@ def target_of(readout: str) -> str:
     return "log" if readout == "sum" else "log-per-flop"
 
 
-def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int, str, int]:
-    # rows written before the readout and the bag were choices are the defaults' (one model)
+PER = ("config", "mesh")
+
+
+def _in_configs(row: StageRow, *, family: str, configs: tuple[RuntimeConfig, ...]) -> bool:
+    return config_of(row.spec, family) in configs
+
+
+def mesh_configs(mesh: int) -> tuple[RuntimeConfig, ...]:
+    return tuple(c for c in RUNTIME_CONFIGS if c.mesh == mesh)
+
+
+def row_per(config: str, per: str) -> str:
+    """The ``per`` a case row of ``config`` carries: a mesh of one configuration (mesh 1) trains the
+    same predictor either way, so its rows are the per-configuration ones."""
+    if per not in PER:
+        raise ConfigError(f"--per must be one of {', '.join(PER)}, got {per!r}")
+    rc = next(c for c in RUNTIME_CONFIGS if c.label == config)
+    return "config" if len(mesh_configs(rc.mesh)) == 1 else per
+
+
+def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int, str, int, str]:
+    # rows written before the readout, the bag and per-mesh predictors were choices are the
+    # defaults' (one model, a predictor per configuration)
     return (c["family"], c["config"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]),
-            c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)))  # fmt: skip
+            c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)), c.get("per", "config"))  # fmt: skip
+
+
+def _test_metrics(pred_s: np.ndarray, true_s: np.ndarray) -> dict[str, float]:
+    from trainsim.learn.train import mre_pct
+
+    rel = np.abs(pred_s - true_s) / true_s * 100.0
+    return {"mre_pct": mre_pct(pred_s, true_s), "median_re_pct": float(np.median(rel)),
+            "p90_re_pct": float(np.percentile(rel, 90)), "max_re_pct": float(rel.max())}  # fmt: skip
 
 
 def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
                       fractions: Sequence[float] = PROTOCOL_FRACTIONS, kinds: Sequence[str] | None = None,
                       seed: int = 0, train_config: Any = None, readout: str = DEFAULT_READOUT,
-                      configs: Sequence[str] | None = None,
+                      configs: Sequence[str] | None = None, per: str = "config",
                       log: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """003 Table V on the protocol sets: a predictor per (family, configuration, fraction, model).
+    """003 Table V on the protocol sets: a predictor per (family, configuration, fraction, model),
+    or with ``per="mesh"`` per (family, mesh, fraction, model).
 
     ``folders`` maps a family to its protocol dataset (``gpt-003/``, ``moe-003/``). Each finished
     case is appended to ``results/protocol_cases.jsonl`` (resumable, like :func:`evaluate`).
     ``readout`` is the models' pooling (:mod:`trainsim.learn.models`; its target: :func:`target_of`).
     ``configs`` limits the run to those configurations (labels such as ``m3c1``; default all).
-    Returns :func:`summarize_protocol` of every case there with that readout.
+
+    ``per="mesh"`` is 003 §VI's workflow as written: "train a DAG Transformer model for each
+    mesh", then predict "all the stages on the corresponding mesh". A mesh's predictor trains on
+    the union of its configurations' training stages, each configuration split exactly as for its
+    own predictor (same validation, training and test stages), and every configuration's row
+    reports the MRE on its own test stages — so the two settings are compared on the same tests.
+    A mesh of one configuration (mesh 1) is the same predictor either way and keeps its rows.
+    Returns :func:`summarize_protocol` of every case there with that readout, bag size and ``per``.
     """
     from trainsim.bench.dataset import append_row, repair_tail
-    from trainsim.learn.evaluate import FamilyData, check_kinds, train_case
+    from trainsim.learn.evaluate import FamilyData, check_kinds, split, train_case
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import TrainConfig
 
@@ -165,27 +200,48 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
     labels = [c.label for c in RUNTIME_CONFIGS]
     if configs is not None and set(configs) - set(labels):
         raise ConfigError(f"unknown configuration(s) {sorted(set(configs) - set(labels))}; known: {', '.join(labels)}")
+    if per not in PER:
+        raise ConfigError(f"--per must be one of {', '.join(PER)}, got {per!r}")
+    meshes = sorted({c.mesh for c in RUNTIME_CONFIGS})
+    groups = [(rc,) for rc in RUNTIME_CONFIGS] if per == "config" else [mesh_configs(m) for m in meshes]
     for family, folder in folders.items():
-        for rc in RUNTIME_CONFIGS:
-            if configs is not None and rc.label not in configs:
-                continue
+        for group in groups:
+            cols = [rc for rc in group if configs is None or rc.label in configs]
             todo = [(f, k) for f in fractions for k in kinds
-                    if (family, rc.label, round(float(f), 3), k, seed, readout, tc.members) not in done]  # fmt: skip
+                    if any((family, rc.label, round(float(f), 3), k, seed, readout, tc.members,
+                            row_per(rc.label, per)) not in done for rc in cols)]  # fmt: skip
             if not todo:
                 continue
-            data = FamilyData(folder, input_features=True, what=f"under configuration {rc.label}",
-                              select=functools.partial(_in_config, family=family, config=rc))  # fmt: skip
+            # a mesh's predictor trains on all its configurations, even where only some are asked for
+            data = FamilyData(folder, input_features=True, what=f"under {' / '.join(rc.label for rc in group)}",
+                              select=functools.partial(_in_configs, family=family, configs=group))  # fmt: skip
+            at = {rc: np.array([i for i, r in enumerate(data.rows) if config_of(r.spec, family) == rc]) for rc in group}
+            missing = [rc.label for rc in group if not len(at[rc])]
+            if missing:
+                raise ConfigError(f"{folder}: no measured stages under configuration(s) {', '.join(missing)}")
             for fraction, kind in todo:
-                _, case = train_case(data, kind=kind, fraction=fraction, seed=seed, train_config=tc,
-                                     readout=readout, per_work=target_of(readout) == "log-per-flop")  # fmt: skip
-                case |= {"schema": PROTOCOL_CASE_SCHEMA, "family": family, "config": rc.label,
-                         "config_desc": rc.describe(), "stages": len(data.rows),
-                         "train_config": asdict(replace(tc, seed=seed))}  # fmt: skip
-                append_row(path, case)
-                if log:
-                    log(f"{family} {rc.label} {fraction:.0%} {kind}: MRE {case['mre_pct']:.2f} % "
-                        f"({case['train']} train, {case['train_s']:.0f} s, best epoch {case['best_epoch']})")  # fmt: skip
-    return summarize_protocol(read_protocol_cases(results), seed=seed, readout=readout, members=tc.members)
+                # each configuration's own split (split() of its rows in dataset order), mapped to `data`
+                own = {rc: split(len(at[rc]), fraction, seed=seed) for rc in group}
+                parts = tuple(np.concatenate([at[rc][own[rc][j]] for rc in group]) for j in range(3))
+                pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed, train_config=tc,
+                                        readout=readout, per_work=target_of(readout) == "log-per-flop",
+                                        parts=parts)  # type: ignore[arg-type]  # fmt: skip
+                tensors = data.tensors(reach=kind == "dag_transformer")
+                for rc in group:
+                    te = at[rc][own[rc][2]]
+                    row = dict(case)
+                    if len(group) > 1:
+                        row |= _test_metrics(pred.predict_tensors([tensors[i] for i in te]), data.latency_s[te])
+                        row |= {"train": len(own[rc][0]), "val": len(own[rc][1]), "test": len(te),
+                                "mesh_train": len(parts[0]), "mesh_val": len(parts[1])}  # fmt: skip
+                    row |= {"schema": PROTOCOL_CASE_SCHEMA, "family": family, "config": rc.label,
+                            "config_desc": rc.describe(), "stages": len(at[rc]), "per": row_per(rc.label, per),
+                            "train_config": asdict(replace(tc, seed=seed))}  # fmt: skip
+                    append_row(path, row)
+                    if log:
+                        log(f"{family} {rc.label} {fraction:.0%} {kind}: MRE {row['mre_pct']:.2f} % "
+                            f"({len(parts[0])} train, {row['train_s']:.0f} s, best epoch {row['best_epoch']})")  # fmt: skip
+    return summarize_protocol(read_protocol_cases(results), seed=seed, readout=readout, members=tc.members, per=per)
 
 
 def read_protocol_cases(results: Path | str) -> list[dict[str, Any]]:
@@ -198,12 +254,13 @@ def read_protocol_cases(results: Path | str) -> list[dict[str, Any]]:
 
 
 def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0,
-                       readout: str = DEFAULT_READOUT, members: int = 1) -> dict[str, Any]:  # fmt: skip
+                       readout: str = DEFAULT_READOUT, members: int = 1, per: str = "config") -> dict[str, Any]:  # fmt: skip
     """Per (family, fraction): each model's MRE per configuration and their mean (003 Fig. 8),
-    over the cases of one seed, readout and bag size."""
+    over the cases of one seed, readout, bag size and ``per`` (for the last row of a case)."""
     by: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for c in cases:
-        if (int(c["seed"]), c.get("readout", DEFAULT_READOUT), int(c.get("members", 1))) != (seed, readout, members):
+        if (int(c["seed"]), c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)),
+                c.get("per", "config")) != (seed, readout, members, row_per(c["config"], per)):  # fmt: skip
             continue
         cell = by.setdefault(c["family"], {}).setdefault(f"{float(c['fraction']):.1f}", {})
         cell.setdefault(c["model"], {})[c["config"]] = float(c["mre_pct"])
@@ -234,5 +291,5 @@ def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0,
     }  # fmt: skip
 
 
-__all__ = ["DEFAULT_READOUT", "PROTOCOL_MODELS", "RUNTIME_CONFIGS", "RuntimeConfig", "config_of", "evaluate_protocol",
-           "protocol_stages", "read_protocol_cases", "summarize_protocol", "target_of"]
+__all__ = ["DEFAULT_READOUT", "PER", "PROTOCOL_MODELS", "RUNTIME_CONFIGS", "RuntimeConfig", "config_of", "evaluate_protocol", "mesh_configs",
+           "protocol_stages", "read_protocol_cases", "row_per", "summarize_protocol", "target_of"]

@@ -55,7 +55,7 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
                       fractions: str | None = None, models: str | None = None, seed: int = 0,
                       search: bool = True, epochs: int | None = None,
                       features: str = "table1+work", protocol: bool = False,
-                      readout: str = "logsumexp", members: int = 1) -> dict[str, Any]:  # fmt: skip
+                      readout: str = "logsumexp", members: int = 1, per: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Train and test the stage-latency predictors; run the search integration (module docstring).
 
     ``data_dir`` (the shared data folder) is not read: the stages are this machine's own
@@ -63,17 +63,20 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     instead (:func:`run_protocol`). ``readout`` is the models' pooling (``sum`` trains on the log
     target, the others on the per-FLOP one: :func:`trainsim.learn.protocol.target_of`);
     ``members`` > 1 trains each predictor as a cross-validated bag (:func:`trainsim.learn.train.train_members`).
+    ``per`` (protocol only): a predictor per ``config`` (default) or per ``mesh`` (003 §VI).
     """
     from trainsim.learn.protocol import target_of
 
     target_of(readout)  # an unknown readout fails here, before any training
     if members < 1:
         raise ConfigError(f"--members must be at least 1, got {members}")
+    if per is not None and not protocol:
+        raise ConfigError("--per applies to --protocol (003's per-configuration or per-mesh predictors)")
     if protocol:
         if features != "table1+work":
             raise ConfigError("--protocol trains on the table1+work features only")
         return run_protocol(dataset=dataset, resume=resume, fractions=fractions, models=models, seed=seed,
-                            epochs=epochs, readout=readout, members=members)  # fmt: skip
+                            epochs=epochs, readout=readout, members=members, per=per or "config")  # fmt: skip
     from trainsim.learn.evaluate import evaluate, features_flag, read_cases
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import Predictor, TrainConfig
@@ -143,11 +146,12 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
 
 def run_protocol(*, dataset: str | None = None, resume: str | None = None, fractions: str | None = None,
                  models: str | None = None, seed: int = 0, epochs: int | None = None,
-                 readout: str = "logsumexp", members: int = 1) -> dict[str, Any]:  # fmt: skip
+                 readout: str = "logsumexp", members: int = 1, per: str = "config") -> dict[str, Any]:  # fmt: skip
     """003 Table V on the protocol sets ``gpt-003/`` and ``moe-003/`` (:mod:`trainsim.learn.protocol`).
 
-    A predictor per (family, Table III configuration, fraction, model), 003's training schedule;
-    the acceptance figures are the means over the six configurations (003 Fig. 8).
+    A predictor per (family, Table III configuration, fraction, model) — or per mesh with
+    ``per="mesh"`` — with 003's training schedule; the acceptance figures are the means over the
+    six configurations (003 Fig. 8).
     """
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.protocol import (
@@ -174,11 +178,12 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="predtop-003-") as tmp:
         out = Path(resume) if resume else Path(tmp)
-        evaluate_protocol(folders, out, fractions=fr, kinds=kinds, seed=seed, train_config=tc, readout=readout)
+        evaluate_protocol(folders, out, fractions=fr, kinds=kinds, seed=seed, train_config=tc, readout=readout,
+                          per=per)  # fmt: skip
         wanted = {f"{float(f):.1f}" for f in fr}  # the summary covers what was asked, not all of DIR
         table = summarize_protocol([c for c in read_protocol_cases(out) if c["family"] in folders
                                     and c["model"] in kinds and f"{float(c['fraction']):.1f}" in wanted],
-                                   seed=seed, readout=readout, members=members)  # fmt: skip
+                                   seed=seed, readout=readout, members=members, per=per)  # fmt: skip
     by = table["mre_pct"]  # family -> fraction -> model -> configuration -> MRE, of the asked cases only
     cases = [{"case": f"{fam}/{cfg}/{float(f):.0%}/{k}", "family": fam, "config": cfg, "fraction": float(f),
               "model": k, "mre_pct": v, "abs_err_pct": v}
@@ -193,7 +198,7 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
     summary |= {f"acceptance_{k}": v for k, v in table["acceptance"].items()}
     return {"suite": "predtop", "params": {"dataset": str(root), "protocol": "003", "fractions": list(fr),
             "models": list(kinds), "seed": seed, "epochs": tc.epochs, "patience": tc.patience,
-            "readout": readout, "target": target_of(readout), "members": members},
+            "readout": readout, "target": target_of(readout), "members": members, "per": per},
             "configs": [c.label for c in RUNTIME_CONFIGS], "cases": cases, "mre_table": table["mean_mre_pct"],
             "protocol_table": by, "summary": summary}  # fmt: skip
 

@@ -375,7 +375,8 @@ def train_members(labelled: Sequence[GraphTensors], latency_s: ArrayLike, n_val:
     one = replace(model_config, members=1)
     off = np.array([t.log_work for t in labelled]) if per_work else 0.0
     scaling = target_scaling(one, labelled, np.log(lat) - off, per_work=per_work)
-    models, hists = [], []
+    models: list[torch.nn.Module] = []
+    hists: list[History] = []
     for j, (tr, va) in enumerate(member_folds(len(labelled), n_val, k)):
         # each member gets an equal share of what the members before it left unspent
         budget = None
