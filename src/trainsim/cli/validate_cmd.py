@@ -140,7 +140,11 @@ def _print_table(doc: dict[str, Any]) -> None:
                 mt.add_row(f"{float(fr):.0%}", *(_fmt(rows[fr].get(k)) for k in kinds))
             out.print(mt)
         for fam, cols in doc.get("protocol_table", {}).items():  # 003 Table V: a column per configuration
-            pt = Table(title=f"{fam} (003 protocol): test MRE % per configuration", title_justify="left")
+            prm = doc.get("params", {})
+            k = int(prm.get("members", 1))
+            setting = (f"readout {prm.get('readout', 'logsumexp')}, {'one model' if k == 1 else f'bags of {k}'}, "
+                       f"a predictor per {prm.get('per', 'config')}")  # fmt: skip
+            pt = Table(title=f"{fam} (003 protocol): test MRE % per configuration ({setting})", title_justify="left")
             for col in ("fraction", "model", *doc["configs"], "mean"):
                 pt.add_column(col, justify="right")
             for fr in sorted(cols, key=float):
