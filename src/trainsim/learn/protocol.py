@@ -136,6 +136,7 @@ def _in_configs(row: StageRow, *, family: str, configs: tuple[RuntimeConfig, ...
 
 
 def mesh_configs(mesh: int) -> tuple[RuntimeConfig, ...]:
+    """The Table III configurations of ``mesh``."""
     return tuple(c for c in RUNTIME_CONFIGS if c.mesh == mesh)
 
 
@@ -144,8 +145,8 @@ def row_per(config: str, per: str) -> str:
     same predictor either way, so its rows are the per-configuration ones."""
     if per not in PER:
         raise ConfigError(f"--per must be one of {', '.join(PER)}, got {per!r}")
-    rc = next(c for c in RUNTIME_CONFIGS if c.label == config)
-    return "config" if len(mesh_configs(rc.mesh)) == 1 else per
+    rc = next((c for c in RUNTIME_CONFIGS if c.label == config), None)
+    return "config" if rc is not None and len(mesh_configs(rc.mesh)) == 1 else per
 
 
 def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int, str, int, str]:
