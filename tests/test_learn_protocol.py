@@ -51,7 +51,20 @@ def test_summary_means_over_configurations_and_counts_wins():
     assert s["dag_transformer_mre_at_30pct"] == {"gpt": 4.0}
     assert (s["dag_transformer_wins"], s["cases_compared"]) == (0, 1)  # the mean decides: GCN's 3.5 wins
     assert (s["column_wins"], s["columns_compared"]) == (1, 2)
-    assert s["acceptance"] == {"mre_at_30pct_le_4": True, "wins_ge_75pct": False}
+    # two of six columns: the acceptance figures read complete rows only
+    assert s["acceptance"] == {"mre_at_30pct_le_4": False, "wins_ge_75pct": False}
+    assert (s["complete_rows"], s["complete_row_wins"]) == (0, 0)
+    full = [{"family": "gpt", "config": rc.label, "fraction": fr, "model": k, "seed": 0, "mre_pct": v}
+            for fr in (0.3, 0.8) for rc in proto.RUNTIME_CONFIGS
+            for k, v in zip(("dag_transformer", "gcn", "gat"), (3.0, 4.0, 5.0), strict=True)]  # fmt: skip
+    s = proto.summarize_protocol(full)
+    assert (s["complete_rows"], s["complete_row_wins"]) == (2, 2)
+    assert s["acceptance"] == {"mre_at_30pct_le_4": True, "wins_ge_75pct": True}
+    # asked for GPT and MoE at 30 and 80 %: two complete rows of four are not enough
+    assert not proto.summarize_protocol(full, expected_rows=4)["acceptance"]["wins_ge_75pct"]
+    assert proto.summarize_protocol(full, expected_rows=2)["acceptance"]["wins_ge_75pct"]
+    s = proto.summarize_protocol([c for c in full if c["config"] != "m3c3" or c["model"] != "gcn"])
+    assert (s["cases_compared"], s["complete_rows"], s["acceptance"]["wins_ge_75pct"]) == (2, 0, False)
     assert proto.summarize_protocol(cases, seed=1)["cases_compared"] == 0
     extra = {"family": "gpt", "config": "m3c1", "fraction": 0.3, "model": "dag_transformer", "seed": 0, "mre_pct": 0.1}
     s = proto.summarize_protocol([*cases, extra])  # a column only one model has: not compared

@@ -255,9 +255,15 @@ def read_protocol_cases(results: Path | str) -> list[dict[str, Any]]:
 
 
 def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0,
-                       readout: str = DEFAULT_READOUT, members: int = 1, per: str = "config") -> dict[str, Any]:  # fmt: skip
+                       readout: str = DEFAULT_READOUT, members: int = 1, per: str = "config",
+                       expected_rows: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Per (family, fraction): each model's MRE per configuration and their mean (003 Fig. 8),
-    over the cases of one seed, readout, bag size and ``per`` (for the last row of a case)."""
+    over the cases of one seed, readout, bag size and ``per`` (for the last row of a case).
+
+    The wins count every (family, fraction) row where all three models share a column; the
+    acceptance figures read only complete rows (every configuration, all three models), and with
+    ``expected_rows`` (the families × fractions asked for) hold only when all of those are complete.
+    """
     by: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for c in cases:
         if (int(c["seed"]), c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)),
@@ -267,7 +273,8 @@ def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0,
         cell.setdefault(c["model"], {})[c["config"]] = float(c["mre_pct"])
     mean = {f: {fr: {m: statistics.fmean(v.values()) for m, v in cell.items()} for fr, cell in rows.items()}
             for f, rows in by.items()}  # fmt: skip
-    wins = total = col_wins = col_total = 0
+    all_cols = {c.label for c in RUNTIME_CONFIGS}
+    wins = total = col_wins = col_total = full_wins = full = 0
     for rows in by.values():
         for cell in rows.values():
             if not {"dag_transformer", "gcn", "gat"} <= set(cell):
@@ -277,17 +284,21 @@ def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0,
                 continue
             total += 1  # the models' means over the columns all three have
             m = {k: statistics.fmean(cell[k][c] for c in common) for k in ("dag_transformer", "gcn", "gat")}
-            wins += m["dag_transformer"] < min(m["gcn"], m["gat"])
+            won = m["dag_transformer"] < min(m["gcn"], m["gat"])
+            wins += won
+            if common >= all_cols:
+                full, full_wins = full + 1, full_wins + won
             col_total += len(common)
             col_wins += sum(cell["dag_transformer"][c] < min(cell["gcn"][c], cell["gat"][c]) for c in common)
     at30 = {f: rows.get("0.3", {}).get("dag_transformer") for f, rows in mean.items()}
+    at30_full = all(set(rows.get("0.3", {}).get("dag_transformer", {})) >= all_cols for rows in by.values())
     return {
         "mre_pct": by, "mean_mre_pct": mean, "dag_transformer_mre_at_30pct": at30,
-        "dag_transformer_wins": wins, "cases_compared": total,
+        "dag_transformer_wins": wins, "cases_compared": total, "complete_rows": full, "complete_row_wins": full_wins,
         "column_wins": col_wins, "columns_compared": col_total,
         "acceptance": {
-            "mre_at_30pct_le_4": bool(at30) and all(v is not None and v <= 4.0 for v in at30.values()),
-            "wins_ge_75pct": bool(total) and wins / total >= 0.75,
+            "mre_at_30pct_le_4": bool(at30) and at30_full and all(v is not None and v <= 4.0 for v in at30.values()),
+            "wins_ge_75pct": bool(full) and full_wins / full >= 0.75 and (expected_rows is None or full >= expected_rows),
         },
     }  # fmt: skip
 

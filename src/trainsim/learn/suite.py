@@ -183,7 +183,8 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
         wanted = {f"{float(f):.1f}" for f in fr}  # the summary covers what was asked, not all of DIR
         table = summarize_protocol([c for c in read_protocol_cases(out) if c["family"] in folders
                                     and c["model"] in kinds and f"{float(c['fraction']):.1f}" in wanted],
-                                   seed=seed, readout=readout, members=members, per=per)  # fmt: skip
+                                   seed=seed, readout=readout, members=members, per=per,
+                                   expected_rows=len(folders) * len(fr))  # fmt: skip
     by = table["mre_pct"]  # family -> fraction -> model -> configuration -> MRE, of the asked cases only
     cases = [{"case": f"{fam}/{cfg}/{float(f):.0%}/{k}", "family": fam, "config": cfg, "fraction": float(f),
               "model": k, "mre_pct": v, "abs_err_pct": v}
