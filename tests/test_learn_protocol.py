@@ -196,3 +196,12 @@ def test_per_mesh_predictors_train_on_the_mesh_and_test_each_configuration_on_it
     assert len(proto.read_protocol_cases(out)) == 3
     with pytest.raises(ConfigError, match="--per must be one of config, mesh"):
         proto.evaluate_protocol({"gpt": folder}, out, per="node")
+
+
+def test_per_is_a_protocol_option(tmp_path):
+    from trainsim.learn.suite import run_predtop_suite
+
+    with pytest.raises(ConfigError, match="--per applies to --protocol"):
+        run_predtop_suite(tmp_path, per="mesh")
+    with pytest.raises(ConfigError, match="--per must be one of config, mesh"):
+        proto.row_per("m2c1", "node")
