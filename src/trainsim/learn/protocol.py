@@ -140,11 +140,15 @@ def mesh_configs(mesh: int) -> tuple[RuntimeConfig, ...]:
     return tuple(c for c in RUNTIME_CONFIGS if c.mesh == mesh)
 
 
+def _check_per(per: str) -> None:
+    if per not in PER:
+        raise ConfigError(f"--per must be one of {', '.join(PER)}, got {per!r}")
+
+
 def row_per(config: str, per: str) -> str:
     """The ``per`` a case row of ``config`` carries: a mesh of one configuration (mesh 1) trains the
     same predictor either way, so its rows are the per-configuration ones."""
-    if per not in PER:
-        raise ConfigError(f"--per must be one of {', '.join(PER)}, got {per!r}")
+    _check_per(per)
     rc = next((c for c in RUNTIME_CONFIGS if c.label == config), None)
     return "config" if rc is not None and len(mesh_configs(rc.mesh)) == 1 else per
 
@@ -154,14 +158,6 @@ def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int, str, int, str
     # defaults' (one model, a predictor per configuration)
     return (c["family"], c["config"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]),
             c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)), c.get("per", "config"))  # fmt: skip
-
-
-def _test_metrics(pred_s: np.ndarray, true_s: np.ndarray) -> dict[str, float]:
-    from trainsim.learn.train import mre_pct
-
-    rel = np.abs(pred_s - true_s) / true_s * 100.0
-    return {"mre_pct": mre_pct(pred_s, true_s), "median_re_pct": float(np.median(rel)),
-            "p90_re_pct": float(np.percentile(rel, 90)), "max_re_pct": float(rel.max())}  # fmt: skip
 
 
 def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
@@ -186,7 +182,7 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
     Returns :func:`summarize_protocol` of every case there with that readout, bag size and ``per``.
     """
     from trainsim.bench.dataset import append_row, repair_tail
-    from trainsim.learn.evaluate import FamilyData, check_kinds, split, train_case
+    from trainsim.learn.evaluate import FamilyData, check_kinds, split, test_metrics, train_case
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import TrainConfig
 
@@ -201,8 +197,7 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
     labels = [c.label for c in RUNTIME_CONFIGS]
     if configs is not None and set(configs) - set(labels):
         raise ConfigError(f"unknown configuration(s) {sorted(set(configs) - set(labels))}; known: {', '.join(labels)}")
-    if per not in PER:
-        raise ConfigError(f"--per must be one of {', '.join(PER)}, got {per!r}")
+    _check_per(per)
     meshes = sorted({c.mesh for c in RUNTIME_CONFIGS})
     groups = [(rc,) for rc in RUNTIME_CONFIGS] if per == "config" else [mesh_configs(m) for m in meshes]
     for family, folder in folders.items():
@@ -223,25 +218,25 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
             for fraction, kind in todo:
                 # each configuration's own split (split() of its rows in dataset order), mapped to `data`
                 own = {rc: split(len(at[rc]), fraction, seed=seed) for rc in group}
-                parts = tuple(np.concatenate([at[rc][own[rc][j]] for rc in group]) for j in range(3))
+                tr, va, te = (np.concatenate([at[rc][own[rc][j]] for rc in group]) for j in range(3))
                 pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed, train_config=tc,
                                         readout=readout, per_work=target_of(readout) == "log-per-flop",
-                                        parts=parts)  # type: ignore[arg-type]  # fmt: skip
+                                        parts=(tr, va, te))  # fmt: skip
                 tensors = data.tensors(reach=kind == "dag_transformer")
                 for rc in group:
-                    te = at[rc][own[rc][2]]
+                    mine = at[rc][own[rc][2]]
                     row = dict(case)
                     if len(group) > 1:
-                        row |= _test_metrics(pred.predict_tensors([tensors[i] for i in te]), data.latency_s[te])
-                        row |= {"train": len(own[rc][0]), "val": len(own[rc][1]), "test": len(te),
-                                "mesh_train": len(parts[0]), "mesh_val": len(parts[1])}  # fmt: skip
+                        row |= test_metrics(pred.predict_tensors([tensors[i] for i in mine]), data.latency_s[mine])
+                        row |= {"train": len(own[rc][0]), "val": len(own[rc][1]), "test": len(mine),
+                                "mesh_train": len(tr), "mesh_val": len(va)}  # fmt: skip
                     row |= {"schema": PROTOCOL_CASE_SCHEMA, "family": family, "config": rc.label,
                             "config_desc": rc.describe(), "stages": len(at[rc]), "per": row_per(rc.label, per),
                             "train_config": asdict(replace(tc, seed=seed))}  # fmt: skip
                     append_row(path, row)
                     if log:
                         log(f"{family} {rc.label} {fraction:.0%} {kind}: MRE {row['mre_pct']:.2f} % "
-                            f"({len(parts[0])} train, {row['train_s']:.0f} s, best epoch {row['best_epoch']})")  # fmt: skip
+                            f"({len(tr)} train, {row['train_s']:.0f} s, best epoch {row['best_epoch']})")  # fmt: skip
     return summarize_protocol(read_protocol_cases(results), seed=seed, readout=readout, members=tc.members, per=per)
 
 
