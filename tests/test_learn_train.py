@@ -337,29 +337,3 @@ def test_bag_members_share_what_the_earlier_members_left_of_the_budget(monkeypat
     # 300 / 3; then (300 − 30) / 2; then (300 − 130) / 1: unspent time moves to later members
     assert budgets == [100.0, 135.0, 170.0]
     assert isinstance(bag.history, History) and bag.history.train_s == 150.0
-
-
-def test_a_refitted_bag_retrains_each_member_on_every_labelled_graph_for_its_chosen_epochs():
-    from trainsim.errors import ConfigError
-    from trainsim.learn.train import target_scaling, train_members, train_predictor
-
-    graphs, lat = _synthetic(14, seed=7)
-    vocab = op_vocabulary(graphs)
-    t = featurize(graphs, vocab, reach=False)
-    cfg = ModelConfig.for_kind("gcn", t[0].x.shape[1], hidden=8, layers=1)
-    tc = TrainConfig(epochs=12, patience=3, threads=1, members=2, max_time_s=None, refit=True)
-    bag = train_members(t[:11], lat[:11], 3, model_config=cfg, op_vocab=vocab, config=tc)
-    ms = bag.meta["members"]
-    assert [m["refit_epochs"] for m in ms] == [m["best_epoch"] + 1 for m in ms]
-    # member j is the model trained from seed j on all 11 labelled graphs for that many epochs
-    scaling = target_scaling(cfg, t[:11], np.log(lat[:11]), per_work=False)
-    for j, m in enumerate(ms):
-        again = train_predictor(t[:11], lat[:11], [], [], model_config=cfg, op_vocab=vocab,
-                                config=TrainConfig(epochs=12, patience=3, threads=1, seed=j, max_time_s=None),
-                                scaling=scaling, fixed_epochs=m["refit_epochs"])  # fmt: skip
-        mine = Predictor(cfg, vocab, bag.target_mean, bag.target_std, bag.model.members[j])
-        np.testing.assert_allclose(mine.predict(graphs[11:]), again.predict(graphs[11:]), rtol=1e-5)
-    with pytest.raises(ConfigError, match=r"fixed_epochs must be 1\.\.12"):
-        train_predictor(t[:11], lat[:11], [], [], model_config=cfg, op_vocab=vocab, config=tc, fixed_epochs=13)
-    with pytest.raises(ConfigError, match="validation graphs"):
-        train_predictor(t[:11], lat[:11], [], [], model_config=cfg, op_vocab=vocab, config=tc)

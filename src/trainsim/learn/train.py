@@ -65,7 +65,6 @@ class TrainConfig:
     max_time_s: float | None = 900.0  # the issue's 15-minute budget per predictor (all members)
     threads: int | None = None
     members: int = 1  # > 1: a cross-validated bag of that many models (train_members)
-    refit: bool = False  # bags: refit each member on every labelled graph for its early-stopped epoch count
 
 
 @dataclass(slots=True)
@@ -261,22 +260,18 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: ArrayLike, v
                     val_latency_s: ArrayLike, *, model_config: ModelConfig, op_vocab: Sequence[str],
                     config: TrainConfig = TrainConfig(), part: str = "train", input_features: bool = False,
                     per_work: bool = False, log: Callable[[str], None] | None = None,
-                    scaling: tuple[float, float] | None = None, fixed_epochs: int | None = None) -> Predictor:  # fmt: skip
+                    scaling: tuple[float, float] | None = None) -> Predictor:  # fmt: skip
     """Fit ``model_config`` on featurized graphs (see :func:`featurize`) and latencies.
 
     ``scaling`` fixes the target's (μ, σ) instead of taking them from ``train`` (the members of a
-    bag share one, :func:`train_members`). ``fixed_epochs`` trains exactly that many epochs of the
-    same cosine schedule (or until the time budget) without validation, and keeps the last
-    weights: the refit of an early-stopped model on all its labelled graphs.
+    bag share one, :func:`train_members`).
     """
     if model_config.members != 1:
         raise ConfigError("train_predictor fits one model; a bag of members is train_members")
-    if len(train) < 2 or (not val and fixed_epochs is None):
+    if len(train) < 2 or not val:
         raise ConfigError(
             f"need >= 2 training and >= 1 validation graphs, got {len(train)} and {len(val)}"
         )
-    if fixed_epochs is not None and not 1 <= fixed_epochs <= config.epochs:
-        raise ConfigError(f"fixed_epochs must be 1..{config.epochs} (the schedule's length), got {fixed_epochs}")
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -298,7 +293,7 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: ArrayLike, v
     hist = History()
     best_state = copy.deepcopy(model.state_dict())
     t0 = time.perf_counter()
-    for epoch in range(fixed_epochs or config.epochs):
+    for epoch in range(config.epochs):
         model.train()
         total = 0.0
         for ids in _batches(train, config.batch_size, rng, by_size=padded):
@@ -315,18 +310,16 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: ArrayLike, v
             opt.step()
         sched.step()
         hist.train_loss.append(total / len(train))
+        val_loss = _epoch_loss(model, val, y_va, padded)
+        hist.val_loss.append(val_loss)
         hist.epochs_run = epoch + 1
-        if fixed_epochs is not None:  # a refit has no validation: its last epoch is its model
-            hist.best_epoch = epoch
-        else:
-            val_loss = _epoch_loss(model, val, y_va, padded)
-            hist.val_loss.append(val_loss)
-            if val_loss < hist.best_val_loss:
-                hist.best_val_loss, hist.best_epoch = val_loss, epoch
-                best_state = copy.deepcopy(model.state_dict())
+        if val_loss < hist.best_val_loss:
+            hist.best_val_loss, hist.best_epoch = val_loss, epoch
+            best_state = copy.deepcopy(model.state_dict())
         if log and (epoch % 25 == 0 or epoch == config.epochs - 1):
-            vl = f" val {hist.val_loss[-1]:.4f}" if hist.val_loss else ""
-            log(f"{model_config.kind} epoch {epoch}: train {hist.train_loss[-1]:.4f}{vl}")
+            log(
+                f"{model_config.kind} epoch {epoch}: train {hist.train_loss[-1]:.4f} val {val_loss:.4f}"
+            )
         if epoch - hist.best_epoch >= config.patience:
             hist.stopped = f"no validation improvement for {config.patience} epochs"
             break
@@ -338,8 +331,7 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: ArrayLike, v
     else:
         hist.stopped = "epochs"
     hist.train_s = time.perf_counter() - t0
-    if fixed_epochs is None:
-        model.load_state_dict(best_state)
+    model.load_state_dict(best_state)
     meta = {"train_graphs": len(train), "val_graphs": len(val), "train_config": asdict(config)}
     return Predictor(model_config, list(op_vocab), mean, std, model, pruned=True, history=hist, part=part,
                      input_features=input_features, per_work=per_work, meta=meta)  # fmt: skip
@@ -375,11 +367,6 @@ def train_members(labelled: Sequence[GraphTensors], latency_s: ArrayLike, n_val:
     the rest, and the bag predicts the mean of the members' log latencies. The members share the
     target scaling of the whole labelled set and split the time budget: each member may use an
     equal share of what is left when it starts, so time a member stopped early leaves to the rest.
-
-    ``config.refit``: each member, once early-stopped on its fold, is trained again from the same
-    seed on every labelled graph (its validation fold included) for the epoch count its fold
-    chose, along the same cosine schedule, and the refitted model joins the bag. With 11 labelled
-    stages that is 11 training stages a member instead of 8.
     """
     k = config.members
     if k < 2:
@@ -390,40 +377,25 @@ def train_members(labelled: Sequence[GraphTensors], latency_s: ArrayLike, n_val:
     scaling = target_scaling(one, labelled, np.log(lat) - off, per_work=per_work)
     models: list[torch.nn.Module] = []
     hists: list[History] = []
-    refits: list[History] = []
-    spent = 0.0
     for j, (tr, va) in enumerate(member_folds(len(labelled), n_val, k)):
-        # each member gets an equal share of what the members before it left unspent (half of it
-        # for its fold when it is refitted; the refit may use the rest)
-        share = None if config.max_time_s is None else (config.max_time_s - spent) / (k - j)
-        mine = replace(config, seed=config.seed + j, members=1, refit=False)
+        # each member gets an equal share of what the members before it left unspent
+        budget = None
+        if config.max_time_s is not None:
+            budget = (config.max_time_s - sum(h.train_s for h in hists)) / (k - j)
         p = train_predictor([labelled[i] for i in tr], lat[tr], [labelled[i] for i in va], lat[va],
                             model_config=one, op_vocab=op_vocab,
-                            config=replace(mine, max_time_s=share and (share / 2 if config.refit else share)),
+                            config=replace(config, seed=config.seed + j, max_time_s=budget, members=1),
                             part=part, input_features=input_features, per_work=per_work, log=log,
                             scaling=scaling)  # fmt: skip
+        models.append(p.model)
         assert p.history is not None
         hists.append(p.history)
-        spent += p.history.train_s
-        if config.refit:
-            # the early-stopped epoch count on every labelled graph, the same schedule and seed
-            p = train_predictor(labelled, lat, [], [], model_config=one, op_vocab=op_vocab,
-                                config=replace(mine, max_time_s=share and max(share - p.history.train_s, 1e-3)),
-                                part=part, input_features=input_features, per_work=per_work, log=log,
-                                scaling=scaling, fixed_epochs=p.history.best_epoch + 1)  # fmt: skip
-            assert p.history is not None
-            refits.append(p.history)
-            spent += p.history.train_s
-        models.append(p.model)
     hist = History(epochs_run=sum(h.epochs_run for h in hists), best_epoch=int(np.median([h.best_epoch for h in hists])),
-                   best_val_loss=float(np.mean([h.best_val_loss for h in hists])), train_s=spent,
+                   best_val_loss=float(np.mean([h.best_val_loss for h in hists])), train_s=sum(h.train_s for h in hists),
                    stopped="; ".join(sorted({h.stopped for h in hists})))  # fmt: skip
-    members = [{"best_epoch": h.best_epoch, "epochs": h.epochs_run, "best_val_loss": h.best_val_loss,
-                "train_s": h.train_s, "stopped": h.stopped} for h in hists]  # fmt: skip
-    for m, r in zip(members, refits, strict=False):
-        m |= {"refit_epochs": r.epochs_run, "refit_s": r.train_s, "refit_stopped": r.stopped}
     meta = {"train_graphs": len(labelled) - n_val, "val_graphs": n_val, "train_config": asdict(config),
-            "members": members}  # fmt: skip
+            "members": [{"best_epoch": h.best_epoch, "epochs": h.epochs_run, "best_val_loss": h.best_val_loss,
+                         "train_s": h.train_s, "stopped": h.stopped} for h in hists]}  # fmt: skip
     return Predictor(replace(one, members=k), list(op_vocab), scaling[0], scaling[1], Members(models), pruned=True,
                      history=hist, part=part, input_features=input_features, per_work=per_work, meta=meta)  # fmt: skip
 
