@@ -83,7 +83,7 @@ class FamilyData:
         return self._tensors[reach]
 
 
-def test_metrics(pred_s: np.ndarray, true_s: np.ndarray) -> dict[str, float]:
+def heldout_errors(pred_s: np.ndarray, true_s: np.ndarray) -> dict[str, float]:
     """A case's test errors: MRE (003 Eq. 5), median, 90th percentile and max relative error (%)."""
     rel = np.abs(pred_s - true_s) / true_s * 100.0
     return {"mre_pct": mre_pct(pred_s, true_s), "median_re_pct": float(np.median(rel)),
@@ -123,7 +123,7 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     assert hist is not None
     case = {
         "schema": CASE_SCHEMA, "family": data.rows[0].family, "fraction": fraction, "model": kind, "seed": seed,
-        "readout": readout, "part": data.part, "features": _features(data.input_features), "target": _target(per_work), **test_metrics(p, data.latency_s[te]),
+        "readout": readout, "part": data.part, "features": _features(data.input_features), "target": _target(per_work), **heldout_errors(p, data.latency_s[te]),
         "train": len(tr), "val": len(va), "test": len(te), "train_s": hist.train_s, "infer_s": infer_s,
         "epochs": hist.epochs_run, "best_epoch": hist.best_epoch, "stopped": hist.stopped,
         "best_val_loss": hist.best_val_loss, "params": sum(q.numel() for q in pred.model.parameters()),

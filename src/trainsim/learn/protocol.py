@@ -182,7 +182,7 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
     Returns :func:`summarize_protocol` of every case there with that readout, bag size and ``per``.
     """
     from trainsim.bench.dataset import append_row, repair_tail
-    from trainsim.learn.evaluate import FamilyData, check_kinds, split, test_metrics, train_case
+    from trainsim.learn.evaluate import FamilyData, check_kinds, heldout_errors, split, train_case
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import TrainConfig
 
@@ -227,7 +227,7 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
                     mine = at[rc][own[rc][2]]
                     row = dict(case)
                     if len(group) > 1:
-                        row |= test_metrics(pred.predict_tensors([tensors[i] for i in mine]), data.latency_s[mine])
+                        row |= heldout_errors(pred.predict_tensors([tensors[i] for i in mine]), data.latency_s[mine])
                         row |= {"train": len(own[rc][0]), "val": len(own[rc][1]), "test": len(mine),
                                 "mesh_train": len(tr), "mesh_val": len(va)}  # fmt: skip
                     row |= {"schema": PROTOCOL_CASE_SCHEMA, "family": family, "config": rc.label,
