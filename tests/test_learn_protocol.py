@@ -74,6 +74,14 @@ def test_summary_means_over_configurations_and_counts_wins():
     s = proto.summarize_protocol([*cases, *bagged], readout="sum", members=3)
     assert s["mean_mre_pct"]["gpt"]["0.3"] == {"dag_transformer": 2.0, "gcn": 1.75, "gat": 2.375}
     assert proto.summarize_protocol(bagged)["cases_compared"] == 0
+    # a bag's stop: rows before the choice (no "stop") are "each"; a "common" row only when asked for
+    common = [c | {"stop": "common", "mre_pct": c["mre_pct"] / 4} for c in bagged]
+    s = proto.summarize_protocol([*bagged, *common], readout="sum", members=3)
+    assert s["mean_mre_pct"]["gpt"]["0.3"]["dag_transformer"] == 2.0
+    s = proto.summarize_protocol([*bagged, *common], readout="sum", members=3, stop="common")
+    assert s["mean_mre_pct"]["gpt"]["0.3"]["dag_transformer"] == 0.5
+    legacy = [c | {"train_config": {"stop": "common"}} for c in bagged]  # read from the config it recorded
+    assert proto.summarize_protocol(legacy, readout="sum", members=3, stop="common")["cases_compared"] == 1
     assert proto.target_of("sum") == "log" and proto.target_of("logsumexp") == "log-per-flop"
 
 
@@ -150,6 +158,22 @@ def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(ti
     assert all(len(r["member_history"]) == 2 for r in added)
     assert doc["params"]["readout"] == "sum" and doc["mre_table"]["gpt"]["0.5"]["gcn"] == pytest.approx(
         sum(r["mre_pct"] for r in added) / 2)  # fmt: skip
+    # the bag's common stop is another set again; --stop needs a bag
+    res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
+                                   "--resume", str(out), "--fractions", "0.5", "--models", "gcn", "--readout", "sum",
+                                   "--members", "2", "--stop", "common", "--format", "json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    added = proto.read_protocol_cases(out)[5:]
+    assert len(added) == 2 and {r["stop"] for r in added} == {"common"}
+    assert json.loads(res.stdout)["params"]["stop"] == "common"
+    for h in (r["member_history"] for r in added):  # every member restored at the same epoch
+        assert len({m["best_epoch"] for m in h}) == 1
+    res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
+                                   "--stop", "common"])  # fmt: skip
+    assert res.exit_code != 0 and "needs --members 2 or more" in str(res.exception)
+    res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
+                                   "--members", "2", "--stop", "best"])  # fmt: skip
+    assert res.exit_code != 0 and "--stop must be one of each, common" in str(res.exception)
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
                                    "--readout", "mean"])  # fmt: skip
     assert res.exit_code != 0 and "--readout must be one of" in str(res.exception)

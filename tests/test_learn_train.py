@@ -337,3 +337,41 @@ def test_bag_members_share_what_the_earlier_members_left_of_the_budget(monkeypat
     # 300 / 3; then (300 − 30) / 2; then (300 − 130) / 1: unspent time moves to later members
     assert budgets == [100.0, 135.0, 170.0]
     assert isinstance(bag.history, History) and bag.history.train_s == 150.0
+
+
+def test_a_common_stop_restores_every_member_at_the_epoch_of_the_lowest_mean_validation_loss():
+    """stop="common": no patience, each member kept per epoch, all restored at one epoch (k-fold)."""
+    import torch
+
+    from trainsim.errors import ConfigError
+    from trainsim.learn.train import train_members, train_predictor
+
+    graphs, lat = _synthetic(12, seed=7)
+    vocab = op_vocabulary(graphs)
+    t = featurize(graphs, vocab, reach=False)
+    cfg = ModelConfig.for_kind("gcn", t[0].x.shape[1], hidden=8, layers=1)
+    tc = TrainConfig(epochs=6, patience=1, threads=1, members=3, max_time_s=None, stop="common")
+    bag = train_members(t, lat, 3, model_config=cfg, op_vocab=vocab, config=tc)
+    hist = bag.meta["members"]
+    assert all(m["epochs"] == 6 for m in hist)  # patience 1 is not applied: the whole schedule ran
+    epoch = hist[0]["best_epoch"]
+    assert all(m["best_epoch"] == epoch for m in hist)
+    # each member equals the same member trained alone to that epoch, and that epoch minimizes
+    # the mean of the members' validation curves
+    from trainsim.learn.train import member_folds
+
+    curves = []
+    for j, ((tr, va), m) in enumerate(zip(member_folds(12, 3, 3), bag.model.members, strict=True)):
+        kept: list[dict[str, torch.Tensor]] = []
+        alone = train_predictor([t[i] for i in tr], lat[tr], [t[i] for i in va], lat[va], model_config=cfg,
+                                op_vocab=vocab, scaling=(bag.target_mean, bag.target_std),
+                                config=TrainConfig(epochs=6, patience=6, threads=1, seed=j, max_time_s=None),
+                                on_epoch=lambda _e, mod, kept=kept: kept.append(  # type: ignore[misc]
+                                    {n: v.clone() for n, v in mod.state_dict().items()}))  # fmt: skip
+        assert alone.history is not None
+        curves.append(alone.history.val_loss)
+        for n, v in m.state_dict().items():
+            torch.testing.assert_close(v, kept[epoch][n])
+    assert epoch == int(np.argmin(np.mean(curves, axis=0)))
+    with pytest.raises(ConfigError, match="stop must be one of"):
+        train_members(t, lat, 3, model_config=cfg, op_vocab=vocab, config=TrainConfig(members=3, stop="best"))

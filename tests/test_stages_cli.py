@@ -65,6 +65,13 @@ def test_train_predict_and_search_with_a_predictor(dataset, tmp_path):
     assert (model["readout"], model["members"]) == ("sum", 2)
     res = _run("predict", str(bag), str(dataset), "--format", "json")
     assert res.exit_code == 0 and all(s["predicted_s"] > 0 for s in json.loads(res.stdout)["stages"])
+    res = _run("train", str(dataset), "--out", str(tmp_path / "b2"), "--model", "gcn", "--epochs", "2",
+               "--members", "2", "--stop", "common", "--format", "json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    case = json.loads(res.stdout)
+    assert case["stop"] == "common" and len({m["best_epoch"] for m in case["member_history"]}) == 1
+    res = _run("train", str(dataset), "--out", str(tmp_path / "b3"), "--stop", "common")
+    assert res.exit_code != 0 and "needs --members 2 or more" in str(res.exception)
 
 
 @pytest.mark.slow

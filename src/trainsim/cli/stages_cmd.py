@@ -64,19 +64,25 @@ def train(
     seed: int = typer.Option(0, "--seed", min=0, help="Split and initialisation seed."),
     readout: str = typer.Option("logsumexp", "--readout", help="Pooling: logsumexp (default), sum (node costs added in seconds), add (003 Eq. 2), work."),
     members: int = typer.Option(1, "--members", min=1, help="Train a cross-validated bag of this many models (each early-stopped on its own validation fold)."),
+    stop: str = typer.Option("each", "--stop", help="With --members: stop each member at its own fold's best epoch (each), or all at the epoch of the lowest mean validation loss (common)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Train one predictor and report its test error (003 Eq. 5 MRE)."""
     from dataclasses import replace
 
+    from trainsim.errors import ConfigError
     from trainsim.learn.evaluate import FamilyData, features_flag, train_case
     from trainsim.learn.protocol import target_of
-    from trainsim.learn.train import TrainConfig, predictor_folder
+    from trainsim.learn.train import STOP_MODES, TrainConfig, predictor_folder
 
+    if stop not in STOP_MODES:
+        raise ConfigError(f"--stop must be one of {', '.join(STOP_MODES)}, got {stop!r}")
+    if stop != "each" and members < 2:
+        raise ConfigError(f"--stop {stop} chooses the epoch of a bag: it needs --members 2 or more")
     per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
     predictor_folder(out)  # before training: a wrong --out should not cost the training time
     data = FamilyData(dataset, input_features=features_flag(features))
-    cfg = replace(TrainConfig(), epochs=epochs, patience=max(1, epochs // 3), members=members)
+    cfg = replace(TrainConfig(), epochs=epochs, patience=max(1, epochs // 3), members=members, stop=stop)
     pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg, readout=readout,
                             per_work=per_work, log=stderr.print)  # fmt: skip
     pred.meta |= {"dataset": str(dataset), "fraction": fraction, "test_mre_pct": case["mre_pct"],

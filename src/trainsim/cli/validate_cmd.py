@@ -36,6 +36,7 @@ def validate(
     protocol: bool = typer.Option(False, "--protocol", help="predtop: 003's own protocol instead (gpt-003/, moe-003/: one model, a predictor per Table III configuration; default fractions 10, 30, 80 %)."),
     members: int | None = typer.Option(None, "--members", help="predtop: train each predictor as a cross-validated bag of this many models, each early-stopped on its own validation fold (default 1: one model)."),
     readout: str | None = typer.Option(None, "--readout", help="predtop: the models' pooling — logsumexp (default), sum (node costs added in seconds), add (003 Eq. 2 as written), work."),
+    stop: str | None = typer.Option(None, "--stop", help="predtop with --members: each member early-stopped on its own validation fold (each, default), or all at the epoch of the lowest mean validation loss over the folds (common)."),
     per: str | None = typer.Option(None, "--per", help="predtop --protocol: a predictor per Table III configuration (config, default) or per mesh (mesh: 003 §VI, one model for a mesh's configurations)."),
 ) -> None:  # fmt: skip
     """Run an accuracy suite and print every case's error beside the summary."""
@@ -65,7 +66,7 @@ def validate(
         doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit, sets=sets,
                         repeats=repeats, seed=seed, resume=resume, device=device, fractions=fractions,
                         models=models, features=features, dataset=dataset, protocol=protocol or None,
-                        readout=readout, members=members, per=per)  # fmt: skip
+                        readout=readout, members=members, per=per, stop=stop)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
     else:
@@ -142,7 +143,8 @@ def _print_table(doc: dict[str, Any]) -> None:
         for fam, cols in doc.get("protocol_table", {}).items():  # 003 Table V: a column per configuration
             prm = doc.get("params", {})
             k = int(prm.get("members", 1))
-            setting = (f"readout {prm.get('readout', 'logsumexp')}, {'one model' if k == 1 else f'bags of {k}'}, "
+            bag = "one model" if k == 1 else f"bags of {k}, {prm.get('stop', 'each')} stop"
+            setting = (f"readout {prm.get('readout', 'logsumexp')}, {bag}, "
                        f"a predictor per {prm.get('per', 'config')}")  # fmt: skip
             pt = Table(title=f"{fam} (003 protocol): test MRE % per configuration ({setting})", title_justify="left")
             for col in ("fraction", "model", *doc["configs"], "mean"):

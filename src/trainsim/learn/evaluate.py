@@ -127,7 +127,7 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
         "train": len(tr), "val": len(va), "test": len(te), "train_s": hist.train_s, "infer_s": infer_s,
         "epochs": hist.epochs_run, "best_epoch": hist.best_epoch, "stopped": hist.stopped,
         "best_val_loss": hist.best_val_loss, "params": sum(q.numel() for q in pred.model.parameters()),
-        "members": train_config.members, "member_history": pred.meta.get("members"),
+        "members": train_config.members, "stop": stop_of(train_config), "member_history": pred.meta.get("members"),
         "train_config": asdict(replace(train_config, seed=seed)),
     }  # fmt: skip
     return pred, case
@@ -162,10 +162,23 @@ def features_flag(name: str) -> bool:
     return name == "table1+work"
 
 
-def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str, str, str, int]:
+def row_stop(c: Mapping[str, Any]) -> str:
+    """A case row's bag early stopping (``TrainConfig.stop``): one model, or a row written before
+    the choice existed, is ``each``."""
+    if int(c.get("members", 1)) == 1:
+        return "each"
+    return str(c.get("stop") or (c.get("train_config") or {}).get("stop") or "each")
+
+
+def stop_of(config: TrainConfig) -> str:
+    """What a row trained with ``config`` records as its stop (see :func:`row_stop`)."""
+    return config.stop if config.members > 1 else "each"
+
+
+def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str, str, str, int, str]:
     return (c["family"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]),
             c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1"),
-            c.get("target", "log"), int(c.get("members", 1)))  # fmt: skip
+            c.get("target", "log"), int(c.get("members", 1)), row_stop(c))  # fmt: skip
 
 
 def read_cases(results: Path | str) -> list[dict[str, Any]]:
@@ -206,7 +219,8 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
                 for kind in kinds:
                     key = _case_key({"family": family, "fraction": fraction, "model": kind, "seed": seed,
                                      "readout": readout, "part": part, "features": _features(input_features),
-                                     "target": _target(per_work), "members": train_config.members})  # fmt: skip
+                                     "target": _target(per_work), "members": train_config.members,
+                                     "stop": stop_of(train_config)})  # fmt: skip
                     if key in done:
                         continue
                     pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed,
@@ -225,19 +239,20 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
                         pred.save(results / "predictors" / f"{family}-{kind}-s{seed}")
     return summarize(
         read_cases(results), readout=readout, part=part, features=_features(input_features),
-        target=_target(per_work), members=train_config.members,
+        target=_target(per_work), members=train_config.members, stop=stop_of(train_config),
     )
 
 
 def summarize(cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", part: str = "train",
               features: str = "table1+work", target: str = "log-per-flop",
-              members: int = 1) -> dict[str, Any]:  # fmt: skip
+              members: int = 1, stop: str = "each") -> dict[str, Any]:  # fmt: skip
     """Tables V/VI: MRE per (family, fraction) and model (mean over seeds), winners, acceptance."""
     table: dict[str, dict[str, dict[str, float]]] = {}
     times: dict[str, list[float]] = {}
     for c in cases:
         if (c.get("readout", "logsumexp"), c.get("part", "train"), c.get("features", "table1"),
-                c.get("target", "log"), int(c.get("members", 1))) != (readout, part, features, target, members):  # fmt: skip
+                c.get("target", "log"), int(c.get("members", 1)), row_stop(c)) != (readout, part, features, target,
+                                                                                    members, stop):  # fmt: skip
             continue
         cell = table.setdefault(c["family"], {}).setdefault(f"{c['fraction']:.1f}", {})
         cell.setdefault(c["model"], [])  # type: ignore[arg-type]

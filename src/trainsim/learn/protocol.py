@@ -153,11 +153,13 @@ def row_per(config: str, per: str) -> str:
     return "config" if rc is not None and len(mesh_configs(rc.mesh)) == 1 else per
 
 
-def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int, str, int, str]:
-    # rows written before the readout, the bag and per-mesh predictors were choices are the
-    # defaults' (one model, a predictor per configuration)
+def _key(c: Mapping[str, Any]) -> tuple[str, str, float, str, int, str, int, str, str]:
+    from trainsim.learn.evaluate import row_stop
+
+    # rows written before the readout, the bag, per-mesh predictors and the bag's stop were
+    # choices are the defaults' (one model, a predictor per configuration, each member's own stop)
     return (c["family"], c["config"], round(float(c["fraction"]), 3), c["model"], int(c["seed"]),
-            c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)), c.get("per", "config"))  # fmt: skip
+            c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)), c.get("per", "config"), row_stop(c))  # fmt: skip
 
 
 def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
@@ -182,7 +184,14 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
     Returns :func:`summarize_protocol` of every case there with that readout, bag size and ``per``.
     """
     from trainsim.bench.dataset import append_row, repair_tail
-    from trainsim.learn.evaluate import FamilyData, check_kinds, heldout_errors, split, train_case
+    from trainsim.learn.evaluate import (
+        FamilyData,
+        check_kinds,
+        heldout_errors,
+        split,
+        stop_of,
+        train_case,
+    )
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import TrainConfig
 
@@ -205,7 +214,7 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
             cols = [rc for rc in group if configs is None or rc.label in configs]
             todo = [(f, k) for f in fractions for k in kinds
                     if any((family, rc.label, round(float(f), 3), k, seed, readout, tc.members,
-                            row_per(rc.label, per)) not in done for rc in cols)]  # fmt: skip
+                            row_per(rc.label, per), stop_of(tc)) not in done for rc in cols)]  # fmt: skip
             if not todo:
                 continue
             # a mesh's predictor trains on all its configurations, even where only some are asked for
@@ -237,7 +246,8 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
                     if log:
                         log(f"{family} {rc.label} {fraction:.0%} {kind}: MRE {row['mre_pct']:.2f} % "
                             f"({len(tr)} train, {row['train_s']:.0f} s, best epoch {row['best_epoch']})")  # fmt: skip
-    return summarize_protocol(read_protocol_cases(results), seed=seed, readout=readout, members=tc.members, per=per)
+    return summarize_protocol(read_protocol_cases(results), seed=seed, readout=readout, members=tc.members, per=per,
+                              stop=stop_of(tc))  # fmt: skip
 
 
 def read_protocol_cases(results: Path | str) -> list[dict[str, Any]]:
@@ -251,18 +261,20 @@ def read_protocol_cases(results: Path | str) -> list[dict[str, Any]]:
 
 def summarize_protocol(cases: Sequence[Mapping[str, Any]], *, seed: int = 0,
                        readout: str = DEFAULT_READOUT, members: int = 1, per: str = "config",
-                       expected_rows: int | None = None) -> dict[str, Any]:  # fmt: skip
+                       expected_rows: int | None = None, stop: str = "each") -> dict[str, Any]:  # fmt: skip
     """Per (family, fraction): each model's MRE per configuration and their mean (003 Fig. 8),
-    over the cases of one seed, readout, bag size and ``per`` (for the last row of a case).
+    over the cases of one seed, readout, bag size, ``per`` and bag stop (for the last row of a case).
 
     The wins count every (family, fraction) row where all three models share a column; the
     acceptance figures read only complete rows (every configuration, all three models), and with
     ``expected_rows`` (the families × fractions asked for) hold only when all of those are complete.
     """
+    from trainsim.learn.evaluate import row_stop
+
     by: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for c in cases:
-        if (int(c["seed"]), c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)),
-                c.get("per", "config")) != (seed, readout, members, row_per(c["config"], per)):  # fmt: skip
+        if (int(c["seed"]), c.get("readout", DEFAULT_READOUT), int(c.get("members", 1)), c.get("per", "config"),
+                row_stop(c)) != (seed, readout, members, row_per(c["config"], per), stop if members > 1 else "each"):  # fmt: skip
             continue
         cell = by.setdefault(c["family"], {}).setdefault(f"{float(c['fraction']):.1f}", {})
         cell.setdefault(c["model"], {})[c["config"]] = float(c["mre_pct"])

@@ -55,7 +55,8 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
                       fractions: str | None = None, models: str | None = None, seed: int = 0,
                       search: bool = True, epochs: int | None = None,
                       features: str = "table1+work", protocol: bool = False,
-                      readout: str = "logsumexp", members: int = 1, per: str | None = None) -> dict[str, Any]:  # fmt: skip
+                      readout: str = "logsumexp", members: int = 1, per: str | None = None,
+                      stop: str = "each") -> dict[str, Any]:  # fmt: skip
     """Train and test the stage-latency predictors; run the search integration (module docstring).
 
     ``data_dir`` (the shared data folder) is not read: the stages are this machine's own
@@ -64,20 +65,27 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     target, the others on the per-FLOP one: :func:`trainsim.learn.protocol.target_of`);
     ``members`` > 1 trains each predictor as a cross-validated bag (:func:`trainsim.learn.train.train_members`).
     ``per`` (protocol only): a predictor per ``config`` (default) or per ``mesh`` (003 §VI).
+    ``stop``: a bag's early stopping, ``each`` member on its own fold or one ``common`` epoch
+    (:class:`trainsim.learn.train.TrainConfig`).
     """
     from trainsim.learn.protocol import target_of
+    from trainsim.learn.train import STOP_MODES
 
     target_of(readout)  # an unknown readout fails here, before any training
     if members < 1:
         raise ConfigError(f"--members must be at least 1, got {members}")
+    if stop not in STOP_MODES:
+        raise ConfigError(f"--stop must be one of {', '.join(STOP_MODES)}, got {stop!r}")
+    if stop != "each" and members < 2:
+        raise ConfigError(f"--stop {stop} chooses the epoch of a bag: it needs --members 2 or more")
     if per is not None and not protocol:
         raise ConfigError("--per applies to --protocol (003's per-configuration or per-mesh predictors)")
     if protocol:
         if features != "table1+work":
             raise ConfigError("--protocol trains on the table1+work features only")
         return run_protocol(dataset=dataset, resume=resume, fractions=fractions, models=models, seed=seed,
-                            epochs=epochs, readout=readout, members=members, per=per or "config")  # fmt: skip
-    from trainsim.learn.evaluate import evaluate, features_flag, read_cases
+                            epochs=epochs, readout=readout, members=members, per=per or "config", stop=stop)  # fmt: skip
+    from trainsim.learn.evaluate import evaluate, features_flag, read_cases, row_stop, stop_of
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import Predictor, TrainConfig
     from trainsim.validate.registry import error_summary
@@ -90,7 +98,7 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     kinds = tuple(models.split(",")) if models else MODEL_KINDS
     inputs = features_flag(features)
     fr = _parse_fractions(fractions)
-    tc = TrainConfig(epochs=epochs, members=members) if epochs else TrainConfig(members=members)
+    tc = TrainConfig(epochs=epochs, members=members, stop=stop) if epochs else TrainConfig(members=members, stop=stop)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="predtop-") as tmp:
         out = Path(resume) if resume else Path(tmp)
@@ -109,6 +117,7 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
                 and c.get("target", "log") == target_of(readout)
                 and c.get("readout", "logsumexp") == readout
                 and int(c.get("members", 1)) == members
+                and row_stop(c) == stop_of(tc)
             ):
                 cases.append({"case": f"{c['family']}/{c['fraction']:.0%}/{c['model']}", "family": c["family"],
                               "fraction": c["fraction"], "model": c["model"], "mre_pct": c["mre_pct"],
@@ -140,13 +149,15 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
             summary[f"search_{fam}_{name}_mean_regret_pct"] = a["mean_regret_pct"]
             summary[f"search_{fam}_{name}_saved_pct"] = a["saved_pct"]
     return {"suite": "predtop", "params": {"dataset": str(root), "fractions": list(fr), "models": list(kinds),
-            "seed": seed, "features": features, "readout": readout, "members": members}, "cases": cases, "mre_table": table["mre_pct"], "search": searches,
+            "seed": seed, "features": features, "readout": readout, "members": members, "stop": stop_of(tc)},
+            "cases": cases, "mre_table": table["mre_pct"], "search": searches,
             "summary": summary}  # fmt: skip
 
 
 def run_protocol(*, dataset: str | None = None, resume: str | None = None, fractions: str | None = None,
                  models: str | None = None, seed: int = 0, epochs: int | None = None,
-                 readout: str = "logsumexp", members: int = 1, per: str = "config") -> dict[str, Any]:  # fmt: skip
+                 readout: str = "logsumexp", members: int = 1, per: str = "config",
+                 stop: str = "each") -> dict[str, Any]:  # fmt: skip
     """003 Table V on the protocol sets ``gpt-003/`` and ``moe-003/`` (:mod:`trainsim.learn.protocol`).
 
     A predictor per (family, Table III configuration, fraction, model) — or per mesh with
@@ -174,7 +185,7 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
                           "with trainsim stages collect DIR --family gpt --protocol")  # fmt: skip
     kinds = tuple(models.split(",")) if models else MODEL_KINDS
     fr = PROTOCOL_FRACTIONS if fractions is None else _parse_fractions(fractions)
-    tc = TrainConfig(epochs=epochs or PROTOCOL_EPOCHS, patience=PROTOCOL_PATIENCE, members=members)
+    tc = TrainConfig(epochs=epochs or PROTOCOL_EPOCHS, patience=PROTOCOL_PATIENCE, members=members, stop=stop)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="predtop-003-") as tmp:
         out = Path(resume) if resume else Path(tmp)
@@ -184,7 +195,7 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
         table = summarize_protocol([c for c in read_protocol_cases(out) if c["family"] in folders
                                     and c["model"] in kinds and f"{float(c['fraction']):.1f}" in wanted],
                                    seed=seed, readout=readout, members=members, per=per,
-                                   expected_rows=len(folders) * len(fr))  # fmt: skip
+                                   expected_rows=len(folders) * len(fr), stop=stop)  # fmt: skip
     by = table["mre_pct"]  # family -> fraction -> model -> configuration -> MRE, of the asked cases only
     cases = [{"case": f"{fam}/{cfg}/{float(f):.0%}/{k}", "family": fam, "config": cfg, "fraction": float(f),
               "model": k, "mre_pct": v, "abs_err_pct": v}
@@ -199,7 +210,8 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
     summary |= {f"acceptance_{k}": v for k, v in table["acceptance"].items()}
     return {"suite": "predtop", "params": {"dataset": str(root), "protocol": "003", "fractions": list(fr),
             "models": list(kinds), "seed": seed, "epochs": tc.epochs, "patience": tc.patience,
-            "readout": readout, "target": target_of(readout), "members": members, "per": per},
+            "readout": readout, "target": target_of(readout), "members": members, "per": per,
+            "stop": stop if members > 1 else "each"},
             "configs": [c.label for c in RUNTIME_CONFIGS], "cases": cases, "mre_table": table["mean_mre_pct"],
             "protocol_table": by, "summary": summary}  # fmt: skip
 

@@ -53,6 +53,7 @@ from trainsim.learn.models import (
 )
 
 PREDICTOR_SCHEMA = "trainsim.predtop-predictor/1"
+STOP_MODES = ("each", "common")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,9 @@ class TrainConfig:
     max_time_s: float | None = 900.0  # the issue's 15-minute budget per predictor (all members)
     threads: int | None = None
     members: int = 1  # > 1: a cross-validated bag of that many models (train_members)
+    # a bag's early stopping: "each" member at its own fold's best epoch, or "common": every
+    # member at the epoch where the members' mean validation loss is lowest (train_members)
+    stop: str = "each"
 
 
 @dataclass(slots=True)
@@ -260,11 +264,13 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: ArrayLike, v
                     val_latency_s: ArrayLike, *, model_config: ModelConfig, op_vocab: Sequence[str],
                     config: TrainConfig = TrainConfig(), part: str = "train", input_features: bool = False,
                     per_work: bool = False, log: Callable[[str], None] | None = None,
-                    scaling: tuple[float, float] | None = None) -> Predictor:  # fmt: skip
+                    scaling: tuple[float, float] | None = None,
+                    on_epoch: Callable[[int, torch.nn.Module], None] | None = None) -> Predictor:  # fmt: skip
     """Fit ``model_config`` on featurized graphs (see :func:`featurize`) and latencies.
 
     ``scaling`` fixes the target's (μ, σ) instead of taking them from ``train`` (the members of a
-    bag share one, :func:`train_members`).
+    bag share one, :func:`train_members`). ``on_epoch(epoch, model)`` is called after every
+    epoch's validation (a bag keeps its members' weights per epoch with it).
     """
     if model_config.members != 1:
         raise ConfigError("train_predictor fits one model; a bag of members is train_members")
@@ -313,6 +319,8 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: ArrayLike, v
         val_loss = _epoch_loss(model, val, y_va, padded)
         hist.val_loss.append(val_loss)
         hist.epochs_run = epoch + 1
+        if on_epoch is not None:
+            on_epoch(epoch, model)
         if val_loss < hist.best_val_loss:
             hist.best_val_loss, hist.best_epoch = val_loss, epoch
             best_state = copy.deepcopy(model.state_dict())
@@ -367,29 +375,55 @@ def train_members(labelled: Sequence[GraphTensors], latency_s: ArrayLike, n_val:
     the rest, and the bag predicts the mean of the members' log latencies. The members share the
     target scaling of the whole labelled set and split the time budget: each member may use an
     equal share of what is left when it starts, so time a member stopped early leaves to the rest.
+
+    ``config.stop == "common"`` chooses one epoch for the whole bag instead, k-fold style: every
+    member runs the schedule without patience (its weights kept after each epoch), and each is
+    restored at the epoch where the members' validation losses, averaged, are lowest (over the
+    epochs all members reached). The epoch is then picked on ``k · n_val`` validation stages,
+    not on ``n_val``.
     """
     k = config.members
     if k < 2:
         raise ConfigError(f"a bag needs at least 2 members, got {k}")
+    if config.stop not in STOP_MODES:
+        raise ConfigError(f"stop must be one of {', '.join(STOP_MODES)}, got {config.stop!r}")
+    common = config.stop == "common"
     lat = np.asarray(latency_s, dtype=float)
     one = replace(model_config, members=1)
     off = np.array([t.log_work for t in labelled]) if per_work else 0.0
     scaling = target_scaling(one, labelled, np.log(lat) - off, per_work=per_work)
     models: list[torch.nn.Module] = []
     hists: list[History] = []
+    states: list[list[dict[str, torch.Tensor]]] = []  # "common": each member's weights per epoch
     for j, (tr, va) in enumerate(member_folds(len(labelled), n_val, k)):
         # each member gets an equal share of what the members before it left unspent
         budget = None
         if config.max_time_s is not None:
             budget = (config.max_time_s - sum(h.train_s for h in hists)) / (k - j)
+        kept: list[dict[str, torch.Tensor]] = []
+        states.append(kept)
+
+        def keep(_epoch: int, m: torch.nn.Module, kept: list[dict[str, torch.Tensor]] = kept) -> None:
+            kept.append({n: v.detach().clone() for n, v in m.state_dict().items()})
+
+        mc = replace(config, seed=config.seed + j, max_time_s=budget, members=1)
+        if common:
+            mc = replace(mc, patience=config.epochs)
         p = train_predictor([labelled[i] for i in tr], lat[tr], [labelled[i] for i in va], lat[va],
-                            model_config=one, op_vocab=op_vocab,
-                            config=replace(config, seed=config.seed + j, max_time_s=budget, members=1),
+                            model_config=one, op_vocab=op_vocab, config=mc,
                             part=part, input_features=input_features, per_work=per_work, log=log,
-                            scaling=scaling)  # fmt: skip
+                            scaling=scaling, on_epoch=keep if common else None)  # fmt: skip
         models.append(p.model)
         assert p.history is not None
         hists.append(p.history)
+    if common:
+        reach = min(h.epochs_run for h in hists)
+        curve = np.mean([h.val_loss[:reach] for h in hists], axis=0)
+        epoch = int(np.argmin(curve))
+        for m, h, kept in zip(models, hists, states, strict=True):
+            m.load_state_dict(kept[epoch])
+            h.best_epoch, h.best_val_loss = epoch, h.val_loss[epoch]
+        states.clear()
     hist = History(epochs_run=sum(h.epochs_run for h in hists), best_epoch=int(np.median([h.best_epoch for h in hists])),
                    best_val_loss=float(np.mean([h.best_val_loss for h in hists])), train_s=sum(h.train_s for h in hists),
                    stopped="; ".join(sorted({h.stopped for h in hists})))  # fmt: skip
@@ -408,6 +442,7 @@ def mre_pct(pred_s: ArrayLike, true_s: ArrayLike) -> float:
 
 __all__ = [
     "PREDICTOR_SCHEMA",
+    "STOP_MODES",
     "History",
     "Predictor",
     "TrainConfig",
