@@ -285,6 +285,28 @@ def test_breakdown_peak_and_fits():
     assert isinstance(peak, MemoryBreakdown)
 
 
+def test_plan_partition_chooses_the_split_everywhere():
+    """Plan.partition "001" is GPT-NeoX's split (Eq. 3–5) for stage layers, parameters, memory."""
+    from trainsim.builders.llm import resolve_system, stage_costs
+    from trainsim.builders.memory import stage_params_split
+
+    even, neox = Plan(pp=4, tp=4, micro_batch=1), Plan(pp=4, tp=4, micro_batch=1, partition="001")
+    assert stage_layers(NEOX, neox) == stage_layers_001(NEOX, even) == [11, 12, 11, 10]
+    assert stage_layers(NEOX, even) == [11, 11, 11, 11]
+    assert [s.layers for s in stage_costs(NEOX, neox, resolve_system("perlmutter"))] == [11, 12, 11, 10]
+    assert sum(stage_params_split(NEOX, neox, 1)) > sum(stage_params_split(NEOX, even, 1))
+    by_plan = memory_per_gpu(NEOX, neox)
+    by_list = memory_per_gpu(NEOX, even, layers_per_stage=[11, 12, 11, 10])
+    assert [m.weights_bytes for m in by_plan] == [m.weights_bytes for m in by_list]
+    assert neox.label().endswith("-part001") and "part" not in even.label()
+    with pytest.raises(ConfigError, match="partition must be one of even, 001"):
+        Plan(pp=2, partition="uniform").validate(NEOX)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="not with --schedule interleaved"):
+        Plan(pp=4, schedule="interleaved", vpp=2, global_batch=8, partition="001").validate(NEOX)
+    with pytest.raises(ConfigError, match="without transformer layers"):
+        Plan(pp=4, partition="001").validate(replace(NEOX, layers=4))  # Eq. 5 leaves the last stage 0
+
+
 def test_layers_per_stage_override_and_errors():
     plan = Plan(pp=4)
     neox = memory_per_gpu(NEOX, plan, layers_per_stage=stage_layers_001(NEOX, plan))

@@ -120,6 +120,7 @@ def test_seed001_rows_field_by_field(gt):
         flash, fused = r["flash_attention"] == "true", r["fused_softmax"] == "true"
         assert p.attention == ("flash" if flash else "fused" if fused else "unfused")
         assert (p.zero, p.dtype, p.recompute, p.schedule) == (int(r["zero_stage"]), r["precision"], "full", "1f1b")  # fmt: skip
+        assert p.partition == "001"  # GPT-NeoX's pipeline split, 001 Eq. 3–5
         assert c.system == r["cluster"].lower()
         assert get_system(c.system).gpus_per_node == int(r["gpus_per_node"])
         assert c.measured_s == float(r["min_iteration_s"])

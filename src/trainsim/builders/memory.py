@@ -136,8 +136,10 @@ def _stage_layers(model: ModelSpec, plan: Plan) -> tuple[int, ...]:
     ``c mod pp``. Megatron asserts ``layers % chunks == 0`` unless told where the extra layers go
     (``--decoder-first/last-pipeline-num-layers``); here a remainder goes one layer each to the
     first ``layers % chunks`` chunks, so with ``vpp = 1`` the first ``layers % pp`` stages hold
-    one layer more.
+    one layer more. ``plan.partition == "001"``: GPT-NeoX's split, :func:`stage_layers_001`.
     """
+    if plan.partition == "001":
+        return tuple(stage_layers_001(model, plan))
     vpp = plan.vpp if plan.schedule == "interleaved" else 1
     chunks = plan.pp * vpp
     base, extra = divmod(model.layers, chunks)
@@ -406,7 +408,7 @@ def memory_per_gpu(
     """Memory of one GPU of each pipeline stage (see the module docstring).
 
     ``precision`` defaults to :meth:`Precision.for_dtype` of ``plan.dtype``;
-    ``layers_per_stage`` to :func:`stage_layers` (pass :func:`stage_layers_001` for GPT-NeoX's).
+    ``layers_per_stage`` to :func:`stage_layers` (``plan.partition`` chooses Megatron's or GPT-NeoX's).
     """
     plan.validate(model)
     prec = precision or Precision.for_dtype(plan.dtype)

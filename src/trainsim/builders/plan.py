@@ -24,6 +24,10 @@ the bias and residual add: leave it 0 there, the residual-add operator stands fo
 activation, rotary and loss kernels) or ``hf`` (HuggingFace modules in eager PyTorch: their
 norms, rotary embeddings, activations, residual adds, dropout and loss run as the many aten calls
 :mod:`trainsim.builders.eager` counts; one GPU per model replica: tp = cp = 1).
+``partition``: how the layers are split over the pipeline stages: ``even`` (Megatron: equal
+shares, the first stages taking any remainder) or ``001`` (GPT-NeoX's DeepSpeed pipeline as
+paper 001 Eq. 3–5 gives it: the embedding blocks count as two layers of the first stage and the
+final norm and head as three of the last, :func:`trainsim.builders.memory.stage_layers_001`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
 Impl = Literal["fused", "hf"]
 IMPLS: tuple[str, ...] = ("fused", "hf")
+Partition = Literal["even", "001"]
+PARTITIONS: tuple[str, ...] = ("even", "001")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,7 @@ class Plan:
     wgrad_fusion: bool = False  # Megatron-LM's gradient-accumulation fusion (see the docstring)
     hidden_dropout: float = 0.0  # > 0: unfused dropout kernels on the residual stream (see above)
     impl: Impl = "fused"  # fused kernels, or HuggingFace eager modules (see above)
+    partition: Partition = "even"  # layers per pipeline stage: Megatron's, or 001 Eq. 3–5 (see above)
 
     @property
     def gpus(self) -> int:
@@ -111,6 +118,8 @@ class Plan:
             parts.append("wgf")
         if self.impl != "fused":
             parts.append(self.impl)
+        if self.partition != "even":
+            parts.append(f"part{self.partition}")
         return "-".join(parts)
 
     def validate(self, model: ModelSpec, *, gpus: int | None = None) -> None:
@@ -147,6 +156,16 @@ class Plan:
             family_of(model)  # a one-line error for a model with no census
             if self.tp > 1 or self.cp > 1:
                 raise ConfigError(f"plan: impl 'hf' runs one model replica per GPU (tp = cp = 1), got tp {self.tp}, cp {self.cp}")
+        if self.partition not in PARTITIONS:
+            raise ConfigError(f"plan: partition must be one of {', '.join(PARTITIONS)}, got {self.partition!r}")
+        if self.partition != "even" and self.schedule == "interleaved":
+            raise ConfigError("plan: partition '001' (GPT-NeoX's) splits one chunk per stage: not with --schedule interleaved")
+        if self.partition == "001":
+            from trainsim.builders.memory import stage_layers_001
+
+            if min(stage_layers_001(model, self)) < 1:
+                raise ConfigError(f"plan: partition '001' leaves a pipeline stage of {model.name} without transformer "
+                                  f"layers at pp {self.pp} ({stage_layers_001(model, self)})")  # fmt: skip
         if self.dtype not in DTYPES:
             raise ConfigError(f"plan: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if gpus is not None and gpus != self.gpus:

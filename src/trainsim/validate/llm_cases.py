@@ -361,6 +361,8 @@ def read_seed001(path: Path | str, *, tag: str = "seed001") -> list[LLMCase]:
             tp=tp, pp=pp, dp=dp, micro_batch=micro, global_batch=gb,
             recompute=SEED001_RECOMPUTE, dtype=r.text("precision").lower(), attention=attention,
             schedule="1f1b", zero=r.integer("zero_stage", minimum=0),
+            # GPT-NeoX's pipeline partition, as 001 §III-D Eq. 3–5 states it for these runs
+            partition="001",
         )  # fmt: skip
         _validated(r, model, plan, gpus)
         reference: dict[str, float] = {}
