@@ -163,9 +163,10 @@ class Plan:
         if self.partition == "001":
             from trainsim.builders.memory import stage_layers_001
 
-            if min(stage_layers_001(model, self)) < 1:
+            split = stage_layers_001(model, self)
+            if min(split) < 1:
                 raise ConfigError(f"plan: partition '001' leaves a pipeline stage of {model.name} without transformer "
-                                  f"layers at pp {self.pp} ({stage_layers_001(model, self)})")  # fmt: skip
+                                  f"layers at pp {self.pp} ({split})")  # fmt: skip
         if self.dtype not in DTYPES:
             raise ConfigError(f"plan: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if gpus is not None and gpus != self.gpus:

@@ -70,15 +70,11 @@ def train(
     """Train one predictor and report its test error (003 Eq. 5 MRE)."""
     from dataclasses import replace
 
-    from trainsim.errors import ConfigError
     from trainsim.learn.evaluate import FamilyData, features_flag, train_case
     from trainsim.learn.protocol import target_of
-    from trainsim.learn.train import STOP_MODES, TrainConfig, predictor_folder
+    from trainsim.learn.train import TrainConfig, check_stop, predictor_folder
 
-    if stop not in STOP_MODES:
-        raise ConfigError(f"--stop must be one of {', '.join(STOP_MODES)}, got {stop!r}")
-    if stop != "each" and members < 2:
-        raise ConfigError(f"--stop {stop} chooses the epoch of a bag: it needs --members 2 or more")
+    check_stop(stop, members)
     per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
     predictor_folder(out)  # before training: a wrong --out should not cost the training time
     data = FamilyData(dataset, input_features=features_flag(features))

@@ -69,15 +69,12 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     (:class:`trainsim.learn.train.TrainConfig`).
     """
     from trainsim.learn.protocol import target_of
-    from trainsim.learn.train import STOP_MODES
+    from trainsim.learn.train import check_stop
 
     target_of(readout)  # an unknown readout fails here, before any training
     if members < 1:
         raise ConfigError(f"--members must be at least 1, got {members}")
-    if stop not in STOP_MODES:
-        raise ConfigError(f"--stop must be one of {', '.join(STOP_MODES)}, got {stop!r}")
-    if stop != "each" and members < 2:
-        raise ConfigError(f"--stop {stop} chooses the epoch of a bag: it needs --members 2 or more")
+    check_stop(stop, members)
     if per is not None and not protocol:
         raise ConfigError("--per applies to --protocol (003's per-configuration or per-mesh predictors)")
     if protocol:

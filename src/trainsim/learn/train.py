@@ -71,6 +71,14 @@ class TrainConfig:
     stop: str = "each"
 
 
+def check_stop(stop: str, members: int) -> None:
+    """One-line errors for a bag's ``--stop`` (``TrainConfig.stop``) before any training."""
+    if stop not in STOP_MODES:
+        raise ConfigError(f"--stop must be one of {', '.join(STOP_MODES)}, got {stop!r}")
+    if stop != "each" and members < 2:
+        raise ConfigError(f"--stop {stop} chooses the epoch of a bag: it needs --members 2 or more")
+
+
 @dataclass(slots=True)
 class History:
     epochs_run: int = 0
@@ -385,8 +393,7 @@ def train_members(labelled: Sequence[GraphTensors], latency_s: ArrayLike, n_val:
     k = config.members
     if k < 2:
         raise ConfigError(f"a bag needs at least 2 members, got {k}")
-    if config.stop not in STOP_MODES:
-        raise ConfigError(f"stop must be one of {', '.join(STOP_MODES)}, got {config.stop!r}")
+    check_stop(config.stop, k)
     common = config.stop == "common"
     lat = np.asarray(latency_s, dtype=float)
     one = replace(model_config, members=1)
@@ -446,6 +453,7 @@ __all__ = [
     "History",
     "Predictor",
     "TrainConfig",
+    "check_stop",
     "featurize",
     "member_folds",
     "mre_pct",
