@@ -147,3 +147,29 @@ def test_linear_tokens_sweeps_llm_token_rows_on_cuda_only() -> None:
     assert _shapes("linear_tokens", {"m": 8192, "n": 64, "k": 32}) == [(8192, 32), (64, 32), (64,)]
     cpu = {c.op for c in suite_cases(["gemm"], SweepSpec(device="cpu"), dtypes=["fp32"])}
     assert "linear_tokens" not in cpu and "linear" in cpu
+
+
+def test_aligned_and_llm_gemm_sweeps_are_cuda_bf16_and_aligned() -> None:
+    """linear_aligned draws m in multiples of 1,024 and n, k in multiples of 128 (some of 512
+    and up, which cuBLAS runs fastest); linear_llm takes published LLMs' widths without a bias.
+    Both are bf16 only, on CUDA only, and their cases may take up to 1/0.35 of the usual budget."""
+    from trainsim.bench.suites import suite_cases
+    from trainsim.bench.suites.base import SweepSpec
+    from trainsim.bench.suites.gemm import LLM_TOKENS, LLM_WIDTHS, _shapes
+
+    spec = SweepSpec(device="cuda")
+    al = list(suite_cases(["gemm"], spec, ops=["linear_aligned"]))
+    assert al and {c.dtype for c in al} == {"bfloat16"}
+    p = [dict(c.params) for c in al]
+    assert all(x["m"] % 1024 == 0 and x["n"] % 128 == 0 and x["k"] % 128 == 0 for x in p)
+    assert sum(x["n"] % 512 == 0 and x["k"] % 512 == 0 for x in p) >= len(p) // 20
+    assert any(not spec.fits(flops=c.flops, nbytes=c.bytes) for c in al)  # larger than the usual budget
+    llm = list(suite_cases(["gemm"], spec, ops=["linear_llm"]))
+    assert llm and {c.dtype for c in llm} == {"bfloat16"}
+    assert all(dict(c.params)["m"] in LLM_TOKENS and {dict(c.params)["n"], dict(c.params)["k"]} <= set(LLM_WIDTHS)
+               for c in llm)  # fmt: skip
+    assert all(dict(c.features)["bias"] == 0.0 and dict(c.features)["wt"] == 1.0 for c in llm)
+    assert 14336 in LLM_WIDTHS and 14336 // 8 in LLM_WIDTHS and 32000 in LLM_WIDTHS
+    assert _shapes("linear_llm", {"m": 1024, "n": 4096, "k": 512}) == [(1024, 512), (4096, 512)]
+    cpu = {c.op for c in suite_cases(["gemm"], SweepSpec(device="cpu"), dtypes=["fp32"])}
+    assert not {"linear_aligned", "linear_llm"} & cpu

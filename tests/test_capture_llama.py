@@ -11,22 +11,33 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-def test_cuda_shape_is_the_config_trainsim_predict_reads(tmp_path):
+@pytest.mark.parametrize(("shape", "seq_len", "widths"), [
+    ("cuda", 2048, (4096, 2, 32, 8, 14336)),  # the llama example: LLaMA-3 8B's widths
+    ("cuda-13b", 4096, (5120, 2, 40, 40, 13824)),  # llama13: LLaMA-2 13B's, no GQA
+])  # fmt: skip
+def test_cuda_shape_is_the_config_trainsim_predict_reads(tmp_path, shape, seq_len, widths):
     from transformers import LlamaForCausalLM
 
     from trainsim.builders.models import read_hf_config
     from trainsim.capture.examples.llama import config
 
-    cfg, seq, dtype = config("cuda")
-    assert (seq, dtype) == (2048, torch.bfloat16)
+    cfg, seq, dtype = config(shape)
+    assert (seq, dtype) == (seq_len, torch.bfloat16)
     path = tmp_path / "config.json"
     path.write_text(cfg.to_json_string())
     spec = read_hf_config(path)
     with torch.device("meta"):
         hf = LlamaForCausalLM(cfg)
     assert spec.params(padded=False) == sum(p.numel() for p in hf.parameters())
-    assert (spec.hidden, spec.layers, spec.heads, spec.n_kv, spec.ffn) == (4096, 2, 32, 8, 14336)
+    assert (spec.hidden, spec.layers, spec.heads, spec.n_kv, spec.ffn) == widths
     assert json.loads(path.read_text())["model_type"] == "llama"
+
+
+def test_llama13_passes_its_shape_to_the_builder():
+    from trainsim.capture.examples import example_info
+
+    assert dict(example_info("llama13").options) == {"shape": "cuda-13b"}
+    assert dict(example_info("llama").options) == {}
 
 
 def test_cpu_stand_in_trains_a_step():

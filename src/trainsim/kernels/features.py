@@ -331,7 +331,9 @@ _register(OpSpec("optimizer", F.OPTIMIZER,
 GEMM_VARIANT: dict[str, dict[str, int]] = {
     "mm": {"bias": 0, "wt": 0}, "addmm": {"bias": 1, "wt": 0}, "matmul": {"bias": 0, "wt": 0},
     "bmm": {"bias": 0, "wt": 0}, "linear": {"bias": 1, "wt": 1}, "peak_mm": {"bias": 0, "wt": 0},
-    "linear_tokens": {"bias": 1, "wt": 1},  # the CUDA sweep of linear over LLM token counts
+    "linear_tokens": {"bias": 1, "wt": 1},  # the CUDA sweeps of linear: LLM token counts,
+    "linear_aligned": {"bias": 1, "wt": 1},  # aligned shapes,
+    "linear_llm": {"bias": 0, "wt": 1},  # published LLMs' shapes, bias-free
 }  # fmt: skip
 
 

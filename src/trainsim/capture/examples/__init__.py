@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +36,11 @@ class ExampleInfo:
     module: str
     default_batch_size: int
     summary: str
+    options: Mapping[str, Any] = field(default_factory=dict)  # more keyword arguments of the module's build
 
     def build(self, *, batch_size: int, device: str, seed: int) -> TrainingStep:
         builder: Any = importlib.import_module(self.module).build
-        step: TrainingStep = builder(batch_size=batch_size, device=device, seed=seed)
+        step: TrainingStep = builder(batch_size=batch_size, device=device, seed=seed, **self.options)
         return step
 
 
@@ -56,6 +57,11 @@ EXAMPLES: Mapping[str, ExampleInfo] = MappingProxyType({
         "trainsim.capture.examples.llama", 1,
         "LLaMA-style decoder (transformers LlamaForCausalLM): on CUDA 2 layers of LLaMA-3 8B's widths, "
         "bf16, seq 2048; on CPU a 256-wide fp32 stand-in",
+    ),
+    "llama13": ExampleInfo(
+        "trainsim.capture.examples.llama", 1,
+        "LLaMA-style decoder: on CUDA 2 layers of LLaMA-2 13B's widths (no GQA), bf16, seq 4096; "
+        "on CPU the llama stand-in", MappingProxyType({"shape": "cuda-13b"}),
     ),
     "resnet": ExampleInfo(
         "trainsim.capture.examples.resnet", 8,

@@ -6,6 +6,10 @@ bf16 with SDPA attention: one real-size transformer layer stack whose measured s
 ``trainsim predict`` can be checked against (``trainsim predict CONFIG --system dgx-h100 --gpus 1
 --dtype bf16 --seq-len 2048 --micro-batch B``; the capture's optimizer is SGD, the builder's Adam).
 On the CPU a 256-wide stand-in (fp32, sequence 64) keeps tests fast. Nothing is downloaded.
+
+The ``llama13`` example is a second CUDA shape, LLaMA-2 13B's widths (hidden 5,120, 40 heads
+without GQA, MLP 13,824) at sequence 4,096, 2 layers, bf16: a held-out check of ``trainsim
+predict`` on a shape and sequence length that nothing was fitted or tuned on (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from trainsim.capture.examples import TrainingStep
 
-# device kind -> (config fields, sequence length, dtype)
+# shape -> (config fields, sequence length, dtype)
 SHAPES: dict[str, tuple[dict[str, Any], int, torch.dtype]] = {
     "cuda": ({"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
               "intermediate_size": 14336, "num_hidden_layers": 2, "vocab_size": 32000}, 2048, torch.bfloat16),
     "cpu": ({"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
              "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 1000}, 64, torch.float32),
+    "cuda-13b": ({"hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 40,
+                  "intermediate_size": 13824, "num_hidden_layers": 2, "vocab_size": 32000}, 4096, torch.bfloat16),
 }  # fmt: skip
 
 
@@ -40,8 +46,10 @@ def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return loss
 
 
-def build(*, batch_size: int, device: str, seed: int) -> TrainingStep:
-    kind = "cuda" if device.startswith("cuda") else "cpu"
+def build(*, batch_size: int, device: str, seed: int, shape: str = "") -> TrainingStep:
+    """The step on ``device``; ``shape`` names a CUDA shape of :data:`SHAPES` (on the CPU the
+    stand-in is built whatever it says)."""
+    kind = "cpu" if not device.startswith("cuda") else shape or "cuda"
     cfg, seq, dtype = config(kind)
     torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
     hf_model: nn.Module = LlamaForCausalLM(cfg)
