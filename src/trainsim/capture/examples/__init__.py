@@ -63,6 +63,11 @@ EXAMPLES: Mapping[str, ExampleInfo] = MappingProxyType({
         "LLaMA-style decoder: on CUDA 2 layers of LLaMA-2 13B's widths (no GQA), bf16, seq 4096; "
         "on CPU the llama stand-in", MappingProxyType({"shape": "cuda-13b"}),
     ),
+    "llama70": ExampleInfo(
+        "trainsim.capture.examples.llama", 1,
+        "LLaMA-style decoder: on CUDA 2 layers of LLaMA-3 70B's widths (GQA 64/8, vocab 128256), bf16, "
+        "seq 2048; on CPU the llama stand-in", MappingProxyType({"shape": "cuda-70b"}),
+    ),
     "resnet": ExampleInfo(
         "trainsim.capture.examples.resnet", 8,
         "ResNet-style CNN: 3 stages of basic blocks on 32x32 images, 10 classes",

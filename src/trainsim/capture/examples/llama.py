@@ -9,7 +9,8 @@ On the CPU a 256-wide stand-in (fp32, sequence 64) keeps tests fast. Nothing is 
 
 The ``llama13`` example is a second CUDA shape, LLaMA-2 13B's widths (hidden 5,120, 40 heads
 without GQA, MLP 13,824) at sequence 4,096, 2 layers, bf16: a held-out check of ``trainsim
-predict`` on a shape and sequence length that nothing was fitted or tuned on (docs/gpu.md).
+predict`` on a shape and sequence length that nothing was fitted or tuned on (docs/gpu.md); ``llama70``
+has LLaMA-3 70B's widths (hidden 8,192, GQA 64/8, MLP 28,672, vocabulary 128,256) at 2,048.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ SHAPES: dict[str, tuple[dict[str, Any], int, torch.dtype]] = {
              "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 1000}, 64, torch.float32),
     "cuda-13b": ({"hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 40,
                   "intermediate_size": 13824, "num_hidden_layers": 2, "vocab_size": 32000}, 4096, torch.bfloat16),
+    "cuda-70b": ({"hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8,
+                  "intermediate_size": 28672, "num_hidden_layers": 2, "vocab_size": 128256}, 2048, torch.bfloat16),
 }  # fmt: skip
 
 
