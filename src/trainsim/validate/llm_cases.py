@@ -35,6 +35,11 @@ One more set ships inside the package instead (:data:`SHIPPED_TAGS`):
     micro-batch 1, 2, 4, 8 and 16, two captures each (two H100 machines); the measured value is
     the capture's median profiled step. Plan: one GPU, no recompute, ``flash`` attention, no
     dropout, eager HF modules (``impl="hf"``). Not modelled: SGD (the builder's optimizer is Adam's).
+``h100-llama13``, ``h100-llama70``  the same on two held-out shapes, measured with predictions
+    registered before (``h100_llama13_steps.json``: LLaMA-2 13B's widths, no GQA, sequence 4,096,
+    micro-batch 1, 2, 4, two captures each; ``h100_llama70_steps.json``: LLaMA-3 70B's widths,
+    vocabulary 128,256, sequence 2,048, micro-batch 1, 2, 4, one capture each). Each file names
+    its model (``config``) and ``seq_len``.
 
 Ids are ``"<tag>:<row>"`` with ``row`` the 1-based data row (line ``row + 1`` of the file).
 Every problem in a file is a one-line :class:`~trainsim.errors.TraceFormatError` naming the
@@ -47,6 +52,7 @@ import csv
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import get_args
 
@@ -444,7 +450,12 @@ def read_h100_llama(tag: str = "h100-llama", path: Path | None = None) -> list[L
         raise ConfigError(f"{path}: expected a JSON object with a list 'captures' ({e})") from None
     if not isinstance(caps, list) or not all(isinstance(c, dict) for c in caps):
         raise ConfigError(f"{path}: field 'captures' must be a list of objects")
-    model = hf_config_from_dict(dict(H100_LLAMA_CONFIG), path.parent / "llama-2l-4096h")  # a name, never read
+    # a file may name its own model ('config', an HF config.json's fields) and 'seq_len'
+    fields, seq = doc.get("config", H100_LLAMA_CONFIG), doc.get("seq_len", H100_LLAMA_SEQ)
+    if not isinstance(fields, dict) or not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise ConfigError(f"{path}: field 'config' must be an object and 'seq_len' a positive integer, "
+                          f"got {type(fields).__name__} and {seq!r}")  # fmt: skip
+    model = hf_config_from_dict(dict(fields), path.parent / f"llama-{tag}")  # a name, never read
     out: list[LLMCase] = []
     for k, c in enumerate(caps, 1):
         batch, measured = c.get("batch_size"), c.get("measured_step_s")
@@ -452,14 +463,18 @@ def read_h100_llama(tag: str = "h100-llama", path: Path | None = None) -> list[L
                 or not isinstance(measured, int | float) or measured <= 0):  # fmt: skip
             raise ConfigError(f"{path}: captures[{k - 1}] needs a positive integer 'batch_size' and a positive "
                               f"'measured_step_s', got {batch!r} and {measured!r}")  # fmt: skip
-        plan = Plan(micro_batch=batch, global_batch=batch, seq_len=H100_LLAMA_SEQ, dtype="bf16", attention="flash",
+        plan = Plan(micro_batch=batch, global_batch=batch, seq_len=seq, dtype="bf16", attention="flash",
                     impl="hf")  # fmt: skip
         plan.validate(model, gpus=1)
         out.append(LLMCase(f"{tag}:{c.get('name', k)}", str(path), k, model, plan, "dgx-h100", float(measured), {}))
     return out
 
 
-SHIPPED_TAGS: dict[str, Callable[[], list[LLMCase]]] = {"h100-gpt2": read_h100_gpt2, "h100-llama": read_h100_llama}
+SHIPPED_TAGS: dict[str, Callable[[], list[LLMCase]]] = {
+    "h100-gpt2": read_h100_gpt2, "h100-llama": read_h100_llama,
+    **{f"h100-{m}": partial(read_h100_llama, f"h100-{m}", Path(__file__).parent / "data" / f"h100_{m}_steps.json")
+       for m in ("llama13", "llama70")},
+}  # fmt: skip
 
 
 def _tag_of(path: Path) -> str:
