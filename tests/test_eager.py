@@ -110,3 +110,57 @@ def test_predict_cli_takes_impl():
     res = CliRunner().invoke(app, ["predict", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--tp", "8",
                                    "--impl", "hf"])  # fmt: skip
     assert res.exit_code == 1 and "impl 'hf' runs one model replica per GPU" in str(res.exception)
+
+
+def test_eager_factor_is_the_devices_measured_one_or_one(tmp_path, monkeypatch):
+    """The census's time is scaled by the factor measured on the device's traces (H100), and
+    left alone elsewhere, the provenance saying which."""
+    from trainsim.builders import eager
+    from trainsim.hardware import get_device, get_system
+
+    doc = json.loads(eager.CALIBRATION.read_text(encoding="utf-8"))
+    h100 = get_device(get_system("dgx-h100").device)
+    factor, note = eager.eager_factor((h100.name, *h100.aliases))
+    assert factor == doc["devices"]["h100-sxm5-80gb"]["factor"] and 1.0 < factor < 2.0
+    assert note == f";eager-factor:{factor:.3f}"
+    assert eager.eager_factor(("a100-sxm4-80gb",)) == (1.0, ";eager-factor-uncalibrated")
+    m = get_model("llama3-8b")
+    plan = Plan(micro_batch=2, seq_len=2048, impl="hf")
+    on_h100 = predict_llm(m, plan, "dgx-h100", simulate=False).stages[0].layer_ops
+    assert all(note in o.provenance for o in on_h100 if o.name == "hf_eager_layer")
+    bad = tmp_path / "cal.json"
+    bad.write_text('{"devices": {"h100-sxm5-80gb": {"factor": 9}}}', encoding="utf-8")
+    monkeypatch.setattr(eager, "CALIBRATION", bad)
+    eager._factors.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"cal\.json: a factor outside \[0\.5, 4\]"):
+            eager.eager_factor(("h100",))
+    finally:
+        monkeypatch.undo()
+        eager._factors.cache_clear()
+
+
+def test_shipped_eager_factor_is_what_the_script_measures():
+    """scripts/hf_eager_factor.py, run on the shipped h100-llama captures, gives the shipped
+    factor (the median over the ten captures of measured over census memory-bound time)."""
+    import importlib.util
+    import statistics
+    import tarfile
+    import tempfile
+    from pathlib import Path
+
+    from trainsim.builders import eager
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("hf_eager_factor", root / "scripts" / "hf_eager_factor.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(root / "src" / "trainsim" / "validate" / "data" / "gpu_e2e_h100.tar.xz", "r:xz") as tar:
+            tar.extractall(tmp, filter="data", members=[m for m in tar.getmembers() if "/llama_" in m.name])
+        rows = mod.capture_factors("h100-llama", Path(tmp) / "captures")
+    assert len(rows) == 10
+    doc = json.loads(eager.CALIBRATION.read_text(encoding="utf-8"))["devices"]["h100-sxm5-80gb"]
+    assert statistics.median(r[4] for r in rows) == pytest.approx(doc["factor"], abs=1e-4)
+    assert {r[0]: round(r[4], 4) for r in rows} == doc["captures"]

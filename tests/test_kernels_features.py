@@ -82,3 +82,36 @@ def test_missing_input_is_named():
 def test_operator_registered_twice_is_an_error():
     with pytest.raises(ModelError, match="registered twice"):
         _register(OpSpec("gemm", OPS["gemm"].family, {"m": 1}, OPS["gemm"].derive, {"m": 1.0}))
+
+
+def test_gpu_gemm_alignment_columns():
+    """On a GPU the generic gemm reads each size's largest power-of-two divisor (up to 256): LLM
+    shapes aligned to 128-1,024 run faster than the draws aligned to 8. The columns have no
+    monotone sign and never conflict; a CPU and the paper-001 operators do not get them."""
+    import numpy as np
+
+    from trainsim.hardware import get_device
+    from trainsim.kernels.features import (
+        ALIGN_COLUMNS,
+        column_signs,
+        model_columns,
+        op_spec,
+        pow2_divisor,
+    )
+
+    assert list(pow2_divisor(np.array([8192.0, 14336.0, 4000.0, 50257.0, 1.0, 24.4]))) == [256, 256, 32, 1, 1, 8]
+    from trainsim.bench.samples import BENCH_DATA
+
+    gpu, cpu = get_device("h100-sxm5-80gb"), get_device(str(BENCH_DATA / "cpu_full_97317d12607a0598.device.yaml"))
+    x = {"batch": np.array([1.0, 1.0]), "m": np.array([8192.0, 8200.0]), "n": np.array([4096.0, 4104.0]),
+         "k": np.array([14336.0, 14344.0]), "bias": np.array([0.0, 0.0]), "wt": np.array([1.0, 1.0])}  # fmt: skip
+    names, mat = model_columns(op_spec("gemm"), x, device=gpu, dtype="bf16")
+    assert set(names) >= ALIGN_COLUMNS
+    col = names.index("align_m")
+    assert list(mat[:, col]) == [8.0, 3.0]  # log2 of 256 and of 8
+    signs_names, signs, conflicts = column_signs(op_spec("gemm"), x, device=gpu, dtype="bf16")
+    assert not ALIGN_COLUMNS & set(conflicts)
+    assert all(s == 0 for n, s in zip(signs_names, signs, strict=True) if n in ALIGN_COLUMNS)
+    lin = {"b": np.array([1.0]), "l": np.array([2048.0]), "dim": np.array([4096.0]), "mp": np.array([1.0])}
+    assert not ALIGN_COLUMNS & set(model_columns(op_spec("linear1"), lin, device=gpu, dtype="bf16")[0])
+    assert not ALIGN_COLUMNS & set(model_columns(op_spec("gemm"), x, device=cpu, dtype="fp32")[0])

@@ -269,8 +269,13 @@ def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs:
     carried along the roofline beyond the measured work (see the module), or None when the
     calibration has no model for it. ``roofline``: a :class:`~trainsim.kernels.roofline.RooflineModel`
     of the calibration's device, in a tuple."""
+    import math
+
+    import numpy as np
+
     from trainsim.errors import NotCalibratedError
     from trainsim.kernels import predict_query, query
+    from trainsim.kernels.features import pow2_divisor
     from trainsim.kernels.roofline import MIN_KERNEL_S
 
     try:
@@ -290,6 +295,9 @@ def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs:
             if at_roof <= limit * (1 + 1e-9) or dim not in small:
                 continue
             small[dim] = max(1.0, small[dim] * (limit / at_roof) ** (1 / power))
+            if op == "gemm" and dim in ("m", "n", "k"):  # keep the size's alignment: the GPU models read it
+                align = float(pow2_divisor(np.array([inputs[dim]]))[0])
+                small[dim] = max(align, math.floor(small[dim] / align) * align)
             qs = query(op, phase=phase, dtype=dtype, **small)  # type: ignore[arg-type]
             at_roof = predict_query(qs, cal.device, models=roofline).duration_s
         at = predict_query(qs, cal.device, models=cal.models)

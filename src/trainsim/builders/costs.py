@@ -284,12 +284,15 @@ class LayerCoster:
         """HuggingFace's eager memory-bound calls of one layer or of the rest of the model
         (:mod:`trainsim.builders.eager`): the census's bytes over its kernel count, each kernel
         timed as an element-wise add moving the same bytes."""
-        from trainsim.builders.eager import eager_bytes
+        from trainsim.builders.eager import eager_bytes, eager_factor
 
         a = 4 if self.dtype == "fp32" else 2
         nbytes, kernels = eager_bytes(self.model, part, phase, tokens=self.tokens, seq=self.l, dtype_bytes=a)
         op = self._elementwise(name, phase, nbytes / (3 * a) / kernels)  # an add reads two, writes one
-        return OpCost(name, phase, op.seconds * kernels, op.provenance + ";hf-eager-census", 0.0, "memory", kernels)
+        dev = self.c.device
+        factor, note = eager_factor((dev.name, *dev.aliases))
+        return OpCost(name, phase, op.seconds * kernels * factor, op.provenance + ";hf-eager-census" + note, 0.0,
+                      "memory", kernels)  # fmt: skip
 
     def hidden_dropout(self, phase: str) -> list[OpCost]:
         """An unfused dropout on the ``[b, l, dim]`` residual stream (``plan.hidden_dropout``):

@@ -16,6 +16,16 @@ element-wise add moving the same bytes (the device's own ``res_add``/``elementwi
 small kernel keeps its launch-bound floor). GEMMs, attention, the embedding lookup and the loss's
 gather are the builder's own operators and are not in the census.
 
+The census's kernels run slower than the bench's contiguous adds at the same bytes: rotary and
+norm multiplies broadcast and mix bf16 with fp32 (PyTorch's non-vectorized element-wise path),
+``cat`` gathers strided halves, and ``fill_``/``copy_`` calls that zero and move gradients are
+not in the census. Where a device has Kineto traces of such steps, the census time is scaled by
+a measured factor (``builders/data/hf_eager_calibration.json``, written by
+``scripts/hf_eager_factor.py``): on the H100, 1.40, the median over the ten ``h100-llama``
+captures of (the step's memory-bound kernel time less the builder's own memory-bound operators)
+/ (the census's time); the other capture sets are held out (docs/gpu.md). A device without a
+factor keeps 1.0 and its provenance says ``eager-factor-uncalibrated``.
+
 Approximations (stated): one census per family, recorded at the family's default configuration
 (GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
 the CPU's decomposition of dropout (``bernoulli_`` then ``div_``) is dropped, leaving the
@@ -36,6 +46,7 @@ from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ConfigError
 
 CENSUS = Path(__file__).parent / "data" / "hf_eager_census.json"
+CALIBRATION = Path(__file__).parent / "data" / "hf_eager_calibration.json"
 _DTYPE_BYTES = {"float32": 4, "int64": 8, "bool": 1}
 _CPU_DROPOUT = ("bernoulli_", "div_")  # the CPU's dropout decomposition (a GPU fuses it into one kernel)
 
@@ -50,6 +61,29 @@ def _census() -> dict[str, Any]:
     if not isinstance(families, dict):
         raise ConfigError(f"{CENSUS}: field 'families' must be an object")
     return families
+
+
+@cache
+def _factors() -> dict[str, float]:
+    try:
+        doc = json.loads(CALIBRATION.read_text(encoding="utf-8"))
+        out = {str(name): float(entry["factor"]) for name, entry in doc["devices"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"{CALIBRATION}: expected the JSON written by scripts/hf_eager_factor.py, "
+                          f"devices.<name>.factor a number ({e})") from None  # fmt: skip
+    if not all(0.5 <= f <= 4.0 for f in out.values()):
+        raise ConfigError(f"{CALIBRATION}: a factor outside [0.5, 4]: {out}")
+    return out
+
+
+def eager_factor(names: tuple[str, ...]) -> tuple[float, str]:
+    """(factor, provenance note) for the census's time on the device known by ``names`` (its
+    name and aliases): the measured factor where its traces gave one, else 1.0."""
+    factors = _factors()
+    for name in names:
+        if name in factors:
+            return factors[name], f";eager-factor:{factors[name]:.3f}"
+    return 1.0, ";eager-factor-uncalibrated"
 
 
 def family_of(model: ModelSpec) -> str:
