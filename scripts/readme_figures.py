@@ -76,7 +76,9 @@ LLM_ROWS = (  # group, label, target, published (data README; paper 001)
     ("seed001-perlmutter", "paper 001, Perlmutter (A100, 16–128 GPUs)", "≤ 5", "paper 001 4.98"),
     ("seed001-vista", "paper 001, Vista (GH200, 16–128 GPUs)", "≤ 9", "paper 001 9.38"),
     ("h100-gpt2", "trainsim captures: 2-layer HF GPT-2, fp32, 1 H100", "—", "—"),
-    ("h100-llama", "trainsim captures: 2 LLaMA-3 8B layers (HF), bf16, 1 H100", "—", "—"),
+    ("h100-llama", "trainsim captures: 2 LLaMA-3 8B layers (HF), bf16, 1 H100 (eager factor's calibration set)", "—", "—"),
+    ("h100-llama13", "held out: 2 LLaMA-2 13B layers (HF), bf16, seq 4,096, 1 H100", "—", "—"),
+    ("h100-llama70", "held out: 2 LLaMA-3 70B layers (HF), bf16, 1 H100", "—", "—"),
 )
 
 
