@@ -76,7 +76,7 @@ if [[ " $STEPS " == *" captures "* ]]; then
         || echo "capture $m b$b r$rep failed (see capture.log)"
     done
   done
-  tar -C "$CAPS" -cf - captures | xz -T0 -6 >"$OUT/captures.tar.xz"
+  ( set -o pipefail; tar -C "$CAPS" -cf - captures | xz -T0 -6 >"$OUT/captures.tar.xz" ) || echo "captures: archiving failed"
 fi
 kill "$smi" 2>/dev/null
 tar -C "$RUN" -czf "$OUT/logs.tgz" logs

@@ -12,7 +12,7 @@ the median over the captures. Other capture sets are printed beside it (``--chec
 are not used.
 
     python scripts/hf_eager_factor.py                 # prints; --write rewrites the JSON
-    python scripts/hf_eager_factor.py --check h100-llama13 --captures DIR
+    python scripts/hf_eager_factor.py --check h100-gpt2 --check h100-llama13 --check h100-llama70
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "trainsim" / "builders" / "data" / "hf_eager_calibration.json"
+SHIPPED = ROOT / "src" / "trainsim" / "validate" / "data" / "gpu_e2e_h100.tar.xz"
+HELD_OUT = ROOT / "docs" / "results" / "h100_llama_heldout_kineto.tar.xz"
 KERNEL_CLASSES = (("attention", re.compile(r"sdpa|flash|fmha", re.I)),
                   ("gemm", re.compile(r"nvjet|gemm|cutlass|xmma", re.I)),
                   ("optimizer", re.compile(r"multi_tensor_apply")))  # fmt: skip
@@ -37,6 +39,9 @@ KERNEL_CLASSES = (("attention", re.compile(r"sdpa|flash|fmha", re.I)),
 
 def kernel_split(trace: Path) -> dict[str, float]:
     """GPU milliseconds per profiled step of a Kineto trace, by kernel class (the rest: memory)."""
+    if not trace.is_file():
+        raise SystemExit(f"{trace}: no such Kineto trace (captures: the gpu_e2e archive holds h100-llama and "
+                         f"h100-gpt2, docs/results/{HELD_OUT.name} the llama13 and llama70 ones)")  # fmt: skip
     events = json.loads(trace.read_text(encoding="utf-8"))["traceEvents"]
     steps = sum(1 for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep"))
     if steps == 0:
@@ -78,20 +83,22 @@ def capture_factors(tag: str, captures: Path) -> list[tuple[str, float, float, f
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tag", default="h100-llama", help="calibration set (validate llm shipped tag)")
-    ap.add_argument("--captures", type=Path, help="folder of its captures (default: the shipped gpu_e2e archive)")
+    ap.add_argument("--captures", type=Path, help="folder of its captures (default: the shipped archives)")
     ap.add_argument("--check", action="append", default=[], help="another tag to print (held out)")
-    ap.add_argument("--check-captures", type=Path, help="folder of the --check tags' captures")
+    ap.add_argument("--check-captures", type=Path, help="folder of the --check tags' captures (default: the shipped archives)")
     ap.add_argument("--write", action="store_true", help="rewrite the calibration JSON")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         caps = args.captures
-        if caps is None:
-            with tarfile.open(ROOT / "src" / "trainsim" / "validate" / "data" / "gpu_e2e_h100.tar.xz", "r:xz") as tar:
-                tar.extractall(tmp, filter="data")
-            caps = Path(tmp) / "captures"
+        if caps is None or (args.check and args.check_captures is None):
+            for archive in (SHIPPED, HELD_OUT):  # Kineto traces only (the execution traces are not read)
+                with tarfile.open(archive, "r:xz") as tar:
+                    tar.extractall(tmp, filter="data", members=[m for m in tar.getmembers()
+                                                                if m.name.endswith("kineto.json")])  # fmt: skip
+        caps = caps or Path(tmp) / "captures"
         rows = capture_factors(args.tag, caps)
         for tag in args.check:
-            for r in capture_factors(tag, args.check_captures or caps):
+            for r in capture_factors(tag, args.check_captures or Path(tmp) / "captures"):
                 print(f"  held out {tag:14s} {r[0]:22s} measured {r[1]:7.2f} ms  other {r[2]:6.2f}  census {r[3]:6.2f}  factor {r[4]:.3f}")
     for r in rows:
         print(f"  {args.tag:14s} {r[0]:22s} measured {r[1]:7.2f} ms  other {r[2]:6.2f}  census {r[3]:6.2f}  factor {r[4]:.3f}")

@@ -379,7 +379,19 @@ def test_carry_keeps_a_gemm_size_aligned(monkeypatch):
         return real(q, device, models=models)
 
     monkeypatch.setattr(kernels, "predict_query", spy)
-    x = {"batch": 1.0, "m": 131072.0, "n": 28672.0, "k": 8192.0, "bias": 0.0, "wt": 1.0}
-    got = bc.carried_time(cal, "gemm", "fwd", "bf16", x, roofline=(RooflineModel(cal.device),))
-    assert got is not None and "beyond-measured-work" in got[1]
-    assert asked[-1]["m"] < 131072 and asked[-1]["m"] % 1024 == 0
+    from trainsim.kernels.features import pow2_divisor
+
+    for m in (131072.0, 131080.0, 131076.0):  # aligned to 256 (the cap), to 8, to 4
+        x = {"batch": 1.0, "m": m, "n": 28672.0, "k": 8192.0, "bias": 0.0, "wt": 1.0}
+        got = bc.carried_time(cal, "gemm", "fwd", "bf16", x, roofline=(RooflineModel(cal.device),))
+        assert got is not None and "beyond-measured-work" in got[1]
+        assert asked[-1]["m"] < m and pow2_divisor(asked[-1]["m"]) == pow2_divisor(m), (m, asked[-1])
+
+
+def test_aligned_like_keeps_exactly_the_alignment_and_never_grows():
+    from trainsim.builders.bench_costs import _aligned_like
+
+    assert _aligned_like(10300.0, 131080.0) == 10296.0  # an odd multiple of 8: aligned to 8, not 16
+    assert _aligned_like(10300.0, 131072.0) == 10240.0  # a multiple of the cap (256)
+    assert _aligned_like(5.0, 131080.0) == 8.0  # at least one step
+    assert _aligned_like(255.0, 255.6) == 255.6  # never above the original

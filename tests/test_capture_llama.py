@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 @pytest.mark.parametrize(("shape", "seq_len", "widths"), [
     ("cuda", 2048, (4096, 2, 32, 8, 14336)),  # the llama example: LLaMA-3 8B's widths
     ("cuda-13b", 4096, (5120, 2, 40, 40, 13824)),  # llama13: LLaMA-2 13B's, no GQA
+    ("cuda-70b", 2048, (8192, 2, 64, 8, 28672)),  # llama70: LLaMA-3 70B's
 ])  # fmt: skip
 def test_cuda_shape_is_the_config_trainsim_predict_reads(tmp_path, shape, seq_len, widths):
     from transformers import LlamaForCausalLM
@@ -34,10 +35,16 @@ def test_cuda_shape_is_the_config_trainsim_predict_reads(tmp_path, shape, seq_le
 
 
 def test_llama13_passes_its_shape_to_the_builder():
-    from trainsim.capture.examples import example_info
+    from trainsim.capture.examples import example_info, llama
+    from trainsim.errors import CaptureError
 
     assert dict(example_info("llama13").options) == {"shape": "cuda-13b"}
+    assert dict(example_info("llama70").options) == {"shape": "cuda-70b"}
     assert dict(example_info("llama").options) == {}
+    step = example_info("llama13").build(batch_size=1, device="cpu", seed=0)  # the CPU stand-in
+    assert step.batch[0].shape == (1, 64)
+    with pytest.raises(CaptureError, match="llama example: unknown shape 'cuda-9b'; known: cpu, cuda, cuda-13b"):
+        llama.build(batch_size=1, device="cuda", seed=0, shape="cuda-9b")
 
 
 def test_cpu_stand_in_trains_a_step():

@@ -22,7 +22,25 @@ from trainsim.kernels.monotone import MONOTONE_SLACK, MONOTONE_STEP
 from trainsim.kernels.registry import artifact_bytes
 from trainsim.kernels.samples import EntryKey
 
-MODELS = registered_models()
+
+def _bench_models() -> list[KernelModel]:
+    """The shipped CUDA bench calibration (its GPU gemm models read the alignment columns, which
+    no constraint covers: fitting checks them like unconstrained trees, and so does this test)."""
+    from trainsim.builders.bench_costs import bench_calibration
+    from trainsim.hardware import get_device
+
+    cal = bench_calibration(get_device("h100-sxm5-80gb"))
+    if cal is None:
+        return []
+    # its gemm entries only: the other families' entries predate this test, and one of them
+    # (memcpy/fwd/fp32) is up to 20 % faster at twice the bytes between measured sizes
+    # (docs/gpu.md: a known defect, left for the next refit)
+    model = cal.models[0]
+    gemm = [e for k, e in model.entries.items() if k.op == "gemm"]
+    return [LearnedKernelModel(device=model.spec, dataset=model.dataset, entries=gemm, name=f"{model.name}-gemm")]
+
+
+MODELS = registered_models() + _bench_models()
 _N = 64  # random points per entry
 
 

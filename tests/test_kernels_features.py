@@ -100,6 +100,8 @@ def test_gpu_gemm_alignment_columns():
     )
 
     assert list(pow2_divisor(np.array([8192.0, 14336.0, 4000.0, 50257.0, 1.0, 24.4]))) == [256, 256, 32, 1, 1, 8]
+    assert list(pow2_divisor(np.array([0.0, -8.0, np.nan, np.inf, 2.0**70, 2.0**70 + 2.0**20 * 3]))) == [
+        1, 1, 1, 1, 256, 256]  # fmt: skip
     from trainsim.bench.samples import BENCH_DATA
 
     gpu, cpu = get_device("h100-sxm5-80gb"), get_device(str(BENCH_DATA / "cpu_full_97317d12607a0598.device.yaml"))

@@ -263,19 +263,29 @@ def bench_calibration(device: DeviceSpec) -> BenchCalibration | None:
     return _load(sample) if sample else None
 
 
+def _aligned_like(size: float, original: float) -> float:
+    """The largest size up to ``size`` (at least one step) whose alignment
+    (:func:`~trainsim.kernels.features.pow2_divisor`) is exactly ``original``'s, never above
+    ``original``: an odd multiple of that power of two, or any multiple of the cap."""
+    import math
+
+    from trainsim.kernels.features import ALIGN_CAP, pow2_divisor
+
+    align = float(pow2_divisor(original))
+    q = max(1, math.floor(size / align))
+    if align < ALIGN_CAP and q % 2 == 0:
+        q -= 1
+    return min(q * align, original)
+
+
 def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs: dict[str, float], *,
                  roofline: tuple[Any, ...]) -> tuple[float, str] | None:  # fmt: skip
     """The calibration's answer for bench operator ``op`` on ``inputs`` (seconds, provenance),
     carried along the roofline beyond the measured work (see the module), or None when the
     calibration has no model for it. ``roofline``: a :class:`~trainsim.kernels.roofline.RooflineModel`
     of the calibration's device, in a tuple."""
-    import math
-
-    import numpy as np
-
     from trainsim.errors import NotCalibratedError
     from trainsim.kernels import predict_query, query
-    from trainsim.kernels.features import pow2_divisor
     from trainsim.kernels.roofline import MIN_KERNEL_S
 
     try:
@@ -296,8 +306,7 @@ def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs:
                 continue
             small[dim] = max(1.0, small[dim] * (limit / at_roof) ** (1 / power))
             if op == "gemm" and dim in ("m", "n", "k"):  # keep the size's alignment: the GPU models read it
-                align = float(pow2_divisor(np.array([inputs[dim]]))[0])
-                small[dim] = max(align, math.floor(small[dim] / align) * align)
+                small[dim] = _aligned_like(small[dim], inputs[dim])
             qs = query(op, phase=phase, dtype=dtype, **small)  # type: ignore[arg-type]
             at_roof = predict_query(qs, cal.device, models=roofline).duration_s
         at = predict_query(qs, cal.device, models=cal.models)

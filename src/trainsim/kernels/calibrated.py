@@ -31,10 +31,12 @@ from trainsim.hardware import DeviceSpec
 from trainsim.hardware.schema import DeviceSpec as _DeviceSchema
 from trainsim.ir.kinds import KernelFamily
 from trainsim.kernels.features import (
+    ALIGN_COLUMNS,
     derive,
     device_inputs,
     model_columns,
     op_spec,
+    pow2_divisor,
     roofline_s,
 )
 from trainsim.kernels.learned import Portable, load_portable
@@ -55,7 +57,10 @@ class LearnedEntry:
     metrics: dict[str, Any] = field(default_factory=dict)  # held-out errors, candidates, ...
     claims: dict[str, int] = field(default_factory=dict)  # monotone claims the data support
 
-    def design(self, inputs: Mapping[str, np.ndarray], device: DeviceSpec) -> np.ndarray:
+    def design(self, inputs: Mapping[str, np.ndarray], device: DeviceSpec,
+               aligned: Mapping[str, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
+        """The entry's columns for ``inputs``; ``aligned``: the inputs the alignment columns
+        read instead (the unclipped sizes: a clipped size has its bound's alignment, not its own)."""
         names, mat = model_columns(
             op_spec(self.key.op), inputs, device=device, dtype=self.key.dtype
         )
@@ -63,7 +68,12 @@ class LearnedEntry:
             idx = [names.index(c) for c in self.columns]
         except ValueError as e:
             raise ModelError(f"entry {self.key.label}: {e}") from None
-        return mat[:, idx]
+        out = mat[:, idx]
+        if aligned is not None:
+            for j, c in enumerate(self.columns):
+                if c in ALIGN_COLUMNS:
+                    out[:, j] = np.log2(pow2_divisor(aligned[c.removeprefix("align_")]))
+        return out
 
     def predict(
         self, inputs: Mapping[str, ArrayLike], device: DeviceSpec
@@ -75,7 +85,7 @@ class LearnedEntry:
         x = {k: np.atleast_1d(v).ravel() for k, v in x.items()}
         clipped = {k: np.clip(v, *self.ranges[k]) if k in self.ranges else v for k, v in x.items()}
         outside = any(bool(np.any(clipped[k] != x[k])) for k in x)
-        t = np.exp2(self.regressor.predict(self.design(clipped, device)))
+        t = np.exp2(self.regressor.predict(self.design(clipped, device, x if outside else None)))
         if outside:
             eb_dtype = self.key.dtype
             w_x, w_c = derive(spec, x, eb_dtype), derive(spec, clipped, eb_dtype)

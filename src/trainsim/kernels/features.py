@@ -441,10 +441,14 @@ ALIGN_CAP = 256
 ALIGN_COLUMNS = frozenset({"align_m", "align_n", "align_k"})
 
 
-def pow2_divisor(v: np.ndarray, cap: int = ALIGN_CAP) -> np.ndarray:
-    """The largest power of two, up to ``cap``, that divides each size (rounded to an integer)."""
-    r = np.maximum(np.rint(np.asarray(v, dtype=float)), 1).astype(np.int64)
-    return np.minimum(r & -r, cap).astype(float)
+def pow2_divisor(v: ArrayLike, cap: int = ALIGN_CAP) -> np.ndarray:
+    """The largest power of two, up to ``cap`` (a power of two), that divides each size rounded
+    to an integer; 1 for a size under 1 or not finite. It depends only on the size modulo
+    ``cap``, so sizes of any magnitude are exact."""
+    r = np.rint(np.asarray(v, dtype=float))
+    r = np.where(np.isfinite(r) & (r >= 1), r, 1.0)
+    rem = np.fmod(r, cap).astype(np.int64)
+    return np.where(rem == 0, cap, rem & -rem).astype(float)
 
 
 def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: DeviceSpec,

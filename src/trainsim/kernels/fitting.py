@@ -23,7 +23,9 @@ Per entry (operator, phase, dtype):
    31 of 303 measured pairs; a model faithful to those measurements cannot honour that claim,
    and the entry records why it was dropped). Every tree kind is also tried *constrained*
    (``"constrained": true`` in its config: monotone constraints on every column that moves
-   with a claimed input), which honours the claims by construction; the ``roofline`` kind is
+   with a claimed input), which honours the claims by construction (except through a GPU
+   GEMM's alignment columns, which have no sign: such a candidate is checked like an
+   unconstrained one, and strict fits leave those columns out); the ``roofline`` kind is
    monotone too, so some candidate always qualifies. Constrained trees that learn the
    efficiency are monotone in time only if efficiency never improves with size, which per-call
    overhead contradicts on a CPU; so each is also tried on log2 time itself (``"target":
@@ -66,6 +68,7 @@ from trainsim.hardware import DeviceSpec, find_device
 from trainsim.ir.kinds import KernelFamily
 from trainsim.kernels.calibrated import LearnedEntry, LearnedKernelModel
 from trainsim.kernels.features import (
+    ALIGN_COLUMNS,
     Arrays,
     column_signs,
     derive,
@@ -281,7 +284,11 @@ def _select(key: EntryKey, family: KernelFamily, *, kinds: Sequence[str], grid: 
     for kname in kinds:
         k = kind(kname)
         idx = kind_columns(k, cols)
+        if strict:  # the alignment columns move both ways with the sizes: no strict model reads them
+            idx = [i for i in idx if cols[i] not in ALIGN_COLUMNS]
         kx, kcols, ksigns = x[:, idx], [cols[i] for i in idx], [signs[i] for i in idx]
+        # constraints make a tree monotone in every claimed input only through columns with a sign
+        by_construction = not ALIGN_COLUMNS & set(kcols)
         variants = (
             (True,)
             if strict and k.monotone
@@ -323,7 +330,7 @@ def _select(key: EntryKey, family: KernelFamily, *, kinds: Sequence[str], grid: 
                 continue
             score = mape_pct(np.concatenate(preds), np.concatenate(meas))
             why = ""
-            if not (constrained or k.name == "roofline") and monotone_violation(
+            if not ((constrained and by_construction) or k.name == "roofline") and monotone_violation(
                 entry, inputs, fit_rows, device, step=None if strict else MONOTONE_STEP, seed=seed
             ) > (1e-9 if strict else LOG_SLACK):
                 why = (

@@ -103,6 +103,8 @@ def _op(op: str, hi: int) -> OpSweep:
     new = op in ("linear_aligned", "linear_llm")
     return OpSweep(
         op=op, model_op="gemm", family=KernelFamily.GEMM, dims=dims, quick_cases=24 if op in ("mm", "addmm", "bmm", "linear") else 8,
+        # below 1: these aligned bf16 shapes run near the peak, ~3x the budget's conservative
+        # speed, so cases up to ~3x the usual estimate still take ~the usual time
         dtypes=("bfloat16",) if new else None, slowdown=0.35 if new else 1.0,
         features=lambda p: {"batch": p.get("b", 1), "m": p["m"], "n": p["n"], "k": p["k"], **GEMM_VARIANT[op]},
         cost=lambda phase, p, dtype: _cost(op, phase, p, dtype),

@@ -36,7 +36,8 @@ class ExampleInfo:
     module: str
     default_batch_size: int
     summary: str
-    options: Mapping[str, Any] = field(default_factory=dict)  # more keyword arguments of the module's build
+    # more keyword arguments of the module's build (read-only; not part of the hash)
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
 
     def build(self, *, batch_size: int, device: str, seed: int) -> TrainingStep:
         builder: Any = importlib.import_module(self.module).build

@@ -22,6 +22,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trainsim.capture.examples import TrainingStep
+from trainsim.errors import CaptureError
 
 # shape -> (config fields, sequence length, dtype)
 SHAPES: dict[str, tuple[dict[str, Any], int, torch.dtype]] = {
@@ -53,6 +54,8 @@ def build(*, batch_size: int, device: str, seed: int, shape: str = "") -> Traini
     """The step on ``device``; ``shape`` names a CUDA shape of :data:`SHAPES` (on the CPU the
     stand-in is built whatever it says)."""
     kind = "cpu" if not device.startswith("cuda") else shape or "cuda"
+    if kind not in SHAPES:
+        raise CaptureError(f"llama example: unknown shape {shape!r}; known: {', '.join(sorted(SHAPES))}")
     cfg, seq, dtype = config(kind)
     torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
     hf_model: nn.Module = LlamaForCausalLM(cfg)
