@@ -920,3 +920,28 @@ def test_context_parallel_ring_moves_whole_kv_heads() -> None:
         c = PlanComm(m, plan, get_system(SYSTEM)).cp_layer("fwd")
         assert c is not None
         assert c.bytes == 8192 // 2 * heads * m.d_head * 2 * 2  # tokens/cp × K,V × bf16, one step
+
+
+def test_sgd_optimizer_is_one_add_over_the_parameters_and_keeps_no_state():
+    """``Plan.optimizer = "sgd"`` (the capture examples' torch.optim.SGD, no momentum): the step is
+    one element-wise pass over the parameters, the memory holds no optimizer state, the label
+    says so, and a bad value is a one-line error."""
+    from trainsim.builders.memory import memory_per_gpu
+    from trainsim.builders.models import get_model
+    from trainsim.builders.plan import Plan
+    from trainsim.builders.predict import predict_llm
+    from trainsim.errors import ConfigError
+
+    m = get_model("llama3-8b")
+    adam = predict_llm(m, Plan(micro_batch=1, seq_len=2048, impl="hf"), "dgx-h100", simulate=False)
+    sgd_plan = Plan(micro_batch=1, seq_len=2048, impl="hf", optimizer="sgd")
+    sgd = predict_llm(m, sgd_plan, "dgx-h100", simulate=False)
+    assert sgd_plan.label().endswith("-hf-sgd") and not adam.plan.label().endswith("sgd")
+    st = sgd.stages[0]
+    # read weight and gradient, write the weight: 3 x 2 bytes per bf16 parameter, at < 3.35 TB/s
+    assert st.optimizer_s > 6 * st.params / 3.35e12
+    assert st.optimizer_s < adam.stages[0].optimizer_s
+    assert memory_per_gpu(m, sgd_plan)[0].optimizer_bytes == 0
+    assert memory_per_gpu(m, Plan(micro_batch=1, seq_len=2048))[0].optimizer_bytes > 0
+    with pytest.raises(ConfigError, match="plan: optimizer must be one of adam, sgd, got 'lamb'"):
+        Plan(optimizer="lamb").validate(m)  # type: ignore[arg-type]

@@ -535,6 +535,8 @@ class LayerCoster:
 
     def optimizer(self, params: float, layers: int) -> OpCost:
         """One optimizer step over ``params`` parameters held by this GPU (after ZeRO sharding).
+        With ``plan.optimizer == "sgd"``: one element-wise add over the parameters (see
+        :class:`~trainsim.builders.plan.Plan`); otherwise Adam, as follows.
 
         001 Table I's optimizer operator is timed per pipeline stage on ``[mp, dim, encoders]``
         (FusedAdam, mixed precision, the step of ``encoders`` layers of width ``dim`` split
@@ -546,6 +548,9 @@ class LayerCoster:
         Without that benchmark, 001's whole-model optimizer benchmark (layers, width, tensors,
         parameters) answers.
         """
+        if self.plan.optimizer == "sgd":  # p -= lr * g in place: an add's bytes (two read, one written)
+            op = self._elementwise("optimizer", "step", params)
+            return OpCost("optimizer", "step", op.seconds, op.provenance + ";sgd-as-add", 0.0, "optimizer")
         n = max(layers, 1)
         s, prov = self.c.time(
             "middleStage_optimizer", "step", "fp16", mp=self.t, dim=self.model.hidden, encoders=n

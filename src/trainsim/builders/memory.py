@@ -407,11 +407,14 @@ def memory_per_gpu(
 ) -> list[MemoryBreakdown]:
     """Memory of one GPU of each pipeline stage (see the module docstring).
 
-    ``precision`` defaults to :meth:`Precision.for_dtype` of ``plan.dtype``;
+    ``precision`` defaults to :meth:`Precision.for_dtype` of ``plan.dtype`` (no optimizer state
+    with ``plan.optimizer == "sgd"``);
     ``layers_per_stage`` to :func:`stage_layers` (``plan.partition`` chooses Megatron's or GPT-NeoX's).
     """
     plan.validate(model)
     prec = precision or Precision.for_dtype(plan.dtype)
+    if precision is None and plan.optimizer == "sgd":  # plain SGD keeps no state
+        prec = Precision(prec.weight_bytes, prec.grad_bytes, 0.0)
     layers = list(layers_per_stage) if layers_per_stage is not None else stage_layers(model, plan)
     if len(layers) != plan.pp or sum(layers) != model.layers or min(layers) < 0:
         raise ConfigError(

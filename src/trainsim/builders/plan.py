@@ -28,6 +28,11 @@ norms, rotary embeddings, activations, residual adds, dropout and loss run as th
 shares, the first stages taking any remainder) or ``001`` (GPT-NeoX's DeepSpeed pipeline as
 paper 001 Eq. 3–5 gives it: the embedding blocks count as two layers of the first stage and the
 final norm and head as three of the last, :func:`trainsim.builders.memory.stage_layers_001`).
+``optimizer``: ``adam`` (mixed-precision Adam as Megatron runs it: fp32 master weights and two
+moments, the step timed by paper 001's optimizer operator) or ``sgd`` (``torch.optim.SGD``
+without momentum, as the ``capture`` examples train: the weights updated in place, no optimizer
+state; the step one element-wise pass over the parameters: read weight and gradient, write the
+weight, timed as the device's element-wise add of that many elements).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ Impl = Literal["fused", "hf"]
 IMPLS: tuple[str, ...] = ("fused", "hf")
 Partition = Literal["even", "001"]
 PARTITIONS: tuple[str, ...] = ("even", "001")
+Optimizer = Literal["adam", "sgd"]
+OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,7 @@ class Plan:
     hidden_dropout: float = 0.0  # > 0: unfused dropout kernels on the residual stream (see above)
     impl: Impl = "fused"  # fused kernels, or HuggingFace eager modules (see above)
     partition: Partition = "even"  # layers per pipeline stage: Megatron's, or 001 Eq. 3–5 (see above)
+    optimizer: Optimizer = "adam"  # mixed-precision Adam, or plain SGD on the weights (see above)
 
     @property
     def gpus(self) -> int:
@@ -120,6 +128,8 @@ class Plan:
             parts.append(self.impl)
         if self.partition != "even":
             parts.append(f"part{self.partition}")
+        if self.optimizer != "adam":
+            parts.append(self.optimizer)
         return "-".join(parts)
 
     def validate(self, model: ModelSpec, *, gpus: int | None = None) -> None:
@@ -156,6 +166,8 @@ class Plan:
             family_of(model)  # a one-line error for a model with no census
             if self.tp > 1 or self.cp > 1:
                 raise ConfigError(f"plan: impl 'hf' runs one model replica per GPU (tp = cp = 1), got tp {self.tp}, cp {self.cp}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"plan: optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.partition not in PARTITIONS:
             raise ConfigError(f"plan: partition must be one of {', '.join(PARTITIONS)}, got {self.partition!r}")
         if self.partition != "even" and self.schedule == "interleaved":

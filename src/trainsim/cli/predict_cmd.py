@@ -47,6 +47,7 @@ def predict(
     attention_dropout: float = typer.Option(0.0, "--attention-dropout", help="Attention dropout probability (non-flash attention adds a dropout kernel)."),
     hidden_dropout: float = typer.Option(0.0, "--hidden-dropout", help="Dropout probability on the residual stream as separate kernels (HuggingFace models' nn.Dropout; Megatron fuses it into the residual add: leave 0)."),
     partition: str = typer.Option("even", "--partition", help="Layers per pipeline stage: even (Megatron) or 001 (GPT-NeoX's DeepSpeed pipeline, paper 001 Eq. 3–5: embedding and head count as layers of the end stages)."),
+    optimizer: str = typer.Option("adam", "--optimizer", help="adam (mixed-precision Adam, Megatron's) or sgd (plain SGD on the weights, no state: one element-wise pass over the parameters)."),
     impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
     closed_form: bool = typer.Option(False, "--closed-form", help="Skip the simulation: paper 001's Eq. 7 only (sub-millisecond)."),
@@ -77,7 +78,8 @@ def predict(
                     global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                     attention_dropout=attention_dropout, wgrad_fusion=wgrad_fusion,
-                    hidden_dropout=hidden_dropout, impl=impl, partition=partition)  # type: ignore[arg-type]  # fmt: skip
+                    hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
+                    optimizer=optimizer)  # type: ignore[arg-type]  # fmt: skip
         if timeline is not None:
             plan.validate(spec, gpus=gpus)
             passes = plan.grad_accum * plan.pp * plan.vpp

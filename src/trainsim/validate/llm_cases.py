@@ -27,14 +27,14 @@ One more set ships inside the package instead (:data:`SHIPPED_TAGS`):
     two captures each; the measured value is the capture's median profiled step. Plan: one GPU,
     no recompute, SDPA attention (``flash``), HuggingFace's dropout 0.1 on the residual stream
     (``hidden_dropout``; attention dropout runs inside the SDPA kernel), eager HF modules
-    (``impl="hf"``, :mod:`trainsim.builders.eager`; before 2026-11-26 the fused operators). Not modelled: SGD (the
-    builder's optimizer is Adam's), the loss's shifted-logits copy.
+    (``impl="hf"``, :mod:`trainsim.builders.eager`; before 2026-11-26 the fused operators). Since 2026-11-26 the plan's
+    optimizer is SGD (``optimizer="sgd"``), as the capture's. Not modelled: the loss's shifted-logits copy.
 ``h100-llama``    the ``llama`` capture example on one H100 (``validate/data/h100_llama_steps.json``):
     a 2-layer ``LlamaForCausalLM`` at LLaMA-3 8B's widths (hidden 4,096, GQA 32/8 heads, SwiGLU
     14,336, vocabulary 32,000, untied), sequence 2,048, bf16, eager PyTorch with SDPA, at
     micro-batch 1, 2, 4, 8 and 16, two captures each (two H100 machines); the measured value is
     the capture's median profiled step. Plan: one GPU, no recompute, ``flash`` attention, no
-    dropout, eager HF modules (``impl="hf"``). Not modelled: SGD (the builder's optimizer is Adam's).
+    dropout, eager HF modules (``impl="hf"``), SGD (``optimizer="sgd"``, as the capture's, since 2026-11-26).
 ``h100-llama13``, ``h100-llama70``  the same on two held-out shapes, measured with predictions
     registered before (``h100_llama13_steps.json``: LLaMA-2 13B's widths, no GQA, sequence 4,096,
     micro-batch 1, 2, 4, two captures each; ``h100_llama70_steps.json``: LLaMA-3 70B's widths,
@@ -419,7 +419,7 @@ def read_h100_gpt2(tag: str = "h100-gpt2") -> list[LLMCase]:
             if not isinstance(measured, int | float) or measured <= 0:
                 raise ConfigError(f"{man}: field 'measured_step_s' must be a positive number, got {measured!r}")
             plan = Plan(micro_batch=batch, global_batch=batch, seq_len=H100_GPT2_SEQ, dtype="fp32",
-                        attention="flash", hidden_dropout=H100_GPT2_DROPOUT, impl="hf")  # fmt: skip
+                        attention="flash", hidden_dropout=H100_GPT2_DROPOUT, impl="hf", optimizer="sgd")  # fmt: skip
             plan.validate(model, gpus=1)
             out.append(LLMCase(f"{tag}:b{batch}-r{k}", str(man), k + 1, model, plan, "dgx-h100",
                                float(measured), {}))  # fmt: skip
@@ -464,7 +464,7 @@ def read_h100_llama(tag: str = "h100-llama", path: Path | None = None) -> list[L
             raise ConfigError(f"{path}: captures[{k - 1}] needs a positive integer 'batch_size' and a positive "
                               f"'measured_step_s', got {batch!r} and {measured!r}")  # fmt: skip
         plan = Plan(micro_batch=batch, global_batch=batch, seq_len=seq, dtype="bf16", attention="flash",
-                    impl="hf")  # fmt: skip
+                    impl="hf", optimizer="sgd")  # fmt: skip
         plan.validate(model, gpus=1)
         out.append(LLMCase(f"{tag}:{c.get('name', k)}", str(path), k, model, plan, "dgx-h100", float(measured), {}))
     return out
