@@ -137,7 +137,7 @@ def test_cli_error_is_one_line_and_exit_1(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        "trainsim: error: unknown example model 'bert'; choose one of: dlrm, gpt2, llama, resnet"
+        "trainsim: error: unknown example model 'bert'; choose one of: dlrm, gpt2, llama, llama13, llama70, resnet"
     ]
 
 
