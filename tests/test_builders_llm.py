@@ -12,6 +12,7 @@ import json
 import math
 import tarfile
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainsim.builders.costs import HostModel, OpCost, OpCoster, flow_shop_s
-from trainsim.builders.llm import build_workload, closed_form_001, stage_costs
-from trainsim.builders.llm_comm import PlanComm, per_node
+from trainsim.builders.llm import build_workload, closed_form_001, stage_costs, with_tp_comm
+from trainsim.builders.llm_comm import CommCost, PlanComm, per_node
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.predict import LLMPrediction, predict_llm
@@ -671,6 +672,91 @@ def test_host_model_layer_time() -> None:
     assert h.layer_s("fwd") == pytest.approx(28.3 * 22.7e-6 + 23.2 * 3.9e-6)
     assert h.layer_s("bwd") > h.layer_s("fwd")
     assert h.extra_s(OpCost("x", "bwd", 0.0, "t", launches=2)) == pytest.approx(2 * 22.7e-6)
+
+
+def test_host_model_collective_costs_from_recsys_trace(shared_data: Path) -> None:
+    """HostModel.collective_op_s: the median CPU time of each c10d collective op kind in the
+    A100 recsys trace that also gives kernel_op_s."""
+    import gzip
+    import statistics
+
+    path = shared_data / "traces" / "hta_recsys_16rank_a100" / "rank0_of_16.json.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} is missing")
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    ops = {"c10d::allreduce_": "all_reduce", "c10d::_allgather_base_": "all_gather",
+           "c10d::_reduce_scatter_base_": "reduce_scatter", "c10d::alltoall_base_": "all_to_all"}  # fmt: skip
+    durs: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e.get("name") in ops:
+            durs.setdefault(ops[e["name"]], []).append(e["dur"] * 1e-6)
+    h = HostModel()
+    assert set(durs) == set(dict(h.collective_op_s))
+    for kind, ds in durs.items():
+        assert statistics.median(ds) == pytest.approx(h.collective_s(kind), rel=1e-9), kind
+    assert h.collective_s("send") == h.collective_s("all_reduce")  # unlisted kinds
+
+
+def _op(name: str, seconds: float, phase: str = "fwd") -> OpCost:
+    return OpCost(name, phase, seconds, "t")
+
+
+def _ar(seconds: float, kind: str = "all_reduce") -> CommCost:
+    return CommCost(f"tp_{kind}", kind, 1e6, 4, 4, seconds, "t")
+
+
+def test_tp_collectives_sit_where_megatron_issues_them() -> None:
+    layer = [_op("qkv_proj", 1.0), _op("attn", 1.0), _op("out_proj", 1.0), _op("fc1", 1.0), _op("fc2", 1.0)]
+    cpus = [0.1] * len(layer)
+    host = HostModel()
+    ops, c = with_tp_comm(layer, cpus, [_ar(0.5), _ar(0.5)], host)
+    assert [o.name for o in ops] == ["qkv_proj", "attn", "out_proj", "tp_all_reduce", "fc1", "fc2", "tp_all_reduce"]
+    assert c[3] == c[6] == host.collective_s("all_reduce") and c[:3] == [0.1] * 3
+    sp = [_ar(0.2, "all_gather"), _ar(0.3, "reduce_scatter")] * 2
+    ops, c = with_tp_comm(layer, cpus, sp, host)
+    assert [o.name for o in ops] == ["tp_all_gather", "qkv_proj", "attn", "out_proj", "tp_reduce_scatter",
+                                     "tp_all_gather", "fc1", "fc2", "tp_reduce_scatter"]  # fmt: skip
+    assert c[0] == host.collective_s("all_gather") and c[4] == host.collective_s("reduce_scatter")
+    ops, _ = with_tp_comm(layer, cpus, [_ar(0.5)], host)  # parallel residual: one joint reduce
+    assert ops[-1].name == "tp_all_reduce" and len(ops) == 6
+    assert with_tp_comm(layer, cpus, [], host) == (layer, cpus)
+
+
+def test_launch_bound_pass_hides_tp_collectives_gpu_bound_adds_them() -> None:
+    host = HostModel()
+    ar = host.collective_s("all_reduce")
+    layer = [_op("qkv_proj", 0.0), _op("out_proj", 0.0), _op("fc2", 0.0)]
+    comms = [_ar(50e-6), _ar(50e-6)]
+    # launch-bound: each op's dispatch (1 ms) outlasts its kernel; the all-reduces' 100 us run in
+    # the GPU's idle time and only their own dispatch (2 x 77.5 us) lengthens the pass, but for
+    # the last one, which ends the pass 50 us after its dispatch instead of fc2's 10 us
+    slow_cpu = [1e-3] * 3
+    ops = [replace(o, seconds=10e-6) for o in layer]
+    seq, cpus = with_tp_comm(ops, slow_cpu, comms, host)
+    added = flow_shop_s(seq, cpus, 10) - flow_shop_s(ops, slow_cpu, 10)
+    assert added == pytest.approx(10 * 2 * ar + 40e-6, rel=1e-9)
+    # GPU-bound: kernels of 10 ms; the collectives add their whole GPU time
+    ops = [replace(o, seconds=10e-3) for o in layer]
+    seq, cpus = with_tp_comm(ops, slow_cpu, comms, host)
+    added = flow_shop_s(seq, cpus, 10) - flow_shop_s(ops, slow_cpu, 10)
+    assert added == pytest.approx(10 * 100e-6, rel=1e-9)
+
+
+def test_breakdown_tp_communication_is_what_the_collectives_add() -> None:
+    plan = Plan(tp=4, pp=1, dp=2, micro_batch=1, global_batch=8, recompute="full")
+    r = _predict(plan)
+    st0 = stage_costs(get_model(MODEL), plan, get_system(SYSTEM))[0]
+    tp = [c for c in st0.comm if c.name.startswith("tp_")]  # forward's two, backward's two
+    assert len(tp) == 4
+    # forward, recompute and backward passes: at most every collective's time and dispatch
+    ar = HostModel().collective_s("all_reduce")
+    bound = st0.layers * (2 * tp[0].seconds + 2 * tp[1].seconds + tp[2].seconds + tp[3].seconds + 6 * ar)
+    exposed = st0.tp_comm_fwd_s + st0.tp_comm_bwd_s + st0.tp_comm_recompute_s
+    assert exposed > 0
+    assert st0.tp_comm_recompute_s == pytest.approx(st0.tp_comm_fwd_s)  # the same pass again
+    assert r.breakdown["tp_communication_s"] == pytest.approx(plan.grad_accum * exposed)
+    assert exposed <= bound
 
 
 # --- 8. GQA / SwiGLU / MoE --------------------------------------------------------------------

