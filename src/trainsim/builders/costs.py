@@ -164,7 +164,9 @@ class HostModel:
     ``c10d::*_`` op: stream-event bookkeeping, NCCL enqueue, the work object), the median per
     kind over the same recsys trace (rank 0: 10 all-reduces, 10 all-gathers, 10
     reduce-scatters, 55 all-to-alls; the V100 DLRM traces give 70-95 us for theirs). The host
-    waits for none of them: the kernel runs when the GPU reaches it.
+    waits for none of the TP collectives: their kernels run when the GPU reaches them. (An
+    all-to-all with variable splits first copies its split sizes to the host, a sync; the
+    builder keeps MoE all-to-alls added to the pass rather than in the flow shop.)
     """
 
     kernel_op_s: float = 22.7e-6

@@ -1,7 +1,8 @@
 """Model-driven LLM prediction: stage costs, the pipeline workload in IR, simulation, closed forms.
 
 :func:`stage_costs` times one micro-batch of every pipeline stage — its layers' operators
-(:mod:`.costs`, kernel models), their synchronous TP/CP/EP collectives (:mod:`.llm_comm`),
+(:mod:`.costs`, kernel models), their TP/CP/EP collectives (:mod:`.llm_comm`; TP's in the
+CPU-dispatch flow shop, CP's exposed ring and EP's all-to-alls added to the pass),
 recomputation — plus the stage's once-per-iteration work: gradient reduction, optimizer step,
 ZeRO gathers.
 
@@ -47,7 +48,7 @@ class StageCost:
     stage: int
     layers: int
     params: float  # parameters one GPU of this stage holds (before ZeRO sharding)
-    fwd_s: float = 0.0  # one micro-batch forward, compute + synchronous TP/CP/EP comm
+    fwd_s: float = 0.0  # one micro-batch forward: compute, dispatch, TP/CP/EP comm
     bwd_s: float = 0.0  # one micro-batch backward, incl. recomputation
     recompute_s: float = 0.0  # the part of bwd_s that re-runs forward work
     # what the TP collectives add to each pass (their time the CPU's dispatch does not hide,
@@ -78,31 +79,67 @@ def _sum(ops: Iterable[OpCost]) -> float:
     return sum(o.seconds for o in ops)
 
 
-def with_tp_comm(ops: list[OpCost], cpus: list[float], comms: list[CommCost],
-                 host: HostModel = HOST) -> tuple[list[OpCost], list[float]]:  # fmt: skip
-    """One layer pass's operators with its TP collectives where Megatron issues them, and the
-    CPU time of each (the collectives': :meth:`HostModel.collective_s`).
+# Where Megatron issues a layer's TP collectives: (before/after, operator) per collective, for
+# the collective lists :meth:`PlanComm.tp_layer` returns, in the pass's own order (the backward
+# runs the layer's operators in reverse). Forward: an all-reduce after each row-parallel GEMM,
+# or (parallel residual) one joint reduce after the MLP's; with sequence parallelism an
+# all-gather after each half's norm and a reduce-scatter after its row-parallel GEMM.
+# Backward: each column-parallel GEMM's input gradient is all-reduced (reduce-scattered with
+# sequence parallelism, after the all-gather of the gradient that enters the half).
+_TP_ANCHORS: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str], ...]] = {
+    ("fwd", ("all_reduce",)): (("after", "mlp_down"),),
+    ("fwd", ("all_reduce", "all_reduce")): (("after", "out_proj"), ("after", "mlp_down")),
+    ("fwd", ("all_gather", "reduce_scatter", "all_gather", "reduce_scatter")): (
+        ("before", "qkv_proj"), ("after", "out_proj"), ("before", "mlp_up"), ("after", "mlp_down")),
+    ("bwd", ("all_reduce", "all_reduce")): (("after", "mlp_up"), ("after", "qkv_proj")),
+    ("bwd", ("all_gather", "reduce_scatter", "all_gather", "reduce_scatter")): (
+        ("before", "mlp_down"), ("after", "mlp_up"), ("before", "out_proj"), ("after", "qkv_proj")),
+}  # fmt: skip
 
-    The layer's attention half ends at the output projection. Two collectives (all-reduces)
-    follow the two row-parallel GEMMs, one per half (in the backward, the column-parallel
-    input gradients': one per half as well); four (sequence parallel) are an all-gather
-    before each half and a reduce-scatter after it; one (parallel residual's joint reduce)
-    ends the layer.
+
+def with_tp_comm(ops: list[OpCost], cpus: list[float], comms: list[CommCost], phase: str,
+                 host: HostModel = HOST) -> tuple[list[OpCost], list[float]]:  # fmt: skip
+    """One layer pass's operators (``ops``, in the order the pass runs them) with its TP
+    collectives placed where Megatron issues them (``_TP_ANCHORS``), and the CPU time of each:
+    the collectives' is :meth:`HostModel.collective_s` (the CPU enqueues them and goes on).
+    A collective whose anchor the layer lacks ends the pass.
+
+    Not modelled: Megatron overlaps the backward's collectives with the weight-gradient GEMMs
+    (they run here one after another on the GPU), and with sequence parallelism re-gathers
+    each column-parallel GEMM's input for its weight gradient (two all-gathers more).
     """
     if not comms:
         return ops, cpus
-    names = [o.name for o in ops]
-    cut = names.index("out_proj") + 1 if "out_proj" in names else len(ops)
-    c = [(OpCost(x.name, ops[0].phase if ops else "fwd", x.seconds, x.provenance, 0.0, "comm"),
-          host.collective_s(x.kind)) for x in comms]  # fmt: skip
-    att, mlp = list(zip(ops[:cut], cpus[:cut], strict=True)), list(zip(ops[cut:], cpus[cut:], strict=True))
-    if len(c) == 2:
-        seq = [*att, c[0], *mlp, c[1]]
-    elif len(c) == 4:
-        seq = [c[0], *att, c[1], c[2], *mlp, c[3]]
-    else:
-        seq = [*att, *mlp, *c]
-    return [o for o, _ in seq], [t for _, t in seq]
+    anchors = _TP_ANCHORS.get((phase, tuple(c.kind for c in comms)), ())
+    before: dict[str, list[int]] = {}
+    after: dict[str, list[int]] = {}
+    names = {o.name for o in ops}
+    tail = []
+    for i in range(len(comms)):
+        if i < len(anchors) and anchors[i][1] in names:
+            where, name = anchors[i]
+            (before if where == "before" else after).setdefault(name, []).append(i)
+        else:
+            tail.append(i)
+    coll = [(OpCost(c.name, phase, c.seconds, c.provenance, 0.0, "comm"), host.collective_s(c.kind)) for c in comms]
+    seq_o: list[OpCost] = []
+    seq_c: list[float] = []
+    placed: set[str] = set()
+    for o, t in zip(ops, cpus, strict=True):
+        first = o.name not in placed  # a recurring name (residual_add) anchors its first only
+        placed.add(o.name)
+        for i in before.get(o.name, []) if first else []:
+            seq_o.append(coll[i][0])
+            seq_c.append(coll[i][1])
+        seq_o.append(o)
+        seq_c.append(t)
+        for i in after.get(o.name, []) if first else []:
+            seq_o.append(coll[i][0])
+            seq_c.append(coll[i][1])
+    for i in tail:
+        seq_o.append(coll[i][0])
+        seq_c.append(coll[i][1])
+    return seq_o, seq_c
 
 
 def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
@@ -128,8 +165,10 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts)
     cpu_f, cpu_b = host.layer_s("fwd") / len(lf), host.layer_s("bwd") / len(lb)
     cpu_sel = cpu_f
-    lf_tp, cpu_f_tp = with_tp_comm(lf, [cpu_f] * len(lf), tpf, host)
-    lb_tp, cpu_b_tp = with_tp_comm(lb, [cpu_b] * len(lb), tpb, host)
+    # the backward runs the layer's operators in reverse
+    lb = lb[::-1]
+    lf_tp, cpu_f_tp = with_tp_comm(lf, [cpu_f] * len(lf), tpf, "fwd", host)
+    lb_tp, cpu_b_tp = with_tp_comm(lb, [cpu_b] * len(lb), tpb, "bwd", host)
     if plan.recompute == "full":
         re_ops, re_cpu = lf_tp, cpu_f_tp
     elif plan.recompute == "selective":
