@@ -789,6 +789,16 @@ def test_breakdown_tp_communication_is_what_the_collectives_add(model: str, plan
     assert r.breakdown["tp_communication_s"] == pytest.approx(plan.grad_accum * exposed)
 
 
+def test_stage_costs_without_tp_shares_time_the_same() -> None:
+    """The search's screening skips the breakdown's TP shares; the times do not change."""
+    plan = Plan(tp=4, pp=2, dp=1, micro_batch=1, global_batch=8, recompute="full", sp=True)
+    spec, system = get_model(MODEL), get_system(SYSTEM)
+    full, fast = stage_costs(spec, plan, system), stage_costs(spec, plan, system, tp_shares=False)
+    assert [(a.fwd_s, a.bwd_s, a.recompute_s) for a in full] == [(b.fwd_s, b.bwd_s, b.recompute_s) for b in fast]
+    assert all(math.isnan(b.tp_comm_fwd_s) and math.isnan(b.tp_comm_bwd_s) for b in fast)
+    assert all(a.tp_comm_fwd_s > 0 for a in full)
+
+
 # --- 8. GQA / SwiGLU / MoE --------------------------------------------------------------------
 
 

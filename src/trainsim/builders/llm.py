@@ -20,6 +20,7 @@ Closed forms reported beside it: 001 Eq. 7 (1F1B + DP) and 003 Eq. 4 (pipeline l
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -143,7 +144,10 @@ def with_tp_comm(ops: list[OpCost], cpus: list[float], comms: list[CommCost], ph
 
 
 def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
-                host: HostModel = HOST) -> list[StageCost]:  # fmt: skip
+                host: HostModel = HOST, *, tp_shares: bool = True) -> list[StageCost]:  # fmt: skip
+    """Every pipeline stage's costs under ``plan``. ``tp_shares=False`` skips what only the
+    breakdown reads, the TP collectives' share of each pass (two more flow shops per depth;
+    the search's screening), and leaves those fields NaN."""
     from trainsim.builders.memory import stage_layers, stage_params_split
 
     coster = coster or OpCoster(get_device(system.device))
@@ -215,8 +219,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             r = (flow_shop_s(re_ops, re_cpu, n) + n * re_comm) if re_ops else 0.0
             b = flow_shop_s(lb_acc, cpu_b_acc, n) + n * layer_comm_b
             # what the TP collectives add to each pass (dispatch included): the breakdown's share
-            tp_x = (0.0, 0.0, 0.0)
-            if tpf or tpb:
+            tp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
+            if (tpf or tpb) and tp_shares:
                 f_bare = flow_shop_s(lf, cpu_f, n)
                 b_bare = flow_shop_s(lb + acc, [cpu_b] * len(lb) + acc_cpu, n)
                 r_bare = f_bare if plan.recompute == "full" else 0.0  # the same pass again

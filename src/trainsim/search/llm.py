@@ -72,7 +72,7 @@ def screen_plans(
     out = []
     for i, plan in plans:
         try:
-            stages = stage_costs(model, plan, system, coster)
+            stages = stage_costs(model, plan, system, coster, tp_shares=False)  # no breakdown here
             cf = closed_form_001(stages, plan)
             mem = max(m.total_bytes for m in memory_per_gpu(model, plan))
         except TrainsimError as e:
