@@ -112,35 +112,16 @@ def with_tp_comm(ops: list[OpCost], cpus: list[float], comms: list[CommCost], ph
     if not comms:
         return ops, cpus
     anchors = _TP_ANCHORS.get((phase, tuple(c.kind for c in comms)), ())
-    before: dict[str, list[int]] = {}
-    after: dict[str, list[int]] = {}
-    names = {o.name for o in ops}
-    tail = []
-    for i in range(len(comms)):
-        if i < len(anchors) and anchors[i][1] in names:
-            where, name = anchors[i]
-            (before if where == "before" else after).setdefault(name, []).append(i)
-        else:
-            tail.append(i)
-    coll = [(OpCost(c.name, phase, c.seconds, c.provenance, 0.0, "comm"), host.collective_s(c.kind)) for c in comms]
-    seq_o: list[OpCost] = []
-    seq_c: list[float] = []
-    placed: set[str] = set()
-    for o, t in zip(ops, cpus, strict=True):
-        first = o.name not in placed  # a recurring name (residual_add) anchors its first only
-        placed.add(o.name)
-        for i in before.get(o.name, []) if first else []:
-            seq_o.append(coll[i][0])
-            seq_c.append(coll[i][1])
-        seq_o.append(o)
-        seq_c.append(t)
-        for i in after.get(o.name, []) if first else []:
-            seq_o.append(coll[i][0])
-            seq_c.append(coll[i][1])
-    for i in tail:
-        seq_o.append(coll[i][0])
-        seq_c.append(coll[i][1])
-    return seq_o, seq_c
+    names = [o.name for o in ops]  # index(): a recurring name (residual_add) anchors its first
+    seq = list(zip(ops, cpus, strict=True))
+    at = []
+    for i, c in enumerate(comms):
+        where, name = anchors[i] if i < len(anchors) else ("after", "")
+        pos = names.index(name) + (where == "after") if name in names else len(ops)
+        at.append((pos, i, OpCost(c.name, phase, c.seconds, c.provenance, 0.0, "comm"), host.collective_s(c.kind)))
+    for pos, _, op, cpu in sorted(at, key=lambda a: a[:2], reverse=True):  # later first: positions hold
+        seq.insert(pos, (op, cpu))
+    return [o for o, _ in seq], [t for _, t in seq]
 
 
 def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
@@ -223,9 +204,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             if (tpf or tpb) and tp_shares:
                 f_bare = flow_shop_s(lf, cpu_f, n)
                 b_bare = flow_shop_s(lb + acc, [cpu_b] * len(lb) + acc_cpu, n)
-                r_bare = f_bare if plan.recompute == "full" else 0.0  # the same pass again
-                tp_x = (f - n * layer_comm_f - f_bare, b - n * layer_comm_b - b_bare,
-                        (r - n * re_comm - r_bare) if plan.recompute == "full" else 0.0)  # fmt: skip
+                tp_x = (f - n * layer_comm_f - f_bare, b - n * layer_comm_b - b_bare,  # full recompute: the forward again
+                        (r - n * re_comm - f_bare) if plan.recompute == "full" else 0.0)  # fmt: skip
             z3f = z3b = 0.0
             if z3 is not None:
                 # ZeRO-3/FSDP with one-layer prefetch: each layer's weight all-gather runs on the
