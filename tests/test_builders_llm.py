@@ -665,13 +665,82 @@ def test_host_model_counts_from_gpt2_trace(shared_data: Path) -> None:
     assert counts["bwd", False] / layers == pytest.approx(host.bwd_ops[0], abs=0.1)
     assert counts["bwd", True] / layers == pytest.approx(host.bwd_ops[1], abs=0.1)
     assert counts["opt", False] > 0  # the optimizer region exists and is kept apart
+    nodes = Counter(n["name"].split(": ")[-1] for n in nodes.values()
+                    if n["name"].startswith("autograd::engine::evaluate_function"))  # fmt: skip
+    assert sum(nodes.values()) / layers == pytest.approx(host.bwd_nodes, abs=0.1)
+    assert nodes["torch::autograd::AccumulateGrad"] / layers == pytest.approx(12.1, abs=0.1)
 
 
 def test_host_model_layer_time() -> None:
     h = HostModel()
-    assert h.layer_s("fwd") == pytest.approx(28.3 * 22.7e-6 + 23.2 * 3.9e-6)
-    assert h.layer_s("bwd") > h.layer_s("fwd")
+    assert h.layer_s("fwd") == pytest.approx(28.3 * (2.47 + 16.63) * 1e-6 + 23.2 * (2.47 + 0.76) * 1e-6)
+    # the backward: the autograd nodes, and the aten ops inside them without a gap of their own
+    assert h.layer_s("bwd") == pytest.approx((65.5 * 15.33 + 38.3 * 16.63 + 51.3 * 0.76) * 1e-6)
+    assert h.layer_s("bwd") > 2.5 * h.layer_s("fwd")
     assert h.extra_s(OpCost("x", "bwd", 0.0, "t", launches=2)) == pytest.approx(2 * 22.7e-6)
+
+
+def _autograd_node_times(evs: list[dict], node: str) -> tuple[list[float], list[float]]:
+    """One thread's CPU events: each top-level autograd node's own time (its duration less the
+    first aten ops below it) and the gaps between consecutive top-level nodes, in seconds."""
+    from itertools import pairwise
+
+    evs = sorted(evs, key=lambda e: (e["ts"], -e["dur"]))
+    kids: dict[int, list[int]] = {}
+    top, stack = [], []
+    for i, e in enumerate(evs):
+        while stack and evs[stack[-1]]["ts"] + evs[stack[-1]]["dur"] <= e["ts"]:
+            stack.pop()
+        (kids.setdefault(stack[-1], []) if stack else top).append(i)
+        stack.append(i)
+
+    def aten(i: int) -> float:
+        return sum(evs[k]["dur"] if evs[k]["name"].startswith(("aten::", "c10d::", "fbgemm")) else aten(k)
+                   for k in kids.get(i, []))  # fmt: skip
+
+    gaps = [(evs[b]["ts"] - evs[a]["ts"] - evs[a]["dur"]) * 1e-6 for a, b in pairwise(top)
+            if evs[a]["name"].startswith(node) and evs[b]["name"].startswith(node)]  # fmt: skip
+    return [(evs[i]["dur"] - aten(i)) * 1e-6 for i in top if evs[i]["name"].startswith(node)], gaps
+
+
+@pytest.mark.shared_data
+def test_host_model_op_and_autograd_node_costs_from_recsys_trace(shared_data: Path) -> None:
+    """HostModel's per-part CPU times: T1-T4 of the ops that are not autograd nodes (002
+    §4.4.2's IQR means, the step trainsim picks), and an autograd node's engine time (its
+    duration less its aten ops') plus the gap to the next node, over the trace's backward."""
+    import gzip
+    from collections import defaultdict
+
+    from trainsim.host.overheads import Overhead, collect_samples, summarize
+    from trainsim.ingest.multirank import load_traces
+
+    path = shared_data / "traces" / "hta_recsys_16rank_a100" / "rank0_of_16.json.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} is missing")
+    node = "autograd::engine::evaluate_function"
+    samples: dict[Overhead, list[float]] = defaultdict(list)
+    for name, per in collect_samples(load_traces([path]).workload.ranks[0]).items():
+        if not name.startswith(node):
+            for kind, values in per.items():
+                samples[kind] += values
+    mean = {k: summarize(v).mean_s for k, v in samples.items()}
+    h = HostModel()
+    assert mean[Overhead.T1] == pytest.approx(h.aten_gap_s, abs=0.01e-6)
+    assert mean[Overhead.T2] + mean[Overhead.T4] + mean[Overhead.T3] == pytest.approx(h.aten_launch_s, abs=0.01e-6)
+    assert mean[Overhead.CPU] == pytest.approx(h.aten_view_s, abs=0.01e-6)
+
+    with gzip.open(path, "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    threads: dict[int, list[dict]] = defaultdict(list)
+    for e in events:
+        threads[e["tid"]].append(e)
+    own, gaps = [], []
+    for evs in threads.values():
+        o, g = _autograd_node_times(evs, node)
+        own += o
+        gaps += g
+    assert len(own) == 1170  # 5 steps: 1,160 on the backward thread, 10 on the main one
+    assert summarize(own).mean_s + summarize(gaps).mean_s == pytest.approx(h.autograd_node_s, abs=0.01e-6)
 
 
 def test_host_model_collective_costs_from_recsys_trace(shared_data: Path) -> None:

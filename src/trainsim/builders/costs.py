@@ -151,14 +151,30 @@ class OpCoster:
 class HostModel:
     """CPU dispatch time of eager PyTorch training, per transformer layer pass (002 §4.3.3).
 
-    Per framework op: ``kernel_op_s`` for an op that launches a kernel (T1 + T2 + T4 + T3 means
-    over the shared A100 production recsys trace, hta_recsys_16rank_a100: 3.1 + 13.3 + 3.9 +
-    2.4 = 22.7 us; the V100 DLRM traces agree: 23.6 us), ``view_op_s`` for one that launches
-    none (views, reshapes, detach: T1 + CPU 3.1 + 0.8 = 3.9 us). Ops per layer: counted in the
-    shared HF GPT-2 (36-layer) training execution trace (param_et_schemas/hf_gpt2_et): top-level
-    aten ops per layer, forward 28.3 launching + 23.2 not, backward 38.3 + 51.3
-    (``tests/test_builders_llm.py`` recounts them from the trace). Both traces were recorded
-    under the profiler, which adds a few us per op.
+    Per framework op, over all top-level ops of the shared A100 production recsys trace
+    (hta_recsys_16rank_a100, 002 §4.4.2's IQR-filtered means): ``kernel_op_s`` for an op that
+    launches a kernel (T1 + T2 + T4 + T3: 3.1 + 13.3 + 3.9 + 2.4 = 22.7 us; the V100 DLRM traces
+    agree: 23.6 us), ``view_op_s`` for one that launches none (views, reshapes, detach: T1 + CPU
+    3.1 + 0.8 = 3.9 us). These price ops outside the layers (embedding, head) and DLRM's.
+
+    A layer pass is priced from its parts. Ops per layer are counted in the shared HF GPT-2
+    (36-layer) training execution trace (param_et_schemas/hf_gpt2_et): top-level aten ops,
+    forward 28.3 launching + 23.2 not, backward 38.3 + 51.3, and 65.5 autograd nodes per layer
+    backward (``autograd::engine::evaluate_function``: 53.4 backward functions and 12.1
+    AccumulateGrad; ``tests/test_builders_llm.py`` recounts all of them). The same recsys trace
+    gives each part's CPU time (the test recomputes them):
+
+    * an aten op, the autograd nodes left out of the means: T1 ``aten_gap_s`` 2.47 us, T2 + T4 +
+      T3 ``aten_launch_s`` 10.93 + 3.70 + 2.00 = 16.63 us, a view's CPU ``aten_view_s`` 0.76 us;
+    * an autograd node (``autograd_node_s``): the engine's own time around the aten ops the node
+      runs (the node's duration less theirs, 8.78 us) and the gap to the next node (6.55 us),
+      15.33 us. In the backward the aten ops run inside the nodes, so there they pay no gap of
+      their own.
+
+    A forward is ``28.3 (T1 + T2 + T4 + T3) + 23.2 (T1 + CPU)`` = 0.62 ms, a backward ``65.5 node
+    + 38.3 (T2 + T4 + T3) + 51.3 CPU`` = 1.68 ms (before 2026-11-27 the backward priced only its
+    aten ops, at the all-op means: 1.07 ms). Both traces were recorded under the profiler, which
+    adds a few us per op.
 
     ``collective_op_s``: the CPU time of one ``torch.distributed`` collective call (its
     ``c10d::*_`` op: stream-event bookkeeping, NCCL enqueue, the work object), the median per
@@ -173,6 +189,11 @@ class HostModel:
     view_op_s: float = 3.9e-6
     fwd_ops: tuple[float, float] = (28.3, 23.2)  # (launching, not) per layer forward
     bwd_ops: tuple[float, float] = (38.3, 51.3)
+    bwd_nodes: float = 65.5  # autograd nodes per layer backward
+    aten_gap_s: float = 2.47e-6
+    aten_launch_s: float = 16.63e-6
+    aten_view_s: float = 0.76e-6
+    autograd_node_s: float = 15.33e-6
     collective_op_s: tuple[tuple[str, float], ...] = (
         ("all_reduce", 77.5e-6), ("all_gather", 81.5e-6), ("reduce_scatter", 98.0e-6), ("all_to_all", 83.0e-6),
     )  # fmt: skip
@@ -183,8 +204,12 @@ class HostModel:
         return costs.get(kind, costs["all_reduce"])
 
     def layer_s(self, phase: str) -> float:
-        k, v = self.fwd_ops if phase == "fwd" else self.bwd_ops
-        return k * self.kernel_op_s + v * self.view_op_s
+        """CPU time of one layer's forward (``fwd``) or backward pass (class doc)."""
+        if phase == "fwd":
+            k, v = self.fwd_ops
+            return k * (self.aten_gap_s + self.aten_launch_s) + v * (self.aten_gap_s + self.aten_view_s)
+        k, v = self.bwd_ops
+        return self.bwd_nodes * self.autograd_node_s + k * self.aten_launch_s + v * self.aten_view_s
 
     def extra_s(self, op: OpCost) -> float:
         """Ops outside the layers (embedding, head): their launches at the kernel-op rate."""

@@ -166,7 +166,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     # and adds every later one (a launching op), so (M - 1) / M of the adds and of the extra
     # dispatch per tensor; the small tensors' dispatch rides on the timed adds
     frac = (plan.grad_accum - 1) / plan.grad_accum if plan.grad_accum > 0 else 0.0
-    extra_dispatch = frac * (host.kernel_op_s - host.view_op_s)
+    extra_dispatch = frac * (host.aten_launch_s - host.aten_view_s)  # inside AccumulateGrad's node: no gap
 
     def averaged(ops: list[OpCost], small: int) -> tuple[list[OpCost], list[float]]:
         if not ops:
