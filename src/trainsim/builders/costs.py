@@ -158,23 +158,27 @@ class HostModel:
     3.1 + 0.8 = 3.9 us). These price ops outside the layers (embedding, head) and DLRM's.
 
     A layer pass is priced from its parts. Ops per layer are counted in the shared HF GPT-2
-    (36-layer) training execution trace (param_et_schemas/hf_gpt2_et): top-level aten ops,
-    forward 28.3 launching + 23.2 not, backward 38.3 + 51.3, and 65.5 autograd nodes per layer
-    backward (``autograd::engine::evaluate_function``: 53.4 backward functions and 12.1
-    AccumulateGrad; ``tests/test_builders_llm.py`` recounts all of them). The same recsys trace
-    gives each part's CPU time (the test recomputes them):
+    (36-layer) training execution trace (param_et_schemas/hf_gpt2_et), the ops outside the
+    layers (embeddings, ln_f, head, loss) left out: top-level aten ops, forward 28 launching + 23
+    not (every layer alike), backward 38 + 51, and 65 autograd nodes per layer backward
+    (``autograd::engine::evaluate_function``: 53 backward functions and 12 AccumulateGrad;
+    ``tests/test_builders_llm.py`` recounts all of them). The same recsys trace gives each
+    part's CPU time (the test recomputes them):
 
     * an aten op, the autograd nodes left out of the means: T1 ``aten_gap_s`` 2.47 us, T2 + T4 +
       T3 ``aten_launch_s`` 10.93 + 3.70 + 2.00 = 16.63 us, a view's CPU ``aten_view_s`` 0.76 us;
     * an autograd node (``autograd_node_s``): the engine's own time around the aten ops the node
-      runs (the node's duration less theirs, 8.78 us) and the gap to the next node (6.55 us),
-      15.33 us. In the backward the aten ops run inside the nodes, so there they pay no gap of
-      their own.
+      runs (the node's duration less theirs, 8.78 us; 825 of the trace's 1,170 nodes are
+      AccumulateGrad running DDP's hook, the others 9.9 us) and the gap to the next node
+      (6.55 us), 15.33 us. In the backward the aten ops run inside the nodes, so there they pay
+      no gap of their own.
 
-    A forward is ``28.3 (T1 + T2 + T4 + T3) + 23.2 (T1 + CPU)`` = 0.62 ms, a backward ``65.5 node
-    + 38.3 (T2 + T4 + T3) + 51.3 CPU`` = 1.68 ms (before 2026-11-27 the backward priced only its
-    aten ops, at the all-op means: 1.07 ms). Both traces were recorded under the profiler, which
-    adds a few us per op.
+    A forward is ``28 (T1 + T2 + T4 + T3) + 23 (T1 + CPU)`` = 0.61 ms, a backward ``65 node +
+    38 (T2 + T4 + T3) + 51 CPU`` = 1.67 ms (before 2026-11-27 the backward priced only its aten
+    ops, at the all-op means: 1.07 ms). Both traces were recorded under the profiler, which adds
+    a few us per op. Known to be rough: the trace's view ops inside nodes take 1.5-3 us (the
+    model's 0.76 us comes mostly from a tight C++ loop of ``as_strided``/``select``), and its
+    nodes run 2.7 aten ops each against GPT-2's 1.4.
 
     ``collective_op_s``: the CPU time of one ``torch.distributed`` collective call (its
     ``c10d::*_`` op: stream-event bookkeeping, NCCL enqueue, the work object), the median per
@@ -187,9 +191,9 @@ class HostModel:
 
     kernel_op_s: float = 22.7e-6
     view_op_s: float = 3.9e-6
-    fwd_ops: tuple[float, float] = (28.3, 23.2)  # (launching, not) per layer forward
-    bwd_ops: tuple[float, float] = (38.3, 51.3)
-    bwd_nodes: float = 65.5  # autograd nodes per layer backward
+    fwd_ops: tuple[float, float] = (28, 23)  # (launching, not) per layer forward
+    bwd_ops: tuple[float, float] = (38, 51)
+    bwd_nodes: float = 65  # autograd nodes per layer backward
     aten_gap_s: float = 2.47e-6
     aten_launch_s: float = 16.63e-6
     aten_view_s: float = 0.76e-6
