@@ -189,6 +189,12 @@ def test_flow_shop_repeat_is_the_list_repeated(durs: tuple[float, ...], cpu: flo
     ops = _ops(*durs)
     for n in (1, 2, 3, 5, 17, 40):
         assert flow_shop_s(ops, cpu, n) == pytest.approx(flow_shop_s(ops * n, cpu), rel=1e-9), n
+        t = g = 0.0  # the recurrence, stepped through
+        for d in durs * n:
+            t += cpu
+            g = max(g, t) + d
+        assert flow_shop_s(ops, cpu, n) == pytest.approx(g, rel=1e-9), n
+    assert flow_shop_s([], 1e-3, 5) == 0.0 and flow_shop_s(ops, cpu, 0) == 0.0
     with pytest.raises(ValueError):  # per-op dispatch list of the wrong length
         flow_shop_s(ops, [1e-3, 1e-3])
 
@@ -204,6 +210,12 @@ def test_flow_shop_repeat_property(durs: list[float], cpus: list[float], n: int)
     c = cpus[: len(ops)]
     want = flow_shop_s(ops * n, c * n)
     assert flow_shop_s(ops, c, n) == pytest.approx(want, rel=1e-9)
+    # both against the flow shop's recurrence itself (002 Alg. 3), the whole list stepped through
+    cpu = gpu = 0.0
+    for d, t in zip(durs * n, c * n, strict=True):
+        cpu += t
+        gpu = max(gpu, cpu) + d
+    assert want == pytest.approx(gpu, rel=1e-9)
     # never faster than either machine alone
     assert want >= max(n * sum(durs), n * sum(c)) * (1 - 1e-12)
 

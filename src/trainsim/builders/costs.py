@@ -228,25 +228,28 @@ def flow_shop_s(ops: Iterable[OpCost], cpu_s: Iterable[float] | float, repeat: i
     runs its kernels in order: 002 Alg. 3's two-stage flow shop without gaps. GPU-bound passes
     take the kernels' sum, CPU-bound ones the dispatch sum, mixed ones in between.
 
-    ``repeat`` runs the sequence that many times (a stage's layers). What happens in one
-    repetition depends only on how far the GPU lags the CPU when it starts, so once that lag
-    repeats (to 1e-12 relative) every further repetition adds the same time: the rest is that
-    increment times the repetitions left, the number the loop would give, in constant time.
+    ``repeat`` runs the sequence that many times (a stage's layers), in closed form: with ``C``
+    and ``D`` the sequence's CPU and GPU sums, and ``M`` one pass's end, the latest over its ops
+    of (CPU time when the op is dispatched + the GPU time from it on), pass ``r`` ends at
+    ``max(end of pass r-1 + D, (r - 1) C + M)``, so ``repeat`` passes end at
+    ``M + (repeat - 1) max(C, D)`` (the recurrence ``gpu = max(gpu, cpu) + d`` unrolled).
     """
-    seq = list(ops)
-    cpus = [float(cpu_s)] * len(seq) if isinstance(cpu_s, int | float) else list(cpu_s)
-    durs = [o.seconds for o in seq]
-    cpu = gpu = 0.0
-    prev_gpu = prev_lag = None
-    for i in range(repeat):
-        for d, c in zip(durs, cpus, strict=True):
-            cpu += c
-            gpu = (gpu if gpu > cpu else cpu) + d
-        lag = gpu - cpu
-        if prev_lag is not None and abs(lag - prev_lag) <= 1e-12 * max(abs(gpu), 1e-30):
-            return gpu + (repeat - 1 - i) * (gpu - prev_gpu)  # type: ignore[operator]
-        prev_gpu, prev_lag = gpu, lag
-    return gpu
+    durs = [o.seconds for o in ops]
+    cpus = [float(cpu_s)] * len(durs) if isinstance(cpu_s, int | float) else list(cpu_s)
+    if len(cpus) != len(durs):
+        raise ValueError(f"flow_shop_s: {len(durs)} ops but {len(cpus)} CPU times")
+    if not durs or repeat <= 0:
+        return 0.0
+    c_sum = sum(cpus)
+    d_sum = sum(durs)
+    end = cpu = 0.0
+    rest = d_sum  # GPU time from op k on
+    for c, d in zip(cpus, durs, strict=True):
+        cpu += c
+        x = cpu + rest
+        end = x if x > end else end  # (max() is slower in this hot loop)
+        rest -= d
+    return end + (repeat - 1) * (c_sum if c_sum > d_sum else d_sum)
 
 
 def _gemm_flops(m: float, n: float, k: float) -> float:
