@@ -67,13 +67,16 @@ def per_node(size: int, stride: int, gpus_per_node: int) -> int:
 _SYSTEMS: dict[str, SystemSpec] = {}
 
 
-def _predict(system: SystemSpec, kind: str, nbytes: float, size: int, pn: int) -> tuple[float, str]:
+def _predict(system: SystemSpec, kind: str, nbytes: float, size: int, pn: int, *,
+             user: str | None = None) -> tuple[float, str]:  # fmt: skip
     """One collective's time (cached across plans: searches ask the same ones again; keyed by
-    the system's name, since hashing the pydantic spec costs more than the lookup)."""
+    the system's name, since hashing the pydantic spec costs more than the lookup). ``user``:
+    the ``--comm-models`` setting, read from the environment when not given."""
     if _SYSTEMS.setdefault(system.name, system) is not system:
         _SYSTEMS[system.name] = system
         _predict_named.cache_clear()  # another spec under the same name (a YAML edit): start over
-    user = os.environ.get(USER_COMM_MODELS_ENV, "")  # --comm-models change the answers
+    if user is None:
+        user = os.environ.get(USER_COMM_MODELS_ENV, "")  # --comm-models change the answers
     return _predict_named(system.name, kind, nbytes, size, pn, user)
 
 
@@ -100,9 +103,10 @@ class PlanComm:
                 f"plan: {plan.gpus} GPUs do not fill whole nodes of {self.gpn} on {system.name}"
             )
         self.act_bytes = 2 if plan.dtype in ("fp16", "bf16") else 4
+        self.user = os.environ.get(USER_COMM_MODELS_ENV, "")  # --comm-models, once per plan
 
     def _time(self, kind: str, nbytes: float, size: int, pn: int) -> tuple[float, str]:
-        return _predict(self.system, kind, nbytes, size, pn)
+        return _predict(self.system, kind, nbytes, size, pn, user=self.user)
 
     def cost(self, name: str, kind: str, nbytes: float, size: int, stride: int) -> CommCost:
         pn = per_node(size, stride, self.gpn)
