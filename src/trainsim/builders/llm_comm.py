@@ -67,16 +67,13 @@ def per_node(size: int, stride: int, gpus_per_node: int) -> int:
 _SYSTEMS: dict[str, SystemSpec] = {}
 
 
-def _predict(system: SystemSpec, kind: str, nbytes: float, size: int, pn: int, *,
-             user: str | None = None) -> tuple[float, str]:  # fmt: skip
+def _predict(system: SystemSpec, kind: str, nbytes: float, size: int, pn: int, *, user: str) -> tuple[float, str]:
     """One collective's time (cached across plans: searches ask the same ones again; keyed by
-    the system's name, since hashing the pydantic spec costs more than the lookup). ``user``:
-    the ``--comm-models`` setting, read from the environment when not given."""
+    the system's name, since hashing the pydantic spec costs more than the lookup, and by
+    ``user``, the ``--comm-models`` setting, which changes the answers)."""
     if _SYSTEMS.setdefault(system.name, system) is not system:
         _SYSTEMS[system.name] = system
         _predict_named.cache_clear()  # another spec under the same name (a YAML edit): start over
-    if user is None:
-        user = os.environ.get(USER_COMM_MODELS_ENV, "")  # --comm-models change the answers
     return _predict_named(system.name, kind, nbytes, size, pn, user)
 
 
