@@ -904,6 +904,59 @@ def test_stage_costs_without_tp_shares_time_the_same() -> None:
     assert all(a.tp_comm_fwd_s > 0 for a in full)
 
 
+_SHAPE_CASES = [
+    (MODEL, Plan(tp=2, sp=True, micro_batch=2, hidden_dropout=0.1, recompute="selective")),
+    ("llama3-8b", Plan(tp=4, cp=2, micro_batch=1, seq_len=4096, wgrad_fusion=True)),
+    ("mixtral-8x7b", Plan(tp=2, ep=4, micro_batch=1, seq_len=2048)),
+    ("gpt2", Plan(impl="hf", micro_batch=4, dtype="fp32")),
+    (MODEL, Plan(tp=8, attention="unfused", attention_dropout=0.1, recompute="full")),
+]
+_PIPELINING = {"pp": 4, "dp": 8, "zero": 3, "global_batch": 512, "schedule": "interleaved", "vpp": 3,
+               "partition": "001", "optimizer": "sgd"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "plan"), _SHAPE_CASES)
+def test_layer_ops_do_not_depend_on_the_fields_their_cache_ignores(model: str, plan: Plan) -> None:
+    """LayerCoster keeps a layer's, the embedding's and the head's operators per plan shape,
+    ignoring how the plan pipelines, replicates, shards and batches: recomputed without the
+    cache under each of those fields changed, they must not change."""
+    from trainsim.builders import costs
+
+    spec, coster = get_model(model), OpCoster("a100-sxm4-80gb")
+    base = LayerCoster(spec, plan, coster)
+    for field_name, value in costs._NOT_SHAPING.items():
+        assert value == getattr(Plan(), field_name)  # the defaults the cache key puts in
+    for field_name, value in _PIPELINING.items():
+        other = LayerCoster(spec, replace(plan, **{field_name: value}), coster)
+        for phase in ("fwd", "bwd"):
+            assert other._layer(phase) == base._layer(phase), field_name
+            assert other._head(phase) == base._head(phase), field_name
+            assert other._embedding(phase) == base._embedding(phase), field_name
+    for phase in ("fwd", "bwd"):
+        first = base.layer(phase)
+        assert first == base._layer(phase) and first  # cached == computed
+        first.clear()  # the caller's list: clearing it leaves the cache whole
+        assert LayerCoster(spec, replace(plan, **_PIPELINING), coster).layer(phase) == base._layer(phase)
+
+
+def test_alike_pipeline_stages_are_separate_objects_with_their_own_p2p() -> None:
+    """stage_costs computes stages of equal depth (not first or last) once and copies them;
+    each keeps its own index and the p2p time of its own boundary (tp 2 x 8 stages on 8-GPU
+    nodes: stages 0-3 on one node, 4-7 on the next; 3 -> 4 crosses nodes)."""
+    spec, system = get_model(MODEL), get_system(SYSTEM)
+    plan = Plan(tp=2, pp=8, dp=1, micro_batch=1, global_batch=16, schedule="interleaved", vpp=3)
+    stages = stage_costs(spec, plan, system)
+    comm = PlanComm(spec, plan, system)
+    assert [s.stage for s in stages] == list(range(8))
+    assert len({id(s) for s in stages}) == 8
+    assert [s.p2p_s for s in stages] == [comm.pp_p2p(i).seconds for i in range(8)]  # type: ignore[union-attr]
+    assert stages[3].p2p_s > stages[2].p2p_s and stages[7].p2p_s == stages[3].p2p_s  # 7 -> 0 wraps
+    middle = [s for s in stages[1:-1]]
+    assert len({(s.fwd_s, s.bwd_s, s.params, s.optimizer_s) for s in middle}) == 1
+    middle[0].fwd_s = -1.0
+    assert middle[1].fwd_s > 0
+
+
 # --- 8. GQA / SwiGLU / MoE --------------------------------------------------------------------
 
 

@@ -110,3 +110,31 @@ def test_scheduler_with_local_artifacts_is_refused(artifact: Path) -> None:
     r = _trainsim("search", "gpt2", "--gpus", "8", "--global-batch", "32", "--kernel-models", str(artifact),
                   "--scheduler", "tcp://127.0.0.1:1")  # fmt: skip
     assert r.returncode == 1 and "Dask workers cannot read" in r.stderr
+
+
+def test_a_kept_screening_pool_screens_under_artifacts_set_after_it_started(
+    artifact: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search keeps its worker processes between searches; --kernel-models set after they
+    started must still reach them (each chunk carries the variables), and leave with the block."""
+    from trainsim.builders.models import get_model
+    from trainsim.search import llm
+    from trainsim.cli.calibration import use_artifacts
+    from trainsim.hardware import get_system
+    from trainsim.search.llm import search_llm
+    from trainsim.search.space import PlanSpace
+
+    monkeypatch.setattr(llm, "_CHUNK", 2)  # several chunks: the pool screens them
+    model, system = get_model("gpt2"), get_system("dgx-a100")
+    space = PlanSpace(gpus=8, global_batch=32, tp=(1, 2), pp=(1, 2), micro_batch=(1, 2))
+
+    def closed_forms(workers: int) -> list[tuple[str, float]]:
+        r = search_llm(model, system, space, workers=workers, progress=False, top_k=6, simulate_top=6)
+        return sorted((p["plan"], p["closed_form_s"]) for p in r["plans"])
+
+    plain = closed_forms(2)  # starts the pool
+    with use_artifacts([artifact], None, system=system):
+        mine = closed_forms(2)
+        assert mine == closed_forms(1)
+    assert mine != plain
+    assert closed_forms(2) == plain

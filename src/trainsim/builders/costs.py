@@ -21,7 +21,7 @@ Tensor-parallel and sequence-parallel communication is not here (see
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -256,6 +256,15 @@ def _gemm_flops(m: float, n: float, k: float) -> float:
     return 2.0 * m * n * k
 
 
+# One layer's (and the embedding's and head's) operators do not depend on how the plan
+# pipelines, replicates or shards the model, nor on its batch count: a search's plans share
+# them, so they are kept per (coster, model, plan with these fields at their defaults, part).
+_NOT_SHAPING = {"pp": 1, "dp": 1, "zero": 0, "global_batch": 0, "schedule": "1f1b", "vpp": 1,
+                "partition": "even", "optimizer": "adam"}  # fmt: skip
+_SHAPED: dict[tuple[object, ...], tuple[OpCost, ...]] = {}
+_SHAPED_MAX = 8192
+
+
 class LayerCoster:
     """Per-GPU operator costs of ``model`` under ``plan`` for one micro-batch."""
 
@@ -266,6 +275,19 @@ class LayerCoster:
         self.l = plan.seq(model) // plan.cp  # context parallelism splits the sequence
         self.dtype = "fp32" if plan.dtype == "fp32" else plan.dtype
         self.tokens = self.b * self.l
+        self._shape: Plan | None = None
+
+    def _shared(self, part: str, phase: str, make: Callable[[str], list[OpCost]]) -> list[OpCost]:
+        """``make(phase)``, from :data:`_SHAPED` when a plan of the same shape asked before."""
+        if self._shape is None:
+            self._shape = replace(self.plan, **_NOT_SHAPING)  # type: ignore[arg-type]
+        key = (self.c, self.model, self._shape, part, phase)
+        ops = _SHAPED.get(key)
+        if ops is None:
+            if len(_SHAPED) >= _SHAPED_MAX:
+                _SHAPED.clear()
+            ops = _SHAPED[key] = tuple(make(phase))
+        return list(ops)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -299,6 +321,9 @@ class LayerCoster:
 
     def layer(self, phase: str) -> list[OpCost]:
         """One layer's operators, forward or backward (without TP communication)."""
+        return self._shared("layer", phase, self._layer)
+
+    def _layer(self, phase: str) -> list[OpCost]:
         m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         bwd = 2.0 if phase == "bwd" else 1.0  # backward GEMMs: input and weight gradients
         hf = self.plan.impl == "hf"  # norms, rotary, activation, residual adds: HF's eager calls instead
@@ -555,6 +580,10 @@ class LayerCoster:
     # --- stage extras --------------------------------------------------------------------------
 
     def embedding(self, phase: str) -> list[OpCost]:
+        """The first stage's embedding lookup (and dropout)."""
+        return self._shared("embedding", phase, self._embedding)
+
+    def _embedding(self, phase: str) -> list[OpCost]:
         t, b, seq, d = self.t, self.b, self.l, self.model.hidden
         v = self.model.padded_vocab(t)
         return [
@@ -565,6 +594,9 @@ class LayerCoster:
 
     def head(self, phase: str) -> list[OpCost]:
         """Final norm, output projection and loss (the last stage)."""
+        return self._shared("head", phase, self._head)
+
+    def _head(self, phase: str) -> list[OpCost]:
         m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         bwd = 2.0 if phase == "bwd" else 1.0
         v = m.padded_vocab(t)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -74,6 +75,9 @@ class StageCost:
         return sum(c.seconds for c in self.dp_comm) + (
             self.embedding_comm.seconds if self.embedding_comm else 0.0
         )
+
+
+_STAGE_FIELDS = attrgetter(*(f.name for f in fields(StageCost)))  # in __init__'s order
 
 
 def _sum(ops: Iterable[OpCost]) -> float:
@@ -186,8 +190,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     z3 = comm.zero3_layer(model.layer_params() / plan.tp)
     if z3 is not None:
         layer_comm = [*layer_comm, *z3]
-    for s, n in enumerate(layers):
-        first, last = s == 0, s == plan.pp - 1
+    def _stage(s: int, n: int, first: bool, last: bool) -> StageCost:
         extra_f = (lc.embedding("fwd") if first else []) + (lc.head("fwd") if last else [])
         extra_b = (lc.embedding("bwd") if first else []) + (lc.head("bwd") if last else [])
         ext_acc, ext_acc_cpu = averaged(*lc.extra_grad_accumulation(first, last))
@@ -234,16 +237,31 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st = StageCost(s, n, params, fwd, bwd, recompute)
         st.zero3_exposed_fwd_s, st.zero3_exposed_bwd_s = z3f, z3b
         st.tp_comm_fwd_s, st.tp_comm_bwd_s, st.tp_comm_recompute_s = tp_x
-        bp = comm.pp_p2p(s) if plan.pp > 1 else None
-        st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         st.optimizer_s = lc.optimizer(params / shard, n).seconds
         st.dp_comm = comm.dp_grads(params, expert)
-        st.embedding_comm = comm.embedding_grads() if (first or last) else None
+        st.embedding_comm = emb_comm if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
-        st.layer_ops = lf + lb + acc
+        st.layer_ops = layer_ops
         st.ops = [*extra_f, *extra_b, *ext_acc]
         st.comm = layer_comm
+        return st
+
+    layer_ops = lf + lb + acc  # shared by every stage (nothing mutates a StageCost's lists)
+    emb_comm = comm.embedding_grads()
+    # a stage's costs depend on its depth and on being first or last, and its p2p transfer on
+    # where its boundary falls: stages alike in those share one computation (pp up to ~100)
+    alike: dict[tuple[int, bool, bool], StageCost] = {}
+    for s, n in enumerate(layers):
+        first, last = s == 0, s == plan.pp - 1
+        st = alike.get((n, first, last))
+        if st is not None:
+            st = StageCost(*_STAGE_FIELDS(st))  # a copy (dataclasses.replace costs 6x more)
+            st.stage = s
+        else:
+            st = alike[n, first, last] = _stage(s, n, first, last)
+        bp = comm.pp_p2p(s) if plan.pp > 1 else None
+        st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         out.append(st)
     return out
 

@@ -101,6 +101,7 @@ class PlanComm:
             )
         self.act_bytes = 2 if plan.dtype in ("fp16", "bf16") else 4
         self.user = os.environ.get(USER_COMM_MODELS_ENV, "")  # --comm-models, once per plan
+        self._p2p: dict[bool, CommCost] = {}  # pp_p2p by placement: on one node or not
 
     def _time(self, kind: str, nbytes: float, size: int, pn: int) -> tuple[float, str]:
         return _predict(self.system, kind, nbytes, size, pn, user=self.user)
@@ -170,7 +171,10 @@ class PlanComm:
         stride = p.tp * p.cp * p.dp
         a, b = boundary * stride, ((boundary + 1) % p.pp) * stride
         same = stride < self.gpn and a // self.gpn == b // self.gpn
-        return self.cost_placed("pp_send_recv", "send", nbytes, 2, 2 if same else 1)
+        c = self._p2p.get(same)
+        if c is None:
+            c = self._p2p[same] = self.cost_placed("pp_send_recv", "send", nbytes, 2, 2 if same else 1)
+        return c
 
     # --- per iteration ----------------------------------------------------------------------
 

@@ -205,11 +205,13 @@ def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int) -> tuple[float, fl
 
 
 def _stage_params_split(
-    model: ModelSpec, plan: Plan, stage: int, layers: Sequence[int]
-) -> tuple[float, float]:
+    model: ModelSpec, plan: Plan, stage: int, layers: Sequence[int],
+    layer_params: tuple[float, float] | None = None,
+) -> tuple[float, float]:  # fmt: skip
+    """``layer_params``: :func:`_layer_params_per_gpu` of the plan, when the caller has it."""
     if not 0 <= stage < plan.pp:
         raise ConfigError(f"memory: stage {stage} is not in 0..{plan.pp - 1} (pp {plan.pp})")
-    dense_layer, expert_layer = _layer_params_per_gpu(model, plan.tp, plan.ep)
+    dense_layer, expert_layer = layer_params or _layer_params_per_gpu(model, plan.tp, plan.ep)
     n = layers[stage]
     dense, expert = n * dense_layer, n * expert_layer
     vocab_shard = model.embedding_params(plan.tp) / plan.tp  # 001 Eq. 1–2 padding, ÷ tp rows
@@ -301,7 +303,11 @@ def activation_bytes_per_layer(model: ModelSpec, plan: Plan, *, dropout: bool = 
     selective recompute drops the ``5as/h`` term; full recompute keeps the layer input ``2sbh``
     (÷ t with SP). FlashAttention never keeps the scores, so ``none`` equals ``selective`` there.
     """
-    kept, scores, layer_input = _layer_activation_terms(model, plan, dropout=dropout)
+    return _kept_bytes(plan, _layer_activation_terms(model, plan, dropout=dropout))
+
+
+def _kept_bytes(plan: Plan, terms: tuple[float, float, float]) -> float:
+    kept, scores, layer_input = terms
     if plan.recompute == "full":
         return layer_input
     if plan.recompute == "selective":
@@ -312,7 +318,11 @@ def activation_bytes_per_layer(model: ModelSpec, plan: Plan, *, dropout: bool = 
 def _recompute_working_bytes(model: ModelSpec, plan: Plan, *, dropout: bool) -> float:
     """What backward re-materialises for one layer of one micro-batch: the scores (selective)
     or the whole layer except its already-kept input (full)."""
-    kept, scores, layer_input = _layer_activation_terms(model, plan, dropout=dropout)
+    return _working_bytes(plan, _layer_activation_terms(model, plan, dropout=dropout))
+
+
+def _working_bytes(plan: Plan, terms: tuple[float, float, float]) -> float:
+    kept, scores, layer_input = terms
     if plan.recompute == "full":
         return kept - layer_input
     if plan.recompute == "selective":
@@ -339,14 +349,17 @@ def in_flight_microbatches(plan: Plan, stage: int) -> float:
 
 
 def _stage_activations_bytes(
-    model: ModelSpec, plan: Plan, stage: int, n_layers: int, *, dropout: bool
-) -> float:
+    model: ModelSpec, plan: Plan, stage: int, n_layers: int, *, dropout: bool,
+    terms: tuple[float, float, float] | None = None,
+) -> float:  # fmt: skip
+    """``terms``: :func:`_layer_activation_terms` of the plan, when the caller has them."""
     s, b, h = plan.seq(model) / plan.cp, plan.micro_batch, model.hidden
     sp_div = plan.tp if plan.sp and plan.tp > 1 else 1
     n = in_flight_microbatches(plan, stage)
-    total = n_layers * n * activation_bytes_per_layer(model, plan, dropout=dropout)
+    terms = terms or _layer_activation_terms(model, plan, dropout=dropout)
+    total = n_layers * n * _kept_bytes(plan, terms)
     if n_layers:
-        total += _recompute_working_bytes(model, plan, dropout=dropout)
+        total += _working_bytes(plan, terms)
     if stage == 0 and dropout:  # embedding dropout mask, Korthikanti §4.3 ("sbhp/t" with SP)
         total += n * MASK_BYTES * s * b * h / sp_div
     if stage == plan.pp - 1:
@@ -363,8 +376,9 @@ def _stage_activations_bytes(
 
 
 def _buffers_bytes(
-    model: ModelSpec, plan: Plan, stage: int, precision: Precision, *, overhead_bytes: float
-) -> float:
+    model: ModelSpec, plan: Plan, stage: int, precision: Precision, *, overhead_bytes: float,
+    layer_params: tuple[float, float] | None = None,
+) -> float:  # fmt: skip
     """Fixed and transient allocations outside weights/gradients/optimizer/activations:
 
     * ``overhead_bytes`` (default CUDA context + cuBLAS workspace, see the constants);
@@ -386,7 +400,7 @@ def _buffers_bytes(
     if stage == plan.pp - 1:
         total += e * s * b * model.padded_vocab(plan.tp) / plan.tp
     if plan.dp * plan.cp > 1 and plan.zero >= 2:
-        layer = sum(_layer_params_per_gpu(model, plan.tp, plan.ep))
+        layer = sum(layer_params or _layer_params_per_gpu(model, plan.tp, plan.ep))
         total += layer * precision.grad_bytes
         if plan.zero == 3:
             total += 2 * layer * precision.weight_bytes
@@ -425,8 +439,16 @@ def memory_per_gpu(
     dense_prec = prec.sharded(plan.zero, shards)
     expert_prec = prec.sharded(plan.zero, shards / plan.ep)
     out = []
+    # per plan, not per stage (a search asks for ~10^5 plans of up to ~100 stages)
+    layer_params = _layer_params_per_gpu(model, plan.tp, plan.ep)
+    terms = _layer_activation_terms(model, plan, dropout=dropout)
+    buffers: dict[bool, float] = {}  # only the last stage's differ
     for i in range(plan.pp):
-        dense, expert = _stage_params_split(model, plan, i, layers)
+        dense, expert = _stage_params_split(model, plan, i, layers, layer_params)
+        last = i == plan.pp - 1
+        if last not in buffers:
+            buffers[last] = _buffers_bytes(model, plan, i, prec, overhead_bytes=overhead_bytes,
+                                           layer_params=layer_params)  # fmt: skip
         out.append(
             MemoryBreakdown(
                 stage=i,
@@ -435,9 +457,9 @@ def memory_per_gpu(
                 optimizer_bytes=dense * dense_prec.optimizer_bytes
                 + expert * expert_prec.optimizer_bytes,
                 activations_bytes=_stage_activations_bytes(
-                    model, plan, i, layers[i], dropout=dropout
+                    model, plan, i, layers[i], dropout=dropout, terms=terms
                 ),
-                buffers_bytes=_buffers_bytes(model, plan, i, prec, overhead_bytes=overhead_bytes),
+                buffers_bytes=buffers[last],
             )
         )
     return out

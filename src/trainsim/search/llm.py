@@ -16,13 +16,15 @@ Objectives: ``time`` (iteration time), ``time-to-train`` (``train_tokens`` / tok
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from typing import Any
@@ -33,6 +35,7 @@ from trainsim.builders.memory import memory_per_gpu
 from trainsim.builders.plan import Plan
 from trainsim.builders.predict import predict_llm
 from trainsim.builders.spec import ModelSpec
+from trainsim.comm.registry import USER_MODELS_ENV as USER_COMM_MODELS_ENV
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import SystemSpec, get_device, get_system
 from trainsim.kernels.registry import USER_MODELS_ENV as USER_KERNEL_MODELS_ENV
@@ -63,10 +66,49 @@ def _coster(device: str) -> OpCoster:
     return c
 
 
+_CALIBRATION_ENV = (USER_KERNEL_MODELS_ENV, USER_COMM_MODELS_ENV)
+
+
+def _calibration_env() -> dict[str, str]:
+    """The ``--kernel-models`` / ``--comm-models`` variables as this process has them: sent with
+    each chunk, since a worker may have started before they were set (a kept pool) or on
+    another machine (Dask)."""
+    return {n: os.environ[n] for n in _CALIBRATION_ENV if n in os.environ}
+
+
+@contextmanager
+def _with_env(env: dict[str, str] | None) -> Iterator[None]:
+    if env is None:
+        yield
+        return
+    saved = {n: os.environ.get(n) for n in _CALIBRATION_ENV}
+    try:
+        for n in _CALIBRATION_ENV:
+            if n in env:
+                os.environ[n] = env[n]
+            else:
+                os.environ.pop(n, None)
+        yield
+    finally:
+        for n, v in saved.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
+
+
 def screen_plans(
-    model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]]
-) -> list[Screened]:
-    """Closed form + peak memory per plan (a worker's unit of work; picklable arguments)."""
+    model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]],
+    env: dict[str, str] | None = None,
+) -> list[Screened]:  # fmt: skip
+    """Closed form + peak memory per plan (a worker's unit of work; picklable arguments).
+    ``env``: the calibration variables to screen under (:func:`_calibration_env`); ``None``
+    keeps this process's."""
+    with _with_env(env):
+        return _screen(model, system, plans)
+
+
+def _screen(model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]]) -> list[Screened]:
     coster = _coster(system.device)
     cap = get_device(system.device).memory_bytes
     out = []
@@ -171,6 +213,7 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
                    scheduler: str | None, tick: Callable[[int], None]) -> list[Screened]:  # fmt: skip
     chunks = list(_chunks(items, _CHUNK))
     out: list[Screened] = []
+    env = _calibration_env()
     if scheduler:
         try:
             from dask.distributed import Client
@@ -182,7 +225,7 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
         client = _connect(Client, scheduler)
         with client:
             futures = client.map(
-                screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False
+                screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, [env] * len(chunks), pure=False
             )
             for fut in dask_completed(futures):
                 res = fut.result()
@@ -196,13 +239,42 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
             out.extend(res)
             tick(len(res))
         return out
-    with ProcessPoolExecutor(max_workers=n, mp_context=get_context("forkserver")) as pool:
-        futs = [pool.submit(screen_plans, model, system, ch) for ch in chunks]
+    pool = _pool(n)
+    futs = [pool.submit(screen_plans, model, system, ch, env) for ch in chunks]
+    try:
         for fut in as_completed(futs):
             res = fut.result()
             out.extend(res)
             tick(len(res))
+    except BaseException:
+        for f in futs:
+            f.cancel()
+        if isinstance(pool, ProcessPoolExecutor) and getattr(pool, "_broken", False):
+            _drop_pool()  # a worker died: the next search starts a fresh pool
+        raise
     return out
+
+
+# The screening processes are kept between searches of one program (a notebook, a sweep of
+# searches, the benchmark): a worker pays ~1 s to import trainsim and load the kernel models
+# once, not once per search. Shut down at exit.
+_POOL: dict[int, ProcessPoolExecutor] = {}  # at most one: workers -> pool
+
+
+def _pool(n: int) -> ProcessPoolExecutor:
+    if n not in _POOL:
+        _drop_pool()
+        _POOL[n] = ProcessPoolExecutor(max_workers=n, mp_context=get_context("forkserver"))
+    return _POOL[n]
+
+
+def _drop_pool() -> None:
+    for pool in _POOL.values():
+        pool.shutdown(wait=False, cancel_futures=True)
+    _POOL.clear()
+
+
+atexit.register(_drop_pool)
 
 
 def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, objective: str = "time",
