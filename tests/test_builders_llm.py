@@ -911,8 +911,19 @@ _SHAPE_CASES = [
     ("gpt2", Plan(impl="hf", micro_batch=4, dtype="fp32")),
     (MODEL, Plan(tp=8, attention="unfused", attention_dropout=0.1, recompute="full")),
 ]
-_PIPELINING = {"pp": 4, "dp": 8, "zero": 3, "global_batch": 512, "schedule": "interleaved", "vpp": 3,
-               "partition": "001", "optimizer": "sgd"}  # fmt: skip
+_PIPELINING = {"pp": (2, 4), "dp": (2, 8), "zero": (1, 2, 3), "global_batch": (64, 512), "vpp": (2, 3),
+               "schedule": ("interleaved", "gpipe"), "partition": ("001",), "optimizer": ("sgd",)}  # fmt: skip
+
+
+class _Reads:
+    """A plan that records which of its fields are read."""
+
+    def __init__(self, plan: Plan) -> None:
+        self._plan, self.read = plan, set()
+
+    def __getattr__(self, name: str) -> object:
+        self.read.add(name)
+        return getattr(self._plan, name)
 
 
 @pytest.mark.parametrize(("model", "plan"), _SHAPE_CASES)
@@ -924,37 +935,69 @@ def test_layer_ops_do_not_depend_on_the_fields_their_cache_ignores(model: str, p
 
     spec, coster = get_model(model), OpCoster("a100-sxm4-80gb")
     base = LayerCoster(spec, plan, coster)
+    assert set(_PIPELINING) == set(costs._NOT_SHAPING)
     for field_name, value in costs._NOT_SHAPING.items():
         assert value == getattr(Plan(), field_name)  # the defaults the cache key puts in
-    for field_name, value in _PIPELINING.items():
-        other = LayerCoster(spec, replace(plan, **{field_name: value}), coster)
-        for phase in ("fwd", "bwd"):
-            assert other._layer(phase) == base._layer(phase), field_name
-            assert other._head(phase) == base._head(phase), field_name
-            assert other._embedding(phase) == base._embedding(phase), field_name
+    # the operators read none of the fields the key leaves out
+    spy = LayerCoster(spec, _Reads(plan), coster)  # type: ignore[arg-type]
+    for phase in ("fwd", "bwd"):
+        spy._layer(phase), spy._head(phase), spy._embedding(phase)
+    assert spy.plan.read and not spy.plan.read & set(costs._NOT_SHAPING)  # type: ignore[attr-defined]
+    for field_name, values in _PIPELINING.items():
+        for value in values:
+            other = LayerCoster(spec, replace(plan, **{field_name: value}), coster)
+            for phase in ("fwd", "bwd"):
+                assert other._layer(phase) == base._layer(phase), field_name
+                assert other._head(phase) == base._head(phase), field_name
+                assert other._embedding(phase) == base._embedding(phase), field_name
+    last = {k: v[-1] for k, v in _PIPELINING.items()}
     for phase in ("fwd", "bwd"):
         first = base.layer(phase)
         assert first == base._layer(phase) and first  # cached == computed
         first.clear()  # the caller's list: clearing it leaves the cache whole
-        assert LayerCoster(spec, replace(plan, **_PIPELINING), coster).layer(phase) == base._layer(phase)
+        assert LayerCoster(spec, replace(plan, **last), coster).layer(phase) == base._layer(phase)
+    # a shaping field changed is another key
+    assert LayerCoster(spec, replace(plan, micro_batch=plan.micro_batch * 2), coster).layer("fwd") != base._layer("fwd")
+
+
+def test_layer_op_cache_lives_with_its_coster_and_keeps_the_newest() -> None:
+    """Review finding: a module-wide cache kept every coster alive. Now the coster holds its
+    own, bounded, dropping the oldest entries first."""
+    import gc
+    import weakref
+
+    c = OpCoster("a100-sxm4-80gb")
+    c.SHAPED_MAX = 3  # type: ignore[misc]
+    spec = get_model(MODEL)
+    plans = [Plan(micro_batch=b) for b in (1, 2, 4)]
+    for p in plans:
+        LayerCoster(spec, p, c).layer("fwd")
+    LayerCoster(spec, plans[0], c).layer("bwd")  # a fourth key: the oldest (mb 1, fwd) goes
+    assert len(c._shaped) == 3 and all(k[3] != "fwd" or k[1].micro_batch != 1 for k in c._shaped)
+    ref = weakref.ref(c)
+    del c
+    gc.collect()
+    assert ref() is None
 
 
 def test_alike_pipeline_stages_are_separate_objects_with_their_own_p2p() -> None:
     """stage_costs computes stages of equal depth (not first or last) once and copies them;
-    each keeps its own index and the p2p time of its own boundary (tp 2 x 8 stages on 8-GPU
-    nodes: stages 0-3 on one node, 4-7 on the next; 3 -> 4 crosses nodes)."""
+    each keeps its own index, lists and the p2p time of its own boundary (tp 2 x dp 2 x 8
+    stages on 8-GPU nodes: two stages a node; 1 -> 2, 3 -> 4, ... and 7 -> 0 cross nodes)."""
     spec, system = get_model(MODEL), get_system(SYSTEM)
-    plan = Plan(tp=2, pp=8, dp=1, micro_batch=1, global_batch=16, schedule="interleaved", vpp=3)
+    plan = Plan(tp=2, pp=8, dp=2, micro_batch=1, global_batch=32, schedule="interleaved", vpp=3)
     stages = stage_costs(spec, plan, system)
     comm = PlanComm(spec, plan, system)
     assert [s.stage for s in stages] == list(range(8))
     assert len({id(s) for s in stages}) == 8
     assert [s.p2p_s for s in stages] == [comm.pp_p2p(i).seconds for i in range(8)]  # type: ignore[union-attr]
-    assert stages[3].p2p_s > stages[2].p2p_s and stages[7].p2p_s == stages[3].p2p_s  # 7 -> 0 wraps
-    middle = [s for s in stages[1:-1]]
+    assert stages[1].p2p_s > stages[0].p2p_s == stages[2].p2p_s and stages[7].p2p_s == stages[1].p2p_s
+    middle = list(stages[1:-1])
     assert len({(s.fwd_s, s.bwd_s, s.params, s.optimizer_s) for s in middle}) == 1
     middle[0].fwd_s = -1.0
-    assert middle[1].fwd_s > 0
+    middle[0].dp_comm.clear()
+    middle[0].layer_ops.clear()
+    assert middle[1].fwd_s > 0 and middle[1].dp_comm and middle[1].layer_ops and stages[0].layer_ops
 
 
 # --- 8. GQA / SwiGLU / MoE --------------------------------------------------------------------

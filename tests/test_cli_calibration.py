@@ -118,9 +118,9 @@ def test_a_kept_screening_pool_screens_under_artifacts_set_after_it_started(
     """The search keeps its worker processes between searches; --kernel-models set after they
     started must still reach them (each chunk carries the variables), and leave with the block."""
     from trainsim.builders.models import get_model
-    from trainsim.search import llm
     from trainsim.cli.calibration import use_artifacts
     from trainsim.hardware import get_system
+    from trainsim.search import llm
     from trainsim.search.llm import search_llm
     from trainsim.search.space import PlanSpace
 

@@ -283,3 +283,87 @@ def test_a_dask_scheduler_with_a_worker_screens_the_same_plans(quick_deadlines):
         remote = search_llm(model, "dgx-a100", space, scheduler=cluster.scheduler_address, progress=False, simulate_top=2)
     assert [r["plan"] for r in remote["plans"]] == [r["plan"] for r in local["plans"]]
     assert remote["feasible"] == local["feasible"] and remote["plans"]
+
+
+# --- the kept screening pool (review findings of 2026-11-27) ------------------------------------
+
+_TINY = PlanSpace(gpus=8, global_batch=32, tp=(1, 2), pp=(1, 2), micro_batch=(1, 2), zero=(0, 1),
+                  recompute=("none",), schedule=("1f1b",))  # fmt: skip
+
+
+def _tiny_search(workers: int) -> list[str]:
+    r = search_llm(get_model("gpt2"), "dgx-a100", _TINY, workers=workers, progress=False, top_k=3, simulate_top=3)
+    return [p["plan"] for p in r["plans"]]
+
+
+def test_a_pool_whose_workers_died_while_idle_is_replaced(monkeypatch):
+    import os
+    import signal
+
+    from trainsim.search import llm
+
+    monkeypatch.setattr(llm, "_CHUNK", 2)  # several chunks: the pool screens them
+    expected = _tiny_search(1)
+    assert _tiny_search(2) == expected
+    pool = llm._POOL[2]
+    for pid in list(pool._processes):  # killed between searches (an interrupt, the OOM killer)
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert _tiny_search(2) == expected
+    assert llm._POOL[2] is not pool
+
+
+def test_searches_in_two_threads_with_different_worker_counts_both_finish(monkeypatch):
+    """The second used to shut down the pool the first was waiting on: the first hung."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainsim.search import llm
+
+    monkeypatch.setattr(llm, "_CHUNK", 2)
+    expected = _tiny_search(1)
+    with ThreadPoolExecutor(2) as threads:
+        a, b = threads.submit(_tiny_search, 2), threads.submit(_tiny_search, 3)
+        assert a.result(timeout=120) == expected and b.result(timeout=120) == expected
+
+
+def test_screening_workers_exit_when_the_program_is_killed(tmp_path):
+    """A kept pool outlives each search; SIGKILL runs no atexit, so the workers watch for it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "keep.py"
+    script.write_text(
+        "import sys, time\n"
+        "from trainsim.builders.models import get_model\n"
+        "from trainsim.search import llm\n"
+        "from trainsim.search.space import PlanSpace\n"
+        "if __name__ == '__main__':\n"
+        "    llm._CHUNK = 2\n"
+        "    space = PlanSpace(gpus=8, global_batch=32, tp=(1, 2), pp=(1, 2), micro_batch=(1, 2))\n"
+        "    llm.search_llm(get_model('gpt2'), 'dgx-a100', space, workers=2, progress=False, simulate_top=0, top_k=0)\n"
+        "    print(' '.join(map(str, llm._POOL[2]._processes)), flush=True)\n"
+        "    time.sleep(300)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]  # type: ignore[union-attr]
+        assert len(pids) == 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        from pathlib import Path
+
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"  # a zombie has exited
+
+    deadline = time.monotonic() + 20
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pids)

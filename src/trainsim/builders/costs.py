@@ -87,6 +87,19 @@ class OpCoster:
         self._bench: BenchTranslator | None = None
         if bench and (cal := bench_calibration(self.device)) is not None:
             self._bench = BenchTranslator(cal)
+        self._shaped: dict[tuple[object, ...], tuple[OpCost, ...]] = {}
+
+    SHAPED_MAX = 4096  # layer / embedding / head operator lists kept (oldest dropped first)
+
+    def shaped(self, key: tuple[object, ...], make: Callable[[], list[OpCost]]) -> list[OpCost]:
+        """``make()``, kept under ``key`` (:class:`LayerCoster`'s operator lists per plan
+        shape); a fresh list of the frozen costs each call."""
+        ops = self._shaped.get(key)
+        if ops is None:
+            while len(self._shaped) >= self.SHAPED_MAX:
+                del self._shaped[next(iter(self._shaped))]
+            ops = self._shaped[key] = tuple(make())
+        return list(ops)
 
     def time(self, op: str, phase: str, dtype: str, *, bench: dict[str, float] | None = None,
              bench_op: str | None = None, **inputs: float) -> tuple[float, str]:  # fmt: skip
@@ -258,11 +271,9 @@ def _gemm_flops(m: float, n: float, k: float) -> float:
 
 # One layer's (and the embedding's and head's) operators do not depend on how the plan
 # pipelines, replicates or shards the model, nor on its batch count: a search's plans share
-# them, so they are kept per (coster, model, plan with these fields at their defaults, part).
+# them, so the coster keeps them per (model, plan with these fields at their defaults, part).
 _NOT_SHAPING = {"pp": 1, "dp": 1, "zero": 0, "global_batch": 0, "schedule": "1f1b", "vpp": 1,
                 "partition": "even", "optimizer": "adam"}  # fmt: skip
-_SHAPED: dict[tuple[object, ...], tuple[OpCost, ...]] = {}
-_SHAPED_MAX = 8192
 
 
 class LayerCoster:
@@ -278,16 +289,10 @@ class LayerCoster:
         self._shape: Plan | None = None
 
     def _shared(self, part: str, phase: str, make: Callable[[str], list[OpCost]]) -> list[OpCost]:
-        """``make(phase)``, from :data:`_SHAPED` when a plan of the same shape asked before."""
+        """``make(phase)``, kept by the coster for plans of the same shape (``_NOT_SHAPING``)."""
         if self._shape is None:
             self._shape = replace(self.plan, **_NOT_SHAPING)  # type: ignore[arg-type]
-        key = (self.c, self.model, self._shape, part, phase)
-        ops = _SHAPED.get(key)
-        if ops is None:
-            if len(_SHAPED) >= _SHAPED_MAX:
-                _SHAPED.clear()
-            ops = _SHAPED[key] = tuple(make(phase))
-        return list(ops)
+        return self.c.shaped((self.model, self._shape, part, phase), lambda: make(phase))
 
     # --- helpers ---------------------------------------------------------------------------
 

@@ -242,12 +242,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.embedding_comm = emb_comm if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
-        st.layer_ops = layer_ops
+        st.layer_ops = lf + lb + acc
         st.ops = [*extra_f, *extra_b, *ext_acc]
         st.comm = layer_comm
         return st
 
-    layer_ops = lf + lb + acc  # shared by every stage (nothing mutates a StageCost's lists)
     emb_comm = comm.embedding_grads()
     # a stage's costs depend on its depth and on being first or last, and its p2p transfer on
     # where its boundary falls: stages alike in those share one computation (pp up to ~100)
@@ -257,7 +256,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st = alike.get((n, first, last))
         if st is not None:
             st = StageCost(*_STAGE_FIELDS(st))  # a copy (dataclasses.replace costs 6x more)
-            st.stage = s
+            st.stage = s  # and lists of its own, as a caller may change a stage's
+            st.dp_comm, st.layer_ops, st.ops, st.comm = [*st.dp_comm], [*st.layer_ops], [*st.ops], [*st.comm]
         else:
             st = alike[n, first, last] = _stage(s, n, first, last)
         bp = comm.pp_p2p(s) if plan.pp > 1 else None

@@ -20,10 +20,12 @@ import atexit
 import math
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
@@ -67,12 +69,12 @@ def _coster(device: str) -> OpCoster:
 
 
 _CALIBRATION_ENV = (USER_KERNEL_MODELS_ENV, USER_COMM_MODELS_ENV)
+_ENV_LOCK = threading.Lock()
 
 
 def _calibration_env() -> dict[str, str]:
     """The ``--kernel-models`` / ``--comm-models`` variables as this process has them: sent with
-    each chunk, since a worker may have started before they were set (a kept pool) or on
-    another machine (Dask)."""
+    each chunk to the kept pool, whose workers may have started before they were set."""
     return {n: os.environ[n] for n in _CALIBRATION_ENV if n in os.environ}
 
 
@@ -104,7 +106,9 @@ def screen_plans(
     """Closed form + peak memory per plan (a worker's unit of work; picklable arguments).
     ``env``: the calibration variables to screen under (:func:`_calibration_env`); ``None``
     keeps this process's."""
-    with _with_env(env):
+    if env is None:
+        return _screen(model, system, plans)
+    with _ENV_LOCK, _with_env(env):  # os.environ is the process's: one chunk at a time
         return _screen(model, system, plans)
 
 
@@ -213,7 +217,6 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
                    scheduler: str | None, tick: Callable[[int], None]) -> list[Screened]:  # fmt: skip
     chunks = list(_chunks(items, _CHUNK))
     out: list[Screened] = []
-    env = _calibration_env()
     if scheduler:
         try:
             from dask.distributed import Client
@@ -223,9 +226,9 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
                 "--scheduler needs dask.distributed: pip install 'trainsim[search]' (or dask[distributed])"
             ) from None
         client = _connect(Client, scheduler)
-        with client:
+        with client:  # the workers' own environment: local artifacts are refused with --scheduler
             futures = client.map(
-                screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, [env] * len(chunks), pure=False
+                screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False
             )
             for fut in dask_completed(futures):
                 res = fut.result()
@@ -239,33 +242,65 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
             out.extend(res)
             tick(len(res))
         return out
-    pool = _pool(n)
-    futs = [pool.submit(screen_plans, model, system, ch, env) for ch in chunks]
-    try:
-        for fut in as_completed(futs):
-            res = fut.result()
-            out.extend(res)
-            tick(len(res))
-    except BaseException:
-        for f in futs:
-            f.cancel()
-        if isinstance(pool, ProcessPoolExecutor) and getattr(pool, "_broken", False):
-            _drop_pool()  # a worker died: the next search starts a fresh pool
-        raise
-    return out
+    env = _calibration_env()
+    with _POOL_LOCK:  # one search at a time on the kept pool (threads: see _pool)
+        for attempt in (1, 2):
+            pool = _pool(n)
+            futs: list[Future[list[Screened]]] = []
+            try:
+                futs = [pool.submit(screen_plans, model, system, ch, env) for ch in chunks]
+                for fut in as_completed(futs):
+                    res = fut.result()
+                    out.extend(res)
+                    tick(len(res))
+                return out
+            except BrokenProcessPool:
+                _drop_pool()  # a worker died (killed, out of memory, an interrupt while idle)
+                if attempt == 2 or out:  # only a pool found broken before any result is retried
+                    raise
+            except BaseException:
+                for f in futs:
+                    f.cancel()
+                raise
+    raise AssertionError("unreachable")
 
 
 # The screening processes are kept between searches of one program (a notebook, a sweep of
 # searches, the benchmark): a worker pays ~1 s to import trainsim and load the kernel models
-# once, not once per search. Shut down at exit.
+# once, not once per search. One pool, used by one search at a time (_POOL_LOCK: a thread
+# asking for another size waits instead of shutting down a pool in use); replaced when broken
+# or resized; shut down at exit. Each worker exits by itself when this process is gone (killed:
+# no atexit), see _watch_parent.
 _POOL: dict[int, ProcessPoolExecutor] = {}  # at most one: workers -> pool
+_POOL_LOCK = threading.Lock()
 
 
 def _pool(n: int) -> ProcessPoolExecutor:
-    if n not in _POOL:
+    pool = _POOL.get(n)
+    if pool is not None and getattr(pool, "_broken", False):
+        pool = None
+    if pool is None:
         _drop_pool()
-        _POOL[n] = ProcessPoolExecutor(max_workers=n, mp_context=get_context("forkserver"))
-    return _POOL[n]
+        pool = _POOL[n] = ProcessPoolExecutor(max_workers=n, mp_context=get_context("forkserver"),
+                                              initializer=_watch_parent, initargs=(os.getpid(),))  # fmt: skip
+    return pool
+
+
+def _watch_parent(pid: int, period_s: float = 2.0) -> None:
+    """A worker's initializer: a daemon thread ends the worker once process ``pid`` (the
+    search's) no longer exists, so a hard-killed program leaves no screening processes."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(period_s)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            except PermissionError:  # pid reused by another user's process: ours is gone
+                os._exit(0)
+
+    threading.Thread(target=watch, name="trainsim-parent-watch", daemon=True).start()
 
 
 def _drop_pool() -> None:
