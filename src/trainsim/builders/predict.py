@@ -37,6 +37,7 @@ from trainsim.builders.memory import MemoryBreakdown, memory_per_gpu
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
+from trainsim.errors import TrainsimError
 from trainsim.hardware import DeviceSpec, SystemSpec, get_device, get_system
 from trainsim.kernels.features import peak_flops
 
@@ -268,6 +269,16 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"{r.device.name} has no {r.plan.dtype} tensor cores: its matrix math is costed at the "
                    "fp32 peak (frameworks emulate it or refuse; fp16 is what this GPU trains in)")  # fmt: skip
     if not r.fits_in_memory:
+        name = r.model.name if _in_catalog(r.model) else "MODEL"
         out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
-                   f"{r.device.memory_bytes / 2**30:.1f} GiB")  # fmt: skip
+                   f"{r.device.memory_bytes / 2**30:.1f} GiB (`trainsim search {name} --gpus {r.plan.gpus} "
+                   f"--system {r.system.name} --global-batch {r.plan.batch}` lists the plans that fit)")  # fmt: skip
     return out
+
+
+def _in_catalog(model: ModelSpec) -> bool:
+    """Whether the catalog's model of that name is this one (a config.json's may not be)."""
+    try:
+        return get_model(model.name) == model
+    except TrainsimError:
+        return False
