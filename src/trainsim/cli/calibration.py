@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from trainsim.envvars import restored_environ
 from trainsim.errors import ConfigError
 from trainsim.hardware import SystemSpec, get_device
 
@@ -27,17 +28,9 @@ def use_artifacts(kernel_models: Sequence[Path] | None, comm_models: Sequence[Pa
     from trainsim.comm import registry as comm_registry
     from trainsim.kernels import registry as kernel_registry
 
-    names = (kernel_registry.USER_MODELS_ENV, comm_registry.USER_MODELS_ENV)
-    saved = {n: os.environ.get(n) for n in names}
-    try:
+    with restored_environ((kernel_registry.USER_MODELS_ENV, comm_registry.USER_MODELS_ENV)):
         _register(kernel_models, comm_models, system=system)
         yield
-    finally:
-        for n, v in saved.items():
-            if v is None:
-                os.environ.pop(n, None)
-            else:
-                os.environ[n] = v
 
 
 def _register(kernel_models: Sequence[Path] | None, comm_models: Sequence[Path] | None, *,

@@ -38,6 +38,7 @@ from trainsim.builders.plan import Plan
 from trainsim.builders.predict import predict_llm
 from trainsim.builders.spec import ModelSpec
 from trainsim.comm.registry import USER_MODELS_ENV as USER_COMM_MODELS_ENV
+from trainsim.envvars import restored_environ
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import SystemSpec, get_device, get_system
 from trainsim.kernels.registry import USER_MODELS_ENV as USER_KERNEL_MODELS_ENV
@@ -83,20 +84,13 @@ def _with_env(env: dict[str, str] | None) -> Iterator[None]:
     if env is None:
         yield
         return
-    saved = {n: os.environ.get(n) for n in _CALIBRATION_ENV}
-    try:
+    with restored_environ(_CALIBRATION_ENV):
         for n in _CALIBRATION_ENV:
             if n in env:
                 os.environ[n] = env[n]
             else:
                 os.environ.pop(n, None)
         yield
-    finally:
-        for n, v in saved.items():
-            if v is None:
-                os.environ.pop(n, None)
-            else:
-                os.environ[n] = v
 
 
 def screen_plans(
