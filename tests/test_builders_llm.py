@@ -1287,3 +1287,57 @@ def test_a_plan_that_does_not_fit_points_to_the_search(tmp_path: Path) -> None:
     (note,) = [w for w in r.warnings if "GiB per GPU" in w]
     assert "`trainsim search MODEL --gpus 8" in note
     assert not [w for w in _predict(Plan(dp=8, global_batch=8), model="gpt2").warnings if "GiB per GPU" in w]
+
+
+# --- gradient reduction overlapped with the last backward ----------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.0, 10.0), st.floats(0.0, 10.0), st.integers(1, 64))
+def test_overlapped_reduction_is_the_bucket_schedule(total: float, window: float, buckets: int) -> None:
+    """The closed form against the schedule itself: bucket k ready at k·window/B, one stream
+    reducing them in order, total/B each; what is left after the backward ends."""
+    from trainsim.builders.llm import overlapped_reduction_s
+
+    end = 0.0
+    for k in range(1, buckets + 1):
+        end = max(end, k * window / buckets) + total / buckets
+    assert overlapped_reduction_s(total, window, buckets) == pytest.approx(end - window, abs=1e-9)
+
+
+def test_overlap_grad_reduce_hides_the_reduction_behind_the_last_backward() -> None:
+    spec, system = get_model("gpt3-13b"), get_system(SYSTEM)
+    plain = Plan(tp=4, pp=2, dp=8, micro_batch=2, global_batch=256)
+    ogr = replace(plain, overlap_grad_reduce=True)
+    assert ogr.label().endswith("-ogr")
+    a, b = stage_costs(spec, plain, system), stage_costs(spec, ogr, system)
+    for sa, sb in zip(a, b, strict=True):
+        (ra,), (rb,) = [c for c in sa.dp_comm if c.kind == "all_reduce"], [c for c in sb.dp_comm if c.kind == "all_reduce"]
+        assert 0 < rb.seconds < ra.seconds and "overlapped:" in rb.provenance and rb.bytes == ra.bytes
+        assert sa.fwd_s == sb.fwd_s and sa.bwd_s == sb.bwd_s  # the passes do not change
+    pa, pb = _predict(plain, model="gpt3-13b"), _predict(ogr, model="gpt3-13b")
+    saved = pa.breakdown["exposed_dp_communication_s"] - pb.breakdown["exposed_dp_communication_s"]
+    assert saved > 0 and pa.iteration_time_s - pb.iteration_time_s == pytest.approx(saved, rel=1e-6)
+    # a reduction much shorter than the backward leaves only its last bucket exposed
+    small = Plan(dp=8, micro_batch=8, global_batch=64, overlap_grad_reduce=True)
+    (st0,) = stage_costs(get_model("gpt2"), small, system)
+    (red,) = [c for c in st0.dp_comm if c.kind == "all_reduce"]
+    (full,) = stage_costs(get_model("gpt2"), replace(small, overlap_grad_reduce=False), system)[0].dp_comm
+    assert red.seconds < full.seconds / 5
+    assert st0.bwd_s > full.seconds  # the premise: the backward is the longer
+
+
+def test_cli_overlap_grad_reduce() -> None:
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    _register()
+    r = CliRunner().invoke(app, ["predict", "gpt3-13b", "--gpus", "64", "--tp", "4", "--pp", "2", "--global-batch",
+                                 "256", "--micro-batch", "2", "--overlap-grad-reduce", "--format", "json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["plan"].endswith("-ogr")
+    r = CliRunner().invoke(app, ["search", "gpt3-13b", "--gpus", "64", "--global-batch", "256", "--tp", "4", "--pp", "2",
+                                 "--micro-batch", "2", "--overlap-grad-reduce", "--workers", "1", "--format", "json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert all(p["plan"].endswith("-ogr") for p in json.loads(r.stdout)["plans"])

@@ -239,6 +239,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.tp_comm_fwd_s, st.tp_comm_bwd_s, st.tp_comm_recompute_s = tp_x
         st.optimizer_s = lc.optimizer(params / shard, n).seconds
         st.dp_comm = comm.dp_grads(params, expert)
+        if plan.overlap_grad_reduce:
+            st.dp_comm = _overlap_reduction(st.dp_comm, comm, window_s=bwd / chunks, layers=n)
         st.embedding_comm = emb_comm if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
@@ -248,6 +250,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         return st
 
     emb_comm = comm.embedding_grads()
+    chunks = plan.vpp if plan.schedule == "interleaved" else 1  # the last backward: one chunk's
     # a stage's costs depend on its depth and on being first or last, and its p2p transfer on
     # where its boundary falls: stages alike in those share one computation (pp up to ~100)
     alike: dict[tuple[int, bool, bool], StageCost] = {}
@@ -263,6 +266,44 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         bp = comm.pp_p2p(s) if plan.pp > 1 else None
         st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         out.append(st)
+    return out
+
+
+# --- gradient reduction overlapped with the last backward ----------------------------------------
+
+DDP_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default bucket_cap_mb
+
+
+def overlapped_reduction_s(total_s: float, window_s: float, buckets: int) -> float:
+    """What a gradient reduction of ``buckets`` equal buckets (``total_s`` together) adds after
+    a backward of ``window_s`` that readies them evenly, bucket ``k`` at ``k·window/B``: one
+    communication stream reduces them in order as they are ready, so it ends
+    ``max_j ((j + 1)·total/B − j·window/B)`` after the backward, ``j = 0 … B − 1``:
+    the last bucket's ``total/B`` when the reduction keeps up, else ``total − (B − 1)·window/B``.
+    """
+    b = max(int(buckets), 1)
+    return total_s / b + max(0.0, (b - 1) * (total_s - window_s) / b)
+
+
+def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, layers: int) -> list[CommCost]:
+    """``dp`` (a stage's gradient collectives) with the reductions' seconds cut to what
+    :func:`overlapped_reduction_s` leaves exposed: buckets of :data:`DDP_BUCKET_BYTES`, at
+    least one a layer, each timed by the collective models at its own size (their latency
+    counts once per bucket); the gathers after the update stay whole. Approximation: the
+    stage's layers ready their gradients evenly over its last backward (the head's first,
+    the embedding's last are folded in)."""
+    red = [i for i, c in enumerate(dp) if c.kind in ("all_reduce", "reduce_scatter")]
+    if not red:
+        return dp
+    buckets = max(layers, math.ceil(sum(dp[i].bytes for i in red) / DDP_BUCKET_BYTES), 1)
+    each = {i: buckets * comm.cost_placed(dp[i].name, dp[i].kind, dp[i].bytes / buckets, dp[i].group_size,
+                                          dp[i].per_node).seconds for i in red}  # fmt: skip
+    total = sum(each.values())
+    exposed = overlapped_reduction_s(total, window_s, buckets)
+    out = list(dp)
+    for i in red:
+        share = each[i] / total if total > 0 else 0.0
+        out[i] = replace(dp[i], seconds=exposed * share, provenance=f"{dp[i].provenance};overlapped:{buckets}-buckets")
     return out
 
 

@@ -17,6 +17,11 @@ softmax as separate kernels), the three implementations paper 001 Table I models
 ``wgrad_fusion``: weight gradients accumulate inside their GEMMs (Megatron-LM's
 ``--gradient-accumulation-fusion``); without it (PyTorch autograd, DeepSpeed, FSDP) every
 micro-batch after the first adds each parameter tensor's gradient with a separate kernel.
+``overlap_grad_reduce``: the data-parallel gradient reduction runs in buckets during the last
+micro-batch's backward, as PyTorch DDP (25 MiB buckets, its default) and Megatron-core's
+``--overlap-grad-reduce`` do; without it (Megatron-LM's local DDP, DeepSpeed's pipeline engine,
+the default here) it starts after the last backward
+(:func:`trainsim.builders.llm.overlapped_reduction_s`).
 ``hidden_dropout``: a separate dropout kernel on the embedding output and on each sub-layer's
 output before its residual add, as HuggingFace models run ``nn.Dropout`` (Megatron fuses it with
 the bias and residual add: leave it 0 there, the residual-add operator stands for the fusion).
@@ -83,6 +88,7 @@ class Plan:
         0.0  # > 0: a dropout kernel over the [b, h, s, s] probabilities (non-flash)
     )
     wgrad_fusion: bool = False  # Megatron-LM's gradient-accumulation fusion (see the docstring)
+    overlap_grad_reduce: bool = False  # DP gradient buckets reduced during the last backward (see above)
     hidden_dropout: float = 0.0  # > 0: unfused dropout kernels on the residual stream (see above)
     impl: Impl = "fused"  # fused kernels, or HuggingFace eager modules (see above)
     partition: Partition = "even"  # layers per pipeline stage: Megatron's, or 001 Eq. 3–5 (see above)
@@ -124,6 +130,8 @@ class Plan:
             parts.append(f"rc-{self.recompute}")
         if self.wgrad_fusion:
             parts.append("wgf")
+        if self.overlap_grad_reduce:
+            parts.append("ogr")
         if self.impl != "fused":
             parts.append(self.impl)
         if self.partition != "even":

@@ -50,6 +50,7 @@ def predict(
     optimizer: str = typer.Option("adam", "--optimizer", help="adam (mixed-precision Adam, Megatron's) or sgd (plain SGD on the weights, no state: one element-wise pass over the parameters)."),
     impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
+    overlap_grad_reduce: bool = typer.Option(False, "--overlap-grad-reduce", help="Reduce data-parallel gradients in buckets during the last backward (PyTorch DDP's default; Megatron-core's --overlap-grad-reduce); default: after it (Megatron-LM's local DDP, DeepSpeed's pipeline engine)."),
     closed_form: bool = typer.Option(False, "--closed-form", help="Skip the simulation: paper 001's Eq. 7 only (sub-millisecond)."),
     kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
     comm_models: list[Path] | None = typer.Option(None, "--comm-models", help="A `trainsim fit-comm` .json artifact of this system, answering before the shipped comm models (repeatable)."),
@@ -78,7 +79,7 @@ def predict(
                     global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                     attention_dropout=attention_dropout, wgrad_fusion=wgrad_fusion,
-                    hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
+                    overlap_grad_reduce=overlap_grad_reduce, hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
                     optimizer=optimizer)  # type: ignore[arg-type]  # fmt: skip
         if timeline is not None:
             plan.validate(spec, gpus=gpus)

@@ -56,6 +56,7 @@ def search(
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32."),
     attention: str = typer.Option("flash", "--attention", help="flash, fused or unfused."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM); see `trainsim predict --help`."),
+    overlap_grad_reduce: bool = typer.Option(False, "--overlap-grad-reduce", help="Data-parallel gradients reduced during the last backward (PyTorch DDP, Megatron-core); see `trainsim predict --help`."),
     objective: str = typer.Option("time", "--objective", help="time (iteration), time-to-train (needs --train-tokens) or cost."),
     train_tokens: float | None = typer.Option(None, "--train-tokens", help="Tokens to train on (time-to-train, cost)."),
     gpu_hour_price: float | None = typer.Option(None, "--gpu-hour-price", help="Price of one GPU-hour (cost)."),
@@ -100,7 +101,7 @@ def search(
             zero=_ints(zero, "--zero", minimum=0), recompute=_words(recompute, "--recompute", RECOMPUTE),
             schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
             sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
-            wgrad_fusion=wgrad_fusion,
+            wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce,
         )  # fmt: skip
         r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
                        workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # fmt: skip

@@ -54,6 +54,7 @@ class PlanSpace:
     attention: str = "flash"
     attention_dropout: float = 0.0
     wgrad_fusion: bool = False
+    overlap_grad_reduce: bool = False
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     def dims(self, model: ModelSpec, gpus_per_node: int) -> dict[str, tuple[object, ...]]:
@@ -84,7 +85,7 @@ class PlanSpace:
                     "micro_batch": mb, "global_batch": self.global_batch, "seq_len": self.seq_len,
                     "schedule": sched, "vpp": v, "recompute": rc, "dtype": self.dtype,
                     "attention": self.attention, "attention_dropout": self.attention_dropout,
-                    "wgrad_fusion": self.wgrad_fusion,
+                    "wgrad_fusion": self.wgrad_fusion, "overlap_grad_reduce": self.overlap_grad_reduce,
                 }  # fmt: skip
                 plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
