@@ -1294,15 +1294,16 @@ def test_a_plan_that_does_not_fit_points_to_the_search(tmp_path: Path) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(st.floats(0.0, 10.0), st.floats(0.0, 10.0), st.integers(1, 64))
-def test_overlapped_reduction_is_the_bucket_schedule(total: float, window: float, buckets: int) -> None:
-    """The closed form against the schedule itself: bucket k ready at k·window/B, one stream
-    reducing them in order, total/B each; what is left after the backward ends."""
-    from trainsim.builders.llm import overlapped_reduction_s
+def test_reduction_tail_of_evenly_readied_buckets(total: float, window: float, buckets: int) -> None:
+    """B equal buckets readied evenly over a backward of ``window``: one stream ends
+    ``max_j ((j + 1) total/B - j window/B)`` after it, the last bucket's total/B when it keeps
+    up, ``total - (B - 1) window/B`` when it cannot."""
+    from trainsim.builders.llm import reduction_tail_s
 
-    end = 0.0
-    for k in range(1, buckets + 1):
-        end = max(end, k * window / buckets) + total / buckets
-    assert overlapped_reduction_s(total, window, buckets) == pytest.approx(end - window, abs=1e-9)
+    ready = [(-window + k * window / buckets, total / buckets) for k in range(1, buckets + 1)]
+    closed = total / buckets + max(0.0, (buckets - 1) * (total - window) / buckets)
+    assert reduction_tail_s(ready) == pytest.approx(closed, abs=1e-9)
+    assert reduction_tail_s([(-5.0, 1.0), (-1.0, 0.5)]) == 0.0  # done before the backward ends
 
 
 def test_overlap_grad_reduce_hides_the_reduction_behind_the_last_backward() -> None:
@@ -1313,18 +1314,65 @@ def test_overlap_grad_reduce_hides_the_reduction_behind_the_last_backward() -> N
     a, b = stage_costs(spec, plain, system), stage_costs(spec, ogr, system)
     for sa, sb in zip(a, b, strict=True):
         (ra,), (rb,) = [c for c in sa.dp_comm if c.kind == "all_reduce"], [c for c in sb.dp_comm if c.kind == "all_reduce"]
-        assert 0 < rb.seconds < ra.seconds and "overlapped:" in rb.provenance and rb.bytes == ra.bytes
+        assert 0 < rb.seconds < ra.seconds and rb.provenance.endswith(";overlapped") and rb.bytes == ra.bytes
         assert sa.fwd_s == sb.fwd_s and sa.bwd_s == sb.bwd_s  # the passes do not change
     pa, pb = _predict(plain, model="gpt3-13b"), _predict(ogr, model="gpt3-13b")
     saved = pa.breakdown["exposed_dp_communication_s"] - pb.breakdown["exposed_dp_communication_s"]
     assert saved > 0 and pa.iteration_time_s - pb.iteration_time_s == pytest.approx(saved, rel=1e-6)
-    # a reduction much shorter than the backward leaves only its last bucket exposed
+    # a reduction much shorter than the backward leaves what is readied last: GPT-2's embedding
+    # and position tables (31 % of its gradients), whose backward ends the pass
+    from trainsim.builders.llm import DDP_BUCKET_BYTES
+
+    gpt2 = get_model("gpt2")
     small = Plan(dp=8, micro_batch=8, global_batch=64, overlap_grad_reduce=True)
-    (st0,) = stage_costs(get_model("gpt2"), small, system)
+    (st0,) = stage_costs(gpt2, small, system)
     (red,) = [c for c in st0.dp_comm if c.kind == "all_reduce"]
-    (full,) = stage_costs(get_model("gpt2"), replace(small, overlap_grad_reduce=False), system)[0].dp_comm
-    assert red.seconds < full.seconds / 5
-    assert st0.bwd_s > full.seconds  # the premise: the backward is the longer
+    (full,) = stage_costs(gpt2, replace(small, overlap_grad_reduce=False), system)[0].dp_comm
+    assert st0.bwd_s > 5 * full.seconds  # the premise: the backward is much the longer
+    tables = (gpt2.embedding_params(1) + gpt2.position_params()) * full.bytes / st0.params  # their gradient bytes
+    comm = PlanComm(gpt2, small, system)
+
+    def bucket(nbytes: float) -> tuple[int, float]:
+        n = math.ceil(nbytes / DDP_BUCKET_BYTES)
+        return n, comm.cost_placed(full.name, full.kind, nbytes / n, full.group_size, full.per_node).seconds
+
+    assert 0.3 < tables / full.bytes < 0.32
+    (nt, tt), (_, tl) = bucket(tables), bucket(full.bytes - tables)
+    # the tables' buckets and the layers' last one (ready at the end too) are left
+    assert red.seconds == pytest.approx(nt * tt + tl, rel=1e-4) and red.seconds < full.seconds  # + final norm
+
+
+def test_overlap_grad_reduce_per_chunk_zero_and_experts() -> None:
+    """Review findings: interleaved chunks ready their gradients at their own last backward;
+    ZeRO-3 reduces inside the passes (untouched); an expert reduction overlaps beside the dense
+    one on the same stream; ZeRO-1/2's gathers after the update stay whole."""
+    from trainsim.builders.llm import _overlap_reduction
+
+    spec, system = get_model("gpt3-13b"), get_system(SYSTEM)
+    inter = Plan(tp=4, pp=4, dp=4, micro_batch=1, global_batch=64, schedule="interleaved", vpp=5,
+                 overlap_grad_reduce=True)  # fmt: skip
+    plain = stage_costs(spec, replace(inter, overlap_grad_reduce=False), system)
+    per_chunk = stage_costs(spec, inter, system)
+    comm = PlanComm(spec, inter, system)
+    for sp, sc in zip(plain, per_chunk, strict=True):
+        window = sp.bwd_s / 5
+        one_window = _overlap_reduction(sp.dp_comm, comm, window_s=window, chunks=1, pp=4, outside=0.0, first=False)
+        assert sc.dp_comm_s < one_window[0].seconds <= sp.dp_comm_s  # earlier chunks hide more
+    mixtral = get_model("mixtral-8x7b")
+    z3 = Plan(tp=2, pp=2, dp=8, ep=4, zero=3, micro_batch=1, global_batch=64, seq_len=4096)
+    z3_dp = stage_costs(mixtral, z3, system)[0].dp_comm
+    assert [c.name for c in z3_dp] == ["ep_dp_reduce_scatter"]  # the experts' reduction is left
+    assert stage_costs(mixtral, replace(z3, overlap_grad_reduce=True), system)[0].dp_comm == z3_dp
+    z1 = Plan(tp=4, pp=2, dp=8, zero=1, micro_batch=2, global_batch=256, overlap_grad_reduce=True)
+    (ag,) = [c for c in stage_costs(spec, z1, system)[0].dp_comm if c.kind == "all_gather"]
+    (ag0,) = [c for c in stage_costs(spec, replace(z1, overlap_grad_reduce=False), system)[0].dp_comm if c.kind == "all_gather"]
+    assert ag == ag0
+    moe = Plan(tp=2, pp=2, dp=8, ep=4, micro_batch=1, global_batch=64, seq_len=4096, overlap_grad_reduce=True)
+    st_m = stage_costs(mixtral, moe, system)[0]
+    st_p = stage_costs(mixtral, replace(moe, overlap_grad_reduce=False), system)[0]
+    names = {c.name for c in st_m.dp_comm if c.provenance.endswith(";overlapped")}
+    assert names == {"ep_dp_all_reduce", "dp_all_reduce"}
+    assert sum(c.seconds for c in st_m.dp_comm) < sum(c.seconds for c in st_p.dp_comm)
 
 
 def test_cli_overlap_grad_reduce() -> None:

@@ -133,7 +133,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     """Every pipeline stage's costs under ``plan``. ``tp_shares=False`` skips what only the
     breakdown reads, the TP collectives' share of each pass (two more flow shops per depth;
     the search's screening), and leaves those fields NaN."""
-    from trainsim.builders.memory import stage_layers, stage_params_split
+    from trainsim.builders.memory import _layer_params_per_gpu, stage_layers, stage_params_split
 
     coster = coster or OpCoster(get_device(system.device))
     lc = LayerCoster(model, plan, coster)
@@ -239,8 +239,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.tp_comm_fwd_s, st.tp_comm_bwd_s, st.tp_comm_recompute_s = tp_x
         st.optimizer_s = lc.optimizer(params / shard, n).seconds
         st.dp_comm = comm.dp_grads(params, expert)
-        if plan.overlap_grad_reduce:
-            st.dp_comm = _overlap_reduction(st.dp_comm, comm, window_s=bwd / chunks, layers=n)
+        if plan.overlap_grad_reduce and plan.zero < 3:  # ZeRO-3 reduces inside the passes already
+            outside = dense - n * layer_dense  # embedding (first stage), final norm and head (last)
+            st.dp_comm = _overlap_reduction(
+                st.dp_comm, comm, window_s=bwd / chunks, chunks=chunks, pp=plan.pp,
+                outside=outside / dense if dense > 0 else 0.0, first=first)  # fmt: skip
         st.embedding_comm = emb_comm if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
@@ -251,6 +254,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
 
     emb_comm = comm.embedding_grads()
     chunks = plan.vpp if plan.schedule == "interleaved" else 1  # the last backward: one chunk's
+    layer_dense = _layer_params_per_gpu(model, plan.tp, plan.ep)[0]
     # a stage's costs depend on its depth and on being first or last, and its p2p transfer on
     # where its boundary falls: stages alike in those share one computation (pp up to ~100)
     alike: dict[tuple[int, bool, bool], StageCost] = {}
@@ -274,36 +278,62 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
 DDP_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default bucket_cap_mb
 
 
-def overlapped_reduction_s(total_s: float, window_s: float, buckets: int) -> float:
-    """What a gradient reduction of ``buckets`` equal buckets (``total_s`` together) adds after
-    a backward of ``window_s`` that readies them evenly, bucket ``k`` at ``k·window/B``: one
-    communication stream reduces them in order as they are ready, so it ends
-    ``max_j ((j + 1)·total/B − j·window/B)`` after the backward, ``j = 0 … B − 1``:
-    the last bucket's ``total/B`` when the reduction keeps up, else ``total − (B − 1)·window/B``.
-    """
-    b = max(int(buckets), 1)
-    return total_s / b + max(0.0, (b - 1) * (total_s - window_s) / b)
+def reduction_tail_s(buckets: Iterable[tuple[float, float]]) -> float:
+    """How long a gradient reduction runs on after the backward ends: ``buckets`` are (ready,
+    seconds), ready measured from that end (≤ 0); one communication stream reduces them in
+    the order they are ready, each once the previous one is done."""
+    end = -math.inf
+    for ready, seconds in sorted(buckets):
+        end = max(end, ready) + seconds
+    return max(end, 0.0)
 
 
-def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, layers: int) -> list[CommCost]:
+def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, chunks: int, pp: int,
+                       outside: float, first: bool) -> list[CommCost]:  # fmt: skip
     """``dp`` (a stage's gradient collectives) with the reductions' seconds cut to what
-    :func:`overlapped_reduction_s` leaves exposed: buckets of :data:`DDP_BUCKET_BYTES`, at
-    least one a layer, each timed by the collective models at its own size (their latency
-    counts once per bucket); the gathers after the update stay whole. Approximation: the
-    stage's layers ready their gradients evenly over its last backward (the head's first,
-    the embedding's last are folded in)."""
+    :func:`reduction_tail_s` leaves after the last backward (the gathers after the update stay
+    whole). Each reduction goes in :data:`DDP_BUCKET_BYTES` buckets, each timed by the
+    collective models at its own size (the latency counts once per bucket):
+
+    * the layers' gradients are readied evenly over each model chunk's last backward
+      (``window_s``): chunk 0's ends the stage's backward, chunk ``k``'s ends ``k·pp`` backward
+      slots before it (interleaved 1F1B's cool-down runs the chunks' last backwards ``pp``
+      micro-batches apart; every chunk holds ``1/chunks`` of the layers);
+    * the parameters outside the layers (``outside``, their share of the dense ones) are ready
+      last on the first stage (the embedding's backward ends the pass) and first on a last
+      stage (the head's starts it). An expert reduction holds layer parameters only.
+
+    A stream of buckets that cannot keep up leaves more than one bucket exposed; a very short
+    backward can leave more than the unbucketed reduction (the buckets' latency)."""
     red = [i for i, c in enumerate(dp) if c.kind in ("all_reduce", "reduce_scatter")]
     if not red:
         return dp
-    buckets = max(layers, math.ceil(sum(dp[i].bytes for i in red) / DDP_BUCKET_BYTES), 1)
-    each = {i: buckets * comm.cost_placed(dp[i].name, dp[i].kind, dp[i].bytes / buckets, dp[i].group_size,
-                                          dp[i].per_node).seconds for i in red}  # fmt: skip
-    total = sum(each.values())
-    exposed = overlapped_reduction_s(total, window_s, buckets)
+    buckets: list[tuple[float, float]] = []
+    per: dict[int, float] = {}
+
+    def bucketed(i: int, nbytes: float, start: float, span: float) -> None:
+        """Reduction ``i``'s ``nbytes``, bucket ``j`` of ``b`` ready at ``start + j·span/b``."""
+        c = dp[i]
+        if nbytes <= 0:
+            return
+        b = max(math.ceil(nbytes / DDP_BUCKET_BYTES), 1)
+        t = comm.cost_placed(c.name, c.kind, nbytes / b, c.group_size, c.per_node).seconds
+        buckets.extend((start + j * span / b, t) for j in range(1, b + 1))
+        per[i] = per.get(i, 0.0) + b * t
+
+    for i in red:
+        c = dp[i]
+        extra = outside if c.name.startswith("dp_") else 0.0  # the expert reduction: layers only
+        for k in range(chunks):
+            bucketed(i, c.bytes * (1.0 - extra) / chunks, -k * pp * window_s - window_s, window_s)
+        at = 0.0 if first else -(chunks - 1) * pp * window_s - window_s
+        bucketed(i, c.bytes * extra, at, 0.0)
+    exposed = reduction_tail_s(buckets)
+    total = sum(per.values())
     out = list(dp)
     for i in red:
-        share = each[i] / total if total > 0 else 0.0
-        out[i] = replace(dp[i], seconds=exposed * share, provenance=f"{dp[i].provenance};overlapped:{buckets}-buckets")
+        share = per.get(i, 0.0) / total if total > 0 else 0.0
+        out[i] = replace(dp[i], seconds=exposed * share, provenance=f"{dp[i].provenance};overlapped")
     return out
 
 

@@ -21,7 +21,7 @@ micro-batch after the first adds each parameter tensor's gradient with a separat
 micro-batch's backward, as PyTorch DDP (25 MiB buckets, its default) and Megatron-core's
 ``--overlap-grad-reduce`` do; without it (Megatron-LM's local DDP, DeepSpeed's pipeline engine,
 the default here) it starts after the last backward
-(:func:`trainsim.builders.llm.overlapped_reduction_s`).
+(:func:`trainsim.builders.llm.reduction_tail_s`).
 ``hidden_dropout``: a separate dropout kernel on the embedding output and on each sub-layer's
 output before its residual add, as HuggingFace models run ``nn.Dropout`` (Megatron fuses it with
 the bias and residual add: leave it 0 there, the residual-add operator stands for the fusion).
