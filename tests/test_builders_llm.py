@@ -1298,12 +1298,30 @@ def test_reduction_tail_of_evenly_readied_buckets(total: float, window: float, b
     """B equal buckets readied evenly over a backward of ``window``: one stream ends
     ``max_j ((j + 1) total/B - j window/B)`` after it, the last bucket's total/B when it keeps
     up, ``total - (B - 1) window/B`` when it cannot."""
+    import numpy as np
+
     from trainsim.builders.llm import reduction_tail_s
 
-    ready = [(-window + k * window / buckets, total / buckets) for k in range(1, buckets + 1)]
+    ready = np.array([-window + k * window / buckets for k in range(1, buckets + 1)])
     closed = total / buckets + max(0.0, (buckets - 1) * (total - window) / buckets)
-    assert reduction_tail_s(ready) == pytest.approx(closed, abs=1e-9)
-    assert reduction_tail_s([(-5.0, 1.0), (-1.0, 0.5)]) == 0.0  # done before the backward ends
+    assert reduction_tail_s(ready, np.full(buckets, total / buckets)) == pytest.approx(closed, abs=1e-9)
+    assert reduction_tail_s(np.array([-5.0, -1.0]), np.array([1.0, 0.5])) == 0.0  # done before the end
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-10.0, 0.0), st.floats(0.0, 3.0)), max_size=40))
+def test_reduction_tail_is_the_stream_stepped_through(buckets: list[tuple[float, float]]) -> None:
+    """The max-plus form against one stream stepped bucket by bucket in order of readiness."""
+    import numpy as np
+
+    from trainsim.builders.llm import reduction_tail_s
+
+    end = -math.inf
+    for ready, seconds in sorted(buckets):
+        end = max(end, ready) + seconds
+    r = np.array([b[0] for b in buckets])
+    t = np.array([b[1] for b in buckets])
+    assert reduction_tail_s(r, t) == pytest.approx(max(end, 0.0), abs=1e-9)
 
 
 def test_overlap_grad_reduce_hides_the_reduction_behind_the_last_backward() -> None:

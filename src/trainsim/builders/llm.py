@@ -278,14 +278,17 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
 DDP_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default bucket_cap_mb
 
 
-def reduction_tail_s(buckets: Iterable[tuple[float, float]]) -> float:
-    """How long a gradient reduction runs on after the backward ends: ``buckets`` are (ready,
-    seconds), ready measured from that end (≤ 0); one communication stream reduces them in
-    the order they are ready, each once the previous one is done."""
-    end = -math.inf
-    for ready, seconds in sorted(buckets):
-        end = max(end, ready) + seconds
-    return max(end, 0.0)
+def reduction_tail_s(ready: np.ndarray, seconds: np.ndarray) -> float:
+    """How long a gradient reduction runs on after the backward ends: bucket ``i`` is ready at
+    ``ready[i]`` (measured from that end, ≤ 0) and takes ``seconds[i]``; one communication
+    stream reduces them in the order they are ready, each once the previous one is done. It
+    ends at ``max_k (r_k + Σ_{i ≥ k} t_i)`` over the buckets sorted by readiness (the stream
+    is last idle just before some bucket ``k``)."""
+    if len(ready) == 0:
+        return 0.0
+    order = np.argsort(ready, kind="stable")
+    suffix = np.cumsum(seconds[order][::-1])[::-1]
+    return max(float(np.max(ready[order] + suffix)), 0.0)
 
 
 def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, chunks: int, pp: int,
@@ -308,7 +311,8 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
     red = [i for i, c in enumerate(dp) if c.kind in ("all_reduce", "reduce_scatter")]
     if not red:
         return dp
-    buckets: list[tuple[float, float]] = []
+    ready: list[np.ndarray] = []
+    seconds: list[np.ndarray] = []
     per: dict[int, float] = {}
 
     def bucketed(i: int, nbytes: float, start: float, span: float) -> None:
@@ -318,7 +322,8 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
             return
         b = max(math.ceil(nbytes / DDP_BUCKET_BYTES), 1)
         t = comm.cost_placed(c.name, c.kind, nbytes / b, c.group_size, c.per_node).seconds
-        buckets.extend((start + j * span / b, t) for j in range(1, b + 1))
+        ready.append(start + np.arange(1, b + 1) * (span / b))
+        seconds.append(np.full(b, t))
         per[i] = per.get(i, 0.0) + b * t
 
     for i in red:
@@ -328,7 +333,7 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
             bucketed(i, c.bytes * (1.0 - extra) / chunks, -k * pp * window_s - window_s, window_s)
         at = 0.0 if first else -(chunks - 1) * pp * window_s - window_s
         bucketed(i, c.bytes * extra, at, 0.0)
-    exposed = reduction_tail_s(buckets)
+    exposed = reduction_tail_s(np.concatenate(ready), np.concatenate(seconds)) if ready else 0.0
     total = sum(per.values())
     out = list(dp)
     for i in red:
