@@ -338,7 +338,9 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
     out = list(dp)
     for i in red:
         share = per.get(i, 0.0) / total if total > 0 else 0.0
-        out[i] = replace(dp[i], seconds=exposed * share, provenance=f"{dp[i].provenance};overlapped")
+        # named as what it is: the reduction's (whole) bytes, the part of its time left exposed
+        out[i] = replace(dp[i], name=f"{dp[i].name}_exposed", seconds=exposed * share,
+                         provenance=f"{dp[i].provenance};overlapped")  # fmt: skip
     return out
 
 
