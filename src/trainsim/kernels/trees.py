@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,10 +50,34 @@ class TreeEnsemble:
     base: float  # added to the combined leaves
     rule: str  # "le" or "lt"
     float32_inputs: bool
+    # the walk's arrays (made once): a leaf loops on itself (threshold +inf, both children it)
+    _walk: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.combine not in ("mean", "sum") or self.rule not in _RULES:
             raise ModelError(f"tree ensemble: bad combine/rule {self.combine!r}/{self.rule!r}")
+        self._validate()
+        idx = np.arange(self.feature.size)
+        leaf = self.feature < 0
+        value = np.asarray(self.split, dtype=np.float64)
+        thr = np.where(leaf, np.inf, value)
+        feat = np.where(leaf, 0, self.feature)
+        left = np.where(leaf, idx, idx + 1)
+        right = np.where(leaf, idx, self.right)
+        object.__setattr__(self, "_walk", (feat, thr, left, right, value, self._depth()))
+
+    def _depth(self) -> int:
+        """The most inner nodes on any root-to-leaf path: the levels walked from the roots
+        while some node of the level is inner."""
+        depth, level = 0, self.roots
+        while True:
+            inner = level[self.feature[level] >= 0]
+            if inner.size == 0:
+                return depth
+            depth += 1
+            level = np.concatenate((inner + 1, self.right[inner]))
+
+    def _validate(self) -> None:
         n = self.feature.size
         if not (self.split.size == self.right.size == n):
             raise ModelError("tree ensemble: node arrays differ in length")
@@ -75,7 +99,8 @@ class TreeEnsemble:
         return int(self.feature.max()) + 1 if self.n_nodes else 0
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """Vectorized over rows and trees: every row walks every tree one level per step."""
+        """Vectorized over rows and trees: every row walks every tree one level per step, as
+        many steps as the deepest tree (a leaf loops on itself)."""
         x = np.asarray(x, dtype=float)
         if x.ndim != 2 or x.shape[1] < self.n_features_used:
             raise ModelError(
@@ -83,19 +108,15 @@ class TreeEnsemble:
             )
         if self.float32_inputs:
             x = x.astype(np.float32).astype(np.float64)
-        split = self.split.astype(np.float64)
+        feat, thr, left, right, value, depth = self._walk
         rows = np.arange(x.shape[0])[:, None]
-        node = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
-        while True:
-            f = self.feature[node]
-            inner = f >= 0
-            if not inner.any():
-                break
-            xv = x[rows, np.where(inner, f, 0)]
-            thr = split[node]
-            go_left = xv <= thr if self.rule == "le" else xv < thr
-            node = np.where(inner, np.where(go_left, node + 1, self.right[node]), node)
-        leaves = split[node]
+        node = np.broadcast_to(self.roots, (x.shape[0], self.roots.size))
+        le = self.rule == "le"
+        for _ in range(depth):
+            xv = x[rows, feat[node]]
+            t = thr[node]
+            node = np.where(xv <= t if le else xv < t, left[node], right[node])
+        leaves = value[node]
         agg = leaves.mean(axis=1) if self.combine == "mean" else leaves.sum(axis=1)
         return agg + self.base
 
