@@ -240,6 +240,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.optimizer_s = lc.optimizer(params / shard, n).seconds
         st.dp_comm = comm.dp_grads(params, expert)
         if plan.overlap_grad_reduce and plan.zero < 3:  # ZeRO-3 reduces inside the passes already
+            layer_dense = _layer_params_per_gpu(model, plan.tp, plan.ep)[0]
             outside = dense - n * layer_dense  # embedding (first stage), final norm and head (last)
             st.dp_comm = _overlap_reduction(
                 st.dp_comm, comm, window_s=bwd / chunks, chunks=chunks, pp=plan.pp,
@@ -253,8 +254,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         return st
 
     emb_comm = comm.embedding_grads()
-    chunks = plan.vpp if plan.schedule == "interleaved" else 1  # the last backward: one chunk's
-    layer_dense = _layer_params_per_gpu(model, plan.tp, plan.ep)[0]
+    chunks = plan.chunks  # the last backward: one chunk's
     # a stage's costs depend on its depth and on being first or last, and its p2p transfer on
     # where its boundary falls: stages alike in those share one computation (pp up to ~100)
     alike: dict[tuple[int, bool, bool], StageCost] = {}
@@ -545,7 +545,7 @@ class _StepRecorder:
             raise ValueError("the schedule is a stage program's first part")
         if not actions:
             return None, None
-        chunks = plan.vpp if plan.schedule == "interleaved" else 1
+        chunks = plan.chunks
         pp, nv, na = plan.pp, plan.pp * chunks, len(actions)
         fwd = np.fromiter((x.kind == "F" for x in actions), bool, na)
         mb = np.fromiter((x.mb for x in actions), np.int64, na)
@@ -740,7 +740,7 @@ def _record(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[Stage
     by step through :func:`_emit_schedule`, as the IR emitter."""
     sched = _schedule(plan)
     bcost = _p2p_costs(model, plan, system)
-    chunks = plan.vpp if plan.schedule == "interleaved" else 1
+    chunks = plan.chunks
     instances = _Instances(plan.pp * chunks, plan.grad_accum)
     recs = []
     for s, st in enumerate(stages):
@@ -1020,7 +1020,7 @@ def _emit_schedule(
     e: _StageEmitter | _StepRecorder, s: int, st: StageCost, plan: Plan, actions: list[Action]
 ) -> tuple[int | None, int | None]:
     """The micro-batches' part of a stage's program: returns its (last step, last send)."""
-    chunks = plan.vpp if plan.schedule == "interleaved" else 1
+    chunks = plan.chunks
     nv, pp = plan.pp * chunks, plan.pp
     last_send: int | None = None
     last: int | None = None
@@ -1080,7 +1080,7 @@ def _p2p_costs(model: ModelSpec, plan: Plan, system: SystemSpec) -> list[CommCos
 
 
 def _schedule(plan: Plan) -> list[list[Action]]:
-    chunks = plan.vpp if plan.schedule == "interleaved" else 1
+    chunks = plan.chunks
     return schedule(plan.schedule, plan.pp, plan.grad_accum, chunks)
 
 

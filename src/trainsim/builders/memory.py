@@ -140,7 +140,7 @@ def _stage_layers(model: ModelSpec, plan: Plan) -> tuple[int, ...]:
     """
     if plan.partition == "001":
         return tuple(stage_layers_001(model, plan))
-    vpp = plan.vpp if plan.schedule == "interleaved" else 1
+    vpp = plan.chunks
     chunks = plan.pp * vpp
     base, extra = divmod(model.layers, chunks)
     per_stage = [0] * plan.pp
@@ -307,6 +307,7 @@ def activation_bytes_per_layer(model: ModelSpec, plan: Plan, *, dropout: bool = 
 
 
 def _kept_bytes(plan: Plan, terms: tuple[float, float, float]) -> float:
+    """:func:`activation_bytes_per_layer` from :func:`_layer_activation_terms`' ``terms``."""
     kept, scores, layer_input = terms
     if plan.recompute == "full":
         return layer_input
@@ -315,13 +316,10 @@ def _kept_bytes(plan: Plan, terms: tuple[float, float, float]) -> float:
     return kept
 
 
-def _recompute_working_bytes(model: ModelSpec, plan: Plan, *, dropout: bool) -> float:
-    """What backward re-materialises for one layer of one micro-batch: the scores (selective)
-    or the whole layer except its already-kept input (full)."""
-    return _working_bytes(plan, _layer_activation_terms(model, plan, dropout=dropout))
-
-
 def _working_bytes(plan: Plan, terms: tuple[float, float, float]) -> float:
+    """What backward re-materialises for one layer of one micro-batch (``terms``:
+    :func:`_layer_activation_terms`): the scores (selective) or the whole layer except its
+    already-kept input (full)."""
     kept, scores, layer_input = terms
     if plan.recompute == "full":
         return kept - layer_input
@@ -350,13 +348,12 @@ def in_flight_microbatches(plan: Plan, stage: int) -> float:
 
 def _stage_activations_bytes(
     model: ModelSpec, plan: Plan, stage: int, n_layers: int, *, dropout: bool,
-    terms: tuple[float, float, float] | None = None,
+    terms: tuple[float, float, float],
 ) -> float:  # fmt: skip
-    """``terms``: :func:`_layer_activation_terms` of the plan, when the caller has them."""
+    """``terms``: :func:`_layer_activation_terms` of the plan (computed once per plan)."""
     s, b, h = plan.seq(model) / plan.cp, plan.micro_batch, model.hidden
     sp_div = plan.tp if plan.sp and plan.tp > 1 else 1
     n = in_flight_microbatches(plan, stage)
-    terms = terms or _layer_activation_terms(model, plan, dropout=dropout)
     total = n_layers * n * _kept_bytes(plan, terms)
     if n_layers:
         total += _working_bytes(plan, terms)
@@ -377,7 +374,7 @@ def _stage_activations_bytes(
 
 def _buffers_bytes(
     model: ModelSpec, plan: Plan, stage: int, precision: Precision, *, overhead_bytes: float,
-    layer_params: tuple[float, float] | None = None,
+    layer_params: tuple[float, float],
 ) -> float:  # fmt: skip
     """Fixed and transient allocations outside weights/gradients/optimizer/activations:
 
@@ -400,7 +397,7 @@ def _buffers_bytes(
     if stage == plan.pp - 1:
         total += e * s * b * model.padded_vocab(plan.tp) / plan.tp
     if plan.dp * plan.cp > 1 and plan.zero >= 2:
-        layer = sum(layer_params or _layer_params_per_gpu(model, plan.tp, plan.ep))
+        layer = sum(layer_params)
         total += layer * precision.grad_bytes
         if plan.zero == 3:
             total += 2 * layer * precision.weight_bytes

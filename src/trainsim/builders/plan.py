@@ -103,6 +103,11 @@ class Plan:
         return self.global_batch or self.micro_batch * self.dp
 
     @property
+    def chunks(self) -> int:
+        """Model chunks per pipeline stage: ``vpp`` with the interleaved schedule, else 1."""
+        return self.vpp if self.schedule == "interleaved" else 1
+
+    @property
     def grad_accum(self) -> int:
         """Micro-batches per pipeline per iteration."""
         return self.batch // (self.micro_batch * self.dp)
@@ -205,7 +210,7 @@ class Plan:
             raise ConfigError(
                 f"plan: tp {self.tp} does not divide {model.name}'s MLP width {model.ffn}"
             )
-        chunks = self.pp * (self.vpp if self.schedule == "interleaved" else 1)
+        chunks = self.pp * self.chunks
         if chunks > model.layers:
             raise ConfigError(
                 f"plan: {chunks} pipeline chunks (pp {self.pp}"

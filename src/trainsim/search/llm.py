@@ -80,10 +80,8 @@ def _calibration_env() -> dict[str, str]:
 
 
 @contextmanager
-def _with_env(env: dict[str, str] | None) -> Iterator[None]:
-    if env is None:
-        yield
-        return
+def _with_env(env: dict[str, str]) -> Iterator[None]:
+    """The calibration variables as ``env`` has them (absent there: unset) for the block."""
     with restored_environ(_CALIBRATION_ENV):
         for n in _CALIBRATION_ENV:
             if n in env:
