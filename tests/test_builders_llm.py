@@ -25,7 +25,7 @@ from trainsim.builders.llm_comm import CommCost, PlanComm, per_node
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.predict import LLMPrediction, predict_llm
-from trainsim.builders.schedules import Action, schedule
+from trainsim.builders.schedules import Action, schedule, schedule_arrays
 from trainsim.errors import ConfigError
 from trainsim.hardware import get_device, get_system
 from trainsim.ir.serialize import workload_from_dict, workload_to_dict
@@ -142,11 +142,22 @@ def test_interleaved_warmup_is_megatrons() -> None:
                 assert f.mb == b.mb == (k // (p * v)) * p + k % p
 
 
+@pytest.mark.parametrize("name", ["1f1b", "gpipe", "interleaved"])
+def test_schedule_arrays_are_the_schedule(name: str) -> None:
+    # the arrays the pipeline evaluator records from, action for action, stage after stage
+    for p, m, v in _cases(name):
+        acts = [(s, a.kind == "F", a.mb, a.chunk) for s, stage in enumerate(schedule(name, p, m, v)) for a in stage]
+        arr = schedule_arrays(name, p, m, v)
+        got = list(zip(arr.stage.tolist(), arr.forward.tolist(), arr.mb.tolist(), arr.chunk.tolist(), strict=True))
+        assert got == acts, (name, p, m, v)
+
+
 def test_schedule_errors() -> None:
-    with pytest.raises(ConfigError, match="unknown pipeline schedule"):
-        schedule("zero-bubble", 4, 8)
-    with pytest.raises(ConfigError, match="divisible by pp"):
-        schedule("interleaved", 4, 6, 2)
+    for make in (schedule, schedule_arrays):
+        with pytest.raises(ConfigError, match="unknown pipeline schedule"):
+            make("zero-bubble", 4, 8)
+        with pytest.raises(ConfigError, match="divisible by pp"):
+            make("interleaved", 4, 6, 2)
 
 
 # --- 2. the CPU/GPU flow shop --------------------------------------------------------------

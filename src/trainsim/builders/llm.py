@@ -31,7 +31,7 @@ import numpy as np
 from trainsim.builders.costs import HOST, HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
 from trainsim.builders.llm_comm import CommCost, PlanComm
 from trainsim.builders.plan import Plan
-from trainsim.builders.schedules import Action, schedule
+from trainsim.builders.schedules import Action, schedule, schedule_arrays
 from trainsim.builders.spec import ModelSpec
 from trainsim.gcpause import gc_paused
 from trainsim.hardware import SystemSpec, get_device, get_system
@@ -532,46 +532,93 @@ class _StepRecorder:
                    stream: int, deps: list[int | None]) -> int:  # fmt: skip
         return self._add(stream, c.seconds, deps, inst=self.instances.named((group, seq), len(set(ranks))))
 
-    def schedule(self, s: int, st: StageCost, plan: Plan, actions: list[Action]) -> tuple[int | None, int | None]:  # fmt: skip
-        """What :func:`_emit_schedule` emits for this stage (through :meth:`compute` and
-        :meth:`p2p`), appended at once as arrays; returns its (last, last_send). Equality with
-        the step-by-step emission, every list and the intra-rank state, is a test.
-
-        An action is [receive] compute [send]. The compute depends on the last send before it,
-        the previous compute and its receive; a send on its compute. The intra-rank rule: a
-        receive starts after the compute that consumed the previous receive of its stream; a
-        send after the first compute issued after the previous send of its stream."""
+    def take_schedule(self, prog: _SchedulePart) -> tuple[int | None, int | None]:
+        """The schedule part of this stage's program from ``prog`` (all stages' at once, as
+        :func:`_emit_schedule` emits it through :meth:`compute` and :meth:`p2p`); returns its
+        (last, last_send). Equality with the step-by-step emission, every list and the
+        intra-rank state, is a test."""
         if self.lane:  # pragma: no cover - the intra-rank state below starts empty
             raise ValueError("the schedule is a stage program's first part")
-        if not actions:
-            return None, None
+        s = self.stage
+        lo, hi = int(prog.step_base[s]), int(prog.step_base[s + 1])
+        glob = slice(lo, hi)
+        inst = np.full(hi - lo, -1, np.int64)
+        # instances in this stage's issue order, stage after stage (numbering as step by step)
+        pa = slice(int(prog.p2p_base[s]), int(prog.p2p_base[s + 1]))
+        inst[prog.p2p_at[pa] - lo] = self.instances.p2p(prog.p2p_grad[pa], prog.p2p_group[pa], prog.p2p_mb[pa])
+        self.lane += prog.lane[glob].tolist()
+        self.dur += prog.dur[glob].tolist()
+        self.d0 += prog.d0[glob].tolist()
+        self.d1 += prog.d1[glob].tolist()
+        self.d2 += prog.d2[glob].tolist()
+        self.inst += inst.tolist()
+        self.mb += prog.step_mb[glob].tolist()
+        self.cls += prog.cls[glob].tolist()
+        self.after += prog.after[glob].tolist()
+        self._cover += prog.cover[glob].tolist()
+        self._last_coll.update(prog.last_coll[s])
+        fd = slice(int(prog.first_dep_base[s]), int(prog.first_dep_base[s + 1]))
+        self._first_dep.update(zip(prog.first_dep_key[fd].tolist(), prog.first_dep_value[fd].tolist(), strict=True))
+        last_send = prog.last_send[s]
+        return int(prog.last_compute[s]) + 1, (int(last_send) + 1 if last_send >= 0 else None)
+
+
+class _SchedulePart:
+    """The micro-batches' part of every stage's program (what :func:`_emit_schedule` emits), as
+    global arrays over all stages — one set of numpy calls for the whole pipeline, not one per
+    stage. Indices stored are each stage's own (0-based in its program, -1 for none);
+    :meth:`_StepRecorder.take_schedule` copies a stage's slice.
+
+    An action is [receive] compute [send]. The compute depends on the last send before it,
+    the previous compute and its receive; a send on its compute. The intra-rank rule: a
+    receive starts after the compute that consumed the previous receive of its stream; a
+    send after the first compute issued after the previous send of its stream."""
+
+    def __init__(self, plan: Plan, stages: list[StageCost], bcost: list[CommCost | None]) -> None:
         chunks = plan.chunks
-        pp, nv, na = plan.pp, plan.pp * chunks, len(actions)
-        fwd = np.fromiter((x.kind == "F" for x in actions), bool, na)
-        mb = np.fromiter((x.mb for x in actions), np.int64, na)
-        v = np.fromiter((x.chunk for x in actions), np.int64, na) * pp + s
+        pp, nv = plan.pp, plan.pp * chunks
+        sa = schedule_arrays(plan.schedule, pp, plan.grad_accum, chunks)
+        n_stages = len(stages)
+        if n_stages != pp:  # pragma: no cover - stage_costs makes one per stage
+            raise ValueError(f"{n_stages} stage costs for {pp} pipeline stages")
+        na = len(sa.stage) // pp  # actions per stage: 2 m per model chunk (m >= 1)
+        fwd, mb = sa.forward, sa.mb
+        stage = sa.stage
+        v = sa.chunk * pp + stage
         has_r = np.where(fwd, v > 0, v < nv - 1)
         has_s = np.where(fwd, v < nv - 1, v > 0)
         count = has_r + 1 + has_s
-        n = int(count.sum())
-        first_step = np.cumsum(count) - count  # the recorder is empty: its indices start at 0
-        cs = first_step + has_r  # the compute of each action
+        step_base = np.zeros(n_stages + 1, np.int64)
+        np.cumsum(count.reshape(n_stages, na).sum(axis=1), out=step_base[1:])
+        n = int(step_base[-1])
+        base = step_base[:-1][stage]  # each action's stage's first step (global)
+        first_step = np.cumsum(count) - count  # global
+        cs = first_step + has_r  # the compute of each action (global)
+        first_action = np.zeros(len(stage), bool)
+        first_action[::na] = True
+        last_action = np.zeros(len(stage), bool)
+        last_action[na - 1 :: na] = True
         rs = np.flatnonzero(has_r)  # actions with a receive (at first_step), with a send (cs + 1)
         ss = np.flatnonzero(has_s)
         r_at, s_at = first_step[rs], cs[ss] + 1
-        sends = np.where(has_s, cs + 1, -1)
-        bsec = np.array([c.seconds if c else 0.0 for c in self.bcost])
-        nb = len(self.bcost)
+        bsec = np.array([c.seconds if c else 0.0 for c in bcost])
+        nb = len(bcost)
         fr, fs = fwd[rs], fwd[ss]
+        fwd_s = np.array([st.fwd_s / chunks for st in stages])[stage]
+        bwd_s = np.array([st.bwd_s / chunks for st in stages])[stage]
 
         lane, dur, cls = np.empty(n, np.int64), np.empty(n), np.empty(n, np.int64)
         d0, d1, d2 = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-        inst, after, cover = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        after, cover = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         lane[cs] = COMPUTE
-        dur[cs] = np.where(fwd, st.fwd_s / chunks, st.bwd_s / chunks)
+        dur[cs] = np.where(fwd, fwd_s, bwd_s)
         cls[cs] = np.where(fwd, _WHAT["forward"], _WHAT["backward"]) + 8 * v
-        d0[cs] = np.concatenate(([-1], np.maximum.accumulate(sends)[:-1]))  # the last send before
-        d1[cs] = np.concatenate(([-1], cs[:-1]))
+        # the last send before each compute, on its stage: a running maximum of the sends'
+        # steps in which each stage starts below its first step (earlier stages' steps are)
+        sends = np.where(has_s, cs + 1, base - 1)
+        before = np.concatenate(([-1], np.maximum.accumulate(sends)[:-1]))
+        d0[cs] = np.where(~first_action & (before >= base), before, -1)
+        d1[cs] = np.where(first_action, -1, np.concatenate(([-1], cs[:-1])))
         d2[cs[rs]] = r_at
         lane[r_at] = np.where(fr, RECV_PREV, RECV_NEXT)
         dur[r_at] = bsec[np.where(fr, v[rs] - 1, v[rs]) % nb]
@@ -581,37 +628,55 @@ class _StepRecorder:
         cls[s_at] = np.where(fs, _WHAT["send_act"], _WHAT["send_grad"]) + 8 * v[ss]
         d0[s_at] = cs[ss]
         cover[r_at], cover[s_at] = r_at, s_at
-        # the intra-rank rule, per stream (receives: per direction, likewise sends)
-        next_compute = cs[np.minimum(ss + 1, na - 1)]
-        streams = ((fr, r_at, cs[rs]), (~fr, r_at, cs[rs]), (fs, s_at, next_compute), (~fs, s_at, next_compute))
-        for sel, at, later in streams:
+        # the intra-rank rule, per stage and stream (receives: per direction, likewise sends)
+        next_compute = cs[np.where(last_action[ss], ss, ss + 1)]
+        streams = ((fr, r_at, cs[rs], rs), (~fr, r_at, cs[rs], rs), (fs, s_at, next_compute, ss),
+                   (~fs, s_at, next_compute, ss))  # fmt: skip
+        self.last_coll: list[dict[int, int]] = [{} for _ in range(n_stages)]
+        for sel, at, later, act in streams:
             k = np.flatnonzero(sel)
-            if len(k) > 1:
-                after[at[k[1:]]] = later[k[:-1]]
-            if len(k):
-                self._last_coll[int(lane[at[k[-1]]])] = int(at[k[-1]])
-        # instances: (direction, group's virtual stage, micro-batch); groups act{v - 1} and
-        # act{v} (receive / send of activations), grad{v + 1} and grad{v} (of gradients)
+            if not len(k):
+                continue
+            same = stage[act[k[1:]]] == stage[act[k[:-1]]]
+            after[at[k[1:]][same]] = later[k[:-1]][same]
+            ends = np.flatnonzero(np.append(~same, True))  # each stage's last on the stream
+            for e in ends.tolist():
+                g = int(at[k[e]])
+                self.last_coll[int(stage[act[k[e]]])][int(lane[g])] = g
+        # global step indices → each stage's own
+        step_stage = np.repeat(np.arange(n_stages), np.diff(step_base))
+        own = step_base[:-1][step_stage]
+        for arr in (d0, d1, d2, after, cover):
+            np.subtract(arr, own, out=arr, where=arr >= 0)
+        self.lane, self.dur, self.cls, self.d0, self.d1, self.d2 = lane, dur, cls, d0, d1, d2
+        self.after, self.cover = after, cover
+        self.step_mb = np.repeat(mb, count)
+        self.step_base = step_base
+        for last in self.last_coll:
+            for ln, g in last.items():
+                last[ln] = g - int(own[g])
+        # instances: (direction, group's virtual stage, micro-batch), in issue order per stage;
+        # groups act{v - 1} and act{v} (receive / send of activations), grad{v + 1} and grad{v}
         at = np.concatenate((r_at, s_at))
         group = np.concatenate((np.where(fr, v[rs] - 1, v[rs] + 1), v[ss]))
         is_grad = np.concatenate((~fr, ~fs))
+        p2p_mb = np.concatenate((mb[rs], mb[ss]))
         order = np.argsort(at, kind="stable")
-        inst[at[order]] = self.instances.p2p(is_grad[order], group[order], np.concatenate((mb[rs], mb[ss]))[order])
-        self.lane += lane.tolist()
-        self.dur += dur.tolist()
-        self.d0 += d0.tolist()
-        self.d1 += d1.tolist()
-        self.d2 += d2.tolist()
-        self.inst += inst.tolist()
-        self.mb += np.repeat(mb, count).tolist()
-        self.cls += cls.tolist()
-        self.after += after.tolist()
-        self._cover += cover.tolist()
+        self.p2p_at, self.p2p_group, self.p2p_grad, self.p2p_mb = at[order], group[order], is_grad[order], p2p_mb[order]
+        self.p2p_base = np.searchsorted(self.p2p_at, step_base)
         # first dependents: a receive's is its compute, a send's the next action's compute
-        self._first_dep.update(zip(r_at.tolist(), cs[rs].tolist(), strict=True))
-        more = ss < na - 1
-        self._first_dep.update(zip(s_at[more].tolist(), cs[ss[more] + 1].tolist(), strict=True))
-        return int(cs[-1]) + 1, (int(s_at.max()) + 1 if len(s_at) else None)
+        more = ~last_action[ss]
+        key = np.concatenate((r_at, s_at[more]))
+        value = np.concatenate((cs[rs], cs[ss[more] + 1]))
+        order = np.argsort(key, kind="stable")
+        key, value = key[order], value[order]
+        self.first_dep_base = np.searchsorted(key, step_base)
+        self.first_dep_key = key - own[key]
+        self.first_dep_value = value - own[value]
+        self.last_compute = cs[na - 1 :: na] - step_base[:-1]
+        last_send = np.full(n_stages, -1, np.int64)
+        np.maximum.at(last_send, stage[ss], s_at - own[s_at])
+        self.last_send = last_send.tolist()
 
 
 class _Instances:
@@ -730,24 +795,33 @@ def _last(ends: list[float | None]) -> float:
     return max((e for e in ends if e is not None), default=0.0)
 
 
-_VECTORIZED_FROM = 48  # actions of a stage: below, numpy's per-call cost outweighs the loop's
+# actions of a stage from which the schedule part is recorded as arrays, when the pipeline
+# has six times as many: below, numpy's per-call cost outweighs the loop's (a stage's share
+# of the arrays costs ~40 us to copy out, its steps ~2.5 us each step by step; 2026-11-27)
+_VECTORIZED_FROM = 16
+_LANES_BY_NUMPY_FROM = 192  # steps of a stage: its lanes found by a sort, not a loop
 
 
 def _record(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost],
             *, vectorize_from: int = _VECTORIZED_FROM) -> list[_StepRecorder]:  # fmt: skip
-    """The program of every stage: the schedule part of stages with at least
-    ``vectorize_from`` actions as arrays (:meth:`_StepRecorder.schedule`), of the others step
-    by step through :func:`_emit_schedule`, as the IR emitter."""
-    sched = _schedule(plan)
+    """The program of every stage: the schedule part as arrays for all stages at once
+    (:class:`_SchedulePart`) when a stage has at least ``vectorize_from`` actions and the pipeline
+    six times as many, else step by step through :func:`_emit_schedule`, as the IR emitter."""
     bcost = _p2p_costs(model, plan, system)
     chunks = plan.chunks
     instances = _Instances(plan.pp * chunks, plan.grad_accum)
     recs = []
+    # every stage runs as many actions: 2 m per model chunk
+    per_stage = 2 * plan.grad_accum * chunks
+    vectorize = per_stage >= vectorize_from and per_stage * plan.pp >= 6 * vectorize_from
+    part = _SchedulePart(plan, stages, bcost) if vectorize else None
+    sched = _schedule(plan) if part is None else None
     for s, st in enumerate(stages):
         r = _StepRecorder(s, bcost, instances)
-        if len(sched[s]) >= vectorize_from:
-            last, last_send = r.schedule(s, st, plan, sched[s])
+        if part is not None:
+            last, last_send = r.take_schedule(part)
         else:
+            assert sched is not None
             last, last_send = _emit_schedule(r, s, st, plan, sched[s])
         _emit_tail(r, s, st, plan, last=last, last_send=last_send)
         recs.append(r)
@@ -907,7 +981,7 @@ def _evaluate(
     ends: list[list[float | None]] = [[None] * len(r.lane) for r in recs]
     lanes: list[tuple[int, list[int]]] = []  # (stage, its steps on this stream)
     for s, r in enumerate(recs):
-        if len(r.lane) < 4 * _VECTORIZED_FROM:
+        if len(r.lane) < _LANES_BY_NUMPY_FROM:
             by_lane: dict[int, list[int]] = {}
             for i, ln in enumerate(r.lane):
                 by_lane.setdefault(ln, []).append(i)

@@ -32,9 +32,11 @@ from trainsim.hardware.schema import DeviceSpec as _DeviceSchema
 from trainsim.ir.kinds import KernelFamily
 from trainsim.kernels.features import (
     ALIGN_COLUMNS,
-    derive,
+    OpSpec,
     device_inputs,
-    model_columns,
+    dtype_bytes,
+    log2_columns,
+    named_columns,
     op_spec,
     pow2_divisor,
     roofline_s,
@@ -61,14 +63,19 @@ class LearnedEntry:
                aligned: Mapping[str, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
         """The entry's columns for ``inputs``; ``aligned``: the inputs the alignment columns
         read instead (the unclipped sizes: a clipped size has its bound's alignment, not its own)."""
-        names, mat = model_columns(
-            op_spec(self.key.op), inputs, device=device, dtype=self.key.dtype
-        )
-        try:
-            idx = [names.index(c) for c in self.columns]
-        except ValueError as e:
-            raise ModelError(f"entry {self.key.label}: {e}") from None
-        out = mat[:, idx]
+        spec = op_spec(self.key.op)
+        x = device_inputs(spec, inputs, device, self.key.dtype)
+        return self._design(spec, x, spec.derive(x, dtype_bytes(self.key.dtype)), device, aligned)
+
+    def _design(self, spec: OpSpec, x: dict[str, np.ndarray], w: dict[str, np.ndarray],
+                device: DeviceSpec, aligned: Mapping[str, np.ndarray] | None) -> np.ndarray:  # fmt: skip
+        """:meth:`design` from the op's inputs ``x`` (:func:`device_inputs`') and ``w``, their
+        ``spec.derive``: only the entry's columns are made."""
+        cols = named_columns(spec, x, w, device, self.key.dtype)
+        missing = [c for c in self.columns if c not in cols]
+        if missing:
+            raise ModelError(f"entry {self.key.label}: {missing[0]!r} is not in list")
+        out = log2_columns(cols, self.columns)
         if aligned is not None:
             for j, c in enumerate(self.columns):
                 if c in ALIGN_COLUMNS:
@@ -80,19 +87,21 @@ class LearnedEntry:
     ) -> tuple[np.ndarray, bool]:
         """(seconds, whether any row was outside the fitted range)."""
         spec = op_spec(self.key.op)
+        eb = dtype_bytes(self.key.dtype)
         x = device_inputs(spec, inputs, device, self.key.dtype)
         shape = next(iter(x.values())).shape
         x = {k: np.atleast_1d(v).ravel() for k, v in x.items()}
         clipped = {k: np.clip(v, *self.ranges[k]) if k in self.ranges else v for k, v in x.items()}
         outside = any(bool(np.any(clipped[k] != x[k])) for k in x)
-        t = np.exp2(self.regressor.predict(self.design(clipped, device, x if outside else None)))
+        # the op's derived quantities once per input set (the design and the roofline share them)
+        w_c = spec.derive(clipped, eb)
+        t = np.exp2(self.regressor.predict(self._design(spec, clipped, w_c, device, x if outside else None)))
         if outside:
-            eb_dtype = self.key.dtype
-            w_x, w_c = derive(spec, x, eb_dtype), derive(spec, clipped, eb_dtype)
+            w_x = spec.derive(x, eb)
             t = (
                 t
-                * roofline_s(w_x["flops"], w_x["bytes"], device, eb_dtype)
-                / roofline_s(w_c["flops"], w_c["bytes"], device, eb_dtype)
+                * roofline_s(w_x["flops"], w_x["bytes"], device, self.key.dtype)
+                / roofline_s(w_c["flops"], w_c["bytes"], device, self.key.dtype)
             )
         return t.reshape(shape) if shape else t, outside
 

@@ -412,7 +412,10 @@ def as_inputs(spec: OpSpec, features: Mapping[str, ArrayLike]) -> Arrays:
         elif not np.all(np.isfinite(v) & (v > 0)):
             raise ModelError(f"operator {spec.name}: input {name!r} must be positive, got {v!r}")
         out[name] = v
-    shape = np.broadcast_shapes(*(v.shape for v in out.values()))
+    shapes = {v.shape for v in out.values()}
+    if len(shapes) == 1:  # one shape already (every scalar query): a copy each, as below
+        return {k: v.astype(float) for k, v in out.items()}
+    shape = np.broadcast_shapes(*shapes)
     return {k: np.broadcast_to(v, shape).astype(float) for k, v in out.items()}
 
 
@@ -457,7 +460,19 @@ def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: De
     GEMMs also log2 of 128x128 output tiles and of waves over the device's SMs (both grow in
     steps with the problem: tile and wave quantization, 002 §4.2.3)."""
     x = device_inputs(spec, features, device, dtype)
-    w = spec.derive(x, dtype_bytes(dtype))
+    cols = named_columns(spec, x, spec.derive(x, dtype_bytes(dtype)), device, dtype)
+    names = sorted(cols)
+    return names, log2_columns(cols, names)
+
+
+def log2_columns(cols: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
+    """The matrix of ``names``' columns, each log2 (floored at 1e-30)."""
+    return np.column_stack([np.log2(np.maximum(cols[n], 1e-30)) for n in names])
+
+
+def named_columns(spec: OpSpec, x: Arrays, w: Arrays, device: DeviceSpec, dtype: str) -> dict[str, np.ndarray]:
+    """:func:`model_columns` before the log: by name, from the op's inputs ``x`` (as
+    :func:`device_inputs` gives them) and what ``spec.derive`` makes of them."""
     cols: dict[str, np.ndarray] = {f"in:{k}": v + 1.0 if k in spec.flags else v for k, v in x.items()}
     # ``host_`` quantities describe how a CPU runs the op (its library's path): not on a GPU
     host = device.sm_count is None
@@ -488,9 +503,7 @@ def model_columns(spec: OpSpec, features: Mapping[str, ArrayLike], *, device: De
                             + w["bytes"] / device.memory_bandwidth_Bps)  # fmt: skip
         if {"m", "n", "k"} <= w.keys():
             cols["min_dim"] = np.minimum(np.minimum(w["m"], w["n"]), w["k"])
-    names = sorted(cols)
-    mat = np.column_stack([np.log2(np.maximum(cols[n], 1e-30)) for n in names])
-    return names, mat
+    return cols
 
 
 def column_signs(spec: OpSpec, example: Mapping[str, ArrayLike], *, device: DeviceSpec, dtype: str = DEFAULT_DTYPE,

@@ -109,14 +109,18 @@ class TreeEnsemble:
         if self.float32_inputs:
             x = x.astype(np.float32).astype(np.float64)
         feat, thr, left, right, value, depth = self._walk
-        rows = np.arange(x.shape[0])[:, None]
-        node = np.broadcast_to(self.roots, (x.shape[0], self.roots.size))
+        n_rows, n_trees = x.shape[0], self.roots.size
+        # one flat walk over (row, tree) pairs: 1-D gathers are the cheapest numpy has (a
+        # single-row query, the LLM coster's, walks just the roots' vector)
+        flat = np.ascontiguousarray(x).ravel()
+        node = np.tile(self.roots, n_rows)
+        at = np.repeat(np.arange(n_rows) * x.shape[1], n_trees) if n_rows > 1 else 0
         le = self.rule == "le"
         for _ in range(depth):
-            xv = x[rows, feat[node]]
+            xv = flat[at + feat[node]]
             t = thr[node]
             node = np.where(xv <= t if le else xv < t, left[node], right[node])
-        leaves = value[node]
+        leaves = value[node].reshape(n_rows, n_trees)
         agg = leaves.mean(axis=1) if self.combine == "mean" else leaves.sum(axis=1)
         return agg + self.base
 
