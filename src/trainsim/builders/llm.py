@@ -856,15 +856,16 @@ def _steady_end(r: _StepRecorder) -> int:
     """The first step after the stage's steady part — after the backward that follows its last
     forward (the cool-down's first action, else the iteration's tail): a program one period
     longer has the same steps up to here, then one more period."""
-    cls, mb = r.cls, r.mb
-    starts = []  # each action's first step: its receive, else its compute
-    for i, (k, b) in enumerate(zip(cls, mb, strict=True)):
-        if b >= 0 and k % 8 in (_WHAT["forward"], _WHAT["backward"]):
-            recv = i and mb[i - 1] >= 0 and cls[i - 1] % 8 in (_WHAT["recv_act"], _WHAT["recv_grad"])
-            starts.append(i - 1 if recv else i)
-    forwards = [a for a, i in enumerate(starts) if cls[i] % 8 in (_WHAT["forward"], _WHAT["recv_act"])]
-    after = forwards[-1] + 2 if forwards else len(starts)
-    return starts[after] if after < len(starts) else sum(b >= 0 for b in mb)
+    cls, mb = np.asarray(r.cls), np.asarray(r.mb)
+    kind = cls % 8
+    # each action's first step: its receive (the step before its compute), else its compute
+    comp = np.flatnonzero((mb >= 0) & ((kind == _WHAT["forward"]) | (kind == _WHAT["backward"])))
+    prev = np.maximum(comp - 1, 0)
+    recv = (comp > 0) & (mb[prev] >= 0) & ((kind[prev] == _WHAT["recv_act"]) | (kind[prev] == _WHAT["recv_grad"]))
+    starts = np.where(recv, prev, comp)
+    forwards = np.flatnonzero((kind[starts] == _WHAT["forward"]) | (kind[starts] == _WHAT["recv_act"]))
+    after = int(forwards[-1]) + 2 if len(forwards) else len(starts)
+    return int(starts[after]) if after < len(starts) else int(np.count_nonzero(mb >= 0))
 
 
 def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
