@@ -54,6 +54,21 @@ def test_outside_the_measured_range_goes_along_the_roofline():
     assert prov.endswith(";extrapolated") and outside > 3.0 * inside  # 4x the FLOPs
 
 
+def test_an_entry_reading_a_column_its_operator_lacks_names_it():
+    # an artifact fitted by another trainsim version: a clear error, not an index failure
+    from dataclasses import replace
+
+    from trainsim.kernels.calibrated import LearnedKernelModel
+    from trainsim.kernels.registry import models_for
+
+    shipped = next(m for m in models_for("a100") if isinstance(m, LearnedKernelModel))
+    entries = [replace(e, columns=(*e.columns, "in:nonesuch")) if e.key.op == "linear1" else e
+               for e in shipped.entries.values()]  # fmt: skip
+    model = LearnedKernelModel(device=shipped.spec, dataset=shipped.dataset, entries=entries)
+    with pytest.raises(ModelError, match=r"reads column 'in:nonesuch', which operator linear1 does not make on a100"):
+        predict_kernel(_k(F.GEMM, **LINEAR1), "a100", models=[model])
+
+
 def test_generic_kernels_and_work():
     s, prov = predict_kernel(_k(F.GEMM, m=4096, n=4096, k=4096, dtype="bf16"), "h100")
     assert prov == "spec-based:h100-sxm5-80gb" and s == pytest.approx(2 * 4096**3 / 989e12)

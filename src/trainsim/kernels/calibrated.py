@@ -59,22 +59,17 @@ class LearnedEntry:
     metrics: dict[str, Any] = field(default_factory=dict)  # held-out errors, candidates, ...
     claims: dict[str, int] = field(default_factory=dict)  # monotone claims the data support
 
-    def design(self, inputs: Mapping[str, np.ndarray], device: DeviceSpec,
+    def design(self, spec: OpSpec, x: dict[str, np.ndarray], w: dict[str, np.ndarray], device: DeviceSpec,
                aligned: Mapping[str, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
-        """The entry's columns for ``inputs``; ``aligned``: the inputs the alignment columns
-        read instead (the unclipped sizes: a clipped size has its bound's alignment, not its own)."""
-        spec = op_spec(self.key.op)
-        x = device_inputs(spec, inputs, device, self.key.dtype)
-        return self._design(spec, x, spec.derive(x, dtype_bytes(self.key.dtype)), device, aligned)
-
-    def _design(self, spec: OpSpec, x: dict[str, np.ndarray], w: dict[str, np.ndarray],
-                device: DeviceSpec, aligned: Mapping[str, np.ndarray] | None) -> np.ndarray:  # fmt: skip
-        """:meth:`design` from the op's inputs ``x`` (:func:`device_inputs`') and ``w``, their
-        ``spec.derive``: only the entry's columns are made."""
+        """The entry's columns (only those) for the op's inputs ``x``, as :func:`device_inputs`
+        gives them, and ``w``, their ``spec.derive``; ``aligned``: the inputs the alignment
+        columns read instead (the unclipped sizes: a clipped size has its bound's alignment,
+        not its own)."""
         cols = named_columns(spec, x, w, device, self.key.dtype)
         missing = [c for c in self.columns if c not in cols]
         if missing:
-            raise ModelError(f"entry {self.key.label}: {missing[0]!r} is not in list")
+            raise ModelError(f"entry {self.key.label} reads column {missing[0]!r}, which operator {spec.name} "
+                             f"does not make on {device.name}: refit the model with this trainsim")  # fmt: skip
         out = log2_columns(cols, self.columns)
         if aligned is not None:
             for j, c in enumerate(self.columns):
@@ -95,7 +90,7 @@ class LearnedEntry:
         outside = any(bool(np.any(clipped[k] != x[k])) for k in x)
         # the op's derived quantities once per input set (the design and the roofline share them)
         w_c = spec.derive(clipped, eb)
-        t = np.exp2(self.regressor.predict(self._design(spec, clipped, w_c, device, x if outside else None)))
+        t = np.exp2(self.regressor.predict(self.design(spec, clipped, w_c, device, x if outside else None)))
         if outside:
             w_x = spec.derive(x, eb)
             t = (
