@@ -184,10 +184,10 @@ def test_vectorized_recording_equals_step_by_step_emission(seed: int, monkeypatc
     spec, sys = get_model("gpt3-125m"), get_system("dgx-a100")
     for _ in range(60):
         sched = rng.choice(["1f1b", "interleaved", "gpipe"])
-        pp = rng.choice([2, 3, 4, 8]) if sched == "interleaved" else rng.choice([1, 2, 3, 4, 8])
-        m = pp * rng.randint(1, 4) if sched == "interleaved" else rng.randint(1, 24)
+        pp = rng.choice([2, 3, 4, 8, 16]) if sched == "interleaved" else rng.choice([1, 2, 3, 4, 8, 16])
+        m = pp * rng.randint(1, 6) if sched == "interleaved" else rng.randint(1, 40)
         plan = Plan(pp=pp, micro_batch=1, global_batch=m, schedule=sched,
-                    vpp=rng.choice([2, 3]) if sched == "interleaved" else 1)  # fmt: skip
+                    vpp=rng.choice([1, 2, 3]) if sched == "interleaved" else 1)  # fmt: skip
         stages = [StageCost(s, 1, 1.0, rng.random(), rng.random(), optimizer_s=rng.random()) for s in range(pp)]
         if rng.random() < 0.5:
             stages[rng.randrange(pp)].dp_comm = [CommCost("g", "all_reduce", 1, 2, 1, rng.random(), "t"),
@@ -202,8 +202,30 @@ def test_vectorized_recording_equals_step_by_step_emission(seed: int, monkeypatc
         for a, b in zip(fast, slow, strict=True):
             for name in _RECORDED:
                 assert getattr(a, name) == getattr(b, name), (plan, a.stage, name)
+            assert llm._steady_end(a) == _steady_end_step_by_step(a), (plan, a.stage)
         assert fast[0].instances.members == slow[0].instances.members
         assert llm._evaluate(fast) == llm._evaluate(slow)
+
+
+def _steady_end_step_by_step(r: llm._StepRecorder) -> int:
+    """``_steady_end`` as a loop over the steps (what the array version must give)."""
+    cls, mb, what = r.cls, r.mb, llm._WHAT
+    starts = []  # each action's first step: its receive, else its compute
+    for i, (k, b) in enumerate(zip(cls, mb, strict=True)):
+        if b >= 0 and k % 8 in (what["forward"], what["backward"]):
+            recv = i > 0 and mb[i - 1] >= 0 and cls[i - 1] % 8 in (what["recv_act"], what["recv_grad"])
+            starts.append(i - 1 if recv else i)
+    forwards = [a for a, i in enumerate(starts) if cls[i] % 8 in (what["forward"], what["recv_act"])]
+    after = forwards[-1] + 2 if forwards else len(starts)
+    return starts[after] if after < len(starts) else sum(b >= 0 for b in mb)
+
+
+def test_stage_costs_must_match_the_stages() -> None:
+    spec, sys = get_model("gpt3-125m"), get_system("dgx-a100")
+    stages = [StageCost(s, 1, 1.0, 0.1, 0.2) for s in range(3)]
+    for m in (8, 64):  # either recording path
+        with pytest.raises(ValueError, match="3 stage costs for a plan of 4 pipeline stages"):
+            evaluate_pipeline(spec, Plan(pp=4, micro_batch=1, global_batch=m), sys, stages)
 
 
 def test_a_path_that_grows_a_little_faster_is_not_carried_far(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -566,8 +566,11 @@ class _StepRecorder:
 class _SchedulePart:
     """The micro-batches' part of every stage's program (what :func:`_emit_schedule` emits), as
     global arrays over all stages — one set of numpy calls for the whole pipeline, not one per
-    stage. Indices stored are each stage's own (0-based in its program, -1 for none);
-    :meth:`_StepRecorder.take_schedule` copies a stage's slice.
+    stage. Steps are numbered globally, stage after stage (``step_base[s]``: stage ``s``'s
+    first); the step arrays' values that name steps (dependencies, the intra-rank rule, cover,
+    first dependents, each stage's last collective, compute and send) are each stage's own
+    indices (0-based in its program, -1 for none). :meth:`_StepRecorder.take_schedule` copies a
+    stage's slice; the point-to-point steps (``p2p_at``, global) get their instances there.
 
     An action is [receive] compute [send]. The compute depends on the last send before it,
     the previous compute and its receive; a send on its compute. The intra-rank rule: a
@@ -578,10 +581,8 @@ class _SchedulePart:
         chunks = plan.chunks
         pp, nv = plan.pp, plan.pp * chunks
         sa = schedule_arrays(plan.schedule, pp, plan.grad_accum, chunks)
-        n_stages = len(stages)
-        if n_stages != pp:  # pragma: no cover - stage_costs makes one per stage
-            raise ValueError(f"{n_stages} stage costs for {pp} pipeline stages")
-        na = len(sa.stage) // pp  # actions per stage: 2 m per model chunk (m >= 1)
+        n_stages = len(stages)  # == pp (_record checks)
+        na = len(sa.stage) // pp  # actions per stage: 2 m per model chunk (m >= 1, _record checks)
         fwd, mb = sa.forward, sa.mb
         stage = sa.stage
         v = sa.chunk * pp + stage
@@ -628,7 +629,9 @@ class _SchedulePart:
         cls[s_at] = np.where(fs, _WHAT["send_act"], _WHAT["send_grad"]) + 8 * v[ss]
         d0[s_at] = cs[ss]
         cover[r_at], cover[s_at] = r_at, s_at
-        # the intra-rank rule, per stage and stream (receives: per direction, likewise sends)
+        # the intra-rank rule, per stage and stream (receives: per direction, likewise sends); a
+        # send's later compute is the next action's (a stage's last send has none: it is never
+        # a previous send, so its own compute only fills the place)
         next_compute = cs[np.where(last_action[ss], ss, ss + 1)]
         streams = ((fr, r_at, cs[rs], rs), (~fr, r_at, cs[rs], rs), (fs, s_at, next_compute, ss),
                    (~fs, s_at, next_compute, ss))  # fmt: skip
@@ -807,13 +810,15 @@ def _record(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[Stage
     """The program of every stage: the schedule part as arrays for all stages at once
     (:class:`_SchedulePart`) when a stage has at least ``vectorize_from`` actions and the pipeline
     six times as many, else step by step through :func:`_emit_schedule`, as the IR emitter."""
+    if len(stages) != plan.pp:
+        raise ValueError(f"{len(stages)} stage costs for a plan of {plan.pp} pipeline stages")
     bcost = _p2p_costs(model, plan, system)
     chunks = plan.chunks
     instances = _Instances(plan.pp * chunks, plan.grad_accum)
     recs = []
     # every stage runs as many actions: 2 m per model chunk
     per_stage = 2 * plan.grad_accum * chunks
-    vectorize = per_stage >= vectorize_from and per_stage * plan.pp >= 6 * vectorize_from
+    vectorize = per_stage > 0 and per_stage >= vectorize_from and per_stage * plan.pp >= 6 * vectorize_from
     part = _SchedulePart(plan, stages, bcost) if vectorize else None
     sched = _schedule(plan) if part is None else None
     for s, st in enumerate(stages):

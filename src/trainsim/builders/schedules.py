@@ -73,7 +73,8 @@ def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Action]]:
 
 class ScheduleArrays(NamedTuple):
     """:func:`schedule` as arrays: every stage's actions in issue order, stage after stage
-    (each stage has ``m · v`` forwards and as many backwards)."""
+    (each stage has ``m · v`` forwards and as many backwards, ``v`` model chunks interleaved,
+    else 1)."""
 
     stage: np.ndarray
     forward: np.ndarray  # bool
@@ -86,8 +87,10 @@ def schedule_arrays(name: str, p: int, m: int, v: int = 1) -> ScheduleArrays:
     thousands). All three schedules are warm-up forwards, then forward-backward pairs, then
     the remaining backwards, with a stage's warm-up ``w`` (GPipe: all of them); action ``j``
     of ``2 t`` (``t`` passes each way) is forward ``j`` before ``w``, then forward ``w + i`` or
-    backward ``i`` of pair ``i``, then backward ``j - t``. Equality with :func:`schedule` is
-    a test."""
+    backward ``i`` of pair ``i``, then backward ``j - t``. Pass ``k`` is micro-batch ``k``
+    (1F1B, GPipe); interleaved, it is :func:`_interleaved`'s virtual micro-batch ``k``:
+    micro-batch ``(k // (p v)) p + k mod p`` of chunk ``(k // p) mod v`` forward,
+    ``v - 1 - (k // p) mod v`` backward. Equality with :func:`schedule` is a test."""
     _check(name, p, m)
     v = v if name == "interleaved" else 1
     total = m * v
