@@ -782,14 +782,14 @@ def _evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages:
             short = replace(plan, global_batch=run * plan.micro_batch * plan.dp)
             longer = replace(plan, global_batch=(run + c) * plan.micro_batch * plan.dp)
             recs = _record(model, short, system, stages)
-            starts, ends = _evaluate(recs)
+            starts, ends = _evaluate(recs, in_order=plan.chunks == 1)
             delta = _extrapolate(recs, starts, ends, _record(model, longer, system, stages), (m - run) // c)
             if delta is not None:
                 shift = (m - run) // c * delta
                 stage_end = tuple(_last(en) + shift for en in ends)
                 return PipelineTimes(max(stage_end), stage_end, run)
             run *= 2
-    _, ends = _evaluate(_record(model, plan, system, stages))
+    _, ends = _evaluate(_record(model, plan, system, stages), in_order=plan.chunks == 1)
     stage_end = tuple(_last(en) for en in ends)
     return PipelineTimes(max(stage_end, default=0.0), stage_end, m)
 
@@ -976,6 +976,121 @@ def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
 
 
 def _evaluate(
+    recs: list[_StepRecorder], *, in_order: bool = True
+) -> tuple[list[list[float | None]], list[list[float | None]]]:
+    """Every step's start and end, per stage: by :func:`_evaluate_in_order` when ``in_order``
+    (1F1B and GPipe programs; it gives up on a program it cannot order), else — or then — by
+    :func:`_evaluate_lanes`. The two compute the same maxima of the same terms, so the same
+    floats (a test); the first visits each stage's steps once, in issue order, and is ~2.5×
+    faster on long pipelines."""
+    if in_order and (done := _evaluate_in_order(recs)) is not None:
+        return done
+    return _evaluate_lanes(recs)
+
+
+def _evaluate_in_order(
+    recs: list[_StepRecorder],
+) -> tuple[list[list[float | None]], list[list[float | None]]] | None:
+    """Each stage's program evaluated in issue order, one position per stage: a step needs
+    its stream's previous step, its dependencies and its intra-rank step, all issued before it
+    on its stage, so only a collective's end (peers on other stages not yet arrived) can hold a
+    stage up; it parks on that step and is woken when the collective completes. Equivalent to
+    :func:`_evaluate_lanes` — the same equations, solved in another order — but one position
+    per stage instead of one per stream: ~2.5× fewer resumptions. A stage held at a step stops
+    the steps issued after it on its other streams, which the real schedules tolerate (1F1B and
+    GPipe: a host issues them in this order and blocks on its transfers); a program that
+    deadlocks so (interleaved, whose receives are issued just before their compute here, not
+    with the previous send as Megatron posts them) returns None."""
+    n_stages = len(recs)
+    starts: list[list[float | None]] = [[None] * len(r.lane) for r in recs]
+    ends: list[list[float | None]] = [[None] * len(r.lane) for r in recs]
+    pos = [0] * n_stages
+    last_on_lane: list[dict[int, int]] = [{} for _ in recs]  # per stage: stream → its last step so far
+    parked: list[dict[int, list[int]]] = [{} for _ in recs]  # per stage: step → stages held by its end
+    # collective instances: members to come, latest start, largest duration, (stage, step) arrived
+    expected = list(recs[0].instances.members) if recs else []
+    i_start = [0.0] * len(expected)
+    i_dur = [0.0] * len(expected)
+    i_arrived: list[list[tuple[int, int]]] = [[] for _ in expected]
+    queue = list(range(n_stages - 1, -1, -1))  # popped from the end: stage 0 first
+    queued = [True] * n_stages
+    while queue:
+        s = queue.pop()
+        queued[s] = False
+        r = recs[s]
+        st, en, lanes, d0, d1, d2 = starts[s], ends[s], r.lane, r.d0, r.d1, r.d2
+        af, durs, insts, last, held = r.after, r.dur, r.inst, last_on_lane[s], parked[s]
+        p, n = pos[s], len(lanes)
+        while p < n:
+            ln = lanes[p]
+            t = 0.0
+            q = last.get(ln, -1)
+            if q >= 0:
+                e = en[q]
+                if e is None:
+                    held.setdefault(q, []).append(s)
+                    break
+                t = e
+            # the dependencies unrolled (hot loop); each -1 where none
+            w = d0[p]
+            if w >= 0:
+                e = en[w]
+                if e is None:
+                    held.setdefault(w, []).append(s)
+                    break
+                if e > t:  # noqa: PLR1730 (hot loop: a call to max costs more)
+                    t = e
+            w = d1[p]
+            if w >= 0:
+                e = en[w]
+                if e is None:
+                    held.setdefault(w, []).append(s)
+                    break
+                if e > t:  # noqa: PLR1730
+                    t = e
+            w = d2[p]
+            if w >= 0:
+                e = en[w]
+                if e is None:
+                    held.setdefault(w, []).append(s)
+                    break
+                if e > t:  # noqa: PLR1730
+                    t = e
+            a = af[p]
+            if a >= 0:
+                sa = st[a]  # issued before this step: started
+                if sa is not None and sa > t:
+                    t = sa
+            st[p] = t
+            last[ln] = p
+            k = insts[p]
+            if k < 0:
+                en[p] = t + durs[p]
+            else:
+                arr = i_arrived[k]
+                if not arr or t > i_start[k]:
+                    i_start[k] = t
+                if durs[p] > i_dur[k]:  # noqa: PLR1730
+                    i_dur[k] = durs[p]
+                arr.append((s, p))
+                expected[k] -= 1
+                if not expected[k]:
+                    end = i_start[k] + i_dur[k]
+                    for ms, mi in arr:
+                        ends[ms][mi] = end
+                        waiting = parked[ms].pop(mi, None)
+                        for h in waiting or ():
+                            if not queued[h]:
+                                queued[h] = True
+                                queue.append(h)
+            p += 1
+        pos[s] = p
+    if any(pos[s] < len(r.lane) for s, r in enumerate(recs)):
+        return None
+    return starts, ends
+
+
+def _evaluate_lanes(
     recs: list[_StepRecorder],
 ) -> tuple[list[list[float | None]], list[list[float | None]]]:
     """Every stream of every stage is a lane advancing through its steps in issue order (as in
