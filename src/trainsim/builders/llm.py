@@ -996,7 +996,8 @@ def _evaluate_in_order(
     on its stage, so only a collective's end (peers on other stages not yet arrived) can hold a
     stage up; it parks on that step and is woken when the collective completes. Equivalent to
     :func:`_evaluate_lanes` — the same equations, solved in another order — but one position
-    per stage instead of one per stream: ~2.5× fewer resumptions. A stage held at a step stops
+    per stage instead of one per stream: ~8× fewer resumptions (1,375 against 10,656 on a
+    32-stage, 36-micro-batch run), ~2.5× faster. A stage held at a step stops
     the steps issued after it on its other streams. 1F1B and GPipe programs never deadlock so
     (in random programs of up to 16 stages and 40 micro-batches, a test); interleaved ones can
     (a stage held at a receive whose sender waits for a step this stage issues later), and a
