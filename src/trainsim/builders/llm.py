@@ -975,6 +975,32 @@ def _extrapolate(short: list[_StepRecorder], starts: list[list[float | None]],
     return delta if ok else None
 
 
+class _Arrivals:
+    """The collective instances of one evaluation: members still to come, the latest start and
+    the largest duration so far, and who arrived ((stage, step) pairs). Every member ends at the
+    latest member's start plus the largest member's duration."""
+
+    __slots__ = ("arrived", "dur", "expected", "start")
+
+    def __init__(self, recs: list[_StepRecorder]) -> None:
+        self.expected = list(recs[0].instances.members) if recs else []
+        self.start = [0.0] * len(self.expected)
+        self.dur = [0.0] * len(self.expected)
+        self.arrived: list[list[tuple[int, int]]] = [[] for _ in self.expected]
+
+    def arrive(self, k: int, s: int, i: int, t: float, d: float) -> float | None:
+        """Step ``i`` of stage ``s`` joins instance ``k`` at ``t`` for ``d``; the members' end
+        once it was the last to come (its members are ``arrived[k]``), else None."""
+        arr = self.arrived[k]
+        if not arr or t > self.start[k]:
+            self.start[k] = t
+        if d > self.dur[k]:  # noqa: PLR1730 (hot path: a call to max costs more)
+            self.dur[k] = d
+        arr.append((s, i))
+        self.expected[k] -= 1
+        return None if self.expected[k] else self.start[k] + self.dur[k]
+
+
 def _evaluate(
     recs: list[_StepRecorder], *, in_order: bool = True
 ) -> tuple[list[list[float | None]], list[list[float | None]]]:
@@ -1008,11 +1034,7 @@ def _evaluate_in_order(
     pos = [0] * n_stages
     last_on_lane: list[dict[int, int]] = [{} for _ in recs]  # per stage: stream → its last step so far
     parked: list[dict[int, list[int]]] = [{} for _ in recs]  # per stage: step → stages held by its end
-    # collective instances: members to come, latest start, largest duration, (stage, step) arrived
-    expected = list(recs[0].instances.members) if recs else []
-    i_start = [0.0] * len(expected)
-    i_dur = [0.0] * len(expected)
-    i_arrived: list[list[tuple[int, int]]] = [[] for _ in expected]
+    coll = _Arrivals(recs)
     queue = list(range(n_stages - 1, -1, -1))  # popped from the end: stage 0 first
     queued = [True] * n_stages
     while queue:
@@ -1068,16 +1090,9 @@ def _evaluate_in_order(
             if k < 0:
                 en[p] = t + durs[p]
             else:
-                arr = i_arrived[k]
-                if not arr or t > i_start[k]:
-                    i_start[k] = t
-                if durs[p] > i_dur[k]:  # noqa: PLR1730
-                    i_dur[k] = durs[p]
-                arr.append((s, p))
-                expected[k] -= 1
-                if not expected[k]:
-                    end = i_start[k] + i_dur[k]
-                    for ms, mi in arr:
+                end = coll.arrive(k, s, p, t, durs[p])
+                if end is not None:
+                    for ms, mi in coll.arrived[k]:
                         ends[ms][mi] = end
                         waiting = parked[ms].pop(mi, None)
                         for h in waiting or ():
@@ -1117,11 +1132,7 @@ def _evaluate_lanes(
     # per stage: step → lanes parked until it starts / until it ends
     on_start: list[dict[int, list[int]]] = [{} for _ in recs]
     on_end: list[dict[int, list[int]]] = [{} for _ in recs]
-    # collective instances: members to come, latest start, largest duration, (stage, step) arrived
-    expected = list(recs[0].instances.members) if recs else []
-    i_start = [0.0] * len(expected)
-    i_dur = [0.0] * len(expected)
-    i_arrived: list[list[tuple[int, int]]] = [[] for _ in expected]
+    coll = _Arrivals(recs)
     queue = list(range(len(lanes)))
     queued = [True] * len(lanes)
 
@@ -1171,16 +1182,9 @@ def _evaluate_lanes(
                         if we and i in we:
                             wake(we.pop(i))
                     else:
-                        arr = i_arrived[k]
-                        if not arr or t > i_start[k]:
-                            i_start[k] = t
-                        if durs[i] > i_dur[k]:  # noqa: PLR1730
-                            i_dur[k] = durs[i]
-                        arr.append((s, i))
-                        expected[k] -= 1
-                        if not expected[k]:
-                            end = i_start[k] + i_dur[k]
-                            for ms, mi in arr:
+                        end = coll.arrive(k, s, i, t, durs[i])
+                        if end is not None:
+                            for ms, mi in coll.arrived[k]:
                                 ends[ms][mi] = end
                                 if mi in on_end[ms]:
                                     wake(on_end[ms].pop(mi))
