@@ -176,6 +176,29 @@ def test_a_long_gradient_tail_does_not_loosen_the_certificate(monkeypatch: pytes
 _RECORDED = ("lane", "dur", "d0", "d1", "d2", "inst", "mb", "cls", "after", "_cover", "_last_coll", "_first_dep")  # fmt: skip
 
 
+def _random_program(rng: random.Random, monkeypatch: pytest.MonkeyPatch, *, vpps: tuple[int, ...],
+                    idle_p2p: bool) -> tuple[Plan, list[StageCost]]:  # fmt: skip
+    """A random pipeline program: GPipe, 1F1B or interleaved (``vpps`` chunks), one stage to 16,
+    up to 40 micro-batches, random stage costs, gradient reductions and gathers on a stage,
+    sometimes the tied-embedding sync, p2p costs per boundary (some none; ``idle_p2p``: some
+    zero), installed for ``llm._record``."""
+    sched = rng.choice(["1f1b", "interleaved", "gpipe"])
+    pp = rng.choice([2, 3, 4, 8, 16]) if sched == "interleaved" else rng.choice([1, 2, 3, 4, 8, 16])
+    m = pp * rng.randint(1, 6) if sched == "interleaved" else rng.randint(1, 40)
+    plan = Plan(pp=pp, micro_batch=1, global_batch=m, schedule=sched,
+                vpp=rng.choice(vpps) if sched == "interleaved" else 1)  # fmt: skip
+    stages = [StageCost(s, 1, 1.0, rng.random(), rng.random(), optimizer_s=rng.random()) for s in range(pp)]
+    if rng.random() < 0.5:
+        stages[rng.randrange(pp)].dp_comm = [CommCost("g", "all_reduce", 1, 2, 1, rng.random(), "t"),
+                                             CommCost("p", "all_gather", 1, 2, 1, rng.random(), "t")]  # fmt: skip
+    if pp > 1 and rng.random() < 0.3:
+        stages[0].embedding_comm = stages[-1].embedding_comm = CommCost("e", "all_reduce", 1, 2, 1, 0.1, "t")
+    p2p = [CommCost("p2p", "send", 1, 2, 1, rng.choice([0.0, rng.random()]) if idle_p2p else rng.random(), "t")
+           if rng.random() < 0.8 else None for _ in range(pp)]  # fmt: skip
+    monkeypatch.setattr(llm, "_p2p_costs", lambda *a: p2p)
+    return plan, stages
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_vectorized_recording_equals_step_by_step_emission(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     # every list, the intra-rank rule's state the tail continues from, the instances and the
@@ -183,20 +206,7 @@ def test_vectorized_recording_equals_step_by_step_emission(seed: int, monkeypatc
     rng = random.Random(seed)
     spec, sys = get_model("gpt3-125m"), get_system("dgx-a100")
     for _ in range(60):
-        sched = rng.choice(["1f1b", "interleaved", "gpipe"])
-        pp = rng.choice([2, 3, 4, 8, 16]) if sched == "interleaved" else rng.choice([1, 2, 3, 4, 8, 16])
-        m = pp * rng.randint(1, 6) if sched == "interleaved" else rng.randint(1, 40)
-        plan = Plan(pp=pp, micro_batch=1, global_batch=m, schedule=sched,
-                    vpp=rng.choice([1, 2, 3]) if sched == "interleaved" else 1)  # fmt: skip
-        stages = [StageCost(s, 1, 1.0, rng.random(), rng.random(), optimizer_s=rng.random()) for s in range(pp)]
-        if rng.random() < 0.5:
-            stages[rng.randrange(pp)].dp_comm = [CommCost("g", "all_reduce", 1, 2, 1, rng.random(), "t"),
-                                                 CommCost("p", "all_gather", 1, 2, 1, rng.random(), "t")]  # fmt: skip
-        if pp > 1 and rng.random() < 0.3:
-            stages[0].embedding_comm = stages[-1].embedding_comm = CommCost("e", "all_reduce", 1, 2, 1, 0.1, "t")
-        p2p = [CommCost("p2p", "send", 1, 2, 1, rng.random(), "t") if rng.random() < 0.8 else None
-               for _ in range(pp)]  # fmt: skip
-        monkeypatch.setattr(llm, "_p2p_costs", lambda *a, p2p=p2p: p2p)
+        plan, stages = _random_program(rng, monkeypatch, vpps=(1, 2, 3), idle_p2p=False)
         fast = llm._record(spec, plan, sys, stages, vectorize_from=0)
         slow = llm._record(spec, plan, sys, stages, vectorize_from=10**9)
         for a, b in zip(fast, slow, strict=True):
@@ -214,24 +224,11 @@ def test_in_order_evaluation_equals_the_lanes(seed: int, monkeypatch: pytest.Mon
     spec, sys = get_model("gpt3-125m"), get_system("dgx-a100")
     gave_up = 0
     for _ in range(60):
-        sched = rng.choice(["1f1b", "interleaved", "gpipe"])
-        pp = rng.choice([2, 3, 4, 8, 16]) if sched == "interleaved" else rng.choice([1, 2, 3, 4, 8, 16])
-        m = pp * rng.randint(1, 6) if sched == "interleaved" else rng.randint(1, 40)
-        plan = Plan(pp=pp, micro_batch=1, global_batch=m, schedule=sched,
-                    vpp=rng.choice([2, 3]) if sched == "interleaved" else 1)  # fmt: skip
-        stages = [StageCost(s, 1, 1.0, rng.random(), rng.random(), optimizer_s=rng.random()) for s in range(pp)]
-        if rng.random() < 0.5:
-            stages[rng.randrange(pp)].dp_comm = [CommCost("g", "all_reduce", 1, 2, 1, rng.random(), "t"),
-                                                 CommCost("p", "all_gather", 1, 2, 1, rng.random(), "t")]  # fmt: skip
-        if pp > 1 and rng.random() < 0.3:
-            stages[0].embedding_comm = stages[-1].embedding_comm = CommCost("e", "all_reduce", 1, 2, 1, 0.1, "t")
-        p2p = [CommCost("p2p", "send", 1, 2, 1, rng.choice([0.0, rng.random()]), "t") if rng.random() < 0.8 else None
-               for _ in range(pp)]  # fmt: skip
-        monkeypatch.setattr(llm, "_p2p_costs", lambda *a, p2p=p2p: p2p)
+        plan, stages = _random_program(rng, monkeypatch, vpps=(2, 3), idle_p2p=True)
         recs = llm._record(spec, plan, sys, stages)
         ordered = llm._evaluate_in_order(recs)
         if ordered is None:
-            assert sched == "interleaved", plan
+            assert plan.schedule == "interleaved", plan
             gave_up += 1
             continue
         assert ordered == llm._evaluate_lanes(recs), plan
