@@ -16,6 +16,7 @@ from trainsim.builders.memory import (
     Precision,
     activation_bytes_per_layer,
     fits,
+    headroom_bytes,
     in_flight_microbatches,
     memory_per_gpu,
     peak_memory,
@@ -316,3 +317,21 @@ def test_layers_per_stage_override_and_errors():
         memory_per_gpu(NEOX, plan, layers_per_stage=[11, 11, 11, 10])
     with pytest.raises(ConfigError, match="tp"):
         memory_per_gpu(NEOX, Plan(tp=3))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (None, 0.0), ("0", 0.0), ("0.1", 0.1 * 80 * 2**30), ("10%", 0.1 * 80 * 2**30), (" 12.5 % ", 0.125 * 80 * 2**30),
+    ("6GiB", 6 * 2**30), ("6gb", 6e9), ("512MiB", 512 * 2**20), ("500MB", 5e8), (0.25, 20 * 2**30),
+])  # fmt: skip
+def test_headroom_accepts_fractions_percentages_and_amounts(text, expected):
+    assert headroom_bytes(text, 80 * 2**30) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("1", "expected a fraction below 1"), ("-0.1", "expected a fraction below 1"), ("120%", "expected a fraction"),
+    ("ten", "expected a fraction"), ("6 TB", "expected a fraction"), ("nan", "expected a fraction"),
+    ("80GiB", "below the GPU's 80.0 GiB"), ("-1GiB", "must be at least 0"), ("", "expected a fraction"),
+])  # fmt: skip
+def test_headroom_rejects_what_is_not_below_the_capacity(text, message):
+    with pytest.raises(ConfigError, match=message):
+        headroom_bytes(text, 80 * 2**30)

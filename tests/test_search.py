@@ -13,7 +13,7 @@ from trainsim.builders.plan import Plan
 from trainsim.builders.predict import predict_llm
 from trainsim.cli.main import _register, app
 from trainsim.errors import ConfigError
-from trainsim.hardware import get_system
+from trainsim.hardware import get_device, get_system
 from trainsim.search.llm import MEMORY_REASON, scheduler_address, screen_plans, search_llm
 from trainsim.search.space import PlanSpace, reason_key
 
@@ -87,6 +87,47 @@ def test_memory_constraint_prunes():
                       recompute=("none",), schedule=("1f1b",), sp=(False,))  # fmt: skip
     r = search_llm(model, "dgx-a100", space, workers=1, progress=False)
     assert r["plans"] == [] and r["infeasible"] == {MEMORY_REASON: 1}
+
+
+def test_memory_headroom_makes_plans_that_fill_the_gpu_infeasible():
+    model = get_model("llama2-7b")
+    space = PlanSpace(gpus=16, global_batch=64, tp=(1, 2), pp=(1, 2), micro_batch=(1, 2, 4), zero=(0, 1, 3),
+                      recompute=("none", "full"), schedule=("1f1b",), sp=(False,))  # fmt: skip
+    base = search_llm(model, "dgx-a100", space, workers=1, progress=False, top_k=200, simulate_top=200)
+    cap = get_device("a100-sxm4-80gb").memory_bytes
+    assert base["memory_limit_bytes"] == cap
+    mems = sorted(p["memory_per_gpu_bytes"] for p in base["plans"])
+    headroom = cap - mems[len(mems) // 2]  # the limit falls on the median feasible plan
+    r = search_llm(model, "dgx-a100", space, workers=1, progress=False, top_k=200, simulate_top=200,
+                   memory_headroom_bytes=headroom)  # fmt: skip
+    assert r["memory_limit_bytes"] == cap - headroom
+    kept = {p["plan"] for p in base["plans"] if p["memory_per_gpu_bytes"] <= cap - headroom}
+    assert {p["plan"] for p in r["plans"]} == kept and 0 < len(kept) < len(base["plans"])
+    assert r["infeasible"][MEMORY_REASON] == base["infeasible"].get(MEMORY_REASON, 0) + len(base["plans"]) - len(kept)
+    with pytest.raises(ConfigError, match="memory headroom must be at least 0 and below"):
+        search_llm(model, "dgx-a100", space, workers=1, progress=False, memory_headroom_bytes=cap)
+
+
+def test_cli_memory_headroom_flows_into_search_and_predict():
+    _register()
+    args = ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64", "--tp", "1,2", "--pp", "1",
+            "--micro-batch", "1,4", "--zero", "0,3", "--recompute", "none", "--schedule", "1f1b", "--workers", "1",
+            "--top-k", "50", "--simulate-top", "50", "--format", "json"]  # fmt: skip
+    doc = json.loads(CliRunner().invoke(app, [*args, "--memory-headroom", "25%"]).stdout)
+    cap = get_device("a100-sxm4-80gb").memory_bytes
+    assert doc["memory_limit_bytes"] == pytest.approx(0.75 * cap)
+    assert doc["plans"] and all(p["memory_per_gpu_bytes"] <= 0.75 * cap for p in doc["plans"])
+    plan = doc["plans"][0]["plan_fields"]
+    pred = ["predict", "llama2-7b", "--gpus", "16", "--tp", str(plan["tp"]), "--zero", str(plan["zero"]),
+            "--micro-batch", str(plan["micro_batch"]), "--global-batch", "64", "--closed-form", "--format", "json"]  # fmt: skip
+    need = json.loads(CliRunner().invoke(app, pred).stdout)["memory_per_gpu_bytes"]
+    room = (cap - need) / 2**30
+    fits = json.loads(CliRunner().invoke(app, [*pred, "--memory-headroom", f"{room - 0.01:.4f}GiB"]).stdout)
+    over = json.loads(CliRunner().invoke(app, [*pred, "--memory-headroom", f"{room + 0.01:.4f}GiB"]).stdout)
+    assert fits["fits_in_memory"] and not over["fits_in_memory"]
+    assert over["memory_limit_bytes"] == pytest.approx(cap - (room + 0.01) * 2**30)
+    bad = CliRunner().invoke(app, [*pred[:-2], "--memory-headroom", "1.5"])
+    assert isinstance(bad.exception, ConfigError) and "--memory-headroom '1.5': expected a fraction below 1" in str(bad.exception)
 
 
 def test_objectives_need_their_inputs():

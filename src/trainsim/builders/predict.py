@@ -60,14 +60,20 @@ class LLMPrediction:
     timings_s: dict[str, float] = field(default_factory=dict)
     sim: Any = None  # SimResult when the IR was simulated (full_simulation)
     warnings: list[str] = field(default_factory=list)
+    memory_headroom_bytes: float = 0.0  # kept free of the device's memory (--memory-headroom)
 
     @property
     def peak_memory(self) -> MemoryBreakdown:
         return max(self.memory, key=lambda m: m.total_bytes)
 
     @property
+    def memory_limit_bytes(self) -> float:
+        """What the plan may use: the device's usable memory less the headroom."""
+        return self.device.memory_bytes - self.memory_headroom_bytes
+
+    @property
     def fits_in_memory(self) -> bool:
-        return self.peak_memory.total_bytes <= self.device.memory_bytes
+        return self.peak_memory.total_bytes <= self.memory_limit_bytes
 
     def to_dict(self) -> dict[str, Any]:
         pk = self.peak_memory
@@ -84,6 +90,7 @@ class LLMPrediction:
             "mfu": self.mfu,
             "memory_per_gpu_bytes": pk.total_bytes,
             "memory_capacity_bytes": self.device.memory_bytes,
+            "memory_limit_bytes": self.memory_limit_bytes,
             "fits_in_memory": self.fits_in_memory,
             "memory": pk.to_dict(),
             "memory_per_stage_bytes": [m.total_bytes for m in self.memory],
@@ -177,7 +184,11 @@ def _simulate(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCo
 
 def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *, simulate: bool = True,
                 gpus: int | None = None, coster: OpCoster | None = None,
-                full_simulation: bool = False) -> LLMPrediction:  # fmt: skip
+                full_simulation: bool = False, memory_headroom_bytes: float = 0.0) -> LLMPrediction:  # fmt: skip
+    """One iteration of ``model`` under ``plan`` on ``system``: the simulated time (or 001
+    Eq. 7's with ``simulate=False``), both closed forms, throughput, MFU, memory per stage and
+    the breakdown of the critical stage. ``memory_headroom_bytes``: memory the plan must leave
+    free for it to fit (:func:`~trainsim.builders.memory.headroom_bytes`)."""
     t0 = time.perf_counter()
     spec = get_model(model) if isinstance(model, str) else model
     sys = get_system(system) if isinstance(system, str) else system
@@ -210,6 +221,7 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
         spec, plan, sys, device, iteration, method, cf, tokens / iteration, mfu, memory,
         _breakdown(stages[crit], plan, iteration), stages, prov,
         {"costs": t1 - t0, "closed_form": t2 - t1, "simulation": t3 - t2}, sim,
+        memory_headroom_bytes=memory_headroom_bytes,
     )  # fmt: skip
     r.warnings = _warnings(r)
     return r
@@ -270,8 +282,10 @@ def _warnings(r: LLMPrediction) -> list[str]:
                    "fp32 peak (frameworks emulate it or refuse; fp16 is what this GPU trains in)")  # fmt: skip
     if not r.fits_in_memory:
         name = r.model.name if _in_catalog(r.model) else "MODEL"
+        room = (f" ({r.memory_limit_bytes / 2**30:.1f} GiB after the {r.memory_headroom_bytes / 2**30:.1f} GiB headroom)"
+                if r.memory_headroom_bytes else "")  # fmt: skip
         out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
-                   f"{r.device.memory_bytes / 2**30:.1f} GiB (`trainsim search {name} --gpus {r.plan.gpus} "
+                   f"{r.device.memory_bytes / 2**30:.1f} GiB{room} (`trainsim search {name} --gpus {r.plan.gpus} "
                    f"--system {r.system.name} --global-batch {r.plan.batch}` lists the plans that fit)")  # fmt: skip
     return out
 

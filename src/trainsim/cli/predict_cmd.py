@@ -51,6 +51,7 @@ def predict(
     impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
     overlap_grad_reduce: bool = typer.Option(False, "--overlap-grad-reduce", help="Reduce data-parallel gradients in buckets during the last backward (PyTorch DDP's default; Megatron-core's --overlap-grad-reduce); default: after it (Megatron-LM's local DDP, DeepSpeed's pipeline engine)."),
+    memory_headroom: str | None = typer.Option(None, "--memory-headroom", help="Memory to keep free on each GPU for the plan to count as fitting: a fraction (0.1), a percentage (10%) or an amount (6GiB). The memory model leaves out allocator fragmentation and backward/optimizer temporaries. Default: none."),
     closed_form: bool = typer.Option(False, "--closed-form", help="Skip the simulation: paper 001's Eq. 7 only (sub-millisecond)."),
     kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
     comm_models: list[Path] | None = typer.Option(None, "--comm-models", help="A `trainsim fit-comm` .json artifact of this system, answering before the shipped comm models (repeatable)."),
@@ -59,6 +60,7 @@ def predict(
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Predict one training iteration of a transformer under a parallel plan, before running it."""
+    from trainsim.builders.memory import headroom_bytes
     from trainsim.builders.models import get_model
     from trainsim.builders.plan import Plan
     from trainsim.builders.predict import predict_llm
@@ -67,6 +69,9 @@ def predict(
 
     spec = get_model(model)
     sysspec = get_system(system)
+    from trainsim.hardware import get_device
+
+    headroom = headroom_bytes(memory_headroom, get_device(sysspec.device).memory_bytes)
     from trainsim.cli.calibration import use_artifacts
 
     with use_artifacts(kernel_models, comm_models, system=sysspec):
@@ -97,6 +102,7 @@ def predict(
             simulate=not closed_form,
             gpus=gpus,
             full_simulation=timeline is not None,
+            memory_headroom_bytes=headroom,
         )
         if timeline is not None:
             if r.sim is None:
@@ -122,7 +128,9 @@ def predict(
         fits = "fits" if r.fits_in_memory else "DOES NOT FIT"
         t.add_row(
             "memory per GPU (peak stage)",
-            f"{_gib(pk.total_bytes)} of {_gib(r.device.memory_bytes)}: {fits}",
+            f"{_gib(pk.total_bytes)} of {_gib(r.device.memory_bytes)}"
+            + (f" less {_gib(r.memory_headroom_bytes)} headroom" if r.memory_headroom_bytes else "")
+            + f": {fits}",
         )
         t.add_row(
             "  weights / grads / optimizer",

@@ -62,6 +62,7 @@ def search(
     gpu_hour_price: float | None = typer.Option(None, "--gpu-hour-price", help="Price of one GPU-hour (cost)."),
     top_k: int = typer.Option(10, "--top-k", min=1, help="Plans to report."),
     simulate_top: int = typer.Option(32, "--simulate-top", min=1, help="Best screened plans to simulate before ranking."),
+    memory_headroom: str | None = typer.Option(None, "--memory-headroom", help="Memory to keep free on each GPU (a fraction 0.1, a percentage 10% or an amount 6GiB): plans that leave less are infeasible. Default: none (see `trainsim predict --help`)."),
     workers: int | None = typer.Option(None, "--workers", min=1, help="Local screening processes (default: every core)."),
     kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
     comm_models: list[Path] | None = typer.Option(None, "--comm-models", help="A `trainsim fit-comm` .json artifact of this system, answering before the shipped comm models (repeatable)."),
@@ -78,8 +79,11 @@ def search(
 
     spec = get_model(model)
     sysspec = get_system(system)
+    from trainsim.builders.memory import headroom_bytes
     from trainsim.cli.calibration import use_artifacts
+    from trainsim.hardware import get_device
 
+    headroom = headroom_bytes(memory_headroom, get_device(sysspec.device).memory_bytes)
     if scheduler and (kernel_models or comm_models):
         raise ConfigError("--kernel-models/--comm-models are local files the Dask workers cannot read; "
                           "screen locally (drop --scheduler) or install the artifacts on the workers")  # fmt: skip
@@ -104,7 +108,8 @@ def search(
             wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce,
         )  # fmt: skip
         r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
-                       workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # fmt: skip
+                       workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price,
+                       memory_headroom_bytes=headroom)  # fmt: skip
         if fmt is Format.JSON:
             emit_json(r)  # the reasons too when nothing is feasible; the exit code still says so
         if not r["feasible"]:
@@ -118,7 +123,8 @@ def search(
         from rich.console import Console
 
         t = Table(title=f"{spec.name} on {gpus}× {sysspec.device} ({sysspec.name}), global batch {global_batch}: "
-                        f"best {len(r['plans'])} of {r['feasible']} feasible ({r['evaluated']} screened)")  # fmt: skip
+                        f"best {len(r['plans'])} of {r['feasible']} feasible ({r['evaluated']} screened)"
+                        + (f", memory limit {r['memory_limit_bytes'] / 2**30:.1f} GiB per GPU" if headroom else ""))  # fmt: skip
         cols = ["#", "plan", "iteration", "closed form", "tokens/s", "MFU", "memory/GPU"]
         if objective != "time":
             cols.append(f"{objective} ({r['objective_unit']})")

@@ -307,8 +307,9 @@ atexit.register(_drop_pool)
 def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, objective: str = "time",
                top_k: int = 10, simulate_top: int = 32, workers: int | None = None, scheduler: str | None = None,
                train_tokens: float | None = None, gpu_hour_price: float | None = None,
-               progress: bool = True) -> dict[str, Any]:  # fmt: skip
-    """Search ``space`` for ``model`` on ``system`` (see the module docstring)."""
+               progress: bool = True, memory_headroom_bytes: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """Search ``space`` for ``model`` on ``system`` (see the module docstring). A plan fits
+    when its peak stage leaves ``memory_headroom_bytes`` of the device's memory free."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     for flag, value in (("--train-tokens", train_tokens), ("--gpu-hour-price", gpu_hour_price)):
@@ -319,6 +320,11 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     if scheduler is not None:
         scheduler = scheduler_address(scheduler)
     sys_spec = get_system(system) if isinstance(system, str) else system
+    capacity = get_device(sys_spec.device).memory_bytes
+    if not (0 <= memory_headroom_bytes < capacity):
+        raise ConfigError(f"memory headroom must be at least 0 and below the device's {capacity / 2**30:.1f} GiB, "
+                          f"got {memory_headroom_bytes / 2**30:.1f} GiB")  # fmt: skip
+    limit = capacity - memory_headroom_bytes
     t0 = time.perf_counter()
     infeasible: Counter[str] = Counter()
     examples: dict[str, str] = {}  # reason -> its first full message (the reason drops numbers)
@@ -348,7 +354,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     for s in screened:
         if s.error:
             count(s.error)
-        elif not s.fits:
+        elif not s.memory_bytes <= limit:  # s.fits: against the whole capacity
             count(MEMORY_REASON)
         else:
             ok.append(s)
@@ -374,7 +380,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     t3 = time.perf_counter()
     return {
         "model": model.name, "system": sys_spec.name, "gpus": space.gpus, "global_batch": space.global_batch,
-        "objective": objective,
+        "objective": objective, "memory_limit_bytes": limit,
         "objective_unit": objective_unit(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price),
         "plans": ranked[:top_k], "enumerated": enumerated, "evaluated": len(screened),
         "feasible": len(ok), "simulated": len(ranked), "infeasible": dict(infeasible.most_common()),
