@@ -1260,6 +1260,51 @@ def test_context_parallel_ring_moves_whole_kv_heads() -> None:
         assert c.bytes == 8192 // 2 * heads * m.d_head * 2 * 2  # tokens/cp × K,V × bf16, one step
 
 
+@pytest.mark.parametrize("attention", ["flash", "fused", "unfused"])
+def test_context_parallel_attention_meets_every_key(attention: str) -> None:
+    """Ring attention: a rank's s/cp queries meet all s keys, cp blocks of (s/cp)^2. So each
+    s^2-shaped operator costs cp times the same operator at the local length (time and FLOPs),
+    and the cp ranks together do the attention FLOPs of the unsplit sequence; the per-token
+    operators (projections, MLP) take 1/cp of the tokens. (They were all costed at s/cp
+    queries against s/cp keys once: a 131k sequence on cp 16 came out 3.7x too fast.)"""
+    m = get_model("llama3-8b")
+    c = OpCoster(get_device("h100-sxm5"))
+    dropout = 0.0 if attention == "flash" else 0.1
+    for phase in ("fwd", "bwd"):
+        def ops(cp: int, seq: int) -> dict[str, OpCost]:
+            p = Plan(cp=cp, micro_batch=1, global_batch=1, seq_len=seq, attention=attention,  # type: ignore[arg-type]
+                     attention_dropout=dropout)  # fmt: skip
+            return {o.name: o for o in LayerCoster(m, p, c).layer(phase)}  # noqa: B023
+
+        ring, local, whole = ops(8, 32768), ops(1, 4096), ops(1, 32768)
+        attn = [n for n, o in ring.items() if o.category == "attention"]
+        assert len(attn) >= (1 if attention == "flash" else 4)
+        for n in attn:
+            assert ring[n].seconds == pytest.approx(8 * local[n].seconds, rel=1e-12)
+            assert ring[n].flops == pytest.approx(8 * local[n].flops, rel=1e-12)
+        assert 8 * sum(ring[n].flops for n in attn) == pytest.approx(sum(whole[n].flops for n in attn), rel=1e-12)
+        for n in ("qkv_proj", "mlp_up", "mlp_down"):
+            assert ring[n].seconds == local[n].seconds and ring[n].flops == local[n].flops
+
+
+@pytest.mark.parametrize("system", ["dgx-h100", "vista", "dgx-a100"])
+def test_adam_step_is_never_faster_than_its_memory_traffic(system: str) -> None:
+    """Mixed-precision Adam moves at least 28 B per parameter (fp32 weight, m, v read and
+    written; 16-bit gradient read, 16-bit weight written). GH200's middle-stage rows (which
+    the H100 borrows) fall to 0.18x of that at large widths; the floor holds the answer there.
+    001's A100 rows lie above it, so A100 answers keep their calibration."""
+    from trainsim.builders.costs import ADAM_MIN_BYTES_PER_PARAM
+
+    for name in ("llama2-7b", "llama2-70b", "gpt3-13b"):
+        r = predict_llm(get_model(name), Plan(tp=8, micro_batch=1, global_batch=8, seq_len=2048), system,
+                        simulate=False)  # fmt: skip
+        st = r.stages[0]
+        floor = st.params * ADAM_MIN_BYTES_PER_PARAM / r.device.memory_bandwidth_Bps
+        assert st.optimizer_s >= floor * (1 - 1e-12)
+        if system == "dgx-a100":
+            assert st.optimizer_s > 1.2 * floor
+
+
 def test_sgd_optimizer_is_one_add_over_the_parameters_and_keeps_no_state():
     """``Plan.optimizer = "sgd"`` (the capture examples' torch.optim.SGD, no momentum): the step is
     one element-wise pass over the parameters, the memory holds no optimizer state, the label

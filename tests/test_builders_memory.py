@@ -61,9 +61,22 @@ assert SBH == 25_165_824
     ],
 )
 def test_korthikanti_table2_per_layer(tp, sp, recompute, coefficient, expected_bytes):
-    plan = Plan(tp=tp, sp=sp, recompute=recompute, attention="fused")
+    # Korthikanti's GPT trains with attention dropout (its 5as/h: softmax output, mask, output)
+    plan = Plan(tp=tp, sp=sp, recompute=recompute, attention="fused", attention_dropout=0.1)
     assert coefficient * SBH == expected_bytes  # the hand arithmetic
     assert activation_bytes_per_layer(GPT3, plan) == pytest.approx(expected_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["fused", "unfused"])
+def test_attention_without_dropout_keeps_only_the_softmax_output(attention):
+    """No attention dropout: no mask and no dropped copy, so the scores term is 2as²b/t
+    instead of 5as²b/t (sbh·2as/(ht) = 4 sbh at GPT-3's a = 96, t = 8), whatever the recompute
+    keeps besides."""
+    for recompute in ("none", "selective"):
+        with_d = Plan(tp=8, recompute=recompute, attention=attention, attention_dropout=0.1)
+        without = replace(with_d, attention_dropout=0.0)
+        kept = activation_bytes_per_layer(GPT3, with_d) - activation_bytes_per_layer(GPT3, without)
+        assert kept == pytest.approx((10 - 4) * SBH if recompute == "none" else 0.0, abs=1.0)
 
 
 def test_flash_attention_keeps_no_scores():
@@ -76,7 +89,8 @@ def test_flash_attention_keeps_no_scores():
 
 def test_first_stage_activations_1f1b():
     """Korthikanti §4.2.3: stage 0 of 1F1B keeps pp micro-batches of L/pp layers = L layers."""
-    plan = Plan(tp=8, pp=8, sp=True, recompute="selective", attention="fused", global_batch=64)
+    plan = Plan(tp=8, pp=8, sp=True, recompute="selective", attention="fused", attention_dropout=0.1,
+                global_batch=64)  # fmt: skip
     stage0 = memory_per_gpu(GPT3, plan)[0]
     # 96 layers × 34sbh/t + embedding dropout mask pp·sbh/t + one layer's recomputed scores
     # 5as²b/t = 10 sbh during its backward: (408 + 1 + 10) sbh.

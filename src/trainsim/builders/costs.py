@@ -35,6 +35,10 @@ from trainsim.kernels import predict_query, query
 _SEED001_VOCAB = 50257  # the vocabulary paper 001 benchmarked linear_final / cross-entropy with
 FLASH_BWD_WORK = 2.5  # FlashAttention-2 §3.2: backward = 5 of the forward's 2 products (+ recompute)
 FLASH_BWD_PLAUSIBLE = 1.5  # a measured backward below this multiple of its forward is a timing failure
+# The least memory traffic of a mixed-precision Adam step, per parameter: the fp32 master weight,
+# first and second moments each read and written (24 B), the 16-bit gradient read and the 16-bit
+# weight written (4 B). No step can beat it at the device's peak bandwidth.
+ADAM_MIN_BYTES_PER_PARAM = 28
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,7 +397,12 @@ class LayerCoster:
         # attention FLOPs of a causal-masked implementation that computes the full square
         # (Megatron's baddbmm/bmm do; FlashAttention skips the masked half, counted the same
         # here for MFU, as Megatron's own FLOP formula does)
-        core = bwd * 2 * _gemm_flops(seq, seq, m.d_head) * b * h / t
+        # context parallelism (ring attention): a rank's s/cp queries meet all s keys, one
+        # (s/cp) x (s/cp) block per ring step, cp steps (Megatron balances causal work by giving
+        # each rank two mirrored chunks, so each rank does 1/cp of it): every s^2-sized operator
+        # below runs cp times at the local length seq = s/cp (`cp` copies, FLOPs included)
+        cp = self.plan.cp
+        core = bwd * 2 * _gemm_flops(seq, seq, m.d_head) * b * h / t * cp
         # head_dim other than d/h: scale the d/h-shaped measurements by the head-size ratio
         hd_scale = m.d_head / (d / h)
         ops: list[OpCost] = []
@@ -402,7 +411,7 @@ class LayerCoster:
                 self._q("rotary", "RoPE", phase, category="memory", mp=t, b=b, h=h, l=seq, dim=d)
             )
         if self.plan.attention == "flash":
-            kw = {"flops": core, "category": "attention", "scale": hd_scale, "bench": {"head_dim": m.d_head}}
+            kw = {"flops": core, "category": "attention", "scale": hd_scale, "times": cp, "bench": {"head_dim": m.d_head}}
             op = self._q("flash_attention", "flash_atten", phase, **kw, mp=t, b=b, h=h, l=seq, dim=d)  # type: ignore[arg-type]
             if phase == "bwd":
                 # FlashAttention's backward recomputes the scores and takes five products to the
@@ -417,11 +426,11 @@ class LayerCoster:
             ops.append(op)
             return ops
         ops.append(self._q("attention_scores", "baddbmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, bench={"head_dim": m.d_head}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+                           scale=hd_scale, times=cp, bench={"head_dim": m.d_head}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
         if self.plan.attention == "fused":
             # 001's fused-softmax data vary heads at mp=1: b(h/mp) is what the kernel sees
             ops.append(self._q("scale_mask_softmax", "ScaledUpperTriangMaskedSoftmax", phase,
-                               category="attention", mp=1, b=b, h=max(h // t, 1), l=seq))  # fmt: skip
+                               category="attention", times=cp, mp=1, b=b, h=max(h // t, 1), l=seq))  # fmt: skip
         else:
             ops.append(
                 self._q(
@@ -429,6 +438,7 @@ class LayerCoster:
                     "fillmask",
                     phase,
                     category="attention",
+                    times=cp,
                     mp=t,
                     b=b,
                     h=h,
@@ -437,7 +447,7 @@ class LayerCoster:
                 )
             )
             ops.append(
-                self._q("softmax", "softmax", phase, category="attention", mp=t, b=b, h=h, l=seq)
+                self._q("softmax", "softmax", phase, category="attention", times=cp, mp=t, b=b, h=h, l=seq)
             )
         if self.plan.attention_dropout > 0:
             # dropout over the [b, h/t, s, s] probabilities (Megatron's attention_dropout): one
@@ -447,19 +457,19 @@ class LayerCoster:
             # both phases take the forward measurement (fill-mask's own backward does more)
             # (a bench calibration times the dropout kernel itself, each phase, on b·h/t·l² elements)
             own = self._q("attention_dropout", "fillmask", phase, category="attention", bench_op="dropout",
-                          bench={"numel": b * (h / t) * seq * seq}, mp=t, b=b, h=h, l=seq, dim=d)  # fmt: skip
+                          times=cp, bench={"numel": b * (h / t) * seq * seq}, mp=t, b=b, h=h, l=seq, dim=d)  # fmt: skip
             if ";bench-as:" in own.provenance:
                 ops.append(own)
             else:
                 fwd_cost = self._q("attention_dropout", "fillmask", "fwd", category="attention",
-                                   mp=t, b=b, h=h, l=seq, dim=d)  # fmt: skip
+                                   times=cp, mp=t, b=b, h=h, l=seq, dim=d)  # fmt: skip
                 ops.append(
                     OpCost(
                         fwd_cost.name, phase, fwd_cost.seconds, fwd_cost.provenance, 0.0, "attention"
                     )
                 )
         ops.append(self._q("attention_values", "bmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, bench={"head_dim": m.d_head}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+                           scale=hd_scale, times=cp, bench={"head_dim": m.d_head}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
         return ops
 
     def mlp(self, phase: str) -> list[OpCost]:
@@ -641,11 +651,16 @@ class LayerCoster:
             "middleStage_optimizer", "step", "fp16", mp=self.t, dim=self.model.hidden, encoders=n
         )
         if prov.startswith("calibrated:"):
-            ratio = params / (n * 12.0 * self.model.hidden**2 / self.t)
-            return OpCost(
-                "optimizer", "step", s * ratio, prov + ";scaled-by-parameters", 0.0, "optimizer"
-            )
-        tensors = 12 * n + 4
-        s, prov = self.c.time("optimizer", "step", "fp16", num_layers=n, hidden_size=self.model.hidden,
-                              param_tensors=tensors, params=params)  # fmt: skip
+            s *= params / (n * 12.0 * self.model.hidden**2 / self.t)
+            prov += ";scaled-by-parameters"
+        else:
+            tensors = 12 * n + 4
+            s, prov = self.c.time("optimizer", "step", "fp16", num_layers=n, hidden_size=self.model.hidden,
+                                  param_tensors=tensors, params=params)  # fmt: skip
+        # physical floor (spec-derived): GH200's middle-stage rows run down to 0.18x of it at
+        # large widths (timing failures like its first-stage files), and H100 borrows them;
+        # 001's A100 rows all lie at 1.4x it or above
+        floor = params * ADAM_MIN_BYTES_PER_PARAM / self.c.device.memory_bandwidth_Bps
+        if s < floor:
+            s, prov = floor, prov + ";bandwidth-floor"
         return OpCost("optimizer", "step", s, prov, 0.0, "optimizer")

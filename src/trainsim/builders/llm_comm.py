@@ -22,7 +22,12 @@ Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al.
   stage boundary (``/tp`` with SP or Megatron's scatter-gather optimisation).
 * DP: the stage's gradients (``grad_bytes`` per parameter: 2 for fp16, 4 for bf16 as Megatron
   accumulates and reduces bf16 gradients in fp32) all-reduced once per iteration (ZeRO 0/1), or
-  reduce-scattered (ZeRO 2); ZeRO 1/2 then all-gather the updated fp16/bf16 weights. ZeRO 3
+  reduce-scattered (ZeRO 2); ZeRO 1/2 then all-gather the updated fp16/bf16 weights. ZeRO 1 is
+  DeepSpeed's stage 1, which all-reduces the gradients although each rank keeps only its shard
+  (DeepSpeed issue #264, "reduce_scatter for stage 1 is not implemented"; discussion #5560
+  profiles GPT-NeoX's ZeRO-1 calling one large all-reduce): 1.5x the traffic of the ZeRO
+  paper's reduce-scatter + all-gather (§7.2.1), which Megatron-LM's distributed optimizer
+  does. Paper 001's GPT-NeoX runs are DeepSpeed ZeRO-1. ZeRO 3
   all-gathers every layer's weights before its forward, backward and recomputation and
   reduce-scatters its gradients after the backward, every micro-batch, prefetched on a side
   stream: a layer pass takes the longer of its compute and its collectives.

@@ -266,8 +266,8 @@ def _layer_activation_terms(
       input (``2·c·sbf``, c = 2, or 3 for gated units which keep gate and up) — ``24 sbh / t``
       for MHA with ``f = 4h``;
     * attention scores ``(2 + 1 + 2)·a s² b / t`` (softmax output, dropout mask and output; only
-      the softmax output without dropout) — absent with FlashAttention, which keeps the fp32
-      log-sum-exp instead (``4·a s b / t``).
+      the softmax output when ``plan.attention_dropout`` is 0 or ``dropout`` is off) — absent
+      with FlashAttention, which keeps the fp32 log-sum-exp instead (``4·a s b / t``).
 
     Context parallelism divides the local sequence: queries ``s / cp`` against all ``s`` keys.
     """
@@ -290,7 +290,8 @@ def _layer_activation_terms(
     if plan.attention == "flash":
         scores, tp_split = 0.0, tp_split + LSE_BYTES * heads * s * b
     else:
-        scores = (e + mk * (1 + e)) * heads * s * s_full * b
+        attn_mk = mk if plan.attention_dropout > 0 else 0  # no dropout: no mask, no second copy
+        scores = (e + attn_mk * (1 + e)) * heads * s * s_full * b
     layer_input = e * s * b * h / sp_div
     return seq_shaped + tp_split + scores, scores, layer_input
 

@@ -35,7 +35,7 @@ def predict(
     cp: int = typer.Option(1, "--cp", min=1, help="Context-parallel degree (ring attention)."),
     ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (MoE; divides dp)."),
     sp: bool = typer.Option(False, "--sp", help="Megatron sequence parallelism (with tp > 1)."),
-    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0–3 (3 = FSDP full shard)."),
+    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0–3 (3 = FSDP full shard). 1 is DeepSpeed's: gradients all-reduced, then the updated weights all-gathered (Megatron-LM's distributed optimizer reduce-scatters instead: --zero 2's traffic)."),
     recompute: str = typer.Option("none", "--recompute", help="Activation recomputation: none, selective, full."),
     micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="Sequences per micro-batch."),
     global_batch: int | None = typer.Option(None, "--global-batch", min=1, help="Sequences per iteration (default: micro-batch × dp)."),
