@@ -1305,6 +1305,39 @@ def test_adam_step_is_never_faster_than_its_memory_traffic(system: str) -> None:
             assert st.optimizer_s > 1.2 * floor
 
 
+def test_moe_zero3_gathers_experts_over_the_expert_data_parallel_group() -> None:
+    """Megatron shards an MoE layer's experts over dp·cp/ep ranks (the expert-data-parallel
+    group), the rest over dp·cp. ZeRO-3 gathers and scatters each part over its own group
+    (nothing for the experts when that group is one rank), the optimizer updates each part's
+    shard, and the ZeRO stages order the memory (they did not: the buffers and the gathers
+    counted all experts over dp·cp)."""
+    from trainsim.builders.memory import _layer_params_per_gpu, memory_per_gpu
+
+    m = get_model("mixtral-8x7b")
+    sysm = get_system("dgx-h100")
+    dense, experts = _layer_params_per_gpu(m, 2, 4)
+    for dp, want_expert in ((4, False), (8, True)):
+        plan = Plan(tp=2, pp=4, dp=dp, ep=4, sp=True, zero=3, micro_batch=1, global_batch=8 * dp, seq_len=4096)
+        z3 = PlanComm(m, plan, sysm).zero3_layer(dense, experts)
+        assert z3 is not None
+        by = {c.name: c for c in z3}
+        assert by["zero3_all_gather"].group_size == dp and by["zero3_all_gather"].bytes == dense * 2
+        assert ("zero3_expert_all_gather" in by) == want_expert
+        if want_expert:
+            assert by["zero3_expert_all_gather"].group_size == dp // 4
+            assert by["zero3_expert_reduce_scatter"].bytes == experts * 4  # bf16 grads reduced in fp32
+        peaks = [max(x.total_bytes for x in memory_per_gpu(m, replace(plan, zero=z))) for z in range(4)]
+        assert peaks == sorted(peaks, reverse=True), peaks
+    # the optimizer steps dense / (dp·cp) + experts / (dp·cp/ep) parameters under ZeRO
+    p1 = Plan(tp=2, pp=4, dp=8, ep=4, sp=True, zero=1, micro_batch=1, global_batch=64, seq_len=4096)
+    st = stage_costs(m, p1, sysm)[1]
+    lc = LayerCoster(m, p1, OpCoster(get_device("h100-sxm5")))
+    from trainsim.builders.memory import stage_params_split
+
+    d, e = stage_params_split(m, p1, 1)
+    assert st.optimizer_s == pytest.approx(lc.optimizer(d / 8 + e / 2, st.layers).seconds, rel=1e-12)
+
+
 def test_sgd_optimizer_is_one_add_over_the_parameters_and_keeps_no_state():
     """``Plan.optimizer = "sgd"`` (the capture examples' torch.optim.SGD, no momentum): the step is
     one element-wise pass over the parameters, the memory holds no optimizer state, the label

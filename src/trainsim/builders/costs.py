@@ -568,7 +568,9 @@ class LayerCoster:
         if self.plan.wgrad_fusion or self.plan.grad_accum <= 1:
             return [], 0
         k = self._grad_shard()
-        return [self._accumulate(f"grad_acc_{n}", e / k) for n, e in self.layer_weights()], self._small_tensors()
+        ke = max(k // self.plan.ep, 1)  # experts shard over the expert-data-parallel group
+        return [self._accumulate(f"grad_acc_{n}", e / (ke if n.startswith("expert_") else k))
+                for n, e in self.layer_weights()], self._small_tensors()  # fmt: skip
 
     def extra_grad_accumulation(self, first: bool, last: bool) -> tuple[list[OpCost], int]:
         """The stage's tensors outside the layers: the word (and learned position) embedding on

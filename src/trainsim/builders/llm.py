@@ -187,7 +187,10 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
     shard = plan.dp * plan.cp if plan.zero >= 1 else 1
     layer_comm = [*tpf, *tpb, *epf, *epb, *([cpf] if cpf else []), *([cpb] if cpb else [])]
-    z3 = comm.zero3_layer(model.layer_params() / plan.tp)
+    z_dense, z_expert = _layer_params_per_gpu(model, plan.tp, plan.ep)
+    if plan.ep <= 1:  # experts shard with the rest
+        z_dense, z_expert = z_dense + z_expert, 0.0
+    z3 = comm.zero3_layer(z_dense, z_expert)
     if z3 is not None:
         layer_comm = [*layer_comm, *z3]
     def _stage(s: int, n: int, first: bool, last: bool) -> StageCost:
@@ -217,7 +220,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 # it) and, in the backward, the last layer's gradient reduce-scatter (nothing
                 # after it); collectives of one communicator run one at a time (ag + rs per
                 # layer in the backward)
-                ag, rs = z3[0].seconds, z3[1].seconds
+                ag = sum(c.seconds for c in z3 if c.kind == "all_gather")
+                rs = sum(c.seconds for c in z3 if c.kind == "reduce_scatter")
                 f0, b0 = f, b
                 f = ag + max(f, (n - 1) * ag)
                 b = ag + max(b, (n - 1) * (ag + rs)) + rs
@@ -237,7 +241,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st = StageCost(s, n, params, fwd, bwd, recompute)
         st.zero3_exposed_fwd_s, st.zero3_exposed_bwd_s = z3f, z3b
         st.tp_comm_fwd_s, st.tp_comm_bwd_s, st.tp_comm_recompute_s = tp_x
-        st.optimizer_s = lc.optimizer(params / shard, n).seconds
+        # ZeRO shards experts over the expert-data-parallel group only (dp·cp/ep ranks)
+        st.optimizer_s = lc.optimizer(dense / shard + expert / max(shard // plan.ep, 1), n).seconds
         st.dp_comm = comm.dp_grads(params, expert)
         if plan.overlap_grad_reduce and plan.zero < 3:  # ZeRO-3 reduces inside the passes already
             layer_dense = _layer_params_per_gpu(model, plan.tp, plan.ep)[0]

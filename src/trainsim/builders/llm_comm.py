@@ -19,7 +19,11 @@ Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al.
 * EP (MoE): an all-to-all dispatch and combine of ``top_k`` token copies per layer, forward
   and backward.
 * PP: one send/recv of the ``[b, s, d]`` activation (its gradient backward) per micro-batch and
-  stage boundary (``/tp`` with SP or Megatron's scatter-gather optimisation).
+  stage boundary, by every TP rank (``/tp`` with SP, whose activations are split already).
+  Not modelled: Megatron-LM's older scatter-gather optimisation (Narayanan et al. 2021 §4.1:
+  each TP rank sends 1/tp, then an all-gather over NVLink; Megatron-core dropped it) and
+  DeepSpeed's partitioned pipeline sends, which do the same without SP; sends across nodes
+  then cost up to tp× too much here.
 * DP: the stage's gradients (``grad_bytes`` per parameter: 2 for fp16, 4 for bf16 as Megatron
   accumulates and reduces bf16 gradients in fp32) all-reduced once per iteration (ZeRO 0/1), or
   reduce-scattered (ZeRO 2); ZeRO 1/2 then all-gather the updated fp16/bf16 weights. ZeRO 1 is
@@ -221,23 +225,25 @@ class PlanComm:
             )
         return out
 
-    def zero3_layer(self, layer_params: float) -> tuple[CommCost, CommCost] | None:
-        """ZeRO-3/FSDP, one layer of one GPU (``layer_params`` after TP): the all-gather of its
-        weights (before its forward, again before its backward and any recomputation) and the
-        reduce-scatter of its gradients (after its backward), every micro-batch."""
+    def zero3_layer(self, dense_params: float, expert_params: float = 0.0) -> list[CommCost] | None:
+        """ZeRO-3/FSDP, one layer of one GPU: the all-gather of its weights (before its forward,
+        again before its backward and any recomputation) and the reduce-scatter of its gradients
+        (after its backward), every micro-batch. ``dense_params`` (after TP) shard over the
+        ``dp × cp`` ranks holding the same weights; MoE ``expert_params`` (this GPU's experts,
+        after TP and EP) over the expert-data-parallel group, ``dp × cp / ep`` ranks ``tp cp ep``
+        apart (as :meth:`dp_grads`), nothing when that group is one rank. ``None``: no ZeRO-3
+        collectives."""
         p = self.plan
-        n = p.dp * p.cp
-        if p.zero < 3 or n <= 1:
+        if p.zero < 3:
             return None
-        ag = self.cost("zero3_all_gather", "all_gather", layer_params * self.act_bytes, n, p.tp)
-        rs = self.cost(
-            "zero3_reduce_scatter",
-            "reduce_scatter",
-            layer_params * self.grad_bytes_per_param(),
-            n,
-            p.tp,
-        )
-        return ag, rs
+        out = []
+        for tag, params, n, stride in (("", dense_params, p.dp * p.cp, p.tp),
+                                       ("_expert", expert_params, p.dp * p.cp // p.ep, p.tp * p.cp * p.ep)):  # fmt: skip
+            if params > 0 and n > 1:
+                out.append(self.cost(f"zero3{tag}_all_gather", "all_gather", params * self.act_bytes, n, stride))
+                out.append(self.cost(f"zero3{tag}_reduce_scatter", "reduce_scatter",
+                                     params * self.grad_bytes_per_param(), n, stride))  # fmt: skip
+        return out or None
 
     def embedding_grads(self) -> CommCost | None:
         """Tied embeddings with pp > 1: first and last stage all-reduce the embedding gradient."""

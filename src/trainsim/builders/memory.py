@@ -397,8 +397,13 @@ def _buffers_bytes(
         total += 2 * e * s * b * h / sp_div
     if stage == plan.pp - 1:
         total += e * s * b * model.padded_vocab(plan.tp) / plan.tp
-    if plan.dp * plan.cp > 1 and plan.zero >= 2:
-        layer = sum(layer_params)
+    # only the parameters ZeRO shards need the buffers: the dense ones over dp·cp ranks, the
+    # experts over dp·cp/ep (Megatron's expert-data-parallel group; none when it is one rank)
+    dense, experts = layer_params
+    if plan.ep <= 1:
+        dense, experts = dense + experts, 0.0
+    layer = (dense if plan.dp * plan.cp > 1 else 0.0) + (experts if plan.dp * plan.cp // plan.ep > 1 else 0.0)
+    if layer > 0 and plan.zero >= 2:
         total += layer * precision.grad_bytes
         if plan.zero == 3:
             total += 2 * layer * precision.weight_bytes
