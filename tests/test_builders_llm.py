@@ -1338,6 +1338,54 @@ def test_moe_zero3_gathers_experts_over_the_expert_data_parallel_group() -> None
     assert st.optimizer_s == pytest.approx(lc.optimizer(d / 8 + e / 2, st.layers).seconds, rel=1e-12)
 
 
+@pytest.mark.parametrize("plan", [
+    Plan(tp=8, micro_batch=1, global_batch=64),
+    Plan(dp=8, micro_batch=2, global_batch=16 * 13, overlap_grad_reduce=True),
+    Plan(tp=2, dp=4, zero=3, micro_batch=1, global_batch=4 * 37),
+], ids=["tp8", "dp8-ogr", "zero3"])  # fmt: skip
+def test_one_stage_carries_a_certified_period_like_a_pipeline(plan: Plan) -> None:
+    """pp = 1 repeats the same forward and backward per micro-batch: the periodic evaluation
+    evaluates a few and carries the rest (a huge --global-batch took ~4 GB per million
+    micro-batches and was OOM-killed), equal to evaluating every one."""
+    from trainsim.builders.llm import evaluate_pipeline
+
+    m, sysm = get_model("llama2-7b"), get_system("dgx-a100")
+    st = stage_costs(m, plan, sysm)
+    short = evaluate_pipeline(m, plan, sysm, st, periodic=True)
+    full = evaluate_pipeline(m, plan, sysm, st, periodic=False)
+    assert short.evaluated_micro_batches < plan.grad_accum == full.evaluated_micro_batches
+    assert short.predicted_step_s == pytest.approx(full.predicted_step_s, rel=1e-12)
+
+
+def test_gpipe_too_long_to_simulate_is_a_one_line_error() -> None:
+    from trainsim.builders.predict import GPIPE_MAX_PASSES
+
+    plan = Plan(tp=8, pp=2, micro_batch=1, global_batch=GPIPE_MAX_PASSES, schedule="gpipe")
+    with pytest.raises(ConfigError, match="too many stage passes to simulate"):
+        predict_llm(get_model("llama2-7b"), plan, "dgx-a100")
+    assert predict_llm(get_model("llama2-7b"), plan, "dgx-a100", simulate=False).iteration_time_s > 0
+
+
+def test_fused_rmsnorm_is_timed_as_a_fused_kernel_and_neox_keeps_001s_module() -> None:
+    """001's RMSNorm operator measured GPT-NeoX's PyTorch RMSNorm (several kernels: 8-30x its
+    bytes at HBM speed on the A100). `impl="fused"` times a fused RMSNorm as 001's LayerNorm of
+    the same tensor; `neox` (paper 001's runs) keeps 001's RMSNorm; a device's own bench
+    measurement of rms_norm (the H100) answers as before."""
+    m = get_model("llama2-7b")
+    a100 = OpCoster(get_device("a100-sxm4-80gb"))
+    fused = {o.name: o for o in LayerCoster(m, Plan(tp=8, micro_batch=1), a100).layer("bwd")}
+    neox = {o.name: o for o in LayerCoster(m, Plan(tp=8, micro_batch=1, impl="neox"), a100).layer("bwd")}
+    ln = LayerCoster(get_model("gpt3-6.7b"), Plan(tp=8, micro_batch=1), a100)
+    assert fused["input_norm"].provenance.endswith(";rmsnorm-as-fused-layernorm")
+    assert fused["input_norm"].seconds == ln._q("x", "layernorm", "bwd", b=1, l=4096, dim=4096, category="memory").seconds
+    assert "rmsnorm-as" not in neox["input_norm"].provenance
+    assert neox["input_norm"].seconds > 3 * fused["input_norm"].seconds
+    assert Plan(impl="neox").label().endswith("-neox")
+    h100 = OpCoster(get_device("h100-sxm5"))
+    on_h100 = {o.name: o for o in LayerCoster(m, Plan(tp=8, micro_batch=1), h100).layer("fwd")}
+    assert ";bench-as:" in on_h100["input_norm"].provenance and "rmsnorm-as" not in on_h100["input_norm"].provenance
+
+
 def test_sgd_optimizer_is_one_add_over_the_parameters_and_keeps_no_state():
     """``Plan.optimizer = "sgd"`` (the capture examples' torch.optim.SGD, no momentum): the step is
     one element-wise pass over the parameters, the memory holds no optimizer state, the label

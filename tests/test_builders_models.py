@@ -311,3 +311,20 @@ def test_yaml_model_spec(tmp_path):
     hf = tmp_path / "hf.yaml"
     hf.write_text("model_type: gpt2\nn_embd: 768\nn_layer: 12\nn_head: 12\nvocab_size: 50257\nn_positions: 1024\n")
     assert get_model(hf).params() == get_model("gpt2").params()
+
+
+@pytest.mark.parametrize(("model_type", "cls"), [("llama", "LlamaConfig"), ("mistral", "MistralConfig"),
+                                                 ("mixtral", "MixtralConfig"), ("qwen2", "Qwen2Config")])  # fmt: skip
+def test_missing_kv_heads_default_as_transformers_does(hf, tmp_path, model_type, cls):
+    """A config without ``num_key_value_heads`` means what transformers' config class defaults it
+    to: 8 for Mistral and Mixtral, 32 for Qwen2, the attention heads for LLaMA (MHA)."""
+    _, transformers = hf
+    fields = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 64, "intermediate_size": 2048,
+              "vocab_size": 1000, "max_position_embeddings": 128}  # fmt: skip
+    expected = getattr(transformers, cls)(**fields).num_key_value_heads
+    doc = {"model_type": model_type, **fields}
+    if model_type == "mixtral":
+        doc |= {"num_local_experts": 4, "num_experts_per_tok": 2}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(doc))
+    assert read_hf_config(p).n_kv == expected

@@ -149,3 +149,25 @@ def test_fit_accepts_a_measured_device_file(shared_data, tmp_path):
     csv = shared_data / "calibration" / "a100-sxm4-80gb_perlmutter" / "operator" / "NVIDIAA100-SXM4-80GB_softmax_fp16.csv"
     res = _run("fit", str(csv), "--kinds", "poly", "--device", str(dev))
     assert res.exit_code == 0, res.output
+
+
+def test_predict_timeline_never_overwrites_its_inputs_or_other_files(tmp_path):
+    """Session 24 review: `predict … --timeline` wrote over the config.json it was given, and
+    over any file at that path (a .tar.gz trace). It refuses both; a timeline it wrote before
+    may be replaced."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4, "vocab_size": 1000, '
+                   '"n_positions": 64}')  # fmt: skip
+    before = cfg.read_text()
+    base = ("predict", str(cfg), "--gpus", "1", "--global-batch", "2", "--timeline")
+    assert "would overwrite the input" in _error(_run(*base, str(cfg)))
+    assert cfg.read_text() == before
+    other = tmp_path / "trace.tar.gz"
+    other.write_bytes(b"\x1f\x8b not a timeline")
+    assert "exists and is not a Chrome-trace timeline" in _error(_run(*base, str(other)))
+    assert other.read_bytes() == b"\x1f\x8b not a timeline"
+    tl = tmp_path / "it.json"
+    for _ in range(2):  # written, then replaced
+        res = _run(*base, str(tl))
+        assert res.exit_code == 0, res.output
+    assert '"traceEvents"' in tl.read_text()[:200]

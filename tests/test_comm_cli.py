@@ -42,6 +42,22 @@ def test_fit_comm_json(shared_data, tmp_path):
     assert json.loads(out.read_text())["model"] == "calibrated"
 
 
+@pytest.mark.shared_data
+def test_fit_comm_without_holdout_writes_standard_json(shared_data, tmp_path):
+    """--holdout 0 leaves no error to choose by: the artifact says null (not NaN, which
+    standard JSON readers refuse) and loads back; the CLI says how the family was chosen."""
+    out = tmp_path / "h0.json"
+    p = _cli("fit-comm", str(shared_data / "comm" / "vtrain_allreduce_lut_v100"), "--holdout", "0", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "--holdout 0: no sizes are held out" in p.stderr
+    text = out.read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert "null" in text
+    from trainsim.comm.registry import load_model
+
+    load_model(out)
+
+
 def test_fit_comm_bad_input_is_one_line_exit_1(tmp_path):
     f = tmp_path / "x.log"
     f.write_text("nothing to see\n")

@@ -69,10 +69,19 @@ def test_predict_collective_prefers_calibrated_then_spec():
     assert cal.duration_s == pytest.approx(16.17e-3, rel=0.05)  # measured 16,166 us
     ext = predict_collective("all_reduce", 2**30, 256, system="azure-nd-a100-v4")
     assert ext.provenance.endswith("extrapolated-from:16x8") and ext.duration_s > cal.duration_s
-    spec = predict_collective(
-        "all_gather", 2**30, 16, system="azure-nd-a100-v4"
-    )  # never measured: spec-based
-    assert spec.provenance == "spec-based:azure-nd-a100-v4" and spec.duration_s < cal.duration_s
+    spec = predict_collective("all_to_all", 2**30, 16, system="azure-nd-a100-v4")  # no measured sibling
+    assert spec.provenance == "spec-based:azure-nd-a100-v4"
+    # never measured, but its ring sibling was: reduce-scatter and all-gather of an n-byte
+    # buffer are each half of the all-reduce's steps
+    for kind in ("all_gather", "reduce_scatter"):
+        half = predict_collective(kind, 2**30, 16, system="azure-nd-a100-v4")
+        assert half.provenance == "calibrated:nccl_tests_allreduce_a100_40gb_azure;derived-from:all_reduce/2"
+        assert half.duration_s == pytest.approx(cal.duration_s / 2, rel=1e-12)
+    # Perlmutter measured all-gathers: a reduce-scatter of the same case takes their time
+    ag = predict_collective("all_gather", 2**28, 4, system="perlmutter")
+    rs = predict_collective("reduce_scatter", 2**28, 4, system="perlmutter")
+    assert ag.calibrated and rs.provenance == ag.provenance + ";derived-from:all_gather"
+    assert rs.duration_s == ag.duration_s
     with pytest.raises(ModelError, match="no comm model"):
         predict_collective("all_reduce", 1024, 18, system="dgx-a100", gpus_per_node=9)
 

@@ -187,3 +187,14 @@ def test_model_mode_uses_the_comm_models_of_a_known_system_with_their_provenance
     res = simulate(v100, MODEL)
     assert res.program.collective_system is None
     assert res.program.instances[0].provenance == "spec-based:v100-sxm2-32gb"
+
+
+def test_a_given_system_of_another_gpu_says_it_is_a_what_if():
+    """Review (session 24): a V100 trace replayed with --system dgx-a100 timed its collectives
+    on the A100 network without a word; memory-size variants of one GPU stay plain "given"."""
+    from trainsim.sim.durations import collective_system
+
+    other = collective_system(["Tesla V100-SXM2-32GB"] * 8, "dgx-a100")
+    assert other is not None and "the trace ran on v100-sxm2-32gb" in other.source and "what-if" in other.source
+    same = collective_system(["NVIDIA A100-SXM4-40GB"], "dgx-a100")
+    assert same is not None and same.source == "given"

@@ -773,7 +773,7 @@ def evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: 
 def _evaluate_pipeline(model: ModelSpec, plan: Plan, system: SystemSpec, stages: list[StageCost],
                        periodic: bool) -> PipelineTimes:  # fmt: skip
     m = plan.grad_accum
-    if periodic and plan.schedule in ("1f1b", "interleaved") and plan.pp > 1:
+    if periodic and plan.schedule in ("1f1b", "interleaved"):
         c = plan.pp if plan.schedule == "interleaved" else 1
         # short runs that hold warm-up, two steady periods and cool-down (1F1B: pp - 1 warm-up
         # forwards; interleaved: about 2.5 pp micro-batches, then a period of pp); multiples of

@@ -319,10 +319,12 @@ def _gpt_neox(f: _Fields) -> dict[str, Any]:
     }
 
 
-def _llama_like(f: _Fields) -> dict[str, Any]:
-    """llama, mistral, qwen2: GQA, gated MLP, RMSNorm, rotary, untied by default."""
+def _llama_like(f: _Fields, kv_default: int | None = None) -> dict[str, Any]:
+    """llama, mistral, qwen2: GQA, gated MLP, RMSNorm, rotary, untied by default. Without
+    ``num_key_value_heads``: what transformers' config class defaults it to, ``kv_default``
+    (MistralConfig and MixtralConfig 8, Qwen2Config 32), else the attention heads (LlamaConfig)."""
     return {
-        "kv_heads": f.integer("num_key_value_heads", default=f.integer(*_HEADS)),
+        "kv_heads": f.integer("num_key_value_heads", default=kv_default or f.integer(*_HEADS)),
         "head_dim": f.integer("head_dim", default=0),
         "activation": f.activation("hidden_act", "silu", gated=True),
         "norm": "rmsnorm",
@@ -334,13 +336,17 @@ def _llama_like(f: _Fields) -> dict[str, Any]:
 
 def _qwen2(f: _Fields) -> dict[str, Any]:
     """qwen2: as llama, and the q/k/v projections always carry biases (o_proj and the MLP do not)."""
-    return {**_llama_like(f), "qkv_bias": True}
+    return {**_llama_like(f, kv_default=32), "qkv_bias": True}
+
+
+def _mistral(f: _Fields) -> dict[str, Any]:
+    return _llama_like(f, kv_default=8)
 
 
 def _mixtral_cfg(f: _Fields) -> dict[str, Any]:
     ffn = f.integer(*_FFN)
     return {
-        **_llama_like(f),
+        **_llama_like(f, kv_default=8),
         "num_experts": f.integer("num_local_experts"),
         "top_k": f.integer("num_experts_per_tok"),
         "moe_ffn_hidden": ffn,
@@ -352,7 +358,7 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt_bigcode": _gpt2,
     "gpt_neox": _gpt_neox,
     "llama": _llama_like,
-    "mistral": _llama_like,
+    "mistral": _mistral,
     "qwen2": _qwen2,
     "mixtral": _mixtral_cfg,
 }

@@ -26,9 +26,11 @@ the default here) it starts after the last backward
 output before its residual add, as HuggingFace models run ``nn.Dropout`` (Megatron fuses it with
 the bias and residual add: leave it 0 there, the residual-add operator stands for the fusion).
 ``impl``: ``fused`` (the fused kernels paper 001 times: Megatron, or any stack with fused norm,
-activation, rotary and loss kernels) or ``hf`` (HuggingFace modules in eager PyTorch: their
-norms, rotary embeddings, activations, residual adds, dropout and loss run as the many aten calls
-:mod:`trainsim.builders.eager` counts; one GPU per model replica: tp = cp = 1).
+activation, rotary and loss kernels; an RMSNorm is a fused kernel too), ``neox`` (GPT-NeoX, as
+paper 001's runs: the same, except that its RMSNorm is a PyTorch module of several kernels,
+which is what 001's RMSNorm operator measured) or ``hf`` (HuggingFace modules in eager PyTorch:
+their norms, rotary embeddings, activations, residual adds, dropout and loss run as the many
+aten calls :mod:`trainsim.builders.eager` counts; one GPU per model replica: tp = cp = 1).
 ``partition``: how the layers are split over the pipeline stages: ``even`` (Megatron: equal
 shares, the first stages taking any remainder) or ``001`` (GPT-NeoX's DeepSpeed pipeline as
 paper 001 Eq. 3–5 gives it: the embedding blocks count as two layers of the first stage and the
@@ -55,8 +57,8 @@ ATTENTION: tuple[str, ...] = ("flash", "fused", "unfused")
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
-Impl = Literal["fused", "hf"]
-IMPLS: tuple[str, ...] = ("fused", "hf")
+Impl = Literal["fused", "neox", "hf"]
+IMPLS: tuple[str, ...] = ("fused", "neox", "hf")
 Partition = Literal["even", "001"]
 PARTITIONS: tuple[str, ...] = ("even", "001")
 Optimizer = Literal["adam", "sgd"]

@@ -37,7 +37,7 @@ from trainsim.builders.memory import MemoryBreakdown, memory_per_gpu
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
-from trainsim.errors import TrainsimError
+from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import DeviceSpec, SystemSpec, get_device, get_system
 from trainsim.kernels.features import peak_flops
 
@@ -83,6 +83,8 @@ class LLMPrediction:
             "system": self.system.name,
             "device": self.device.name,
             "gpus": self.plan.gpus,
+            "seq_len": self.plan.seq(self.model),
+            "global_batch": self.plan.batch,
             "iteration_time_s": self.iteration_time_s,
             "method": self.method,
             "closed_form_s": self.closed_form_s,
@@ -162,6 +164,9 @@ def _run(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCost]) 
                                  launch_latency_s=0.0, kernel_gap_s=0.0))  # fmt: skip
 
 
+GPIPE_MAX_PASSES = 1_000_000  # ~0.5 GB and ~7 s of evaluation; 1F1B/interleaved carry a certified period
+
+
 def _simulate(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCost], *, full: bool) -> tuple[float, tuple[float, ...], Any, str]:  # fmt: skip
     """Iteration time, each stage's end, the SimResult (``full`` only) and how it was obtained.
 
@@ -174,8 +179,12 @@ def _simulate(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCo
     if full:
         sim = _run(spec, plan, sys, stages)
         return sim.predicted_step_s, tuple(r.end_s for r in sim.ranks), sim, "simulation"
-    r = evaluate_pipeline(spec, plan, sys, stages, periodic=True)
     m = plan.grad_accum
+    if plan.schedule == "gpipe" and m * plan.pp > GPIPE_MAX_PASSES:  # no period to carry (all forwards first)
+        raise ConfigError(f"GPipe with {m:,} micro-batches × {plan.pp} stages: too many stage passes to simulate "
+                          f"(at most {GPIPE_MAX_PASSES:,}); use --closed-form, 1F1B, or a smaller --global-batch "
+                          "(sequences, not tokens)")  # fmt: skip
+    r = evaluate_pipeline(spec, plan, sys, stages, periodic=True)
     how = "simulation"
     if r.evaluated_micro_batches < m:
         how += f": {r.evaluated_micro_batches} of {m} micro-batches evaluated, the rest certified to repeat (to 1e-10)"
@@ -264,6 +273,11 @@ def _warnings(r: LLMPrediction) -> list[str]:
     if r.plan.tp > r.system.gpus_per_node:
         out.append(f"tensor parallelism (tp {r.plan.tp}) spans nodes of {r.system.gpus_per_node} GPUs: its "
                    "all-reduces cross the inter-node network in every layer")  # fmt: skip
+    if r.plan.seq_len == 0 and r.model.seq_len > 16384:
+        out.append(f"the sequence length is {r.model.name}'s default, {r.model.seq_len:,} tokens (a HuggingFace "
+                   "config's max_position_embeddings); give --seq-len for the length you train at")  # fmt: skip
+    if r.plan.zero >= 1 and r.plan.dp * r.plan.cp == 1:
+        out.append(f"ZeRO-{r.plan.zero} has nothing to shard with dp × cp = 1: it changes nothing here")
     if r.plan.sp and r.plan.tp == 1:
         out.append(
             "sequence parallelism has no effect with tp 1 (it splits the TP group's activations)"

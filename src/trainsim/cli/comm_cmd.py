@@ -79,6 +79,9 @@ def fit_comm_cmd(
     log(
         f"{len(ds)} rows, {len(ds.cases())} case(s) from {ds.name}; system: {spec.name if spec else 'unknown (no extrapolation)'}"
     )
+    if holdout == 0:
+        log("--holdout 0: no sizes are held out, so there is no error to choose a curve family by; "
+            "each case takes the first family that fits (errors print as nan, and null in the artifact)")
     result = fit_comm(ds, system=spec, holdout=holdout, seed=seed)
     if output is not None:
         save_model(result.model, output)

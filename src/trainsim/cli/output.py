@@ -55,5 +55,27 @@ def not_an_input(output: Path | None, inputs: Iterable[Path | str], flag: str, *
                               "take it for a trace; write it elsewhere")  # fmt: skip
 
 
+def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str = "--timeline") -> None:
+    """Refuse a timeline path that would overwrite an input (:func:`not_an_input`) or any
+    existing file that is not a Chrome trace (a timeline written before may be replaced)."""
+    from trainsim.errors import ConfigError
+
+    if output is None:
+        return
+    not_an_input(output, inputs, flag, new_inside=False)
+    out = Path(output).expanduser()
+    if out.is_dir():
+        raise ConfigError(f"{flag} {output}: is a folder; give a file path (e.g. {out / 'timeline.json'})")
+    if out.exists():
+        try:
+            with out.open("rb") as f:
+                head = f.read(4096)
+        except OSError as e:
+            raise ConfigError(f"{flag} {output}: cannot read the existing file ({e.strerror})") from None
+        if not (head.lstrip().startswith(b"{") and b'"traceEvents"' in head):
+            raise ConfigError(f"{flag} {output}: exists and is not a Chrome-trace timeline; "
+                              "remove it or write the timeline elsewhere")  # fmt: skip
+
+
 def log(msg: str) -> None:
     stderr.print(msg, highlight=False)

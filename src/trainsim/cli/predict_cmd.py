@@ -48,7 +48,7 @@ def predict(
     hidden_dropout: float = typer.Option(0.0, "--hidden-dropout", help="Dropout probability on the residual stream as separate kernels (HuggingFace models' nn.Dropout; Megatron fuses it into the residual add: leave 0)."),
     partition: str = typer.Option("even", "--partition", help="Layers per pipeline stage: even (Megatron) or 001 (GPT-NeoX's DeepSpeed pipeline, paper 001 Eq. 3–5: embedding and head count as layers of the end stages)."),
     optimizer: str = typer.Option("adam", "--optimizer", help="adam (mixed-precision Adam, Megatron's) or sgd (plain SGD on the weights, no state: one element-wise pass over the parameters)."),
-    impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
+    impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators), neox (GPT-NeoX: the same with its unfused RMSNorm module, as paper 001 measured it) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
     overlap_grad_reduce: bool = typer.Option(False, "--overlap-grad-reduce", help="Reduce data-parallel gradients in buckets during the last backward (PyTorch DDP's default; Megatron-core's --overlap-grad-reduce); default: after it (Megatron-LM's local DDP, DeepSpeed's pipeline engine)."),
     memory_headroom: str | None = typer.Option(None, "--memory-headroom", help="Memory to keep free on each GPU for the plan to count as fitting: a fraction (0.1), a percentage (10%) or an amount (6GiB). The memory model leaves out allocator fragmentation and backward/optimizer temporaries. Default: none."),
@@ -87,6 +87,10 @@ def predict(
                     overlap_grad_reduce=overlap_grad_reduce, hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
                     optimizer=optimizer)  # type: ignore[arg-type]  # fmt: skip
         if timeline is not None:
+            from trainsim.cli.output import timeline_target
+
+            inputs = [p for p in (model, system) if Path(p).expanduser().exists()]
+            timeline_target(timeline, [*inputs, *(kernel_models or []), *(comm_models or [])])
             plan.validate(spec, gpus=gpus)
             passes = plan.grad_accum * plan.pp * plan.vpp
             if passes > timeline_max_passes:
@@ -115,7 +119,8 @@ def predict(
         if fmt is Format.JSON:
             emit_json(doc)
             return
-        t = Table(title=f"{spec.name} on {plan.gpus}× {r.device.name} ({sysspec.name}), {plan.label()}")
+        t = Table(title=f"{spec.name} on {plan.gpus}× {r.device.name} ({sysspec.name}), {plan.label()}, "
+                        f"{plan.batch:,} × {plan.seq(spec):,} tokens")  # fmt: skip
         t.add_column("quantity")
         t.add_column("value", justify="right")
         t.add_row("iteration time", f"{r.iteration_time_s * 1e3:,.1f} ms ({r.method})")

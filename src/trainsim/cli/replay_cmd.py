@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, not_an_input, stderr
+from trainsim.cli.output import Format, emit_json, stderr, timeline_target
 from trainsim.sim.options import HostMode, KernelSource
 
 
@@ -68,7 +68,7 @@ def replay(
     from trainsim.sim import SimOptions
     from trainsim.sim.replay import replay_paths
 
-    not_an_input(timeline, paths, "--timeline", new_inside=False)
+    timeline_target(timeline, paths)
     # what-if arguments checked before the (long) load and simulation
     if straggler is not None:
         _pair(straggler, "--straggler", "RANK:FACTOR (e.g. 3:1.5)")

@@ -130,13 +130,19 @@ def search(
             cols.append(f"{objective} ({r['objective_unit']})")
         for col in cols:
             t.add_column(col, justify="right" if col != "plan" else "left")
+        uncalibrated = 0
         for i, p in enumerate(r["plans"], 1):
-            row = [str(i), p["plan"], f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['closed_form_s'] * 1e3:,.1f} ms",
+            mark = "" if p["provenance"] == "calibrated" else " †"
+            uncalibrated += bool(mark)
+            row = [str(i), p["plan"] + mark, f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['closed_form_s'] * 1e3:,.1f} ms",
                    f"{p['tokens_per_s']:,.0f}", f"{p['mfu'] * 100:.1f} %", f"{p['memory_per_gpu_bytes'] / 2**30:.1f} GiB"]  # fmt: skip
             if objective != "time":
                 row.append(f"{p['objective']:,.4g}")
             t.add_row(*row)
         Console(width=None if sys.stdout.isatty() else 160).print(t)
+        if uncalibrated:
+            stderr.print("† some operators or collectives of this plan are spec-based (no measurements): its time "
+                         "is optimistic beside the calibrated plans; `trainsim predict` with the plan lists them")  # fmt: skip
         tm = r["timings_s"]
         stderr.print(f"screened {r['evaluated']} plans in {tm['screen']:.2f} s ({r['screened_per_min']:,.0f}/min), "
                      f"simulated {r['simulated']} in {tm['simulate']:.2f} s")  # fmt: skip

@@ -43,9 +43,12 @@ def _load_yaml(text: str, origin: str, model: type[_M]) -> _M:
     try:
         return model.model_validate(doc)
     except ValidationError as e:
-        first = e.errors()[0]
+        errs = e.errors()
+        first = errs[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        others = [".".join(str(p) for p in x["loc"]) or "(top level)" for x in errs[1:]]
+        shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
+        more = f" (also: {shown})" if others else ""
         raise ConfigError(f"{origin}: field {where}: {first['msg']}{more}") from None
 
 

@@ -311,9 +311,17 @@ def collective_system(devices: Iterable[str], given: str | None) -> CollectiveSy
     workload's device (as ``trainsim.comm.guess_system`` does), else None."""
     from trainsim.hardware import get_system, list_systems
 
-    if given:
-        return CollectiveSystem(get_system(given), "given")
     names = {d for d in devices if d}
+    if given:
+        spec = get_system(given)
+        from trainsim.hardware import get_device
+
+        own = get_device(spec.device)
+        traced = {dev.name for d in names if (dev := device_spec(d)) is not None and not dev.is_sibling_of(own)}
+        if traced:  # another GPU than the system's (memory-size variants alike)
+            return CollectiveSystem(spec, f"given; the trace ran on {', '.join(sorted(traced))}, not its "
+                                          f"{spec.device}: a what-if of that network")  # fmt: skip
+        return CollectiveSystem(spec, "given")
     if len(names) != 1:
         return None
     (name,) = names

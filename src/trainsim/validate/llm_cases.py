@@ -369,6 +369,7 @@ def read_seed001(path: Path | str, *, tag: str = "seed001") -> list[LLMCase]:
             schedule="1f1b", zero=r.integer("zero_stage", minimum=0),
             # GPT-NeoX's pipeline partition, as 001 §III-D Eq. 3–5 states it for these runs
             partition="001",
+            impl="neox",  # GPT-NeoX's own (unfused) RMSNorm, the operator 001 measured
         )  # fmt: skip
         _validated(r, model, plan, gpus)
         reference: dict[str, float] = {}
