@@ -474,6 +474,28 @@ def test_throughput_mfu_breakdown(plan: Plan) -> None:
     json.dumps(r.to_dict())  # JSON-safe
 
 
+def test_expert_and_context_communication_have_their_own_breakdown_lines() -> None:
+    """Review (session 24): EP all-to-alls and the exposed CP ring were reported as forward and
+    backward compute. They have their own lines now; the lines still add up to the iteration."""
+    for model, plan, key in (
+        ("mixtral-8x7b", Plan(tp=2, dp=32, sp=True, ep=8, micro_batch=1, global_batch=256, seq_len=4096,
+                              recompute="full"), "ep_communication_s"),  # fmt: skip
+        ("llama3-8b", Plan(cp=8, dp=2, micro_batch=1, global_batch=2, seq_len=16384, recompute="full"),
+         "cp_communication_s"),  # fmt: skip
+    ):
+        r = predict_llm(get_model(model), plan, "dgx-h100")
+        b = {k: v for k, v in r.breakdown.items() if k != "stage"}
+        st = r.stages[int(r.breakdown["stage"])]
+        comm = st.ep_comm_s if key.startswith("ep") else st.cp_comm_s
+        assert b[key] == pytest.approx(plan.grad_accum * sum(comm), rel=1e-12)
+        assert b[key] >= 0.0 and all(v >= 0.0 for v in b.values()), b
+        assert sum(b.values()) == pytest.approx(r.iteration_time_s, rel=1e-9)
+        assert isinstance(b[key], float)
+    r = predict_llm(get_model("mixtral-8x7b"), Plan(tp=2, dp=32, sp=True, ep=8, micro_batch=1, global_batch=256,
+                                                     seq_len=4096, recompute="full"), "dgx-h100")  # fmt: skip
+    assert r.breakdown["ep_communication_s"] > 0.0
+
+
 def _summary_rule(prov: dict) -> str:
     kern, comm = list(prov["kernels"]), list(prov["collectives"])
     if all(k.startswith("calibrated:") for k in kern + comm):

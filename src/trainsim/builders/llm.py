@@ -69,6 +69,10 @@ class StageCost:
     comm: list[CommCost] = field(default_factory=list)  # one micro-batch, TP/CP/EP
     zero3_exposed_fwd_s: float = 0.0  # ZeRO-3 gathers/scatters compute cannot hide, per micro-batch
     zero3_exposed_bwd_s: float = 0.0
+    # per micro-batch, (forward, backward, recompute): expert all-to-alls, and the part of the
+    # context-parallel ring its attention does not hide (both added to the passes)
+    ep_comm_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    cp_comm_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @property
     def dp_comm_s(self) -> float:
@@ -148,9 +152,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         return max(0.0, c.seconds - attn) if c else 0.0
 
     # TP collectives run inside the pass (below); expert all-to-alls and CP's exposed ring add
-    layer_comm_f = sum(c.seconds for c in epf) + exposed_cp(cpf, lf)
-    layer_comm_b = sum(c.seconds for c in epb) + exposed_cp(cpb, lb)
-    re_comm = layer_comm_f if plan.recompute == "full" else 0.0
+    ep_f, ep_b = float(sum(c.seconds for c in epf)), float(sum(c.seconds for c in epb))
+    cp_f, cp_b = exposed_cp(cpf, lf), exposed_cp(cpb, lb)
+    layer_comm_f, layer_comm_b = ep_f + cp_f, ep_b + cp_b
+    full_rc = plan.recompute == "full"
+    re_comm = layer_comm_f if full_rc else 0.0
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts)
     cpu_f, cpu_b = host.layer_s("fwd") / len(lf), host.layer_s("bwd") / len(lb)
     cpu_sel = cpu_f
@@ -240,6 +246,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
         st.zero3_exposed_fwd_s, st.zero3_exposed_bwd_s = z3f, z3b
+        st.ep_comm_s = (n * ep_f, n * ep_b, n * ep_f if full_rc else 0.0)
+        st.cp_comm_s = (n * cp_f, n * cp_b, n * cp_f if full_rc else 0.0)
         st.tp_comm_fwd_s, st.tp_comm_bwd_s, st.tp_comm_recompute_s = tp_x
         # ZeRO shards experts over the expert-data-parallel group only (dp·cp/ep ranks)
         st.optimizer_s = lc.optimizer(dense / shard + expert / max(shard // plan.ep, 1), n).seconds

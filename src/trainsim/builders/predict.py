@@ -141,11 +141,14 @@ def _breakdown(st: StageCost, plan: Plan, iteration_s: float) -> dict[str, float
     waiting for neighbours)."""
     m = plan.grad_accum
     z3 = st.zero3_exposed_fwd_s + st.zero3_exposed_bwd_s
+    (ef, eb, er), (cf, cb, cr) = st.ep_comm_s, st.cp_comm_s
     out = {
-        "forward_s": m * (st.fwd_s - st.tp_comm_fwd_s - st.zero3_exposed_fwd_s),
-        "backward_s": m * (st.bwd_s - st.recompute_s - st.tp_comm_bwd_s - st.zero3_exposed_bwd_s),
-        "recompute_s": m * (st.recompute_s - st.tp_comm_recompute_s),
+        "forward_s": m * (st.fwd_s - st.tp_comm_fwd_s - st.zero3_exposed_fwd_s - ef - cf),
+        "backward_s": m * (st.bwd_s - st.recompute_s - st.tp_comm_bwd_s - st.zero3_exposed_bwd_s - eb - cb),
+        "recompute_s": m * (st.recompute_s - st.tp_comm_recompute_s - er - cr),
         "tp_communication_s": m * (st.tp_comm_fwd_s + st.tp_comm_bwd_s + st.tp_comm_recompute_s),
+        "ep_communication_s": m * (ef + eb + er),
+        "cp_communication_s": m * (cf + cb + cr),
         "exposed_dp_communication_s": st.dp_comm_s + m * z3,
         "optimizer_s": st.optimizer_s,
     }
