@@ -477,23 +477,21 @@ def test_throughput_mfu_breakdown(plan: Plan) -> None:
 def test_expert_and_context_communication_have_their_own_breakdown_lines() -> None:
     """Review (session 24): EP all-to-alls and the exposed CP ring were reported as forward and
     backward compute. They have their own lines now; the lines still add up to the iteration."""
-    for model, plan, key in (
+    for model, plan, key, system in (
         ("mixtral-8x7b", Plan(tp=2, dp=32, sp=True, ep=8, micro_batch=1, global_batch=256, seq_len=4096,
-                              recompute="full"), "ep_communication_s"),  # fmt: skip
-        ("llama3-8b", Plan(cp=8, dp=2, micro_batch=1, global_batch=2, seq_len=16384, recompute="full"),
-         "cp_communication_s"),  # fmt: skip
+                              recompute="full"), "ep_communication_s", "dgx-h100"),  # fmt: skip
+        # one GPU per node: the ring crosses InfiniBand and its attention does not hide it all
+        ("llama3-8b", Plan(cp=16, micro_batch=1, global_batch=1, seq_len=8192, recompute="full"),
+         "cp_communication_s", "vista"),  # fmt: skip
     ):
-        r = predict_llm(get_model(model), plan, "dgx-h100")
+        r = predict_llm(get_model(model), plan, system)
         b = {k: v for k, v in r.breakdown.items() if k != "stage"}
         st = r.stages[int(r.breakdown["stage"])]
         comm = st.ep_comm_s if key.startswith("ep") else st.cp_comm_s
         assert b[key] == pytest.approx(plan.grad_accum * sum(comm), rel=1e-12)
-        assert b[key] >= 0.0 and all(v >= 0.0 for v in b.values()), b
+        assert b[key] > 0.0 and all(v >= 0.0 for v in b.values()), b
         assert sum(b.values()) == pytest.approx(r.iteration_time_s, rel=1e-9)
         assert isinstance(b[key], float)
-    r = predict_llm(get_model("mixtral-8x7b"), Plan(tp=2, dp=32, sp=True, ep=8, micro_batch=1, global_batch=256,
-                                                     seq_len=4096, recompute="full"), "dgx-h100")  # fmt: skip
-    assert r.breakdown["ep_communication_s"] > 0.0
 
 
 def _summary_rule(prov: dict) -> str:
@@ -1358,6 +1356,14 @@ def test_moe_zero3_gathers_experts_over_the_expert_data_parallel_group() -> None
 
     d, e = stage_params_split(m, p1, 1)
     assert st.optimizer_s == pytest.approx(lc.optimizer(d / 8 + e / 2, st.layers).seconds, rel=1e-12)
+    # ... and gathers each part's updated weights over its own group afterwards (review: the
+    # experts' gather was missing); ZeRO-3 leaves no expert reduction for the iteration's end
+    # (review: it reduce-scattered them twice)
+    by = {c.name: c for c in st.dp_comm}
+    assert by["ep_dp_all_gather"].group_size == 2 and by["ep_dp_all_gather"].bytes == e * 2
+    assert by["dp_all_gather"].group_size == 8 and by["dp_all_gather"].bytes == d * 2
+    z3_end = stage_costs(m, replace(p1, zero=3), sysm)[1].dp_comm
+    assert not [c for c in z3_end if c.name.startswith("ep_dp_")]
 
 
 @pytest.mark.parametrize("plan", [
@@ -1534,11 +1540,13 @@ def test_overlap_grad_reduce_per_chunk_zero_and_experts() -> None:
     for sp, sc in zip(plain, per_chunk, strict=True):
         window = sp.bwd_s / 5
         one_window = _overlap_reduction(sp.dp_comm, comm, window_s=window, chunks=1, pp=4, outside=0.0, first=False)
-        assert sc.dp_comm_s < one_window[0].seconds <= sp.dp_comm_s  # earlier chunks hide more
+        # earlier chunks hide more; (one window may exceed the unbucketed reduction: on DGX A100's
+        # measured curves (its Azure twin's) 25 MiB buckets cost more than their share)
+        assert sc.dp_comm_s < one_window[0].seconds <= 1.05 * sp.dp_comm_s
     mixtral = get_model("mixtral-8x7b")
     z3 = Plan(tp=2, pp=2, dp=8, ep=4, zero=3, micro_batch=1, global_batch=64, seq_len=4096)
     z3_dp = stage_costs(mixtral, z3, system)[0].dp_comm
-    assert [c.name for c in z3_dp] == ["ep_dp_reduce_scatter"]  # the experts' reduction is left
+    assert z3_dp == []  # experts too are reduce-scattered per layer (zero3_layer), not again at the end
     assert stage_costs(mixtral, replace(z3, overlap_grad_reduce=True), system)[0].dp_comm == z3_dp
     z1 = Plan(tp=4, pp=2, dp=8, zero=1, micro_batch=2, global_batch=256, overlap_grad_reduce=True)
     (ag,) = [c for c in stage_costs(spec, z1, system)[0].dp_comm if c.kind == "all_gather"]

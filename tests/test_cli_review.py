@@ -164,7 +164,10 @@ def test_predict_timeline_never_overwrites_its_inputs_or_other_files(tmp_path):
     assert cfg.read_text() == before
     other = tmp_path / "trace.tar.gz"
     other.write_bytes(b"\x1f\x8b not a timeline")
-    assert "exists and is not a Chrome-trace timeline" in _error(_run(*base, str(other)))
+    assert "exists and is not a timeline trainsim wrote" in _error(_run(*base, str(other)))
+    profiler = tmp_path / "rank0.pt.trace.json"  # Chrome-trace JSON too: a measured trace
+    profiler.write_text('{"traceEvents": [], "schemaVersion": 1}')
+    assert "exists and is not a timeline trainsim wrote" in _error(_run(*base, str(profiler)))
     assert other.read_bytes() == b"\x1f\x8b not a timeline"
     tl = tmp_path / "it.json"
     for _ in range(2):  # written, then replaced

@@ -50,7 +50,7 @@ def test_census_symbols_cover_every_entry():
 
 def test_plan_checks_impl():
     m = get_model("llama3-8b")
-    with pytest.raises(ConfigError, match="impl must be one of fused, hf, got 'eager'"):
+    with pytest.raises(ConfigError, match="impl must be one of fused, neox, hf, got 'eager'"):
         Plan(impl="eager").validate(m)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"impl 'hf' runs one model replica per GPU \(tp = cp = 1\), got tp 2"):
         Plan(tp=2, impl="hf").validate(m)

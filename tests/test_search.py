@@ -122,10 +122,11 @@ def test_cli_memory_headroom_flows_into_search_and_predict():
             "--micro-batch", str(plan["micro_batch"]), "--global-batch", "64", "--closed-form", "--format", "json"]  # fmt: skip
     need = json.loads(CliRunner().invoke(app, pred).stdout)["memory_per_gpu_bytes"]
     room = (cap - need) / 2**30
-    fits = json.loads(CliRunner().invoke(app, [*pred, "--memory-headroom", f"{room - 0.01:.4f}GiB"]).stdout)
-    over = json.loads(CliRunner().invoke(app, [*pred, "--memory-headroom", f"{room + 0.01:.4f}GiB"]).stdout)
+    less, more = f"{room - 0.01:.4f}", f"{room + 0.01:.4f}"
+    fits = json.loads(CliRunner().invoke(app, [*pred, "--memory-headroom", f"{less}GiB"]).stdout)
+    over = json.loads(CliRunner().invoke(app, [*pred, "--memory-headroom", f"{more}GiB"]).stdout)
     assert fits["fits_in_memory"] and not over["fits_in_memory"]
-    assert over["memory_limit_bytes"] == pytest.approx(cap - (room + 0.01) * 2**30)
+    assert over["memory_limit_bytes"] == pytest.approx(cap - float(more) * 2**30, rel=1e-12)
     bad = CliRunner().invoke(app, [*pred[:-2], "--memory-headroom", "1.5"])
     assert isinstance(bad.exception, ConfigError) and "--memory-headroom '1.5': expected a fraction below 1" in str(bad.exception)
 

@@ -172,7 +172,14 @@ def test_model_mode_uses_the_comm_models_of_a_known_system_with_their_provenance
     given = simulate(ar, replace(MODEL, system="dgx-a100"))
     assert given.program.collective_system is not None
     assert given.program.collective_system.source == "given"
-    assert given.program.instances[0].provenance == "spec-based:dgx-a100"
+    # DGX A100's network is Azure ND A100 v4's (network_twins): the latter's measurements answer
+    assert given.program.instances[0].provenance == "calibrated:nccl_tests_allreduce_a100_40gb_azure;twin-system:azure-nd-a100-v4"
+    a2a = _instance(CollectiveKind.ALL_TO_ALL, [{"bytes": 1 << 24}] * 8, device="NVIDIA A100-SXM4-40GB")
+    assert simulate(a2a, replace(MODEL, system="dgx-a100")).program.instances[0].provenance == "spec-based:dgx-a100"
+    # replay resolves a collective as predict does: a reduce-scatter from the measured all-reduce
+    rs = _instance(CollectiveKind.REDUCE_SCATTER, [{"bytes": 1 << 24}] * 8, device="NVIDIA A100-SXM4-40GB")
+    rs_prov = simulate(rs, replace(MODEL, system="dgx-a100")).program.instances[0].provenance
+    assert rs_prov.endswith(";derived-from:all_reduce/2")
     # no system given: the only catalog system built of A100-SXM4-40GB, whose calibrated
     # all-reduce answers first
     guessed = simulate(ar, MODEL)

@@ -201,10 +201,13 @@ class PlanComm:
         if expert_params and p.ep > 1:
             stage_params -= expert_params
             ne = p.dp * p.cp // p.ep
-            if ne > 1:
+            if ne > 1 and p.zero < 3:  # ZeRO-3 reduce-scatters them per layer (zero3_layer)
                 eb = expert_params * self.grad_bytes_per_param()
-                kind = "reduce_scatter" if p.zero >= 2 else "all_reduce"
-                out.append(self.cost(f"ep_dp_{kind}", kind, eb, ne, p.tp * p.cp * p.ep))
+                kind = "reduce_scatter" if p.zero == 2 else "all_reduce"
+                estride = p.tp * p.cp * p.ep
+                out.append(self.cost(f"ep_dp_{kind}", kind, eb, ne, estride))
+                if p.zero in (1, 2):  # each rank updated its shard: gather the experts' weights
+                    out.append(self.cost("ep_dp_all_gather", "all_gather", expert_params * self.act_bytes, ne, estride))
         n = p.dp * p.cp  # CP ranks hold the same weights and reduce gradients together
         if n <= 1:
             return out

@@ -20,6 +20,7 @@ the dtype × iteration time``.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -301,9 +302,11 @@ def _warnings(r: LLMPrediction) -> list[str]:
         name = r.model.name if _in_catalog(r.model) else "MODEL"
         room = (f" ({r.memory_limit_bytes / 2**30:.1f} GiB after the {r.memory_headroom_bytes / 2**30:.1f} GiB headroom)"
                 if r.memory_headroom_bytes else "")  # fmt: skip
+        # the same headroom, rounded up so the search keeps at least as much free
+        hr = f" --memory-headroom {math.ceil(r.memory_headroom_bytes / 2**20)}MiB" if r.memory_headroom_bytes else ""
         out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
                    f"{r.device.memory_bytes / 2**30:.1f} GiB{room} (`trainsim search {name} --gpus {r.plan.gpus} "
-                   f"--system {r.system.name} --global-batch {r.plan.batch}` lists the plans that fit)")  # fmt: skip
+                   f"--system {r.system.name} --global-batch {r.plan.batch}{hr}` lists the plans that fit)")  # fmt: skip
     return out
 
 

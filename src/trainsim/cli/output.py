@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable
 from enum import StrEnum
@@ -57,7 +58,8 @@ def not_an_input(output: Path | None, inputs: Iterable[Path | str], flag: str, *
 
 def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str = "--timeline") -> None:
     """Refuse a timeline path that would overwrite an input (:func:`not_an_input`) or any
-    existing file that is not a Chrome trace (a timeline written before may be replaced)."""
+    existing file but a timeline trainsim wrote (its producer mark opens the file): a measured
+    profiler trace is Chrome-trace JSON too."""
     from trainsim.errors import ConfigError
 
     if output is None:
@@ -72,8 +74,8 @@ def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str
                 head = f.read(4096)
         except OSError as e:
             raise ConfigError(f"{flag} {output}: cannot read the existing file ({e.strerror})") from None
-        if not (head.lstrip().startswith(b"{") and b'"traceEvents"' in head):
-            raise ConfigError(f"{flag} {output}: exists and is not a Chrome-trace timeline; "
+        if not re.match(rb'\s*\{\s*"otherData"\s*:\s*\{\s*"producer"\s*:\s*"trainsim"', head):
+            raise ConfigError(f"{flag} {output}: exists and is not a timeline trainsim wrote; "
                               "remove it or write the timeline elsewhere")  # fmt: skip
 
 

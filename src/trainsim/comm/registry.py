@@ -8,6 +8,7 @@ first model that supports a request answers it (:func:`predict_collective`).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -118,15 +119,37 @@ def user_models() -> tuple[CalibratedCommModel, ...]:
 
 
 def models_for(system: SystemSpec | str) -> list[CommModel]:
-    """The user's and the shipped calibrated models measured on ``system``, then its spec-based
-    hierarchical model."""
+    """The user's and the shipped calibrated models measured on ``system``, then those measured
+    on a network twin of it (:func:`network_twins`), then its spec-based hierarchical model."""
     spec = get_system(system) if isinstance(system, str) else system
-    calibrated: list[CommModel] = [
-        m
-        for m in (*user_models(), *shipped_models())
-        if m.system is not None and m.system.name == spec.name
-    ]
-    return [*calibrated, HierarchicalModel(spec)]
+    every = (*user_models(), *shipped_models())
+    calibrated: list[CommModel] = [m for m in every if m.system is not None and m.system.name == spec.name]
+    twins: list[CommModel] = [_as_twin(m) for m in every
+                              if m.system is not None and m.system.name != spec.name and network_twins(m.system, spec)]  # fmt: skip
+    return [*calibrated, *twins, HierarchicalModel(spec)]
+
+
+def network_twins(a: SystemSpec, b: SystemSpec) -> bool:
+    """Whether collectives measured on ``a`` stand for ``b``: the same GPUs per node, sibling
+    GPUs (:meth:`~trainsim.hardware.schema.DeviceSpec.is_sibling_of`: A100 40 and 80 GB), and
+    tier for tier the same kind, scope, bandwidth, latency and NICs (the catalog's DGX A100
+    and Azure ND A100 v4: NVSwitch and one 200 Gb/s HDR NIC per GPU). Names aside."""
+    from trainsim.hardware import get_device
+
+    if a.gpus_per_node != b.gpus_per_node or len(a.tiers) != len(b.tiers):
+        return False
+    if not get_device(a.device).is_sibling_of(get_device(b.device)):
+        return False
+    return all(x.model_dump(exclude={"name"}) == y.model_dump(exclude={"name"}) for x, y in zip(a.tiers, b.tiers, strict=True))
+
+
+def _as_twin(model: CalibratedCommModel) -> CalibratedCommModel:
+    """``model`` answering for a twin system: the same curves, provenance naming where they
+    were measured (``calibrated:<dataset>;twin-system:<system>``)."""
+    twin = copy.copy(model)
+    assert model.system is not None
+    twin.dataset = f"{model.dataset};twin-system:{model.system.name}"
+    return twin
 
 
 def registered_models() -> list[CommModel]:
@@ -180,6 +203,16 @@ def _derived(kind: str, nbytes: float, group_size: int, calibrated: Sequence[Cal
                     how = f";derived-from:{sibling}" + ("/2" if factor != 1.0 else "")
                     return CommPrediction(p.duration_s * factor, p.provenance + how, p.model)
     return None
+
+
+def collective_supported(kind: str, group_size: int, models: Sequence[CommModel], *,
+                         gpus_per_node: int | None = None) -> bool:
+    """Whether :func:`predict_collective` over ``models`` answers ``kind`` on ``group_size``
+    ranks: a model supports it, or a calibrated one a sibling it derives from."""
+    if any(m.supports(kind, group_size, gpus_per_node=gpus_per_node) for m in models):
+        return True
+    return any(isinstance(m, CalibratedCommModel) and m.supports(sib, group_size, gpus_per_node=gpus_per_node)
+               for sib, _ in _SIBLINGS.get(kind, ()) for m in models)  # fmt: skip
 
 
 def predict_ir_collective(c: Collective, *, system: SystemSpec | str, members: dict[int, Collective] | None = None,

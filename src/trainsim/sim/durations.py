@@ -284,15 +284,51 @@ class CommModelKernels:
         return Prediction(p.duration_s, p.provenance)
 
 
-def default_registry(system: SystemSpec | None = None) -> ModelRegistry:
-    """Spec-based roofline models for memory copies, GEMMs, element-wise kernels; for
-    collectives, the ``trainsim.comm`` models of ``system`` when one is known (its calibrated
-    models first, then its spec-based hierarchical model), then the device's alpha-beta."""
-    comm: list[KernelModel] = []
-    if system is not None:
+class SystemCommKernels(CommModelKernels):
+    """Adapter: every ``trainsim.comm`` model of ``system`` answering for collective kernels
+    as :func:`trainsim.comm.predict_collective` resolves them (a measured case first, then a
+    sibling collective measured there, then any model that extrapolates, then spec-based), so
+    replay and ``predict`` time one collective alike."""
+
+    def __init__(self, system: SystemSpec, *, gpus_per_node: int | None = None) -> None:
         from trainsim.comm.registry import models_for
 
-        comm = [CommModelKernels(m) for m in models_for(system)]
+        self.system = system
+        self.models = models_for(system)
+        self.gpus_per_node = gpus_per_node
+        self.name = f"comm:{system.name}"
+        self.provenance = "comm"
+
+    def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
+        from trainsim.comm.registry import collective_supported
+
+        c = kernel.collective
+        return c is not None and collective_supported(c.kind, max(c.group_size, 1), self.models,
+                                                      gpus_per_node=self.gpus_per_node)  # fmt: skip
+
+    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None, *,
+                members: Mapping[int, Collective] | None = None) -> Prediction:  # fmt: skip
+        from trainsim.comm.registry import predict_collective
+        from trainsim.comm.sizing import model_size_bytes
+
+        c = kernel.collective
+        assert c is not None
+        try:
+            p = predict_collective(c.kind, model_size_bytes(c, members), max(c.group_size, 1), system=self.system,
+                                   gpus_per_node=self.gpus_per_node, models=self.models)  # fmt: skip
+        except ModelError as e:
+            raise ModelError(f"kernel {kernel.id} ({kernel.name[:40]}): {e}") from e
+        return Prediction(p.duration_s, p.provenance)
+
+
+def default_registry(system: SystemSpec | None = None) -> ModelRegistry:
+    """Spec-based roofline models for memory copies, GEMMs, element-wise kernels; for
+    collectives, the ``trainsim.comm`` models of ``system`` when one is known, resolved as
+    :func:`trainsim.comm.predict_collective` does (:class:`SystemCommKernels`), then the
+    device's alpha-beta."""
+    comm: list[KernelModel] = []
+    if system is not None:
+        comm = [SystemCommKernels(system)]
     return ModelRegistry(
         [RooflineMemcpy(), RooflineGemm(), RooflineElementwise(), *comm, AlphaBetaCollective()]
     )
@@ -314,11 +350,13 @@ def collective_system(devices: Iterable[str], given: str | None) -> CollectiveSy
     names = {d for d in devices if d}
     if given:
         spec = get_system(given)
-        from trainsim.hardware import get_device
+        import re
 
-        own = get_device(spec.device)
-        traced = {dev.name for d in names if (dev := device_spec(d)) is not None and not dev.is_sibling_of(own)}
-        if traced:  # another GPU than the system's (memory-size variants alike)
+        def part(name: str) -> str:  # the GPU without its memory size: a100-sxm4-40gb -> a100-sxm4
+            return re.sub(r"-\d+gb$", "", name)
+
+        traced = {dev.name for d in names if (dev := device_spec(d)) is not None and part(dev.name) != part(spec.device)}
+        if traced:  # another GPU than the system's (its memory size aside): another node, another network
             return CollectiveSystem(spec, f"given; the trace ran on {', '.join(sorted(traced))}, not its "
                                           f"{spec.device}: a what-if of that network")  # fmt: skip
         return CollectiveSystem(spec, "given")

@@ -91,11 +91,16 @@ def timeline_events(res: SimResult) -> list[dict[str, Any]]:
     return events
 
 
+TIMELINE_PRODUCER = "trainsim"
+
+
 def write_timeline(res: SimResult, path: str | Path) -> Path:
     """Write the timeline atomically (a crash never leaves half a file); returns the path."""
     p = Path(path)
-    doc = {"traceEvents": timeline_events(res), "displayTimeUnit": "ms",
-           "otherData": {"producer": "trainsim replay", "predicted_step_s": res.predicted_step_s}}  # fmt: skip
+    # the producer mark first: an existing file is replaced only when it carries it
+    # (cli.output.timeline_target), never a profiler trace that happens to hold traceEvents
+    doc = {"otherData": {"producer": TIMELINE_PRODUCER, "predicted_step_s": res.predicted_step_s},
+           "traceEvents": timeline_events(res), "displayTimeUnit": "ms"}  # fmt: skip
     write_json_atomic(p, doc)
     p.chmod(0o644)  # the temporary file was private; a timeline is meant to be opened and shared
     return p
