@@ -13,7 +13,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -122,11 +122,17 @@ def models_for(system: SystemSpec | str) -> list[CommModel]:
     """The user's and the shipped calibrated models measured on ``system``, then those measured
     on a network twin of it (:func:`network_twins`), then its spec-based hierarchical model."""
     spec = get_system(system) if isinstance(system, str) else system
+    return list(_models_for(spec, os.environ.get(USER_MODELS_ENV, "")))
+
+
+@lru_cache(maxsize=64)
+def _models_for(spec: SystemSpec, _user_env: str) -> tuple[CommModel, ...]:
+    """Cached per system and user artifacts (a search asks for every plan's collectives)."""
     every = (*user_models(), *shipped_models())
     calibrated: list[CommModel] = [m for m in every if m.system is not None and m.system.name == spec.name]
     twins: list[CommModel] = [_as_twin(m) for m in every
                               if m.system is not None and m.system.name != spec.name and network_twins(m.system, spec)]  # fmt: skip
-    return [*calibrated, *twins, HierarchicalModel(spec)]
+    return (*calibrated, *twins, HierarchicalModel(spec))
 
 
 def network_twins(a: SystemSpec, b: SystemSpec) -> bool:
