@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trainsim.builders.costs import OpCoster
@@ -299,7 +300,8 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"{r.device.name} has no {r.plan.dtype} tensor cores: its matrix math is costed at the "
                    "fp32 peak (frameworks emulate it or refuse; fp16 is what this GPU trains in)")  # fmt: skip
     if not r.fits_in_memory:
-        name = r.model.name if _in_catalog(r.model) else "MODEL"
+        # a config's own path when it came from a file (what `search` takes too)
+        name = r.model.name if _in_catalog(r.model) else (r.model.source if Path(r.model.source).is_file() else "MODEL")
         room = (f" ({r.memory_limit_bytes / 2**30:.1f} GiB after the {r.memory_headroom_bytes / 2**30:.1f} GiB headroom)"
                 if r.memory_headroom_bytes else "")  # fmt: skip
         # the same headroom, rounded up so the search keeps at least as much free

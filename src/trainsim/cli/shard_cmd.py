@@ -87,9 +87,11 @@ def shard(
         t.add_row(r["name"], f"{r['predicted_step_s'] * 1e3:,.3f} ms",
                   f"{(r['predicted_step_s'] / best['predicted_step_s'] - 1) * 100:+.1f} %",
                   f"{r['imbalance']:.2f}", " ".join(map(str, per)))  # fmt: skip
+    import sys
+
     from rich.console import Console
 
-    Console().print(t)
+    Console(width=None if sys.stdout.isatty() else 160).print(t)  # piped: sharder names whole
     over = "" if capacity_gb is not None else "; --capacity-gb overrides"
     stderr.print(f"capacity: {cap / 1e9:.4g} GB of tables per rank ({cap_src}{over}); tables only "
                  "(rows x dim x element size), activations and workspace not counted")  # fmt: skip

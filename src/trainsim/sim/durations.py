@@ -25,7 +25,7 @@ from trainsim.ir.graph import Collective, Kernel, Op
 from trainsim.ir.kinds import CollectiveKind, KernelFamily
 
 if TYPE_CHECKING:
-    from trainsim.comm.model import CommModel
+    from trainsim.comm.model import CommModel, CommPrediction
 
 
 def device_spec(name: str) -> DeviceSpec | None:
@@ -265,10 +265,15 @@ class CommModelKernels:
         self.name = f"comm:{model.name}"
         self.provenance = "comm"
 
+    def _supported(self, kind: str, group_size: int) -> bool:
+        return self.model.supports(kind, group_size, gpus_per_node=self.gpus_per_node)
+
+    def _predict(self, kind: str, nbytes: float, group_size: int) -> CommPrediction:
+        return self.model.predict(kind, nbytes, group_size, gpus_per_node=self.gpus_per_node)
+
     def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
         c = kernel.collective
-        return c is not None and self.model.supports(c.kind, max(c.group_size, 1),
-                                                      gpus_per_node=self.gpus_per_node)  # fmt: skip
+        return c is not None and self._supported(c.kind, max(c.group_size, 1))
 
     def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None, *,
                 members: Mapping[int, Collective] | None = None) -> Prediction:  # fmt: skip
@@ -277,8 +282,7 @@ class CommModelKernels:
         c = kernel.collective
         assert c is not None
         try:
-            p = self.model.predict(c.kind, model_size_bytes(c, members), max(c.group_size, 1),
-                                   gpus_per_node=self.gpus_per_node)  # fmt: skip
+            p = self._predict(c.kind, model_size_bytes(c, members), max(c.group_size, 1))
         except ModelError as e:
             raise ModelError(f"kernel {kernel.id} ({kernel.name[:40]}): {e}") from e
         return Prediction(p.duration_s, p.provenance)
@@ -299,26 +303,16 @@ class SystemCommKernels(CommModelKernels):
         self.name = f"comm:{system.name}"
         self.provenance = "comm"
 
-    def supports(self, kernel: Kernel, op: Op, device: DeviceSpec | None) -> bool:
+    def _supported(self, kind: str, group_size: int) -> bool:
         from trainsim.comm.registry import collective_supported
 
-        c = kernel.collective
-        return c is not None and collective_supported(c.kind, max(c.group_size, 1), self.models,
-                                                      gpus_per_node=self.gpus_per_node)  # fmt: skip
+        return collective_supported(kind, group_size, self.models, gpus_per_node=self.gpus_per_node)
 
-    def predict(self, kernel: Kernel, op: Op, device: DeviceSpec | None, *,
-                members: Mapping[int, Collective] | None = None) -> Prediction:  # fmt: skip
+    def _predict(self, kind: str, nbytes: float, group_size: int) -> CommPrediction:
         from trainsim.comm.registry import predict_collective
-        from trainsim.comm.sizing import model_size_bytes
 
-        c = kernel.collective
-        assert c is not None
-        try:
-            p = predict_collective(c.kind, model_size_bytes(c, members), max(c.group_size, 1), system=self.system,
-                                   gpus_per_node=self.gpus_per_node, models=self.models)  # fmt: skip
-        except ModelError as e:
-            raise ModelError(f"kernel {kernel.id} ({kernel.name[:40]}): {e}") from e
-        return Prediction(p.duration_s, p.provenance)
+        return predict_collective(kind, nbytes, group_size, system=self.system, gpus_per_node=self.gpus_per_node,
+                                  models=self.models)  # fmt: skip
 
 
 def default_registry(system: SystemSpec | None = None) -> ModelRegistry:
