@@ -1443,12 +1443,16 @@ def test_a_plan_that_does_not_fit_points_to_the_search(tmp_path: Path) -> None:
     r = _predict(Plan(dp=8, global_batch=8), model="llama3-70b")
     (note,) = [w for w in r.warnings if "GiB per GPU" in w]
     assert "`trainsim search llama3-70b --gpus 8 --system dgx-a100 --global-batch 8`" in note
-    # a model from a config.json need not be in the catalog: the command names no model then
+    # a model from a config.json need not be in the catalog: the command names its file then
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
                                "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
                                "vocab_size": 128256, "max_position_embeddings": 8192}))  # fmt: skip
     r = predict_llm(str(cfg), Plan(dp=8, global_batch=8), SYSTEM)
+    (note,) = [w for w in r.warnings if "GiB per GPU" in w]
+    assert f"`trainsim search {cfg} --gpus 8" in note
+    # ... and a model built in code, with no file: a placeholder
+    r = predict_llm(replace(r.model, source="code"), Plan(dp=8, global_batch=8), SYSTEM)
     (note,) = [w for w in r.warnings if "GiB per GPU" in w]
     assert "`trainsim search MODEL --gpus 8" in note
     assert not [w for w in _predict(Plan(dp=8, global_batch=8), model="gpt2").warnings if "GiB per GPU" in w]
