@@ -144,6 +144,8 @@ def predict(
         t.add_row("  activations / buffers", f"{_gib(pk.activations_bytes)} / {_gib(pk.buffers_bytes)}")
         t.add_row(f"breakdown (stage {r.breakdown['stage']:.0f})", "")
         for k, v in r.breakdown.items():
+            if k in ("ep_communication_s", "cp_communication_s") and v == 0.0:
+                continue  # no expert / context parallelism (the JSON keeps the zero)
             if k != "stage":
                 t.add_row("  " + k.removesuffix("_s").replace("_", " "), f"{v * 1e3:,.1f} ms")
         t.add_row("provenance", _PROVENANCE.get(str(r.provenance["summary"]), str(r.provenance["summary"])))
