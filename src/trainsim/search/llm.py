@@ -53,8 +53,7 @@ _CHUNK = 256
 class Screened:
     index: int
     closed_form_s: float
-    memory_bytes: float
-    fits: bool
+    memory_bytes: float  # peak stage; the search compares it with its memory limit
     error: str = ""
 
 
@@ -106,7 +105,6 @@ def screen_plans(
 
 def _screen(model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]]) -> list[Screened]:
     coster = _coster(system.device)
-    cap = get_device(system.device).memory_bytes
     out = []
     for i, plan in plans:
         try:
@@ -114,9 +112,9 @@ def _screen(model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Pla
             cf = closed_form_001(stages, plan)
             mem = max(m.total_bytes for m in memory_per_gpu(model, plan))
         except TrainsimError as e:
-            out.append(Screened(i, math.inf, math.inf, False, str(e)))
+            out.append(Screened(i, math.inf, math.inf, str(e)))
             continue
-        out.append(Screened(i, cf, mem, mem <= cap))
+        out.append(Screened(i, cf, mem))
     return out
 
 
@@ -354,7 +352,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     for s in screened:
         if s.error:
             count(s.error)
-        elif not s.memory_bytes <= limit:  # s.fits: against the whole capacity
+        elif not s.memory_bytes <= limit:
             count(MEMORY_REASON)
         else:
             ok.append(s)
