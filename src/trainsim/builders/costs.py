@@ -323,15 +323,19 @@ class LayerCoster:
 
     def _norm(self, name: str, phase: str) -> OpCost:
         l_sp = self.l // self.t if self.plan.sp and self.t > 1 else self.l
+
+        def norm(op: str) -> OpCost:
+            return self._q(name, op, phase, b=self.b, l=l_sp, dim=self.model.hidden, category="memory")
+
         if self.model.norm != "rmsnorm":
-            return self._q(name, "layernorm", phase, b=self.b, l=l_sp, dim=self.model.hidden, category="memory")
-        op = self._q(name, "RMSlayernorm", phase, b=self.b, l=l_sp, dim=self.model.hidden, category="memory")
+            return norm("layernorm")
+        op = norm("RMSlayernorm")
         if self.plan.impl == "fused" and ";bench-as:" not in op.provenance:
             # 001's RMSNorm rows time GPT-NeoX's RMSNorm, a PyTorch module of several kernels
             # (norm, scale, divide, multiply: 8-30x its bytes at HBM speed on the A100); a fused
             # RMSNorm (Megatron/TE, apex) moves the bytes a fused LayerNorm moves with less
             # arithmetic, so 001's LayerNorm of the same tensor times it (`neox` keeps 001's)
-            ln = self._q(name, "layernorm", phase, b=self.b, l=l_sp, dim=self.model.hidden, category="memory")
+            ln = norm("layernorm")
             return replace(ln, provenance=ln.provenance + ";rmsnorm-as-fused-layernorm")
         return op
 

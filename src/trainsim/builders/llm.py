@@ -137,7 +137,12 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     """Every pipeline stage's costs under ``plan``. ``tp_shares=False`` skips what only the
     breakdown reads, the TP collectives' share of each pass (two more flow shops per depth;
     the search's screening), and leaves those fields NaN."""
-    from trainsim.builders.memory import _layer_params_per_gpu, stage_layers, stage_params_split
+    from trainsim.builders.memory import (
+        _layer_params_per_gpu,
+        _zero_groups,
+        stage_layers,
+        stage_params_split,
+    )
 
     coster = coster or OpCoster(get_device(system.device))
     lc = LayerCoster(model, plan, coster)
@@ -193,10 +198,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
     shard = plan.dp * plan.cp if plan.zero >= 1 else 1
     layer_comm = [*tpf, *tpb, *epf, *epb, *([cpf] if cpf else []), *([cpb] if cpb else [])]
-    z_dense, z_expert = _layer_params_per_gpu(model, plan.tp, plan.ep)
-    if plan.ep <= 1:  # experts shard with the rest
-        z_dense, z_expert = z_dense + z_expert, 0.0
-    z3 = comm.zero3_layer(z_dense, z_expert)
+    z3 = comm.zero3_layer(*_zero_groups(_layer_params_per_gpu(model, plan.tp, plan.ep), plan.ep))
     if z3 is not None:
         layer_comm = [*layer_comm, *z3]
     def _stage(s: int, n: int, first: bool, last: bool) -> StageCost:

@@ -204,6 +204,14 @@ def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int) -> tuple[float, fl
     return dense + router, experts
 
 
+def _zero_groups(layer_params: tuple[float, float], ep: int) -> tuple[float, float]:
+    """:func:`_layer_params_per_gpu`'s (dense, expert) split as ZeRO shards it: the experts
+    apart (over dp·cp/ep ranks) only with expert parallelism; without it they shard with the
+    rest over dp·cp."""
+    dense, experts = layer_params
+    return (dense + experts, 0.0) if ep <= 1 else (dense, experts)
+
+
 def _stage_params_split(
     model: ModelSpec, plan: Plan, stage: int, layers: Sequence[int],
     layer_params: tuple[float, float] | None = None,
@@ -399,9 +407,7 @@ def _buffers_bytes(
         total += e * s * b * model.padded_vocab(plan.tp) / plan.tp
     # only the parameters ZeRO shards need the buffers: the dense ones over dp·cp ranks, the
     # experts over dp·cp/ep (Megatron's expert-data-parallel group; none when it is one rank)
-    dense, experts = layer_params
-    if plan.ep <= 1:
-        dense, experts = dense + experts, 0.0
+    dense, experts = _zero_groups(layer_params, plan.ep)
     layer = (dense if plan.dp * plan.cp > 1 else 0.0) + (experts if plan.dp * plan.cp // plan.ep > 1 else 0.0)
     if layer > 0 and plan.zero >= 2:
         total += layer * precision.grad_bytes
