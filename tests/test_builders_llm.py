@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainsim.builders import memory
 from trainsim.builders.costs import HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
 from trainsim.builders.llm import build_workload, closed_form_001, stage_costs, with_tp_comm
 from trainsim.builders.llm_comm import CommCost, PlanComm, per_node
@@ -1440,9 +1441,22 @@ def test_sgd_optimizer_is_one_add_over_the_parameters_and_keeps_no_state():
 
 
 def test_a_plan_that_does_not_fit_points_to_the_search(tmp_path: Path) -> None:
+    r = _predict(Plan(dp=32, global_batch=32), model="llama3-70b")  # no ZeRO: 1.3 TB of states per GPU
+    (note,) = [w for w in r.warnings if "GiB per GPU" in w]
+    assert "`trainsim search llama3-70b --gpus 32 --system dgx-a100 --global-batch 32` lists the plans that fit" in note
+    # on 8 GPUs no plan can fit: 70.6e9 parameters x 18 B (bf16 Adam) over 78.5 GiB of room is
+    # 15.1 GPUs; the hint searches the next power of two up to a node, whole nodes beyond
+    assert memory.min_gpus_for_states(r.model, r.plan, 79 * 2**30) == 16
     r = _predict(Plan(dp=8, global_batch=8), model="llama3-70b")
     (note,) = [w for w in r.warnings if "GiB per GPU" in w]
-    assert "`trainsim search llama3-70b --gpus 8 --system dgx-a100 --global-batch 8`" in note
+    assert "`trainsim search llama3-70b --gpus 16 --system dgx-a100 --global-batch 8` searches 16 GPUs" in note
+    assert "at least 16 GPUs of this memory even fully sharded, so none of the 8-GPU plans fits" in note
+    assert memory.min_gpus_for_states(r.model, r.plan, 40 * 2**30) == 30  # 29.97
+    assert memory.min_gpus_for_states(r.model, replace(r.plan, optimizer="sgd"), 40 * 2**30) == 10  # 6 B: 9.99
+    assert memory.min_gpus_for_states(r.model, r.plan, 2**20) == 0  # the context alone is too big
+    # beyond a node, whole nodes: 405.9e9 x 18 B need 86.7 GPUs -> 88 (11 of 8)
+    note = next(w for w in _predict(Plan(dp=8, global_batch=8), model="llama3-405b").warnings if "GiB per GPU" in w)
+    assert "--gpus 88 " in note and "at least 87 GPUs" in note
     # a model from a config.json need not be in the catalog: the command names its file then
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
@@ -1450,11 +1464,11 @@ def test_a_plan_that_does_not_fit_points_to_the_search(tmp_path: Path) -> None:
                                "vocab_size": 128256, "max_position_embeddings": 8192}))  # fmt: skip
     r = predict_llm(str(cfg), Plan(dp=8, global_batch=8), SYSTEM)
     (note,) = [w for w in r.warnings if "GiB per GPU" in w]
-    assert f"`trainsim search {cfg} --gpus 8" in note
+    assert f"`trainsim search {cfg} --gpus 16" in note
     # ... and a model built in code, with no file: a placeholder
     r = predict_llm(replace(r.model, source="code"), Plan(dp=8, global_batch=8), SYSTEM)
     (note,) = [w for w in r.warnings if "GiB per GPU" in w]
-    assert "`trainsim search MODEL --gpus 8" in note
+    assert "`trainsim search MODEL --gpus 16" in note
     assert not [w for w in _predict(Plan(dp=8, global_batch=8), model="gpt2").warnings if "GiB per GPU" in w]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -34,6 +35,22 @@ def test_space_enumerates_every_combination_once():
     assert len(got) == 3 * 3 * 2 * 2 * 2 * 2 - 1 * 3 * 1 * 2 * 2 * 2 - 2 * 2 * 2
     assert all(p.zero == 0 for p in valid if p.dp * p.cp == 1)
     assert any(p.zero == 1 for p in valid if p.dp > 1)
+
+
+def test_one_schedule_stands_for_all_without_pipeline_stages():
+    """With pp 1 the schedules run the same passes: one plan, not one per schedule, and no
+    "interleaved needs stages" noise in the infeasible counts; interleaved alone stays infeasible."""
+    model = get_model("llama2-7b")
+    space = replace(SMALL, gpus=1, global_batch=8, tp=(1,), pp=(1,), schedule=("1f1b", "gpipe", "interleaved"))
+    got = list(space.plans(model, 8))
+    assert not [why for p, why in got if p is None]
+    assert {p.schedule for p, _ in got if p is not None} == {"1f1b"}
+    assert len(got) == 2 * 2  # micro-batch x recompute (SP needs tp > 1, ZeRO 1 = 0 with dp 1)
+    only = list(replace(space, schedule=("interleaved",)).plans(model, 8))
+    assert only and all(p is None and "interleaved schedule needs two or more" in why for p, why in only)
+    # with stages the schedules stay distinct plans
+    staged = [p for p, _ in replace(space, gpus=2, pp=(2,)).plans(model, 8) if p is not None]
+    assert {p.schedule for p in staged} == {"1f1b", "gpipe", "interleaved"}
 
 
 def test_infeasible_reasons_are_counted_and_generic():

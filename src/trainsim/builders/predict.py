@@ -35,7 +35,7 @@ from trainsim.builders.llm import (
     evaluate_pipeline,
     stage_costs,
 )
-from trainsim.builders.memory import MemoryBreakdown, memory_per_gpu
+from trainsim.builders.memory import MemoryBreakdown, memory_per_gpu, min_gpus_for_states
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
@@ -306,9 +306,20 @@ def _warnings(r: LLMPrediction) -> list[str]:
                 if r.memory_headroom_bytes else "")  # fmt: skip
         # the same headroom, rounded up so the search keeps at least as much free
         hr = f" --memory-headroom {math.ceil(r.memory_headroom_bytes / 2**20)}MiB" if r.memory_headroom_bytes else ""
+        need = min_gpus_for_states(r.model, r.plan, r.memory_limit_bytes)
+        gpus, why = r.plan.gpus, "lists the plans that fit"
+        if need == 0:
+            why = "lists the plans that fit, if any: the memory left after the headroom is below the CUDA context's"
+        elif need > gpus:
+            # no plan on this many GPUs holds the weights, gradients and optimizer states: suggest
+            # the first count that could (whole nodes beyond one; a lower bound, activations add)
+            gpn = r.system.gpus_per_node
+            gpus = 1 << (need - 1).bit_length() if need <= gpn else math.ceil(need / gpn) * gpn
+            why = (f"searches {gpus} GPUs: the weights, gradients and optimizer states alone need at least {need} "
+                   f"GPUs of this memory even fully sharded, so none of the {r.plan.gpus}-GPU plans fits")  # fmt: skip
         out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
-                   f"{r.device.memory_bytes / 2**30:.1f} GiB{room} (`trainsim search {name} --gpus {r.plan.gpus} "
-                   f"--system {r.system.name} --global-batch {r.plan.batch}{hr}` lists the plans that fit)")  # fmt: skip
+                   f"{r.device.memory_bytes / 2**30:.1f} GiB{room} (`trainsim search {name} --gpus {gpus} "
+                   f"--system {r.system.name} --global-batch {r.plan.batch}{hr}` {why})")  # fmt: skip
     return out
 
 

@@ -66,12 +66,17 @@ class PlanSpace:
     def plans(self, model: ModelSpec, gpus_per_node: int) -> Iterator[tuple[Plan | None, str]]:
         """Every distinct combination: ``(plan, "")`` when structurally valid, else ``(None, message)``
         (count messages by :func:`reason_key`). Combinations that would repeat a plan are not
-        yielded: sequence parallelism without TP, and ZeRO stages above the smallest tried when
-        dp×cp is 1 (nothing to shard over)."""
+        yielded: sequence parallelism without TP, ZeRO stages above the smallest tried when
+        dp×cp is 1 (nothing to shard over), and all but one schedule without pipeline stages."""
         d = self.dims(model, gpus_per_node)
+        # without pipeline stages every schedule runs the same passes in the same order: the
+        # first non-interleaved one tried stands for all (interleaving needs stages: infeasible)
+        flat = next((s for s in self.schedule if s != "interleaved"), None)
         for tp, pp, cp, ep, sp, zero, mb, rc, sched in itertools.product(*d.values()):
             if sp and tp == 1:
                 continue  # sequence parallelism is a no-op without TP: not a distinct plan
+            if pp == 1 and flat is not None and sched != flat:
+                continue  # the same plan as with the first schedule (see above)
             base = int(tp) * int(cp) * int(pp)  # type: ignore[call-overload]
             if self.gpus % base:
                 yield None, f"GPUs {self.gpus} not divisible by tp×cp×pp = {base}"
