@@ -1367,6 +1367,30 @@ def test_moe_zero3_gathers_experts_over_the_expert_data_parallel_group() -> None
     assert not [c for c in z3_end if c.name.startswith("ep_dp_")]
 
 
+def test_megatron_distributed_optimizer_is_zero1_memory_with_zero2_traffic() -> None:
+    """``dist_optimizer`` (Megatron-LM's --use-distributed-optimizer): the gradients are
+    reduce-scattered (dense and expert alike), the updated weights all-gathered, while each rank
+    keeps the whole gradient buffer: ZeRO-1's memory, ZeRO-2's collectives; DeepSpeed's ZeRO-1
+    all-reduces instead, so it exposes more reduction time."""
+    from trainsim.builders.memory import memory_per_gpu
+
+    m, sysm = get_model("mixtral-8x7b"), get_system("dgx-h100")
+    base = Plan(tp=2, pp=4, dp=8, ep=4, sp=True, zero=1, micro_batch=1, global_batch=64, seq_len=4096)
+    dist = replace(base, dist_optimizer=True)
+    kinds = {c.name: c.kind for c in stage_costs(m, dist, sysm)[1].dp_comm}
+    assert kinds == {"ep_dp_reduce_scatter": "reduce_scatter", "ep_dp_all_gather": "all_gather",
+                     "dp_reduce_scatter": "reduce_scatter", "dp_all_gather": "all_gather"}  # fmt: skip
+    z2 = {c.name: (c.bytes, c.seconds) for c in stage_costs(m, replace(base, zero=2), sysm)[1].dp_comm}
+    assert {c.name: (c.bytes, c.seconds) for c in stage_costs(m, dist, sysm)[1].dp_comm} == z2
+    assert memory_per_gpu(m, dist) == memory_per_gpu(m, base)
+    assert dist.label() == "tp2-pp4-dp8-ep4-sp-zero1-distopt-mb1-gb64"
+    deepspeed, megatron = _predict(Plan(dp=8, zero=1, global_batch=8)), _predict(Plan(dp=8, zero=1, dist_optimizer=True, global_batch=8))
+    assert 0 < megatron.breakdown["exposed_dp_communication_s"] < deepspeed.breakdown["exposed_dp_communication_s"]
+    for zero in (0, 2, 3):
+        with pytest.raises(ConfigError, match=f"needs zero 1, got zero {zero}"):
+            replace(dist, zero=zero).validate(m)
+
+
 @pytest.mark.parametrize("plan", [
     Plan(tp=8, micro_batch=1, global_batch=64),
     Plan(dp=8, micro_batch=2, global_batch=16 * 13, overlap_grad_reduce=True),

@@ -53,6 +53,12 @@ def test_one_schedule_stands_for_all_without_pipeline_stages():
     assert {p.schedule for p in staged} == {"1f1b", "gpipe", "interleaved"}
 
 
+def test_dist_optimizer_applies_to_the_zero1_plans():
+    space = replace(SMALL, zero=(0, 1, 2), dist_optimizer=True)
+    valid = [p for p, _ in space.plans(get_model("llama2-7b"), 8) if p is not None]
+    assert {(p.zero, p.dist_optimizer) for p in valid} == {(0, False), (1, True), (2, False)}
+
+
 def test_infeasible_reasons_are_counted_and_generic():
     model = get_model("gpt3-350m")  # 24 layers, 16 heads (per the GPT-3 paper's corrected row)
     space = PlanSpace(gpus=96, global_batch=96, tp=(3,), pp=(32,), micro_batch=(1,), zero=(0,),

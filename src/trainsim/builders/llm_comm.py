@@ -31,7 +31,8 @@ Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al.
   (DeepSpeed issue #264, "reduce_scatter for stage 1 is not implemented"; discussion #5560
   profiles GPT-NeoX's ZeRO-1 calling one large all-reduce): 1.5x the traffic of the ZeRO
   paper's reduce-scatter + all-gather (§7.2.1), which Megatron-LM's distributed optimizer
-  does. Paper 001's GPT-NeoX runs are DeepSpeed ZeRO-1. ZeRO 3
+  does (``Plan.dist_optimizer``: ZeRO-1 with ZeRO-2's traffic). Paper 001's GPT-NeoX runs are
+  DeepSpeed ZeRO-1. ZeRO 3
   all-gathers every layer's weights before its forward, backward and recomputation and
   reduce-scatters its gradients after the backward, every micro-batch, prefetched on a side
   stream: a layer pass takes the longer of its compute and its collectives.
@@ -203,7 +204,7 @@ class PlanComm:
             ne = p.dp * p.cp // p.ep
             if ne > 1 and p.zero < 3:  # ZeRO-3 reduce-scatters them per layer (zero3_layer)
                 eb = expert_params * self.grad_bytes_per_param()
-                kind = "reduce_scatter" if p.zero == 2 else "all_reduce"
+                kind = "reduce_scatter" if p.zero == 2 or p.dist_optimizer else "all_reduce"
                 estride = p.tp * p.cp * p.ep
                 out.append(self.cost(f"ep_dp_{kind}", kind, eb, ne, estride))
                 if p.zero in (1, 2):  # each rank updated its shard: gather the experts' weights
@@ -218,7 +219,7 @@ class PlanComm:
             # micro-batch (:meth:`zero3_layer`): nothing is left for the end of the iteration
             # but the (small) non-layer parameters, folded in there as well
             return out
-        if p.zero == 2:
+        if p.zero == 2 or p.dist_optimizer:
             out.append(self.cost("dp_reduce_scatter", "reduce_scatter", gb, n, stride))
         else:
             out.append(self.cost("dp_all_reduce", "all_reduce", gb, n, stride))

@@ -11,7 +11,11 @@ default), ``interleaved`` (``vpp`` model chunks per stage, Megatron's interleave
 ``gpipe`` (all forwards, then all backwards). ``recompute``: ``none``, ``selective`` (the
 attention core is recomputed, Korthikanti et al.), ``full`` (every layer's forward is re-run
 before its backward). ``zero``: 0 plain data parallel, 1 optimizer states sharded, 2 + gradients,
-3 + parameters (FSDP full shard). ``attention``: ``flash`` (FlashAttention), ``fused`` (QK^T and
+3 + parameters (FSDP full shard). ``dist_optimizer``: ZeRO-1 as Megatron-LM's distributed
+optimizer runs it (``--use-distributed-optimizer``): the gradients reduce-scattered, each rank
+updating its shard, the weights all-gathered (ZeRO-2's traffic, ZeRO §7.2.1) while every rank keeps
+the whole gradient buffer (ZeRO-1's memory; Megatron-core docs: "6 + 12/d" bytes per bf16
+parameter); without it ZeRO-1 is DeepSpeed's stage 1, which all-reduces the gradients. ``attention``: ``flash`` (FlashAttention), ``fused`` (QK^T and
 ·V batched GEMMs around Megatron's fused scale-mask-softmax kernel), ``unfused`` (GEMMs, fill-mask,
 softmax as separate kernels), the three implementations paper 001 Table I models.
 ``wgrad_fusion``: weight gradients accumulate inside their GEMMs (Megatron-LM's
@@ -76,6 +80,7 @@ class Plan:
     ep: int = 1
     sp: bool = False  # Megatron sequence parallelism (needs tp > 1 to matter)
     zero: int = 0
+    dist_optimizer: bool = False  # ZeRO-1 the Megatron way: reduce-scatter, not all-reduce (above)
     micro_batch: int = 1
     global_batch: int = 0  # 0: micro_batch × dp (no accumulation)
     seq_len: int = 0  # 0: the model's
@@ -127,6 +132,8 @@ class Plan:
             parts.append("sp")
         if self.zero:
             parts.append(f"zero{self.zero}")
+        if self.dist_optimizer:
+            parts.append("distopt")
         if self.schedule == "interleaved":
             parts.append(f"vpp{self.vpp}")
         elif self.schedule != "1f1b":
@@ -155,6 +162,8 @@ class Plan:
                 raise ConfigError(f"plan: {f} must be a positive integer, got {v!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"plan: zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.dist_optimizer and self.zero != 1:
+            raise ConfigError(f"plan: the distributed optimizer (Megatron-LM's) is a ZeRO-1: it needs zero 1, got zero {self.zero}")
         if self.schedule not in SCHEDULES:
             raise ConfigError(
                 f"plan: schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}"

@@ -273,7 +273,7 @@ def _warnings(r: LLMPrediction) -> list[str]:
                    "clocks may differ)")  # fmt: skip
     if r.plan.zero >= 2 and r.plan.pp > 1:
         out.append(f"ZeRO-{r.plan.zero} with pipeline parallelism: DeepSpeed's pipeline engine takes ZeRO-1 at most "
-                   "and Megatron-LM's distributed optimizer is ZeRO-1; the plan needs a framework that combines "
+                   "and Megatron-LM's distributed optimizer is ZeRO-1 (--zero 1 --dist-optimizer); the plan needs a framework that combines "
                    "them (PyTorch FSDP2 with pipelining, e.g. torchtitan)")  # fmt: skip
     if r.plan.tp > r.system.gpus_per_node:
         out.append(f"tensor parallelism (tp {r.plan.tp}) spans nodes of {r.system.gpus_per_node} GPUs: its "

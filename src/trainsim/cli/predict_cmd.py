@@ -35,7 +35,8 @@ def predict(
     cp: int = typer.Option(1, "--cp", min=1, help="Context-parallel degree (ring attention)."),
     ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (MoE; divides dp)."),
     sp: bool = typer.Option(False, "--sp", help="Megatron sequence parallelism (with tp > 1)."),
-    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0–3 (3 = FSDP full shard). 1 is DeepSpeed's: gradients all-reduced, then the updated weights all-gathered (Megatron-LM's distributed optimizer reduce-scatters instead: --zero 2's traffic)."),
+    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0–3 (3 = FSDP full shard). 1 is DeepSpeed's: gradients all-reduced, then the updated weights all-gathered (Megatron-LM's distributed optimizer: add --dist-optimizer)."),
+    dist_optimizer: bool = typer.Option(False, "--dist-optimizer", help="With --zero 1: Megatron-LM's distributed optimizer (--use-distributed-optimizer): gradients reduce-scattered instead of all-reduced, each rank keeping the whole gradient buffer."),
     recompute: str = typer.Option("none", "--recompute", help="Activation recomputation: none, selective, full."),
     micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="Sequences per micro-batch."),
     global_batch: int | None = typer.Option(None, "--global-batch", min=1, help="Sequences per iteration (default: micro-batch × dp)."),
@@ -80,7 +81,7 @@ def predict(
             if gpus is not None and gpus % base:
                 raise ConfigError(f"--gpus {gpus} is not a multiple of tp×cp×pp = {base}")
             dp = gpus // base if gpus is not None else 1
-        plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, micro_batch=micro_batch,
+        plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, dist_optimizer=dist_optimizer, micro_batch=micro_batch,
                     global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                     attention_dropout=attention_dropout, wgrad_fusion=wgrad_fusion,

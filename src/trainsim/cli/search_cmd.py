@@ -49,6 +49,7 @@ def search(
     ep: str = typer.Option("1", "--ep", help="Expert-parallel degrees to try (MoE)."),
     micro_batch: str = typer.Option("1,2,4,8", "--micro-batch", help="Micro-batch sizes to try."),
     zero: str = typer.Option("0,1,2,3", "--zero", help="ZeRO stages to try."),
+    dist_optimizer: bool = typer.Option(False, "--dist-optimizer", help="ZeRO-1 plans use Megatron-LM's distributed optimizer (gradients reduce-scattered); see `trainsim predict --help`."),
     recompute: str = typer.Option("none,selective,full", "--recompute", help="Recompute modes to try."),
     schedule: str = typer.Option("1f1b,interleaved", "--schedule", help="Pipeline schedules to try."),
     vpp: str = typer.Option("2,4", "--vpp", help="Chunks per stage for the interleaved schedule."),
@@ -105,7 +106,7 @@ def search(
             zero=_ints(zero, "--zero", minimum=0), recompute=_words(recompute, "--recompute", RECOMPUTE),
             schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
             sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
-            wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce,
+            wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce, dist_optimizer=dist_optimizer,
         )  # fmt: skip
         r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
                        workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price,

@@ -55,6 +55,7 @@ class PlanSpace:
     attention_dropout: float = 0.0
     wgrad_fusion: bool = False
     overlap_grad_reduce: bool = False
+    dist_optimizer: bool = False  # ZeRO-1 plans as Megatron-LM's distributed optimizer (Plan.dist_optimizer)
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     def dims(self, model: ModelSpec, gpus_per_node: int) -> dict[str, tuple[object, ...]]:
@@ -91,6 +92,7 @@ class PlanSpace:
                     "schedule": sched, "vpp": v, "recompute": rc, "dtype": self.dtype,
                     "attention": self.attention, "attention_dropout": self.attention_dropout,
                     "wgrad_fusion": self.wgrad_fusion, "overlap_grad_reduce": self.overlap_grad_reduce,
+                    "dist_optimizer": self.dist_optimizer and zero == 1,
                 }  # fmt: skip
                 plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
