@@ -24,6 +24,7 @@ from trainsim.builders.memory import (
     stage_layers_001,
     stage_params,
 )
+from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ConfigError
@@ -320,6 +321,36 @@ def test_plan_partition_chooses_the_split_everywhere():
         Plan(pp=4, schedule="interleaved", vpp=2, global_batch=8, partition="001").validate(NEOX)
     with pytest.raises(ConfigError, match="without transformer layers"):
         Plan(pp=4, partition="001").validate(replace(NEOX, layers=4))  # Eq. 5 leaves the last stage 0
+
+
+def test_first_and_last_stage_layers_as_megatron_core_sets_them():
+    """--first/last-stage-layers: the given end stages, the others even (LLaMA 3 405B's 126
+    layers on 16 stages: 7 on each end, 8 between), used by memory and the stage costs alike."""
+    from trainsim.builders.llm import resolve_system, stage_costs
+
+    m = get_model("llama3-405b")
+    meta = Plan(pp=16, tp=8, micro_batch=1, first_stage_layers=7, last_stage_layers=7)
+    assert stage_layers(m, meta) == [7, *[8] * 14, 7]
+    assert stage_layers(m, replace(meta, first_stage_layers=0)) == [*[8] * 14, 7, 7]  # 119 over 15, then 7
+    assert stage_layers(m, replace(meta, last_stage_layers=4)) == [7, 9, 9, 9, *[8] * 11, 4]  # 115 over 14
+    assert stage_layers(m, replace(meta, first_stage_layers=0, last_stage_layers=0)) == [8] * 14 + [7] * 2
+    assert stage_layers(NEOX, Plan(pp=2, first_stage_layers=20, last_stage_layers=24)) == [20, 24]
+    assert [s.layers for s in stage_costs(m, meta, resolve_system("dgx-h100"))] == stage_layers(m, meta)
+    assert [x.weights_bytes for x in memory_per_gpu(m, meta)] == \
+        [x.weights_bytes for x in memory_per_gpu(m, replace(meta, first_stage_layers=0, last_stage_layers=0),
+                                                 layers_per_stage=[7, *[8] * 14, 7])]  # fmt: skip
+    assert meta.label().endswith("-first7-last7")
+    bad = [
+        (Plan(pp=1, first_stage_layers=4), "need more pipeline stages"),
+        (Plan(pp=2, first_stage_layers=4, last_stage_layers=4), "leave 36 of"),  # 44 layers: 36 unplaced
+        (Plan(pp=4, first_stage_layers=40, last_stage_layers=3), "for 2 other stage"),  # 1 left for 2
+        (Plan(pp=4, first_stage_layers=-1), "first_stage_layers must be a non-negative integer"),
+        (Plan(pp=4, first_stage_layers=8, partition="001"), "not with --partition 001"),
+        (Plan(pp=4, first_stage_layers=8, schedule="interleaved", vpp=2, global_batch=8), "--schedule interleaved"),
+    ]
+    for plan, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            plan.validate(NEOX)
 
 
 def test_layers_per_stage_override_and_errors():

@@ -136,10 +136,19 @@ def _stage_layers(model: ModelSpec, plan: Plan) -> tuple[int, ...]:
     ``c mod pp``. Megatron asserts ``layers % chunks == 0`` unless told where the extra layers go
     (``--decoder-first/last-pipeline-num-layers``); here a remainder goes one layer each to the
     first ``layers % chunks`` chunks, so with ``vpp = 1`` the first ``layers % pp`` stages hold
-    one layer more. ``plan.partition == "001"``: GPT-NeoX's split, :func:`stage_layers_001`.
+    one layer more. ``plan.partition == "001"``: GPT-NeoX's split, :func:`stage_layers_001`;
+    ``plan.first_stage_layers`` / ``last_stage_layers``: those end stages as given, the others even.
     """
     if plan.partition == "001":
         return tuple(stage_layers_001(model, plan))
+    if plan.first_stage_layers or plan.last_stage_layers:
+        # Megatron-core's uneven split: the given end stages, the rest even (earlier stages
+        # taking any remainder, as below)
+        f, last = plan.first_stage_layers, plan.last_stage_layers
+        inner = plan.pp - (f > 0) - (last > 0)
+        base, extra = divmod(model.layers - f - last, max(inner, 1))
+        mid = [base + (1 if i < extra else 0) for i in range(inner)]
+        return tuple(([f] if f else []) + mid + ([last] if last else []))
     vpp = plan.chunks
     chunks = plan.pp * vpp
     base, extra = divmod(model.layers, chunks)

@@ -39,6 +39,11 @@ aten calls :mod:`trainsim.builders.eager` counts; one GPU per model replica: tp 
 shares, the first stages taking any remainder) or ``001`` (GPT-NeoX's DeepSpeed pipeline as
 paper 001 Eq. 3–5 gives it: the embedding blocks count as two layers of the first stage and the
 final norm and head as three of the last, :func:`trainsim.builders.memory.stage_layers_001`).
+``first_stage_layers`` / ``last_stage_layers`` (``even`` only, not interleaved; 0: an even share):
+the layers of the first / last stage, the others splitting the rest evenly, as Megatron-core's
+``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` set them to offset
+the embedding and the output head (LLaMA 3 405B: 126 layers on 16 stages, one layer fewer on
+each end stage, Llama 3 paper §3.3.2).
 ``optimizer``: ``adam`` (mixed-precision Adam as Megatron runs it: fp32 master weights and two
 moments, the step timed by paper 001's optimizer operator) or ``sgd`` (``torch.optim.SGD``
 without momentum, as the ``capture`` examples train: the weights updated in place, no optimizer
@@ -100,6 +105,8 @@ class Plan:
     impl: Impl = "fused"  # fused kernels, or HuggingFace eager modules (see above)
     partition: Partition = "even"  # layers per pipeline stage: Megatron's, or 001 Eq. 3–5 (see above)
     optimizer: Optimizer = "adam"  # mixed-precision Adam, or plain SGD on the weights (see above)
+    first_stage_layers: int = 0  # 0: an even share (see above)
+    last_stage_layers: int = 0
 
     @property
     def gpus(self) -> int:
@@ -150,9 +157,33 @@ class Plan:
             parts.append(self.impl)
         if self.partition != "even":
             parts.append(f"part{self.partition}")
+        if self.first_stage_layers:
+            parts.append(f"first{self.first_stage_layers}")
+        if self.last_stage_layers:
+            parts.append(f"last{self.last_stage_layers}")
         if self.optimizer != "adam":
             parts.append(self.optimizer)
         return "-".join(parts)
+
+    def _check_end_stages(self, model: ModelSpec) -> None:
+        """``first_stage_layers`` / ``last_stage_layers``: with stages to hold them, and every
+        other stage left at least one layer (Megatron-core's rules for its uneven split)."""
+        f, last = self.first_stage_layers, self.last_stage_layers
+        for name, v in (("first_stage_layers", f), ("last_stage_layers", last)):
+            if not isinstance(v, int) or v < 0:
+                raise ConfigError(f"plan: {name} must be a non-negative integer, got {v!r}")
+        if self.partition != "even" or self.schedule == "interleaved":
+            raise ConfigError("plan: first/last stage layers set the end stages of the even partition with one chunk "
+                              "per stage: not with --partition 001 or --schedule interleaved")  # fmt: skip
+        given = (f > 0) + (last > 0)
+        if self.pp < given + (0 if given == 2 else 1):
+            raise ConfigError(f"plan: first/last stage layers need more pipeline stages than the ends they set, got pp {self.pp}")
+        rest, others = model.layers - f - last, self.pp - given
+        if rest < others or (others == 0 and rest):
+            raise ConfigError(
+                f"plan: first/last stage layers ({f}, {last}) leave {rest} of {model.name}'s {model.layers} layers "
+                f"for {others} other stage(s): each needs at least one, and all must be placed"
+            )
 
     def validate(self, model: ModelSpec, *, gpus: int | None = None) -> None:
         """Raise ConfigError (one line, naming the field) when the plan cannot run ``model``."""
@@ -196,6 +227,8 @@ class Plan:
             raise ConfigError(f"plan: partition must be one of {', '.join(PARTITIONS)}, got {self.partition!r}")
         if self.partition != "even" and self.schedule == "interleaved":
             raise ConfigError("plan: partition '001' (GPT-NeoX's) splits one chunk per stage: not with --schedule interleaved")
+        if self.first_stage_layers or self.last_stage_layers:
+            self._check_end_stages(model)
         if self.partition == "001":
             from trainsim.builders.memory import stage_layers_001
 

@@ -48,6 +48,8 @@ def predict(
     attention_dropout: float = typer.Option(0.0, "--attention-dropout", help="Attention dropout probability (non-flash attention adds a dropout kernel)."),
     hidden_dropout: float = typer.Option(0.0, "--hidden-dropout", help="Dropout probability on the residual stream as separate kernels (HuggingFace models' nn.Dropout; Megatron fuses it into the residual add: leave 0)."),
     partition: str = typer.Option("even", "--partition", help="Layers per pipeline stage: even (Megatron) or 001 (GPT-NeoX's DeepSpeed pipeline, paper 001 Eq. 3–5: embedding and head count as layers of the end stages)."),
+    first_stage_layers: int = typer.Option(0, "--first-stage-layers", min=0, help="Layers of the first pipeline stage, the others splitting the rest evenly (Megatron-core's --decoder-first-pipeline-num-layers; 0: an even share)."),
+    last_stage_layers: int = typer.Option(0, "--last-stage-layers", min=0, help="Layers of the last pipeline stage (Megatron-core's --decoder-last-pipeline-num-layers; 0: an even share)."),
     optimizer: str = typer.Option("adam", "--optimizer", help="adam (mixed-precision Adam, Megatron's) or sgd (plain SGD on the weights, no state: one element-wise pass over the parameters)."),
     impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators), neox (GPT-NeoX: the same with its unfused RMSNorm module, as paper 001 measured it) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
@@ -86,7 +88,7 @@ def predict(
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                     attention_dropout=attention_dropout, wgrad_fusion=wgrad_fusion,
                     overlap_grad_reduce=overlap_grad_reduce, hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
-                    optimizer=optimizer)  # type: ignore[arg-type]  # fmt: skip
+                    optimizer=optimizer, first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)  # type: ignore[arg-type]  # fmt: skip
         if timeline is not None:
             from trainsim.cli.output import timeline_target
 
