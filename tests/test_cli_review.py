@@ -174,3 +174,22 @@ def test_predict_timeline_never_overwrites_its_inputs_or_other_files(tmp_path):
         res = _run(*base, str(tl))
         assert res.exit_code == 0, res.output
     assert '"traceEvents"' in tl.read_text()[:200]
+
+
+def test_refused_what_ifs_leave_no_timeline_and_model_coverage_is_stated(shared_data, tmp_path):
+    """Review 2026-11-27: a straggler rank not in the trace, or an unknown family, was refused
+    only after the baseline timeline had been written; `--kernels model` on a GPU without models
+    said "kernel models" while every kernel kept its measured time."""
+    import json
+
+    trace = str(shared_data / LINEAR)
+    for arg in (["--straggler", "5:2"], ["--scale-family", "foo:2"], ["--straggler", "x:2"]):
+        tl = tmp_path / "tl.json"
+        msg = _error(_run("replay", trace, *arg, "--timeline", str(tl)))
+        assert "rank 5 is not in the trace (ranks 0)" in msg or "unknown family 'foo'" in msg or "'x' is not a rank" in msg
+        assert not tl.exists()
+    res = _run("replay", trace, "--kernels", "model", "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["provenance"].startswith("measured kernels: no kernel model answered any of the")
+    assert doc["diagnostics"]["kernels_model_fallback_measured"] > 0

@@ -195,3 +195,31 @@ def test_a_view_named_op_that_launched_kernels_moved_data() -> None:
     new_cast, new_view = r.ranks[0].ops[-2:]
     assert new_cast.kernels[0].predicted_s == pytest.approx(40e-6) and rule_of(new_cast.kernels[0].provenance) == "numel"
     assert new_view.predicted_s == pytest.approx(1e-6) and rule_of(new_view.provenance) == "view"
+
+
+def test_a_trace_without_shapes_is_refused_and_the_shaped_share_recorded() -> None:
+    """Review 2026-11-27: a Kineto trace recorded without shapes resized every op as weight-sized
+    (×1), so `replay --batch 64 --old-batch 32` on ResNet-50 moved the step by +0.2 % without a
+    word. No shapes at all is refused; otherwise the share of time in shaped ops is recorded."""
+    from dataclasses import replace
+
+    w = _workload()
+    full = resize_batch(w, 8, old_batch=4).metadata["resize"]["shaped_time_fraction"]
+    # every op but the (shapeless) backward nodes has shapes; those pair with shaped ops
+    assert full == pytest.approx(1.0)
+    bare = replace(w, ranks=tuple(replace(r, ops=tuple(replace(o, inputs=(), outputs=()) for o in r.ops))
+                                  for r in w.ranks))  # fmt: skip
+    with pytest.raises(ConfigError, match="records no tensor shapes"):
+        resize_batch(bare, 8, old_batch=4)
+    # only the linear keeps its shapes: its 100 of the 296 µs of op time
+    rg = bare.ranks[0]
+    ops = list(rg.ops)
+    ops[0] = w.ranks[0].ops[0]
+    part = replace(bare, ranks=(replace(rg, ops=tuple(ops)),))
+    got = resize_batch(part, 8, old_batch=4).metadata["resize"]["shaped_time_fraction"]
+    shaped_us = 100.0 + 12.0 + 150.0 + 5.0 + 7.0  # the linear and the backward nodes of its rank
+    assert got == pytest.approx(shaped_us / 296.0)
+    from trainsim.cli.replay_cmd import _resize_report
+
+    assert "warning" not in _resize_report({"shaped_time_fraction": 0.93, "rules": {}})
+    assert "hold only 30 %" in _resize_report({"shaped_time_fraction": 0.3, "rules": {}})["warning"]

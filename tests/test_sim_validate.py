@@ -104,3 +104,15 @@ def test_llm_suite_ignores_an_empty_tag(shared_data: Path):
 
     doc = run_llm_suite(shared_data, files="vtrain-multi,", limit=1, simulate=False)
     assert [c["id"] for c in doc["cases"]] == ["vtrain-multi:1"]
+
+
+@pytest.mark.shared_data
+def test_replay_suite_with_kernel_models_says_how_many_kernels_a_model_timed(shared_data: Path):
+    """Review 2026-11-27: `validate replay --kernels model` reported its MAPE while 10 of its 13
+    cases had no kernel a model could time (no shapes, or a GPU without models)."""
+    doc = run_suite("replay", shared_data, kernels="model")
+    ok = [c for c in doc["cases"] if c["status"] == "ok"]
+    assert all(0.0 <= c["kernel_model_coverage"] <= 1.0 for c in ok)
+    cover = {c["case"]: c["kernel_model_coverage"] for c in ok}
+    assert cover["param_dlrm_8xv100"] > 0.2 and cover["param_linear_2080ti"] == 0.0
+    assert doc["summary_all"]["cases_without_kernel_models"] == sum(v == 0.0 for v in cover.values())

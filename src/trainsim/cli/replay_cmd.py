@@ -71,9 +71,9 @@ def replay(
     timeline_target(timeline, paths)
     # what-if arguments checked before the (long) load and simulation
     if straggler is not None:
-        _pair(straggler, "--straggler", "RANK:FACTOR (e.g. 3:1.5)")
+        _straggler_rank(straggler)
     if family is not None:
-        _pair(family, "--scale-family")
+        _family(family)
     if network is not None:
         _factor(network, "--network-speedup")
     for flag, v in (("--batch", batch), ("--old-batch", old_batch)):
@@ -100,18 +100,28 @@ def replay(
     if system is not None and kernels is not KernelSource.MODEL:
         raise ConfigError("--system chooses the collective models of --kernels model")
     with stderr.status("loading and simulating...", spinner="dots"):
-        rep = replay_paths(paths, options, step=_step(step), link_et=not no_et, timeline=timeline)
+        rep = replay_paths(paths, options, step=_step(step), link_et=not no_et)
         whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family,
                           resize=(traced_batch, batch) if batch is not None and traced_batch else None)  # fmt: skip
+    if timeline is not None:  # after the what-ifs: a refused one leaves no file behind
+        from trainsim.sim.timeline import write_timeline
+
+        write_timeline(rep.result, timeline)
     doc = rep.to_dict(segments=segments)
     doc["whatif"] = whatif
     if timeline is not None:
         stderr.print(f"wrote timeline: {timeline}")
     fallback = rep.result.diagnostics.get("kernels_model_fallback_measured", 0)
     if fallback:
-        stderr.print(
-            f"[yellow]warning:[/] {fallback} kernels had no applicable model and kept their measured duration"
-        )
+        modelled = rep.result.diagnostics.get("kernels_model", 0)
+        what = (f"none of the {fallback} kernels had an applicable model (device {doc['device'] or 'unknown'}): "
+                "every one kept its measured duration, so this is the measured-kernel replay"
+                if not modelled else
+                f"{fallback} of {fallback + modelled} kernels had no applicable model and kept their measured duration")  # fmt: skip
+        stderr.print(f"[yellow]warning:[/] {what}")
+    resized = (whatif.get("resize") or {}) if whatif else {}
+    if resized.get("warning"):
+        stderr.print(f"[yellow]warning:[/] {resized['warning']}")
     cs = doc["collective_system"]
     if cs is not None:
         stderr.print(
@@ -169,7 +179,6 @@ def _resize_timer(w: Any) -> tuple[Any, str]:
 def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | None,
              family: str | None, resize: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
     from trainsim.errors import ConfigError
-    from trainsim.ir.kinds import KernelFamily
     from trainsim.sim import simulate, whatif
 
     w = rep.workload
@@ -181,30 +190,64 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
         w = resize_batch(w, resize[1], old_batch=resize[0], timer=timer)
         applied.append(f"batch {resize[0]} → {resize[1]} (kernel models: {note})")
     if straggler is not None:
-        r, f = _pair(straggler, "--straggler", "RANK:FACTOR (e.g. 3:1.5)")
-        if not r.lstrip("-").isdigit():
-            raise ConfigError(f"--straggler: {r!r} is not a rank number")
-        w = whatif.straggler(w, int(r), f)
+        r, f = _straggler_rank(straggler)
+        if r not in {g.rank for g in w.ranks}:
+            raise ConfigError(f"--straggler: rank {r} is not in the trace (ranks {', '.join(str(g.rank) for g in w.ranks)})")
+        w = whatif.straggler(w, r, f)
         applied.append(f"rank {r} kernels ×{f:g}")
     if network is not None:
         w = whatif.faster_network(w, network)
         applied.append(f"network ×{network:g} faster")
     if family is not None:
-        name, f = _pair(family, "--scale-family")
-        try:
-            fam = KernelFamily(name)
-        except ValueError:
-            known = ", ".join(k.value for k in KernelFamily)
-            raise ConfigError(f"--scale-family: unknown family {name!r}; known: {known}") from None
+        fam, f = _family(family)
         w = whatif.scale_family(w, fam, f)
         applied.append(f"{fam.value} kernels ×{f:g}")
     if not applied:
         return {}
     res = simulate(w, options)
     base = rep.result.predicted_step_s
-    return {"applied": applied, "predicted_step_s": res.predicted_step_s,
-            "change_pct": 100.0 * (res.predicted_step_s - base) / base if base > 0 else None,
-            "critical_path_by_kind_s": res.critical_path_by_kind()}  # fmt: skip
+    out = {"applied": applied, "predicted_step_s": res.predicted_step_s,
+           "change_pct": 100.0 * (res.predicted_step_s - base) / base if base > 0 else None,
+           "critical_path_by_kind_s": res.critical_path_by_kind()}  # fmt: skip
+    if resize is not None:
+        out["resize"] = _resize_report(w.metadata["resize"])
+    return out
+
+
+def _resize_report(meta: dict[str, Any]) -> dict[str, Any]:
+    """The resize's rule counts, and a warning when ops with recorded shapes hold little of the
+    traced kernel time (the rest is re-predicted as weight-sized, unchanged)."""
+    share = meta.get("shaped_time_fraction")
+    out = {"rules": meta.get("rules", {}), "shaped_time_fraction": share}
+    if share is not None and share < RESIZE_SHAPED_MIN:
+        out["warning"] = (f"ops with recorded tensor shapes hold only {100 * share:.0f} % of the traced kernel time: "
+                          "the rest was kept as it was traced (record shapes, or link the execution trace)")  # fmt: skip
+    return out
+
+
+# below this share of kernel time in ops with shapes, a resize mostly keeps the traced times
+RESIZE_SHAPED_MIN = 0.5
+
+
+def _straggler_rank(text: str) -> tuple[int, float]:
+    from trainsim.errors import ConfigError
+
+    r, f = _pair(text, "--straggler", "RANK:FACTOR (e.g. 3:1.5)")
+    if not r.isdigit():
+        raise ConfigError(f"--straggler: {r!r} is not a rank number")
+    return int(r), f
+
+
+def _family(text: str) -> tuple[Any, float]:
+    from trainsim.errors import ConfigError
+    from trainsim.ir.kinds import KernelFamily
+
+    name, f = _pair(text, "--scale-family")
+    try:
+        return KernelFamily(name), f
+    except ValueError:
+        known = ", ".join(k.value for k in KernelFamily)
+        raise ConfigError(f"--scale-family: unknown family {name!r}; known: {known}") from None
 
 
 def _ms(x: float | None) -> str:

@@ -186,6 +186,9 @@ def _replay_table(doc: dict[str, Any]) -> Table:
             continue
         replayable = c.get("replayable")
         mark = "—" if replayable is None else "yes" if replayable else "[red]no[/]"
+        cover = c.get("kernel_model_coverage", 1.0)
+        if cover is not None and cover < 1.0:  # --kernels model: how many kernels a model timed
+            mark += f" ({100 * cover:.0f} % modelled)"
         unexplained = c.get("unexplained_step_pct")
         t.add_row(c["case"], str(c["ranks"]), _fmt(c["measured_step_s"], "ms"), _fmt(c["predicted_step_s"], "ms"),
                   _fmt(c["error_pct"], "%"), _fmt(c["kernel_sum_baseline_s"], "ms"),

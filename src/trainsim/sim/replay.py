@@ -67,9 +67,30 @@ class Replay:
             "whatif": self.whatif,
             "sampled_trace": self.sampled,
             "diagnostics": sim["diagnostics"],
-            "provenance": "measured kernels" if o.kernels.value == "measured" else "kernel models (see diagnostics)",
+            "provenance": _provenance(o.kernels.value, sim["diagnostics"]),
             "collective_system": _system(res),
         }  # fmt: skip
+
+
+def _provenance(kernels: str, diagnostics: dict[str, int]) -> str:
+    """Where the kernel times came from: with ``--kernels model``, how many a model answered
+    (a device without models leaves every kernel at its measured time)."""
+    if kernels == "measured":
+        return "measured kernels"
+    modelled = diagnostics.get("kernels_model", 0)
+    kept = diagnostics.get("kernels_model_fallback_measured", 0)
+    if not modelled:
+        return f"measured kernels: no kernel model answered any of the {kept} kernels"
+    if not kept:
+        return f"kernel models ({modelled} kernels)"
+    return f"kernel models for {modelled} of {modelled + kept} kernels, measured for the rest"
+
+
+def kernel_model_coverage(diagnostics: dict[str, int]) -> float | None:
+    """The fraction of kernels a model timed under ``--kernels model`` (None: no kernel asked)."""
+    modelled = diagnostics.get("kernels_model", 0)
+    total = modelled + diagnostics.get("kernels_model_fallback_measured", 0)
+    return modelled / total if total else None
 
 
 def _system(res: SimResult) -> dict[str, str] | None:

@@ -309,17 +309,51 @@ def rule_of(provenance: str) -> str:
     return rule.split(" (of op")[0].split(" clamped")[0].split(" of ")[0]
 
 
+def _op_time(op: Op) -> float:
+    """An op's traced device time (its kernels'), or its CPU time when it launched none."""
+    if op.kernels:
+        return sum(k.duration_s or 0.0 for k in op.kernels if not k.family.is_communication)
+    return op.duration_s or 0.0
+
+
+def _shaped_time_fraction(w: Workload) -> float | None:
+    """The share of the traced op time in ops that recorded a tensor shape (or the ops' share
+    when no time was traced; None for an empty workload). Backward nodes never carry shapes
+    (they borrow their forward op's), so they count with the ops they pair with: as shaped
+    when any op of their rank has shapes."""
+    total = shaped = 0.0
+    count = with_shapes = 0
+    for rg in w.ranks:
+        any_shapes = any(t.shape for op in rg.ops for t in (*op.inputs, *op.outputs))
+        for op in rg.ops:
+            has = any(t.shape for t in (*op.inputs, *op.outputs)) or (any_shapes and bool(_BWD.match(op.name)))
+            t = _op_time(op)
+            total += t
+            shaped += t if has else 0.0
+            count += 1
+            with_shapes += has
+    if total > 0:
+        return shaped / total
+    return with_shapes / count if count else None
+
+
 def resize_batch(w: Workload, new_batch: int, *, old_batch: int, timer: OpTimer | None = None) -> Workload:
     """``w`` (captured at batch ``old_batch`` per rank) at batch ``new_batch`` per rank.
 
     ``timer(op, phase, dtype, **inputs) -> (seconds, provenance)`` answers kernel-model
     queries for the workload's device (e.g. :class:`trainsim.builders.dlrm.Coster`'s ``time``);
     without it only the shape rules apply (``numel``). ``metadata["resize"]`` records the
-    request and how many ops each rule re-predicted.
+    request, how many ops each rule re-predicted and ``shaped_time_fraction``, the share of the
+    traced time in ops with recorded shapes (the others cannot be resized and keep their times);
+    a trace with no shapes at all is refused.
     """
     for flag, v in (("--batch-size", new_batch), ("captured batch size", old_batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
+    shaped = _shaped_time_fraction(w)
+    if shaped == 0.0:
+        raise ConfigError("--batch: the trace records no tensor shapes, so nothing can be resized (profile with "
+                          "record_shapes=True, or keep the execution trace beside it, as `trainsim capture` does)")  # fmt: skip
     rz = _Resizer(old_batch, new_batch, timer)
     ranks = tuple(_resize_rank(r, rz) for r in w.ranks)
     rules: dict[str, int] = defaultdict(int)
@@ -329,5 +363,6 @@ def resize_batch(w: Workload, new_batch: int, *, old_batch: int, timer: OpTimer 
             if prov.startswith(RESIZE):
                 rules[rule_of(prov)] += 1
     meta = {**w.metadata, "resize": {"old_batch": old_batch, "new_batch": new_batch,
-                                     "factor": rz.factor, "rules": dict(sorted(rules.items()))}}  # fmt: skip
+                                     "factor": rz.factor, "rules": dict(sorted(rules.items())),
+                                     "shaped_time_fraction": shaped}}  # fmt: skip
     return replace(w, ranks=ranks, metadata=meta)

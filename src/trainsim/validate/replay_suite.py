@@ -97,7 +97,7 @@ def run_replay_suite(
 ) -> dict[str, Any]:
     from trainsim.sim import SimOptions, simulate
     from trainsim.sim.program import workload_overhead_db
-    from trainsim.sim.replay import pct_error
+    from trainsim.sim.replay import kernel_model_coverage, pct_error
     from trainsim.sim.unexplained import explain
 
     mode, source = HostMode(overheads), KernelSource(kernels)
@@ -146,6 +146,9 @@ def run_replay_suite(
             "kernel_sum_baseline_s": res.kernel_sum_baseline_s,
             "baseline_error_pct": pct_error(res.kernel_sum_baseline_s, measured),
             **_replayability(why, measured), "simulate_s": elapsed,
+            # --kernels model: the share of kernels a model timed (the rest kept their measured time)
+            **({"kernel_model_coverage": kernel_model_coverage(res.diagnostics)}
+               if source is KernelSource.MODEL else {}),
         })  # fmt: skip
     ok = [r for r in rows if r["status"] == "ok"]
     return {"suite": "replay", "params": {"overheads": mode.value, "kernels": source.value},
@@ -180,4 +183,7 @@ def _summary(cases: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[st
     summary.update({f"baseline_{k}": v for k, v in base.items() if k != "cases"})
     summary["skipped"] = sum(r["status"] != "ok" for r in rows)
     summary["not_replayable"] = sum(r["status"] == "ok" and not r["replayable"] for r in rows)
+    cover = [r["kernel_model_coverage"] for r in cases if "kernel_model_coverage" in r]
+    if cover:  # --kernels model: cases no model touched are measured-kernel replays
+        summary["cases_without_kernel_models"] = sum(not c for c in cover)
     return summary
