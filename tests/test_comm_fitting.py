@@ -86,6 +86,33 @@ def test_predict_collective_prefers_calibrated_then_spec():
         predict_collective("all_reduce", 1024, 18, system="dgx-a100", gpus_per_node=9)
 
 
+def test_a_derived_collective_beyond_the_measured_groups_moves_with_its_own_algorithm():
+    """Review 2026-11-27: half of an all-reduce extrapolated to 100k GPUs (a tree: log g
+    latency) made a 404 MB all-gather 3.7 ms there. The half is taken on the measured case and
+    moved by the hierarchical model of the all-gather itself (a ring: latency ∝ g)."""
+    from trainsim.comm.calibrated import anchored_time
+    from trainsim.comm.registry import _Scaled, models_for
+    from trainsim.comm.samples import CaseKey
+    from trainsim.ir.kinds import CollectiveKind
+
+    nbytes = 404e6
+    for g in (128, 1024, 100_000):
+        ar = predict_collective("all_reduce", nbytes, g, system="azure-nd-a100-v4")
+        ag = predict_collective("all_gather", nbytes, g, system="azure-nd-a100-v4")
+        if g == 128:  # measured: exactly half
+            assert ag.duration_s == pytest.approx(ar.duration_s / 2, rel=1e-12)
+            continue
+        assert ag.provenance == ("calibrated:nccl_tests_allreduce_a100_40gb_azure;extrapolated-from:16x8"
+                                 ";derived-from:all_reduce/2")  # fmt: skip
+        (m,) = [x for x in models_for("azure-nd-a100-v4") if hasattr(x, "cases")]
+        anchor = CaseKey(CollectiveKind.ALL_GATHER, 16, 8)
+        want = anchored_time(m.hier, anchor, _Scaled(m.cases[CaseKey(CollectiveKind.ALL_REDUCE, 16, 8)].curve, 0.5),
+                             CaseKey(CollectiveKind.ALL_GATHER, g // 8, 8), [nbytes])[0]  # fmt: skip
+        assert ag.duration_s == pytest.approx(want, rel=1e-12)
+    # a ring's g - 1 steps: at 100k GPUs the all-gather outlasts the (tree) all-reduce
+    assert ag.duration_s > 10 * ar.duration_s
+
+
 def test_fit_without_a_system_answers_measured_cases_only():
     m = 2.0 ** np.arange(10, 30)
     ds = CommDataset("synthetic")
