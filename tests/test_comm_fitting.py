@@ -151,3 +151,20 @@ def test_all_to_all_sizing_rule():
     assert model_size_bytes(members[1]) == 10  # alone, a member can only size itself
     gather = Collective(C.ALL_GATHER, "g", (0, 1, 2, 3), 100, 0)
     assert model_size_bytes(gather) == 400  # nccl-tests convention: the gathered output
+
+
+def test_max_nodes_holds_even_where_a_calibrated_model_would_answer():
+    """Review 2026-11-27: a system YAML's max_nodes was checked by the spec-based model only, so
+    DGX A100 with max_nodes 1 predicted 8 nodes from its twin's measurements."""
+    from trainsim.builders.llm_comm import PlanComm
+    from trainsim.builders.models import get_model
+    from trainsim.builders.plan import Plan
+    from trainsim.errors import ConfigError
+    from trainsim.hardware import get_system
+
+    one = get_system("dgx-a100").model_copy(update={"max_nodes": 1})
+    assert predict_collective("all_reduce", 2**20, 8, system=one).calibrated  # one node: fine
+    with pytest.raises(ConfigError, match="all_reduce on 16 ranks spans 2 nodes; dgx-a100 has 1"):
+        predict_collective("all_reduce", 2**20, 16, system=one)
+    with pytest.raises(ConfigError, match="plan: 64 GPUs take 8 nodes of 8; dgx-a100 has 1"):
+        PlanComm(get_model("llama2-7b"), Plan(tp=8, dp=8), one)

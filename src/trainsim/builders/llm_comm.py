@@ -109,6 +109,10 @@ class PlanComm:
             raise ConfigError(
                 f"plan: {plan.gpus} GPUs do not fill whole nodes of {self.gpn} on {system.name}"
             )
+        nodes = -(-plan.gpus // self.gpn)
+        if system.max_nodes is not None and nodes > system.max_nodes:
+            raise ConfigError(f"plan: {plan.gpus} GPUs take {nodes} nodes of {self.gpn}; {system.name} has "
+                              f"{system.max_nodes} (its max_nodes)")  # fmt: skip
         self.act_bytes = 2 if plan.dtype in ("fp16", "bf16") else 4
         self.user = os.environ.get(USER_COMM_MODELS_ENV, "")  # --comm-models, once per plan
         self._p2p: dict[bool, CommCost] = {}  # pp_p2p by placement: on one node or not

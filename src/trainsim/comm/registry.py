@@ -175,6 +175,11 @@ def predict_collective(kind: str, nbytes: float, group_size: int, *, system: Sys
     case (collective, nodes, GPUs per node), else the first that supports it (extrapolating
     from another case, or the hierarchical model). A user's artifact with one case thus
     answers that case and leaves the others to the models that measured them."""
+    spec = system if isinstance(system, SystemSpec) else None
+    if spec is not None and spec.max_nodes is not None:
+        nodes = -(-group_size // max(gpus_per_node or spec.gpus_per_node, 1))
+        if nodes > spec.max_nodes:  # a calibrated model would answer it: the catalog says no
+            raise ConfigError(f"{kind} on {group_size} ranks spans {nodes} nodes; {spec.name} has {spec.max_nodes} (its max_nodes)")  # fmt: skip
     candidates = list(models if models is not None else models_for(system))
     for model in candidates:
         if isinstance(model, CalibratedCommModel) and model.measured(
