@@ -1478,6 +1478,15 @@ def test_a_plan_that_does_not_fit_points_to_the_search(tmp_path: Path) -> None:
     assert memory.min_gpus_for_states(r.model, r.plan, 40 * 2**30) == 30  # 29.97
     assert memory.min_gpus_for_states(r.model, replace(r.plan, optimizer="sgd"), 40 * 2**30) == 10  # 6 B: 9.99
     assert memory.min_gpus_for_states(r.model, r.plan, 2**20) == 0  # the context alone is too big
+    # the search shares the plan's sequence, precision and attention, and the user's system file
+    # (review 2026-11-27: it searched 4,096 tokens after --seq-len 65536, and named a YAML's
+    # system by its inner name, which the search could not find)
+    sysfile = tmp_path / "my.yaml"
+    sysfile.write_text(json.dumps({**get_system("dgx-a100").model_dump(mode="json"), "name": "my-cluster", "aliases": []}))
+    r = predict_llm("llama2-7b", Plan(dp=8, global_batch=8, seq_len=65536, dtype="fp16", attention="fused"),
+                    get_system(str(sysfile)), system_ref=str(sysfile))  # fmt: skip
+    (note,) = [w for w in r.warnings if "GiB per GPU" in w]
+    assert f"--system {sysfile} --global-batch 8 --seq-len 65536 --dtype fp16 --attention fused`" in note
     # beyond a node, whole nodes: 405.9e9 x 18 B need 86.7 GPUs -> 88 (11 of 8)
     note = next(w for w in _predict(Plan(dp=8, global_batch=8), model="llama3-405b").warnings if "GiB per GPU" in w)
     assert "--gpus 88 " in note and "at least 87 GPUs" in note

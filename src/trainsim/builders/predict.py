@@ -63,6 +63,7 @@ class LLMPrediction:
     sim: Any = None  # SimResult when the IR was simulated (full_simulation)
     warnings: list[str] = field(default_factory=list)
     memory_headroom_bytes: float = 0.0  # kept free of the device's memory (--memory-headroom)
+    system_ref: str = ""  # how the caller named the system (a catalog name or a YAML path)
 
     @property
     def peak_memory(self) -> MemoryBreakdown:
@@ -198,11 +199,13 @@ def _simulate(spec: ModelSpec, plan: Plan, sys: SystemSpec, stages: list[StageCo
 
 def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *, simulate: bool = True,
                 gpus: int | None = None, coster: OpCoster | None = None,
-                full_simulation: bool = False, memory_headroom_bytes: float = 0.0) -> LLMPrediction:  # fmt: skip
+                full_simulation: bool = False, memory_headroom_bytes: float = 0.0,
+                system_ref: str | None = None) -> LLMPrediction:  # fmt: skip
     """One iteration of ``model`` under ``plan`` on ``system``: the simulated time (or 001
     Eq. 7's with ``simulate=False``), both closed forms, throughput, MFU, memory per stage and
     the breakdown of the critical stage. ``memory_headroom_bytes``: memory the plan must leave
-    free for it to fit (:func:`~trainsim.builders.memory.headroom_bytes`)."""
+    free for it to fit (:func:`~trainsim.builders.memory.headroom_bytes`). ``system_ref``: how
+    the user named ``system`` (a YAML path), for the commands the notes suggest."""
     t0 = time.perf_counter()
     spec = get_model(model) if isinstance(model, str) else model
     sys = get_system(system) if isinstance(system, str) else system
@@ -235,7 +238,7 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
         spec, plan, sys, device, iteration, method, cf, tokens / iteration, mfu, memory,
         _breakdown(stages[crit], plan, iteration), stages, prov,
         {"costs": t1 - t0, "closed_form": t2 - t1, "simulation": t3 - t2}, sim,
-        memory_headroom_bytes=memory_headroom_bytes,
+        memory_headroom_bytes=memory_headroom_bytes, system_ref=system_ref or (system if isinstance(system, str) else sys.name),
     )  # fmt: skip
     r.warnings = _warnings(r)
     return r
@@ -317,9 +320,15 @@ def _warnings(r: LLMPrediction) -> list[str]:
             gpus = 1 << (need - 1).bit_length() if need <= gpn else math.ceil(need / gpn) * gpn
             why = (f"searches {gpus} GPUs: the weights, gradients and optimizer states alone need at least {need} "
                    f"GPUs of this memory even fully sharded, so none of the {r.plan.gpus}-GPU plans fits")  # fmt: skip
+        # what the search must share with this plan: its sequence length, precision, attention
+        p = r.plan
+        same = "".join(f" {flag} {v}" for flag, v, default in (
+            ("--seq-len", p.seq_len, 0), ("--dtype", p.dtype, "bf16"), ("--attention", p.attention, "flash"))
+            if v != default)  # fmt: skip
+        sysname = r.system_ref if r.system_ref and Path(r.system_ref).expanduser().is_file() else r.system.name
         out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
                    f"{r.device.memory_bytes / 2**30:.1f} GiB{room} (`trainsim search {name} --gpus {gpus} "
-                   f"--system {r.system.name} --global-batch {r.plan.batch}{hr}` {why})")  # fmt: skip
+                   f"--system {sysname} --global-batch {r.plan.batch}{same}{hr}` {why})")  # fmt: skip
     return out
 
 

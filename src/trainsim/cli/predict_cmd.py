@@ -110,6 +110,7 @@ def predict(
             gpus=gpus,
             full_simulation=timeline is not None,
             memory_headroom_bytes=headroom,
+            system_ref=system,
         )
         if timeline is not None:
             if r.sim is None:
