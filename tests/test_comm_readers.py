@@ -116,3 +116,26 @@ def test_unknown_file_named_explicitly_is_an_error(tmp_path):
         read_comm_dataset([f])
     with pytest.raises(TraceFormatError, match="no such file"):
         read_comm_dataset([tmp_path / "missing.log"])
+
+
+def test_two_systems_are_not_pooled_into_one_dataset(shared_data, tmp_path):
+    """Review 2026-11-27: vTrain's A100 and V100 tables (and the Azure logs) were fitted as one
+    system, a 1x2 all-reduce pooling 2,076 rows from three setups. Two folders measuring one case
+    need one stated device; stated devices must agree; one folder pools its own files."""
+    comm = shared_data / "comm"
+    with pytest.raises(TraceFormatError, match="all_reduce 1x2 is measured in .*vtrain_allreduce_lut_a100 too"):
+        read_comm_dataset([comm / "vtrain_allreduce_lut_a100", comm / "vtrain_allreduce_lut_v100"])
+    with pytest.raises(TraceFormatError, match="fit one system"):
+        read_comm_dataset([comm])
+    assert len(read_comm_dataset([comm / "vtrain_allreduce_lut_a100"]).cases()) == 7
+    # the same log copied into another folder names the same device: pooled
+    log = comm / "nccl_tests_allreduce_a100_40gb_azure" / "nccl_8.log"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "nccl_8.log").write_bytes(log.read_bytes())
+    both = read_comm_dataset([log, tmp_path / "a" / "nccl_8.log"])
+    assert len(both.samples) == 2 * len(read_comm_dataset([log]).samples)
+    # ... but not when it claims another GPU
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "nccl_8.log").write_text(log.read_text().replace("A100-SXM4-40GB", "H100 80GB HBM3"))
+    with pytest.raises(TraceFormatError, match="measured on .*H100.* but other inputs on A100-SXM4-40GB"):
+        read_comm_dataset([log, tmp_path / "b" / "nccl_8.log"])

@@ -111,8 +111,8 @@ def fit_comm_cmd(
             else "right",
         )
     for m in doc["models"]:
-        others = ", ".join(f"{f} {g:.1f}" for f, g in m["candidates"].items() if f != m["family"])
-        t.add_row(m["kind"], f"{m['nodes']}×{m['gpus_per_node']}", m["family"], _pct(m["gmae_pct"]), _pct(m["mape_pct"]),
+        others = ", ".join(f"{f} {g:.1f}" for f, g in m["candidates"].items() if f != m["curve"])
+        t.add_row(m["collective"], f"{m['nodes']}×{m['gpus_per_node']}", m["curve"], _pct(m["gmae_pct"]), _pct(m["mape_pct"]),
                   str(m["samples"]), str(m["excluded_samples"]), others)  # fmt: skip
     _out().print(t)
     if doc["hierarchical"]:
@@ -131,7 +131,10 @@ def _us(x: float | None) -> str:
 
 def _fit_doc(result: Any, dataset: str, system: str | None, output: Path | None) -> dict[str, Any]:
     models = [
-        {"family": c.family, "kind": c.key.kind.value, "nodes": c.key.nodes, "gpus_per_node": c.key.gpus_per_node,
+        # the CLI contract's fit keys as `trainsim fit` fills them: family = what is timed (the
+        # collective), kind = the model kind (the curve family chosen); also named plainly
+        {"family": c.key.kind.value, "kind": c.family, "collective": c.key.kind.value, "curve": c.family,
+         "nodes": c.key.nodes, "gpus_per_node": c.key.gpus_per_node,
          "group_size": c.key.group_size, "gmae_pct": c.heldout_gmae_pct, "mape_pct": c.heldout_mape_pct,
          "samples": c.samples, "excluded_samples": c.excluded_samples, "candidates": c.candidates}
         for c in result.cases

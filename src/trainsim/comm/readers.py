@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainsim.comm.samples import CommDataset, CommSample
+from trainsim.comm.samples import CaseKey, CommDataset, CommSample
 from trainsim.errors import TraceFormatError
 from trainsim.ir.kinds import CollectiveKind as C
 
@@ -408,6 +408,7 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
         name or _dataset_name(plist), system_hint=" ".join(str(p.resolve()) for p in plist)
     )
     deferred: list[Path] = []
+    sources: dict[CaseKey, tuple[Path, str | None]] = {}  # each case's first folder and device
     for path, explicit in _expand(plist):
         try:
             fmt = sniff_format(path)
@@ -431,6 +432,7 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
                 deferred.append(path)
                 continue
             raise
+        _check_same_setup(path, got, sources, ds.device)
         ds.extend(got.samples)
         ds.device = ds.device or got.device
         ds.formats.add(fmt.name)
@@ -447,6 +449,25 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
     if not ds.samples:
         raise TraceFormatError(plist[0], "no collective measurements found")
     return ds
+
+
+def _check_same_setup(path: Path, got: FileRead, sources: dict[CaseKey, tuple[Path, str | None]],
+                      device: str | None) -> None:  # fmt: skip
+    """One dataset is one system: files stating different devices, or two folders measuring the
+    same case (collective, nodes, GPUs per node) without both naming the same device, are
+    refused rather than pooled into one curve (vTrain's A100 and V100 tables fitted together
+    as one 2-GPU all-reduce)."""
+    if got.device and device and _norm_device(got.device) != _norm_device(device):
+        raise TraceFormatError(path, f"measured on {got.device}, but other inputs on {device}: fit one system at a time")
+    for key in {CaseKey(x.kind, x.nodes, x.gpus_per_node) for x in got.samples}:
+        folder, first_device = sources.setdefault(key, (path.parent, got.device))
+        if folder != path.parent and not (got.device and first_device):
+            raise TraceFormatError(path, f"{key.label} is measured in {folder} too, and the two do not both name one device "
+                                         "(the same system): fit one system (one folder) at a time")  # fmt: skip
+
+
+def _norm_device(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
 def _dataset_name(paths: list[Path]) -> str:
