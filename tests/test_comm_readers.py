@@ -123,7 +123,7 @@ def test_two_systems_are_not_pooled_into_one_dataset(shared_data, tmp_path):
     system, a 1x2 all-reduce pooling 2,076 rows from three setups. Two folders measuring one case
     need one stated device; stated devices must agree; one folder pools its own files."""
     comm = shared_data / "comm"
-    with pytest.raises(TraceFormatError, match="all_reduce 1x2 is measured in .*vtrain_allreduce_lut_a100 too"):
+    with pytest.raises(TraceFormatError, match=r"all_reduce 1x2 is measured in .*vtrain_allreduce_lut_a100 too"):
         read_comm_dataset([comm / "vtrain_allreduce_lut_a100", comm / "vtrain_allreduce_lut_v100"])
     with pytest.raises(TraceFormatError, match="fit one system"):
         read_comm_dataset([comm])
@@ -137,5 +137,5 @@ def test_two_systems_are_not_pooled_into_one_dataset(shared_data, tmp_path):
     # ... but not when it claims another GPU
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "nccl_8.log").write_text(log.read_text().replace("A100-SXM4-40GB", "H100 80GB HBM3"))
-    with pytest.raises(TraceFormatError, match="measured on .*H100.* but other inputs on A100-SXM4-40GB"):
+    with pytest.raises(TraceFormatError, match=r"measured on .*H100.* but other inputs on A100-SXM4-40GB"):
         read_comm_dataset([log, tmp_path / "b" / "nccl_8.log"])
