@@ -265,18 +265,18 @@ def test_search_on_a_dask_cluster_matches_local():
 
 def test_cli_search_without_feasible_plans_fails_with_reasons():
     """Review finding: an empty plan space printed an empty table and exited 0; the reasons
-    read 'zero must be N, N, N or N, got N'."""
+    read 'zero must be N, N, N or N, got N' (--zero 4 is now refused up front)."""
     _register()
     res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64", "--tp", "1",
-                                   "--pp", "1", "--micro-batch", "1", "--zero", "4", "--workers", "1"])  # fmt: skip
+                                   "--pp", "1", "--micro-batch", "3", "--workers", "1"])  # fmt: skip
     assert res.exit_code == 1
-    assert "no feasible plan" in str(res.exception) and "zero must be 0, 1, 2 or 3, got 4" in str(res.exception)
+    assert "no feasible plan" in str(res.exception) and "global batch 64 is not a multiple of micro_batch×dp = 48" in str(res.exception)
     res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "16", "--global-batch", "64", "--tp", "1",
-                                   "--pp", "1", "--micro-batch", "1", "--zero", "4", "--workers", "1",
+                                   "--pp", "1", "--micro-batch", "3", "--workers", "1",
                                    "--format", "json"])  # fmt: skip
     assert res.exit_code == 1, "no feasible plan fails in JSON as in a table (review finding: it exited 0)"
     doc = json.loads(res.stdout)
-    assert doc["plans"] == [] and doc["infeasible_examples"]["zero must be N, N, N or N, got N"].endswith("got 4")
+    assert doc["plans"] == [] and doc["infeasible_examples"]["global batch N is not a multiple of micro_batch×dp = N"].endswith("= 48")
 
 
 # --- a Dask scheduler that is not one, or has no workers (review: hang or traceback) ---------

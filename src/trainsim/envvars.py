@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -20,3 +21,25 @@ def restored_environ(names: Iterable[str]) -> Iterator[None]:
                 os.environ.pop(n, None)
             else:
                 os.environ[n] = v
+
+
+def joined_paths(paths: Iterable[str]) -> str:
+    """Paths as one variable's value: ``os.pathsep``-separated, or a JSON list when a path
+    holds ``os.pathsep`` or starts with ``[`` (a ':' in a file name); :func:`split_paths` reads
+    both back."""
+    items = [str(p) for p in paths]
+    if any(os.pathsep in p or p.startswith("[") for p in items):
+        return json.dumps(items)
+    return os.pathsep.join(items)
+
+
+def split_paths(value: str) -> list[str]:
+    """The paths in a variable written by :func:`joined_paths` (or by hand, ``os.pathsep``-separated)."""
+    if value.startswith("["):
+        try:
+            doc = json.loads(value)
+        except json.JSONDecodeError:
+            doc = None
+        if isinstance(doc, list) and all(isinstance(p, str) for p in doc):
+            return [p for p in doc if p]
+    return [p for p in value.split(os.pathsep) if p]

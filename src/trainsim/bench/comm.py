@@ -304,8 +304,9 @@ def run_comm_bench(dataset: Path | str, *, kinds: Sequence[C | str] = BENCH_KIND
     if quick:
         warmup, iters = min(warmup, 2), min(iters, 5)
     sizes = tuple(sizes_bytes) if sizes_bytes else (QUICK_SIZES if quick else FULL_SIZES)
-    path = Path(dataset)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from trainsim.ir.serialize import output_path
+
+    path = output_path(dataset)  # not a folder, its folder creatable: one-line errors
     fp = device_fingerprint(device)
     dev_name = fp["gpu"] or fp["cpu"]
     done = _load_done(path) if resume else set()

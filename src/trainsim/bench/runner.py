@@ -373,8 +373,8 @@ def run_sweep(
     schedule = schedule or Schedule()
     from trainsim.ir.serialize import output_path
 
+    env, dev, timer = _environment(device, threads)  # refuses a device torch cannot see: no folder made
     path = output_path(dataset)  # a folder, or a file where a folder should be: one line
-    env, dev, timer = _environment(device, threads)
     todo = list(cases)
     t0 = time.perf_counter()
     written: Counter[str] = Counter()

@@ -75,6 +75,11 @@ DLRM_2022_REUSE = (
 )
 HEAVY_POOLING = 20.0  # 000 §II-A: a table with mean L >= 20 is "heavy"
 HEAVY_FRACTION = 166 / 788  # 000 §II-A: heavy tables in the 2022 part of Meta's DLRM dataset
+# Input sanity, not physics: Meta's DLRM tables pool at most a few hundred indices per bag, so
+# a million is a typo (1e300 predicted a step of 1e293 s); fractions published to 4 decimals
+# over 17 bins sum to 1 within 1e-3.
+MAX_POOLING = 1e6
+REUSE_SUM_TOLERANCE = 0.01
 # Approximation: gloo over TCP loopback between processes of one host, per process and per
 # step; probed on the 2-vCPU development VM (torch 2.13, world 2: 1-16 MiB all_to_all and
 # all_reduce within ~30 %). Another host: measure and pass link_bandwidth_Bps/link_latency_s.
@@ -107,6 +112,9 @@ class TableSpec:
             and math.isfinite(self.pooling)
         ):
             raise ConfigError(f"{where}: pooling must be a positive number, got {self.pooling!r}")
+        if self.pooling > MAX_POOLING:
+            raise ConfigError(f"{where}: pooling {self.pooling:g} indices per bag is implausible "
+                              f"(at most {MAX_POOLING:g}); pooling is the mean bag length L")  # fmt: skip
         if self.reuse is not None:
             r = self.reuse
             if (
@@ -117,6 +125,9 @@ class TableSpec:
                 raise ConfigError(
                     f"{where}: reuse must be 1-{RF_BINS} non-negative fractions, not all 0; got {r!r}"
                 )
+            if not abs(sum(r) - 1.0) <= REUSE_SUM_TOLERANCE:  # the heuristics read them as fractions
+                raise ConfigError(f"{where}: reuse fractions must sum to 1 (the share of distinct rows "
+                                  f"in each bin), got a sum of {sum(r):.4g}")  # fmt: skip
 
     def nbytes(self, dtype: str = "fp32") -> int:
         return self.rows * self.dim * dtype_bytes(dtype)
@@ -279,7 +290,8 @@ def dlrm_spec_from_dict(doc: Any, *, origin: str = "DLRM spec") -> DLRMSpec:
 
 
 def _int(v: Any, where: str, origin: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < 1:
+    if (isinstance(v, bool) or not isinstance(v, int | float)
+            or (isinstance(v, float) and not math.isfinite(v)) or v != int(v) or v < 1):  # fmt: skip
         raise ConfigError(f"{origin}: field {where}: expected a positive integer, got {v!r}")
     return int(v)
 

@@ -146,14 +146,14 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     text = str(name_or_path)
     path = Path(text).expanduser()
     hit = _index().get(_key(text))
-    if path.is_dir():
+    if _probe(path.is_dir):
         if (path / "config.json").is_file():
             return read_hf_config(path / "config.json")
         if hit is None:  # a folder that happens to share a catalog name is not the model
             raise ConfigError(f"model directory {path} has no config.json")
     if path.suffix.lower() in (".yaml", ".yml"):
         return read_model_yaml(path)
-    if (path.is_file() and hit is None) or text.endswith(".json"):
+    if (_probe(path.is_file) and hit is None) or text.endswith(".json"):
         return read_hf_config(path)
     if hit is not None:
         return hit
@@ -164,6 +164,15 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         f"unknown model {text!r} ({hint}); `trainsim models` lists the catalog, or give a "
         "HuggingFace config.json (or a directory holding one) or a YAML model spec"
     )
+
+
+def _probe(test: Callable[[], bool]) -> bool:
+    """``path.is_dir``/``is_file``, False where the name cannot be a path (longer than the file
+    system allows): it is then looked up as a catalog name."""
+    try:
+        return test()
+    except OSError:
+        return False
 
 
 # --- YAML model spec ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from trainsim.envvars import restored_environ
+from trainsim.envvars import joined_paths, restored_environ
 from trainsim.errors import ConfigError
 from trainsim.hardware import SystemSpec, get_device
 
@@ -58,4 +58,5 @@ def _register(kernel_models: Sequence[Path] | None, comm_models: Sequence[Path] 
 
 
 def _joined(paths: Sequence[Path]) -> str:
-    return os.pathsep.join(str(Path(p).resolve()) for p in paths)
+    """Absolute paths in one variable; a path holding ':' makes it a JSON list (envvars.joined_paths)."""
+    return joined_paths(str(Path(p).resolve()) for p in paths)

@@ -11,15 +11,19 @@ from trainsim.cli.main import app
 from trainsim.cli.output import Format, emit_json, stderr
 
 
-def _ints(text: str | None, what: str, minimum: int = 1) -> tuple[int, ...]:
+def _ints(text: str | None, what: str, minimum: int = 1, allowed: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The comma-separated integers of a list option; None (the option left out) is ``()``;
+    ``allowed``, when given, lists every value the option takes."""
     from trainsim.errors import ConfigError
 
-    if not text:
+    if text is None:
         return ()
     try:
         vals = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise ConfigError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if allowed and any(v not in allowed for v in vals):
+        raise ConfigError(f"{what} must be among {', '.join(map(str, allowed))}, got {text!r}")
     if any(v < minimum for v in vals):
         raise ConfigError(f"{what} values must be >= {minimum}, got {text!r}")
     return vals
@@ -103,7 +107,7 @@ def search(
         space = PlanSpace(
             gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
             cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),
-            zero=_ints(zero, "--zero", minimum=0), recompute=_words(recompute, "--recompute", RECOMPUTE),
+            zero=_ints(zero, "--zero", minimum=0, allowed=(0, 1, 2, 3)), recompute=_words(recompute, "--recompute", RECOMPUTE),
             schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
             sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
             wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce, dist_optimizer=dist_optimizer,

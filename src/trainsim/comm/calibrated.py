@@ -26,8 +26,9 @@ from trainsim.comm.curves import Curve, family
 from trainsim.comm.hierarchical import HierarchicalModel, HierParams
 from trainsim.comm.model import CommModel, canonical_kind, packed_placement
 from trainsim.comm.samples import CaseKey
-from trainsim.errors import ModelError
+from trainsim.errors import ConfigError, ModelError
 from trainsim.hardware import SystemSpec, get_system
+from trainsim.hardware.catalog import validation_message
 from trainsim.hardware.schema import SystemSpec as _SystemSchema
 from trainsim.ir.kinds import CollectiveKind
 
@@ -63,6 +64,10 @@ class FittedCase:
     def from_dict(cls, d: dict[str, Any]) -> FittedCase:
         try:
             key = CaseKey(CollectiveKind(d["kind"]), int(d["nodes"]), int(d["gpus_per_node"]))
+            for name in ("nodes", "gpus_per_node"):  # log2 of a group size needs both positive
+                if getattr(key, name) < 1:
+                    raise ModelError(f"comm model artifact: {key.kind.value} case: field {name} must "
+                                     f"be a positive integer, got {d[name]!r}")  # fmt: skip
             return cls(key, d["family"], family(d["family"]).load(d["params"]), int(d["samples"]),
                        float(d["min_bytes"]), float(d["max_bytes"]), d.get("heldout_gmae_pct"),
                        d.get("heldout_mape_pct"), dict(d.get("candidates_heldout_gmae_pct", {})),
@@ -245,17 +250,30 @@ class CalibratedCommModel(CommModel):
                 f"not a calibrated comm model artifact (schema {doc.get('schema')!r}, model {doc.get('model')!r})"
             )
         try:
-            spec = doc.get("system_spec")
-            system = (
-                _SystemSchema.model_validate(spec)
-                if spec
-                else (get_system(doc["system"]) if doc.get("system") else None)
-            )
+            system = _system(doc)
             hier = HierParams(**doc["hierarchical"]) if doc.get("hierarchical") else None
             cases = [FittedCase.from_dict(c) for c in doc["cases"]]
+            if not cases:
+                raise ModelError("calibrated comm model artifact: field cases is empty (no measured case)")
             return cls(name=doc["name"], dataset=doc["dataset"], cases=cases, system=system, hier_params=hier,
                        provenance=doc.get("provenance"))  # fmt: skip
         except (KeyError, TypeError, ValidationError) as e:
             raise ModelError(
                 f"calibrated comm model artifact: bad or missing field ({e!r})"
             ) from None
+
+
+def _system(doc: dict[str, Any]) -> SystemSpec | None:
+    """The system an artifact was measured on: its ``system_spec``, else its catalog ``system``."""
+    spec = doc.get("system_spec")
+    if spec:
+        try:
+            return _SystemSchema.model_validate(spec)
+        except ValidationError as e:
+            raise ModelError(f"comm model artifact: {validation_message(e, 'system_spec')}") from None
+    if not doc.get("system"):
+        return None
+    try:
+        return get_system(doc["system"])
+    except ConfigError as e:  # ModelError: the registry names the artifact file
+        raise ModelError(f"comm model artifact: field system: {e}") from None

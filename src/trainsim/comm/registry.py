@@ -28,6 +28,7 @@ from trainsim.comm.hierarchical import HierarchicalModel
 from trainsim.comm.model import CommModel, CommPrediction, canonical_kind
 from trainsim.comm.samples import CaseKey
 from trainsim.comm.sizing import model_size_bytes
+from trainsim.envvars import split_paths
 from trainsim.errors import ConfigError, ModelError, read_utf8
 from trainsim.hardware import SystemSpec, get_system, list_systems
 from trainsim.ir.graph import Collective
@@ -102,15 +103,13 @@ def shipped_models() -> tuple[CalibratedCommModel, ...]:
     return tuple(out)
 
 
-USER_MODELS_ENV = "TRAINSIM_COMM_MODELS"  # os.pathsep-separated `trainsim fit-comm` artifacts
+USER_MODELS_ENV = "TRAINSIM_COMM_MODELS"  # `trainsim fit-comm` artifacts (envvars.joined_paths)
 
 
 @cache
 def _user_models(paths: str) -> tuple[CalibratedCommModel, ...]:
     out = []
-    for p in paths.split(os.pathsep):
-        if not p:
-            continue
+    for p in split_paths(paths):
         m = load_model(p)
         if not isinstance(m, CalibratedCommModel):
             raise ConfigError(f"{p}: not a calibrated comm model (a `trainsim fit-comm` artifact)")

@@ -43,13 +43,21 @@ def _load_yaml(text: str, origin: str, model: type[_M]) -> _M:
     try:
         return model.model_validate(doc)
     except ValidationError as e:
-        errs = e.errors()
-        first = errs[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        others = [".".join(str(p) for p in x["loc"]) or "(top level)" for x in errs[1:]]
-        shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
-        more = f" (also: {shown})" if others else ""
-        raise ConfigError(f"{origin}: field {where}: {first['msg']}{more}") from None
+        raise ConfigError(f"{origin}: {validation_message(e)}") from None
+
+
+def validation_message(e: ValidationError, prefix: str = "") -> str:
+    """One line for a pydantic error: the first field that failed (dotted, under ``prefix``)
+    and why, then the names of the others."""
+
+    def where(loc: tuple[int | str, ...]) -> str:
+        return ".".join([*([prefix] if prefix else []), *map(str, loc)]) or "(top level)"
+
+    errs = e.errors()
+    others = [where(x["loc"]) for x in errs[1:]]
+    shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
+    more = f" (also: {shown})" if others else ""
+    return f"field {where(errs[0]['loc'])}: {errs[0]['msg']}{more}"
 
 
 def _packaged(prefix: str, model: type[_M]) -> dict[str, _M]:
@@ -78,9 +86,17 @@ def _systems() -> dict[str, SystemSpec]:
     return _packaged("system_", SystemSpec)
 
 
+def _is_path(text: str) -> bool:
+    """Whether a name-or-path names a YAML file (by its suffix, or because the file exists)."""
+    try:
+        return text.endswith((".yaml", ".yml")) or Path(text).is_file()
+    except OSError:  # e.g. a name longer than the file system allows: not a file
+        return False
+
+
 def _resolve(name_or_path: str | Path, table: dict[str, _M], model: type[_M], what: str) -> _M:
     text = str(name_or_path)
-    if text.endswith((".yaml", ".yml")) or Path(text).is_file():
+    if _is_path(text):
         path = Path(text)
         return _load_yaml(read_utf8(path, f"{what} file"), str(path), model)
     hit = table.get(_norm(text))
@@ -98,8 +114,23 @@ def get_device(name_or_path: str | Path) -> DeviceSpec:
 
 
 def get_system(name_or_path: str | Path) -> SystemSpec:
-    """A system by catalog name, alias or YAML path."""
-    return _resolve(name_or_path, _systems(), SystemSpec, "system")
+    """A system by catalog name, alias or YAML path. A system file's ``device`` must resolve;
+    a relative device path in it is relative to the file's folder."""
+    spec = _resolve(name_or_path, _systems(), SystemSpec, "system")
+    text = str(name_or_path)
+    return _with_device(spec, Path(text)) if _is_path(text) else spec
+
+
+def _with_device(spec: SystemSpec, path: Path) -> SystemSpec:
+    device = Path(spec.device).expanduser()
+    beside = path.parent / device
+    if not device.is_absolute() and (spec.device.endswith((".yaml", ".yml")) or _is_path(str(beside))):
+        spec = spec.model_copy(update={"device": str(beside)})
+    try:
+        get_device(spec.device)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: field device: {e}") from None
+    return spec
 
 
 def find_device(name: str) -> DeviceSpec | None:

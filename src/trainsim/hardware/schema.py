@@ -22,7 +22,8 @@ USABLE_FRACTION = 40441 / 40960  # deviceQuery total / marketed GiB, A100 40 GB 
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: `gt=0` alone lets `.inf` through (a latency of .inf made every time NaN)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SourceKind(StrEnum):

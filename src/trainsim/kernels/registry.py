@@ -18,6 +18,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import zipfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from trainsim.envvars import split_paths
 from trainsim.errors import ConfigError, ModelError, NotCalibratedError
 from trainsim.hardware import DeviceSpec, get_device, list_devices
 from trainsim.ir.graph import Kernel
@@ -117,7 +120,8 @@ def read_artifact(data: bytes | Path | str, origin: str = "") -> KernelModel:
             arrays = {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise ConfigError(f"kernel model {where} does not exist") from None
-    except (OSError, ValueError, EOFError) as e:  # ValueError: object arrays refused, not an npz
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        # ValueError: object arrays refused, not an npz; BadZipFile, zlib.error: truncated or corrupt
         # numpy's own message suggests allow_pickle=True: never for artifacts (no code on load)
         why = (
             "it holds Python objects, which trainsim never loads"
@@ -128,6 +132,10 @@ def read_artifact(data: bytes | Path | str, origin: str = "") -> KernelModel:
     raw = arrays.pop(_MANIFEST, None)
     if raw is None or raw.dtype != np.uint8:
         raise ConfigError(f"{where}: no {_MANIFEST} in the artifact")
+    for name, a in arrays.items():  # a NaN leaf would surface later as a NaN prediction
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise ConfigError(f"{where}: array {name!r} holds NaN or infinite values; "
+                              "refit the model with `trainsim fit`")  # fmt: skip
     try:
         manifest = json.loads(raw.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -171,12 +179,12 @@ def _spec_models(device_name: str) -> tuple[KernelModel, ...]:
     return _build_spec_models(get_device(device_name))
 
 
-USER_MODELS_ENV = "TRAINSIM_KERNEL_MODELS"  # os.pathsep-separated `trainsim fit` artifacts
+USER_MODELS_ENV = "TRAINSIM_KERNEL_MODELS"  # `trainsim fit` artifacts, envvars.joined_paths
 
 
 @cache
 def _user_models(paths: str) -> tuple[KernelModel, ...]:
-    return tuple(load_model(p) for p in paths.split(os.pathsep) if p)
+    return tuple(load_model(p) for p in split_paths(paths))
 
 
 def user_models() -> tuple[KernelModel, ...]:

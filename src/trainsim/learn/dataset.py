@@ -323,11 +323,12 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
     ``stop_after`` ends the run after that many new rows (tests use it to interrupt).
     Returns ``{"measured": n, "skipped": m, "total": rows in the folder}``.
     """
+    from trainsim.ir.serialize import output_folder
     from trainsim.learn.graphs import prune
     from trainsim.learn.stages import measure_stage
 
     folder = _dataset_folder(folder)
-    (folder / "graphs").mkdir(parents=True, exist_ok=True)
+    output_folder(folder / "graphs")  # creatable, or a one-line error
     path = folder / "stages.jsonl"
     repair_tail(path)
     done = {r.id: r for r in read_rows(folder)}

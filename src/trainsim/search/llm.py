@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import struct
 import sys
 import threading
 import time
@@ -170,6 +171,11 @@ CONNECT_DEADLINE_S = 20.0  # to reach the scheduler and finish its handshake
 WORKERS_DEADLINE_S = 30.0  # for the first worker to be there
 
 
+# What Dask's handshake raises on bytes of another protocol: an SSH or SMTP banner read as a frame
+# length (numpy: "Unable to allocate 2.82 EiB"), a frame too short to unpack, msgpack garbage.
+_NOT_DASK = (MemoryError, OverflowError, struct.error, ValueError, TypeError, KeyError)
+
+
 def _connect(client_cls: Any, scheduler: str) -> Any:
     """A Dask client of ``scheduler`` with at least one worker, or a one-line ConfigError: the
     connection (handshake included) runs in a daemon thread under :data:`CONNECT_DEADLINE_S`,
@@ -190,6 +196,9 @@ def _connect(client_cls: Any, scheduler: str) -> Any:
     if t.is_alive():
         raise ConfigError(f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_DEADLINE_S:.0f} s "
                           "(is it a Dask scheduler's address, not its dashboard's?)")  # fmt: skip
+    if isinstance(box.get("error"), _NOT_DASK):
+        raise ConfigError(f"--scheduler {scheduler}: the address did not answer as a Dask scheduler (what it "
+                          "sent is not Dask's protocol; is it another service's port?)") from None  # fmt: skip
     if "error" in box:
         first = (str(box["error"]).splitlines() or [type(box["error"]).__name__])[0]
         raise ConfigError(f"--scheduler {scheduler}: cannot use it as a Dask scheduler ({first})") from None
