@@ -193,3 +193,35 @@ def test_refused_what_ifs_leave_no_timeline_and_model_coverage_is_stated(shared_
     doc = json.loads(res.stdout)
     assert doc["provenance"].startswith("measured kernels: no kernel model answered any of the")
     assert doc["diagnostics"]["kernels_model_fallback_measured"] > 0
+
+
+def test_a_saved_workload_replays_and_a_timeline_is_no_trace(shared_data, tmp_path):
+    """Review 2026-11-27: `analyze --save-workload`'s IR could be read by no command (the README
+    says "re-simulate later"), and trainsim's own --timeline was analysed as a measured trace
+    (a 3.1 ms "step" for a 95.5 ms ResNet-50)."""
+    import json
+
+    trace = str(shared_data / LINEAR)
+    ir, tl = tmp_path / "w.json", tmp_path / "tl.json"
+    assert _run("analyze", trace, "--save-workload", str(ir)).exit_code == 0
+    direct = json.loads(_run("replay", trace, "--timeline", str(tl), "--format", "json").stdout)
+    again = json.loads(_run("replay", str(ir), "--format", "json").stdout)
+    assert again["predicted_step_s"] == pytest.approx(direct["predicted_step_s"], rel=1e-9)
+    assert again["measured_step_s"] == pytest.approx(direct["measured_step_s"], rel=1e-12)
+    assert "a trainsim workload IR" in _error(_run("analyze", str(ir)))
+    for cmd in ("analyze", "replay"):
+        assert "a timeline trainsim wrote" in _error(_run(cmd, str(tl)))
+
+
+def test_a_trace_without_a_complete_step_has_no_step_idle_or_utilization(shared_data):
+    """Review 2026-11-27: a sampled trace's rank said step 0.0, idle 0.0, utilization 0 beside
+    a measured 0.27 s of device work; null (— in the table), as the top-level step."""
+    import json
+
+    res = _run("analyze", str(shared_data / "traces" / "hta_misc" / "sampled_rank-0.json.gz"), "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    (r,) = doc["ranks"]
+    assert doc["measured_step_s"] is None
+    assert r["step_time_s"] is None and r["idle_s"] is None and r["gpu_utilization"] is None
+    assert r["device_busy_s"] > 0.2

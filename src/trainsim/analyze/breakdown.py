@@ -38,11 +38,11 @@ class StreamBreakdown:
 @dataclass(frozen=True, slots=True)
 class RankBreakdown:
     rank: int
-    step_time_s: float
+    step_time_s: float | None  # None: no complete step in the trace (sampled, cut)
     device_busy_s: float
-    idle_s: float
+    idle_s: float | None
     exposed_comm_s: float
-    gpu_utilization: float
+    gpu_utilization: float | None
     streams: dict[int, StreamBreakdown]
     families: dict[str, float]  # family group → summed kernel time (all streams)
     family_detail: dict[str, float]  # fine kernel family → summed kernel time
@@ -72,7 +72,7 @@ def _arrays(kernels: list[Kernel]) -> tuple[np.ndarray, np.ndarray]:
 
 def rank_breakdown(rank: RankGraph) -> RankBreakdown:
     kernels = [k for k in rank.kernels() if k.start_s is not None and k.duration_s is not None]
-    step = rank.measured_step_s or 0.0
+    step = rank.measured_step_s  # None without a complete step: then no idle time or utilization
     by_stream: dict[int, list[Kernel]] = defaultdict(list)
     for k in kernels:
         by_stream[k.stream].append(k)
@@ -96,8 +96,8 @@ def rank_breakdown(rank: RankGraph) -> RankBreakdown:
     comm_busy = length(*_arrays(comm)) if comm else 0.0
     overlap = intersect_length(_arrays(comm), _arrays(compute)) if comm and compute else 0.0
     return RankBreakdown(
-        rank=rank.rank, step_time_s=step, device_busy_s=busy, idle_s=max(0.0, step - busy),
-        exposed_comm_s=comm_busy - overlap, gpu_utilization=busy / step if step > 0 else 0.0,
+        rank=rank.rank, step_time_s=step, device_busy_s=busy, idle_s=max(0.0, step - busy) if step else None,
+        exposed_comm_s=comm_busy - overlap, gpu_utilization=busy / step if step else None,
         streams=streams, families={g.value: families.get(g.value, 0.0) for g in FamilyGroup},
         family_detail=dict(sorted(detail.items(), key=lambda kv: -kv[1])),
         overheads=overhead_summary(rank), ops=len(rank.ops), kernels=len(kernels),

@@ -65,7 +65,7 @@ def _print_table(doc: dict) -> None:
         f = r["families"]
         t.add_row(
             str(r["rank"]), _ms(r["step_time_s"]), _ms(r["device_busy_s"]), _ms(r["idle_s"]),
-            f"{100 * r['gpu_utilization']:.1f}", _ms(r["exposed_comm_s"]), _ms(f["gemm"]),
+            "—" if r["gpu_utilization"] is None else f"{100 * r['gpu_utilization']:.1f}", _ms(r["exposed_comm_s"]), _ms(f["gemm"]),
             _ms(f["embedding"]), _ms(f["memory"]), _ms(f["elementwise_other"]),
             _ms(f["communication"]), _ms(r["busiest_stream_s"]),
         )  # fmt: skip

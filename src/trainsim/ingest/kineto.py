@@ -240,7 +240,14 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
         )  # fmt: skip
 
 
+# what `trainsim ... --timeline` writes first (sim/timeline.py): a simulation, not a measurement
+_OWN_TIMELINE = re.compile(rb'\s*\{\s*"otherData"\s*:\s*\{\s*"producer"\s*:\s*"trainsim"')
+
+
 def _decode_document(name: str, data: bytes) -> _Doc:
+    if _OWN_TIMELINE.match(data[:256].removeprefix(b"\xef\xbb\xbf")):
+        raise TraceFormatError(name, "a timeline trainsim wrote (--timeline: a simulated step), not a profiler "
+                                     "trace: give the trace it was simulated from")  # fmt: skip
     try:
         doc = msgspec.json.decode(data, type=_Doc)
     except msgspec.ValidationError as e:

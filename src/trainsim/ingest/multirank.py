@@ -56,6 +56,9 @@ def _explain_unknown(blob: TraceBlob) -> str:
         doc = msgspec.json.decode(blob.data)
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
         return f"not valid JSON ({e}); expected a Kineto trace (.json/.json.gz/.tar.gz)"
+    if isinstance(doc, dict) and {"schema_version", "ranks"} <= set(doc):
+        return ("a trainsim workload IR (analyze --save-workload), not a trace: re-simulate it with "
+                "`trainsim replay FILE` (alone), or load it with trainsim.ir.load_workload")
     if isinstance(doc, dict):
         keys = ", ".join(sorted(doc)[:5]) or "none"
         return f"JSON is not a Kineto trace: no 'traceEvents' key (top-level keys: {keys})"

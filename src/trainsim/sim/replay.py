@@ -112,9 +112,14 @@ class Loaded:
 def load_for_replay(
     paths: Sequence[str | Path], *, step: str | int = "median", link_et: bool = True
 ) -> Loaded:
-    """The workload of some traces, with execution traces linked when given and linkable."""
+    """The workload of some traces, with execution traces linked when given and linkable; or
+    one workload IR file as ``analyze --save-workload`` writes it (re-simulated as saved)."""
     from trainsim.ingest import load_traces
 
+    if len(paths) == 1 and _is_workload_ir(Path(paths[0])):
+        from trainsim.ir import load_workload
+
+        return Loaded(load_workload(paths[0]), {}, {}, False)
     loaded = load_traces(paths, step=step)
     workload = loaded.workload
     et_link: dict[str, Any] = {}
@@ -130,6 +135,16 @@ def load_for_replay(
             }
     sampled = any(getattr(t, "is_sampled", False) for t in loaded.traces.values())
     return Loaded(workload, loaded.match.to_dict(), et_link, sampled)
+
+
+def _is_workload_ir(path: Path) -> bool:
+    """Whether ``path`` is a saved workload IR (``schema_version`` and ``ranks`` at the top; a
+    Kineto trace's key is ``schemaVersion``, an execution trace's ``schema``)."""
+    if not path.is_file() or path.suffix != ".json":
+        return False
+    with path.open("rb") as f:
+        head = f.read(4096)
+    return head.lstrip().startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head
 
 
 def replay_paths(
