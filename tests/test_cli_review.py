@@ -225,3 +225,15 @@ def test_a_trace_without_a_complete_step_has_no_step_idle_or_utilization(shared_
     assert doc["measured_step_s"] is None
     assert r["step_time_s"] is None and r["idle_s"] is None and r["gpu_utilization"] is None
     assert r["device_busy_s"] > 0.2
+
+
+def test_an_operator_or_family_the_data_lack_is_named(shared_data, tmp_path):
+    """Review 2026-11-27: `fit --op nosuchop` said "no kernel measurements found", and
+    `stages search --measured` on another family's (or an empty) folder said its stages "were
+    not measured"."""
+    ops = shared_data / "calibration" / "a100-sxm4-80gb_perlmutter" / "operator"
+    msg = _error(_run("fit", str(ops), "--op", "nosuchop"))
+    assert "no rows of operator(s) nosuchop; the data hold" in msg and "flash_atten" in msg
+    moe = Path(__file__).parents[1] / "src" / "trainsim" / "learn" / "data" / "predtop" / "moe-search"
+    assert "holds moe stages, not 'gpt'; pass --family moe" in _error(_run("stages", "search", "--measured", str(moe), "--family", "gpt"))
+    assert "no measured stages" in _error(_run("stages", "search", "--measured", str(tmp_path), "--family", "gpt"))

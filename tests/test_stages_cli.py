@@ -161,7 +161,8 @@ def test_collect_follows_the_cli_contract(tmp_path):
     folder = tmp_path / "ds"
     p = run(str(folder), "--family", "gpt", "--count", "1")
     assert p.returncode == 0, p.stderr
-    assert p.stdout == "" and "measured 1 stage(s)" in p.stderr
+    # the summary is the table-mode result: stdout (review 2026-11-27: it went to stderr)
+    assert p.stdout.startswith("measured 1 stage(s)") and "measured 1 stage(s)" not in p.stderr
     p = run(str(folder), "--family", "gpt", "--count", "1", "--format", "json")
     assert p.returncode == 0 and json.loads(p.stdout) == {"measured": 0, "skipped": 1, "total": 1}
     p = run(str(folder), "--family", "bogus")

@@ -218,11 +218,12 @@ def bench(
         if fmt is Format.JSON:
             emit_json(doc)
             return
-        log(
+        out = Console(width=None if sys.stdout.isatty() else 120)  # the result: stdout, as a table would be
+        out.print(
             f"wrote {doc['samples']} rows to {doc['dataset']} ({doc['skipped_existing']} already there); device {doc['device']}"
         )
         if doc["unsupported"]:
-            log(f"backend refused: {', '.join(doc['unsupported'])}")
+            out.print(f"backend refused: {', '.join(doc['unsupported'])}")
         return
     if nproc is not None:  # given for a kernel suite, it would be silently ignored
         raise ConfigError("--nproc applies to the comm suite only")

@@ -29,7 +29,7 @@ def capture_cmd(
     batch_size: int | None = typer.Option(None, "--batch-size", help="Per-rank batch size (default: the example's)."),
     threads: int | None = typer.Option(None, "--threads", help="CPU threads per rank (default: cores // nproc)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier capture in --out."),
-    timeout_s: float = typer.Option(600.0, "--timeout", help="Seconds before a hung capture is stopped."),
+    timeout_s: float = typer.Option(600.0, "--timeout", help="Seconds before a hung multi-rank capture is stopped (--nproc 1 runs in this process, without a deadline: Ctrl-C stops it)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (json: stdout alone)."),
 ) -> None:  # fmt: skip
     """Record the execution trace and the Kineto trace of a training step (separate runs)."""

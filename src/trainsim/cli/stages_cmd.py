@@ -38,7 +38,7 @@ def collect(
     seed: int = typer.Option(0, "--seed", min=0, help="Sampler seed (a folder keeps one sampler)."),
     search_set: bool = typer.Option(False, "--search-set", help="Measure every candidate stage of the family's search model instead."),
     protocol: bool = typer.Option(False, "--protocol", help="Measure 003's protocol sets instead: every stage of one model under each 003 Table III configuration (docs/predtop.md)."),
-    fmt: Format = typer.Option(Format.TABLE, "--format", help="table (a summary line on stderr) or json (the counts on stdout)."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table (a summary line) or json (the counts); on stdout either way."),
 ) -> None:  # fmt: skip
     """Measure stage latencies on this CPU (one core, single-threaded XLA; restarts itself with that environment)."""
     from trainsim.errors import ConfigError
@@ -59,7 +59,7 @@ def train(
     out: Path = typer.Option(..., "--out", help="Folder for predictor.json + predictor.safetensors."),
     model: str = typer.Option("dag_transformer", "--model", help="dag_transformer, gcn or gat."),
     fraction: float = typer.Option(0.8, "--fraction", help="Share of the stages to train on (10 % more validate; the rest test)."),
-    epochs: int = typer.Option(250, "--epochs", min=1, help="Most epochs (early stopping restores the best)."),
+    epochs: int = typer.Option(250, "--epochs", min=1, help="Most epochs; training stops early after max(1, epochs//3) epochs without a better validation loss and keeps the best."),
     features: str = typer.Option("table1+work", "--features", help="table1 (003 Table I) or table1+work (plus operand sizes, FLOPs, contraction)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Split and initialisation seed."),
     readout: str = typer.Option("logsumexp", "--readout", help="Pooling: logsumexp (default), sum (node costs added in seconds), add (003 Eq. 2), work."),
@@ -88,7 +88,7 @@ def train(
     if fmt is Format.JSON:
         emit_json(case)
         return
-    stderr.print(
+    Console().print(
         f"{model} on {case['train']} stages ({case['epochs']} epochs, {case['train_s']:.0f} s): "
         f"test MRE {case['mre_pct']:.2f} % (median {case['median_re_pct']:.2f}, p90 "
         f"{case['p90_re_pct']:.2f}) over {case['test']} stages -> {out}"
@@ -173,6 +173,12 @@ def search(
         if not measured.is_dir():
             raise ConfigError(f"--measured {measured}: no such dataset folder")
         provider = MeasuredStages(measured, name=f"measured ({measured})")
+        held = sorted({r.family for r in provider.rows.values()})
+        if not held:
+            raise ConfigError(f"--measured {measured}: no measured stages (collect them with `trainsim stages collect`)")
+        if family not in held:
+            raise ConfigError(f"--measured {measured}: holds {', '.join(held)} stages, not {family!r}; "
+                              f"pass --family {held[0]} or collect {family} stages")  # fmt: skip
     res = search_pipeline(SEARCH_MODELS[family], provider, devices=devices, microbatches=microbatches)
     res["provenance"] = (
         "learned stage latencies (CPU-measured training stages)"
@@ -194,4 +200,4 @@ def search(
     for i, ((a, b, d), lat) in enumerate(zip(res["stages"], res["stage_latency_s"], strict=True)):
         t.add_row(str(i), f"{a}-{b - 1}", str(d), f"{lat * 1e3:.2f} ms")
     Console().print(t)
-    stderr.print(f"iteration time (Eq. 4): {res['iteration_time_s'] * 1e3:.2f} ms ({res['provenance']})")
+    Console().print(f"iteration time (Eq. 4): {res['iteration_time_s'] * 1e3:.2f} ms ({res['provenance']})")

@@ -312,6 +312,7 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
     if not plist:
         raise TraceFormatError("(no paths)", "give at least one dataset file or folder")
     keep = set(ops) if ops is not None else None
+    seen: set[str] = set()  # every operator the inputs hold (for an --op that matches none)
     ds = KernelDataset(name or dataset_name(plist))
     for path, explicit in _expand(plist):
         try:
@@ -328,11 +329,13 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
         if keep is not None and fmt.name == "seed001-op":
             m = _SEED001_NAME.match(path.stem)
             if m is not None and m["op"] not in keep:
+                seen.add(m["op"])
                 continue
         try:
             got = fmt.read(path)
         except UnicodeDecodeError as e:
             raise TraceFormatError(path, f"not UTF-8 text (byte {e.start})") from None
+        seen.update(s.key.op for s in got.samples)
         rows = [s for s in got.samples if keep is None or s.key.op in keep]
         ds.extend(rows)
         if got.device and ds.device and got.device != ds.device:
@@ -343,6 +346,9 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
         ds.device = ds.device or got.device
         ds.fingerprint = ds.fingerprint or got.fingerprint
         ds.formats.add(fmt.name)
+    if not ds.samples and keep is not None and seen:
+        raise TraceFormatError(plist[0], f"no rows of operator(s) {', '.join(sorted(keep))}; the data hold "
+                                         f"{', '.join(sorted(seen))}")  # fmt: skip
     if not ds.samples:
         raise TraceFormatError(plist[0], "no kernel measurements found")
     return ds

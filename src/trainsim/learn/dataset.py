@@ -494,8 +494,7 @@ def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
     if args.format == "json":
         print(json.dumps(res))
     else:
-        print(f"measured {res['measured']} stage(s), {res['skipped']} already there; {res['total']} in {args.folder}",
-              file=sys.stderr)  # fmt: skip
+        print(f"measured {res['measured']} stage(s), {res['skipped']} already there; {res['total']} in {args.folder}")
     return 0
 
 
