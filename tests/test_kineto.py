@@ -305,3 +305,10 @@ def test_decoded_values_round_trip_through_msgspec():
     k = t.gpu[0]
     assert (k.ts, k.dur, k.args.correlation, k.args.grid) == (EPOCH_US + 20, 3.0, 7, [1, 2, 3])  # type: ignore[union-attr]
     assert msgspec.json.decode(msgspec.json.encode(k), type=Event) == k
+
+
+def test_a_trace_whose_events_have_no_duration_is_refused():
+    """Review 2026-11-27: X events without 'dur' decoded as 0 and analyzed as a 0 ms step."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": EPOCH_US + i} for i in range(3)]
+    with pytest.raises(TraceFormatError, match="no 'X' event has a duration"):
+        decode_kineto("t.json", json.dumps({"traceEvents": events}).encode())

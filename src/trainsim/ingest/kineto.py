@@ -225,6 +225,9 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
                 "trace holds no CPU op, runtime or GPU events (no 'X' events with category "
                 "cpu_op, user_annotation, cuda_runtime or kernel)",
             )
+        if not any(e.dur for lst in (cpu, runtime, gpu) for e in lst):
+            raise TraceFormatError(name, "no 'X' event has a duration ('dur' missing or 0 everywhere): "
+                                         "not a complete profiler trace")  # fmt: skip
         times = [_sort_by_time(lst) for lst in lists]
         unit_to_s = _unit_to_s(name, cpu or runtime or gpu, time_unit)
         _check_time_range(name, lists, times, unit_to_s)
