@@ -237,3 +237,18 @@ def test_an_operator_or_family_the_data_lack_is_named(shared_data, tmp_path):
     moe = Path(__file__).parents[1] / "src" / "trainsim" / "learn" / "data" / "predtop" / "moe-search"
     assert "holds moe stages, not 'gpt'; pass --family moe" in _error(_run("stages", "search", "--measured", str(moe), "--family", "gpt"))
     assert "no measured stages" in _error(_run("stages", "search", "--measured", str(tmp_path), "--family", "gpt"))
+
+
+def test_hw_show_reads_a_device_file(tmp_path):
+    """Review 2026-11-27: `hw show DEVICE.yaml` validated the file as a system."""
+    import json
+
+    from trainsim.hardware import get_device
+
+    dev = tmp_path / "dev.yaml"
+    dev.write_text(json.dumps(get_device("a100-sxm4-80gb").model_dump(mode="json")))
+    res = _run("hw", "show", str(dev), "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["name"] == "a100-sxm4-80gb"
+    dev.write_text(dev.read_text().replace('"memory_GB": 80', '"memory_GB": -1'))
+    assert "memory_GB" in _error(_run("hw", "show", str(dev)))

@@ -110,6 +110,9 @@ class PlanComm:
                 f"plan: {plan.gpus} GPUs do not fill whole nodes of {self.gpn} on {system.name}"
             )
         nodes = -(-plan.gpus // self.gpn)
+        if nodes > 1 and system.cluster_tier is None:
+            raise ConfigError(f"plan: {plan.gpus} GPUs take {nodes} nodes of {self.gpn}, but {system.name} has no "
+                              "network tier across nodes (a tier with scope: cluster)")  # fmt: skip
         if system.max_nodes is not None and nodes > system.max_nodes:
             raise ConfigError(f"plan: {plan.gpus} GPUs take {nodes} nodes of {self.gpn}; {system.name} has "
                               f"{system.max_nodes} (its max_nodes)")  # fmt: skip

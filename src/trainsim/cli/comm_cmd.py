@@ -199,11 +199,12 @@ def hw_show(
     try:
         spec = get_system(name)
     except ConfigError as sys_err:
-        if Path(name).suffix.lower() in (".yaml", ".yml") or Path(name).exists():
-            raise  # a file: its own error says what is wrong with it
         try:
             spec = get_device(name)
-        except ConfigError:
+        except ConfigError as dev_err:
+            if Path(name).suffix.lower() in (".yaml", ".yml") or Path(name).is_file():
+                # a file: the error of what it looks like (a system has tiers)
+                raise (sys_err if "tiers" in Path(name).read_text(errors="replace") else dev_err) from None
             raise ConfigError(f"{sys_err} — and no device of that name either") from None
     doc = spec.model_dump(mode="json")
     if fmt is Format.JSON:
