@@ -168,6 +168,12 @@ def test_max_nodes_holds_even_where_a_calibrated_model_would_answer():
         predict_collective("all_reduce", 2**20, 16, system=one)
     with pytest.raises(ConfigError, match="plan: 64 GPUs take 8 nodes of 8; dgx-a100 has 1"):
         PlanComm(get_model("llama2-7b"), Plan(tp=8, dp=8), one)
+    # a search says it once, up front, instead of counting every plan infeasible for it
+    from trainsim.search.llm import search_llm
+    from trainsim.search.space import PlanSpace
+
+    with pytest.raises(ConfigError, match="plan: 64 GPUs take 8 nodes of 8; dgx-a100 has 1"):
+        search_llm(get_model("llama2-7b"), one, PlanSpace(gpus=64, global_batch=64), progress=False)
     # a system without a tier across nodes says so (it said "no comm model for all_reduce")
     node_only = get_system("dgx-a100").model_copy(update={"tiers": get_system("dgx-a100").tiers[:1]})
     with pytest.raises(ConfigError, match="no network tier across nodes"):

@@ -64,6 +64,21 @@ class CommCost:
     provenance: str
 
 
+def check_job_placement(gpus: int, system: SystemSpec) -> None:
+    """A job of ``gpus`` GPUs on ``system``: whole nodes beyond one, a network tier across them,
+    no more nodes than the system has (one-line ConfigErrors)."""
+    gpn = system.gpus_per_node
+    if gpus > gpn and gpus % gpn:
+        raise ConfigError(f"plan: {gpus} GPUs do not fill whole nodes of {gpn} on {system.name}")
+    nodes = -(-gpus // gpn)
+    if nodes > 1 and system.cluster_tier is None:
+        raise ConfigError(f"plan: {gpus} GPUs take {nodes} nodes of {gpn}, but {system.name} has no "
+                          "network tier across nodes (a tier with scope: cluster)")  # fmt: skip
+    if system.max_nodes is not None and nodes > system.max_nodes:
+        raise ConfigError(f"plan: {gpus} GPUs take {nodes} nodes of {gpn}; {system.name} has "
+                          f"{system.max_nodes} (its max_nodes)")  # fmt: skip
+
+
 def per_node(size: int, stride: int, gpus_per_node: int) -> int:
     """Members per node of a group of ``size`` ranks ``stride`` apart (Megatron layout)."""
     if size <= 1:
@@ -105,17 +120,7 @@ class PlanComm:
     def __init__(self, model: ModelSpec, plan: Plan, system: SystemSpec) -> None:
         self.model, self.plan, self.system = model, plan, system
         self.gpn = system.gpus_per_node
-        if plan.gpus > self.gpn and plan.gpus % self.gpn:
-            raise ConfigError(
-                f"plan: {plan.gpus} GPUs do not fill whole nodes of {self.gpn} on {system.name}"
-            )
-        nodes = -(-plan.gpus // self.gpn)
-        if nodes > 1 and system.cluster_tier is None:
-            raise ConfigError(f"plan: {plan.gpus} GPUs take {nodes} nodes of {self.gpn}, but {system.name} has no "
-                              "network tier across nodes (a tier with scope: cluster)")  # fmt: skip
-        if system.max_nodes is not None and nodes > system.max_nodes:
-            raise ConfigError(f"plan: {plan.gpus} GPUs take {nodes} nodes of {self.gpn}; {system.name} has "
-                              f"{system.max_nodes} (its max_nodes)")  # fmt: skip
+        check_job_placement(plan.gpus, system)
         self.act_bytes = 2 if plan.dtype in ("fp16", "bf16") else 4
         self.user = os.environ.get(USER_COMM_MODELS_ENV, "")  # --comm-models, once per plan
         self._p2p: dict[bool, CommCost] = {}  # pp_p2p by placement: on one node or not

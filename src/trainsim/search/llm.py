@@ -34,6 +34,7 @@ from typing import Any
 
 from trainsim.builders.costs import OpCoster
 from trainsim.builders.llm import closed_form_001, stage_costs
+from trainsim.builders.llm_comm import check_job_placement
 from trainsim.builders.memory import memory_per_gpu
 from trainsim.builders.plan import Plan
 from trainsim.builders.predict import predict_llm
@@ -327,6 +328,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     if scheduler is not None:
         scheduler = scheduler_address(scheduler)
     sys_spec = get_system(system) if isinstance(system, str) else system
+    check_job_placement(space.gpus, sys_spec)  # every plan has all the GPUs: one error, not one per plan
     capacity = get_device(sys_spec.device).memory_bytes
     if not (0 <= memory_headroom_bytes < capacity):
         raise ConfigError(f"memory headroom must be at least 0 and below the device's {capacity / 2**30:.1f} GiB, "
