@@ -331,8 +331,12 @@ def test_first_and_last_stage_layers_as_megatron_core_sets_them():
     m = get_model("llama3-405b")
     meta = Plan(pp=16, tp=8, micro_batch=1, first_stage_layers=7, last_stage_layers=7)
     assert stage_layers(m, meta) == [7, *[8] * 14, 7]
-    assert stage_layers(m, replace(meta, first_stage_layers=0)) == [*[8] * 14, 7, 7]  # 119 over 15, then 7
-    assert stage_layers(m, replace(meta, last_stage_layers=4)) == [7, 9, 9, 9, *[8] * 11, 4]  # 115 over 14
+    assert stage_layers(m, replace(meta, first_stage_layers=6, last_stage_layers=8)) == [6, *[8] * 14, 8]
+    assert stage_layers(m, replace(meta, first_stage_layers=0, last_stage_layers=6)) == [*[8] * 15, 6]
+    # Megatron-core refuses middle layers that do not divide over the middle stages (review:
+    # 119 over 15 was accepted and split 8...8, 7)
+    with pytest.raises(ConfigError, match="leave 119 of llama3-405b's 126 layers for 15 other stage"):
+        replace(meta, first_stage_layers=0).validate(m)
     assert stage_layers(m, replace(meta, first_stage_layers=0, last_stage_layers=0)) == [8] * 14 + [7] * 2
     assert stage_layers(NEOX, Plan(pp=2, first_stage_layers=20, last_stage_layers=24)) == [20, 24]
     assert [s.layers for s in stage_costs(m, meta, resolve_system("dgx-h100"))] == stage_layers(m, meta)
@@ -344,6 +348,7 @@ def test_first_and_last_stage_layers_as_megatron_core_sets_them():
         (Plan(pp=1, first_stage_layers=4), "need more pipeline stages"),
         (Plan(pp=2, first_stage_layers=4, last_stage_layers=4), "leave 36 of"),  # 44 layers: 36 unplaced
         (Plan(pp=4, first_stage_layers=40, last_stage_layers=3), "for 2 other stage"),  # 1 left for 2
+        (Plan(pp=4, first_stage_layers=7), "leave 37 of"),  # 37 over 3 stages
         (Plan(pp=4, first_stage_layers=-1), "first_stage_layers must be a non-negative integer"),
         (Plan(pp=4, first_stage_layers=8, partition="001"), "not with --partition 001"),
         (Plan(pp=4, first_stage_layers=8, schedule="interleaved", vpp=2, global_batch=8), "--schedule interleaved"),

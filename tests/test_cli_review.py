@@ -209,6 +209,11 @@ def test_a_saved_workload_replays_and_a_timeline_is_no_trace(shared_data, tmp_pa
     assert again["predicted_step_s"] == pytest.approx(direct["predicted_step_s"], rel=1e-9)
     assert again["measured_step_s"] == pytest.approx(direct["measured_step_s"], rel=1e-12)
     assert "a trainsim workload IR" in _error(_run("analyze", str(ir)))
+    # recognised by content, whatever its name; trace-only options refused (review 2026-11-27)
+    gz = tmp_path / "w.json.gz"
+    gz.write_bytes(ir.read_bytes())
+    assert json.loads(_run("replay", str(gz), "--format", "json").stdout)["predicted_step_s"] == again["predicted_step_s"]
+    assert "--step applies to traces" in _error(_run("replay", str(ir), "--step", "1"))
     for cmd in ("analyze", "replay"):
         assert "a timeline trainsim wrote" in _error(_run(cmd, str(tl)))
 

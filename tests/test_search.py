@@ -37,15 +37,18 @@ def test_space_enumerates_every_combination_once():
     assert any(p.zero == 1 for p in valid if p.dp > 1)
 
 
-def test_one_schedule_stands_for_all_without_pipeline_stages():
-    """With pp 1 the schedules run the same passes: one plan, not one per schedule, and no
-    "interleaved needs stages" noise in the infeasible counts; interleaved alone stays infeasible."""
+def test_interleaving_without_pipeline_stages_is_no_plan_of_its_own():
+    """With pp 1 interleaving has nothing to interleave: no "interleaved needs stages" noise in
+    the infeasible counts while another schedule is tried; interleaved alone stays infeasible.
+    GPipe stays a plan of its own in either order (review: a first-listed gpipe stood for 1F1B
+    and the search dropped a 1F1B plan that fits, GPipe holding every micro-batch)."""
     model = get_model("llama2-7b")
-    space = replace(SMALL, gpus=1, global_batch=8, tp=(1,), pp=(1,), schedule=("1f1b", "gpipe", "interleaved"))
-    got = list(space.plans(model, 8))
-    assert not [why for p, why in got if p is None]
-    assert {p.schedule for p, _ in got if p is not None} == {"1f1b"}
-    assert len(got) == 2 * 2  # micro-batch x recompute (SP needs tp > 1, ZeRO 1 = 0 with dp 1)
+    for order in (("1f1b", "gpipe", "interleaved"), ("interleaved", "gpipe", "1f1b")):
+        space = replace(SMALL, gpus=1, global_batch=8, tp=(1,), pp=(1,), schedule=order)
+        got = list(space.plans(model, 8))
+        assert not [why for p, why in got if p is None]
+        assert {p.schedule for p, _ in got if p is not None} == {"1f1b", "gpipe"}
+        assert len(got) == 2 * 2 * 2  # schedule x micro-batch x recompute (no SP at tp 1, ZeRO 1 = 0 at dp 1)
     only = list(replace(space, schedule=("interleaved",)).plans(model, 8))
     assert only and all(p is None and "interleaved schedule needs two or more" in why for p, why in only)
     # with stages the schedules stay distinct plans
@@ -57,6 +60,11 @@ def test_dist_optimizer_applies_to_the_zero1_plans():
     space = replace(SMALL, zero=(0, 1, 2), dist_optimizer=True)
     valid = [p for p, _ in space.plans(get_model("llama2-7b"), 8) if p is not None]
     assert {(p.zero, p.dist_optimizer) for p in valid} == {(0, False), (1, True), (2, False)}
+    # ... and asking for it without ZeRO-1 in the list is an error, not a silent no-op
+    _register()
+    res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "8", "--global-batch", "8", "--zero", "0,2",
+                                   "--dist-optimizer"])  # fmt: skip
+    assert res.exit_code == 1 and "--dist-optimizer changes the ZeRO-1 plans, and --zero 0,2 tries none" in str(res.exception)
 
 
 def test_infeasible_reasons_are_counted_and_generic():

@@ -142,8 +142,8 @@ def _stage_layers(model: ModelSpec, plan: Plan) -> tuple[int, ...]:
     if plan.partition == "001":
         return tuple(stage_layers_001(model, plan))
     if plan.first_stage_layers or plan.last_stage_layers:
-        # Megatron-core's uneven split: the given end stages, the rest even (earlier stages
-        # taking any remainder, as below)
+        # Megatron-core's uneven split: the given end stages, the rest even (Plan.validate
+        # checks that it divides; a remainder would go to the earlier stages, as below)
         f, last = plan.first_stage_layers, plan.last_stage_layers
         inner = plan.pp - (f > 0) - (last > 0)
         base, extra = divmod(model.layers - f - last, max(inner, 1))

@@ -40,7 +40,7 @@ shares, the first stages taking any remainder) or ``001`` (GPT-NeoX's DeepSpeed 
 paper 001 Eq. 3–5 gives it: the embedding blocks count as two layers of the first stage and the
 final norm and head as three of the last, :func:`trainsim.builders.memory.stage_layers_001`).
 ``first_stage_layers`` / ``last_stage_layers`` (``even`` only, not interleaved; 0: an even share):
-the layers of the first / last stage, the others splitting the rest evenly, as Megatron-core's
+the layers of the first / last stage, the others splitting the rest evenly (it must divide), as Megatron-core's
 ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` set them to offset
 the embedding and the output head (LLaMA 3 405B: 126 layers on 16 stages, one layer fewer on
 each end stage, Llama 3 paper §3.3.2).
@@ -167,7 +167,8 @@ class Plan:
 
     def _check_end_stages(self, model: ModelSpec) -> None:
         """``first_stage_layers`` / ``last_stage_layers``: with stages to hold them, and every
-        other stage left at least one layer (Megatron-core's rules for its uneven split)."""
+        other stage left the same number of layers, at least one (Megatron-core's rules for its
+        uneven split: the middle layers must divide evenly over the middle stages)."""
         f, last = self.first_stage_layers, self.last_stage_layers
         for name, v in (("first_stage_layers", f), ("last_stage_layers", last)):
             if not isinstance(v, int) or v < 0:
@@ -179,10 +180,11 @@ class Plan:
         if self.pp < given + (0 if given == 2 else 1):
             raise ConfigError(f"plan: first/last stage layers need more pipeline stages than the ends they set, got pp {self.pp}")
         rest, others = model.layers - f - last, self.pp - given
-        if rest < others or (others == 0 and rest):
+        if rest < others or (others == 0 and rest) or (others and rest % others):
             raise ConfigError(
                 f"plan: first/last stage layers ({f}, {last}) leave {rest} of {model.name}'s {model.layers} layers "
-                f"for {others} other stage(s): each needs at least one, and all must be placed"
+                f"for {others} other stage(s): each needs at least one, the same number (Megatron-core), and all "
+                "must be placed"
             )
 
     def validate(self, model: ModelSpec, *, gpus: int | None = None) -> None:

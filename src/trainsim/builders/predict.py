@@ -315,9 +315,10 @@ def _warnings(r: LLMPrediction) -> list[str]:
             why = "lists the plans that fit, if any: the memory left after the headroom is below the CUDA context's"
         elif need > gpus:
             # no plan on this many GPUs holds the weights, gradients and optimizer states: suggest
-            # the first count that could (whole nodes beyond one; a lower bound, activations add)
+            # the first count that could and that the search can split (power-of-two degrees: a
+            # power of two up to a node, a power of two of nodes beyond; a lower bound, activations add)
             gpn = r.system.gpus_per_node
-            gpus = 1 << (need - 1).bit_length() if need <= gpn else math.ceil(need / gpn) * gpn
+            gpus = 1 << (need - 1).bit_length() if need <= gpn else gpn << (math.ceil(need / gpn) - 1).bit_length()
             why = (f"searches {gpus} GPUs: the weights, gradients and optimizer states alone need at least {need} "
                    f"GPUs of this memory even fully sharded, so none of the {r.plan.gpus}-GPU plans fits")  # fmt: skip
         # what the search must share with this plan: its sequence length, precision, attention

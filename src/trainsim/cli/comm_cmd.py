@@ -202,9 +202,10 @@ def hw_show(
         try:
             spec = get_device(name)
         except ConfigError as dev_err:
-            if Path(name).suffix.lower() in (".yaml", ".yml") or Path(name).is_file():
-                # a file: the error of what it looks like (a system has tiers)
+            if Path(name).is_file():  # a file: the error of what it looks like (a system has tiers)
                 raise (sys_err if "tiers" in Path(name).read_text(errors="replace") else dev_err) from None
+            if Path(name).suffix.lower() in (".yaml", ".yml"):
+                raise sys_err from None  # a missing file or a folder: its own one-line error
             raise ConfigError(f"{sys_err} — and no device of that name either") from None
     doc = spec.model_dump(mode="json")
     if fmt is Format.JSON:

@@ -104,6 +104,8 @@ def search(
             raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if attention not in ATTENTION:
             raise ConfigError(f"--attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
+        if dist_optimizer and "1" not in [v.strip() for v in zero.split(",")]:
+            raise ConfigError(f"--dist-optimizer changes the ZeRO-1 plans, and --zero {zero} tries none")
         space = PlanSpace(
             gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
             cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),

@@ -124,7 +124,9 @@ def get_system(name_or_path: str | Path) -> SystemSpec:
 def _with_device(spec: SystemSpec, path: Path) -> SystemSpec:
     device = Path(spec.device).expanduser()
     beside = path.parent / device
-    if not device.is_absolute() and (spec.device.endswith((".yaml", ".yml")) or _is_path(str(beside))):
+    if device.is_absolute() and str(device) != spec.device:  # ~/dev.yaml
+        spec = spec.model_copy(update={"device": str(device)})
+    elif not device.is_absolute() and (spec.device.endswith((".yaml", ".yml")) or _is_path(str(beside))):
         spec = spec.model_copy(update={"device": str(beside)})
     try:
         get_device(spec.device)

@@ -68,16 +68,17 @@ class PlanSpace:
         """Every distinct combination: ``(plan, "")`` when structurally valid, else ``(None, message)``
         (count messages by :func:`reason_key`). Combinations that would repeat a plan are not
         yielded: sequence parallelism without TP, ZeRO stages above the smallest tried when
-        dp×cp is 1 (nothing to shard over), and all but one schedule without pipeline stages."""
+        dp×cp is 1 (nothing to shard over), and the interleaved schedule without pipeline stages."""
         d = self.dims(model, gpus_per_node)
-        # without pipeline stages every schedule runs the same passes in the same order: the
-        # first non-interleaved one tried stands for all (interleaving needs stages: infeasible)
-        flat = next((s for s in self.schedule if s != "interleaved"), None)
+        # without pipeline stages interleaving has nothing to interleave: with another schedule
+        # in the list it is that plan (skipped), alone it is infeasible. GPipe stays its own
+        # plan: the same time as 1F1B at pp 1, but every micro-batch's activations held
+        flat = any(s != "interleaved" for s in self.schedule)
         for tp, pp, cp, ep, sp, zero, mb, rc, sched in itertools.product(*d.values()):
             if sp and tp == 1:
                 continue  # sequence parallelism is a no-op without TP: not a distinct plan
-            if pp == 1 and flat is not None and sched != flat:
-                continue  # the same plan as with the first schedule (see above)
+            if pp == 1 and flat and sched == "interleaved":
+                continue  # the same plan as with the other schedules (see above)
             base = int(tp) * int(cp) * int(pp)  # type: ignore[call-overload]
             if self.gpus % base:
                 yield None, f"GPUs {self.gpus} not divisible by tp×cp×pp = {base}"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainsim.errors import ConfigError
 from trainsim.ir.graph import Workload
 from trainsim.sim import SimOptions, SimResult, simulate
 
@@ -119,6 +120,9 @@ def load_for_replay(
     if len(paths) == 1 and _is_workload_ir(Path(paths[0])):
         from trainsim.ir import load_workload
 
+        for flag, given in (("--step", step != "median"), ("--no-et", not link_et)):
+            if given:  # the IR holds the one step it was saved with, its execution traces linked
+                raise ConfigError(f"{flag} applies to traces; {paths[0]} is a saved workload IR (one step, as saved)")
         return Loaded(load_workload(paths[0]), {}, {}, False)
     loaded = load_traces(paths, step=step)
     workload = loaded.workload
@@ -138,9 +142,10 @@ def load_for_replay(
 
 
 def _is_workload_ir(path: Path) -> bool:
-    """Whether ``path`` is a saved workload IR (``schema_version`` and ``ranks`` at the top; a
-    Kineto trace's key is ``schemaVersion``, an execution trace's ``schema``)."""
-    if not path.is_file() or path.suffix != ".json":
+    """Whether ``path`` is a saved workload IR, by content whatever its name (plain JSON with
+    ``schema_version`` at the top; a Kineto trace's key is ``schemaVersion``, an execution
+    trace's ``schema``; a gzip file starts with its magic, not ``{``)."""
+    if not path.is_file():
         return False
     with path.open("rb") as f:
         head = f.read(4096)

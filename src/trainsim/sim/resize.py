@@ -316,17 +316,31 @@ def _op_time(op: Op) -> float:
     return op.duration_s or 0.0
 
 
+def _needs_no_shapes(op: Op) -> bool:
+    """Ops whose rule is their name (:func:`_ratio`: the optimizer's, AccumulateGrad, views):
+    resized right without shapes."""
+    if op.annotation.startswith("Optimizer."):
+        return True
+    m = _BWD.match(op.name)
+    if m is not None:
+        key = m.group(1).replace("_", "").lower()
+        return key == "accumulategrad" or (key in _VIEW_BWD and not op.kernels)
+    return _norm(op.name) in _VIEW_OPS and not op.kernels
+
+
 def _shaped_time_fraction(w: Workload) -> float | None:
-    """The share of the traced op time in ops that recorded a tensor shape (or the ops' share
-    when no time was traced; None for an empty workload). Backward nodes never carry shapes
-    (they borrow their forward op's), so they count with the ops they pair with: as shaped
-    when any op of their rank has shapes."""
+    """The share of the traced op time in ops the resize can re-predict: ops that recorded a
+    tensor shape, backward nodes whose paired forward op did (:func:`_pair_backward`; nodes
+    never carry shapes), and ops whose rule is their name (or the ops' share when no time was
+    traced; None for an empty workload)."""
     total = shaped = 0.0
     count = with_shapes = 0
     for rg in w.ranks:
-        any_shapes = any(t.shape for op in rg.ops for t in (*op.inputs, *op.outputs))
-        for op in rg.ops:
-            has = any(t.shape for t in (*op.inputs, *op.outputs)) or (any_shapes and bool(_BWD.match(op.name)))
+        own = [any(t.shape for t in (*op.inputs, *op.outputs)) for op in rg.ops]
+        pairs = _pair_backward(rg)  # a backward node is resized through the forward op it pairs with
+        for i, op in enumerate(rg.ops):
+            j = pairs.get(i)
+            has = own[i] or (j is not None and own[j]) or _needs_no_shapes(op)
             t = _op_time(op)
             total += t
             shaped += t if has else 0.0
@@ -351,7 +365,7 @@ def resize_batch(w: Workload, new_batch: int, *, old_batch: int, timer: OpTimer 
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
     shaped = _shaped_time_fraction(w)
-    if shaped == 0.0:
+    if not any(t.shape for rg in w.ranks for op in rg.ops for t in (*op.inputs, *op.outputs)):
         raise ConfigError("--batch: the trace records no tensor shapes, so nothing can be resized (profile with "
                           "record_shapes=True, or keep the execution trace beside it, as `trainsim capture` does)")  # fmt: skip
     rz = _Resizer(old_batch, new_batch, timer)
