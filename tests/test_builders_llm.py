@@ -1577,6 +1577,26 @@ def test_overlap_grad_reduce_hides_the_reduction_behind_the_last_backward() -> N
     assert red.seconds == pytest.approx(nt * tt + tl, rel=1e-4) and red.seconds < full.seconds  # + final norm
 
 
+def test_one_stage_readies_its_head_first_and_its_embedding_last() -> None:
+    """Review 2026-11-27: with pp 1 the one stage is first and last; its head's gradients (the
+    backward's first) were taken as ready at the end with the embedding's. LLaMA-2 7B's head is
+    131M of its 6.7B parameters: ready first, it hides behind the backward."""
+    from trainsim.builders.llm import _overlap_reduction
+
+    spec, system = get_model("llama2-7b"), get_system(SYSTEM)
+    plan = Plan(dp=8, micro_batch=1, global_batch=8, seq_len=4096, overlap_grad_reduce=True)
+    st = stage_costs(spec, replace(plan, overlap_grad_reduce=False), system)[0]
+    comm = PlanComm(spec, plan, system)
+    head = spec.embedding_params() / st.params  # untied: the head is as large as the embedding
+    both_end = _overlap_reduction(st.dp_comm, comm, window_s=st.bwd_s, chunks=1, pp=1,
+                                  outside_end=2 * head, outside_start=0.0)[0].seconds  # fmt: skip
+    split = _overlap_reduction(st.dp_comm, comm, window_s=st.bwd_s, chunks=1, pp=1,
+                               outside_end=head, outside_start=head)[0].seconds  # fmt: skip
+    assert split < both_end
+    got = stage_costs(spec, plan, system)[0].dp_comm[0].seconds
+    assert got == pytest.approx(split, rel=1e-3)  # the stage costs split it so (+ the final norm)
+
+
 def test_overlap_grad_reduce_per_chunk_zero_and_experts() -> None:
     """Review findings: interleaved chunks ready their gradients at their own last backward;
     ZeRO-3 reduces inside the passes (untouched); an expert reduction overlaps beside the dense
@@ -1591,7 +1611,7 @@ def test_overlap_grad_reduce_per_chunk_zero_and_experts() -> None:
     comm = PlanComm(spec, inter, system)
     for sp, sc in zip(plain, per_chunk, strict=True):
         window = sp.bwd_s / 5
-        one_window = _overlap_reduction(sp.dp_comm, comm, window_s=window, chunks=1, pp=4, outside=0.0, first=False)
+        one_window = _overlap_reduction(sp.dp_comm, comm, window_s=window, chunks=1, pp=4, outside_end=0.0, outside_start=0.0)
         # earlier chunks hide more; (one window may exceed the unbucketed reduction: on DGX A100's
         # measured curves (its Azure twin's) 25 MiB buckets cost more than their share)
         assert sc.dp_comm_s < one_window[0].seconds <= 1.05 * sp.dp_comm_s

@@ -257,9 +257,13 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         if plan.overlap_grad_reduce and plan.zero < 3:  # ZeRO-3 reduces inside the passes already
             layer_dense = _layer_params_per_gpu(model, plan.tp, plan.ep)[0]
             outside = dense - n * layer_dense  # embedding (first stage), final norm and head (last)
+            # the first stage's embedding ends the backward; the rest (a last stage's final norm
+            # and head, or its tied copy) starts it; pp 1 has both (memory._stage_params_split)
+            end = model.embedding_params(plan.tp) / plan.tp + model.position_params() if first else 0.0
             st.dp_comm = _overlap_reduction(
                 st.dp_comm, comm, window_s=bwd / chunks, chunks=chunks, pp=plan.pp,
-                outside=outside / dense if dense > 0 else 0.0, first=first)  # fmt: skip
+                outside_end=end / dense if dense > 0 else 0.0,
+                outside_start=(outside - end) / dense if dense > 0 else 0.0)  # fmt: skip
         st.embedding_comm = emb_comm if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
@@ -307,7 +311,7 @@ def reduction_tail_s(ready: np.ndarray, seconds: np.ndarray) -> float:
 
 
 def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, chunks: int, pp: int,
-                       outside: float, first: bool) -> list[CommCost]:  # fmt: skip
+                       outside_end: float, outside_start: float) -> list[CommCost]:  # fmt: skip
     """``dp`` (a stage's gradient collectives) with the reductions' seconds cut to what
     :func:`reduction_tail_s` leaves after the last backward (the gathers after the update stay
     whole). Each reduction goes in :data:`DDP_BUCKET_BYTES` buckets, each timed by the
@@ -317,9 +321,11 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
       (``window_s``): chunk 0's ends the stage's backward, chunk ``k``'s ends ``k·pp`` backward
       slots before it (interleaved 1F1B's cool-down runs the chunks' last backwards ``pp``
       micro-batches apart; every chunk holds ``1/chunks`` of the layers);
-    * the parameters outside the layers (``outside``, their share of the dense ones) are ready
-      last on the first stage (the embedding's backward ends the pass) and first on a last
-      stage (the head's starts it). An expert reduction holds layer parameters only.
+    * the parameters outside the layers (their shares of the dense ones): the first stage's
+      embedding (``outside_end``) is ready last, its backward ending the pass; a last stage's
+      final norm and head (``outside_start``) first, the head's backward starting it (one stage
+      has both with pp 1; before 2026-11-27 its head was taken as ready last too). An expert
+      reduction holds layer parameters only.
 
     A stream of buckets that cannot keep up leaves more than one bucket exposed; a very short
     backward can leave more than the unbucketed reduction (the buckets' latency)."""
@@ -341,13 +347,15 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
         seconds.append(np.full(b, t))
         per[i] = per.get(i, 0.0) + b * t
 
+    start = -(chunks - 1) * pp * window_s - window_s  # the last chunk's last backward begins
     for i in red:
         c = dp[i]
-        extra = outside if c.name.startswith("dp_") else 0.0  # the expert reduction: layers only
+        dense = c.name.startswith("dp_")  # the expert reduction: layers only
+        end_part, start_part = (outside_end, outside_start) if dense else (0.0, 0.0)
         for k in range(chunks):
-            bucketed(i, c.bytes * (1.0 - extra) / chunks, -k * pp * window_s - window_s, window_s)
-        at = 0.0 if first else -(chunks - 1) * pp * window_s - window_s
-        bucketed(i, c.bytes * extra, at, 0.0)
+            bucketed(i, c.bytes * (1.0 - end_part - start_part) / chunks, -k * pp * window_s - window_s, window_s)
+        bucketed(i, c.bytes * start_part, start, 0.0)
+        bucketed(i, c.bytes * end_part, 0.0, 0.0)
     exposed = reduction_tail_s(np.concatenate(ready), np.concatenate(seconds)) if ready else 0.0
     total = sum(per.values())
     out = list(dp)
