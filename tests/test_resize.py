@@ -226,3 +226,91 @@ def test_a_trace_without_shapes_is_refused_and_the_shaped_share_recorded() -> No
 
     assert "warning" not in _resize_report({"shaped_time_fraction": 0.93, "rules": {}})
     assert "hold only 30 %" in _resize_report({"shaped_time_fraction": 0.3, "rules": {}})["warning"]
+
+
+def _seq_workload(*, batch: int = 2, seq: int = 8, head: int = 4) -> Workload:
+    """A CPU step at batch 2 x seq 8: a linear over [B, S, 16] (weight [32, 16], a parameter by
+    the optimizer's update), scaled dot-product attention over [B, 4, S, head], a flattened
+    [B·S, 32] add, and the SGD update."""
+    b, s = batch, seq
+    specs = [
+        ("aten::linear", [_t((b, s, 16), 1), _t((32, 16), 2)], [_t((b, s, 32), 3)], 100.0, ""),
+        ("aten::scaled_dot_product_attention", [_t((b, 4, s, head), 4), _t((b, 4, s, head), 5), _t((b, 4, s, head), 6)],
+         [_t((b, 4, s, head), 7)], 40.0, ""),
+        ("aten::add", [_t((b * s, 32), 8), _t((b * s, 32), 9)], [_t((b * s, 32), 10)], 10.0, ""),
+        ("aten::add_", [_t((32, 16), 2), _t((32, 16), 11)], [_t((32, 16), 2)], 6.0, OPT),
+    ]  # fmt: skip
+    ops, t = [], 0.0
+    for i, (name, ins, outs, us, ann) in enumerate(specs):
+        t += 3e-6
+        ops.append(Op(i, name, 1, OpCategory.CPU_ONLY, start_s=t, duration_s=us * 1e-6,
+                      inputs=tuple(ins), outputs=tuple(outs), annotation=ann))  # fmt: skip
+        t += us * 1e-6
+    rg = RankGraph(0, tuple(ops), step_start_s=0.0, step_end_s=t + 1e-6,
+                   metadata={"cpu_step_start_s": 0.0, "stream_busy_until_s": {}})  # fmt: skip
+    return Workload((rg,), metadata={"source": "test"})
+
+
+def test_a_sequence_resize_scales_the_sequence_dimensions_and_attention_by_its_square() -> None:
+    from trainsim.sim.resize import resize_seq
+
+    w = resize_seq(_seq_workload(), 16, old_seq=8, batch=2, timer=_linear_timer)
+    linear, sdpa, add, upd = w.ranks[0].ops
+    assert [t.shape for t in linear.inputs] == [(2, 16, 16), (32, 16)]  # the weight stays
+    assert sdpa.inputs[0].shape == (2, 4, 16, 4) and add.inputs[0].shape == (32, 32)  # [B·S, H] too
+    assert upd.predicted_s == pytest.approx(upd.duration_s)  # the optimizer: weight-sized
+    # the fake model's rows (m) double for the linear; attention's work bound is its FLOP ratio
+    # (s²: 4), not its elements' (2), and its time a fixed cost plus rows -> between
+    assert 1.0 < linear.predicted_s / linear.duration_s <= 2.0
+    assert sdpa.predicted_s / sdpa.duration_s <= 4.0
+    assert w.metadata["resize"]["old_seq_len"] == 8 and w.metadata["resize"]["new_seq_len"] == 16
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"old_seq": 16}, r"also a dimension of a parameter \[32, 16\]"),  # the linear's width
+    ({"old_seq": 8, "batch": 8}, "the traced batch and sequence length are both 8"),
+    ({"old_seq": 4}, "also the attention head size"),
+])  # fmt: skip
+def test_a_sequence_length_that_is_also_another_dimension_is_refused(kw: dict, message: str) -> None:
+    from trainsim.sim.resize import resize_seq
+
+    seq = kw["old_seq"]
+    with pytest.raises(ConfigError, match=message):
+        resize_seq(_seq_workload(seq=seq), 2 * seq, timer=_linear_timer, **kw)
+
+
+def test_capture_seq_len_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    from trainsim.capture import capture
+    from trainsim.errors import CaptureError
+
+    with pytest.raises(CaptureError, match="the dlrm example takes none"):
+        capture(model="dlrm", out_dir=tmp_path / "a", seq_len=32)
+    with pytest.raises(CaptureError, match="takes at most 128"):
+        capture(model="gpt2", out_dir=tmp_path / "b", seq_len=256)
+    with pytest.raises(CaptureError, match="--seq-len must be at least 1"):
+        capture(model="gpt2", out_dir=tmp_path / "c", seq_len=0)
+
+
+@pytest.mark.slow
+def test_replay_seq_len_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
+    """`trainsim replay CAPTURE --seq-len N` on a real CPU capture: the traced length from its
+    capture.json, one resize at a time, and a longer sequence predicts a longer step."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from trainsim.capture import capture
+    from trainsim.cli.main import _register, app
+
+    folder = tmp_path / "g"
+    capture(model="gpt2", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1, batch_size=2, seq_len=48)
+    assert json.loads((folder / "capture.json").read_text())["seq_len"] == 48
+    _register()
+    res = CliRunner().invoke(app, ["replay", str(folder), "--seq-len", "96", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    w = doc["whatif"]
+    assert w["applied"][0].startswith("sequence 48 → 96 tokens")
+    assert w["predicted_step_s"] > doc["predicted_step_s"] and w["resize"]["shaped_time_fraction"] > 0.9
+    res = CliRunner().invoke(app, ["replay", str(folder), "--seq-len", "96", "--batch", "4"])
+    assert res.exit_code == 1 and "one resize at a time" in str(res.exception)

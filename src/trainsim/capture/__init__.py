@@ -47,11 +47,13 @@ def capture(
     threads_per_rank: int | None = None,
     timeout_s: float = 600.0,
     overwrite: bool = False,
+    seq_len: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CaptureResult:
     """Capture ``steps`` training steps of example ``model`` on ``nproc`` ranks into ``out_dir``.
 
-    ``batch_size`` is per rank (default: the example's). ``threads_per_rank`` sets torch's
+    ``batch_size`` is per rank (default: the example's); ``seq_len`` (sequence models only)
+    tokens per sequence (default: the example's). ``threads_per_rank`` sets torch's
     intra-op threads in each rank (default: the usable cores shared evenly); on a loaded machine
     fewer threads avoid OpenMP oversubscription, which slows CPU steps down severalfold.
     ``progress`` receives one line once the request is validated (the CLI prints it).
@@ -59,7 +61,7 @@ def capture(
     spec = CaptureSpec(
         model=model, out_dir=str(Path(out_dir).resolve()), nproc=nproc, steps=steps,
         warmup_steps=warmup_steps, batch_size=batch_size, device=device,
-        threads_per_rank=threads_per_rank, timeout_s=timeout_s,
+        threads_per_rank=threads_per_rank, timeout_s=timeout_s, seq_len=seq_len,
     )  # fmt: skip
     validate(spec)
     spec = replace(
@@ -83,6 +85,7 @@ def capture(
         spec=spec, ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
         batch_size=spec.batch_size or 0, threads_per_rank=spec.threads_per_rank or 0,
         summary=example_info(model).summary, versions=_versions(torch.__version__),
+        seq_len=seq_len or (example_info(model).default_seq_len if device == "cpu" else None),
     )  # fmt: skip
     write_manifest(result)
     return result
@@ -93,12 +96,19 @@ def validate(spec: CaptureSpec) -> None:
     example_info(spec.model)
     for flag, value in (
         ("--nproc", spec.nproc), ("--steps", spec.steps), ("--warmup", spec.warmup_steps),
-        ("--batch-size", spec.batch_size), ("--threads", spec.threads_per_rank),
+        ("--batch-size", spec.batch_size), ("--threads", spec.threads_per_rank), ("--seq-len", spec.seq_len),
     ):  # fmt: skip
         if value is not None and value < 1:
             raise CaptureError(f"{flag} must be at least 1, got {value}")
     if spec.timeout_s <= 0:
         raise CaptureError(f"--timeout must be positive, got {spec.timeout_s}")
+    info = example_info(spec.model)
+    if spec.seq_len is not None:
+        if info.default_seq_len is None:
+            raise CaptureError(f"--seq-len: the {spec.model} example takes none (gpt2 does)")
+        if info.max_seq_len is not None and spec.seq_len > info.max_seq_len:
+            raise CaptureError(f"--seq-len: the {spec.model} example takes at most {info.max_seq_len} "
+                               f"(its learned positions), got {spec.seq_len}")  # fmt: skip
     if spec.device not in DEVICES:
         raise CaptureError(f"unknown device {spec.device!r}; choose one of: {', '.join(DEVICES)}")
     if spec.device == "cuda":

@@ -39,6 +39,7 @@ class CaptureSpec:
     steps: int = 3
     warmup_steps: int = 2  # untraced steps before the traced ones (first steps are slow)
     batch_size: int | None = None  # None: the example's default
+    seq_len: int | None = None  # None: the example's default (sequence models only)
     device: str = "cpu"
     threads_per_rank: int | None = None  # intra-op CPU threads per rank; None: cores // nproc
     seed: int = 0
@@ -89,6 +90,7 @@ class CaptureResult:
     batch_size: int
     threads_per_rank: int
     summary: str
+    seq_len: int | None = None  # tokens per sequence (sequence models; None: not one)
     versions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -111,6 +113,7 @@ class CaptureResult:
             "steps": s.steps,
             "warmup_steps": s.warmup_steps,
             "batch_size": self.batch_size,
+            "seq_len": self.seq_len,
             "device": s.device,
             "threads_per_rank": self.threads_per_rank,
             "backend": s.backend if s.nproc > 1 else None,

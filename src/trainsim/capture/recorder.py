@@ -40,6 +40,7 @@ def _make_step(spec: CaptureSpec, *, rank: int, world_size: int) -> Callable[[],
         batch_size=spec.batch_size or example_info(spec.model).default_batch_size,
         device=device,
         seed=spec.seed + rank,
+        seq_len=spec.seq_len,
     )
     module: torch.nn.Module = example.model
     if world_size > 1:

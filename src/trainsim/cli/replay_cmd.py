@@ -60,6 +60,8 @@ def replay(
     family: str | None = typer.Option(None, "--scale-family", help="What-if: FAMILY:FACTOR, e.g. gemm:0.5 (GEMMs twice as fast)."),
     batch: int | None = typer.Option(None, "--batch", help="What-if: the step at this per-rank batch size (002 §4.5.1.1 resize: shapes rescaled, kernels re-timed by kernel models)."),
     old_batch: int | None = typer.Option(None, "--old-batch", help="--batch: the traced batch size (default: the capture.json beside the trace)."),
+    seq_len: int | None = typer.Option(None, "--seq-len", help="What-if: the step at this sequence length (resize along the sequence: shapes rescaled, kernels re-timed, attention by its s² work)."),
+    old_seq_len: int | None = typer.Option(None, "--old-seq-len", help="--seq-len: the traced sequence length (default: the capture.json beside the trace)."),
     segments: bool = typer.Option(False, "--segments", help="JSON: include every critical-path segment."),
 ) -> None:  # fmt: skip
     """Simulate the traced step (critical path over CPU threads, streams and ranks)."""
@@ -76,14 +78,21 @@ def replay(
         _family(family)
     if network is not None:
         _factor(network, "--network-speedup")
-    for flag, v in (("--batch", batch), ("--old-batch", old_batch)):
+    for flag, v in (("--batch", batch), ("--old-batch", old_batch), ("--seq-len", seq_len), ("--old-seq-len", old_seq_len)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} must be a positive integer, got {v}")
     if old_batch is not None and batch is None:
         raise ConfigError("--old-batch is the traced batch of the --batch what-if; give --batch too")
+    if old_seq_len is not None and seq_len is None:
+        raise ConfigError("--old-seq-len is the traced length of the --seq-len what-if; give --seq-len too")
+    if batch is not None and seq_len is not None:
+        raise ConfigError("--batch and --seq-len: one resize at a time (replay the one, save it, resize again)")
     traced_batch = (old_batch or _manifest_batch(paths)) if batch is not None else None
     if batch is not None and traced_batch is None:
         raise ConfigError("--batch: which batch was traced? give --old-batch (no capture.json beside the trace says)")
+    traced_seq = (old_seq_len or _manifest_field(paths, "seq_len")) if seq_len is not None else None
+    if seq_len is not None and traced_seq is None:
+        raise ConfigError("--seq-len: which length was traced? give --old-seq-len (no capture.json beside the trace says)")
     if overheads is None:
         overheads = HostMode.SHARED if overhead_db is not None else HostMode.STATS
     if stats_iqr and (overheads is not HostMode.STATS or overhead_db is not None):
@@ -102,7 +111,8 @@ def replay(
     with stderr.status("loading and simulating...", spinner="dots"):
         rep = replay_paths(paths, options, step=_step(step), link_et=not no_et)
         whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family,
-                          resize=(traced_batch, batch) if batch is not None and traced_batch else None)  # fmt: skip
+                          resize=(traced_batch, batch) if batch is not None and traced_batch else None,
+                          resize_seq=(traced_seq, seq_len, _manifest_batch(paths)) if seq_len is not None and traced_seq else None)  # fmt: skip
     if timeline is not None:  # after the what-ifs: a refused one leaves no file behind
         from trainsim.sim.timeline import write_timeline
 
@@ -140,6 +150,11 @@ def replay(
 def _manifest_batch(paths: list[Path]) -> int | None:
     """The per-rank batch a ``trainsim capture`` folder records (the folder given, or the one
     holding the first trace file), else None."""
+    return _manifest_field(paths, "batch_size")
+
+
+def _manifest_field(paths: list[Path], key: str) -> int | None:
+    """An integer a ``trainsim capture`` folder's capture.json records, else None."""
     import json
 
     from trainsim.capture.manifest import MANIFEST_NAME
@@ -147,7 +162,7 @@ def _manifest_batch(paths: list[Path]) -> int | None:
     first = paths[0]
     man = (first if first.is_dir() else first.parent) / MANIFEST_NAME
     try:
-        return int(json.loads(man.read_text(encoding="utf-8"))["batch_size"])
+        return int(json.loads(man.read_text(encoding="utf-8"))[key])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -176,8 +191,8 @@ def _resize_timer(w: Any) -> tuple[Any, str]:
     return None, f"no kernel models for device {gpu or '(unnamed)'}: each op scaled by its work"
 
 
-def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | None,
-             family: str | None, resize: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
+def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | None, family: str | None,
+             resize: tuple[int, int] | None = None, resize_seq: tuple[int, int, int | None] | None = None) -> dict[str, Any]:  # fmt: skip
     from trainsim.errors import ConfigError
     from trainsim.sim import simulate, whatif
 
@@ -189,6 +204,12 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
         timer, note = _resize_timer(w)
         w = resize_batch(w, resize[1], old_batch=resize[0], timer=timer)
         applied.append(f"batch {resize[0]} → {resize[1]} (kernel models: {note})")
+    if resize_seq is not None:
+        from trainsim.sim.resize import resize_seq as resize_sequence
+
+        timer, note = _resize_timer(w)
+        w = resize_sequence(w, resize_seq[1], old_seq=resize_seq[0], batch=resize_seq[2], timer=timer)
+        applied.append(f"sequence {resize_seq[0]} → {resize_seq[1]} tokens (kernel models: {note})")
     if straggler is not None:
         r, f = _straggler_rank(straggler)
         if r not in {g.rank for g in w.ranks}:
@@ -209,7 +230,7 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
     out = {"applied": applied, "predicted_step_s": res.predicted_step_s,
            "change_pct": 100.0 * (res.predicted_step_s - base) / base if base > 0 else None,
            "critical_path_by_kind_s": res.critical_path_by_kind()}  # fmt: skip
-    if resize is not None:
+    if resize is not None or resize_seq is not None:
         out["resize"] = _resize_report(w.metadata["resize"])
     return out
 

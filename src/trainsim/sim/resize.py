@@ -1,8 +1,9 @@
-"""Resize what-if: a captured workload at another batch size (002 §4.5.1.1, *resize*).
+"""Resize what-if: a captured workload at another batch size or sequence length (002 §4.5.1.1, *resize*).
 
-:func:`resize_batch` is a pure pass Workload → Workload. It rewrites every op's input and
-output shapes along the batch dimension, then re-predicts the op's work as its measured
-duration times a ratio, with a provenance naming the rule used (first that applies):
+:func:`resize_batch` and :func:`resize_seq` are pure passes Workload → Workload. They rewrite
+every op's input and output shapes along the batch (sequence) dimension, then re-predict the
+op's work as its measured duration times a ratio, with a provenance naming the rule used
+(first that applies):
 
 1. ``optimizer`` ×1 — ops under an ``Optimizer.*`` annotation update parameters: weight-sized;
 2. ``view`` ×1 — ops that only reinterpret a tensor (view, reshape, transpose, select, ...)
@@ -32,6 +33,13 @@ the op's batch-sized elements (Approximation: an op's time is affine in its batc
 a fixed per-call cost plus a proportional part — so it never grows faster than its work; a
 model ratio outside says the microbenchmark crossed a cache regime that the op, running with
 cold caches inside a training step, already pays).
+
+Sequence dimension (:func:`resize_seq`; Approximation, from shapes alone): every dimension of
+a non-parameter tensor equal to the traced length (``[B, S, H]``, token ids ``[B, S]``, scores
+``[B, h, S, S]``: both), and a leading dimension that is a multiple of it (flattened tokens
+``[B·S, H]``), scale to the new length. The work bound of an attention op is its FLOP ratio
+(``s²``), not its elements'. A traced length equal to a dimension of a parameter (a hidden or
+head size) or to the batch cannot be told apart from it: refused.
 
 Batch dimension (Approximation, from shapes alone): parameters are the tensors the optimizer
 updates in place (their tensor ids); every other tensor whose leading dimension is a multiple
@@ -145,15 +153,21 @@ def _model_query(name: str, ins: Sequence[TensorMeta], outs: Sequence[TensorMeta
 
 
 class _Resizer:
-    def __init__(self, old: int, new: int, timer: OpTimer | None) -> None:
+    def __init__(self, old: int, new: int, timer: OpTimer | None, *, dim: str = "batch") -> None:
         self.old, self.new, self.factor = old, new, new / old
         self.timer = timer
+        self.dim = dim  # "batch" or "seq"
         self._cache: dict[tuple[str, str, str, tuple[tuple[str, float], ...]], float | None] = {}
 
     # --- shapes ---------------------------------------------------------------------------
     def tensor(self, t: TensorMeta, params: set[int]) -> TensorMeta:
         if not t.shape or (t.tensor_id is not None and t.tensor_id in params):
             return t
+        if self.dim == "seq":
+            shape = tuple(self.new if d == self.old
+                          else d // self.old * self.new if i == 0 and d > self.old and d % self.old == 0
+                          else d for i, d in enumerate(t.shape))  # fmt: skip
+            return t if shape == t.shape else replace(t, shape=shape)
         d0 = t.shape[0]
         if d0 > 0 and d0 % self.old == 0:
             new0 = d0 // self.old * self.new
@@ -203,9 +217,18 @@ class _Resizer:
                                    _Query("elementwise", dt, {"numel": n1}), phase)  # fmt: skip
         if got is None:
             return work, "numel"
+        q0, q1 = _model_query(old.name, old.inputs, old.outputs), _model_query(new.name, new.inputs, new.outputs)
+        if q0 is not None and q1 is not None and q0.op == q1.op == "attention":  # s² work, not s
+            flops = _attention_flops(q1) / _attention_flops(q0)
+            work = max(work, flops) if flops >= 1.0 else min(work, flops)
         lo, hi = min(1.0, work), max(1.0, work)
         r = min(hi, max(lo, got[0]))
         return r, got[1] if r == got[0] else f"{got[1]} clamped to work ×{work:.4g}"
+
+
+def _attention_flops(q: _Query) -> float:
+    x = q.inputs
+    return x["batch"] * x["heads"] * x["seq_len"] ** 2 * x["head_dim"]
 
 
 def _changed(old: Op, new: Op) -> list[tuple[TensorMeta, TensorMeta]]:
@@ -364,11 +387,41 @@ def resize_batch(w: Workload, new_batch: int, *, old_batch: int, timer: OpTimer 
     for flag, v in (("--batch-size", new_batch), ("captured batch size", old_batch)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
+    return _resize(w, _Resizer(old_batch, new_batch, timer), "--batch",
+                   {"old_batch": old_batch, "new_batch": new_batch})  # fmt: skip
+
+
+def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = None,
+               timer: OpTimer | None = None) -> Workload:  # fmt: skip
+    """``w`` (captured at ``old_seq`` tokens per sequence) at ``new_seq`` (module docstring:
+    the sequence dimension; ``batch``, the traced batch when known, must differ from
+    ``old_seq``). As :func:`resize_batch` otherwise."""
+    for flag, v in (("--seq-len", new_seq), ("captured sequence length", old_seq)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
+    if batch == old_seq:
+        raise ConfigError(f"--seq-len: the traced batch and sequence length are both {old_seq}: a resize cannot "
+                          "tell their dimensions apart")  # fmt: skip
+    for rg in w.ranks:
+        params = _param_ids(rg)
+        for op in rg.ops:
+            q = _model_query(op.name, op.inputs, op.outputs)
+            if q is not None and q.op == "attention" and q.inputs["head_dim"] == old_seq:
+                raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also the attention head size "
+                                  f"(op {op.name}): a resize cannot tell them apart")  # fmt: skip
+            for t in (*op.inputs, *op.outputs):
+                if t.tensor_id is not None and t.tensor_id in params and old_seq in t.shape:
+                    raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also a dimension of a "
+                                      f"parameter {list(t.shape)} (op {op.name}): a resize cannot tell them apart")  # fmt: skip
+    return _resize(w, _Resizer(old_seq, new_seq, timer, dim="seq"), "--seq-len",
+                   {"old_seq_len": old_seq, "new_seq_len": new_seq})  # fmt: skip
+
+
+def _resize(w: Workload, rz: _Resizer, flag: str, request: dict[str, int]) -> Workload:
     shaped = _shaped_time_fraction(w)
     if not any(t.shape for rg in w.ranks for op in rg.ops for t in (*op.inputs, *op.outputs)):
-        raise ConfigError("--batch: the trace records no tensor shapes, so nothing can be resized (profile with "
+        raise ConfigError(f"{flag}: the trace records no tensor shapes, so nothing can be resized (profile with "
                           "record_shapes=True, or keep the execution trace beside it, as `trainsim capture` does)")  # fmt: skip
-    rz = _Resizer(old_batch, new_batch, timer)
     ranks = tuple(_resize_rank(r, rz) for r in w.ranks)
     rules: dict[str, int] = defaultdict(int)
     for r in ranks:
@@ -376,7 +429,6 @@ def resize_batch(w: Workload, new_batch: int, *, old_batch: int, timer: OpTimer 
             prov = op.provenance if not op.kernels else (op.kernels[0].provenance or "")
             if prov.startswith(RESIZE):
                 rules[rule_of(prov)] += 1
-    meta = {**w.metadata, "resize": {"old_batch": old_batch, "new_batch": new_batch,
-                                     "factor": rz.factor, "rules": dict(sorted(rules.items())),
+    meta = {**w.metadata, "resize": {**request, "factor": rz.factor, "rules": dict(sorted(rules.items())),
                                      "shaped_time_fraction": shaped}}  # fmt: skip
     return replace(w, ranks=ranks, metadata=meta)

@@ -16,6 +16,11 @@ steps), and each factor of :data:`FACTORS` (B/2 and 2B: one smaller, one larger 
   traced step), median over repeats;
 * **naive baseline**: the measured baseline step × the batch ratio.
 
+The sequence models (:data:`SEQ_MODELS`: ``gpt2``) add two cases of the same kind along the
+sequence, with :func:`trainsim.sim.resize.resize_seq`: the base capture (its default length S)
+predicted at S/2 and 2S (``seq_cases``, summarised apart as ``seq_geomean_abs_err_pct``, outside
+the batch figure the target is set for; naive baseline: × the length ratio).
+
 Noise floor: per (model, batch) the repeat-to-repeat spread (max − min) / median of the measured
 steps, and the within-capture spread (p75 − p25) / median of the traced steps; the summary gives
 their medians. ``base_replay`` reports, per model, the simulated unresized baseline (median
@@ -44,6 +49,7 @@ from trainsim.validate.registry import error_summary
 
 MODELS = ("dlrm", "gpt2", "resnet")
 FACTORS = (0.5, 2.0)  # new batch = factor × the example's default batch
+SEQ_MODELS = ("gpt2",)  # also resized along the sequence: length = factor × the default
 TARGET_PCT = 8.0  # 002 §4.4.3: single-GPU E2E geomean error 7.96 %
 
 
@@ -58,11 +64,13 @@ def geomean_abs(errors_pct: list[float | None]) -> float | None:
     return math.exp(statistics.fmean(math.log(max(v, 1e-9)) for v in vals))
 
 
-def _capture(cache: Path, model: str, batch: int, *, threads: int, steps: int, rep: int) -> Path:
-    """The capture folder of one configuration and repeat (captured now unless cached)."""
+def _capture(cache: Path, model: str, batch: int, *, threads: int, steps: int, rep: int,
+             seq_len: int | None = None) -> Path:  # fmt: skip
+    """The capture folder of one configuration and repeat (captured now unless cached);
+    ``seq_len``: another than the example's default length."""
     from trainsim.capture import MANIFEST_NAME, capture
 
-    out = cache / f"{model}_b{batch}_t{threads}_s{steps}_r{rep}"
+    out = cache / (f"{model}_b{batch}_t{threads}_s{steps}_r{rep}" + (f"_q{seq_len}" if seq_len else ""))
     man = out / MANIFEST_NAME
     if man.exists():
         try:
@@ -71,10 +79,10 @@ def _capture(cache: Path, model: str, batch: int, *, threads: int, steps: int, r
             doc = {}
         if (doc.get("model"), doc.get("batch_size"), doc.get("threads_per_rank"), doc.get("steps")) == (
             model, batch, threads, steps,
-        ):  # fmt: skip
+        ) and (seq_len is None or doc.get("seq_len") == seq_len):  # fmt: skip
             return out
     capture(model=model, out_dir=out, nproc=1, steps=steps, batch_size=batch,
-            threads_per_rank=threads, overwrite=True)  # fmt: skip
+            threads_per_rank=threads, overwrite=True, seq_len=seq_len)  # fmt: skip
     return out
 
 
@@ -100,15 +108,17 @@ def _measured(folder: Path) -> tuple[float, float]:
     return w.measured_step_s, (q[2] - q[0]) / statistics.median(times)
 
 
-def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple[float, str]]) -> dict[str, Any]:
-    """Resize every traced step of one capture to each batch of ``news`` and simulate it.
+def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple[float, str]],
+             *, seq_of_batch: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """Resize every traced step of one capture to each batch of ``news`` and simulate it (to
+    each sequence length, ``old`` being the traced one, with ``seq_of_batch``: the traced batch).
 
     Each step is loaded and its unresized baseline simulated once, shared by every new batch.
     Returns ``{"base_simulated_s", "by_batch": {new: {"predicted_s", "per_step_s", "rules"}}}``.
     """
     from trainsim.sim import SimOptions, simulate
     from trainsim.sim.replay import load_for_replay
-    from trainsim.sim.resize import resize_batch
+    from trainsim.sim.resize import resize_batch, resize_seq
 
     bases: list[float] = []
     preds: dict[int, list[float]] = {n: [] for n in news}
@@ -117,7 +127,8 @@ def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple
         w = load_for_replay([folder], step=step).workload
         bases.append(simulate(w, SimOptions()).predicted_step_s)
         for n in news:
-            r = resize_batch(w, n, old_batch=old, timer=timer)
+            r = (resize_batch(w, n, old_batch=old, timer=timer) if seq_of_batch is None
+                 else resize_seq(w, n, old_seq=old, batch=seq_of_batch, timer=timer))  # fmt: skip
             preds[n].append(simulate(r, SimOptions()).predicted_step_s)
             rules[n] = r.metadata["resize"]["rules"]
     return {"base_simulated_s": statistics.median(bases),
@@ -126,10 +137,13 @@ def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple
 
 
 def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
-             timer: Callable[..., tuple[float, str]]) -> dict[str, Any]:  # fmt: skip
+             timer: Callable[..., tuple[float, str]],
+             seq_folders: dict[tuple[str, int], list[Path]] | None = None,
+             seq_bases: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
     """Per model, the captures at its base batch resized to each other captured batch and
     simulated, against those captures' measured steps: ``cases``, ``base_replay``, ``noise``
-    and ``summary`` (see the module docstring)."""
+    and ``summary`` (see the module docstring). ``seq_folders`` (model, length) and
+    ``seq_bases`` (model: its base length) add the ``seq_cases`` from the same base captures."""
     from trainsim.sim.replay import pct_error
 
     measured: dict[tuple[str, int], list[tuple[float, float]]] = {
@@ -163,6 +177,25 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
         sim = statistics.median(r["base_simulated_s"] for r in reps)
         base_replay.append({"model": m, "batch": base, "measured_step_s": med[(m, base)],
                             "simulated_step_s": sim, "error_pct": pct_error(sim, med[(m, base)])})  # fmt: skip
+    seq_cases: list[dict[str, Any]] = []
+    for m, base_seq in (seq_bases or {}).items():
+        assert seq_folders is not None
+        seq_measured = {s: [_measured(f)[0] for f in fs] for (mm, s), fs in seq_folders.items() if mm == m}
+        news = sorted(seq_measured)
+        reps = [_predict(p, base_seq, news, timer, seq_of_batch=bases[m]) for p in folders[(m, bases[m])]]
+        for new in news:
+            per_rep = [r["by_batch"][new] for r in reps]
+            predicted = statistics.median(r["predicted_s"] for r in per_rep)
+            meas = statistics.median(seq_measured[new])
+            naive = med[(m, bases[m])] * new / base_seq
+            seq_cases.append({
+                "case": f"{m} seq {base_seq}->{new}", "model": m, "seq_from": base_seq, "seq_to": new,
+                "measured_s": meas, "predicted_s": predicted, "error_pct": pct_error(predicted, meas),
+                "naive_error_pct": pct_error(naive, meas), "naive_step_s": naive,
+                "measured_repeats_s": seq_measured[new],
+                "predicted_repeats_s": [r["predicted_s"] for r in per_rep],
+                "rules": per_rep[0]["rules"], "status": "ok",
+            })  # fmt: skip
     errors = [c["error_pct"] for c in cases]
     naive_errors = [c["naive_error_pct"] for c in cases]
     summary: dict[str, Any] = {
@@ -174,7 +207,10 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
         "noise_within_capture_iqr_median_pct": statistics.median(
             n["within_capture_iqr_pct"] for n in noise.values()),
     }  # fmt: skip
-    return {"cases": cases, "base_replay": base_replay, "noise": noise, "summary": summary}
+    if seq_cases:
+        summary["seq_geomean_abs_err_pct"] = geomean_abs([c["error_pct"] for c in seq_cases])
+        summary["seq_naive_geomean_abs_err_pct"] = geomean_abs([c["naive_error_pct"] for c in seq_cases])
+    return {"cases": cases, "seq_cases": seq_cases, "base_replay": base_replay, "noise": noise, "summary": summary}
 
 
 def run_cpu_e2e_suite(
@@ -197,16 +233,21 @@ def run_cpu_e2e_suite(
     batches = {m: example_info(m).default_batch_size for m in models}
     configs = [(m, b) for m in models
                for b in (batches[m], *(max(1, round(f * batches[m])) for f in FACTORS))]  # fmt: skip
+    seq_bases = {m: int(example_info(m).default_seq_len or 0) for m in models if m in SEQ_MODELS}
+    seq_configs = [(m, max(1, round(f * s))) for m, s in seq_bases.items() for f in FACTORS]
     folders: dict[tuple[str, int], list[Path]] = {c: [] for c in configs}
+    seq_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in seq_configs}
     for rep in range(repeats):  # interleaved: repeat r of every configuration, then r + 1
         for m, b in configs:
             folders[(m, b)].append(_capture(cache, m, b, threads=threads, steps=steps, rep=rep))
+        for m, s in seq_configs:
+            seq_folders[(m, s)].append(_capture(cache, m, batches[m], threads=threads, steps=steps, rep=rep, seq_len=s))
     t_capture = time.perf_counter() - t0
 
     artifact, kernel_note = cpu_kernel_models(default_cache_dir().parent)  # shared with shard
     timer = Coster(str(cpu_device_file()), artifact).time
     bases = {m: batches[m] for m in models}
-    out = evaluate(folders, bases, timer)
+    out = evaluate(folders, bases, timer, seq_folders, seq_bases)
     out["summary"]["capture_s"], out["summary"]["wall_s"] = t_capture, time.perf_counter() - t0
     return {
         "suite": "cpu-e2e",

@@ -1,7 +1,8 @@
 """Example training steps that ``trainsim capture`` can record: the one registry of them.
 
-Each example module exposes ``build(*, batch_size, device, seed) -> TrainingStep``. Modules are
-imported only when an example is built, so listing the registry never imports torch.
+Each example module exposes ``build(*, batch_size, device, seed) -> TrainingStep``; the
+sequence models (``default_seq_len`` set) also take ``seq_len``. Modules are imported only when
+an example is built, so listing the registry never imports torch.
 """
 
 from __future__ import annotations
@@ -38,10 +39,19 @@ class ExampleInfo:
     summary: str
     # more keyword arguments of the module's build (read-only; not part of the hash)
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    # tokens per sequence on the CPU when not asked (None: the example takes no --seq-len), and
+    # the longest it takes (learned positions)
+    default_seq_len: int | None = None
+    max_seq_len: int | None = None
 
-    def build(self, *, batch_size: int, device: str, seed: int) -> TrainingStep:
+    def build(self, *, batch_size: int, device: str, seed: int, seq_len: int | None = None) -> TrainingStep:
         builder: Any = importlib.import_module(self.module).build
-        step: TrainingStep = builder(batch_size=batch_size, device=device, seed=seed, **self.options)
+        more = dict(self.options)
+        if seq_len is not None:
+            if self.default_seq_len is None:
+                raise CaptureError(f"{self.module.rsplit('.', 1)[-1]} example: not a sequence model (no --seq-len)")
+            more["seq_len"] = seq_len
+        step: TrainingStep = builder(batch_size=batch_size, device=device, seed=seed, **more)
         return step
 
 
@@ -52,7 +62,8 @@ EXAMPLES: Mapping[str, ExampleInfo] = MappingProxyType({
     ),
     "gpt2": ExampleInfo(
         "trainsim.capture.examples.gpt2", 4,
-        "tiny GPT-2 (transformers GPT2LMHeadModel): 2 layers, 128 hidden, vocab 1000, seq 64",
+        "tiny GPT-2 (transformers GPT2LMHeadModel): 2 layers, 128 hidden, vocab 1000, seq 64 (at most 128)",
+        default_seq_len=64, max_seq_len=128,
     ),
     "llama": ExampleInfo(
         "trainsim.capture.examples.llama", 1,

@@ -10,9 +10,11 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from trainsim.capture.examples import TrainingStep
+from trainsim.errors import CaptureError
 
 VOCAB = 1000
 SEQ_LEN = 64
+POSITIONS = 128  # learned positions: the longest sequence
 
 
 def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -21,9 +23,11 @@ def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return loss
 
 
-def build(*, batch_size: int, device: str, seed: int) -> TrainingStep:
+def build(*, batch_size: int, device: str, seed: int, seq_len: int = SEQ_LEN) -> TrainingStep:
+    if not 1 <= seq_len <= POSITIONS:
+        raise CaptureError(f"gpt2 example: --seq-len must be 1..{POSITIONS} (its learned positions), got {seq_len}")
     config = GPT2Config(
-        n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=128,
+        n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=POSITIONS,
         bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
     torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
@@ -31,8 +35,8 @@ def build(*, batch_size: int, device: str, seed: int) -> TrainingStep:
     hf_model.loss_type = "ForCausalLM"  # the class name does not name a loss; avoids a warning
     model: nn.Module = hf_model.train()
     g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, VOCAB, (batch_size, SEQ_LEN), generator=g)
+    tokens = torch.randint(0, VOCAB, (batch_size, seq_len), generator=g)
     return TrainingStep(
         model=model.to(device), batch=(tokens.to(device),), loss=_loss,
-        summary=f"GPT-2 2 layers x 128 hidden, batch {batch_size} x seq {SEQ_LEN}",
+        summary=f"GPT-2 2 layers x 128 hidden, batch {batch_size} x seq {seq_len}",
     )  # fmt: skip
