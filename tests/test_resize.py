@@ -35,6 +35,11 @@ def _workload() -> Workload:
         ("aten::add_", [_t((8, 16), 2), _t((8, 16), 9)], [_t((8, 16), 2)], 6.0, OPT),
         ("aten::add_", [_t((8,), 3), _t((8,), 10)], [_t((8,), 3)], 4.0, OPT),
     ]
+    return _cpu_step(specs)
+
+
+def _cpu_step(specs: list) -> Workload:
+    """One CPU-only rank running ``specs`` (name, inputs, outputs, µs, annotation) back to back."""
     ops, t = [], 0.0
     for i, (name, ins, outs, us, ann) in enumerate(specs):
         t += 3e-6  # T1
@@ -240,15 +245,7 @@ def _seq_workload(*, batch: int = 2, seq: int = 8, head: int = 4) -> Workload:
         ("aten::add", [_t((b * s, 32), 8), _t((b * s, 32), 9)], [_t((b * s, 32), 10)], 10.0, ""),
         ("aten::add_", [_t((32, 16), 2), _t((32, 16), 11)], [_t((32, 16), 2)], 6.0, OPT),
     ]  # fmt: skip
-    ops, t = [], 0.0
-    for i, (name, ins, outs, us, ann) in enumerate(specs):
-        t += 3e-6
-        ops.append(Op(i, name, 1, OpCategory.CPU_ONLY, start_s=t, duration_s=us * 1e-6,
-                      inputs=tuple(ins), outputs=tuple(outs), annotation=ann))  # fmt: skip
-        t += us * 1e-6
-    rg = RankGraph(0, tuple(ops), step_start_s=0.0, step_end_s=t + 1e-6,
-                   metadata={"cpu_step_start_s": 0.0, "stream_busy_until_s": {}})  # fmt: skip
-    return Workload((rg,), metadata={"source": "test"})
+    return _cpu_step(specs)
 
 
 def test_a_sequence_resize_scales_the_sequence_dimensions_and_attention_by_its_square() -> None:
