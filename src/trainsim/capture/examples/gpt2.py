@@ -14,7 +14,6 @@ from trainsim.errors import CaptureError
 
 VOCAB = 1000
 SEQ_LEN = 64
-POSITIONS = 128  # learned positions: the longest sequence
 
 
 def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -24,12 +23,12 @@ def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
 
 
 def build(*, batch_size: int, device: str, seed: int, seq_len: int = SEQ_LEN) -> TrainingStep:
-    if not 1 <= seq_len <= POSITIONS:
-        raise CaptureError(f"gpt2 example: --seq-len must be 1..{POSITIONS} (its learned positions), got {seq_len}")
     config = GPT2Config(
-        n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=POSITIONS,
+        n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=128,
         bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
+    if not 1 <= seq_len <= config.n_positions:
+        raise CaptureError(f"gpt2 example: --seq-len must be 1..{config.n_positions} (its learned positions), got {seq_len}")
     torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
     hf_model = GPT2LMHeadModel(config)
     hf_model.loss_type = "ForCausalLM"  # the class name does not name a loss; avoids a warning
