@@ -25,8 +25,8 @@ op's work as its measured duration times a ratio, with a provenance naming the r
    tensor (keeps the fixed per-call cost of small ops), or without models the ratio of
    batch-sized elements (``numel``);
 6. ``weight-sized`` ×1 — none of the op's tensors changed (no batch dimension);
-7. ``batch`` ×factor — a backward node with no matching forward op (Approximation: its work is
-   proportional to the batch).
+7. ``batch`` (``seq``) ×factor — a backward node with no matching forward op (Approximation: its work is
+   proportional to the batch, or to the sequence length).
 
 Rules 4–5 are clamped to [1, work] (or [work, 1] when shrinking), ``work`` being the ratio of
 the op's batch-sized elements (Approximation: an op's time is affine in its batch-sized work —
@@ -298,7 +298,7 @@ def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
             return 1.0, "AccumulateGrad (weight-sized)"
         j = pairs.get(i)
         if j is None:
-            return rz.factor, "batch (unpaired backward)"
+            return rz.factor, f"{rz.dim} (unpaired backward)"  # its work taken as proportional
         fo = olds[j]
         r, rule = rz.predict(fo, news[j], "bwd")
         return r, f"{rule} (of op {fo.id} {fo.name})"
