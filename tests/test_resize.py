@@ -265,8 +265,10 @@ def test_a_sequence_resize_scales_the_sequence_dimensions_and_attention_by_its_s
 
 @pytest.mark.parametrize(("kw", "message"), [
     ({"old_seq": 16}, r"also a dimension of a parameter \[32, 16\]"),  # the linear's width
-    ({"old_seq": 8, "batch": 8}, "the traced batch and sequence length are both 8"),
-    ({"old_seq": 4}, "also the attention head size"),
+    ({"old_seq": 8, "batch": 8}, r"the traced batch 8 is a multiple of the sequence length 8"),
+    ({"old_seq": 8, "batch": 16}, r"the traced batch 16 is a multiple"),  # [B, S] read as [B·S]
+    ({"old_seq": 4}, "also the attention head count or size"),  # head size 4 (and 4 heads)
+    ({"old_seq": 1}, "a traced length of 1"),
 ])  # fmt: skip
 def test_a_sequence_length_that_is_also_another_dimension_is_refused(kw: dict, message: str) -> None:
     from trainsim.sim.resize import resize_seq
@@ -274,6 +276,42 @@ def test_a_sequence_length_that_is_also_another_dimension_is_refused(kw: dict, m
     seq = kw["old_seq"]
     with pytest.raises(ConfigError, match=message):
         resize_seq(_seq_workload(seq=seq), 2 * seq, timer=_linear_timer, **kw)
+
+
+def test_a_length_no_activation_has_is_refused_and_heads_are_not_lengths() -> None:
+    """Review 2026-11-27: a wrong --old-seq-len resized nothing yet scaled the unpaired
+    backward nodes; a length equal to the head count doubled the heads."""
+    from trainsim.sim.resize import resize_seq
+
+    with pytest.raises(ConfigError, match="no activation of the trace has a dimension of 12"):
+        resize_seq(_seq_workload(), 24, old_seq=12)
+    with pytest.raises(ConfigError, match="head count or size"):
+        resize_seq(_seq_workload(seq=4, head=8), 8, old_seq=4)
+
+
+def test_foreach_optimizers_mark_every_parameter_and_fused_attention_backward_pairs() -> None:
+    """Review 2026-11-27 (H100 captures): a foreach SGD passes all parameters to one
+    `_foreach_add_` (params then grads, flattened): only its first input had been taken as a
+    parameter, so the other weights were resized as activations; the fused attention kernels'
+    backward nodes were unpaired (×length, not ×length²); and without kernel models the
+    attention bound was skipped."""
+    from dataclasses import replace
+
+    from trainsim.sim.resize import _param_ids, resize_seq
+
+    w = _seq_workload()
+    rg = w.ranks[0]
+    linear, sdpa, add, _upd = rg.ops
+    foreach = replace(_upd, name="aten::_foreach_add_",
+                      inputs=(_t((32, 16), 2), _t((6,), 12), _t((32, 16), 11), _t((6,), 13)))  # fmt: skip
+    bwd = Op(9, "autograd::engine::evaluate_function: ScaledDotProductEfficientAttentionBackward0", 1,
+             OpCategory.CPU_ONLY, start_s=1e-3, duration_s=80e-6)  # fmt: skip
+    rg = replace(rg, ops=(linear, sdpa, add, bwd, foreach))
+    assert _param_ids(rg) == {2, 12}  # the first list, not the gradients (ids recycled in traces)
+    out = resize_seq(replace(w, ranks=(rg,)), 16, old_seq=8, batch=2).ranks[0].ops  # no kernel models
+    assert out[1].predicted_s / out[1].duration_s == pytest.approx(4.0)  # s², not s
+    assert out[3].predicted_s / out[3].duration_s == pytest.approx(4.0)
+    assert "of op 1 aten::scaled_dot_product_attention" in out[3].provenance
 
 
 def test_capture_seq_len_is_checked_before_anything_runs(tmp_path: Path) -> None:

@@ -85,7 +85,7 @@ def capture(
         spec=spec, ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
         batch_size=spec.batch_size or 0, threads_per_rank=spec.threads_per_rank or 0,
         summary=example_info(model).summary, versions=_versions(torch.__version__),
-        seq_len=seq_len or (example_info(model).default_seq_len if device == "cpu" else None),
+        seq_len=seq_len or example_info(model).default_seq_len,
     )  # fmt: skip
     write_manifest(result)
     return result

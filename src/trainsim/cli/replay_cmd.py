@@ -86,13 +86,14 @@ def replay(
     if old_seq_len is not None and seq_len is None:
         raise ConfigError("--old-seq-len is the traced length of the --seq-len what-if; give --seq-len too")
     if batch is not None and seq_len is not None:
-        raise ConfigError("--batch and --seq-len: one resize at a time (replay the one, save it, resize again)")
+        raise ConfigError("--batch and --seq-len: one resize at a time")
     traced_batch = (old_batch or _manifest_batch(paths)) if batch is not None else None
     if batch is not None and traced_batch is None:
         raise ConfigError("--batch: which batch was traced? give --old-batch (no capture.json beside the trace says)")
     traced_seq = (old_seq_len or _manifest_field(paths, "seq_len")) if seq_len is not None else None
     if seq_len is not None and traced_seq is None:
-        raise ConfigError("--seq-len: which length was traced? give --old-seq-len (no capture.json beside the trace says)")
+        raise ConfigError("--seq-len: which length was traced? give --old-seq-len (no capture.json beside the trace "
+                          "records a sequence length: none there, not a sequence model, or captured before 2026-11-27)")
     if overheads is None:
         overheads = HostMode.SHARED if overhead_db is not None else HostMode.STATS
     if stats_iqr and (overheads is not HostMode.STATS or overhead_db is not None):

@@ -91,6 +91,9 @@ _BWD_FORWARD: dict[str, tuple[str, ...]] = {
     "safesoftmax": ("softmax", "scaleddotproductattention"),
     "softmax": ("softmax", "scaleddotproductattention"), "mean": ("mean", "adaptiveavgpool2d"),
     "stack": ("stack",), "cat": ("cat",), "index": ("index",),
+    # the fused attention kernels' backward nodes (review 2026-11-27: unpaired, they scaled with
+    # the length, not its square)
+    **dict.fromkeys(("scaleddotproductflashattention", "scaleddotproductefficientattention", "scaleddotproductcudnnattention", "scaleddotproductflashattentionforcpu"), ("scaleddotproductattention",)),
 }  # fmt: skip
 _FLOAT = {"float": "fp32", "float32": "fp32", "c10::half": "fp16", "half": "fp16",
           "c10::bfloat16": "bf16", "bfloat16": "bf16"}  # fmt: skip
@@ -215,12 +218,12 @@ class _Resizer:
             dt = next((_FLOAT[a.dtype.lower()] for a, _ in pairs if a.dtype.lower() in _FLOAT), "fp32")
             got = self.model_ratio(_Query("elementwise", dt, {"numel": n0}),
                                    _Query("elementwise", dt, {"numel": n1}), phase)  # fmt: skip
-        if got is None:
-            return work, "numel"
         q0, q1 = _model_query(old.name, old.inputs, old.outputs), _model_query(new.name, new.inputs, new.outputs)
         if q0 is not None and q1 is not None and q0.op == q1.op == "attention":  # s² work, not s
             flops = _attention_flops(q1) / _attention_flops(q0)
             work = max(work, flops) if flops >= 1.0 else min(work, flops)
+        if got is None:
+            return work, "numel"
         lo, hi = min(1.0, work), max(1.0, work)
         r = min(hi, max(lo, got[0]))
         return r, got[1] if r == got[0] else f"{got[1]} clamped to work ×{work:.4g}"
@@ -238,13 +241,18 @@ def _changed(old: Op, new: Op) -> list[tuple[TensorMeta, TensorMeta]]:
 
 
 def _param_ids(rg: RankGraph) -> set[int]:
-    """Tensor ids the optimizer updates in place (the first input of its in-place ops)."""
+    """Tensor ids the optimizer updates in place: the first input of its in-place ops, or the
+    whole first list of a foreach one (``aten::_foreach_add_(params, grads)``, the two lists
+    flattened: its first half; review 2026-11-27: taking the first input only left every other
+    weight to be resized as an activation). The other inputs are left out: gradient tensor ids
+    are recycled for activations in the traces (an H100 LLaMA capture's [4, 2048, 4096]
+    activations share ids with its gradients), parameters live the whole step."""
     out: set[int] = set()
     for op in rg.ops:
         if op.annotation.startswith("Optimizer.") and op.inputs and op.name.endswith("_"):
-            tid = op.inputs[0].tensor_id
-            if tid is not None:
-                out.add(tid)
+            shaped = [t for t in op.inputs if t.shape]
+            first = shaped[: max(1, len(shaped) // 2)] if "_foreach_" in op.name else op.inputs[:1]
+            out.update(t.tensor_id for t in first if t.tensor_id is not None)
     return out
 
 
@@ -399,20 +407,28 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
     for flag, v in (("--seq-len", new_seq), ("captured sequence length", old_seq)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
-    if batch == old_seq:
-        raise ConfigError(f"--seq-len: the traced batch and sequence length are both {old_seq}: a resize cannot "
-                          "tell their dimensions apart")  # fmt: skip
+    if old_seq < 2:
+        raise ConfigError("--seq-len: a traced length of 1 cannot be told apart from the unit dimensions")
+    if batch is not None and batch % old_seq == 0:
+        raise ConfigError(f"--seq-len: the traced batch {batch} is a multiple of the sequence length {old_seq}: a "
+                          "resize cannot tell [B, S] from flattened tokens [B·S]")  # fmt: skip
+    seen = False  # some activation has the traced length (else it was not the traced one)
     for rg in w.ranks:
         params = _param_ids(rg)
         for op in rg.ops:
             q = _model_query(op.name, op.inputs, op.outputs)
-            if q is not None and q.op == "attention" and q.inputs["head_dim"] == old_seq:
-                raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also the attention head size "
-                                  f"(op {op.name}): a resize cannot tell them apart")  # fmt: skip
+            if q is not None and q.op == "attention" and old_seq in (q.inputs["head_dim"], q.inputs["heads"]):
+                raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also the attention head count "
+                                  f"or size (op {op.name}): a resize cannot tell them apart")  # fmt: skip
+            seen = seen or any(old_seq in t.shape for t in (*op.inputs, *op.outputs)
+                               if t.tensor_id is None or t.tensor_id not in params)  # fmt: skip
             for t in (*op.inputs, *op.outputs):
                 if t.tensor_id is not None and t.tensor_id in params and old_seq in t.shape:
                     raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also a dimension of a "
                                       f"parameter {list(t.shape)} (op {op.name}): a resize cannot tell them apart")  # fmt: skip
+    if not seen and any(t.shape for rg in w.ranks for op in rg.ops for t in (*op.inputs, *op.outputs)):
+        raise ConfigError(f"--seq-len: no activation of the trace has a dimension of {old_seq}: is that the traced "
+                          "sequence length?")  # fmt: skip
     return _resize(w, _Resizer(old_seq, new_seq, timer, dim="seq"), "--seq-len",
                    {"old_seq_len": old_seq, "new_seq_len": new_seq})  # fmt: skip
 
