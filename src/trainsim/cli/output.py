@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from collections.abc import Iterable
 from enum import StrEnum
@@ -61,6 +60,7 @@ def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str
     existing file but a timeline trainsim wrote (its producer mark opens the file): a measured
     profiler trace is Chrome-trace JSON too."""
     from trainsim.errors import ConfigError
+    from trainsim.ir.serialize import is_trainsim_timeline
 
     if output is None:
         return
@@ -74,7 +74,7 @@ def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str
                 head = f.read(4096)
         except OSError as e:
             raise ConfigError(f"{flag} {output}: cannot read the existing file ({e.strerror})") from None
-        if not re.match(rb'\s*\{\s*"otherData"\s*:\s*\{\s*"producer"\s*:\s*"trainsim"', head):
+        if not is_trainsim_timeline(head):
             raise ConfigError(f"{flag} {output}: exists and is not a timeline trainsim wrote; "
                               "remove it or write the timeline elsewhere")  # fmt: skip
 

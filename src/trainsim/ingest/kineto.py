@@ -30,6 +30,7 @@ import numpy as np
 
 from trainsim.errors import ConfigError, TraceFormatError
 from trainsim.gcpause import gc_paused
+from trainsim.ir.serialize import is_trainsim_timeline
 
 MAX_COUNT = 1 << 48  # bytes or elements of one tensor or message; more is a corrupt value
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]  # bytes and element counts
@@ -243,12 +244,8 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
         )  # fmt: skip
 
 
-# what `trainsim ... --timeline` writes first (sim/timeline.py): a simulation, not a measurement
-_OWN_TIMELINE = re.compile(rb'\s*\{\s*"otherData"\s*:\s*\{\s*"producer"\s*:\s*"trainsim"')
-
-
 def _decode_document(name: str, data: bytes) -> _Doc:
-    if _OWN_TIMELINE.match(data[:256].removeprefix(b"\xef\xbb\xbf")):
+    if is_trainsim_timeline(data[:256]):  # a simulation, not a measurement
         raise TraceFormatError(name, "a timeline trainsim wrote (--timeline: a simulated step), not a profiler "
                                      "trace: give the trace it was simulated from")  # fmt: skip
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,17 @@ def load_workload(path: str | os.PathLike[str]) -> Workload:
     except (OSError, json.JSONDecodeError) as e:
         raise GraphError(f"{p}: cannot read workload JSON: {e}") from e
     return workload_from_dict(doc)
+
+
+# The mark a timeline trainsim writes opens its file with (sim/timeline.py): what tells it from a
+# measured Chrome-trace JSON, both for replacing it (cli.output) and for refusing it as a trace.
+TIMELINE_PRODUCER = "trainsim"
+_TIMELINE_MARK = re.compile(rb'\s*\{\s*"otherData"\s*:\s*\{\s*"producer"\s*:\s*"' + TIMELINE_PRODUCER.encode() + rb'"')
+
+
+def is_trainsim_timeline(head: bytes) -> bool:
+    """Whether a file's first bytes (a UTF-8 BOM allowed) open a timeline trainsim wrote."""
+    return _TIMELINE_MARK.match(head.removeprefix(b"\xef\xbb\xbf")) is not None
 
 
 def write_json_atomic(path: Path, doc: Any, *, indent: int | None = None) -> None:

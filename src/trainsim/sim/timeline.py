@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainsim.ir.serialize import write_json_atomic
+from trainsim.ir.serialize import TIMELINE_PRODUCER, write_json_atomic
 from trainsim.sim.result import SimResult
 
 _US = 1e6
@@ -89,9 +89,6 @@ def timeline_events(res: SimResult) -> list[dict[str, Any]]:
         events.append(_x(f"{s.kind.value}: {s.label[:100]}", "critical_path", (s.rank, _PATH_TID),
                          s.start_s, s.end_s, kind=s.kind.value))  # fmt: skip
     return events
-
-
-TIMELINE_PRODUCER = "trainsim"
 
 
 def write_timeline(res: SimResult, path: str | Path) -> Path:
