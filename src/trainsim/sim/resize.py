@@ -210,18 +210,17 @@ class _Resizer:
             return 1.0, "weight-sized"
         s0 = sum(a.numel for a, _ in pairs)
         work = sum(b.numel for _, b in pairs) / s0 if s0 else self.factor
-        got = self.model_ratio(_model_query(old.name, old.inputs, old.outputs),
-                               _model_query(new.name, new.inputs, new.outputs), phase)  # fmt: skip
+        q0, q1 = _model_query(old.name, old.inputs, old.outputs), _model_query(new.name, new.inputs, new.outputs)
+        if q0 is not None and q1 is not None and q0.op == q1.op == "attention":  # s² work, not s
+            flops = _attention_flops(q1) / _attention_flops(q0)
+            work = max(work, flops) if flops >= 1.0 else min(work, flops)
+        got = self.model_ratio(q0, q1, phase)
         if got is None:
             n0 = max(a.numel for a, _ in pairs)
             n1 = max(b.numel for _, b in pairs)
             dt = next((_FLOAT[a.dtype.lower()] for a, _ in pairs if a.dtype.lower() in _FLOAT), "fp32")
             got = self.model_ratio(_Query("elementwise", dt, {"numel": n0}),
                                    _Query("elementwise", dt, {"numel": n1}), phase)  # fmt: skip
-        q0, q1 = _model_query(old.name, old.inputs, old.outputs), _model_query(new.name, new.inputs, new.outputs)
-        if q0 is not None and q1 is not None and q0.op == q1.op == "attention":  # s² work, not s
-            flops = _attention_flops(q1) / _attention_flops(q0)
-            work = max(work, flops) if flops >= 1.0 else min(work, flops)
         if got is None:
             return work, "numel"
         lo, hi = min(1.0, work), max(1.0, work)
