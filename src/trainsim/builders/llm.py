@@ -140,6 +140,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     from trainsim.builders.memory import (
         _layer_params_per_gpu,
         _zero_groups,
+        embedding_params_per_gpu,
         stage_layers,
         stage_params_split,
     )
@@ -259,7 +260,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             outside = dense - n * layer_dense  # embedding (first stage), final norm and head (last)
             # the first stage's embedding ends the backward; the rest (a last stage's final norm
             # and head, or its tied copy) starts it; pp 1 has both (memory._stage_params_split)
-            end = model.embedding_params(plan.tp) / plan.tp + model.position_params() if first else 0.0
+            end = embedding_params_per_gpu(model, plan) if first else 0.0
             st.dp_comm = _overlap_reduction(
                 st.dp_comm, comm, window_s=bwd / chunks, chunks=chunks, pp=plan.pp,
                 outside_end=end / dense if dense > 0 else 0.0,

@@ -213,6 +213,12 @@ def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int) -> tuple[float, fl
     return dense + router, experts
 
 
+def embedding_params_per_gpu(model: ModelSpec, plan: Plan) -> float:
+    """The first stage's parameters before its layers, on one GPU: the token embedding's shard
+    (001 Eq. 1–2 padding, ÷ tp rows) and the replicated position table."""
+    return model.embedding_params(plan.tp) / plan.tp + model.position_params()
+
+
 def _zero_groups(layer_params: tuple[float, float], ep: int) -> tuple[float, float]:
     """:func:`_layer_params_per_gpu`'s (dense, expert) split as ZeRO shards it: the experts
     apart (over dp·cp/ep ranks) only with expert parallelism; without it they shard with the
@@ -233,7 +239,7 @@ def _stage_params_split(
     dense, expert = n * dense_layer, n * expert_layer
     vocab_shard = model.embedding_params(plan.tp) / plan.tp  # 001 Eq. 1–2 padding, ÷ tp rows
     if stage == 0:
-        dense += vocab_shard + model.position_params()  # the position table is replicated
+        dense += embedding_params_per_gpu(model, plan)
     if stage == plan.pp - 1:
         dense += model.norm_params()
         # Untied: the output projection. Tied with pp > 1: Megatron keeps a copy of the
