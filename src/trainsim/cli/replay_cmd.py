@@ -236,6 +236,10 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
     return out
 
 
+# below this share of kernel time in ops with shapes, a resize mostly keeps the traced times
+RESIZE_SHAPED_MIN = 0.5
+
+
 def _resize_report(meta: dict[str, Any]) -> dict[str, Any]:
     """The resize's rule counts, and a warning when ops with recorded shapes hold little of the
     traced kernel time (the rest is re-predicted as weight-sized, unchanged)."""
@@ -245,10 +249,6 @@ def _resize_report(meta: dict[str, Any]) -> dict[str, Any]:
         out["warning"] = (f"ops with recorded tensor shapes hold only {100 * share:.0f} % of the traced kernel time: "
                           "the rest was kept as it was traced (record shapes, or link the execution trace)")  # fmt: skip
     return out
-
-
-# below this share of kernel time in ops with shapes, a resize mostly keeps the traced times
-RESIZE_SHAPED_MIN = 0.5
 
 
 def _straggler_rank(text: str) -> tuple[int, float]:

@@ -158,15 +158,11 @@ def replay_paths(
     *,
     step: str | int = "median",
     link_et: bool = True,
-    timeline: str | Path | None = None,
 ) -> Replay:
+    """Load and simulate; the CLI writes the timeline itself (after its what-ifs are checked)."""
     loaded = load_for_replay(paths, step=step, link_et=link_et)
     workload = loaded.workload
     result = simulate(workload, options)
-    if timeline is not None:
-        from trainsim.sim.timeline import write_timeline
-
-        write_timeline(result, timeline)
     files = tuple(str(f) for f in workload.metadata.get("files", paths))
     return Replay(
         files, workload, result, loaded.collectives, loaded.et_link, sampled=loaded.sampled
