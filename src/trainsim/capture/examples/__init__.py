@@ -46,11 +46,7 @@ class ExampleInfo:
 
     def build(self, *, batch_size: int, device: str, seed: int, seq_len: int | None = None) -> TrainingStep:
         builder: Any = importlib.import_module(self.module).build
-        more = dict(self.options)
-        if seq_len is not None:
-            if self.default_seq_len is None:
-                raise CaptureError(f"{self.module.rsplit('.', 1)[-1]} example: not a sequence model (no --seq-len)")
-            more["seq_len"] = seq_len
+        more = {**self.options, **({"seq_len": seq_len} if seq_len is not None else {})}  # capture.validate checks it
         step: TrainingStep = builder(batch_size=batch_size, device=device, seed=seed, **more)
         return step
 
