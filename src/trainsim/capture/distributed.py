@@ -8,6 +8,7 @@ reported with its tail; a worker that fails or hangs stops the others.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import socket
@@ -177,6 +178,7 @@ def _worker(spec: CaptureSpec, rank: int, port: int, work_dir: str, env: dict[st
     """Entry point of one rank, in a process forked by the forkserver or spawned afresh."""
     work = Path(work_dir)
     _redirect_output(_log_path(work, rank))
+    faulthandler.enable(all_threads=True)  # a crash in torch's C++ leaves its Python stack in the log
     os.environ.clear()
     os.environ.update(env)
     os.environ.update(
