@@ -154,6 +154,24 @@ def test_suite_runs_end_to_end_on_one_real_capture(tmp_path: Path, monkeypatch: 
     assert doc["base_replay"][0]["model"] == "dlrm"
 
 
+def test_suite_adds_sequence_and_hidden_cases_for_gpt2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plumbing of the sequence and hidden cases on one real GPT-2 capture reused for every
+    configuration (the numbers mean nothing here)."""
+    from trainsim.capture import capture
+    from trainsim.validate import cpu_e2e_suite as suite
+
+    folder = tmp_path / "gpt2"
+    capture(model="gpt2", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1)
+    monkeypatch.setattr(suite, "MODELS", ("gpt2",))
+    monkeypatch.setattr(suite, "_capture", lambda *a, **k: folder)
+    doc = suite.run_cpu_e2e_suite(tmp_path, repeats=1, resume=str(tmp_path / "cache"))
+    assert [c["case"] for c in doc["seq_cases"]] == ["gpt2 seq 64->32", "gpt2 seq 64->128"]
+    assert [c["case"] for c in doc["hidden_cases"]] == ["gpt2 hidden 128->64", "gpt2 hidden 128->256"]
+    narrow, wide = doc["hidden_cases"]
+    assert narrow["predicted_s"] < wide["predicted_s"] and narrow["hidden_from"] == 128 and wide["hidden_to"] == 256
+    assert doc["summary"]["hidden_geomean_abs_err_pct"] is not None and doc["summary"]["seq_geomean_abs_err_pct"] is not None
+
+
 @pytest.mark.slow
 def test_replay_batch_what_if_on_a_cpu_capture(tmp_path: Path) -> None:
     """`trainsim replay CAPTURE --batch N` on a real CPU capture: the host CPU's kernel models."""
@@ -348,4 +366,115 @@ def test_replay_seq_len_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     assert w["applied"][0].startswith("sequence 48 → 96 tokens")
     assert w["predicted_step_s"] > doc["predicted_step_s"] and w["resize"]["shaped_time_fraction"] > 0.9
     res = CliRunner().invoke(app, ["replay", str(folder), "--seq-len", "96", "--batch", "4"])
+    assert res.exit_code == 1 and "one resize at a time" in str(res.exception)
+
+
+def _hidden_workload(*, batch: int = 3, seq: int = 6, hidden: int = 32, heads: int = 4) -> Workload:
+    """A CPU step of a one-layer decoder at hidden H: token and position lookups (the position
+    table is [H, H]: its rows equal the width), a [3H, H] projection, attention over H/heads,
+    an lm head tied to the token table (vocabulary 50), the loss, backward nodes, SGD."""
+    b, s, h, hd, v = batch, seq, hidden, hidden // heads, 50
+    specs = [
+        ("aten::embedding", [_t((v, h), 20), _t((b, s), 21, "long")], [_t((b, s, h), 22)], 20.0, ""),
+        ("aten::embedding", [_t((h, h), 23), _t((1, s), 24, "long")], [_t((1, s, h), 25)], 5.0, ""),
+        ("aten::linear", [_t((b, s, h), 22), _t((3 * h, h), 2)], [_t((b, s, 3 * h), 3)], 100.0, ""),
+        ("aten::scaled_dot_product_attention", [_t((b, heads, s, hd), 4), _t((b, heads, s, hd), 5),
+                                                _t((b, heads, s, hd), 6)], [_t((b, heads, s, hd), 7)], 40.0, ""),
+        ("aten::linear", [_t((b, s, h), 8), _t((v, h), 20)], [_t((b, s, v), 9)], 60.0, ""),
+        ("aten::cross_entropy_loss", [_t((b * s, v), 10), _t((b * s,), 11, "long")], [_t((), 12)], 30.0, ""),
+        ("autograd::engine::evaluate_function: MmBackward0", [], [], 120.0, ""),
+        ("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", [], [], 5.0, ""),
+        ("aten::add_", [_t((v, h), 20), _t((v, h), 30)], [_t((v, h), 20)], 8.0, OPT),
+        ("aten::add_", [_t((h, h), 23), _t((h, h), 31)], [_t((h, h), 23)], 4.0, OPT),
+        ("aten::add_", [_t((3 * h, h), 2), _t((3 * h, h), 32)], [_t((3 * h, h), 2)], 6.0, OPT),
+    ]  # fmt: skip
+    return _cpu_step(specs)
+
+
+def _work_timer(op: str, phase: str, dtype: str, **x: float) -> tuple[float, str]:
+    """A fake model: 10 µs fixed + 1 ns per multiply-add of a GEMM, per element otherwise."""
+    work = x["batch"] * x["m"] * x["n"] * x["k"] if op == "gemm" else x.get("numel", x.get("m", 1.0))
+    return 1e-5 + 1e-9 * work, "fake"
+
+
+def test_a_hidden_resize_scales_every_width_and_keeps_table_rows() -> None:
+    from trainsim.sim.resize import resize_hidden
+
+    w = resize_hidden(_hidden_workload(), 64, timer=_work_timer)  # traced width: the tables'
+    tok, pos, proj, sdpa, head, loss, mm_bwd, acc, *upd = w.ranks[0].ops
+    assert tok.inputs[0].shape == (50, 64) and tok.outputs[0].shape == (3, 6, 64)  # vocabulary rows kept
+    assert pos.inputs[0].shape == (32, 64)  # position rows kept, though equal to the traced width
+    assert [t.shape for t in proj.inputs] == [(3, 6, 64), (192, 64)] and proj.outputs[0].shape == (3, 6, 192)
+    assert sdpa.inputs[0].shape == (3, 4, 6, 16)  # same heads, twice the head size
+    assert head.outputs[0].shape == (3, 6, 50) and loss.inputs[0].shape == (18, 50)  # logits: vocabulary
+    assert loss.predicted_s == pytest.approx(loss.duration_s) and "weight-sized" in loss.provenance
+    # GEMM work bound by FLOPs: the projection's weight grows too (×4 FLOPs on ×2 tensors)
+    assert 2.0 < proj.predicted_s / proj.duration_s <= 4.0
+    assert "model gemm bwd (of op 2 aten::linear)" in mm_bwd.provenance  # paired by the rule of _pair_backward
+    assert all(u.predicted_s > u.duration_s and "optimizer" in u.provenance for u in upd)
+    # all parameter elements: tables ×2 (rows kept), the projection ×4
+    assert acc.predicted_s / acc.duration_s == pytest.approx((50 * 64 + 32 * 64 + 192 * 64) / (50 * 32 + 32 * 32 + 96 * 32))
+    meta = w.metadata["resize"]
+    assert meta["old_hidden"] == 32 and meta["widths"] == {"8": 16, "32": 64, "96": 192}
+
+
+@pytest.mark.parametrize(("kw", "new", "message"), [
+    ({"seq": 8}, 64, r"the traced width 8 is also a token count or head count"),  # head size 8 = S
+    ({}, 30, r"the traced width 8 would become 7.5 .* choose a multiple of 4"),
+    ({}, 64, r"--old-hidden 96: the trace's embedding tables are \[32\] wide"),
+])  # fmt: skip
+def test_a_hidden_resize_refuses_what_shapes_cannot_tell(kw: dict, new: int, message: str) -> None:
+    from trainsim.sim.resize import resize_hidden
+
+    old = 96 if "old-hidden" in message else None
+    with pytest.raises(ConfigError, match=message):
+        resize_hidden(_hidden_workload(**kw), new, old_hidden=old)
+
+
+def test_a_hidden_resize_refuses_several_ranks() -> None:
+    from dataclasses import replace
+
+    from trainsim.sim.resize import resize_hidden
+
+    w = _hidden_workload()
+    two = replace(w, ranks=(w.ranks[0], replace(w.ranks[0], rank=1)))
+    with pytest.raises(ConfigError, match=r"one rank without collectives.*2 ranks"):
+        resize_hidden(two, 64)
+
+
+def test_capture_hidden_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    from trainsim.capture import capture
+    from trainsim.errors import CaptureError
+
+    with pytest.raises(CaptureError, match="the resnet example takes none"):
+        capture(model="resnet", out_dir=tmp_path / "a", hidden=64)
+    with pytest.raises(CaptureError, match="multiple of its 4 attention heads, got 66"):
+        capture(model="gpt2", out_dir=tmp_path / "b", hidden=66)
+
+
+@pytest.mark.slow
+def test_replay_hidden_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
+    """`trainsim replay CAPTURE --hidden N` on a real CPU capture at width 64: the traced width
+    from capture.json, every width of GPT-2 (3H, 4H, the head size) resized, a wider model
+    predicts a longer step."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from trainsim.capture import capture
+    from trainsim.cli.main import _register, app
+
+    folder = tmp_path / "g"
+    capture(model="gpt2", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1, batch_size=2, seq_len=48,
+            hidden=64)  # at its default length 64 the width would be a token count: refused
+    assert json.loads((folder / "capture.json").read_text())["hidden"] == 64
+    _register()
+    res = CliRunner().invoke(app, ["replay", str(folder), "--hidden", "128", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    w = doc["whatif"]
+    assert w["applied"][0].startswith("hidden 64 → 128")
+    assert w["resize"]["widths"] == {"16": 32, "64": 128, "192": 384, "256": 512}
+    assert w["predicted_step_s"] > doc["predicted_step_s"]
+    res = CliRunner().invoke(app, ["replay", str(folder), "--hidden", "96", "--seq-len", "32"])
     assert res.exit_code == 1 and "one resize at a time" in str(res.exception)

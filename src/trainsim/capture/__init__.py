@@ -48,20 +48,22 @@ def capture(
     timeout_s: float = 600.0,
     overwrite: bool = False,
     seq_len: int | None = None,
+    hidden: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CaptureResult:
     """Capture ``steps`` training steps of example ``model`` on ``nproc`` ranks into ``out_dir``.
 
     ``batch_size`` is per rank (default: the example's); ``seq_len`` (sequence models only)
-    tokens per sequence (default: the example's). ``threads_per_rank`` sets torch's
-    intra-op threads in each rank (default: the usable cores shared evenly); on a loaded machine
-    fewer threads avoid OpenMP oversubscription, which slows CPU steps down severalfold.
+    tokens per sequence and ``hidden`` (gpt2) its width (default: the example's).
+    ``threads_per_rank`` sets torch's intra-op threads in each rank (default: the usable cores
+    shared evenly); on a loaded machine fewer threads avoid OpenMP oversubscription, which slows
+    CPU steps down severalfold.
     ``progress`` receives one line once the request is validated (the CLI prints it).
     """
     spec = CaptureSpec(
         model=model, out_dir=str(Path(out_dir).resolve()), nproc=nproc, steps=steps,
         warmup_steps=warmup_steps, batch_size=batch_size, device=device,
-        threads_per_rank=threads_per_rank, timeout_s=timeout_s, seq_len=seq_len,
+        threads_per_rank=threads_per_rank, timeout_s=timeout_s, seq_len=seq_len, hidden=hidden,
     )  # fmt: skip
     validate(spec)
     spec = replace(
@@ -86,6 +88,7 @@ def capture(
         batch_size=spec.batch_size or 0, threads_per_rank=spec.threads_per_rank or 0,
         summary=example_info(model).summary, versions=_versions(torch.__version__),
         seq_len=seq_len or example_info(model).default_seq_len,
+        hidden=hidden or example_info(model).default_hidden,
     )  # fmt: skip
     write_manifest(result)
     return result
@@ -97,6 +100,7 @@ def validate(spec: CaptureSpec) -> None:
     for flag, value in (
         ("--nproc", spec.nproc), ("--steps", spec.steps), ("--warmup", spec.warmup_steps),
         ("--batch-size", spec.batch_size), ("--threads", spec.threads_per_rank), ("--seq-len", spec.seq_len),
+        ("--hidden", spec.hidden),
     ):  # fmt: skip
         if value is not None and value < 1:
             raise CaptureError(f"{flag} must be at least 1, got {value}")
@@ -109,6 +113,12 @@ def validate(spec: CaptureSpec) -> None:
         if info.max_seq_len is not None and spec.seq_len > info.max_seq_len:
             raise CaptureError(f"--seq-len: the {spec.model} example takes at most {info.max_seq_len} "
                                f"(its learned positions), got {spec.seq_len}")  # fmt: skip
+    if spec.hidden is not None:
+        if info.default_hidden is None:
+            raise CaptureError(f"--hidden: the {spec.model} example takes none (gpt2 does)")
+        if spec.hidden % info.hidden_multiple:
+            raise CaptureError(f"--hidden: the {spec.model} example's width must be a multiple of its "
+                               f"{info.hidden_multiple} attention heads, got {spec.hidden}")  # fmt: skip
     if spec.device not in DEVICES:
         raise CaptureError(f"unknown device {spec.device!r}; choose one of: {', '.join(DEVICES)}")
     if spec.device == "cuda":

@@ -40,6 +40,7 @@ class CaptureSpec:
     warmup_steps: int = 2  # untraced steps before the traced ones (first steps are slow)
     batch_size: int | None = None  # None: the example's default
     seq_len: int | None = None  # None: the example's default (sequence models only)
+    hidden: int | None = None  # None: the example's default (examples with a width to choose)
     device: str = "cpu"
     threads_per_rank: int | None = None  # intra-op CPU threads per rank; None: cores // nproc
     seed: int = 0
@@ -91,6 +92,7 @@ class CaptureResult:
     threads_per_rank: int
     summary: str
     seq_len: int | None = None  # tokens per sequence (sequence models; None: not one)
+    hidden: int | None = None  # hidden size (examples with a width to choose; None: not one)
     versions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -114,6 +116,7 @@ class CaptureResult:
             "warmup_steps": s.warmup_steps,
             "batch_size": self.batch_size,
             "seq_len": self.seq_len,
+            "hidden": self.hidden,
             "device": s.device,
             "threads_per_rank": self.threads_per_rank,
             "backend": s.backend if s.nproc > 1 else None,

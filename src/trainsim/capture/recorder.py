@@ -41,6 +41,7 @@ def _make_step(spec: CaptureSpec, *, rank: int, world_size: int) -> Callable[[],
         device=device,
         seed=spec.seed + rank,
         seq_len=spec.seq_len,
+        hidden=spec.hidden,
     )
     module: torch.nn.Module = example.model
     if world_size > 1:

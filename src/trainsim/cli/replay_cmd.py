@@ -62,6 +62,8 @@ def replay(
     old_batch: int | None = typer.Option(None, "--old-batch", help="--batch: the traced batch size (default: the capture.json beside the trace)."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="What-if: the step at this sequence length (resize along the sequence: shapes rescaled, kernels re-timed, attention by its s² work)."),
     old_seq_len: int | None = typer.Option(None, "--old-seq-len", help="--seq-len: the traced sequence length (default: the capture.json beside the trace)."),
+    hidden: int | None = typer.Option(None, "--hidden", help="What-if: the step at this hidden size (one rank; every width scales with it: weights, activations, the head size; kernels re-timed)."),
+    old_hidden: int | None = typer.Option(None, "--old-hidden", help="--hidden: the traced hidden size (default: capture.json, else the width of the trace's embedding tables)."),
     segments: bool = typer.Option(False, "--segments", help="JSON: include every critical-path segment."),
 ) -> None:  # fmt: skip
     """Simulate the traced step (critical path over CPU threads, streams and ranks)."""
@@ -78,15 +80,19 @@ def replay(
         _family(family)
     if network is not None:
         _factor(network, "--network-speedup")
-    for flag, v in (("--batch", batch), ("--old-batch", old_batch), ("--seq-len", seq_len), ("--old-seq-len", old_seq_len)):
+    for flag, v in (("--batch", batch), ("--old-batch", old_batch), ("--seq-len", seq_len), ("--old-seq-len", old_seq_len),
+                    ("--hidden", hidden), ("--old-hidden", old_hidden)):  # fmt: skip
         if v is not None and v < 1:
             raise ConfigError(f"{flag} must be a positive integer, got {v}")
     if old_batch is not None and batch is None:
         raise ConfigError("--old-batch is the traced batch of the --batch what-if; give --batch too")
     if old_seq_len is not None and seq_len is None:
         raise ConfigError("--old-seq-len is the traced length of the --seq-len what-if; give --seq-len too")
-    if batch is not None and seq_len is not None:
-        raise ConfigError("--batch and --seq-len: one resize at a time")
+    if old_hidden is not None and hidden is None:
+        raise ConfigError("--old-hidden is the traced hidden size of the --hidden what-if; give --hidden too")
+    asked = [f for f, v in (("--batch", batch), ("--seq-len", seq_len), ("--hidden", hidden)) if v is not None]
+    if len(asked) > 1:
+        raise ConfigError(f"{' and '.join(asked)}: one resize at a time")
     traced_batch = (old_batch or _manifest_batch(paths)) if batch is not None else None
     if batch is not None and traced_batch is None:
         raise ConfigError("--batch: which batch was traced? give --old-batch (no capture.json beside the trace says)")
@@ -113,7 +119,8 @@ def replay(
         rep = replay_paths(paths, options, step=_step(step), link_et=not no_et)
         whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family,
                           resize=(traced_batch, batch) if batch is not None and traced_batch else None,
-                          resize_seq=(traced_seq, seq_len, _manifest_batch(paths)) if seq_len is not None and traced_seq else None)  # fmt: skip
+                          resize_seq=(traced_seq, seq_len, _manifest_batch(paths)) if seq_len is not None and traced_seq else None,
+                          resize_hidden=(old_hidden or _manifest_field(paths, "hidden"), hidden) if hidden is not None else None)  # fmt: skip
     if timeline is not None:  # after the what-ifs: a refused one leaves no file behind
         from trainsim.sim.timeline import write_timeline
 
@@ -193,7 +200,8 @@ def _resize_timer(w: Any) -> tuple[Any, str]:
 
 
 def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | None, family: str | None,
-             resize: tuple[int, int] | None = None, resize_seq: tuple[int, int, int | None] | None = None) -> dict[str, Any]:  # fmt: skip
+             resize: tuple[int, int] | None = None, resize_seq: tuple[int, int, int | None] | None = None,
+             resize_hidden: tuple[int | None, int] | None = None) -> dict[str, Any]:  # fmt: skip
     from trainsim.errors import ConfigError
     from trainsim.sim import simulate, whatif
 
@@ -211,6 +219,12 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
         timer, note = _resize_timer(w)
         w = resize_sequence(w, resize_seq[1], old_seq=resize_seq[0], batch=resize_seq[2], timer=timer)
         applied.append(f"sequence {resize_seq[0]} → {resize_seq[1]} tokens (kernel models: {note})")
+    if resize_hidden is not None:
+        from trainsim.sim.resize import resize_hidden as resize_width
+
+        timer, note = _resize_timer(w)
+        w = resize_width(w, resize_hidden[1], old_hidden=resize_hidden[0], timer=timer)
+        applied.append(f"hidden {w.metadata['resize']['old_hidden']} → {resize_hidden[1]} (kernel models: {note})")
     if straggler is not None:
         r, f = _straggler_rank(straggler)
         if r not in {g.rank for g in w.ranks}:
@@ -231,7 +245,7 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
     out = {"applied": applied, "predicted_step_s": res.predicted_step_s,
            "change_pct": 100.0 * (res.predicted_step_s - base) / base if base > 0 else None,
            "critical_path_by_kind_s": res.critical_path_by_kind()}  # fmt: skip
-    if resize is not None or resize_seq is not None:
+    if resize is not None or resize_seq is not None or resize_hidden is not None:
         out["resize"] = _resize_report(w.metadata["resize"])
     return out
 
@@ -245,6 +259,8 @@ def _resize_report(meta: dict[str, Any]) -> dict[str, Any]:
     traced kernel time (the rest is re-predicted as weight-sized, unchanged)."""
     share = meta.get("shaped_time_fraction")
     out = {"rules": meta.get("rules", {}), "shaped_time_fraction": share}
+    if "widths" in meta:  # --hidden: every traced width and what it became
+        out["widths"] = meta["widths"]
     if share is not None and share < RESIZE_SHAPED_MIN:
         out["warning"] = (f"ops with recorded tensor shapes hold only {100 * share:.0f} % of the traced kernel time: "
                           "the rest was kept as it was traced (record shapes, or link the execution trace)")  # fmt: skip

@@ -118,14 +118,15 @@ def _print_table(doc: dict[str, Any]) -> None:
         for c in cases:
             t.add_row(*(_fmt(c.get(k)) for k in keys))
         out.print(t)
-        if doc.get("seq_cases"):  # cpu-e2e: the same resize along the sequence
-            st = Table(title="along the sequence", title_justify="left")
-            skeys = [k for k in doc["seq_cases"][0] if not isinstance(doc["seq_cases"][0][k], list | dict)][:8]
-            for k in skeys:
-                st.add_column(k)
-            for c in doc["seq_cases"]:
-                st.add_row(*(_fmt(c.get(k)) for k in skeys))
-            out.print(st)
+        for key, title in (("seq_cases", "along the sequence"), ("hidden_cases", "along the hidden size")):
+            if doc.get(key):  # cpu-e2e: the same resize along the sequence or the hidden size
+                st = Table(title=title, title_justify="left")
+                skeys = [k for k in doc[key][0] if not isinstance(doc[key][0][k], list | dict)][:8]
+                for k in skeys:
+                    st.add_column(k)
+                for c in doc[key]:
+                    st.add_row(*(_fmt(c.get(k)) for k in skeys))
+                out.print(st)
         s001 = [c for c in cases if c.get("group") == "seed001"]
         if s001:  # comm: paper 001's sweeps, ours beside the paper's and the data's noise floor
             t = Table(title="paper 001's NCCL sweeps: held-out MAPE %", title_justify="left")

@@ -1,7 +1,9 @@
-"""Resize what-if: a captured workload at another batch size or sequence length (002 §4.5.1.1, *resize*).
+"""Resize what-if: a captured workload at another batch size, sequence length or hidden size
+(002 §4.5.1.1, *resize*).
 
-:func:`resize_batch` and :func:`resize_seq` are pure passes Workload → Workload. They rewrite
-every op's input and output shapes along the batch (sequence) dimension, then re-predict the
+:func:`resize_batch`, :func:`resize_seq` and :func:`resize_hidden` are pure passes Workload →
+Workload. They rewrite every op's input and output shapes along the batch (sequence, hidden)
+dimension, then re-predict the
 op's work as its measured duration times a ratio, with a provenance naming the rule used
 (first that applies):
 
@@ -41,6 +43,18 @@ a non-parameter tensor equal to the traced length (``[B, S, H]``, token ids ``[B
 (``s²``), not its elements'. A traced length equal to a dimension of a parameter (a hidden or
 head size) or to the batch cannot be told apart from it: refused.
 
+Hidden dimension (:func:`resize_hidden`, one rank without collectives; Approximation, from
+shapes alone): every width scales with the hidden size H → H' — H itself, every dimension of a
+parameter other than an embedding table's rows (3H, 4H, a GQA projection's kv·d; vocabulary
+and positions are rows), and the attention head size (the heads stay) — wherever it appears,
+in parameters and activations alike (an embedding table keeps its rows: ``[V, H]`` → ``[V, H']``
+even when V equals H). The parameters change, so the optimizer's ops take the rules above on
+their new shapes and AccumulateGrad the ratio of all parameter elements, and a GEMM's work bound
+is its FLOP ratio (×4 for a ``[4H, H]`` weight at 2H). A width equal to a token count (the
+dimensions of the embedding lookups' indices, B, S and B·S) or to the head count cannot be
+told apart from it: refused, as is a width that would not stay an integer. Widths not
+proportional to H in the real family (LLaMA's MLP rounding) are scaled proportionally anyway.
+
 Batch dimension (Approximation, from shapes alone): parameters are the tensors the optimizer
 updates in place (their tensor ids); every other tensor whose leading dimension is a multiple
 of the old batch is scaled there (``[B, ...]``, ``[B·S, H]``), and a 1-D integer tensor (a
@@ -61,6 +75,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.ir.graph import Op, RankGraph, TensorMeta, Workload
@@ -156,14 +171,27 @@ def _model_query(name: str, ins: Sequence[TensorMeta], outs: Sequence[TensorMeta
 
 
 class _Resizer:
-    def __init__(self, old: int, new: int, timer: OpTimer | None, *, dim: str = "batch") -> None:
+    def __init__(self, old: int, new: int, timer: OpTimer | None, *, dim: str = "batch",
+                 widths: dict[int, int] | None = None, tables: frozenset[int] = frozenset(),
+                 param_ratio: float = 1.0) -> None:  # fmt: skip
         self.old, self.new, self.factor = old, new, new / old
         self.timer = timer
-        self.dim = dim  # "batch" or "seq"
+        self.dim = dim  # "batch", "seq" or "hidden"
+        # hidden: every width (old -> new; hidden, its multiples, the head size), the tensor ids
+        # of embedding tables (rows kept, width resized) and new / old parameter elements
+        self.widths, self.tables, self.param_ratio = widths or {}, tables, param_ratio
         self._cache: dict[tuple[str, str, str, tuple[tuple[str, float], ...]], float | None] = {}
 
     # --- shapes ---------------------------------------------------------------------------
     def tensor(self, t: TensorMeta, params: set[int]) -> TensorMeta:
+        if self.dim == "hidden":  # parameters too: their widths are the model's
+            if not t.shape:
+                return t
+            if t.tensor_id is not None and t.tensor_id in self.tables:  # [rows, width]
+                shape = (*t.shape[:-1], self.widths.get(t.shape[-1], t.shape[-1]))
+            else:
+                shape = tuple(self.widths.get(d, d) for d in t.shape)
+            return t if shape == t.shape else replace(t, shape=shape)
         if not t.shape or (t.tensor_id is not None and t.tensor_id in params):
             return t
         if self.dim == "seq":
@@ -211,8 +239,10 @@ class _Resizer:
         s0 = sum(a.numel for a, _ in pairs)
         work = sum(b.numel for _, b in pairs) / s0 if s0 else self.factor
         q0, q1 = _model_query(old.name, old.inputs, old.outputs), _model_query(new.name, new.inputs, new.outputs)
-        if q0 is not None and q1 is not None and q0.op == q1.op == "attention":  # s² work, not s
-            flops = _attention_flops(q1) / _attention_flops(q0)
+        if q0 is not None and q1 is not None and q0.op == q1.op and q0.op in _FLOPS:
+            # work by FLOPs where they outgrow the elements: attention's s², a GEMM whose
+            # weight is resized too (hidden: h² FLOPs on h-sized tensors)
+            flops = _FLOPS[q0.op](q1) / _FLOPS[q0.op](q0)
             work = max(work, flops) if flops >= 1.0 else min(work, flops)
         got = self.model_ratio(q0, q1, phase)
         if got is None:
@@ -231,6 +261,14 @@ class _Resizer:
 def _attention_flops(q: _Query) -> float:
     x = q.inputs
     return x["batch"] * x["heads"] * x["seq_len"] ** 2 * x["head_dim"]
+
+
+def _gemm_flops(q: _Query) -> float:
+    x = q.inputs
+    return x["batch"] * x["m"] * x["n"] * x["k"]
+
+
+_FLOPS: dict[str, Callable[[_Query], float]] = {"attention": _attention_flops, "gemm": _gemm_flops}
 
 
 def _changed(old: Op, new: Op) -> list[tuple[TensorMeta, TensorMeta]]:
@@ -281,7 +319,7 @@ def _resize_rank(rg: RankGraph, rz: _Resizer) -> RankGraph:
     new_ops = [
         replace(op, inputs=tuple(rz.tensor(t, params) for t in op.inputs),
                 outputs=tuple(rz.tensor(t, params) for t in op.outputs))
-        if not op.annotation.startswith("Optimizer.") else op
+        if rz.dim == "hidden" or not op.annotation.startswith("Optimizer.") else op
         for op in rg.ops
     ]  # fmt: skip
     pairs = _pair_backward(rg)
@@ -295,13 +333,18 @@ def _resize_rank(rg: RankGraph, rz: _Resizer) -> RankGraph:
 def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
            pairs: dict[int, int], rz: _Resizer) -> tuple[float, str]:  # fmt: skip
     if old.annotation.startswith("Optimizer."):
-        return 1.0, "optimizer (weight-sized)"
+        if rz.dim != "hidden":
+            return 1.0, "optimizer (weight-sized)"
+        r, rule = rz.predict(old, new, "fwd")  # the parameters it updates were resized
+        return r, f"optimizer {rule}"
     m = _BWD.match(old.name)
     if m is not None:
         key = m.group(1).replace("_", "").lower()
         if key in _VIEW_BWD and not old.kernels:
             return 1.0, "view"
         if key == "accumulategrad":
+            if rz.dim == "hidden":  # which parameter is not recorded: the mean
+                return rz.param_ratio, "AccumulateGrad (parameter elements)"
             return 1.0, "AccumulateGrad (weight-sized)"
         j = pairs.get(i)
         if j is None:
@@ -432,7 +475,85 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
                    {"old_seq_len": old_seq, "new_seq_len": new_seq})  # fmt: skip
 
 
-def _resize(w: Workload, rz: _Resizer, flag: str, request: dict[str, int]) -> Workload:
+_EMBEDDING_OPS = frozenset({"embedding", "embeddingbag"})
+
+
+def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None,
+                  timer: OpTimer | None = None) -> Workload:  # fmt: skip
+    """``w`` (one rank of a transformer-like step) with hidden size ``new_hidden`` (module
+    docstring: the hidden dimension). ``old_hidden``: the traced one (default: the width of the
+    trace's embedding tables, when they agree). As :func:`resize_batch` otherwise."""
+    for flag, v in (("--hidden", new_hidden), ("--old-hidden", old_hidden)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
+    if len(w.ranks) != 1 or any(k.family.is_communication for rg in w.ranks for op in rg.ops for k in op.kernels):
+        raise ConfigError("--hidden: resizes the step of one rank without collectives (the payloads of a multi-rank "
+                          f"step's collectives are not derived from shapes); this trace has {len(w.ranks)} ranks")  # fmt: skip
+    rg = w.ranks[0]
+    tables: set[int] = set()
+    rows: set[int] = set()
+    table_widths: set[int] = set()
+    tokens: set[int] = set()  # dimensions of the lookups' index tensors, and their products
+    heads: set[int] = set()
+    head_dims: set[int] = set()
+    for op in rg.ops:
+        n = _norm(op.name)
+        sh = [t for t in op.inputs if t.shape]
+        if n in _EMBEDDING_OPS and len(sh) >= 2 and len(sh[0].shape) == 2:
+            if sh[0].tensor_id is not None:
+                tables.add(sh[0].tensor_id)
+            rows.add(sh[0].shape[0])
+            table_widths.add(sh[0].shape[1])
+            idx = sh[1].shape
+            tokens.update(idx)
+            tokens.add(math.prod(idx))
+        q = _model_query(op.name, op.inputs, op.outputs)
+        if q is not None and q.op == "attention":
+            heads.update(int(t.shape[1]) for t in sh[:3] if len(t.shape) == 4)
+            head_dims.add(int(q.inputs["head_dim"]))
+    if old_hidden is None:
+        if len(table_widths) != 1:
+            raise ConfigError("--hidden: which width was traced? give --old-hidden (" + (
+                f"the embedding tables are {sorted(table_widths)} wide)" if table_widths
+                else "the trace has no embedding lookup to read it from)"))  # fmt: skip
+        old_hidden = next(iter(table_widths))
+    elif table_widths and old_hidden not in table_widths:
+        raise ConfigError(f"--old-hidden {old_hidden}: the trace's embedding tables are {sorted(table_widths)} wide, "
+                          "which is its hidden size")  # fmt: skip
+    h = old_hidden
+    params = _param_ids(rg)
+    param_shapes: dict[int, tuple[int, ...]] = {}
+    for op in rg.ops:
+        for t in (*op.inputs, *op.outputs):
+            if t.shape and t.tensor_id is not None and t.tensor_id in params:
+                param_shapes[t.tensor_id] = t.shape
+    if not any(h in s for s in param_shapes.values()):
+        raise ConfigError(f"--hidden: no parameter of the trace has a dimension of {h}: is that the traced hidden size?")
+    # widths: the hidden size, every dimension of a parameter other than an embedding table's
+    # rows (vocabulary, positions), and the attention head size
+    dims = {d for i, s in param_shapes.items() for d in (s[-1:] if i in tables else s)}
+    widths_old = {h} | {d for d in dims if d not in rows or d == h} | head_dims
+    widths: dict[int, int] = {}
+    for d in sorted(widths_old):
+        if (d * new_hidden) % h:
+            raise ConfigError(f"--hidden {new_hidden}: the traced width {d} would become {d * new_hidden / h:g} (every "
+                              f"width scales with the hidden size {h}); choose a multiple of {h // math.gcd(d, h)}")  # fmt: skip
+        widths[d] = d * new_hidden // h
+    clash = sorted(widths_old & ((tokens | heads) - {1}))
+    if clash:
+        raise ConfigError(f"--hidden: the traced width {clash[0]} is also a token count or head count of the trace "
+                          f"(token dimensions {sorted(tokens - {1})}, heads {sorted(heads)}): a resize cannot tell them "
+                          "apart; capture at another batch or length")  # fmt: skip
+    old_elems = sum(math.prod(s) for s in param_shapes.values())
+    new_elems = sum(math.prod((*s[:-1], widths.get(s[-1], s[-1])) if i in tables else tuple(widths.get(d, d) for d in s))
+                    for i, s in param_shapes.items())  # fmt: skip
+    rz = _Resizer(h, new_hidden, timer, dim="hidden", widths=widths, tables=frozenset(tables),
+                  param_ratio=new_elems / old_elems if old_elems else 1.0)  # fmt: skip
+    return _resize(w, rz, "--hidden", {"old_hidden": h, "new_hidden": new_hidden,
+                                       "widths": {str(a): b for a, b in widths.items()}})
+
+
+def _resize(w: Workload, rz: _Resizer, flag: str, request: dict[str, Any]) -> Workload:
     shaped = _shaped_time_fraction(w)
     if not any(t.shape for rg in w.ranks for op in rg.ops for t in (*op.inputs, *op.outputs)):
         raise ConfigError(f"{flag}: the trace records no tensor shapes, so nothing can be resized (profile with "

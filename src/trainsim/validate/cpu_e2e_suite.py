@@ -19,7 +19,11 @@ steps), and each factor of :data:`FACTORS` (B/2 and 2B: one smaller, one larger 
 The sequence models (:data:`SEQ_MODELS`: ``gpt2``) add two cases of the same kind along the
 sequence, with :func:`trainsim.sim.resize.resize_seq`: the base capture (its default length S)
 predicted at S/2 and 2S (``seq_cases``, summarised apart as ``seq_geomean_abs_err_pct``, outside
-the batch figure the target is set for; naive baseline: × the length ratio).
+the batch figure the target is set for; naive baseline: × the length ratio). The models with a
+width to choose (:data:`HIDDEN_MODELS`: ``gpt2``) add two along the hidden size, with
+:func:`trainsim.sim.resize.resize_hidden`: the base capture (its default width H) predicted at
+H/2 and 2H, every width with it (``hidden_cases``, ``hidden_geomean_abs_err_pct``; naive
+baseline: × the width ratio).
 
 Noise floor: per (model, batch) the repeat-to-repeat spread (max − min) / median of the measured
 steps, and the within-capture spread (p75 − p25) / median of the traced steps; the summary gives
@@ -50,6 +54,7 @@ from trainsim.validate.registry import error_summary
 MODELS = ("dlrm", "gpt2", "resnet")
 FACTORS = (0.5, 2.0)  # new batch = factor × the example's default batch
 SEQ_MODELS = ("gpt2",)  # also resized along the sequence: length = factor × the default
+HIDDEN_MODELS = ("gpt2",)  # and along the hidden size: width = factor × the default
 TARGET_PCT = 8.0  # 002 §4.4.3: single-GPU E2E geomean error 7.96 %
 
 
@@ -65,12 +70,13 @@ def geomean_abs(errors_pct: list[float | None]) -> float | None:
 
 
 def _capture(cache: Path, model: str, batch: int, *, threads: int, steps: int, rep: int,
-             seq_len: int | None = None) -> Path:  # fmt: skip
+             seq_len: int | None = None, hidden: int | None = None) -> Path:  # fmt: skip
     """The capture folder of one configuration and repeat (captured now unless cached);
-    ``seq_len``: another than the example's default length."""
+    ``seq_len``, ``hidden``: another than the example's default length or width."""
     from trainsim.capture import MANIFEST_NAME, capture
 
-    out = cache / (f"{model}_b{batch}_t{threads}_s{steps}_r{rep}" + (f"_q{seq_len}" if seq_len else ""))
+    out = cache / (f"{model}_b{batch}_t{threads}_s{steps}_r{rep}" + (f"_q{seq_len}" if seq_len else "")
+                   + (f"_h{hidden}" if hidden else ""))  # fmt: skip
     man = out / MANIFEST_NAME
     if man.exists():
         try:
@@ -79,10 +85,11 @@ def _capture(cache: Path, model: str, batch: int, *, threads: int, steps: int, r
             doc = {}
         if (doc.get("model"), doc.get("batch_size"), doc.get("threads_per_rank"), doc.get("steps")) == (
             model, batch, threads, steps,
-        ) and (seq_len is None or doc.get("seq_len") == seq_len):  # fmt: skip
+        ) and (seq_len is None or doc.get("seq_len") == seq_len) and (
+            hidden is None or doc.get("hidden") == hidden):  # fmt: skip
             return out
     capture(model=model, out_dir=out, nproc=1, steps=steps, batch_size=batch,
-            threads_per_rank=threads, overwrite=True, seq_len=seq_len)  # fmt: skip
+            threads_per_rank=threads, overwrite=True, seq_len=seq_len, hidden=hidden)  # fmt: skip
     return out
 
 
@@ -109,16 +116,17 @@ def _measured(folder: Path) -> tuple[float, float]:
 
 
 def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple[float, str]],
-             *, seq_of_batch: int | None = None) -> dict[str, Any]:  # fmt: skip
+             *, seq_of_batch: int | None = None, hidden: bool = False) -> dict[str, Any]:  # fmt: skip
     """Resize every traced step of one capture to each batch of ``news`` and simulate it (to
-    each sequence length, ``old`` being the traced one, with ``seq_of_batch``: the traced batch).
+    each sequence length, ``old`` being the traced one, with ``seq_of_batch``: the traced batch;
+    to each hidden size with ``hidden``).
 
     Each step is loaded and its unresized baseline simulated once, shared by every new batch.
     Returns ``{"base_simulated_s", "by_batch": {new: {"predicted_s", "per_step_s", "rules"}}}``.
     """
     from trainsim.sim import SimOptions, simulate
     from trainsim.sim.replay import load_for_replay
-    from trainsim.sim.resize import resize_batch, resize_seq
+    from trainsim.sim.resize import resize_batch, resize_hidden, resize_seq
 
     bases: list[float] = []
     preds: dict[int, list[float]] = {n: [] for n in news}
@@ -127,7 +135,8 @@ def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple
         w = load_for_replay([folder], step=step).workload
         bases.append(simulate(w, SimOptions()).predicted_step_s)
         for n in news:
-            r = (resize_batch(w, n, old_batch=old, timer=timer) if seq_of_batch is None
+            r = (resize_hidden(w, n, old_hidden=old, timer=timer) if hidden
+                 else resize_batch(w, n, old_batch=old, timer=timer) if seq_of_batch is None
                  else resize_seq(w, n, old_seq=old, batch=seq_of_batch, timer=timer))  # fmt: skip
             preds[n].append(simulate(r, SimOptions()).predicted_step_s)
             rules[n] = r.metadata["resize"]["rules"]
@@ -137,13 +146,16 @@ def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple
 
 
 def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
-             timer: Callable[..., tuple[float, str]],
+             timer: Callable[..., tuple[float, str]], *,
              seq_folders: dict[tuple[str, int], list[Path]] | None = None,
-             seq_bases: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
+             seq_bases: dict[str, int] | None = None,
+             hidden_folders: dict[tuple[str, int], list[Path]] | None = None,
+             hidden_bases: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
     """Per model, the captures at its base batch resized to each other captured batch and
     simulated, against those captures' measured steps: ``cases``, ``base_replay``, ``noise``
     and ``summary`` (see the module docstring). ``seq_folders`` (model, length) and
-    ``seq_bases`` (model: its base length) add the ``seq_cases`` from the same base captures."""
+    ``seq_bases`` (model: its base length) add the ``seq_cases`` from the same base captures;
+    ``hidden_folders`` and ``hidden_bases`` the ``hidden_cases``."""
     from trainsim.sim.replay import pct_error
 
     measured: dict[tuple[str, int], list[tuple[float, float]]] = {
@@ -177,25 +189,10 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
         sim = statistics.median(r["base_simulated_s"] for r in reps)
         base_replay.append({"model": m, "batch": base, "measured_step_s": med[(m, base)],
                             "simulated_step_s": sim, "error_pct": pct_error(sim, med[(m, base)])})  # fmt: skip
-    seq_cases: list[dict[str, Any]] = []
-    for m, base_seq in (seq_bases or {}).items():
-        assert seq_folders is not None
-        seq_measured = {s: [_measured(f)[0] for f in fs] for (mm, s), fs in seq_folders.items() if mm == m}
-        news = sorted(seq_measured)
-        reps = [_predict(p, base_seq, news, timer, seq_of_batch=bases[m]) for p in folders[(m, bases[m])]]
-        for new in news:
-            per_rep = [r["by_batch"][new] for r in reps]
-            predicted = statistics.median(r["predicted_s"] for r in per_rep)
-            meas = statistics.median(seq_measured[new])
-            naive = med[(m, bases[m])] * new / base_seq
-            seq_cases.append({
-                "case": f"{m} seq {base_seq}->{new}", "model": m, "seq_from": base_seq, "seq_to": new,
-                "measured_s": meas, "predicted_s": predicted, "error_pct": pct_error(predicted, meas),
-                "naive_error_pct": pct_error(naive, meas), "naive_step_s": naive,
-                "measured_repeats_s": seq_measured[new],
-                "predicted_repeats_s": [r["predicted_s"] for r in per_rep],
-                "rules": per_rep[0]["rules"], "status": "ok",
-            })  # fmt: skip
+    seq_cases = _dim_cases("seq", dim_folders=seq_folders or {}, dim_bases=seq_bases or {}, folders=folders,
+                           bases=bases, med=med, timer=timer)  # fmt: skip
+    hidden_cases = _dim_cases("hidden", dim_folders=hidden_folders or {}, dim_bases=hidden_bases or {},
+                              folders=folders, bases=bases, med=med, timer=timer)  # fmt: skip
     errors = [c["error_pct"] for c in cases]
     naive_errors = [c["naive_error_pct"] for c in cases]
     summary: dict[str, Any] = {
@@ -207,10 +204,42 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
         "noise_within_capture_iqr_median_pct": statistics.median(
             n["within_capture_iqr_pct"] for n in noise.values()),
     }  # fmt: skip
-    if seq_cases:
-        summary["seq_geomean_abs_err_pct"] = geomean_abs([c["error_pct"] for c in seq_cases])
-        summary["seq_naive_geomean_abs_err_pct"] = geomean_abs([c["naive_error_pct"] for c in seq_cases])
-    return {"cases": cases, "seq_cases": seq_cases, "base_replay": base_replay, "noise": noise, "summary": summary}
+    for dim, dcases in (("seq", seq_cases), ("hidden", hidden_cases)):
+        if dcases:
+            summary[f"{dim}_geomean_abs_err_pct"] = geomean_abs([c["error_pct"] for c in dcases])
+            summary[f"{dim}_naive_geomean_abs_err_pct"] = geomean_abs([c["naive_error_pct"] for c in dcases])
+    return {"cases": cases, "seq_cases": seq_cases, "hidden_cases": hidden_cases, "base_replay": base_replay,
+            "noise": noise, "summary": summary}  # fmt: skip
+
+
+def _dim_cases(dim: str, *, dim_folders: dict[tuple[str, int], list[Path]], dim_bases: dict[str, int],
+               folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
+               med: dict[tuple[str, int], float], timer: Callable[..., tuple[float, str]]) -> list[dict[str, Any]]:  # fmt: skip
+    """The cases along the sequence (``dim`` "seq") or the hidden size ("hidden"): each model's
+    base-batch captures (at its base length or width ``dim_bases[m]``) resized to every value
+    captured in ``dim_folders`` (model, value), against those captures' measured steps."""
+    from trainsim.sim.replay import pct_error
+
+    out: list[dict[str, Any]] = []
+    for m, base_val in dim_bases.items():
+        measured = {v: [_measured(f)[0] for f in fs] for (mm, v), fs in dim_folders.items() if mm == m}
+        news = sorted(measured)
+        reps = [_predict(p, base_val, news, timer, seq_of_batch=bases[m] if dim == "seq" else None,
+                         hidden=dim == "hidden") for p in folders[(m, bases[m])]]  # fmt: skip
+        for new in news:
+            per_rep = [r["by_batch"][new] for r in reps]
+            predicted = statistics.median(r["predicted_s"] for r in per_rep)
+            meas = statistics.median(measured[new])
+            naive = med[(m, bases[m])] * new / base_val
+            out.append({
+                "case": f"{m} {dim} {base_val}->{new}", "model": m, f"{dim}_from": base_val, f"{dim}_to": new,
+                "measured_s": meas, "predicted_s": predicted, "error_pct": pct_error(predicted, meas),
+                "naive_error_pct": pct_error(naive, meas), "naive_step_s": naive,
+                "measured_repeats_s": measured[new],
+                "predicted_repeats_s": [r["predicted_s"] for r in per_rep],
+                "rules": per_rep[0]["rules"], "status": "ok",
+            })  # fmt: skip
+    return out
 
 
 def run_cpu_e2e_suite(
@@ -237,17 +266,23 @@ def run_cpu_e2e_suite(
     seq_configs = [(m, max(1, round(f * s))) for m, s in seq_bases.items() for f in FACTORS]
     folders: dict[tuple[str, int], list[Path]] = {c: [] for c in configs}
     seq_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in seq_configs}
+    hidden_bases = {m: int(example_info(m).default_hidden or 0) for m in models if m in HIDDEN_MODELS}
+    hidden_configs = [(m, max(1, round(f * h))) for m, h in hidden_bases.items() for f in FACTORS]
+    hidden_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in hidden_configs}
     for rep in range(repeats):  # interleaved: repeat r of every configuration, then r + 1
         for m, b in configs:
             folders[(m, b)].append(_capture(cache, m, b, threads=threads, steps=steps, rep=rep))
         for m, s in seq_configs:
             seq_folders[(m, s)].append(_capture(cache, m, batches[m], threads=threads, steps=steps, rep=rep, seq_len=s))
+        for m, h in hidden_configs:
+            hidden_folders[(m, h)].append(_capture(cache, m, batches[m], threads=threads, steps=steps, rep=rep, hidden=h))
     t_capture = time.perf_counter() - t0
 
     artifact, kernel_note = cpu_kernel_models(default_cache_dir().parent)  # shared with shard
     timer = Coster(str(cpu_device_file()), artifact).time
     bases = {m: batches[m] for m in models}
-    out = evaluate(folders, bases, timer, seq_folders, seq_bases)
+    out = evaluate(folders, bases, timer, seq_folders=seq_folders, seq_bases=seq_bases,
+                   hidden_folders=hidden_folders, hidden_bases=hidden_bases)
     out["summary"]["capture_s"], out["summary"]["wall_s"] = t_capture, time.perf_counter() - t0
     return {
         "suite": "cpu-e2e",

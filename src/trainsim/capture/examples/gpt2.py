@@ -14,6 +14,8 @@ from trainsim.errors import CaptureError
 
 VOCAB = 1000
 SEQ_LEN = 64
+HIDDEN = 128
+HEADS = 4
 
 
 def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -22,9 +24,11 @@ def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return loss
 
 
-def build(*, batch_size: int, device: str, seed: int, seq_len: int = SEQ_LEN) -> TrainingStep:
+def build(*, batch_size: int, device: str, seed: int, seq_len: int = SEQ_LEN, hidden: int = HIDDEN) -> TrainingStep:
+    if hidden < HEADS or hidden % HEADS:
+        raise CaptureError(f"gpt2 example: --hidden must be a positive multiple of its {HEADS} heads, got {hidden}")
     config = GPT2Config(
-        n_layer=2, n_embd=128, n_head=4, vocab_size=VOCAB, n_positions=128,
+        n_layer=2, n_embd=hidden, n_head=HEADS, vocab_size=VOCAB, n_positions=128,
         bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
     if not 1 <= seq_len <= config.n_positions:
@@ -37,5 +41,5 @@ def build(*, batch_size: int, device: str, seed: int, seq_len: int = SEQ_LEN) ->
     tokens = torch.randint(0, VOCAB, (batch_size, seq_len), generator=g)
     return TrainingStep(
         model=model.to(device), batch=(tokens.to(device),), loss=_loss,
-        summary=f"GPT-2 2 layers x 128 hidden, batch {batch_size} x seq {seq_len}",
+        summary=f"GPT-2 2 layers x {hidden} hidden, batch {batch_size} x seq {seq_len}",
     )  # fmt: skip
