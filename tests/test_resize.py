@@ -419,8 +419,9 @@ def test_a_hidden_resize_scales_every_width_and_keeps_table_rows() -> None:
 
 
 @pytest.mark.parametrize(("kw", "new", "message"), [
-    ({"seq": 8}, 64, r"the traced width 8 is also a token count or head count"),  # head size 8 = S
-    ({}, 30, r"the traced width 8 would become 7.5 .* choose a multiple of 4"),
+    ({"seq": 8}, 64, r"the traced head size 8 is also the trace's sequence length"),
+    ({"batch": 2, "seq": 16}, 64, r"the traced hidden size 32 is also the trace.s tokens per step"),
+    ({}, 30, r"the traced head size 8 would become 7.5 .* choose a multiple of 4"),
     ({}, 64, r"--old-hidden 96: the trace's embedding tables are \[32\] wide"),
 ])  # fmt: skip
 def test_a_hidden_resize_refuses_what_shapes_cannot_tell(kw: dict, new: int, message: str) -> None:
@@ -438,8 +439,67 @@ def test_a_hidden_resize_refuses_several_ranks() -> None:
 
     w = _hidden_workload()
     two = replace(w, ranks=(w.ranks[0], replace(w.ranks[0], rank=1)))
-    with pytest.raises(ConfigError, match=r"one rank without collectives.*2 ranks"):
+    with pytest.raises(ConfigError, match=r"resizes the step of one rank .*this trace has 2 ranks"):
         resize_hidden(two, 64)
+
+
+def test_a_hidden_resize_refuses_steps_without_attention_or_with_collectives() -> None:
+    """Review 2026-11-27: a DLRM step was resized (its batch, equal to an MLP width, doubled)."""
+    from dataclasses import replace
+
+    from trainsim.ir.graph import Kernel
+    from trainsim.ir.kinds import KernelFamily
+    from trainsim.sim.resize import resize_hidden
+
+    w = _hidden_workload()
+    ops = w.ranks[0].ops
+    no_attention = replace(w, ranks=(replace(w.ranks[0], ops=ops[:3] + ops[4:]),))
+    with pytest.raises(ConfigError, match=r"transformer-like steps.*this trace has none"):
+        resize_hidden(no_attention, 64)
+    ar = Kernel(0, "ncclKernel_AllReduce", KernelFamily.NCCL_ALL_REDUCE, stream=7, start_s=1e-3, duration_s=1e-5)
+    comm = replace(ops[-1], id=99, name="c10d::allreduce_", annotation="", kernels=(ar,))
+    with_comm = replace(w, ranks=(replace(w.ranks[0], ops=(*ops, comm)),))
+    with pytest.raises(ConfigError, match="this rank runs 1 collective ops"):
+        resize_hidden(with_comm, 64)
+
+
+def test_a_width_equal_to_a_table_s_rows_still_scales_and_the_table_s_gradient_keeps_rows() -> None:
+    """Review 2026-11-27: at width 32 GPT-2's 4H (128) equals its position table's rows and
+    was left out of the widths; the position table's gradient was resized in both dimensions."""
+    from dataclasses import replace
+
+    from trainsim.sim.resize import resize_hidden
+
+    w = _hidden_workload()  # position table [32, 32]; add a [128, 32] one and a 4H MLP weight
+    ops = list(w.ranks[0].ops)
+    ops[1] = replace(ops[1], inputs=(_t((128, 32), 23), _t((1, 6), 24, "long")))
+    ops[9] = replace(ops[9], inputs=(_t((128, 32), 23), _t((128, 32), 31)), outputs=(_t((128, 32), 23),))
+    mlp = replace(ops[2], id=20, inputs=(_t((3, 6, 32), 40), _t((128, 32), 41)), outputs=(_t((3, 6, 128), 42),))
+    upd = replace(ops[10], id=21, inputs=(_t((128, 32), 41), _t((128, 32), 43)), outputs=(_t((128, 32), 41),))
+    out = resize_hidden(replace(w, ranks=(replace(w.ranks[0], ops=(*ops, mlp, upd)),)), 64, timer=_work_timer)
+    got = out.ranks[0].ops
+    assert out.metadata["resize"]["widths"]["128"] == 256
+    assert got[1].inputs[0].shape == (128, 64)  # the table: rows kept
+    assert [t.shape for t in got[9].inputs] == [(128, 64), (128, 64)]  # its update: the gradient too
+    assert got[-2].inputs[1].shape == (256, 64) and got[-2].outputs[0].shape == (3, 6, 256)  # the MLP: both
+    assert [t.shape for t in got[-1].inputs] == [(256, 64), (256, 64)]
+
+
+def test_a_foreach_update_is_timed_by_all_its_elements() -> None:
+    from dataclasses import replace
+
+    from trainsim.sim.resize import resize_hidden
+
+    w = _hidden_workload()
+    ops = w.ranks[0].ops
+    params = [t for op in ops[8:] for t in op.inputs[:1]]
+    grads = [t for op in ops[8:] for t in op.inputs[1:]]
+    foreach = replace(ops[8], name="aten::_foreach_add_", inputs=(*params, *grads), outputs=(), duration_s=20e-6)
+    out = resize_hidden(replace(w, ranks=(replace(w.ranks[0], ops=(*ops[:8], foreach)),)), 64, timer=_work_timer)
+    upd = out.ranks[0].ops[-1]
+    total = sum(t.numel for t in (*params, *grads))
+    new_total = 2 * (50 * 64 + 32 * 64 + 192 * 64)
+    assert upd.predicted_s / upd.duration_s == pytest.approx((1e-5 + 1e-9 * new_total) / (1e-5 + 1e-9 * total))
 
 
 def test_capture_hidden_is_checked_before_anything_runs(tmp_path: Path) -> None:

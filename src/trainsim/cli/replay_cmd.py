@@ -259,8 +259,8 @@ def _resize_report(meta: dict[str, Any]) -> dict[str, Any]:
     traced kernel time (the rest is re-predicted as weight-sized, unchanged)."""
     share = meta.get("shaped_time_fraction")
     out = {"rules": meta.get("rules", {}), "shaped_time_fraction": share}
-    if "widths" in meta:  # --hidden: every traced width and what it became
-        out["widths"] = meta["widths"]
+    if "widths" in meta:  # --hidden: the traced and new hidden size, every width and what it became
+        out.update(old_hidden=meta["old_hidden"], new_hidden=meta["new_hidden"], widths=meta["widths"])
     if share is not None and share < RESIZE_SHAPED_MIN:
         out["warning"] = (f"ops with recorded tensor shapes hold only {100 * share:.0f} % of the traced kernel time: "
                           "the rest was kept as it was traced (record shapes, or link the execution trace)")  # fmt: skip

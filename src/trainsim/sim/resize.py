@@ -39,21 +39,25 @@ cold caches inside a training step, already pays).
 Sequence dimension (:func:`resize_seq`; Approximation, from shapes alone): every dimension of
 a non-parameter tensor equal to the traced length (``[B, S, H]``, token ids ``[B, S]``, scores
 ``[B, h, S, S]``: both), and a leading dimension that is a multiple of it (flattened tokens
-``[B·S, H]``), scale to the new length. The work bound of an attention op is its FLOP ratio
-(``s²``), not its elements'. A traced length equal to a dimension of a parameter (a hidden or
-head size) or to the batch cannot be told apart from it: refused.
+``[B·S, H]``), scale to the new length. The work bound of an attention op, and of a GEMM (an
+unfused ``QKᵀ`` matmul), is its FLOP ratio (``s²``), not its elements'. A traced length equal
+to a dimension of a parameter (a hidden or head size) or to the batch cannot be told apart from
+it: refused.
 
-Hidden dimension (:func:`resize_hidden`, one rank without collectives; Approximation, from
-shapes alone): every width scales with the hidden size H → H' — H itself, every dimension of a
-parameter other than an embedding table's rows (3H, 4H, a GQA projection's kv·d; vocabulary
-and positions are rows), and the attention head size (the heads stay) — wherever it appears,
-in parameters and activations alike (an embedding table keeps its rows: ``[V, H]`` → ``[V, H']``
-even when V equals H). The parameters change, so the optimizer's ops take the rules above on
-their new shapes and AccumulateGrad the ratio of all parameter elements, and a GEMM's work bound
-is its FLOP ratio (×4 for a ``[4H, H]`` weight at 2H). A width equal to a token count (the
-dimensions of the embedding lookups' indices, B, S and B·S) or to the head count cannot be
-told apart from it: refused, as is a width that would not stay an integer. Widths not
-proportional to H in the real family (LLaMA's MLP rounding) are scaled proportionally anyway.
+Hidden dimension (:func:`resize_hidden`, one rank of a transformer-like step — it has a
+``scaled_dot_product_attention`` — without collectives; Approximation, from shapes alone):
+every width scales with the hidden size H → H' — H itself, every dimension of a parameter other
+than an embedding table's rows and the vocabulary (the loss's classes: an untied lm head's
+``[V, H]``) (3H, 4H, a GQA projection's kv·d), and the attention head size (the heads stay;
+RoPE's half-head slices do not scale) — wherever it appears, in parameters and activations alike (an embedding table keeps its rows: ``[P, H]`` → ``[P, H']``
+even when P equals a width; so do the tensors of its shape in the same op, its gradient and
+optimizer state). The parameters change, so the optimizer's ops take the rules above on
+their new shapes (a foreach kernel by all its elements) and AccumulateGrad the ratio of all
+parameter elements, and a GEMM's work bound is its FLOP ratio (×4 for a ``[4H, H]`` weight at
+2H). A width equal to a token count (the dimensions of the embedding lookups' indices, B, S and
+B·S) or to the head count cannot be told apart from it: refused, as is a width that would not
+stay an integer. Widths not proportional to H in the real family (LLaMA's MLP rounding) are
+scaled proportionally anyway.
 
 Batch dimension (Approximation, from shapes alone): parameters are the tensors the optimizer
 updates in place (their tensor ids); every other tensor whose leading dimension is a multiple
@@ -183,11 +187,11 @@ class _Resizer:
         self._cache: dict[tuple[str, str, str, tuple[tuple[str, float], ...]], float | None] = {}
 
     # --- shapes ---------------------------------------------------------------------------
-    def tensor(self, t: TensorMeta, params: set[int]) -> TensorMeta:
+    def tensor(self, t: TensorMeta, params: set[int], table_shapes: frozenset[tuple[int, ...]] = frozenset()) -> TensorMeta:
         if self.dim == "hidden":  # parameters too: their widths are the model's
             if not t.shape:
                 return t
-            if t.tensor_id is not None and t.tensor_id in self.tables:  # [rows, width]
+            if (t.tensor_id is not None and t.tensor_id in self.tables) or t.shape in table_shapes:  # [rows, width]
                 shape = (*t.shape[:-1], self.widths.get(t.shape[-1], t.shape[-1]))
             else:
                 shape = tuple(self.widths.get(d, d) for d in t.shape)
@@ -245,9 +249,10 @@ class _Resizer:
             flops = _FLOPS[q0.op](q1) / _FLOPS[q0.op](q0)
             work = max(work, flops) if flops >= 1.0 else min(work, flops)
         got = self.model_ratio(q0, q1, phase)
-        if got is None:
-            n0 = max(a.numel for a, _ in pairs)
-            n1 = max(b.numel for _, b in pairs)
+        if got is None:  # a multi-tensor (foreach) kernel sweeps all its tensors: their sum
+            agg = sum if "_foreach_" in old.name else max
+            n0 = agg(a.numel for a, _ in pairs)
+            n1 = agg(b.numel for _, b in pairs)
             dt = next((_FLOAT[a.dtype.lower()] for a, _ in pairs if a.dtype.lower() in _FLOAT), "fp32")
             got = self.model_ratio(_Query("elementwise", dt, {"numel": n0}),
                                    _Query("elementwise", dt, {"numel": n1}), phase)  # fmt: skip
@@ -317,10 +322,10 @@ def _pair_backward(rg: RankGraph) -> dict[int, int]:
 def _resize_rank(rg: RankGraph, rz: _Resizer) -> RankGraph:
     params = _param_ids(rg)
     new_ops = [
-        replace(op, inputs=tuple(rz.tensor(t, params) for t in op.inputs),
-                outputs=tuple(rz.tensor(t, params) for t in op.outputs))
+        replace(op, inputs=tuple(rz.tensor(t, params, ts) for t in op.inputs),
+                outputs=tuple(rz.tensor(t, params, ts) for t in op.outputs))
         if rz.dim == "hidden" or not op.annotation.startswith("Optimizer.") else op
-        for op in rg.ops
+        for op in rg.ops for ts in [_table_shapes(op, rz.tables)]
     ]  # fmt: skip
     pairs = _pair_backward(rg)
     out: list[Op] = []
@@ -328,6 +333,14 @@ def _resize_rank(rg: RankGraph, rz: _Resizer) -> RankGraph:
         ratio, rule = _ratio(i, old, new, olds=rg.ops, news=new_ops, pairs=pairs, rz=rz)
         out.append(_apply(new, ratio, rule))
     return replace(rg, ops=tuple(out))
+
+
+def _table_shapes(op: Op, tables: frozenset[int]) -> frozenset[tuple[int, ...]]:
+    """Shapes of the embedding tables among ``op``'s tensors: the op's other tensors of that
+    shape are the table's gradient or optimizer state (``add_(table, grad)``), rows kept too."""
+    if not tables:
+        return frozenset()
+    return frozenset(t.shape for t in (*op.inputs, *op.outputs) if t.tensor_id is not None and t.tensor_id in tables)
 
 
 def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
@@ -389,11 +402,11 @@ def _op_time(op: Op) -> float:
     return op.duration_s or 0.0
 
 
-def _needs_no_shapes(op: Op) -> bool:
-    """Ops whose rule is their name (:func:`_ratio`: the optimizer's, AccumulateGrad, views):
-    resized right without shapes."""
+def _needs_no_shapes(op: Op, *, hidden: bool = False) -> bool:
+    """Ops whose rule is their name (:func:`_ratio`: the optimizer's, but for a hidden resize,
+    which changes the parameters; AccumulateGrad, views): resized right without shapes."""
     if op.annotation.startswith("Optimizer."):
-        return True
+        return not hidden
     m = _BWD.match(op.name)
     if m is not None:
         key = m.group(1).replace("_", "").lower()
@@ -401,7 +414,7 @@ def _needs_no_shapes(op: Op) -> bool:
     return _norm(op.name) in _VIEW_OPS and not op.kernels
 
 
-def _shaped_time_fraction(w: Workload) -> float | None:
+def _shaped_time_fraction(w: Workload, *, hidden: bool = False) -> float | None:
     """The share of the traced op time in ops the resize can re-predict: ops that recorded a
     tensor shape, backward nodes whose paired forward op did (:func:`_pair_backward`; nodes
     never carry shapes), and ops whose rule is their name (or the ops' share when no time was
@@ -413,7 +426,7 @@ def _shaped_time_fraction(w: Workload) -> float | None:
         pairs = _pair_backward(rg)  # a backward node is resized through the forward op it pairs with
         for i, op in enumerate(rg.ops):
             j = pairs.get(i)
-            has = own[i] or (j is not None and own[j]) or _needs_no_shapes(op)
+            has = own[i] or (j is not None and own[j]) or _needs_no_shapes(op, hidden=hidden)
             t = _op_time(op)
             total += t
             shaped += t if has else 0.0
@@ -486,31 +499,45 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
     for flag, v in (("--hidden", new_hidden), ("--old-hidden", old_hidden)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
-    if len(w.ranks) != 1 or any(k.family.is_communication for rg in w.ranks for op in rg.ops for k in op.kernels):
-        raise ConfigError("--hidden: resizes the step of one rank without collectives (the payloads of a multi-rank "
-                          f"step's collectives are not derived from shapes); this trace has {len(w.ranks)} ranks")  # fmt: skip
+    if len(w.ranks) != 1:
+        raise ConfigError(f"--hidden: resizes the step of one rank (the payloads of a multi-rank step's collectives are "
+                          f"not derived from shapes); this trace has {len(w.ranks)} ranks")  # fmt: skip
+    comm = sum(1 for op in w.ranks[0].ops if any(k.family.is_communication for k in op.kernels))
+    if comm:
+        raise ConfigError(f"--hidden: resizes a step without collectives (their payloads are not derived from shapes); "
+                          f"this rank runs {comm} collective ops")  # fmt: skip
     rg = w.ranks[0]
     tables: set[int] = set()
-    rows: set[int] = set()
+    rows: dict[int, int] = {}  # table tensor id -> its rows
     table_widths: set[int] = set()
-    tokens: set[int] = set()  # dimensions of the lookups' index tensors, and their products
+    tokens: dict[int, str] = {}  # the lookups' index dimensions (batch, sequence) and their product
     heads: set[int] = set()
     head_dims: set[int] = set()
+    vocab: int | None = None  # the loss's classes
     for op in rg.ops:
         n = _norm(op.name)
         sh = [t for t in op.inputs if t.shape]
         if n in _EMBEDDING_OPS and len(sh) >= 2 and len(sh[0].shape) == 2:
             if sh[0].tensor_id is not None:
                 tables.add(sh[0].tensor_id)
-            rows.add(sh[0].shape[0])
+                rows[sh[0].tensor_id] = sh[0].shape[0]
             table_widths.add(sh[0].shape[1])
             idx = sh[1].shape
-            tokens.update(idx)
-            tokens.add(math.prod(idx))
+            names = ("batch", "sequence length") if len(idx) == 2 else ("index count",) * len(idx)
+            for d, name in zip(idx, names, strict=True):
+                tokens.setdefault(d, name)
+            tokens.setdefault(math.prod(idx), "tokens per step")
+            if n == "embeddingbag" and len(sh) >= 3:  # offsets: one per bag (the batch)
+                tokens.setdefault(sh[2].numel, "bags")
         q = _model_query(op.name, op.inputs, op.outputs)
         if q is not None and q.op == "attention":
             heads.update(int(t.shape[1]) for t in sh[:3] if len(t.shape) == 4)
             head_dims.add(int(q.inputs["head_dim"]))
+        elif q is not None and q.op == "cross_entropy" and vocab is None:
+            vocab = int(q.inputs["v"])
+    if not head_dims:
+        raise ConfigError("--hidden: resizes transformer-like steps, whose attention op "
+                          "(aten::scaled_dot_product_attention) gives the head size; this trace has none")  # fmt: skip
     if old_hidden is None:
         if len(table_widths) != 1:
             raise ConfigError("--hidden: which width was traced? give --old-hidden (" + (
@@ -529,21 +556,29 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
                 param_shapes[t.tensor_id] = t.shape
     if not any(h in s for s in param_shapes.values()):
         raise ConfigError(f"--hidden: no parameter of the trace has a dimension of {h}: is that the traced hidden size?")
-    # widths: the hidden size, every dimension of a parameter other than an embedding table's
-    # rows (vocabulary, positions), and the attention head size
+    if vocab is None and rows:
+        vocab = max(rows.values())  # no loss recorded: the largest table's rows
+    if vocab == h:
+        raise ConfigError(f"--hidden: the traced hidden size {h} is also the vocabulary: a resize cannot tell them apart")
+    # widths: the hidden size, every dimension of a parameter but an embedding table's rows and
+    # the vocabulary (an untied lm head's [V, H]), and the attention head size; never 1
     dims = {d for i, s in param_shapes.items() for d in (s[-1:] if i in tables else s)}
-    widths_old = {h} | {d for d in dims if d not in rows or d == h} | head_dims
+    named = {d: "width" for d in dims if d != vocab} | dict.fromkeys(head_dims, "head size") | {h: "hidden size"}
+    named.pop(1, None)
     widths: dict[int, int] = {}
-    for d in sorted(widths_old):
+    for d in sorted(named):
         if (d * new_hidden) % h:
-            raise ConfigError(f"--hidden {new_hidden}: the traced width {d} would become {d * new_hidden / h:g} (every "
-                              f"width scales with the hidden size {h}); choose a multiple of {h // math.gcd(d, h)}")  # fmt: skip
+            raise ConfigError(f"--hidden {new_hidden}: the traced {named[d]} {d} would become {d * new_hidden / h:g} "
+                              f"(every width scales with the hidden size {h}); choose a multiple of {h // math.gcd(d, h)}")  # fmt: skip
         widths[d] = d * new_hidden // h
-    clash = sorted(widths_old & ((tokens | heads) - {1}))
+    others = {**dict.fromkeys(heads, "head count"), **tokens}
+    others.pop(1, None)
+    clash = sorted(set(named) & set(others))
     if clash:
-        raise ConfigError(f"--hidden: the traced width {clash[0]} is also a token count or head count of the trace "
-                          f"(token dimensions {sorted(tokens - {1})}, heads {sorted(heads)}): a resize cannot tell them "
-                          "apart; capture at another batch or length")  # fmt: skip
+        d = clash[0]
+        raise ConfigError(f"--hidden: the traced {named[d]} {d} is also the trace's {others[d]}: a resize cannot tell "
+                          "them apart (a trace whose batch, sequence length, their product and head count differ from "
+                          "every width can be resized)")  # fmt: skip
     old_elems = sum(math.prod(s) for s in param_shapes.values())
     new_elems = sum(math.prod((*s[:-1], widths.get(s[-1], s[-1])) if i in tables else tuple(widths.get(d, d) for d in s))
                     for i, s in param_shapes.items())  # fmt: skip
@@ -554,7 +589,7 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
 
 
 def _resize(w: Workload, rz: _Resizer, flag: str, request: dict[str, Any]) -> Workload:
-    shaped = _shaped_time_fraction(w)
+    shaped = _shaped_time_fraction(w, hidden=rz.dim == "hidden")
     if not any(t.shape for rg in w.ranks for op in rg.ops for t in (*op.inputs, *op.outputs)):
         raise ConfigError(f"{flag}: the trace records no tensor shapes, so nothing can be resized (profile with "
                           "record_shapes=True, or keep the execution trace beside it, as `trainsim capture` does)")  # fmt: skip
