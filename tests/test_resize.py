@@ -166,8 +166,11 @@ def test_suite_adds_sequence_and_hidden_cases_for_gpt2(tmp_path: Path, monkeypat
     monkeypatch.setattr(suite, "_capture", lambda *a, **k: folder)
     doc = suite.run_cpu_e2e_suite(tmp_path, repeats=1, resume=str(tmp_path / "cache"))
     assert [c["case"] for c in doc["seq_cases"]] == ["gpt2 seq 64->32", "gpt2 seq 64->128"]
-    assert [c["case"] for c in doc["hidden_cases"]] == ["gpt2 hidden 128->64", "gpt2 hidden 128->256"]
-    narrow, wide = doc["hidden_cases"]
+    assert [c["case"] for c in doc["hidden_cases"]] == ["gpt2 hidden 128->64", "gpt2 hidden 128->256",
+                                                        "gpt2 hidden 128->64 (heads scaled)",
+                                                        "gpt2 hidden 128->256 (heads scaled)"]  # fmt: skip
+    narrow, wide, *_ = doc["hidden_cases"]
+    assert [c["heads"] for c in doc["hidden_cases"]] == ["kept", "kept", "scaled", "scaled"]
     assert narrow["predicted_s"] < wide["predicted_s"] and narrow["hidden_from"] == 128 and wide["hidden_to"] == 256
     assert doc["summary"]["hidden_geomean_abs_err_pct"] is not None and doc["summary"]["seq_geomean_abs_err_pct"] is not None
 
@@ -538,3 +541,32 @@ def test_replay_hidden_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     assert w["predicted_step_s"] > doc["predicted_step_s"]
     res = CliRunner().invoke(app, ["replay", str(folder), "--hidden", "96", "--seq-len", "32"])
     assert res.exit_code == 1 and "one resize at a time" in str(res.exception)
+    res = CliRunner().invoke(app, ["replay", str(folder), "--hidden", "128", "--scale-heads", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    w = json.loads(res.stdout)["whatif"]
+    assert w["applied"][0].startswith("hidden 64 → 128, heads 4 → 8") and w["resize"]["heads"] == {"4": 8}
+    assert "16" not in w["resize"]["widths"]  # the head size stays
+    res = CliRunner().invoke(app, ["replay", str(folder), "--scale-heads"])
+    assert res.exit_code == 1 and "give --hidden too" in str(res.exception)
+
+
+def test_scale_heads_keeps_the_head_size_and_grows_the_head_count() -> None:
+    from trainsim.sim.resize import resize_hidden
+
+    w = resize_hidden(_hidden_workload(), 64, timer=_work_timer, scale_heads=True)
+    sdpa = w.ranks[0].ops[3]
+    assert sdpa.inputs[0].shape == (3, 8, 6, 8) and sdpa.outputs[0].shape == (3, 8, 6, 8)  # 4 -> 8 heads of 8
+    meta = w.metadata["resize"]
+    assert meta["heads"] == {"4": 8} and "8" not in meta["widths"] and meta["widths"]["96"] == 192
+    assert resize_hidden(_hidden_workload(), 64).metadata["resize"]["heads"] == "kept"
+
+
+@pytest.mark.parametrize(("kw", "new", "message"), [
+    ({"seq": 4}, 64, r"--scale-heads: the traced head count 4 is also the sequence length"),
+    ({}, 36, r"--scale-heads: the traced head count 4 would become 4.5; choose a multiple of 8"),
+])  # fmt: skip
+def test_scale_heads_refuses_what_shapes_cannot_tell(kw: dict, new: int, message: str) -> None:
+    from trainsim.sim.resize import resize_hidden
+
+    with pytest.raises(ConfigError, match=message):
+        resize_hidden(_hidden_workload(**kw), new, scale_heads=True)

@@ -49,12 +49,14 @@ def capture(
     overwrite: bool = False,
     seq_len: int | None = None,
     hidden: int | None = None,
+    heads: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CaptureResult:
     """Capture ``steps`` training steps of example ``model`` on ``nproc`` ranks into ``out_dir``.
 
     ``batch_size`` is per rank (default: the example's); ``seq_len`` (sequence models only)
-    tokens per sequence and ``hidden`` (gpt2) its width (default: the example's).
+    tokens per sequence, ``hidden`` and ``heads`` (gpt2) its width and attention heads
+    (default: the example's).
     ``threads_per_rank`` sets torch's intra-op threads in each rank (default: the usable cores
     shared evenly); on a loaded machine fewer threads avoid OpenMP oversubscription, which slows
     CPU steps down severalfold.
@@ -64,6 +66,7 @@ def capture(
         model=model, out_dir=str(Path(out_dir).resolve()), nproc=nproc, steps=steps,
         warmup_steps=warmup_steps, batch_size=batch_size, device=device,
         threads_per_rank=threads_per_rank, timeout_s=timeout_s, seq_len=seq_len, hidden=hidden,
+        heads=heads,
     )  # fmt: skip
     validate(spec)
     spec = replace(
@@ -89,6 +92,7 @@ def capture(
         summary=example_info(model).summary, versions=_versions(torch.__version__),
         seq_len=seq_len or example_info(model).default_seq_len,
         hidden=hidden or example_info(model).default_hidden,
+        heads=heads or example_info(model).default_heads,
     )  # fmt: skip
     write_manifest(result)
     return result
@@ -100,7 +104,7 @@ def validate(spec: CaptureSpec) -> None:
     for flag, value in (
         ("--nproc", spec.nproc), ("--steps", spec.steps), ("--warmup", spec.warmup_steps),
         ("--batch-size", spec.batch_size), ("--threads", spec.threads_per_rank), ("--seq-len", spec.seq_len),
-        ("--hidden", spec.hidden),
+        ("--hidden", spec.hidden), ("--heads", spec.heads),
     ):  # fmt: skip
         if value is not None and value < 1:
             raise CaptureError(f"{flag} must be at least 1, got {value}")
@@ -113,12 +117,14 @@ def validate(spec: CaptureSpec) -> None:
         if info.max_seq_len is not None and spec.seq_len > info.max_seq_len:
             raise CaptureError(f"--seq-len: the {spec.model} example takes at most {info.max_seq_len} "
                                f"(its learned positions), got {spec.seq_len}")  # fmt: skip
-    if spec.hidden is not None:
-        if info.default_hidden is None:
-            raise CaptureError(f"--hidden: the {spec.model} example takes none (gpt2 does)")
-        if spec.hidden % info.hidden_multiple:
+    for flag, value in (("--hidden", spec.hidden), ("--heads", spec.heads)):
+        if value is not None and info.default_hidden is None:
+            raise CaptureError(f"{flag}: the {spec.model} example takes none (gpt2 does)")
+    if info.default_hidden is not None and info.default_heads is not None:
+        width, heads = spec.hidden or info.default_hidden, spec.heads or info.default_heads
+        if width % heads:
             raise CaptureError(f"--hidden: the {spec.model} example's width must be a multiple of its "
-                               f"{info.hidden_multiple} attention heads, got {spec.hidden}")  # fmt: skip
+                               f"{heads} attention heads, got {width}")  # fmt: skip
     if spec.device not in DEVICES:
         raise CaptureError(f"unknown device {spec.device!r}; choose one of: {', '.join(DEVICES)}")
     if spec.device == "cuda":

@@ -41,6 +41,7 @@ class CaptureSpec:
     batch_size: int | None = None  # None: the example's default
     seq_len: int | None = None  # None: the example's default (sequence models only)
     hidden: int | None = None  # None: the example's default (examples with a width to choose)
+    heads: int | None = None  # None: the example's default attention heads (likewise)
     device: str = "cpu"
     threads_per_rank: int | None = None  # intra-op CPU threads per rank; None: cores // nproc
     seed: int = 0
@@ -93,6 +94,7 @@ class CaptureResult:
     summary: str
     seq_len: int | None = None  # tokens per sequence (sequence models; None: not one)
     hidden: int | None = None  # hidden size (examples with a width to choose; None: not one)
+    heads: int | None = None  # their attention heads
     versions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -117,6 +119,7 @@ class CaptureResult:
             "batch_size": self.batch_size,
             "seq_len": self.seq_len,
             "hidden": self.hidden,
+            "heads": self.heads,
             "device": s.device,
             "threads_per_rank": self.threads_per_rank,
             "backend": s.backend if s.nproc > 1 else None,

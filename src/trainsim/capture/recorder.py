@@ -42,6 +42,7 @@ def _make_step(spec: CaptureSpec, *, rank: int, world_size: int) -> Callable[[],
         seed=spec.seed + rank,
         seq_len=spec.seq_len,
         hidden=spec.hidden,
+        heads=spec.heads,
     )
     module: torch.nn.Module = example.model
     if world_size > 1:

@@ -29,6 +29,7 @@ def capture_cmd(
     batch_size: int | None = typer.Option(None, "--batch-size", help="Per-rank batch size (default: the example's)."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="Tokens per sequence (gpt2, 1-128; default: the example's 64)."),
     hidden: int | None = typer.Option(None, "--hidden", help="Hidden size (gpt2, a multiple of its 4 heads; default: the example's 128)."),
+    heads: int | None = typer.Option(None, "--heads", help="Attention heads (gpt2, dividing --hidden; default: the example's 4)."),
     threads: int | None = typer.Option(None, "--threads", help="CPU threads per rank (default: cores // nproc)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier capture in --out."),
     timeout_s: float = typer.Option(600.0, "--timeout", help="Seconds before a hung multi-rank capture is stopped (--nproc 1 runs in this process, without a deadline: Ctrl-C stops it)."),
@@ -41,7 +42,7 @@ def capture_cmd(
         result = capture(
             model=model, out_dir=out, nproc=nproc, steps=steps, warmup_steps=warmup,
             batch_size=batch_size, device=device, threads_per_rank=threads, timeout_s=timeout_s, seq_len=seq_len,
-            hidden=hidden, overwrite=overwrite,
+            hidden=hidden, heads=heads, overwrite=overwrite,
             progress=log,
         )  # fmt: skip
     log(f"wrote {2 * len(result.ranks)} traces and capture.json to {result.trace_dir}")

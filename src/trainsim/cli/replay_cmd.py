@@ -63,6 +63,7 @@ def replay(
     seq_len: int | None = typer.Option(None, "--seq-len", help="What-if: the step at this sequence length (resize along the sequence: shapes rescaled, kernels re-timed, attention by its s² work)."),
     old_seq_len: int | None = typer.Option(None, "--old-seq-len", help="--seq-len: the traced sequence length (default: the capture.json beside the trace)."),
     hidden: int | None = typer.Option(None, "--hidden", help="What-if: the step at this hidden size (one rank; every width scales with it: weights, activations, the head size; kernels re-timed)."),
+    scale_heads: bool = typer.Option(False, "--scale-heads", help="--hidden: the head count scales and the head size stays (as model families grow); default: the heads stay, the head size scales."),
     old_hidden: int | None = typer.Option(None, "--old-hidden", help="--hidden: the traced hidden size (default: capture.json, else the width of the trace's embedding tables)."),
     segments: bool = typer.Option(False, "--segments", help="JSON: include every critical-path segment."),
 ) -> None:  # fmt: skip
@@ -90,6 +91,8 @@ def replay(
         raise ConfigError("--old-seq-len is the traced length of the --seq-len what-if; give --seq-len too")
     if old_hidden is not None and hidden is None:
         raise ConfigError("--old-hidden is the traced hidden size of the --hidden what-if; give --hidden too")
+    if scale_heads and hidden is None:
+        raise ConfigError("--scale-heads chooses how the --hidden what-if grows the attention; give --hidden too")
     asked = [f for f, v in (("--batch", batch), ("--seq-len", seq_len), ("--hidden", hidden)) if v is not None]
     if len(asked) > 1:
         raise ConfigError(f"{' and '.join(asked)}: one resize at a time")
@@ -120,7 +123,7 @@ def replay(
         whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family,
                           resize=(traced_batch, batch) if batch is not None and traced_batch else None,
                           resize_seq=(traced_seq, seq_len, _manifest_batch(paths)) if seq_len is not None and traced_seq else None,
-                          resize_hidden=(old_hidden or _manifest_field(paths, "hidden"), hidden) if hidden is not None else None)  # fmt: skip
+                          resize_hidden=(old_hidden or _manifest_field(paths, "hidden"), hidden, scale_heads) if hidden is not None else None)  # fmt: skip
     if timeline is not None:  # after the what-ifs: a refused one leaves no file behind
         from trainsim.sim.timeline import write_timeline
 
@@ -201,7 +204,7 @@ def _resize_timer(w: Any) -> tuple[Any, str]:
 
 def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | None, family: str | None,
              resize: tuple[int, int] | None = None, resize_seq: tuple[int, int, int | None] | None = None,
-             resize_hidden: tuple[int | None, int] | None = None) -> dict[str, Any]:  # fmt: skip
+             resize_hidden: tuple[int | None, int, bool] | None = None) -> dict[str, Any]:  # fmt: skip
     from trainsim.errors import ConfigError
     from trainsim.sim import simulate, whatif
 
@@ -223,8 +226,10 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
         from trainsim.sim.resize import resize_hidden as resize_width
 
         timer, note = _resize_timer(w)
-        w = resize_width(w, resize_hidden[1], old_hidden=resize_hidden[0], timer=timer)
-        applied.append(f"hidden {w.metadata['resize']['old_hidden']} → {resize_hidden[1]} (kernel models: {note})")
+        w = resize_width(w, resize_hidden[1], old_hidden=resize_hidden[0], timer=timer, scale_heads=resize_hidden[2])
+        heads = w.metadata["resize"]["heads"]
+        how = ("heads " + ", ".join(f"{a} → {b}" for a, b in heads.items())) if isinstance(heads, dict) else "heads kept"
+        applied.append(f"hidden {w.metadata['resize']['old_hidden']} → {resize_hidden[1]}, {how} (kernel models: {note})")
     if straggler is not None:
         r, f = _straggler_rank(straggler)
         if r not in {g.rank for g in w.ranks}:
@@ -260,7 +265,8 @@ def _resize_report(meta: dict[str, Any]) -> dict[str, Any]:
     share = meta.get("shaped_time_fraction")
     out = {"rules": meta.get("rules", {}), "shaped_time_fraction": share}
     if "widths" in meta:  # --hidden: the traced and new hidden size, every width and what it became
-        out.update(old_hidden=meta["old_hidden"], new_hidden=meta["new_hidden"], widths=meta["widths"])
+        out.update(old_hidden=meta["old_hidden"], new_hidden=meta["new_hidden"], widths=meta["widths"],
+                   heads=meta["heads"])
     if share is not None and share < RESIZE_SHAPED_MIN:
         out["warning"] = (f"ops with recorded tensor shapes hold only {100 * share:.0f} % of the traced kernel time: "
                           "the rest was kept as it was traced (record shapes, or link the execution trace)")  # fmt: skip

@@ -177,13 +177,16 @@ def _model_query(name: str, ins: Sequence[TensorMeta], outs: Sequence[TensorMeta
 class _Resizer:
     def __init__(self, old: int, new: int, timer: OpTimer | None, *, dim: str = "batch",
                  widths: dict[int, int] | None = None, tables: frozenset[int] = frozenset(),
-                 param_ratio: float = 1.0) -> None:  # fmt: skip
+                 param_ratio: float = 1.0, head_size: int | None = None,
+                 heads: dict[int, int] | None = None) -> None:  # fmt: skip
         self.old, self.new, self.factor = old, new, new / old
         self.timer = timer
         self.dim = dim  # "batch", "seq" or "hidden"
         # hidden: every width (old -> new; hidden, its multiples, the head size), the tensor ids
         # of embedding tables (rows kept, width resized) and new / old parameter elements
         self.widths, self.tables, self.param_ratio = widths or {}, tables, param_ratio
+        # hidden with the head size kept: the head counts (old -> new) of [B, h, S, d] tensors
+        self.head_size, self.heads = head_size, heads or {}
         self._cache: dict[tuple[str, str, str, tuple[tuple[str, float], ...]], float | None] = {}
 
     # --- shapes ---------------------------------------------------------------------------
@@ -193,6 +196,12 @@ class _Resizer:
                 return t
             if (t.tensor_id is not None and t.tensor_id in self.tables) or t.shape in table_shapes:  # [rows, width]
                 shape = (*t.shape[:-1], self.widths.get(t.shape[-1], t.shape[-1]))
+            elif self.heads and len(t.shape) in (4, 5) and t.shape[-1] == self.head_size:
+                # per-head tensors, [B, h, S, d] or [B, S, h, d] (GQA's expand: [B, kv, rep, S, d]):
+                # the head count scales, the head size stays
+                at = (1, 2) if len(t.shape) == 4 else (1,)
+                shape = tuple(self.heads.get(d, d) if i in at else d if i == len(t.shape) - 1
+                              else self.widths.get(d, d) for i, d in enumerate(t.shape))  # fmt: skip
             else:
                 shape = tuple(self.widths.get(d, d) for d in t.shape)
             return t if shape == t.shape else replace(t, shape=shape)
@@ -492,10 +501,12 @@ _EMBEDDING_OPS = frozenset({"embedding", "embeddingbag"})
 
 
 def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None,
-                  timer: OpTimer | None = None) -> Workload:  # fmt: skip
+                  timer: OpTimer | None = None, scale_heads: bool = False) -> Workload:  # fmt: skip
     """``w`` (one rank of a transformer-like step) with hidden size ``new_hidden`` (module
     docstring: the hidden dimension). ``old_hidden``: the traced one (default: the width of the
-    trace's embedding tables, when they agree). As :func:`resize_batch` otherwise."""
+    trace's embedding tables, when they agree). ``scale_heads``: the head count scales and the
+    head size stays (as model families grow), else the heads stay and the head size scales.
+    As :func:`resize_batch` otherwise."""
     for flag, v in (("--hidden", new_hidden), ("--old-hidden", old_hidden)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
@@ -511,7 +522,7 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
     rows: dict[int, int] = {}  # table tensor id -> its rows
     table_widths: set[int] = set()
     tokens: dict[int, str] = {}  # the lookups' index dimensions (batch, sequence) and their product
-    heads: set[int] = set()
+    heads: set[int] = set()  # head counts: the queries', and the keys' and values' (GQA)
     head_dims: set[int] = set()
     vocab: int | None = None  # the loss's classes
     for op in rg.ops:
@@ -565,13 +576,31 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
     dims = {d for i, s in param_shapes.items() for d in (s[-1:] if i in tables else s)}
     named = {d: "width" for d in dims if d != vocab} | dict.fromkeys(head_dims, "head size") | {h: "hidden size"}
     named.pop(1, None)
+    head_counts: dict[int, int] = {}
+    if scale_heads:
+        if len(head_dims) != 1:
+            raise ConfigError(f"--scale-heads: the attention ops have head sizes {sorted(head_dims)}: one is kept")
+        hd = next(iter(head_dims))
+        if named.get(hd) != "head size":
+            raise ConfigError(f"--scale-heads: the head size {hd} is also the trace's {named[hd]}: a resize cannot "
+                              "keep the one and scale the other")  # fmt: skip
+        del named[hd]
+        for c in sorted(heads):
+            if (c * new_hidden) % h:
+                raise ConfigError(f"--hidden {new_hidden} --scale-heads: the traced head count {c} would become "
+                                  f"{c * new_hidden / h:g}; choose a multiple of {h // math.gcd(c, h)}")  # fmt: skip
+            head_counts[c] = c * new_hidden // h
+        seq = sorted(c for c in heads if tokens.get(c) == "sequence length")
+        if seq:
+            raise ConfigError(f"--scale-heads: the traced head count {seq[0]} is also the sequence length: a resize "
+                              "cannot tell them apart in [B, h, S, d] tensors")  # fmt: skip
     widths: dict[int, int] = {}
     for d in sorted(named):
         if (d * new_hidden) % h:
             raise ConfigError(f"--hidden {new_hidden}: the traced {named[d]} {d} would become {d * new_hidden / h:g} "
                               f"(every width scales with the hidden size {h}); choose a multiple of {h // math.gcd(d, h)}")  # fmt: skip
         widths[d] = d * new_hidden // h
-    others = {**dict.fromkeys(heads, "head count"), **tokens}
+    others = {**({} if scale_heads else dict.fromkeys(heads, "head count")), **tokens}
     others.pop(1, None)
     clash = sorted(set(named) & set(others))
     if clash:
@@ -583,9 +612,11 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
     new_elems = sum(math.prod((*s[:-1], widths.get(s[-1], s[-1])) if i in tables else tuple(widths.get(d, d) for d in s))
                     for i, s in param_shapes.items())  # fmt: skip
     rz = _Resizer(h, new_hidden, timer, dim="hidden", widths=widths, tables=frozenset(tables),
-                  param_ratio=new_elems / old_elems if old_elems else 1.0)  # fmt: skip
+                  param_ratio=new_elems / old_elems if old_elems else 1.0,
+                  head_size=next(iter(head_dims)) if scale_heads else None, heads=head_counts)  # fmt: skip
     return _resize(w, rz, "--hidden", {"old_hidden": h, "new_hidden": new_hidden,
-                                       "widths": {str(a): b for a, b in widths.items()}})
+                                       "widths": {str(a): b for a, b in widths.items()},
+                                       "heads": {str(a): b for a, b in head_counts.items()} or "kept"})  # fmt: skip
 
 
 def _resize(w: Workload, rz: _Resizer, flag: str, request: dict[str, Any]) -> Workload:

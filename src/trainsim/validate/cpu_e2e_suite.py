@@ -22,8 +22,10 @@ predicted at S/2 and 2S (``seq_cases``, summarised apart as ``seq_geomean_abs_er
 the batch figure the target is set for; naive baseline: × the length ratio). The models with a
 width to choose (:data:`HIDDEN_MODELS`: ``gpt2``) add two along the hidden size, with
 :func:`trainsim.sim.resize.resize_hidden`: the base capture (its default width H) predicted at
-H/2 and 2H, every width with it (``hidden_cases``, ``hidden_geomean_abs_err_pct``; naive
-baseline: × the width ratio).
+H/2 and 2H, every width with it, once with the heads kept (the head size scales) and once
+with the head size kept (the head count scales, ``resize_hidden(scale_heads=True)``, against
+captures with that many heads) (``hidden_cases``, ``hidden_geomean_abs_err_pct`` over all
+four; naive baseline: × the width ratio).
 
 Noise floor: per (model, batch) the repeat-to-repeat spread (max − min) / median of the measured
 steps, and the within-capture spread (p75 − p25) / median of the traced steps; the summary gives
@@ -70,13 +72,13 @@ def geomean_abs(errors_pct: list[float | None]) -> float | None:
 
 
 def _capture(cache: Path, model: str, batch: int, *, threads: int, steps: int, rep: int,
-             seq_len: int | None = None, hidden: int | None = None) -> Path:  # fmt: skip
+             seq_len: int | None = None, hidden: int | None = None, heads: int | None = None) -> Path:  # fmt: skip
     """The capture folder of one configuration and repeat (captured now unless cached);
-    ``seq_len``, ``hidden``: another than the example's default length or width."""
+    ``seq_len``, ``hidden``, ``heads``: another than the example's default length, width, heads."""
     from trainsim.capture import MANIFEST_NAME, capture
 
     out = cache / (f"{model}_b{batch}_t{threads}_s{steps}_r{rep}" + (f"_q{seq_len}" if seq_len else "")
-                   + (f"_h{hidden}" if hidden else ""))  # fmt: skip
+                   + (f"_h{hidden}" if hidden else "") + (f"n{heads}" if heads else ""))  # fmt: skip
     man = out / MANIFEST_NAME
     if man.exists():
         try:
@@ -86,10 +88,10 @@ def _capture(cache: Path, model: str, batch: int, *, threads: int, steps: int, r
         if (doc.get("model"), doc.get("batch_size"), doc.get("threads_per_rank"), doc.get("steps")) == (
             model, batch, threads, steps,
         ) and (seq_len is None or doc.get("seq_len") == seq_len) and (
-            hidden is None or doc.get("hidden") == hidden):  # fmt: skip
+            hidden is None or doc.get("hidden") == hidden) and (heads is None or doc.get("heads") == heads):  # fmt: skip
             return out
     capture(model=model, out_dir=out, nproc=1, steps=steps, batch_size=batch,
-            threads_per_rank=threads, overwrite=True, seq_len=seq_len, hidden=hidden)  # fmt: skip
+            threads_per_rank=threads, overwrite=True, seq_len=seq_len, hidden=hidden, heads=heads)  # fmt: skip
     return out
 
 
@@ -116,10 +118,10 @@ def _measured(folder: Path) -> tuple[float, float]:
 
 
 def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple[float, str]],
-             *, seq_of_batch: int | None = None, hidden: bool = False) -> dict[str, Any]:  # fmt: skip
+             *, seq_of_batch: int | None = None, hidden: bool = False, scale_heads: bool = False) -> dict[str, Any]:  # fmt: skip
     """Resize every traced step of one capture to each batch of ``news`` and simulate it (to
     each sequence length, ``old`` being the traced one, with ``seq_of_batch``: the traced batch;
-    to each hidden size with ``hidden``).
+    to each hidden size with ``hidden``, the head count with it with ``scale_heads``).
 
     Each step is loaded and its unresized baseline simulated once, shared by every new batch.
     Returns ``{"base_simulated_s", "by_batch": {new: {"predicted_s", "per_step_s", "rules"}}}``.
@@ -135,7 +137,7 @@ def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple
         w = load_for_replay([folder], step=step).workload
         bases.append(simulate(w, SimOptions()).predicted_step_s)
         for n in news:
-            r = (resize_hidden(w, n, old_hidden=old, timer=timer) if hidden
+            r = (resize_hidden(w, n, old_hidden=old, timer=timer, scale_heads=scale_heads) if hidden
                  else resize_batch(w, n, old_batch=old, timer=timer) if seq_of_batch is None
                  else resize_seq(w, n, old_seq=old, batch=seq_of_batch, timer=timer))  # fmt: skip
             preds[n].append(simulate(r, SimOptions()).predicted_step_s)
@@ -150,12 +152,14 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
              seq_folders: dict[tuple[str, int], list[Path]] | None = None,
              seq_bases: dict[str, int] | None = None,
              hidden_folders: dict[tuple[str, int], list[Path]] | None = None,
-             hidden_bases: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
+             hidden_bases: dict[str, int] | None = None,
+             heads_folders: dict[tuple[str, int], list[Path]] | None = None) -> dict[str, Any]:  # fmt: skip
     """Per model, the captures at its base batch resized to each other captured batch and
     simulated, against those captures' measured steps: ``cases``, ``base_replay``, ``noise``
     and ``summary`` (see the module docstring). ``seq_folders`` (model, length) and
     ``seq_bases`` (model: its base length) add the ``seq_cases`` from the same base captures;
-    ``hidden_folders`` and ``hidden_bases`` the ``hidden_cases``."""
+    ``hidden_folders`` and ``hidden_bases`` the ``hidden_cases`` (heads kept), ``heads_folders``
+    (captures with the head size kept) the others."""
     from trainsim.sim.replay import pct_error
 
     measured: dict[tuple[str, int], list[tuple[float, float]]] = {
@@ -191,8 +195,12 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
                             "simulated_step_s": sim, "error_pct": pct_error(sim, med[(m, base)])})  # fmt: skip
     seq_cases = _dim_cases("seq", dim_folders=seq_folders or {}, dim_bases=seq_bases or {}, folders=folders,
                            bases=bases, med=med, timer=timer)  # fmt: skip
-    hidden_cases = _dim_cases("hidden", dim_folders=hidden_folders or {}, dim_bases=hidden_bases or {},
-                              folders=folders, bases=bases, med=med, timer=timer)  # fmt: skip
+    hidden_cases = [
+        *_dim_cases("hidden", dim_folders=hidden_folders or {}, dim_bases=hidden_bases or {},
+                    folders=folders, bases=bases, med=med, timer=timer),
+        *_dim_cases("hidden", dim_folders=heads_folders or {}, dim_bases=hidden_bases or {},
+                    folders=folders, bases=bases, med=med, timer=timer, scale_heads=True),
+    ]  # fmt: skip
     errors = [c["error_pct"] for c in cases]
     naive_errors = [c["naive_error_pct"] for c in cases]
     summary: dict[str, Any] = {
@@ -214,10 +222,12 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
 
 def _dim_cases(dim: str, *, dim_folders: dict[tuple[str, int], list[Path]], dim_bases: dict[str, int],
                folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
-               med: dict[tuple[str, int], float], timer: Callable[..., tuple[float, str]]) -> list[dict[str, Any]]:  # fmt: skip
+               med: dict[tuple[str, int], float], timer: Callable[..., tuple[float, str]],
+               scale_heads: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     """The cases along the sequence (``dim`` "seq") or the hidden size ("hidden"): each model's
     base-batch captures (at its base length or width ``dim_bases[m]``) resized to every value
-    captured in ``dim_folders`` (model, value), against those captures' measured steps."""
+    captured in ``dim_folders`` (model, value), against those captures' measured steps
+    (``scale_heads``: the hidden resize grows the head count, not the head size)."""
     from trainsim.sim.replay import pct_error
 
     out: list[dict[str, Any]] = []
@@ -225,14 +235,16 @@ def _dim_cases(dim: str, *, dim_folders: dict[tuple[str, int], list[Path]], dim_
         measured = {v: [_measured(f)[0] for f in fs] for (mm, v), fs in dim_folders.items() if mm == m}
         news = sorted(measured)
         reps = [_predict(p, base_val, news, timer, seq_of_batch=bases[m] if dim == "seq" else None,
-                         hidden=dim == "hidden") for p in folders[(m, bases[m])]]  # fmt: skip
+                         hidden=dim == "hidden", scale_heads=scale_heads) for p in folders[(m, bases[m])]]  # fmt: skip
         for new in news:
             per_rep = [r["by_batch"][new] for r in reps]
             predicted = statistics.median(r["predicted_s"] for r in per_rep)
             meas = statistics.median(measured[new])
             naive = med[(m, bases[m])] * new / base_val
             out.append({
-                "case": f"{m} {dim} {base_val}->{new}", "model": m, f"{dim}_from": base_val, f"{dim}_to": new,
+                "case": f"{m} {dim} {base_val}->{new}" + (" (heads scaled)" if scale_heads else ""), "model": m,
+                f"{dim}_from": base_val, f"{dim}_to": new, **({"heads": "scaled" if scale_heads else "kept"}
+                                                              if dim == "hidden" else {}),
                 "measured_s": meas, "predicted_s": predicted, "error_pct": pct_error(predicted, meas),
                 "naive_error_pct": pct_error(naive, meas), "naive_step_s": naive,
                 "measured_repeats_s": measured[new],
@@ -269,6 +281,9 @@ def run_cpu_e2e_suite(
     hidden_bases = {m: int(example_info(m).default_hidden or 0) for m in models if m in HIDDEN_MODELS}
     hidden_configs = [(m, max(1, round(f * h))) for m, h in hidden_bases.items() for f in FACTORS]
     hidden_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in hidden_configs}
+    heads_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in hidden_configs}
+    head_size = {m: int(example_info(m).default_hidden or 0) // int(example_info(m).default_heads or 1)
+                 for m in hidden_bases}  # fmt: skip
     for rep in range(repeats):  # interleaved: repeat r of every configuration, then r + 1
         for m, b in configs:
             folders[(m, b)].append(_capture(cache, m, b, threads=threads, steps=steps, rep=rep))
@@ -276,13 +291,15 @@ def run_cpu_e2e_suite(
             seq_folders[(m, s)].append(_capture(cache, m, batches[m], threads=threads, steps=steps, rep=rep, seq_len=s))
         for m, h in hidden_configs:
             hidden_folders[(m, h)].append(_capture(cache, m, batches[m], threads=threads, steps=steps, rep=rep, hidden=h))
+            heads_folders[(m, h)].append(_capture(cache, m, batches[m], threads=threads, steps=steps, rep=rep, hidden=h,
+                                                  heads=h // head_size[m]))  # fmt: skip
     t_capture = time.perf_counter() - t0
 
     artifact, kernel_note = cpu_kernel_models(default_cache_dir().parent)  # shared with shard
     timer = Coster(str(cpu_device_file()), artifact).time
     bases = {m: batches[m] for m in models}
     out = evaluate(folders, bases, timer, seq_folders=seq_folders, seq_bases=seq_bases,
-                   hidden_folders=hidden_folders, hidden_bases=hidden_bases)
+                   hidden_folders=hidden_folders, hidden_bases=hidden_bases, heads_folders=heads_folders)
     out["summary"]["capture_s"], out["summary"]["wall_s"] = t_capture, time.perf_counter() - t0
     return {
         "suite": "cpu-e2e",

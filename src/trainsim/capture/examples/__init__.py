@@ -2,7 +2,7 @@
 
 Each example module exposes ``build(*, batch_size, device, seed) -> TrainingStep``; the
 sequence models (``default_seq_len`` set) also take ``seq_len``, and the ones with a width
-to choose (``default_hidden`` set) ``hidden``. Modules are imported only when
+to choose (``default_hidden`` set) ``hidden`` and ``heads``. Modules are imported only when
 an example is built, so listing the registry never imports torch.
 """
 
@@ -44,16 +44,16 @@ class ExampleInfo:
     # the longest it takes (learned positions)
     default_seq_len: int | None = None
     max_seq_len: int | None = None
-    # hidden size when not asked (None: the example takes no --hidden); a width must be a
-    # multiple of ``hidden_multiple`` (its attention heads)
+    # hidden size and attention heads when not asked (None: the example takes no --hidden, --heads);
+    # the width must be a multiple of the heads
     default_hidden: int | None = None
-    hidden_multiple: int = 1
+    default_heads: int | None = None
 
     def build(self, *, batch_size: int, device: str, seed: int, seq_len: int | None = None,
-              hidden: int | None = None) -> TrainingStep:  # fmt: skip
+              hidden: int | None = None, heads: int | None = None) -> TrainingStep:  # fmt: skip
         builder: Any = importlib.import_module(self.module).build
-        more = {**self.options, **({"seq_len": seq_len} if seq_len is not None else {}),
-                **({"hidden": hidden} if hidden is not None else {})}  # capture.validate checks both
+        asked = {"seq_len": seq_len, "hidden": hidden, "heads": heads}  # capture.validate checks them
+        more = {**self.options, **{k: v for k, v in asked.items() if v is not None}}
         step: TrainingStep = builder(batch_size=batch_size, device=device, seed=seed, **more)
         return step
 
@@ -66,7 +66,7 @@ EXAMPLES: Mapping[str, ExampleInfo] = MappingProxyType({
     "gpt2": ExampleInfo(
         "trainsim.capture.examples.gpt2", 4,
         "tiny GPT-2 (transformers GPT2LMHeadModel): 2 layers, 128 hidden (4 heads), vocab 1000, seq 64 (at most 128)",
-        default_seq_len=64, max_seq_len=128, default_hidden=128, hidden_multiple=4,
+        default_seq_len=64, max_seq_len=128, default_hidden=128, default_heads=4,
     ),
     "llama": ExampleInfo(
         "trainsim.capture.examples.llama", 1,

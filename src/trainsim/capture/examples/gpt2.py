@@ -24,11 +24,12 @@ def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return loss
 
 
-def build(*, batch_size: int, device: str, seed: int, seq_len: int = SEQ_LEN, hidden: int = HIDDEN) -> TrainingStep:
-    if hidden < HEADS or hidden % HEADS:
-        raise CaptureError(f"gpt2 example: --hidden must be a positive multiple of its {HEADS} heads, got {hidden}")
+def build(*, batch_size: int, device: str, seed: int, seq_len: int = SEQ_LEN, hidden: int = HIDDEN,
+          heads: int = HEADS) -> TrainingStep:  # fmt: skip
+    if heads < 1 or hidden < heads or hidden % heads:
+        raise CaptureError(f"gpt2 example: --hidden must be a positive multiple of its {heads} heads, got {hidden}")
     config = GPT2Config(
-        n_layer=2, n_embd=hidden, n_head=HEADS, vocab_size=VOCAB, n_positions=128,
+        n_layer=2, n_embd=hidden, n_head=heads, vocab_size=VOCAB, n_positions=128,
         bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
     if not 1 <= seq_len <= config.n_positions:
@@ -41,5 +42,5 @@ def build(*, batch_size: int, device: str, seed: int, seq_len: int = SEQ_LEN, hi
     tokens = torch.randint(0, VOCAB, (batch_size, seq_len), generator=g)
     return TrainingStep(
         model=model.to(device), batch=(tokens.to(device),), loss=_loss,
-        summary=f"GPT-2 2 layers x {hidden} hidden, batch {batch_size} x seq {seq_len}",
+        summary=f"GPT-2 2 layers x {hidden} hidden ({heads} heads), batch {batch_size} x seq {seq_len}",
     )  # fmt: skip
