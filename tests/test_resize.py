@@ -163,6 +163,7 @@ def test_suite_adds_sequence_and_hidden_cases_for_gpt2(tmp_path: Path, monkeypat
     folder = tmp_path / "gpt2"
     capture(model="gpt2", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1)
     monkeypatch.setattr(suite, "MODELS", ("gpt2",))
+    monkeypatch.setattr(suite, "HIDDEN_MODELS", ("gpt2",))  # the llama stand-in's cases need llama captures
     monkeypatch.setattr(suite, "_capture", lambda *a, **k: folder)
     doc = suite.run_cpu_e2e_suite(tmp_path, repeats=1, resume=str(tmp_path / "cache"))
     assert [c["case"] for c in doc["seq_cases"]] == ["gpt2 seq 64->32", "gpt2 seq 64->128"]
@@ -511,8 +512,18 @@ def test_capture_hidden_is_checked_before_anything_runs(tmp_path: Path) -> None:
 
     with pytest.raises(CaptureError, match="the resnet example takes none"):
         capture(model="resnet", out_dir=tmp_path / "a", hidden=64)
-    with pytest.raises(CaptureError, match="multiple of its 4 attention heads, got 66"):
+    with pytest.raises(CaptureError, match=r"multiple of 4 \(its 4 attention heads\), got 66"):
         capture(model="gpt2", out_dir=tmp_path / "b", hidden=66)
+    with pytest.raises(CaptureError, match=r"multiple of 6 \(its 6 attention heads\), got 128"):
+        capture(model="gpt2", out_dir=tmp_path / "b", heads=6)
+    with pytest.raises(CaptureError, match="the llama example's width must be a multiple of 128, got 200"):
+        capture(model="llama", out_dir=tmp_path / "c", hidden=200)
+    with pytest.raises(CaptureError, match=r"heads follow its width \(64 per head\)"):
+        capture(model="llama", out_dir=tmp_path / "c", heads=8)
+    with pytest.raises(CaptureError, match="takes it on cpu only"):
+        capture(model="llama", out_dir=tmp_path / "c", hidden=512, device="cuda")
+    with pytest.raises(CaptureError, match="the llama13 example takes none"):
+        capture(model="llama13", out_dir=tmp_path / "c", hidden=512)
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ Importing this package does not import torch; capturing does.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 from collections.abc import Callable
@@ -91,8 +92,7 @@ def capture(
         batch_size=spec.batch_size or 0, threads_per_rank=spec.threads_per_rank or 0,
         summary=example_info(model).summary, versions=_versions(torch.__version__),
         seq_len=seq_len or example_info(model).default_seq_len,
-        hidden=hidden or example_info(model).default_hidden,
-        heads=heads or example_info(model).default_heads,
+        **dict(zip(("hidden", "heads"), example_info(model).width(device, hidden, heads), strict=True)),
     )  # fmt: skip
     write_manifest(result)
     return result
@@ -119,12 +119,17 @@ def validate(spec: CaptureSpec) -> None:
                                f"(its learned positions), got {spec.seq_len}")  # fmt: skip
     for flag, value in (("--hidden", spec.hidden), ("--heads", spec.heads)):
         if value is not None and info.default_hidden is None:
-            raise CaptureError(f"{flag}: the {spec.model} example takes none (gpt2 does)")
-    if info.default_hidden is not None and info.default_heads is not None:
-        width, heads = spec.hidden or info.default_hidden, spec.heads or info.default_heads
-        if width % heads:
-            raise CaptureError(f"--hidden: the {spec.model} example's width must be a multiple of its "
-                               f"{heads} attention heads, got {width}")  # fmt: skip
+            raise CaptureError(f"{flag}: the {spec.model} example takes none (gpt2 and llama do)")
+        if value is not None and spec.device not in info.hidden_devices:
+            raise CaptureError(f"{flag}: the {spec.model} example takes it on {', '.join(info.hidden_devices)} only")
+    if spec.heads is not None and info.head_size is not None:
+        raise CaptureError(f"--heads: the {spec.model} example's heads follow its width ({info.head_size} per head)")
+    width, heads = info.width(spec.device, spec.hidden, spec.heads)
+    if width is not None and heads is not None:
+        need = math.lcm(info.hidden_multiple, 1 if info.head_size else heads)
+        if width % need:
+            what = "" if info.head_size else f" (its {heads} attention heads)"
+            raise CaptureError(f"--hidden: the {spec.model} example's width must be a multiple of {need}{what}, got {width}")
     if spec.device not in DEVICES:
         raise CaptureError(f"unknown device {spec.device!r}; choose one of: {', '.join(DEVICES)}")
     if spec.device == "cuda":

@@ -20,12 +20,14 @@ The sequence models (:data:`SEQ_MODELS`: ``gpt2``) add two cases of the same kin
 sequence, with :func:`trainsim.sim.resize.resize_seq`: the base capture (its default length S)
 predicted at S/2 and 2S (``seq_cases``, summarised apart as ``seq_geomean_abs_err_pct``, outside
 the batch figure the target is set for; naive baseline: × the length ratio). The models with a
-width to choose (:data:`HIDDEN_MODELS`: ``gpt2``) add two along the hidden size, with
+width to choose (:data:`HIDDEN_MODELS`: ``gpt2`` and the LLaMA CPU stand-in, captured at its
+batch 1 for this only) add cases along the hidden size, with
 :func:`trainsim.sim.resize.resize_hidden`: the base capture (its default width H) predicted at
-H/2 and 2H, every width with it, once with the heads kept (the head size scales) and once
-with the head size kept (the head count scales, ``resize_hidden(scale_heads=True)``, against
-captures with that many heads) (``hidden_cases``, ``hidden_geomean_abs_err_pct`` over all
-four; naive baseline: × the width ratio).
+H/2 and 2H, every width with it, with the head size kept (the head count scales,
+``scale_heads=True``, against captures with that many heads: LLaMA's GQA key/value heads too)
+and, for :data:`KEEP_HEADS_MODELS`, with the heads kept (the head size scales)
+(``hidden_cases``, ``hidden_geomean_abs_err_pct`` over all; naive baseline: × the width
+ratio).
 
 Noise floor: per (model, batch) the repeat-to-repeat spread (max − min) / median of the measured
 steps, and the within-capture spread (p75 − p25) / median of the traced steps; the summary gives
@@ -56,7 +58,8 @@ from trainsim.validate.registry import error_summary
 MODELS = ("dlrm", "gpt2", "resnet")
 FACTORS = (0.5, 2.0)  # new batch = factor × the example's default batch
 SEQ_MODELS = ("gpt2",)  # also resized along the sequence: length = factor × the default
-HIDDEN_MODELS = ("gpt2",)  # and along the hidden size: width = factor × the default
+HIDDEN_MODELS = ("gpt2", "llama")  # and along the hidden size: width = factor × the default,
+KEEP_HEADS_MODELS = ("gpt2",)  # heads of the same size, and (these) as many heads, wider
 TARGET_PCT = 8.0  # 002 §4.4.3: single-GPU E2E geomean error 7.96 %
 
 
@@ -153,13 +156,14 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
              seq_bases: dict[str, int] | None = None,
              hidden_folders: dict[tuple[str, int], list[Path]] | None = None,
              hidden_bases: dict[str, int] | None = None,
-             heads_folders: dict[tuple[str, int], list[Path]] | None = None) -> dict[str, Any]:  # fmt: skip
+             heads_folders: dict[tuple[str, int], list[Path]] | None = None,
+             heads_bases: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
     """Per model, the captures at its base batch resized to each other captured batch and
     simulated, against those captures' measured steps: ``cases``, ``base_replay``, ``noise``
     and ``summary`` (see the module docstring). ``seq_folders`` (model, length) and
     ``seq_bases`` (model: its base length) add the ``seq_cases`` from the same base captures;
-    ``hidden_folders`` and ``hidden_bases`` the ``hidden_cases`` (heads kept), ``heads_folders``
-    (captures with the head size kept) the others."""
+    ``hidden_folders`` and ``hidden_bases`` the ``hidden_cases`` with the heads kept,
+    ``heads_folders`` and ``heads_bases`` those with the head size kept."""
     from trainsim.sim.replay import pct_error
 
     measured: dict[tuple[str, int], list[tuple[float, float]]] = {
@@ -198,7 +202,7 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
     hidden_cases = [
         *_dim_cases("hidden", dim_folders=hidden_folders or {}, dim_bases=hidden_bases or {},
                     folders=folders, bases=bases, med=med, timer=timer),
-        *_dim_cases("hidden", dim_folders=heads_folders or {}, dim_bases=hidden_bases or {},
+        *_dim_cases("hidden", dim_folders=heads_folders or {}, dim_bases=heads_bases or {},
                     folders=folders, bases=bases, med=med, timer=timer, scale_heads=True),
     ]  # fmt: skip
     errors = [c["error_pct"] for c in cases]
@@ -271,19 +275,23 @@ def run_cpu_e2e_suite(
     t0 = time.perf_counter()
     cache = Path(resume).expanduser() if resume else default_cache_dir()
     models = MODELS[:limit] if limit else MODELS
-    batches = {m: example_info(m).default_batch_size for m in models}
+    hidden_models = [m for m in HIDDEN_MODELS if m in models or not limit]
+    batches = {m: example_info(m).default_batch_size for m in (*models, *hidden_models)}
     configs = [(m, b) for m in models
                for b in (batches[m], *(max(1, round(f * batches[m])) for f in FACTORS))]  # fmt: skip
+    configs += [(m, batches[m]) for m in hidden_models if m not in models]  # a base for its hidden cases
     seq_bases = {m: int(example_info(m).default_seq_len or 0) for m in models if m in SEQ_MODELS}
     seq_configs = [(m, max(1, round(f * s))) for m, s in seq_bases.items() for f in FACTORS]
     folders: dict[tuple[str, int], list[Path]] = {c: [] for c in configs}
     seq_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in seq_configs}
-    hidden_bases = {m: int(example_info(m).default_hidden or 0) for m in models if m in HIDDEN_MODELS}
-    hidden_configs = [(m, max(1, round(f * h))) for m, h in hidden_bases.items() for f in FACTORS]
+    heads_bases = {m: int(example_info(m).default_hidden or 0) for m in hidden_models}
+    hidden_bases = {m: h for m, h in heads_bases.items() if m in KEEP_HEADS_MODELS}
+    heads_configs = [(m, max(1, round(f * h))) for m, h in heads_bases.items() for f in FACTORS]
+    hidden_configs = [(m, h) for m, h in heads_configs if m in hidden_bases]
     hidden_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in hidden_configs}
-    heads_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in hidden_configs}
-    head_size = {m: int(example_info(m).default_hidden or 0) // int(example_info(m).default_heads or 1)
-                 for m in hidden_bases}  # fmt: skip
+    heads_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in heads_configs}
+    info = {m: example_info(m) for m in heads_bases}
+    head_size = {m: int(i.default_hidden or 0) // int(i.default_heads or 1) for m, i in info.items()}
     for rep in range(repeats):  # interleaved: repeat r of every configuration, then r + 1
         for m, b in configs:
             folders[(m, b)].append(_capture(cache, m, b, threads=threads, steps=steps, rep=rep))
@@ -291,19 +299,22 @@ def run_cpu_e2e_suite(
             seq_folders[(m, s)].append(_capture(cache, m, batches[m], threads=threads, steps=steps, rep=rep, seq_len=s))
         for m, h in hidden_configs:
             hidden_folders[(m, h)].append(_capture(cache, m, batches[m], threads=threads, steps=steps, rep=rep, hidden=h))
+        for m, h in heads_configs:  # an example whose heads follow its width takes no --heads
+            heads = None if info[m].head_size else h // head_size[m]
             heads_folders[(m, h)].append(_capture(cache, m, batches[m], threads=threads, steps=steps, rep=rep, hidden=h,
-                                                  heads=h // head_size[m]))  # fmt: skip
+                                                  heads=heads))  # fmt: skip
     t_capture = time.perf_counter() - t0
 
     artifact, kernel_note = cpu_kernel_models(default_cache_dir().parent)  # shared with shard
     timer = Coster(str(cpu_device_file()), artifact).time
-    bases = {m: batches[m] for m in models}
+    bases = {m: batches[m] for m in batches}  # the hidden-only models (llama) have their base capture too
     out = evaluate(folders, bases, timer, seq_folders=seq_folders, seq_bases=seq_bases,
-                   hidden_folders=hidden_folders, hidden_bases=hidden_bases, heads_folders=heads_folders)
+                   hidden_folders=hidden_folders, hidden_bases=hidden_bases, heads_folders=heads_folders,
+                   heads_bases=heads_bases)
     out["summary"]["capture_s"], out["summary"]["wall_s"] = t_capture, time.perf_counter() - t0
     return {
         "suite": "cpu-e2e",
         "params": {"repeats": repeats, "threads": threads, "steps": steps, "factors": list(FACTORS),
-                   "models": list(models), "cache": str(cache)},
+                   "models": list(models), "hidden_models": hidden_models, "cache": str(cache)},
         "kernel_models": kernel_note, **out,
     }  # fmt: skip

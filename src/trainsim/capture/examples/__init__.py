@@ -45,9 +45,22 @@ class ExampleInfo:
     default_seq_len: int | None = None
     max_seq_len: int | None = None
     # hidden size and attention heads when not asked (None: the example takes no --hidden, --heads);
-    # the width must be a multiple of the heads
+    # the width must be a multiple of the heads. ``head_size`` set: the heads follow the width
+    # (no --heads; the width a multiple of ``hidden_multiple``); ``hidden_devices``: where
+    # --hidden applies (and the defaults describe the model)
     default_hidden: int | None = None
     default_heads: int | None = None
+    head_size: int | None = None
+    hidden_multiple: int = 1
+    hidden_devices: tuple[str, ...] = ("cpu", "cuda")
+
+    def width(self, device: str, hidden: int | None, heads: int | None) -> tuple[int | None, int | None]:
+        """The (hidden size, heads) a capture on ``device`` asked for ``hidden``/``heads`` has
+        (None, None: the example has no width to choose there)."""
+        if self.default_hidden is None or device not in self.hidden_devices:
+            return None, None
+        h = hidden or self.default_hidden
+        return h, (h // self.head_size if self.head_size else heads or self.default_heads)
 
     def build(self, *, batch_size: int, device: str, seed: int, seq_len: int | None = None,
               hidden: int | None = None, heads: int | None = None) -> TrainingStep:  # fmt: skip
@@ -71,7 +84,9 @@ EXAMPLES: Mapping[str, ExampleInfo] = MappingProxyType({
     "llama": ExampleInfo(
         "trainsim.capture.examples.llama", 1,
         "LLaMA-style decoder (transformers LlamaForCausalLM): on CUDA 2 layers of LLaMA-3 8B's widths, "
-        "bf16, seq 2048; on CPU a 256-wide fp32 stand-in",
+        "bf16, seq 2048; on CPU a 256-wide fp32 stand-in (4 heads of 64, GQA 2, MLP 512; --hidden keeps "
+        "those ratios)", default_hidden=256, default_heads=4, head_size=64, hidden_multiple=128,
+        hidden_devices=("cpu",),
     ),
     "llama13": ExampleInfo(
         "trainsim.capture.examples.llama", 1,

@@ -37,9 +37,9 @@ SHAPES: dict[str, tuple[dict[str, Any], int, torch.dtype]] = {
 }  # fmt: skip
 
 
-def config(kind: str) -> tuple[LlamaConfig, int, torch.dtype]:
+def config(kind: str, **override: int) -> tuple[LlamaConfig, int, torch.dtype]:
     fields, seq, dtype = SHAPES[kind]
-    cfg = LlamaConfig(**fields, max_position_embeddings=seq, tie_word_embeddings=False,
+    cfg = LlamaConfig(**{**fields, **override}, max_position_embeddings=seq, tie_word_embeddings=False,
                       bos_token_id=0, eos_token_id=0, pad_token_id=0)  # fmt: skip
     return cfg, seq, dtype
 
@@ -50,13 +50,23 @@ def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return loss
 
 
-def build(*, batch_size: int, device: str, seed: int, shape: str = "") -> TrainingStep:
+CPU_HEAD_SIZE = 64  # the stand-in's heads: 64 wide, half of them key/value heads, MLP 2x the width
+
+
+def build(*, batch_size: int, device: str, seed: int, shape: str = "", hidden: int | None = None) -> TrainingStep:
     """The step on ``device``; ``shape`` names a CUDA shape of :data:`SHAPES` (on the CPU the
-    stand-in is built whatever it says)."""
+    stand-in is built whatever it says). ``hidden`` (CPU only): the stand-in at that width, its
+    ratios kept (heads of 64, GQA 2, MLP 2x), as a model family grows."""
     kind = "cpu" if not device.startswith("cuda") else shape or "cuda"
     if kind not in SHAPES:
         raise CaptureError(f"llama example: unknown shape {shape!r}; known: {', '.join(sorted(SHAPES))}")
-    cfg, seq, dtype = config(kind)
+    if hidden is not None and (kind != "cpu" or hidden % (2 * CPU_HEAD_SIZE)):
+        raise CaptureError(f"llama example: --hidden applies to the CPU stand-in, a multiple of {2 * CPU_HEAD_SIZE}; "
+                           f"got {hidden} on {device}")  # fmt: skip
+    heads = (hidden or 0) // CPU_HEAD_SIZE
+    cfg, seq, dtype = config(kind, **({} if hidden is None else {
+        "hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": heads // 2,
+        "intermediate_size": 2 * hidden}))  # fmt: skip
     torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
     hf_model: nn.Module = LlamaForCausalLM(cfg)
     model = hf_model.to(dtype=dtype).train()
