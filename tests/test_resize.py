@@ -581,3 +581,39 @@ def test_scale_heads_refuses_what_shapes_cannot_tell(kw: dict, new: int, message
 
     with pytest.raises(ConfigError, match=message):
         resize_hidden(_hidden_workload(**kw), new, scale_heads=True)
+
+
+def test_scale_heads_finds_the_key_value_heads_that_gqa_repeats_before_attention() -> None:
+    """Review 2026-11-27: with repeat_kv before the attention op (transformers does when a mask
+    is passed) the key/value head count was never seen, so its views and expand kept their shapes."""
+    from trainsim.sim.resize import resize_hidden
+
+    b, s, h, hd, v = 3, 6, 32, 8, 50
+    specs = [
+        ("aten::embedding", [_t((v, h), 20), _t((b, s), 21, "long")], [_t((b, s, h), 22)], 20.0, ""),
+        ("aten::linear", [_t((b, s, h), 22), _t((16, h), 2)], [_t((b, s, 16), 3)], 50.0, ""),  # k_proj: 2 kv heads
+        ("aten::view", [_t((b, s, 16), 3)], [_t((b, s, 2, hd), 4)], 1.0, ""),
+        ("aten::expand", [_t((b, 2, 1, s, hd), 5)], [_t((b, 2, 2, s, hd), 6)], 1.0, ""),
+        ("aten::reshape", [_t((b, 2, 2, s, hd), 6)], [_t((b, 4, s, hd), 7)], 5.0, ""),
+        ("aten::scaled_dot_product_attention", [_t((b, 4, s, hd), 8), _t((b, 4, s, hd), 7), _t((b, 4, s, hd), 9)],
+         [_t((b, 4, s, hd), 10)], 40.0, ""),
+        ("aten::add_", [_t((v, h), 20), _t((v, h), 30)], [_t((v, h), 20)], 8.0, OPT),
+        ("aten::add_", [_t((16, h), 2), _t((16, h), 31)], [_t((16, h), 2)], 4.0, OPT),
+    ]  # fmt: skip
+    w = resize_hidden(_cpu_step(specs), 64, timer=_work_timer, scale_heads=True)
+    ops = w.ranks[0].ops
+    assert w.metadata["resize"]["heads"] == {"2": 4, "4": 8}
+    assert ops[1].inputs[1].shape == (32, 64) and ops[2].outputs[0].shape == (b, s, 4, hd)
+    assert ops[3].outputs[0].shape == (b, 4, 2, s, hd) and ops[4].outputs[0].shape == (b, 8, s, hd)
+    assert ops[5].inputs[0].shape == (b, 8, s, hd)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"hidden": 8, "heads": 1}, r"the head size 8 is also the hidden size"),
+    ({"batch": 4, "seq": 4}, r"the traced head count 4 is also the sequence length"),  # B = S = h
+])  # fmt: skip
+def test_scale_heads_refuses_a_head_size_it_cannot_keep_apart(kw: dict, message: str) -> None:
+    from trainsim.sim.resize import resize_hidden
+
+    with pytest.raises(ConfigError, match=message):
+        resize_hidden(_hidden_workload(**kw), 64, scale_heads=True)

@@ -90,12 +90,18 @@ def capture(
     result = CaptureResult(
         spec=spec, ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
         batch_size=spec.batch_size or 0, threads_per_rank=spec.threads_per_rank or 0,
-        summary=example_info(model).summary, versions=_versions(torch.__version__),
-        seq_len=seq_len or example_info(model).default_seq_len,
+        summary=example_info(model).summary + _asked(seq_len=seq_len, hidden=hidden, heads=heads),
+        versions=_versions(torch.__version__), seq_len=seq_len or example_info(model).default_seq_len,
         **dict(zip(("hidden", "heads"), example_info(model).width(device, hidden, heads), strict=True)),
     )  # fmt: skip
     write_manifest(result)
     return result
+
+
+def _asked(**values: int | None) -> str:
+    """What this capture changed from the example's summary ("; captured with seq_len 48, ...")."""
+    asked = [f"{k} {v}" for k, v in values.items() if v is not None]
+    return f"; captured with {', '.join(asked)}" if asked else ""
 
 
 def validate(spec: CaptureSpec) -> None:
@@ -110,6 +116,8 @@ def validate(spec: CaptureSpec) -> None:
             raise CaptureError(f"{flag} must be at least 1, got {value}")
     if spec.timeout_s <= 0:
         raise CaptureError(f"--timeout must be positive, got {spec.timeout_s}")
+    if spec.device not in DEVICES:
+        raise CaptureError(f"unknown device {spec.device!r}; choose one of: {', '.join(DEVICES)}")
     info = example_info(spec.model)
     if spec.seq_len is not None:
         if info.default_seq_len is None:
@@ -129,9 +137,8 @@ def validate(spec: CaptureSpec) -> None:
         need = math.lcm(info.hidden_multiple, 1 if info.head_size else heads)
         if width % need:
             what = "" if info.head_size else f" (its {heads} attention heads)"
-            raise CaptureError(f"--hidden: the {spec.model} example's width must be a multiple of {need}{what}, got {width}")
-    if spec.device not in DEVICES:
-        raise CaptureError(f"unknown device {spec.device!r}; choose one of: {', '.join(DEVICES)}")
+            flag = "--heads" if spec.hidden is None else "--hidden"
+            raise CaptureError(f"{flag}: the {spec.model} example's width must be a multiple of {need}{what}, got {width}")
     if spec.device == "cuda":
         _check_cuda(spec.nproc)
 

@@ -196,7 +196,8 @@ class _Resizer:
                 return t
             if (t.tensor_id is not None and t.tensor_id in self.tables) or t.shape in table_shapes:  # [rows, width]
                 shape = (*t.shape[:-1], self.widths.get(t.shape[-1], t.shape[-1]))
-            elif self.heads and len(t.shape) in (4, 5) and t.shape[-1] == self.head_size:
+            elif self.heads and len(t.shape) in (4, 5) and self.head_size and t.shape[-1] in (
+                    self.head_size, self.head_size // 2):  # RoPE's half-head slices too
                 # per-head tensors, [B, h, S, d] or [B, S, h, d] (GQA's expand: [B, kv, rep, S, d]):
                 # the head count scales, the head size stays
                 at = (1, 2) if len(t.shape) == 4 else (1,)
@@ -524,6 +525,7 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
     tokens: dict[int, str] = {}  # the lookups' index dimensions (batch, sequence) and their product
     heads: set[int] = set()  # head counts: the queries', and the keys' and values' (GQA)
     head_dims: set[int] = set()
+    seqs: set[int] = set()  # sequence lengths: the queries' [B, h, S, d], the lookups' [B, S]
     vocab: int | None = None  # the loss's classes
     for op in rg.ops:
         n = _norm(op.name)
@@ -535,6 +537,8 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
             table_widths.add(sh[0].shape[1])
             idx = sh[1].shape
             names = ("batch", "sequence length") if len(idx) == 2 else ("index count",) * len(idx)
+            if len(idx) == 2:
+                seqs.add(idx[1])
             for d, name in zip(idx, names, strict=True):
                 tokens.setdefault(d, name)
             tokens.setdefault(math.prod(idx), "tokens per step")
@@ -544,6 +548,7 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
         if q is not None and q.op == "attention":
             heads.update(int(t.shape[1]) for t in sh[:3] if len(t.shape) == 4)
             head_dims.add(int(q.inputs["head_dim"]))
+            seqs.add(int(q.inputs["seq_len"]))
         elif q is not None and q.op == "cross_entropy" and vocab is None:
             vocab = int(q.inputs["v"])
     if not head_dims:
@@ -574,26 +579,39 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
     # widths: the hidden size, every dimension of a parameter but an embedding table's rows and
     # the vocabulary (an untied lm head's [V, H]), and the attention head size; never 1
     dims = {d for i, s in param_shapes.items() for d in (s[-1:] if i in tables else s)}
-    named = {d: "width" for d in dims if d != vocab} | dict.fromkeys(head_dims, "head size") | {h: "hidden size"}
-    named.pop(1, None)
     head_counts: dict[int, int] = {}
     if scale_heads:
         if len(head_dims) != 1:
             raise ConfigError(f"--scale-heads: the attention ops have head sizes {sorted(head_dims)}: one is kept")
         hd = next(iter(head_dims))
-        if named.get(hd) != "head size":
-            raise ConfigError(f"--scale-heads: the head size {hd} is also the trace's {named[hd]}: a resize cannot "
-                              "keep the one and scale the other")  # fmt: skip
-        del named[hd]
+        also = ("a unit dimension" if hd == 1 else "the hidden size" if hd == h
+                else "a width of the parameters (one key/value head?)" if hd in dims else "")  # fmt: skip
+        if also:
+            raise ConfigError(f"--scale-heads: the head size {hd} is also {also}: a resize cannot keep the one and "
+                              "scale the other")  # fmt: skip
+        if 1 in heads:
+            raise ConfigError("--scale-heads: one key/value head (multi-query attention) cannot be told apart from "
+                              "unit dimensions")  # fmt: skip
+        # GQA repeats the key/value heads before the attention op in some traces: every count
+        # beside the head size in a per-head tensor ([B, h, S, d], [B, S, h, d], [B, kv, rep, S, d])
+        for op in rg.ops:
+            for t in (*op.inputs, *op.outputs):
+                if len(t.shape) in (4, 5) and t.shape[-1] in (hd, hd // 2):
+                    heads.update(d for d in (t.shape[1:3] if len(t.shape) == 4 else t.shape[1:2]) if d not in seqs)
+        heads.discard(1)  # unit dimensions (a mask's, rotary tables')
         for c in sorted(heads):
             if (c * new_hidden) % h:
                 raise ConfigError(f"--hidden {new_hidden} --scale-heads: the traced head count {c} would become "
                                   f"{c * new_hidden / h:g}; choose a multiple of {h // math.gcd(c, h)}")  # fmt: skip
             head_counts[c] = c * new_hidden // h
-        seq = sorted(c for c in heads if tokens.get(c) == "sequence length")
+        seq = sorted(heads & seqs)
         if seq:
             raise ConfigError(f"--scale-heads: the traced head count {seq[0]} is also the sequence length: a resize "
                               "cannot tell them apart in [B, h, S, d] tensors")  # fmt: skip
+    named = {d: "width" for d in dims if d != vocab} | {h: "hidden size"}
+    if not scale_heads:
+        named |= dict.fromkeys(head_dims, "head size")
+    named.pop(1, None)
     widths: dict[int, int] = {}
     for d in sorted(named):
         if (d * new_hidden) % h:

@@ -275,7 +275,7 @@ def run_cpu_e2e_suite(
     t0 = time.perf_counter()
     cache = Path(resume).expanduser() if resume else default_cache_dir()
     models = MODELS[:limit] if limit else MODELS
-    hidden_models = [m for m in HIDDEN_MODELS if m in models or not limit]
+    hidden_models = [m for m in HIDDEN_MODELS if m in models or not limit or limit >= len(MODELS)]
     batches = {m: example_info(m).default_batch_size for m in (*models, *hidden_models)}
     configs = [(m, b) for m in models
                for b in (batches[m], *(max(1, round(f * batches[m])) for f in FACTORS))]  # fmt: skip
