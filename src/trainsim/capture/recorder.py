@@ -119,8 +119,15 @@ def _drain_collectives(spec: CaptureSpec, world_size: int) -> None:
         torch.distributed.barrier()
 
 
+_FAILED_OBSERVERS: list[ExecutionTraceObserver] = []
+
+
 @contextlib.contextmanager
-def _execution_trace(path: Path, *, drain: Callable[[], None]) -> Iterator[None]:
+def _execution_trace(path: Path, *, drain: Callable[[], None], spawned: bool = False) -> Iterator[None]:
+    """Record an execution trace to ``path`` around the body. ``drain`` runs between stopping
+    the observer and removing it (:func:`_drain_collectives`). When the body fails in a spawned
+    rank (``spawned``), the observer is only stopped, never freed: its collectives may still be
+    running callbacks on it, and the process is about to exit with the body's traceback."""
     tmp = _tmp_beside(path)
     observer = ExecutionTraceObserver().register_callback(str(tmp))
     finished = False
@@ -131,7 +138,11 @@ def _execution_trace(path: Path, *, drain: Callable[[], None]) -> Iterator[None]
         drain()
         finished = True
     finally:
-        observer.unregister_callback()  # stops and finalizes the JSON document
+        if finished or not spawned:
+            observer.unregister_callback()  # stops and finalizes the JSON document
+        else:
+            observer.stop()
+            _FAILED_OBSERVERS.append(observer)  # its __del__ would remove (free) it: kept till exit
         if not finished:
             tmp.unlink(missing_ok=True)
     os.replace(tmp, path)
@@ -141,7 +152,7 @@ def _record_et(
     spec: CaptureSpec, step: Callable[[], None], path: Path, *, first_step: int, world_size: int
 ) -> list[float]:
     times: list[float] = []
-    with _execution_trace(path, drain=lambda: _drain_collectives(spec, world_size)):
+    with _execution_trace(path, drain=lambda: _drain_collectives(spec, world_size), spawned=world_size > 1):
         for i in range(spec.steps):
             with record_function(f"ProfilerStep#{first_step + i}"):
                 times.append(_timed(step))
