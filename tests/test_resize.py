@@ -617,3 +617,18 @@ def test_scale_heads_refuses_a_head_size_it_cannot_keep_apart(kw: dict, message:
 
     with pytest.raises(ConfigError, match=message):
         resize_hidden(_hidden_workload(**kw), 64, scale_heads=True)
+
+
+def test_a_hidden_resize_refuses_a_width_equal_to_the_vocabulary() -> None:
+    """The vocabulary (the loss's classes) never scales; a [4H, H]-like weight that has it too
+    cannot be told from a width."""
+    from dataclasses import replace
+
+    from trainsim.sim.resize import resize_hidden
+
+    w = _hidden_workload()
+    ops = list(w.ranks[0].ops)
+    mlp = replace(ops[2], id=20, inputs=(_t((3, 6, 32), 40), _t((50, 64), 41)), outputs=(_t((3, 6, 50), 42),))
+    upd = replace(ops[10], id=21, inputs=(_t((50, 64), 41), _t((50, 64), 43)), outputs=(_t((50, 64), 41),))
+    with pytest.raises(ConfigError, match=r"the vocabulary 50 is also a dimension of a parameter \[50, 64\]"):
+        resize_hidden(replace(w, ranks=(replace(w.ranks[0], ops=(*ops, mlp, upd)),)), 64)

@@ -579,6 +579,11 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
     # widths: the hidden size, every dimension of a parameter but an embedding table's rows and
     # the vocabulary (an untied lm head's [V, H]), and the attention head size; never 1
     dims = {d for i, s in param_shapes.items() for d in (s[-1:] if i in tables else s)}
+    odd = sorted(s for i, s in param_shapes.items()  # (a [V] bias is the head's)
+                 if i not in tables and len(s) == 2 and vocab in s and sorted(s) != sorted((vocab, h)))
+    if odd:
+        raise ConfigError(f"--hidden: the vocabulary {vocab} is also a dimension of a parameter {list(odd[0])} that is "
+                          "not an lm head: a resize cannot tell a width from it")  # fmt: skip
     head_counts: dict[int, int] = {}
     if scale_heads:
         if len(head_dims) != 1:
