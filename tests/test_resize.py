@@ -541,7 +541,9 @@ def test_replay_hidden_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     folder = tmp_path / "g"
     capture(model="gpt2", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1, batch_size=2, seq_len=48,
             hidden=64)  # at its default length 64 the width would be a token count: refused
-    assert json.loads((folder / "capture.json").read_text())["hidden"] == 64
+    manifest = json.loads((folder / "capture.json").read_text())
+    assert (manifest["hidden"], manifest["heads"], manifest["seq_len"]) == (64, 4, 48)
+    assert manifest["summary"].endswith("; captured with seq_len 48, hidden 64")
     _register()
     res = CliRunner().invoke(app, ["replay", str(folder), "--hidden", "128", "--format", "json"])
     assert res.exit_code == 0, res.output
