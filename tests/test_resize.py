@@ -348,6 +348,21 @@ def test_capture_seq_len_is_checked_before_anything_runs(tmp_path: Path) -> None
         capture(model="gpt2", out_dir=tmp_path / "c", seq_len=0)
 
 
+def _replay_json(folder: Path, *args: str) -> tuple[dict, dict]:
+    """`trainsim replay FOLDER ARGS --format json`: its document and the document's what-if."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    _register()
+    res = CliRunner().invoke(app, ["replay", str(folder), *args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    return doc, doc["whatif"]
+
+
 @pytest.mark.slow
 def test_replay_seq_len_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     """`trainsim replay CAPTURE --seq-len N` on a real CPU capture: the traced length from its
@@ -357,16 +372,12 @@ def test_replay_seq_len_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from trainsim.capture import capture
-    from trainsim.cli.main import _register, app
+    from trainsim.cli.main import app
 
     folder = tmp_path / "g"
     capture(model="gpt2", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1, batch_size=2, seq_len=48)
     assert json.loads((folder / "capture.json").read_text())["seq_len"] == 48
-    _register()
-    res = CliRunner().invoke(app, ["replay", str(folder), "--seq-len", "96", "--format", "json"])
-    assert res.exit_code == 0, res.output
-    doc = json.loads(res.stdout)
-    w = doc["whatif"]
+    doc, w = _replay_json(folder, "--seq-len", "96")
     assert w["applied"][0].startswith("sequence 48 → 96 tokens")
     assert w["predicted_step_s"] > doc["predicted_step_s"] and w["resize"]["shaped_time_fraction"] > 0.9
     res = CliRunner().invoke(app, ["replay", str(folder), "--seq-len", "96", "--batch", "4"])
@@ -536,7 +547,7 @@ def test_replay_hidden_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from trainsim.capture import capture
-    from trainsim.cli.main import _register, app
+    from trainsim.cli.main import app
 
     folder = tmp_path / "g"
     capture(model="gpt2", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1, batch_size=2, seq_len=48,
@@ -544,11 +555,7 @@ def test_replay_hidden_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     manifest = json.loads((folder / "capture.json").read_text())
     assert (manifest["hidden"], manifest["heads"], manifest["seq_len"]) == (64, 4, 48)
     assert manifest["summary"].endswith("; captured with seq_len 48, hidden 64")
-    _register()
-    res = CliRunner().invoke(app, ["replay", str(folder), "--hidden", "128", "--format", "json"])
-    assert res.exit_code == 0, res.output
-    doc = json.loads(res.stdout)
-    w = doc["whatif"]
+    doc, w = _replay_json(folder, "--hidden", "128")
     assert w["applied"][0].startswith("hidden 64 → 128")
     assert w["resize"]["widths"] == {"16": 32, "64": 128, "192": 384, "256": 512}
     assert w["predicted_step_s"] > doc["predicted_step_s"]
