@@ -434,7 +434,7 @@ def test_a_hidden_resize_scales_every_width_and_keeps_table_rows() -> None:
 
 
 @pytest.mark.parametrize(("kw", "new", "message"), [
-    ({"seq": 8}, 64, r"the traced head size 8 is also the trace's sequence length"),
+    ({"seq": 8}, 64, r"the traced head size 8 is also the trace's sequence length.*--scale-heads keeps the head size"),
     ({"batch": 2, "seq": 16}, 64, r"the traced hidden size 32 is also the trace.s tokens per step"),
     ({}, 30, r"the traced head size 8 would become 7.5 .* choose a multiple of 4"),
     ({}, 64, r"--old-hidden 96: the trace's embedding tables are \[32\] wide"),
@@ -445,6 +445,18 @@ def test_a_hidden_resize_refuses_what_shapes_cannot_tell(kw: dict, new: int, mes
     old = 96 if "old-hidden" in message else None
     with pytest.raises(ConfigError, match=message):
         resize_hidden(_hidden_workload(**kw), new, old_hidden=old)
+
+
+def test_a_hidden_resize_without_parameter_ids_says_to_keep_the_execution_trace() -> None:
+    from dataclasses import replace
+
+    from trainsim.sim.resize import resize_hidden
+
+    w = _hidden_workload()
+    bare = tuple(replace(op, inputs=tuple(replace(t, tensor_id=None) for t in op.inputs),
+                         outputs=tuple(replace(t, tensor_id=None) for t in op.outputs)) for op in w.ranks[0].ops)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"names no parameter .*keep the execution trace"):
+        resize_hidden(replace(w, ranks=(replace(w.ranks[0], ops=bare),)), 64)
 
 
 def test_a_hidden_resize_refuses_several_ranks() -> None:
@@ -554,7 +566,7 @@ def test_replay_hidden_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
             hidden=64)  # at its default length 64 the width would be a token count: refused
     manifest = json.loads((folder / "capture.json").read_text())
     assert (manifest["hidden"], manifest["heads"], manifest["seq_len"]) == (64, 4, 48)
-    assert manifest["summary"].endswith("; captured with seq_len 48, hidden 64")
+    assert manifest["summary"].endswith("; this capture: seq_len 48, hidden 64")
     doc, w = _replay_json(folder, "--hidden", "128")
     assert w["applied"][0].startswith("hidden 64 → 128")
     assert w["resize"]["widths"] == {"16": 32, "64": 128, "192": 384, "256": 512}

@@ -99,9 +99,9 @@ def capture(
 
 
 def _asked(**values: int | None) -> str:
-    """What this capture changed from the example's summary ("; captured with seq_len 48, ...")."""
+    """What this capture changed from the example's defaults ("; this capture: seq_len 48, ...")."""
     asked = [f"{k} {v}" for k, v in values.items() if v is not None]
-    return f"; captured with {', '.join(asked)}" if asked else ""
+    return f"; this capture: {', '.join(asked)}" if asked else ""
 
 
 def validate(spec: CaptureSpec) -> None:
@@ -127,7 +127,8 @@ def validate(spec: CaptureSpec) -> None:
                                f"(its learned positions), got {spec.seq_len}")  # fmt: skip
     for flag, value in (("--hidden", spec.hidden), ("--heads", spec.heads)):
         if value is not None and info.default_hidden is None:
-            raise CaptureError(f"{flag}: the {spec.model} example takes none (gpt2 and llama do)")
+            takers = "gpt2 does" if flag == "--heads" else "gpt2 and llama do"
+            raise CaptureError(f"{flag}: the {spec.model} example takes none ({takers})")
         if value is not None and spec.device not in info.hidden_devices:
             raise CaptureError(f"{flag}: the {spec.model} example takes it on {', '.join(info.hidden_devices)} only")
     if spec.heads is not None and info.head_size is not None:

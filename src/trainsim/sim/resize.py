@@ -7,12 +7,14 @@ dimension, then re-predict the
 op's work as its measured duration times a ratio, with a provenance naming the rule used
 (first that applies):
 
-1. ``optimizer`` ×1 — ops under an ``Optimizer.*`` annotation update parameters: weight-sized;
+1. ``optimizer`` ×1 — ops under an ``Optimizer.*`` annotation update parameters: weight-sized
+   (a hidden resize changes the parameters: ``optimizer <rule>``, the rules below on its shapes);
 2. ``view`` ×1 — ops that only reinterpret a tensor (view, reshape, transpose, select, ...)
    and their backward nodes (``ViewBackward0``, ...), unless the op launched device kernels: then
    it moved data (``to`` with a dtype change, ``SliceBackward0``'s zero-fill and copy, ``reshape``
    of a non-contiguous tensor) and the rules below apply;
-3. ``AccumulateGrad`` ×1 — accumulates a parameter's gradient: weight-sized;
+3. ``AccumulateGrad`` ×1 — accumulates a parameter's gradient: weight-sized (hidden resize:
+   ``AccumulateGrad (parameter elements)``, the ratio of all parameter elements);
 4. ``model <op> <phase>`` — a kernel model answers the op's old and new features (GEMMs,
    convolutions, norms, attention, dropout, element-wise, losses, embedding bags):
    ratio = model(new) / model(old), so the model's bias on this machine cancels and the
@@ -27,8 +29,8 @@ op's work as its measured duration times a ratio, with a provenance naming the r
    tensor (keeps the fixed per-call cost of small ops), or without models the ratio of
    batch-sized elements (``numel``);
 6. ``weight-sized`` ×1 — none of the op's tensors changed (no batch dimension);
-7. ``batch`` (``seq``) ×factor — a backward node with no matching forward op (Approximation: its work is
-   proportional to the batch, or to the sequence length).
+7. ``batch`` (``seq``, ``hidden``) ×factor — a backward node with no matching forward op
+   (Approximation: its work is proportional to the batch, the sequence length or the width).
 
 Rules 4–5 are clamped to [1, work] (or [work, 1] when shrinking), ``work`` being the ratio of
 the op's batch-sized elements (Approximation: an op's time is affine in its batch-sized work —
@@ -55,9 +57,10 @@ optimizer state). The parameters change, so the optimizer's ops take the rules a
 their new shapes (a foreach kernel by all its elements) and AccumulateGrad the ratio of all
 parameter elements, and a GEMM's work bound is its FLOP ratio (×4 for a ``[4H, H]`` weight at
 2H). A width equal to a token count (the dimensions of the embedding lookups' indices, B, S and
-B·S) or to the head count cannot be told apart from it: refused, as is a width that would not
-stay an integer. Widths not proportional to H in the real family (LLaMA's MLP rounding) are
-scaled proportionally anyway.
+B·S) or, the heads kept, to the head count cannot be told apart from it: refused (with
+``scale_heads``: a head count equal to S, a head size equal to a width or to H, one key/value
+head), as is a width that would not stay an integer. Widths not proportional to H in the real
+family (LLaMA's MLP rounding) are scaled proportionally anyway.
 
 Batch dimension (Approximation, from shapes alone): parameters are the tensors the optimizer
 updates in place (their tensor ids); every other tensor whose leading dimension is a multiple
@@ -570,6 +573,9 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
         for t in (*op.inputs, *op.outputs):
             if t.shape and t.tensor_id is not None and t.tensor_id in params:
                 param_shapes[t.tensor_id] = t.shape
+    if not param_shapes:
+        raise ConfigError("--hidden: the trace names no parameter (the optimizer's updates carry no tensor ids: keep "
+                          "the execution trace beside the Kineto trace, as `trainsim capture` does, and drop --no-et)")  # fmt: skip
     if not any(h in s for s in param_shapes.values()):
         raise ConfigError(f"--hidden: no parameter of the trace has a dimension of {h}: is that the traced hidden size?")
     if vocab is None and rows:
@@ -628,9 +634,10 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
     clash = sorted(set(named) & set(others))
     if clash:
         d = clash[0]
+        hint = "; --scale-heads keeps the head size" if named[d] == "head size" else ""
         raise ConfigError(f"--hidden: the traced {named[d]} {d} is also the trace's {others[d]}: a resize cannot tell "
                           "them apart (a trace whose batch, sequence length, their product and head count differ from "
-                          "every width can be resized)")  # fmt: skip
+                          f"every width can be resized{hint})")  # fmt: skip
     old_elems = sum(math.prod(s) for s in param_shapes.values())
     new_elems = sum(math.prod((*s[:-1], widths.get(s[-1], s[-1])) if i in tables else tuple(widths.get(d, d) for d in s))
                     for i, s in param_shapes.items())  # fmt: skip

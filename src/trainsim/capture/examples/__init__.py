@@ -78,14 +78,15 @@ EXAMPLES: Mapping[str, ExampleInfo] = MappingProxyType({
     ),
     "gpt2": ExampleInfo(
         "trainsim.capture.examples.gpt2", 4,
-        "tiny GPT-2 (transformers GPT2LMHeadModel): 2 layers, 128 hidden (4 heads), vocab 1000, seq 64 (at most 128)",
+        "tiny GPT-2 (transformers GPT2LMHeadModel): 2 layers, vocab 1000; by default 128 hidden, 4 heads, seq 64 "
+        "(at most 128)",
         default_seq_len=64, max_seq_len=128, default_hidden=128, default_heads=4,
     ),
     "llama": ExampleInfo(
         "trainsim.capture.examples.llama", 1,
         "LLaMA-style decoder (transformers LlamaForCausalLM): on CUDA 2 layers of LLaMA-3 8B's widths, "
-        "bf16, seq 2048; on CPU a 256-wide fp32 stand-in (4 heads of 64, GQA 2, MLP 512; --hidden keeps "
-        "those ratios)", default_hidden=256, default_heads=4, head_size=64, hidden_multiple=128,
+        "bf16, seq 2048; on CPU an fp32 stand-in, by default 256 wide (4 heads of 64, GQA 2, MLP 512; --hidden "
+        "keeps those ratios)", default_hidden=256, default_heads=4, head_size=64, hidden_multiple=128,
         hidden_devices=("cpu",),
     ),
     "llama13": ExampleInfo(
