@@ -169,10 +169,11 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
     measured: dict[tuple[str, int], list[tuple[float, float]]] = {
         c: [_measured(f) for f in fs] for c, fs in folders.items()
     }
-    noise = {f"{m}_b{b}": {"repeat_spread_pct": 100.0 * (max(v) - min(v)) / statistics.median(v),
+    noise = {f"{m}_b{b}": {"repeat_spread_pct": 100.0 * (max(v) - min(v)) / statistics.median(v) if len(v) > 1 else None,
                            "within_capture_iqr_pct": 100.0 * statistics.median(s for _, s in ms)}
              for (m, b), ms in measured.items() for v in [[x for x, _ in ms]]}  # fmt: skip
     med = {c: statistics.median(x for x, _ in ms) for c, ms in measured.items()}
+    spreads = [float(x) for n in noise.values() if (x := n["repeat_spread_pct"]) is not None]
 
     cases: list[dict[str, Any]] = []
     base_replay: list[dict[str, Any]] = []
@@ -212,9 +213,9 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
         "naive_geomean_abs_err_pct": geomean_abs(naive_errors),
         "naive_mape_pct": error_summary(naive_errors)["mape_pct"],
         "target_geomean_pct": TARGET_PCT,
-        "noise_repeat_spread_median_pct": statistics.median(n["repeat_spread_pct"] for n in noise.values()),
+        "noise_repeat_spread_median_pct": statistics.median(spreads) if spreads else None,  # None: one repeat
         "noise_within_capture_iqr_median_pct": statistics.median(
-            n["within_capture_iqr_pct"] for n in noise.values()),
+            100.0 * statistics.median(s for _, s in ms) for ms in measured.values()),
     }  # fmt: skip
     for dim, dcases in (("seq", seq_cases), ("hidden", hidden_cases)):
         if dcases:
