@@ -154,7 +154,8 @@ def test_suite_runs_end_to_end_on_one_real_capture(tmp_path: Path, monkeypatch: 
     assert doc["base_replay"][0]["model"] == "dlrm"
 
 
-def test_suite_adds_sequence_and_hidden_cases_for_gpt2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_suite_adds_sequence_and_hidden_cases_for_gpt2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Plumbing of the sequence and hidden cases on one real GPT-2 capture reused for every
     configuration (the numbers mean nothing here)."""
     from trainsim.capture import capture
@@ -174,6 +175,12 @@ def test_suite_adds_sequence_and_hidden_cases_for_gpt2(tmp_path: Path, monkeypat
     assert [c["heads"] for c in doc["hidden_cases"]] == ["kept", "kept", "scaled", "scaled"]
     assert narrow["predicted_s"] < wide["predicted_s"] and narrow["hidden_from"] == 128 and wide["hidden_to"] == 256
     assert doc["summary"]["hidden_geomean_abs_err_pct"] is not None and doc["summary"]["seq_geomean_abs_err_pct"] is not None
+    assert doc["summary"]["noise_repeat_spread_median_pct"] is None  # one repeat: no spread to report
+    from trainsim.cli.validate_cmd import _print_table
+
+    _print_table({"suite": "cpu-e2e", **doc})
+    out = capsys.readouterr().out
+    assert "along the hidden size" in out and "naive_error_pct" in out.split("along the hidden size")[1]
 
 
 @pytest.mark.slow
