@@ -49,11 +49,15 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainsim.errors import ConfigError
 from trainsim.validate.registry import error_summary
+
+if TYPE_CHECKING:
+    from trainsim.ir.graph import Workload
 
 MODELS = ("dlrm", "gpt2", "resnet")
 FACTORS = (0.5, 2.0)  # new batch = factor × the example's default batch
@@ -120,18 +124,15 @@ def _measured(folder: Path) -> tuple[float, float]:
     return w.measured_step_s, (q[2] - q[0]) / statistics.median(times)
 
 
-def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple[float, str]],
-             *, seq_of_batch: int | None = None, hidden: bool = False, scale_heads: bool = False) -> dict[str, Any]:  # fmt: skip
-    """Resize every traced step of one capture to each batch of ``news`` and simulate it (to
-    each sequence length, ``old`` being the traced one, with ``seq_of_batch``: the traced batch;
-    to each hidden size with ``hidden``, the head count with it with ``scale_heads``).
+def _predict(folder: Path, news: list[int], resize: Callable[[Workload, int], Workload]) -> dict[str, Any]:
+    """Resize every traced step of one capture to each value of ``news`` (a batch, length or
+    width: ``resize(workload, new)``) and simulate it.
 
-    Each step is loaded and its unresized baseline simulated once, shared by every new batch.
+    Each step is loaded and its unresized baseline simulated once, shared by every new value.
     Returns ``{"base_simulated_s", "by_batch": {new: {"predicted_s", "per_step_s", "rules"}}}``.
     """
     from trainsim.sim import SimOptions, simulate
     from trainsim.sim.replay import load_for_replay
-    from trainsim.sim.resize import resize_batch, resize_hidden, resize_seq
 
     bases: list[float] = []
     preds: dict[int, list[float]] = {n: [] for n in news}
@@ -140,9 +141,7 @@ def _predict(folder: Path, old: int, news: list[int], timer: Callable[..., tuple
         w = load_for_replay([folder], step=step).workload
         bases.append(simulate(w, SimOptions()).predicted_step_s)
         for n in news:
-            r = (resize_hidden(w, n, old_hidden=old, timer=timer, scale_heads=scale_heads) if hidden
-                 else resize_batch(w, n, old_batch=old, timer=timer) if seq_of_batch is None
-                 else resize_seq(w, n, old_seq=old, batch=seq_of_batch, timer=timer))  # fmt: skip
+            r = resize(w, n)
             preds[n].append(simulate(r, SimOptions()).predicted_step_s)
             rules[n] = r.metadata["resize"]["rules"]
     return {"base_simulated_s": statistics.median(bases),
@@ -165,6 +164,7 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
     ``hidden_folders`` and ``hidden_bases`` the ``hidden_cases`` with the heads kept,
     ``heads_folders`` and ``heads_bases`` those with the head size kept."""
     from trainsim.sim.replay import pct_error
+    from trainsim.sim.resize import resize_batch
 
     measured: dict[tuple[str, int], list[tuple[float, float]]] = {
         c: [_measured(f) for f in fs] for c, fs in folders.items()
@@ -179,7 +179,7 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
     base_replay: list[dict[str, Any]] = []
     for m, base in bases.items():
         news = sorted(b for mm, b in folders if mm == m and b != base)
-        reps = [_predict(p, base, news, timer) for p in folders[(m, base)]]
+        reps = [_predict(p, news, partial(resize_batch, old_batch=base, timer=timer)) for p in folders[(m, base)]]
         for new in news:
             per_rep = [r["by_batch"][new] for r in reps]
             predicted = statistics.median(r["predicted_s"] for r in per_rep)
@@ -234,13 +234,16 @@ def _dim_cases(dim: str, *, dim_folders: dict[tuple[str, int], list[Path]], dim_
     captured in ``dim_folders`` (model, value), against those captures' measured steps
     (``scale_heads``: the hidden resize grows the head count, not the head size)."""
     from trainsim.sim.replay import pct_error
+    from trainsim.sim.resize import resize_hidden, resize_seq
 
     out: list[dict[str, Any]] = []
     for m, base_val in dim_bases.items():
         measured = {v: [_measured(f)[0] for f in fs] for (mm, v), fs in dim_folders.items() if mm == m}
         news = sorted(measured)
-        reps = [_predict(p, base_val, news, timer, seq_of_batch=bases[m] if dim == "seq" else None,
-                         hidden=dim == "hidden", scale_heads=scale_heads) for p in folders[(m, bases[m])]]  # fmt: skip
+        resize: Callable[[Workload, int], Workload] = (
+            partial(resize_seq, old_seq=base_val, batch=bases[m], timer=timer) if dim == "seq"
+            else partial(resize_hidden, old_hidden=base_val, timer=timer, scale_heads=scale_heads))  # fmt: skip
+        reps = [_predict(p, news, resize) for p in folders[(m, bases[m])]]
         for new in news:
             per_rep = [r["by_batch"][new] for r in reps]
             predicted = statistics.median(r["predicted_s"] for r in per_rep)
