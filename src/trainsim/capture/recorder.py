@@ -16,6 +16,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -100,7 +101,7 @@ def _record_kineto(spec: CaptureSpec, step: Callable[[], None], path: Path) -> l
     return times
 
 
-def _drain_collectives(spec: CaptureSpec, world_size: int) -> None:
+def _drain_collectives(spec: CaptureSpec) -> None:
     """Return once every collective this rank started has ended, its record function included.
 
     gloo completes a collective's future (what DDP waits on) *before* it ends the collective's
@@ -110,8 +111,6 @@ def _drain_collectives(spec: CaptureSpec, world_size: int) -> None:
     rank: SIGSEGV in about 1 two-rank capture in 130 here. A barrier waits for all prior work
     to finish, callbacks and all; the observer is stopped first so the barrier is not recorded.
     """
-    if world_size == 1 or not torch.distributed.is_initialized():
-        return
     if spec.device == "cuda":
         torch.cuda.synchronize()
         torch.distributed.barrier(device_ids=[torch.cuda.current_device()])
@@ -123,10 +122,10 @@ _FAILED_OBSERVERS: list[ExecutionTraceObserver] = []
 
 
 @contextlib.contextmanager
-def _execution_trace(path: Path, *, drain: Callable[[], None], spawned: bool = False) -> Iterator[None]:
-    """Record an execution trace to ``path`` around the body. ``drain`` runs between stopping
-    the observer and removing it (:func:`_drain_collectives`). When the body fails in a spawned
-    rank (``spawned``), the observer is only stopped, never freed: its collectives may still be
+def _execution_trace(path: Path, *, drain: Callable[[], None] | None = None) -> Iterator[None]:
+    """Record an execution trace to ``path`` around the body. ``drain`` (a rank of several:
+    :func:`_drain_collectives`) runs between stopping the observer and removing it; when the
+    body fails there, the observer is only stopped, never freed: its collectives may still be
     running callbacks on it, and the process is about to exit with the body's traceback."""
     tmp = _tmp_beside(path)
     observer = ExecutionTraceObserver().register_callback(str(tmp))
@@ -135,10 +134,11 @@ def _execution_trace(path: Path, *, drain: Callable[[], None], spawned: bool = F
         observer.start()
         yield
         observer.stop()
-        drain()
+        if drain is not None:
+            drain()
         finished = True
     finally:
-        if finished or not spawned:
+        if finished or drain is None:
             observer.unregister_callback()  # stops and finalizes the JSON document
         else:
             observer.stop()
@@ -152,7 +152,7 @@ def _record_et(
     spec: CaptureSpec, step: Callable[[], None], path: Path, *, first_step: int, world_size: int
 ) -> list[float]:
     times: list[float] = []
-    with _execution_trace(path, drain=lambda: _drain_collectives(spec, world_size), spawned=world_size > 1):
+    with _execution_trace(path, drain=partial(_drain_collectives, spec) if world_size > 1 else None):
         for i in range(spec.steps):
             with record_function(f"ProfilerStep#{first_step + i}"):
                 times.append(_timed(step))
