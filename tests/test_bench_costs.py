@@ -114,6 +114,10 @@ def test_shipped_h100_cases_describe_the_captured_model(h100_cases):
 
     src = inspect.getsource(gpt2.build)  # the default width (--hidden) is what the H100 captured
     assert "n_layer=2, n_embd=hidden, n_head=heads" in src and "n_positions=128" in src
+    from trainsim.capture.examples import EXAMPLES
+
+    info = EXAMPLES["gpt2"]  # the registry repeats the module's defaults so that listing it imports no torch
+    assert (info.default_hidden, info.default_heads, info.default_seq_len) == (gpt2.HIDDEN, gpt2.HEADS, gpt2.SEQ_LEN)
     assert (gpt2.HIDDEN, gpt2.HEADS) == (128, 4)
     assert (m.layers, m.hidden, m.heads, m.vocab) == (cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size)
     assert H100_GPT2_SEQ == gpt2.SEQ_LEN and m.seq_len == cfg.n_positions

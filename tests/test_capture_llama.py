@@ -56,3 +56,19 @@ def test_cpu_stand_in_trains_a_step():
     loss = step.loss(step.model, step.batch)
     loss.backward()
     assert torch.isfinite(loss) and all(p.grad is not None for p in step.model.parameters() if p.requires_grad)
+
+
+def test_cpu_stand_in_widths_follow_the_registry_and_hidden_keeps_its_ratios():
+    """The registry repeats the stand-in's widths so that listing it imports no torch: they agree,
+    and ``hidden`` keeps heads of 64, half of them key/value heads, an MLP twice as wide."""
+    from trainsim.capture.examples import example_info, llama
+
+    info = example_info("llama")
+    fields = llama.SHAPES["cpu"][0]
+    assert (fields["hidden_size"], fields["num_attention_heads"]) == (info.default_hidden, info.default_heads)
+    assert info.head_size == llama.CPU_HEAD_SIZE and info.hidden_multiple == 2 * llama.CPU_HEAD_SIZE
+    cfg = info.build(batch_size=1, device="cpu", seed=0, hidden=512).model.config
+    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size) == (512, 8, 4, 1024)
+    default = llama.config("cpu")[0]
+    assert default.hidden_size // default.num_attention_heads == llama.CPU_HEAD_SIZE
+    assert (default.num_key_value_heads, default.intermediate_size) == (default.num_attention_heads // 2, 2 * 256)
