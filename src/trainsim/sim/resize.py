@@ -3,9 +3,8 @@
 
 :func:`resize_batch`, :func:`resize_seq` and :func:`resize_hidden` are pure passes Workload →
 Workload. They rewrite every op's input and output shapes along the batch (sequence, hidden)
-dimension, then re-predict the
-op's work as its measured duration times a ratio, with a provenance naming the rule used
-(first that applies):
+dimension, then re-predict the op's work as its measured duration times a ratio, with a
+provenance naming the rule used (first that applies):
 
 1. ``optimizer`` ×1 — ops under an ``Optimizer.*`` annotation update parameters: weight-sized
    (a hidden resize changes the parameters: ``optimizer <rule>``, the rules below on its shapes);
@@ -51,12 +50,13 @@ Hidden dimension (:func:`resize_hidden`, one rank of a transformer-like step —
 every width scales with the hidden size H → H' — H itself, every dimension of a parameter other
 than an embedding table's rows and the vocabulary (the loss's classes: an untied lm head's
 ``[V, H]``) (3H, 4H, a GQA projection's kv·d), and the attention head size (the heads stay;
-RoPE's half-head slices do not scale) — wherever it appears, in parameters and activations alike (an embedding table keeps its rows: ``[P, H]`` → ``[P, H']``
-even when P equals a width; so do the tensors of its shape in the same op, its gradient and
-optimizer state). The parameters change, so the optimizer's ops take the rules above on
-their new shapes (a foreach kernel by all its elements) and AccumulateGrad the ratio of all
-parameter elements, and a GEMM's work bound is its FLOP ratio (×4 for a ``[4H, H]`` weight at
-2H). A width equal to a token count (the dimensions of the embedding lookups' indices, B, S and
+RoPE's half-head slices do not scale) or, with ``scale_heads``, the head count of the per-head
+tensors (the head size stays) — wherever it appears, in parameters and activations alike (an
+embedding table keeps its rows: ``[P, H]`` → ``[P, H']`` even when P equals a width; so do the
+tensors of its shape in the same op, its gradient and optimizer state). The parameters change,
+so the optimizer's ops take the rules above on their new shapes (a foreach kernel by all its
+elements) and AccumulateGrad the ratio of all parameter elements, and a GEMM's work bound is
+its FLOP ratio (×4 for a ``[4H, H]`` weight at 2H). A width equal to a token count (the dimensions of the embedding lookups' indices, B, S and
 B·S) or, the heads kept, to the head count cannot be told apart from it: refused (with
 ``scale_heads``: a head count equal to S, a head size equal to a width or to H, one key/value
 head), as is a width that would not stay an integer. Widths not proportional to H in the real
