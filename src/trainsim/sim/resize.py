@@ -56,10 +56,11 @@ embedding table keeps its rows: ``[P, H]`` → ``[P, H']`` even when P equals a 
 tensors of its shape in the same op, its gradient and optimizer state). The parameters change,
 so the optimizer's ops take the rules above on their new shapes (a foreach kernel by all its
 elements) and AccumulateGrad the ratio of all parameter elements, and a GEMM's work bound is
-its FLOP ratio (×4 for a ``[4H, H]`` weight at 2H). A width equal to a token count (the dimensions of the embedding lookups' indices, B, S and
-B·S) or, the heads kept, to the head count cannot be told apart from it: refused (with
-``scale_heads``: a head count equal to S, a head size equal to a width or to H, one key/value
-head), as is a width that would not stay an integer. Widths not proportional to H in the real
+its FLOP ratio (×4 for a ``[4H, H]`` weight at 2H). A width equal to a token count (the
+dimensions of the embedding lookups' indices, B, S and B·S) or, the heads kept, to the head
+count cannot be told apart from it: refused (with ``scale_heads``: a head count equal to S, a
+head size equal to a width or to H, one key/value head), as is a width that would not stay an
+integer. Widths not proportional to H in the real
 family (LLaMA's MLP rounding) are scaled proportionally anyway.
 
 Batch dimension (Approximation, from shapes alone): parameters are the tensors the optimizer
