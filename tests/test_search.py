@@ -259,15 +259,45 @@ def test_cli_models_lists_the_catalog():
     assert {"llama2-7b", "gpt3-175b", "mixtral-8x7b"} <= names
 
 
+def _in_own_process(body: str, timeout: float = 180) -> str:
+    """What ``body`` (run under ``if __name__ == '__main__':``, ``llm`` and the search types
+    imported) prints, run in a process of its own that is killed if it hangs. Dask's clients,
+    clusters and event loops are process state that outlives a test: the CI run of 2026-11-27 hung
+    in a test that made a LocalCluster in pytest's own process."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = ("import json\nimport distributed\nfrom trainsim.builders.models import get_model\n"
+              "from trainsim.errors import ConfigError\nfrom trainsim.search import llm\n"
+              "from trainsim.search.space import PlanSpace\nif __name__ == '__main__':\n"
+              + textwrap.indent(textwrap.dedent(body), "    "))  # fmt: skip
+    try:
+        res = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"did not end within {timeout:.0f} s; its stderr:\n{e.stderr}")
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def _plans_of(result: dict) -> list[str]:
+    return [p["plan"] for p in result["plans"]]
+
+
 @pytest.mark.slow
 def test_search_on_a_dask_cluster_matches_local():
-    distributed = pytest.importorskip("distributed")
-    model = get_model("llama2-7b")
-    local = search_llm(model, "dgx-a100", SMALL, workers=1, progress=False, top_k=3, simulate_top=3)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
-        remote = search_llm(model, "dgx-a100", SMALL, scheduler=cl.scheduler_address, progress=False,
-                            top_k=3, simulate_top=3)  # fmt: skip
-    assert [p["plan"] for p in remote["plans"]] == [p["plan"] for p in local["plans"]]
+    pytest.importorskip("distributed")
+    local = search_llm(get_model("llama2-7b"), "dgx-a100", SMALL, workers=1, progress=False, top_k=3, simulate_top=3)
+    out = _in_own_process(f"""
+        space = {SMALL!r}
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+            r = llm.search_llm(get_model("llama2-7b"), "dgx-a100", space, scheduler=cl.scheduler_address,
+                               progress=False, top_k=3, simulate_top=3)
+        print(json.dumps({{"plans": [p["plan"] for p in r["plans"]], "infeasible": r["infeasible"],
+                          "evaluated": r["evaluated"]}}))
+    """)  # fmt: skip
+    remote = json.loads(out)
+    assert remote["plans"] == _plans_of(local)
     assert remote["infeasible"] == local["infeasible"] and remote["evaluated"] == local["evaluated"]
 
 
@@ -339,23 +369,52 @@ def test_a_port_that_is_no_dask_scheduler_is_a_one_line_error(quick_deadlines, r
             c.close()
 
 
-def test_a_scheduler_without_workers_is_a_one_line_error(quick_deadlines):
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None)
-    with cluster, pytest.raises(ConfigError, match="no workers"):
-        search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=cluster.scheduler_address,
+def test_a_closed_port_is_a_one_line_error_at_once(quick_deadlines):
+    import socket
+
+    pytest.importorskip("distributed")
+    with socket.socket() as s:  # a port just freed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=rf"^--scheduler tcp://127.0.0.1:{port}: cannot connect \(Connection refused\)$"):
+        search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=f"127.0.0.1:{port}",
                    progress=False)  # fmt: skip
+    assert time.perf_counter() - t0 < 3, "refused at once, not after Dask's connect retries"
 
 
-def test_a_dask_scheduler_with_a_worker_screens_the_same_plans(quick_deadlines):
-    distributed = pytest.importorskip("distributed")
-    model, space = get_model("gpt3-350m"), PlanSpace(gpus=8, global_batch=8)
-    local = search_llm(model, "dgx-a100", space, workers=1, progress=False, simulate_top=2)
-    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None)
-    with cluster:
-        remote = search_llm(model, "dgx-a100", space, scheduler=cluster.scheduler_address, progress=False, simulate_top=2)
-    assert [r["plan"] for r in remote["plans"]] == [r["plan"] for r in local["plans"]]
-    assert remote["feasible"] == local["feasible"] and remote["plans"]
+@pytest.mark.parametrize("protocol", ["tcp://", "inproc://"])
+def test_a_scheduler_without_workers_is_a_one_line_error(protocol):
+    pytest.importorskip("distributed")
+    host = "127.0.0.1" if protocol == "tcp://" else None
+    out = _in_own_process(f"""
+        llm.CONNECT_DEADLINE_S, llm.WORKERS_DEADLINE_S = 4.0, 2.0
+        with distributed.LocalCluster(n_workers=0, processes=False, protocol={protocol!r}, host={host!r},
+                                      dashboard_address=None) as cluster:
+            try:
+                llm.search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8),
+                               scheduler=cluster.scheduler_address, progress=False)
+            except ConfigError as e:
+                print("ConfigError:", e)
+    """, timeout=120)  # fmt: skip
+    (line,) = out.splitlines()
+    assert line.startswith(f"ConfigError: --scheduler {protocol}") and "has no workers after 2 s" in line
+
+
+def test_a_dask_scheduler_with_a_worker_screens_the_same_plans():
+    pytest.importorskip("distributed")
+    space = PlanSpace(gpus=8, global_batch=8)
+    local = search_llm(get_model("gpt3-350m"), "dgx-a100", space, workers=1, progress=False, simulate_top=2)
+    out = _in_own_process(f"""
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                      dashboard_address=None) as cluster:
+            r = llm.search_llm(get_model("gpt3-350m"), "dgx-a100", {space!r}, scheduler=cluster.scheduler_address,
+                               progress=False, simulate_top=2)
+        print(json.dumps({{"plans": [p["plan"] for p in r["plans"]], "feasible": r["feasible"]}}))
+    """)  # fmt: skip
+    remote = json.loads(out)
+    assert remote["plans"] == _plans_of(local) and remote["plans"]
+    assert remote["feasible"] == local["feasible"]
 
 
 # --- the kept screening pool (review findings of 2026-11-27) ------------------------------------

@@ -177,12 +177,37 @@ WORKERS_DEADLINE_S = 30.0  # for the first worker to be there
 _NOT_DASK = (MemoryError, OverflowError, struct.error, ValueError, TypeError, KeyError)
 
 
+def _tcp_speaks(scheduler: str) -> bool | None:
+    """Whether a ``tcp://`` (or bare ``host:port``) address sends bytes first within
+    :data:`CONNECT_DEADLINE_S`, as a Dask scheduler does (its handshake goes out as soon as a
+    connection opens); None for other protocols, which the probe cannot tell. A silent port would
+    stall Dask's own handshake past its timeout, and the client left behind in its thread is freed
+    later by the garbage collector, in whichever thread that runs: better never built."""
+    import socket
+
+    scheme, _, rest = scheduler_address(scheduler).partition("://")
+    if scheme != "tcp":
+        return None
+    host, _, port = rest.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_DEADLINE_S) as sock:
+            return bool(sock.recv(1))
+    except TimeoutError:
+        return False
+    except OSError as e:
+        raise ConfigError(f"--scheduler {scheduler}: cannot connect ({e.strerror or e})") from None
+
+
 def _connect(client_cls: Any, scheduler: str) -> Any:
-    """A Dask client of ``scheduler`` with at least one worker, or a one-line ConfigError: the
-    connection (handshake included) runs in a daemon thread under :data:`CONNECT_DEADLINE_S`,
-    since a port held by another service can stall the handshake or answer garbage."""
+    """A Dask client of ``scheduler`` with at least one worker, or a one-line ConfigError. A TCP
+    address must first speak (:func:`_tcp_speaks`); the connection itself (handshake included) then
+    runs in a daemon thread under :data:`CONNECT_DEADLINE_S`, since a port held by another service
+    can also stall the handshake or answer garbage."""
     import threading
 
+    if _tcp_speaks(scheduler) is False:
+        raise ConfigError(f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_DEADLINE_S:.0f} s "
+                          "(is it a Dask scheduler's address, not its dashboard's?)")  # fmt: skip
     box: dict[str, Any] = {}
 
     def connect() -> None:
