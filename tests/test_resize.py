@@ -353,6 +353,38 @@ def test_capture_seq_len_is_checked_before_anything_runs(tmp_path: Path) -> None
         capture(model="gpt2", out_dir=tmp_path / "b", seq_len=256)
     with pytest.raises(CaptureError, match="--seq-len must be at least 1"):
         capture(model="gpt2", out_dir=tmp_path / "c", seq_len=0)
+    with pytest.raises(CaptureError, match="--seq-len: the llama example takes it on cpu only"):
+        capture(model="llama", out_dir=tmp_path / "d", device="cuda", seq_len=4096)
+    with pytest.raises(CaptureError, match="the llama70 example takes none"):
+        capture(model="llama70", out_dir=tmp_path / "e", seq_len=32)
+
+
+@pytest.mark.slow
+def test_suite_resizes_the_llama_stand_in_along_the_sequence_from_its_own_base(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """LLaMA's CPU stand-in is 64 long by default, as wide as its heads: its sequence cases start
+    from a capture at SEQ_BASES (plumbing on one real capture reused for every configuration)."""
+    import json
+
+    from trainsim.capture import capture
+    from trainsim.validate import cpu_e2e_suite as suite
+
+    folder = tmp_path / "llama"
+    capture(model="llama", out_dir=folder, steps=2, warmup_steps=1, threads_per_rank=1, seq_len=suite.SEQ_BASES["llama"])
+    assert json.loads((folder / "capture.json").read_text())["seq_len"] == 48
+    asked: list[dict] = []
+    monkeypatch.setattr(suite, "MODELS", ())
+    monkeypatch.setattr(suite, "HIDDEN_MODELS", ("llama",))
+
+    def fake_capture(cache: Path, model: str, batch: int, **kw: object) -> Path:
+        asked.append({"model": model, "batch": batch, **{k: v for k, v in kw.items() if k in ("seq_len", "hidden")}})
+        return folder
+
+    monkeypatch.setattr(suite, "_capture", fake_capture)
+    doc = suite.run_cpu_e2e_suite(tmp_path, repeats=1, resume=str(tmp_path / "cache"))
+    assert [c["case"] for c in doc["seq_cases"]] == ["llama seq 48->24", "llama seq 48->96"]
+    assert {a.get("seq_len") for a in asked} == {None, 24, 48, 96}  # 48: the sequence cases' own base
+    assert all(c["error_pct"] is not None and c["rules"] for c in doc["seq_cases"])
 
 
 def _replay_json(folder: Path, *args: str) -> tuple[dict, dict]:

@@ -91,7 +91,7 @@ def capture(
         spec=spec, ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
         batch_size=spec.batch_size or 0, threads_per_rank=spec.threads_per_rank or 0,
         summary=example_info(model).summary + _asked(seq_len=seq_len, hidden=hidden, heads=heads),
-        versions=_versions(torch.__version__), seq_len=seq_len or example_info(model).default_seq_len,
+        versions=_versions(torch.__version__), seq_len=example_info(model).seq(device, seq_len),
         **dict(zip(("hidden", "heads"), example_info(model).width(device, hidden, heads), strict=True)),
     )  # fmt: skip
     write_manifest(result)
@@ -121,16 +121,16 @@ def validate(spec: CaptureSpec) -> None:
     info = example_info(spec.model)
     if spec.seq_len is not None:
         if info.default_seq_len is None:
-            raise CaptureError(f"--seq-len: the {spec.model} example takes none (gpt2 does)")
+            raise CaptureError(f"--seq-len: the {spec.model} example takes none (gpt2 and llama do)")
         if info.max_seq_len is not None and spec.seq_len > info.max_seq_len:
             raise CaptureError(f"--seq-len: the {spec.model} example takes at most {info.max_seq_len} "
                                f"(its learned positions), got {spec.seq_len}")  # fmt: skip
-    for flag, value in (("--hidden", spec.hidden), ("--heads", spec.heads)):
-        if value is not None and info.default_hidden is None:
+    for flag, value in (("--seq-len", spec.seq_len), ("--hidden", spec.hidden), ("--heads", spec.heads)):
+        if value is not None and flag != "--seq-len" and info.default_hidden is None:
             takers = "gpt2 does" if flag == "--heads" else "gpt2 and llama do"
             raise CaptureError(f"{flag}: the {spec.model} example takes none ({takers})")
-        if value is not None and spec.device not in info.hidden_devices:
-            raise CaptureError(f"{flag}: the {spec.model} example takes it on {', '.join(info.hidden_devices)} only")
+        if value is not None and spec.device not in info.sized_devices:
+            raise CaptureError(f"{flag}: the {spec.model} example takes it on {', '.join(info.sized_devices)} only")
     if spec.heads is not None and info.head_size is not None:
         raise CaptureError(f"--heads: the {spec.model} example's heads follow its width ({info.head_size} per head)")
     width, heads = info.width(spec.device, spec.hidden, spec.heads)

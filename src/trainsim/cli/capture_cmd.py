@@ -27,7 +27,7 @@ def capture_cmd(
     warmup: int = typer.Option(2, "--warmup", help="Untraced steps before the traced ones."),
     device: str = typer.Option("cpu", "--device", help="cpu (gloo) or cuda (NCCL, one GPU per rank)."),
     batch_size: int | None = typer.Option(None, "--batch-size", help="Per-rank batch size (default: the example's)."),
-    seq_len: int | None = typer.Option(None, "--seq-len", help="Tokens per sequence (gpt2, 1-128; default: the example's 64)."),
+    seq_len: int | None = typer.Option(None, "--seq-len", help="Tokens per sequence (gpt2: 1-128; llama: on CPU, any; default: the example's 64)."),
     hidden: int | None = typer.Option(None, "--hidden", help="Hidden size (gpt2: a multiple of its heads, default 128; llama: the CPU stand-in, a multiple of 128, heads following, default 256)."),
     heads: int | None = typer.Option(None, "--heads", help="Attention heads (gpt2, dividing --hidden; default: the example's 4)."),
     threads: int | None = typer.Option(None, "--threads", help="CPU threads per rank (default: cores // nproc)."),

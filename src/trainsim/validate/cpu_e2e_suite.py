@@ -16,10 +16,11 @@ steps), and each factor of :data:`FACTORS` (B/2 and 2B: one smaller, one larger 
   traced step), median over repeats;
 * **naive baseline**: the measured baseline step × the batch ratio.
 
-The sequence models (:data:`SEQ_MODELS`: ``gpt2``) add two cases of the same kind along the
-sequence, with :func:`trainsim.sim.resize.resize_seq`: the base capture (its default length S)
-predicted at S/2 and 2S (``seq_cases``, summarised apart as ``seq_geomean_abs_err_pct``, outside
-the batch figure the target is set for; naive baseline: × the length ratio). The models with a
+The sequence models (:data:`SEQ_MODELS`: ``gpt2`` and the LLaMA CPU stand-in) add two cases of
+the same kind along the sequence, with :func:`trainsim.sim.resize.resize_seq`: the base capture
+(its default length S, or its own capture at :data:`SEQ_BASES`) predicted at S/2 and 2S
+(``seq_cases``, summarised apart as ``seq_geomean_abs_err_pct``, outside the batch figure the
+target is set for; naive baseline: × the length ratio). The models with a
 width to choose (:data:`HIDDEN_MODELS`: ``gpt2`` and the LLaMA CPU stand-in, captured at its
 batch 1 for this only) add cases along the hidden size, with
 :func:`trainsim.sim.resize.resize_hidden`: the base capture (its default width H) predicted at
@@ -61,7 +62,10 @@ if TYPE_CHECKING:
 
 MODELS = ("dlrm", "gpt2", "resnet")
 FACTORS = (0.5, 2.0)  # new batch = factor × the example's default batch
-SEQ_MODELS = ("gpt2",)  # also resized along the sequence: length = factor × the default
+SEQ_MODELS = ("gpt2", "llama")  # also resized along the sequence: length = factor × the base,
+# the default unless named here: LLaMA's CPU stand-in is 64 long, as wide as its heads, which a
+# resize cannot tell apart (resize_seq refuses it), so it is captured at 48 for these cases
+SEQ_BASES = {"llama": 48}
 HIDDEN_MODELS = ("gpt2", "llama")  # and along the hidden size: width = factor × the default,
 KEEP_HEADS_MODELS = ("gpt2",)  # heads of the same size, and (these) as many heads, wider
 TARGET_PCT = 8.0  # 002 §4.4.3: single-GPU E2E geomean error 7.96 %
@@ -230,7 +234,8 @@ def _dim_cases(dim: str, *, dim_folders: dict[tuple[str, int], list[Path]], dim_
                med: dict[tuple[str, int], float], timer: Callable[..., tuple[float, str]],
                scale_heads: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     """The cases along the sequence (``dim`` "seq") or the hidden size ("hidden"): each model's
-    base-batch captures (at its base length or width ``dim_bases[m]``) resized to every value
+    base-batch captures (at its base length or width ``dim_bases[m]``; its captures of
+    ``dim_folders`` at that value, if any, are the base instead) resized to every other value
     captured in ``dim_folders`` (model, value), against those captures' measured steps
     (``scale_heads``: the hidden resize grows the head count, not the head size)."""
     from trainsim.sim.replay import pct_error
@@ -239,16 +244,21 @@ def _dim_cases(dim: str, *, dim_folders: dict[tuple[str, int], list[Path]], dim_
     out: list[dict[str, Any]] = []
     for m, base_val in dim_bases.items():
         measured = {v: [_measured(f)[0] for f in fs] for (mm, v), fs in dim_folders.items() if mm == m}
-        news = sorted(measured)
         resize: Callable[[Workload, int], Workload] = (
             partial(resize_seq, old_seq=base_val, batch=bases[m], timer=timer) if dim == "seq"
             else partial(resize_hidden, old_hidden=base_val, timer=timer, scale_heads=scale_heads))  # fmt: skip
-        reps = [_predict(p, news, resize) for p in folders[(m, bases[m])]]
+        # the base captures: the model's base batch at its default length/width, or its own
+        # captures at ``base_val`` (SEQ_BASES), which are no case
+        own = measured.pop(base_val, None)
+        news = sorted(measured)
+        base_folders = dim_folders[(m, base_val)] if own is not None else folders[(m, bases[m])]
+        base_med = statistics.median(own) if own is not None else med[(m, bases[m])]
+        reps = [_predict(p, news, resize) for p in base_folders]
         for new in news:
             per_rep = [r["by_batch"][new] for r in reps]
             predicted = statistics.median(r["predicted_s"] for r in per_rep)
             meas = statistics.median(measured[new])
-            naive = med[(m, bases[m])] * new / base_val
+            naive = base_med * new / base_val
             out.append({
                 "case": f"{m} {dim} {base_val}->{new}" + (" (heads scaled)" if scale_heads else ""), "model": m,
                 f"{dim}_from": base_val, f"{dim}_to": new, **({"heads": "scaled" if scale_heads else "kept"}
@@ -284,8 +294,10 @@ def run_cpu_e2e_suite(
     configs = [(m, b) for m in models
                for b in (batches[m], *(max(1, round(f * batches[m])) for f in FACTORS))]  # fmt: skip
     configs += [(m, batches[m]) for m in hidden_models if m not in models]  # a base for its hidden cases
-    seq_bases = {m: int(example_info(m).default_seq_len or 0) for m in models if m in SEQ_MODELS}
+    seq_bases = {m: SEQ_BASES.get(m) or int(example_info(m).default_seq_len or 0)
+                 for m in (*models, *hidden_models) if m in SEQ_MODELS}  # fmt: skip
     seq_configs = [(m, max(1, round(f * s))) for m, s in seq_bases.items() for f in FACTORS]
+    seq_configs += [(m, s) for m, s in seq_bases.items() if s != example_info(m).default_seq_len]  # own bases
     folders: dict[tuple[str, int], list[Path]] = {c: [] for c in configs}
     seq_folders: dict[tuple[str, int], list[Path]] = {c: [] for c in seq_configs}
     heads_bases = {m: int(example_info(m).default_hidden or 0) for m in hidden_models}

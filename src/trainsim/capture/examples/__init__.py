@@ -40,24 +40,31 @@ class ExampleInfo:
     summary: str
     # more keyword arguments of the module's build (read-only; not part of the hash)
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
-    # tokens per sequence on the CPU when not asked (None: the example takes no --seq-len), and
-    # the longest it takes (learned positions)
+    # tokens per sequence when not asked (None: the example takes no --seq-len), and the longest it
+    # takes (learned positions; None: any)
     default_seq_len: int | None = None
     max_seq_len: int | None = None
     # hidden size and attention heads when not asked (None: the example takes no --hidden, --heads);
     # the width must be a multiple of the heads. ``head_size`` set: the heads follow the width
-    # (no --heads; the width a multiple of ``hidden_multiple``); ``hidden_devices``: where
-    # --hidden applies (and the defaults describe the model)
+    # (no --heads; the width a multiple of ``hidden_multiple``)
     default_hidden: int | None = None
     default_heads: int | None = None
     head_size: int | None = None
     hidden_multiple: int = 1
-    hidden_devices: tuple[str, ...] = ("cpu", "cuda")
+    # where --seq-len, --hidden and --heads apply, and the defaults above describe the model
+    sized_devices: tuple[str, ...] = ("cpu", "cuda")
+
+    def seq(self, device: str, seq_len: int | None) -> int | None:
+        """The sequence length a capture on ``device`` asked for ``seq_len`` has (None: the
+        example has none to choose there)."""
+        if self.default_seq_len is None or device not in self.sized_devices:
+            return None
+        return seq_len or self.default_seq_len
 
     def width(self, device: str, hidden: int | None, heads: int | None) -> tuple[int | None, int | None]:
         """The (hidden size, heads) a capture on ``device`` asked for ``hidden``/``heads`` has
         (None, None: the example has no width to choose there)."""
-        if self.default_hidden is None or device not in self.hidden_devices:
+        if self.default_hidden is None or device not in self.sized_devices:
             return None, None
         h = hidden or self.default_hidden
         return h, (h // self.head_size if self.head_size else heads or self.default_heads)
@@ -86,8 +93,8 @@ EXAMPLES: Mapping[str, ExampleInfo] = MappingProxyType({
         "trainsim.capture.examples.llama", 1,
         "LLaMA-style decoder (transformers LlamaForCausalLM): on CUDA 2 layers of LLaMA-3 8B's widths, "
         "bf16, seq 2048; on CPU an fp32 stand-in, by default 256 wide (4 heads of 64, GQA 2, MLP 512; --hidden "
-        "keeps those ratios)", default_hidden=256, default_heads=4, head_size=64, hidden_multiple=128,
-        hidden_devices=("cpu",),
+        "keeps those ratios), seq 64 (any: rotary positions)", default_seq_len=64, default_hidden=256,
+        default_heads=4, head_size=64, hidden_multiple=128, sized_devices=("cpu",),
     ),
     "llama13": ExampleInfo(
         "trainsim.capture.examples.llama", 1,

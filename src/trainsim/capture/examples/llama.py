@@ -5,7 +5,8 @@ SwiGLU, RMSNorm, rotary) with 2 layers, a 32,000-token vocabulary and sequences 
 bf16 with SDPA attention: one real-size transformer layer stack whose measured step
 ``trainsim predict`` can be checked against (``trainsim predict CONFIG --system dgx-h100 --gpus 1
 --dtype bf16 --seq-len 2048 --micro-batch B``; the capture's optimizer is SGD, the builder's Adam).
-On the CPU a 256-wide stand-in (fp32, sequence 64) keeps tests fast. Nothing is downloaded.
+On the CPU a 256-wide stand-in (fp32, sequence 64; ``--hidden``, ``--seq-len`` change them) keeps
+tests fast. Nothing is downloaded.
 
 The ``llama13`` example is a second CUDA shape, LLaMA-2 13B's widths (hidden 5,120, 40 heads
 without GQA, MLP 13,824) at sequence 4,096, 2 layers, bf16: a held-out check of ``trainsim
@@ -53,20 +54,26 @@ def _loss(module: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
 CPU_HEAD_SIZE = 64  # the stand-in's heads: 64 wide, half of them key/value heads, MLP 2x the width
 
 
-def build(*, batch_size: int, device: str, seed: int, shape: str = "", hidden: int | None = None) -> TrainingStep:
+def build(*, batch_size: int, device: str, seed: int, shape: str = "", hidden: int | None = None,
+          seq_len: int | None = None) -> TrainingStep:  # fmt: skip
     """The step on ``device``; ``shape`` names a CUDA shape of :data:`SHAPES` (on the CPU the
-    stand-in is built whatever it says). ``hidden`` (CPU only): the stand-in at that width, its
-    ratios kept (heads of 64, GQA 2, MLP 2x), as a model family grows."""
+    stand-in is built whatever it says). CPU only: ``hidden``, the stand-in at that width, its
+    ratios kept (heads of 64, GQA 2, MLP 2x), as a model family grows; ``seq_len``, its tokens
+    per sequence (rotary positions: any length)."""
     kind = "cpu" if not device.startswith("cuda") else shape or "cuda"
     if kind not in SHAPES:
         raise CaptureError(f"llama example: unknown shape {shape!r}; known: {', '.join(sorted(SHAPES))}")
     if hidden is not None and (kind != "cpu" or hidden % (2 * CPU_HEAD_SIZE)):
         raise CaptureError(f"llama example: --hidden applies to the CPU stand-in, a multiple of {2 * CPU_HEAD_SIZE}; "
                            f"got {hidden} on {device}")  # fmt: skip
+    if seq_len is not None and (kind != "cpu" or seq_len < 1):
+        raise CaptureError(f"llama example: --seq-len applies to the CPU stand-in, at least 1; got {seq_len} on {device}")
     heads = (hidden or 0) // CPU_HEAD_SIZE
     cfg, seq, dtype = config(kind, **({} if hidden is None else {
         "hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": heads // 2,
         "intermediate_size": 2 * hidden}))  # fmt: skip
+    if seq_len is not None:
+        seq = cfg.max_position_embeddings = seq_len
     torch.manual_seed(0)  # same initial weights on every rank, as DDP expects
     hf_model: nn.Module = LlamaForCausalLM(cfg)
     model = hf_model.to(dtype=dtype).train()
