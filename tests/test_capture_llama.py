@@ -72,3 +72,6 @@ def test_cpu_stand_in_widths_follow_the_registry_and_hidden_keeps_its_ratios():
     default = llama.config("cpu")[0]
     assert default.hidden_size // default.num_attention_heads == llama.CPU_HEAD_SIZE
     assert (default.num_key_value_heads, default.intermediate_size) == (default.num_attention_heads // 2, 2 * 256)
+    assert info.default_seq_len == llama.SHAPES["cpu"][1] and info.max_seq_len is None  # rotary: any length
+    step = info.build(batch_size=1, device="cpu", seed=0, seq_len=48)
+    assert step.batch[0].shape == (1, 48) and step.model.config.max_position_embeddings == 48

@@ -318,6 +318,22 @@ def test_a_length_no_activation_has_is_refused_and_heads_are_not_lengths() -> No
         resize_seq(_seq_workload(seq=4, head=8), 8, old_seq=4)
 
 
+def test_a_length_of_half_the_head_size_is_refused_where_rotary_slices_heads() -> None:
+    """Review 2026-11-27: the LLaMA stand-in captured at 32 tokens (heads of 64) resized its
+    rotary half-heads [B, h, S, 32] as if they were the sequence."""
+    from dataclasses import replace
+
+    from trainsim.sim.resize import resize_seq
+
+    w = _seq_workload(seq=3, head=6)
+    assert resize_seq(w, 6, old_seq=3, batch=2).ranks[0].ops[1].inputs[0].shape == (2, 4, 6, 6)  # no half-heads
+    rg = w.ranks[0]
+    neg = replace(rg.ops[2], id=99, name="aten::neg", inputs=(_t((2, 4, 3, 3), 20),), outputs=(_t((2, 4, 3, 3), 21),))
+    rope = replace(w, ranks=(replace(rg, ops=(*rg.ops[:2], neg, *rg.ops[2:])),))
+    with pytest.raises(ConfigError, match=r"also half the attention head size, which aten::neg \[2, 4, 3, 3\] slices"):
+        resize_seq(rope, 6, old_seq=3, batch=2)
+
+
 def test_foreach_optimizers_mark_every_parameter_and_fused_attention_backward_pairs() -> None:
     """Review 2026-11-27 (H100 captures): a foreach SGD passes all parameters to one
     `_foreach_add_` (params then grads, flattened): only its first input had been taken as a

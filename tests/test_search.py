@@ -182,7 +182,8 @@ def test_objectives_need_their_inputs():
     [("notanaddress", "expected tcp://HOST:PORT"), ("tcp://host", "expected tcp://HOST:PORT"),
      ("tcp://h:notaport", "port must be 1-65535, got 'notaport'"), ("tcp://h:70000", "port must be"),
      ("http://h:8786", "unknown scheme 'http'"), ("tcp://:8786", "expected tcp://HOST:PORT"),
-     ("tcp://h:8786/path", "expected tcp://HOST:PORT")],
+     ("tcp://h:8786/path", "expected tcp://HOST:PORT"),
+     ("tcp://::1:8786", r"an IPv6 host goes in brackets: tcp://\[::1\]:8786")],
 )  # fmt: skip
 def test_malformed_scheduler_addresses_are_one_line_errors(address, message):
     """Review finding: these reached dask and came back as a ValueError traceback."""
@@ -261,21 +262,24 @@ def test_cli_models_lists_the_catalog():
 
 def _in_own_process(body: str, timeout: float = 180) -> str:
     """What ``body`` (run under ``if __name__ == '__main__':``, ``llm`` and the search types
-    imported) prints, run in a process of its own that is killed if it hangs. Dask's clients,
+    imported) prints, run in a process of its own that ends, every thread's stack printed, if it
+    hangs. Dask's clients,
     clusters and event loops are process state that outlives a test: the CI run of 2026-11-27 hung
     in a test that made a LocalCluster in pytest's own process."""
     import subprocess
     import sys
     import textwrap
 
-    script = ("import json\nimport distributed\nfrom trainsim.builders.models import get_model\n"
+    script = (f"import faulthandler\nfaulthandler.dump_traceback_later({timeout - 10}, exit=True)\n"
+              "import json\nimport distributed\nfrom trainsim.builders.models import get_model\n"
               "from trainsim.errors import ConfigError\nfrom trainsim.search import llm\n"
               "from trainsim.search.space import PlanSpace\nif __name__ == '__main__':\n"
               + textwrap.indent(textwrap.dedent(body), "    "))  # fmt: skip
     try:
         res = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"did not end within {timeout:.0f} s; its stderr:\n{e.stderr}")
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+        pytest.fail(f"did not end within {timeout:.0f} s; its stderr:\n{stderr}")
     assert res.returncode == 0, res.stderr
     return res.stdout
 
@@ -297,7 +301,7 @@ def test_search_on_a_dask_cluster_matches_local():
                           "evaluated": r["evaluated"]}}))
     """)  # fmt: skip
     remote = json.loads(out)
-    assert remote["plans"] == _plans_of(local)
+    assert remote["plans"] == _plans_of(local) and remote["plans"]
     assert remote["infeasible"] == local["infeasible"] and remote["evaluated"] == local["evaluated"]
 
 
@@ -328,8 +332,9 @@ def quick_deadlines(monkeypatch):
     monkeypatch.setattr(llm, "WORKERS_DEADLINE_S", 2.0)
 
 
-def _serve(reply: bytes):
-    """A TCP server on localhost that answers every connection with ``reply`` (b"": nothing)."""
+def _serve(reply: bytes | None):
+    """A TCP server on localhost that answers every connection with ``reply`` (b"": nothing;
+    None: closes it at once)."""
     import socket
     import threading
 
@@ -345,15 +350,21 @@ def _serve(reply: bytes):
             except OSError:
                 return
             conns.append(c)
-            if reply:
+            if reply is None:
+                c.close()
+            elif reply:
                 c.sendall(reply)
 
     threading.Thread(target=loop, daemon=True).start()
     return srv, conns
 
 
-@pytest.mark.parametrize("reply", [b"SSH-2.0-OpenSSH_9.6\r\n" + bytes(range(256)) * 64, b""], ids=["garbage", "silent"])
-def test_a_port_that_is_no_dask_scheduler_is_a_one_line_error(quick_deadlines, reply):
+@pytest.mark.parametrize(("reply", "message"), [
+    (b"SSH-2.0-OpenSSH_9.6\r\n" + bytes(range(256)) * 64, "did not answer as a Dask scheduler"),
+    (b"", "connected, but nothing came within 4 s"),
+    (None, "the port closed the connection without sending anything"),
+], ids=["garbage", "silent", "closes"])  # fmt: skip
+def test_a_port_that_is_no_dask_scheduler_is_a_one_line_error(quick_deadlines, reply, message):
     pytest.importorskip("distributed")
     srv, conns = _serve(reply)
     try:
@@ -362,7 +373,7 @@ def test_a_port_that_is_no_dask_scheduler_is_a_one_line_error(quick_deadlines, r
         with pytest.raises(ConfigError) as e:
             search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=address, progress=False)
         assert time.perf_counter() - t0 < 30
-        assert "\n" not in str(e.value) and address in str(e.value)
+        assert "\n" not in str(e.value) and address in str(e.value) and message in str(e.value)
     finally:
         srv.close()
         for c in conns:
@@ -381,6 +392,15 @@ def test_a_closed_port_is_a_one_line_error_at_once(quick_deadlines):
         search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=f"127.0.0.1:{port}",
                    progress=False)  # fmt: skip
     assert time.perf_counter() - t0 < 3, "refused at once, not after Dask's connect retries"
+
+
+@pytest.mark.parametrize("host", ["foo..bar", "x" * 64 + ".example"])
+def test_a_host_name_that_cannot_be_encoded_is_a_one_line_error(host):
+    """Review finding: IDNA's UnicodeError (not an OSError) escaped the probe as a traceback."""
+    pytest.importorskip("distributed")
+    with pytest.raises(ConfigError, match=rf"^--scheduler tcp://{host}:8786: cannot connect \("):
+        search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=f"{host}:8786",
+                   progress=False)  # fmt: skip
 
 
 @pytest.mark.parametrize("protocol", ["tcp://", "inproc://"])

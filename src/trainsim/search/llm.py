@@ -160,6 +160,8 @@ def scheduler_address(text: str) -> str:
         raise ConfigError(f"--scheduler {text!r}: {expect}")
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"--scheduler {text!r}: port must be 1-65535, got {port!r}; {expect}")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ConfigError(f"--scheduler {text!r}: an IPv6 host goes in brackets: {scheme}://[{host}]:{port}")
     return f"{scheme}://{rest}"
 
 
@@ -177,37 +179,52 @@ WORKERS_DEADLINE_S = 30.0  # for the first worker to be there
 _NOT_DASK = (MemoryError, OverflowError, struct.error, ValueError, TypeError, KeyError)
 
 
-def _tcp_speaks(scheduler: str) -> bool | None:
-    """Whether a ``tcp://`` (or bare ``host:port``) address sends bytes first within
-    :data:`CONNECT_DEADLINE_S`, as a Dask scheduler does (its handshake goes out as soon as a
-    connection opens); None for other protocols, which the probe cannot tell. A silent port would
-    stall Dask's own handshake past its timeout, and the client left behind in its thread is freed
-    later by the garbage collector, in whichever thread that runs: better never built."""
+def _probe_tcp(scheduler: str, deadline: float) -> None:
+    """A ConfigError unless a ``tcp://`` (or bare ``host:port``) address sends bytes first by
+    ``deadline`` (``time.monotonic()``), as a Dask scheduler does: its handshake goes out as soon
+    as a connection opens. Other protocols are not probed. A silent port would stall Dask's own
+    handshake past its timeout, and the client left behind in its thread would be freed later by
+    the garbage collector, in whichever thread that runs: better never built."""
     import socket
 
-    scheme, _, rest = scheduler_address(scheduler).partition("://")
+    scheme, _, rest = scheduler.partition("://")
     if scheme != "tcp":
-        return None
+        return
     host, _, port = rest.rpartition(":")
+    where = f"--scheduler {scheduler}"
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_DEADLINE_S) as sock:
-            return bool(sock.recv(1))
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=max(deadline - time.monotonic(), 0.1))
     except TimeoutError:
-        return False
-    except OSError as e:
-        raise ConfigError(f"--scheduler {scheduler}: cannot connect ({e.strerror or e})") from None
+        raise ConfigError(f"{where}: cannot connect (no answer within {CONNECT_DEADLINE_S:.0f} s: "
+                          "a firewall, or a host that is down?)") from None  # fmt: skip
+    except (OSError, UnicodeError) as e:  # UnicodeError: a host name IDNA cannot encode ("a..b")
+        raise ConfigError(f"{where}: cannot connect ({getattr(e, 'strerror', None) or e})") from None
+    reset: OSError | None = None
+    with sock:
+        try:
+            sock.settimeout(max(deadline - time.monotonic(), 0.1))
+            first = sock.recv(1)
+        except TimeoutError:
+            raise ConfigError(f"{where}: connected, but nothing came within {CONNECT_DEADLINE_S:.0f} s (a Dask "
+                              "scheduler sends its handshake at once: is this a Dask scheduler's address, not "
+                              "its dashboard's?)") from None  # fmt: skip
+        except OSError as e:  # reset by the peer
+            first, reset = b"", e
+    if not first:
+        raise ConfigError(f"{where}: the port closed the connection without sending anything"
+                          + (f" ({reset.strerror or reset})" if reset else "")
+                          + "; a Dask scheduler sends its handshake at once")  # fmt: skip
 
 
 def _connect(client_cls: Any, scheduler: str) -> Any:
     """A Dask client of ``scheduler`` with at least one worker, or a one-line ConfigError. A TCP
-    address must first speak (:func:`_tcp_speaks`); the connection itself (handshake included) then
-    runs in a daemon thread under :data:`CONNECT_DEADLINE_S`, since a port held by another service
-    can also stall the handshake or answer garbage."""
+    address must first speak (:func:`_probe_tcp`); the connection itself (handshake included) then
+    runs in a daemon thread, since a port held by another service can also stall the handshake or
+    answer garbage; both within :data:`CONNECT_DEADLINE_S` in all."""
     import threading
 
-    if _tcp_speaks(scheduler) is False:
-        raise ConfigError(f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_DEADLINE_S:.0f} s "
-                          "(is it a Dask scheduler's address, not its dashboard's?)")  # fmt: skip
+    deadline = time.monotonic() + CONNECT_DEADLINE_S
+    _probe_tcp(scheduler, deadline)
     box: dict[str, Any] = {}
 
     def connect() -> None:
@@ -218,7 +235,7 @@ def _connect(client_cls: Any, scheduler: str) -> Any:
 
     t = threading.Thread(target=connect, name="trainsim-dask-connect", daemon=True)
     t.start()
-    t.join(CONNECT_DEADLINE_S)
+    t.join(max(deadline - time.monotonic(), 0.1))
     if t.is_alive():
         raise ConfigError(f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_DEADLINE_S:.0f} s "
                           "(is it a Dask scheduler's address, not its dashboard's?)")  # fmt: skip
