@@ -708,3 +708,53 @@ def test_a_hidden_resize_refuses_a_width_equal_to_the_vocabulary() -> None:
     upd = replace(ops[10], id=21, inputs=(_t((50, 64), 41), _t((50, 64), 43)), outputs=(_t((50, 64), 41),))
     with pytest.raises(ConfigError, match=r"the vocabulary 50 is also a dimension of a parameter \[50, 64\]"):
         resize_hidden(replace(w, ranks=(replace(w.ranks[0], ops=(*ops, mlp, upd)),)), 64)
+
+
+def _bwd(i: int, name: str, seq: int | None) -> Op:
+    return Op(i, f"autograd::engine::evaluate_function: {name}", 1, OpCategory.CPU_ONLY, duration_s=1e-5, seq_nr=seq)
+
+
+def test_backward_nodes_pair_by_autograd_sequence_numbers() -> None:
+    """A node carries the sequence number its forward op drew; the op is the last top-level
+    forward op whose number is at most the node's. By position, the node of the second mul
+    (the first, on a constant, needs no gradient) was paired with the first."""
+    from dataclasses import replace
+
+    from trainsim.sim.resize import _pair_backward
+
+    fwd = [("aten::mul", (4,), 10), ("aten::mul", (4, 64), 10), ("aten::linear", (4, 64), 11),
+           ("aten::scaled_dot_product_attention", (4, 2, 8, 8), 12)]  # fmt: skip
+    ops = [Op(i, n, 1, OpCategory.CPU_ONLY, duration_s=1e-5, inputs=(_t(s, 100 + i),), seq_nr=q)
+           for i, (n, s, q) in enumerate(fwd)]  # fmt: skip
+    # backward in reverse: SDPA's math path (a MulBackward0 inside it), the linear (its view, its mm), the mul
+    ops += [_bwd(4, "MulBackward0", 14), _bwd(5, "BmmBackward0", 13), _bwd(6, "MmBackward0", 11),
+            _bwd(7, "MulBackward0", 10), _bwd(8, "torch::autograd::AccumulateGrad", None)]  # fmt: skip
+    rg = RankGraph(0, tuple(ops), step_start_s=0.0, step_end_s=1.0)
+    pairs = _pair_backward(rg)
+    assert pairs[7] == (1, True)  # the mul that needed a gradient, not the constant's
+    assert pairs[6] == (2, True) and pairs[5] == (3, True)
+    assert pairs[4] == (3, False)  # a step inside the attention: no op of its own kind
+    assert 8 not in pairs
+    positional = _pair_backward(replace(rg, ops=tuple(replace(o, seq_nr=None) for o in ops)))
+    assert positional[7] == (0, True) and positional[4] == (1, True)  # what position alone gave
+    unordered = [replace(o, seq_nr=20 - o.seq_nr) if o.seq_nr is not None and i < 4 else o for i, o in enumerate(ops)]
+    assert _pair_backward(replace(rg, ops=tuple(unordered))) == positional  # numbers not rising: by position
+
+
+@pytest.mark.slow
+def test_a_cpu_capture_pairs_every_gemm_backward_with_its_own_linear(tmp_path: Path) -> None:
+    """On a real LLaMA stand-in capture: sequence numbers pair each of the 15 MmBackward0 nodes
+    with a distinct linear, and the attention backward nodes with the attention ops."""
+    from trainsim.capture import capture
+    from trainsim.sim.replay import load_for_replay
+    from trainsim.sim.resize import _pair_backward
+
+    capture(model="llama", out_dir=tmp_path / "llama", steps=2, warmup_steps=1, threads_per_rank=1)
+    rg = load_for_replay([tmp_path / "llama"]).workload.ranks[0]
+    assert all(op.seq_nr is not None for op in rg.ops if op.name == "aten::linear")
+    pairs = _pair_backward(rg)
+    mm = [pairs[i] for i, op in enumerate(rg.ops) if op.name.endswith(": MmBackward0")]
+    assert len(mm) == 15 and all(same for _, same in mm) and len({j for j, _ in mm}) == 15
+    assert {rg.ops[j].name for j, _ in mm} == {"aten::linear"}
+    sdpa = [pairs[i] for i, op in enumerate(rg.ops) if "ScaledDotProduct" in op.name and op.name.startswith("autograd")]
+    assert sdpa and all(same and rg.ops[j].name == "aten::scaled_dot_product_attention" for j, same in sdpa)

@@ -56,6 +56,9 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False):
     external_id: int | None = msgspec.field(name="External id", default=None)
     rf_id: int | None = msgspec.field(name="Record function id", default=None)
     ev_idx: int | None = msgspec.field(name="Ev Idx", default=None)
+    # autograd's sequence number: a forward op's (the counter when it started), a backward node's
+    # (the counter when its forward op created it)
+    seq_nr: int | None = msgspec.field(name="Sequence number", default=None)
     # Shapes, dtypes and launch dimensions stay raw JSON until read (the properties below):
     # decoded, they are a quarter of a trace's memory and a million objects for the garbage
     # collector to scan, and only the chosen step's events are ever read.

@@ -279,6 +279,7 @@ class RankBuilder:
                     start_s=self.s(d.start), duration_s=d.dur * self.scale,
                     kernels=tuple(kernels), syncs=tuple(syncs), inputs=_inputs(d.event),
                     rf_id=d.event.args.rf_id if d.event and d.event.args else None,
+                    seq_nr=d.event.args.seq_nr if d.event and d.event.args else None,
                     annotation=d.annotation,
                 )  # fmt: skip
             )

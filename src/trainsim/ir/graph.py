@@ -136,6 +136,9 @@ class Op:
     deps: tuple[int, ...] = ()  # ids of ops whose outputs this op consumes
     rf_id: int | None = None  # record-function id (links ET nodes to Kineto events)
     et_id: int | None = None  # execution-trace node id, when linked
+    # autograd sequence number (Kineto "Sequence number"): a forward op's, or a backward node's,
+    # which is that of the forward op that created it (per forward thread)
+    seq_nr: int | None = None
     annotation: str = ""  # innermost user annotation around the op (e.g. "## forward ##")
     # Predicted CPU duration of an op that makes no runtime call (a CPU-only op: its own CPU
     # time is its work), set by what-if passes such as ``sim.resize``; used instead of the

@@ -19,17 +19,23 @@ provenance naming the rule used (first that applies):
    ratio = model(new) / model(old), so the model's bias on this machine cancels and the
    measured baseline is kept. An answer the model marks ``extrapolated`` (outside the
    features it was calibrated on) is not used: the next rule applies. A backward node (``autograd::engine::evaluate_function: XBackward0``)
-   has no shapes in the trace: it is paired with a forward op of a matching name (the k-th of
-   m backward nodes of a name with forward op ⌊(m−1−k)·n/m⌋ of the n candidates — backward runs
-   in reverse order; Approximation: exact for chains, approximate where branches interleave)
-   and takes the model's ``bwd`` phase on that op's features;
+   has no shapes in the trace: it is paired with the forward op that created it and takes the
+   model's ``bwd`` phase on that op's features. The trace says which op that is where it has
+   autograd's sequence numbers (Kineto's ``Sequence number``: the node carries the number its
+   forward op drew; the op is the last top-level forward op whose number is at most the node's);
+   an op of another kind (a ``MulBackward0`` of a step inside ``scaled_dot_product_attention``'s
+   math path, ``dropout``'s mask) leaves the node to rule 7, its work proportional. Without
+   them, by position: the k-th of m backward nodes of a name with forward op ⌊(m−1−k)·n/m⌋ of
+   the n ops of a matching name (backward runs in reverse order; Approximation: exact for
+   chains, wrong where ops of that name need no gradient or branches interleave);
 5. ``elementwise`` — an op (or paired backward node) whose tensors scale but that no specific
    model covers takes the element-wise model's ratio at the numel of its largest batch-sized
    tensor (keeps the fixed per-call cost of small ops), or without models the ratio of
    batch-sized elements (``numel``);
 6. ``weight-sized`` ×1 — none of the op's tensors changed (no batch dimension);
-7. ``batch`` (``seq``, ``hidden``) ×factor — a backward node with no matching forward op
-   (Approximation: its work is proportional to the batch, the sequence length or the width).
+7. ``batch`` (``seq``, ``hidden``) ×factor — a backward node with no matching forward op, or
+   whose forward op is of another kind (Approximation: its work is proportional to the batch,
+   the sequence length or the width).
 
 Rules 4–5 are clamped to [1, work] (or [work, 1] when shrinking), ``work`` being the ratio of
 the op's batch-sized elements (Approximation: an op's time is affine in its batch-sized work —
@@ -312,8 +318,10 @@ def _param_ids(rg: RankGraph) -> set[int]:
     return out
 
 
-def _pair_backward(rg: RankGraph) -> dict[int, int]:
-    """Backward node index -> index of the forward op it differentiates (see module doc)."""
+def _pair_backward(rg: RankGraph) -> dict[int, tuple[int, bool]]:
+    """Backward node index -> (index of the forward op it differentiates, whether that op is of
+    the node's kind; see the module doc). By autograd's sequence numbers where the trace has
+    them, else by position (always of its kind)."""
     forward: dict[str, list[int]] = defaultdict(list)
     backward: dict[str, list[int]] = defaultdict(list)
     for i, op in enumerate(rg.ops):
@@ -322,15 +330,47 @@ def _pair_backward(rg: RankGraph) -> dict[int, int]:
             backward[m.group(1).replace("_", "").lower()].append(i)
         elif not op.name.startswith("autograd::") and op.inputs:
             forward[_norm(op.name)].append(i)
-    pairs: dict[int, int] = {}
+    pairs: dict[int, tuple[int, bool]] = {}
     for key, nodes in backward.items():
         cands = sorted(i for name in _BWD_FORWARD.get(key, (key,)) for i in forward.get(name, ()))
         if not cands:
             continue
         n_fwd, n_bwd = len(cands), len(nodes)
         for k, node in enumerate(nodes):
-            pairs[node] = cands[(n_bwd - 1 - k) * n_fwd // n_bwd]
+            pairs[node] = cands[(n_bwd - 1 - k) * n_fwd // n_bwd], True
+    pairs.update(_pair_by_sequence(rg, backward))
     return pairs
+
+
+def _pair_by_sequence(rg: RankGraph, backward: dict[str, list[int]]) -> dict[int, tuple[int, bool]]:
+    """The pairs autograd's sequence numbers give (Kineto's "Sequence number", the link the
+    profiler itself draws from forward to backward): a backward node carries the number its
+    forward op drew when it created the node, and every top-level forward op records the counter
+    as it started, so the node's op is the last top-level forward op (issue order) whose number
+    is at most the node's; it may be of another kind (a ``MulBackward0`` of a step inside
+    ``scaled_dot_product_attention``'s math path). Empty where the numbers are missing or do not
+    rise in issue order (several forward threads)."""
+    import bisect
+    from itertools import pairwise
+
+    seqs: list[int] = []
+    idx: list[int] = []
+    for i, op in enumerate(rg.ops):
+        if op.seq_nr is not None and not op.name.startswith("autograd::"):
+            seqs.append(op.seq_nr)
+            idx.append(i)
+    if not seqs or any(a > b for a, b in pairwise(seqs)):
+        return {}
+    out: dict[int, tuple[int, bool]] = {}
+    for key, nodes in backward.items():
+        for node in nodes:
+            s = rg.ops[node].seq_nr
+            k = bisect.bisect_right(seqs, s) - 1 if s is not None else -1
+            if k < 0:
+                continue
+            j = idx[k]
+            out[node] = j, _norm(rg.ops[j].name) in _BWD_FORWARD.get(key, (key,))
+    return out
 
 
 def _resize_rank(rg: RankGraph, rz: _Resizer) -> RankGraph:
@@ -358,7 +398,7 @@ def _table_shapes(op: Op, tables: frozenset[int]) -> frozenset[tuple[int, ...]]:
 
 
 def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
-           pairs: dict[int, int], rz: _Resizer) -> tuple[float, str]:  # fmt: skip
+           pairs: dict[int, tuple[int, bool]], rz: _Resizer) -> tuple[float, str]:  # fmt: skip
     if old.annotation.startswith("Optimizer."):
         if rz.dim != "hidden":
             return 1.0, "optimizer (weight-sized)"
@@ -373,9 +413,12 @@ def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
             if rz.dim == "hidden":  # which parameter is not recorded: the mean
                 return rz.param_ratio, "AccumulateGrad (parameter elements)"
             return 1.0, "AccumulateGrad (weight-sized)"
-        j = pairs.get(i)
-        if j is None:
-            return rz.factor, f"{rz.dim} (unpaired backward)"  # its work taken as proportional
+        pair = pairs.get(i)
+        if pair is None:  # its work taken as proportional
+            return rz.factor, f"{rz.dim} (unpaired backward)"
+        j, same_kind = pair
+        if not same_kind:  # a step inside op j: no model of its own, its work proportional too
+            return rz.factor, f"{rz.dim} (backward of a step inside op {olds[j].id} {olds[j].name})"
         fo = olds[j]
         r, rule = rz.predict(fo, news[j], "bwd")
         return r, f"{rule} (of op {fo.id} {fo.name})"
@@ -439,8 +482,8 @@ def _shaped_time_fraction(w: Workload, *, hidden: bool = False) -> float | None:
         own = [any(t.shape for t in (*op.inputs, *op.outputs)) for op in rg.ops]
         pairs = _pair_backward(rg)  # a backward node is resized through the forward op it pairs with
         for i, op in enumerate(rg.ops):
-            j = pairs.get(i)
-            has = own[i] or (j is not None and own[j]) or _needs_no_shapes(op, hidden=hidden)
+            pair = pairs.get(i)
+            has = own[i] or (pair is not None and own[pair[0]]) or _needs_no_shapes(op, hidden=hidden)
             t = _op_time(op)
             total += t
             shaped += t if has else 0.0
