@@ -739,12 +739,56 @@ def test_backward_nodes_pair_by_autograd_sequence_numbers() -> None:
     assert positional[7] == (0, True) and positional[4] == (1, True)  # what position alone gave
     unordered = [replace(o, seq_nr=20 - o.seq_nr) if o.seq_nr is not None and i < 4 else o for i, o in enumerate(ops)]
     assert _pair_backward(replace(rg, ops=tuple(unordered))) == positional  # numbers not rising: by position
+    # another thread's counter (a background thread's op, numbered 0) is not the forward thread's
+    other = Op(9, "aten::add", 2, OpCategory.CPU_ONLY, duration_s=1e-5, inputs=(_t((4,), 9),), seq_nr=0)
+    assert _pair_backward(replace(rg, ops=(*ops[:2], other, *ops[2:])))[8] == (1, True)  # the mul node, moved by one
+
+
+def test_sequence_pairing_leaves_nodes_without_a_usable_forward_op_unpaired() -> None:
+    """Review 2026-11-27: a node whose op recorded no shapes (``aten::cat``'s tensor lists
+    without the execution trace) took ×1 ("weight-sized"), and one whose op came before the
+    traced window kept a positional pair with a later op; an op numbered by an older PyTorch
+    (none under autocast) is found right after the numbered op the node points to."""
+    from trainsim.sim.resize import _pair_backward
+
+    ops = [
+        Op(0, "aten::linear", 1, OpCategory.CPU_ONLY, duration_s=1e-5, inputs=(_t((4, 8), 1),), seq_nr=5),
+        Op(1, "aten::cat", 1, OpCategory.CPU_ONLY, duration_s=1e-5, seq_nr=6),  # no shapes
+        Op(2, "aten::layer_norm", 1, OpCategory.CPU_ONLY, duration_s=1e-5, inputs=(_t((4, 8), 2),), seq_nr=7),
+        Op(3, "aten::mm", 1, OpCategory.CPU_ONLY, duration_s=1e-5, inputs=(_t((4, 8), 3), _t((8, 8), 4))),  # unnumbered
+        _bwd(4, "MmBackward0", 8), _bwd(5, "NativeLayerNormBackward0", 7), _bwd(6, "CatBackward0", 6),
+        _bwd(7, "AddmmBackward0", 3),  # its op ran before the window
+    ]  # fmt: skip
+    rg = RankGraph(0, tuple(ops), step_start_s=0.0, step_end_s=1.0)
+    pairs = _pair_backward(rg)
+    assert pairs[4] == (3, True)  # the unnumbered mm after the numbered layer_norm
+    assert pairs[5] == (2, True)
+    assert 6 not in pairs and 7 not in pairs  # by position, 7 had paired with the linear
+    w = resize_batch(Workload(ranks=(rg,)), 8, old_batch=4)
+    cat_bwd, addmm_bwd = w.ranks[0].ops[6], w.ranks[0].ops[7]
+    assert cat_bwd.predicted_s == pytest.approx(2 * cat_bwd.duration_s) and "unpaired backward" in cat_bwd.provenance
+    assert addmm_bwd.predicted_s == pytest.approx(2 * addmm_bwd.duration_s)
+
+
+def test_a_node_of_a_step_inside_another_op_scales_with_the_dimension() -> None:
+    from dataclasses import replace
+
+    from trainsim.sim.resize import resize_seq
+
+    w = _seq_workload()
+    rg = w.ranks[0]
+    ops = [replace(o, seq_nr=i) for i, o in enumerate(rg.ops)]  # the linear 0, attention 1, add 2
+    node = _bwd(9, "MulBackward0", 1)  # a mul inside the attention's math path
+    out = resize_seq(replace(w, ranks=(replace(rg, ops=(*ops, node)),)), 16, old_seq=8, batch=2).ranks[0].ops[-1]
+    assert out.predicted_s == pytest.approx(2 * out.duration_s)
+    assert "seq (backward of a step inside op 1 aten::scaled_dot_product_attention)" in out.provenance
 
 
 @pytest.mark.slow
 def test_a_cpu_capture_pairs_every_gemm_backward_with_its_own_linear(tmp_path: Path) -> None:
     """On a real LLaMA stand-in capture: sequence numbers pair each of the 15 MmBackward0 nodes
-    with a distinct linear, and the attention backward nodes with the attention ops."""
+    with a distinct linear, the attention backward nodes with the attention ops, and no node with
+    an op that needed no gradient (as position alone does)."""
     from trainsim.capture import capture
     from trainsim.sim.replay import load_for_replay
     from trainsim.sim.resize import _pair_backward
@@ -758,3 +802,15 @@ def test_a_cpu_capture_pairs_every_gemm_backward_with_its_own_linear(tmp_path: P
     assert {rg.ops[j].name for j, _ in mm} == {"aten::linear"}
     sdpa = [pairs[i] for i, op in enumerate(rg.ops) if "ScaledDotProduct" in op.name and op.name.startswith("autograd")]
     assert sdpa and all(same and rg.ops[j].name == "aten::scaled_dot_product_attention" for j, same in sdpa)
+    # what position alone gets wrong here (review 2026-11-27): SGD's add_ taken for the forward
+    # op of residual adds' nodes, and a RoPE constant's mul (no gradient) for an RMSNorm's
+    assert not any(rg.ops[j].annotation.startswith("Optimizer.") for j, _ in pairs.values())
+    from dataclasses import replace
+
+    positional = _pair_backward(replace(rg, ops=tuple(replace(op, seq_nr=None) for op in rg.ops)))
+    assert any(rg.ops[j].annotation.startswith("Optimizer.") for j, _ in positional.values())
+    def rope_constants(p: dict) -> set[int]:  # muls of RoPE's inverse frequencies (32,) or by a scalar
+        return {j for i, (j, _) in p.items() if rg.ops[i].name.endswith(": MulBackward0")
+                and any(t.shape in ((), (32,)) for t in rg.ops[j].inputs)}  # fmt: skip
+
+    assert not rope_constants(pairs) and rope_constants(positional)

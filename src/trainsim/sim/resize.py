@@ -24,7 +24,9 @@ provenance naming the rule used (first that applies):
    autograd's sequence numbers (Kineto's ``Sequence number``: the node carries the number its
    forward op drew; the op is the last top-level forward op whose number is at most the node's);
    an op of another kind (a ``MulBackward0`` of a step inside ``scaled_dot_product_attention``'s
-   math path, ``dropout``'s mask) leaves the node to rule 7, its work proportional. Without
+   math path or, on the CPU, ``dropout``'s mask) leaves the node to rule 7, its work
+   proportional, as does a numbered node whose op came before the traced window or recorded no
+   shapes (``aten::cat``'s tensor lists, without the execution trace). Without
    them, by position: the k-th of m backward nodes of a name with forward op ⌊(m−1−k)·n/m⌋ of
    the n ops of a matching name (backward runs in reverse order; Approximation: exact for
    chains, wrong where ops of that name need no gradient or branches interleave);
@@ -115,7 +117,8 @@ _BWD_FORWARD: dict[str, tuple[str, ...]] = {
     "addmm": ("addmm", "linear"), "mm": ("mm", "linear", "matmul"),
     "bmm": ("bmm", "matmul", "scaleddotproductattention"),
     "convolution": ("conv2d", "conv1d", "conv3d", "convolution"),
-    "nativebatchnorm": ("batchnorm",), "nativelayernorm": ("layernorm",),
+    "nativebatchnorm": ("batchnorm",), "cudnnbatchnorm": ("batchnorm",), "miopenbatchnorm": ("batchnorm",),
+    "nativelayernorm": ("layernorm",), "nativedropout": ("dropout",), "maxpool2dwithindices": ("maxpool2d",),
     "logsoftmax": ("logsoftmax", "crossentropyloss"), "nllloss": ("nllloss", "crossentropyloss"),
     "safesoftmax": ("softmax", "scaleddotproductattention"),
     "softmax": ("softmax", "scaleddotproductattention"), "mean": ("mean", "adaptiveavgpool2d"),
@@ -338,38 +341,60 @@ def _pair_backward(rg: RankGraph) -> dict[int, tuple[int, bool]]:
         n_fwd, n_bwd = len(cands), len(nodes)
         for k, node in enumerate(nodes):
             pairs[node] = cands[(n_bwd - 1 - k) * n_fwd // n_bwd], True
-    pairs.update(_pair_by_sequence(rg, backward))
+    for node, pair in _pair_by_sequence(rg, backward).items():
+        if pair is None:
+            pairs.pop(node, None)
+        else:
+            pairs[node] = pair
     return pairs
 
 
-def _pair_by_sequence(rg: RankGraph, backward: dict[str, list[int]]) -> dict[int, tuple[int, bool]]:
+def _pair_by_sequence(rg: RankGraph, backward: dict[str, list[int]]) -> dict[int, tuple[int, bool] | None]:
     """The pairs autograd's sequence numbers give (Kineto's "Sequence number", the link the
     profiler itself draws from forward to backward): a backward node carries the number its
-    forward op drew when it created the node, and every top-level forward op records the counter
-    as it started, so the node's op is the last top-level forward op (issue order) whose number
-    is at most the node's; it may be of another kind (a ``MulBackward0`` of a step inside
-    ``scaled_dot_product_attention``'s math path). Empty where the numbers are missing or do not
-    rise in issue order (several forward threads)."""
+    forward op drew when it created the node, and every top-level forward op in grad mode
+    records the counter as it started, so the node's op is the last numbered forward op (issue
+    order, on the forward thread: the thread with the most numbered ops, the counter being per
+    thread) whose number is at most the node's. It may be of another kind (a ``MulBackward0`` of
+    a step inside ``scaled_dot_product_attention``'s math path): then an op of the node's kind
+    issued unnumbered right after it is taken instead (PyTorch before 2.4 numbered no op under
+    autocast), else the pair says so. None: a numbered node with no op to pair — its op came
+    before the traced window, or recorded no shapes. Empty where the forward thread's numbers do
+    not rise in issue order."""
     import bisect
     from itertools import pairwise
 
-    seqs: list[int] = []
-    idx: list[int] = []
+    by_thread: dict[int, list[int]] = defaultdict(list)
     for i, op in enumerate(rg.ops):
         if op.seq_nr is not None and not op.name.startswith("autograd::"):
-            seqs.append(op.seq_nr)
-            idx.append(i)
-    if not seqs or any(a > b for a, b in pairwise(seqs)):
+            by_thread[op.thread].append(i)
+    if not by_thread:
         return {}
-    out: dict[int, tuple[int, bool]] = {}
+    idx = max(by_thread.values(), key=len)
+    seqs = [int(rg.ops[i].seq_nr or 0) for i in idx]
+    if any(a > b for a, b in pairwise(seqs)):
+        return {}
+    out: dict[int, tuple[int, bool] | None] = {}
     for key, nodes in backward.items():
+        kinds = _BWD_FORWARD.get(key, (key,))
         for node in nodes:
             s = rg.ops[node].seq_nr
-            k = bisect.bisect_right(seqs, s) - 1 if s is not None else -1
-            if k < 0:
+            if s is None:
+                continue
+            k = bisect.bisect_right(seqs, s) - 1
+            if k < 0 or idx[k] > node:  # created before the traced window
+                out[node] = None
                 continue
             j = idx[k]
-            out[node] = j, _norm(rg.ops[j].name) in _BWD_FORWARD.get(key, (key,))
+            same = _norm(rg.ops[j].name) in kinds
+            if not same:
+                stop = min(idx[k + 1] if k + 1 < len(idx) else node, node)
+                alt = [i for i in range(j + 1, stop) if rg.ops[i].seq_nr is None and rg.ops[i].thread == rg.ops[j].thread
+                       and _norm(rg.ops[i].name) in kinds]  # fmt: skip
+                if len(alt) == 1:
+                    j, same = alt[0], True
+            shaped = any(t.shape for t in (*rg.ops[j].inputs, *rg.ops[j].outputs))
+            out[node] = (j, same) if shaped else None
     return out
 
 
