@@ -548,7 +548,7 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
         raise ConfigError("--seq-len: a traced length of 1 cannot be told apart from the unit dimensions")
     if batch is not None and batch % old_seq == 0:
         raise ConfigError(f"--seq-len: the traced batch {batch} is a multiple of the sequence length {old_seq}: a "
-                          "resize cannot tell [B, S] from flattened tokens [B·S]")  # fmt: skip
+                          "resize cannot tell [B, S] from flattened tokens [B·S] (resize a capture taken at another length)")  # fmt: skip
     seen = False  # some activation has the traced length (else it was not the traced one)
     for rg in w.ranks:
         params = _param_ids(rg)
@@ -557,7 +557,7 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
             q = _model_query(op.name, op.inputs, op.outputs)
             if q is not None and q.op == "attention" and old_seq in (q.inputs["head_dim"], q.inputs["heads"]):
                 raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also the attention head count "
-                                  f"or size (op {op.name}): a resize cannot tell them apart")  # fmt: skip
+                                  f"or size (op {op.name}): a resize cannot tell them apart (resize a capture taken at another length)")  # fmt: skip
             if q is not None and q.op == "attention" and q.inputs["head_dim"] == 2 * old_seq:
                 heads.add(int(q.inputs["heads"]))
             seen = seen or any(old_seq in t.shape for t in (*op.inputs, *op.outputs)
@@ -565,7 +565,7 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
             for t in (*op.inputs, *op.outputs):
                 if t.tensor_id is not None and t.tensor_id in params and old_seq in t.shape:
                     raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also a dimension of a "
-                                      f"parameter {list(t.shape)} (op {op.name}): a resize cannot tell them apart")  # fmt: skip
+                                      f"parameter {list(t.shape)} (op {op.name}): a resize cannot tell them apart (resize a capture taken at another length)")  # fmt: skip
         # rotary embeddings work on half-heads ([B, h, S, d/2] slices, rotate_half): at S = d/2
         # those are [B, h, S, S], and a resize would scale the half-head size as a sequence
         for op in rg.ops if heads else ():
@@ -574,7 +574,7 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
                         t.tensor_id is None or t.tensor_id not in params):  # fmt: skip
                     raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also half the attention "
                                       f"head size, which {op.name} {list(t.shape)} slices (rotary embeddings): a "
-                                      "resize cannot tell them apart")  # fmt: skip
+                                      "resize cannot tell them apart (resize a capture taken at another length)")  # fmt: skip
     if not seen and any(t.shape for rg in w.ranks for op in rg.ops for t in (*op.inputs, *op.outputs)):
         raise ConfigError(f"--seq-len: no activation of the trace has a dimension of {old_seq}: is that the traced "
                           "sequence length?")  # fmt: skip
