@@ -380,7 +380,7 @@ def test_a_port_that_is_no_dask_scheduler_is_a_one_line_error(quick_deadlines, r
             c.close()
 
 
-def test_a_closed_port_is_a_one_line_error_at_once(quick_deadlines):
+def test_a_closed_port_is_a_one_line_error_at_once():  # the 20 s deadline: Dask alone retried 10 s
     import socket
 
     pytest.importorskip("distributed")
@@ -391,7 +391,7 @@ def test_a_closed_port_is_a_one_line_error_at_once(quick_deadlines):
     with pytest.raises(ConfigError, match=rf"^--scheduler tcp://127.0.0.1:{port}: cannot connect \(Connection refused\)$"):
         search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=f"127.0.0.1:{port}",
                    progress=False)  # fmt: skip
-    assert time.perf_counter() - t0 < 3, "refused at once, not after Dask's connect retries"
+    assert time.perf_counter() - t0 < 8, "refused at once, not after 10 s of Dask's connect retries"
 
 
 @pytest.mark.parametrize("host", ["foo..bar", "x" * 64 + ".example"])
