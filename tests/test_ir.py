@@ -107,7 +107,7 @@ def workloads(draw) -> Workload:
                     category=draw(st.sampled_from(list(OpCategory))), start_s=draw(_durations),
                     duration_s=draw(_durations), kernels=tuple(kernels), syncs=syncs, deps=deps,
                     inputs=(TensorMeta((draw(st.integers(0, 9)), 2), "float", 7),),
-                    seq_nr=draw(st.one_of(st.none(), st.integers(0, 1 << 40))),
+                    seq_nr=draw(st.one_of(st.none(), st.integers(0, 1 << 40))), moved_data=draw(st.booleans()),
                 )  # fmt: skip
             )
         ranks.append(RankGraph(rank=r, ops=tuple(ops), represents=draw(st.integers(1, 64))))

@@ -814,3 +814,21 @@ def test_a_cpu_capture_pairs_every_gemm_backward_with_its_own_linear(tmp_path: P
                 and any(t.shape in ((), (32,)) for t in rg.ops[j].inputs)}  # fmt: skip
 
     assert not rope_constants(pairs) and rope_constants(positional)
+
+
+@pytest.mark.slow
+def test_a_cpu_view_that_copied_is_resized_as_work(tmp_path: Path) -> None:
+    """A CPU trace has no kernels to tell that a view-named op moved data: a nested
+    ``aten::copy_`` does (GPT-2's reshapes of non-contiguous gradients: some of its
+    ``ViewBackward0`` nodes clone, the others only view)."""
+    from trainsim.capture import capture
+    from trainsim.sim.replay import load_for_replay
+
+    capture(model="gpt2", out_dir=tmp_path / "gpt2", steps=2, warmup_steps=1, threads_per_rank=1)
+    w = load_for_replay([tmp_path / "gpt2"]).workload
+    views = [op for op in w.ranks[0].ops if op.name.endswith(": ViewBackward0")]
+    moved = {op.id for op in views if op.moved_data}
+    assert moved and len(moved) < len(views)
+    out = {op.id: op for op in resize_batch(w, 8, old_batch=4).ranks[0].ops}
+    assert all(out[op.id].provenance.startswith("resize ×1 view") == (op.id not in moved) for op in views)
+    assert all(out[i].predicted_s > out[i].duration_s for i in moved)

@@ -36,6 +36,9 @@ _SYNC_CALLS: dict[str, SyncKind] = {
 }
 _RECORD_CALLS = frozenset({"cudaEventRecord", "hipEventRecord", "cudaEventRecordWithFlags"})
 _COMM_CONTEXT_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
+# Nested CPU ops that write memory: what shows, in a CPU trace, that a top-level op named like a
+# view (a reshape of a non-contiguous tensor, SliceBackward0's zero-fill, a dtype cast) moved data
+_MOVES_DATA = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
 
 
 @dataclass(slots=True)
@@ -47,6 +50,7 @@ class _OpDraft:
     dur: float
     annotation: str = ""
     calls: list[tuple[Event, Event | None]] = field(default_factory=list)  # (runtime, comm ctx)
+    moved_data: bool = False  # a nested CPU op copied or filled memory (_MOVES_DATA)
     async_work: list[Event] = field(default_factory=list)  # gloo work run on a worker thread
 
 
@@ -103,6 +107,8 @@ def _nest(window: StepWindow, cpu: list[Event], runtime: list[Event]) -> list[_O
                     d = _OpDraft(e, e.name, thread, ts, e.dur, annotation=ann)
                     drafts.append(d)
                     current[id(e)] = d
+                elif top_op is not None and e.name in _MOVES_DATA:
+                    current[id(top_op)].moved_data = True
                 stack.append(e)
                 continue
             ctx = next((s for s in reversed(stack) if _is_comm_context(s)), None)
@@ -280,6 +286,7 @@ class RankBuilder:
                     kernels=tuple(kernels), syncs=tuple(syncs), inputs=_inputs(d.event),
                     rf_id=d.event.args.rf_id if d.event and d.event.args else None,
                     seq_nr=d.event.args.seq_nr if d.event and d.event.args else None,
+                    moved_data=d.moved_data,
                     annotation=d.annotation,
                 )  # fmt: skip
             )

@@ -139,6 +139,9 @@ class Op:
     # autograd sequence number (Kineto "Sequence number"): a forward op's, or a backward node's,
     # which is that of the forward op that created it (per forward thread)
     seq_nr: int | None = None
+    # a nested CPU op copied or filled memory (``aten::copy_``, ``fill_``, ``zero_``): in a CPU
+    # trace, what tells that an op named like a view moved data (a GPU trace shows its kernels)
+    moved_data: bool = False
     annotation: str = ""  # innermost user annotation around the op (e.g. "## forward ##")
     # Predicted CPU duration of an op that makes no runtime call (a CPU-only op: its own CPU
     # time is its work), set by what-if passes such as ``sim.resize``; used instead of the

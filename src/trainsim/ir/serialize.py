@@ -57,7 +57,7 @@ def _op(o: Op) -> dict[str, Any]:
         "start_s": o.start_s, "duration_s": o.duration_s,
         "kernels": [_kernel(k) for k in o.kernels], "syncs": [_sync(s) for s in o.syncs],
         "inputs": [_tensor(t) for t in o.inputs], "outputs": [_tensor(t) for t in o.outputs],
-        "deps": list(o.deps), "rf_id": o.rf_id, "et_id": o.et_id, "seq_nr": o.seq_nr,
+        "deps": list(o.deps), "rf_id": o.rf_id, "et_id": o.et_id, "seq_nr": o.seq_nr, "moved_data": o.moved_data,
         "annotation": o.annotation, "predicted_s": o.predicted_s, "provenance": o.provenance,
     }  # fmt: skip
 
@@ -120,6 +120,7 @@ def _o_in(d: dict[str, Any]) -> Op:
         inputs=tuple(_t_in(t) for t in d.get("inputs", ())),
         outputs=tuple(_t_in(t) for t in d.get("outputs", ())),
         deps=tuple(d.get("deps", ())), rf_id=d.get("rf_id"), et_id=d.get("et_id"), seq_nr=d.get("seq_nr"),
+        moved_data=bool(d.get("moved_data", False)),
         annotation=d.get("annotation", ""), predicted_s=d.get("predicted_s"),
         provenance=d.get("provenance", ""),
     )  # fmt: skip

@@ -9,9 +9,10 @@ provenance naming the rule used (first that applies):
 1. ``optimizer`` ×1 — ops under an ``Optimizer.*`` annotation update parameters: weight-sized
    (a hidden resize changes the parameters: ``optimizer <rule>``, the rules below on its shapes);
 2. ``view`` ×1 — ops that only reinterpret a tensor (view, reshape, transpose, select, ...)
-   and their backward nodes (``ViewBackward0``, ...), unless the op launched device kernels: then
-   it moved data (``to`` with a dtype change, ``SliceBackward0``'s zero-fill and copy, ``reshape``
-   of a non-contiguous tensor) and the rules below apply;
+   and their backward nodes (``ViewBackward0``, ...), unless the op launched device kernels or,
+   in a CPU trace, ran a nested ``aten::copy_``, ``fill_`` or ``zero_`` (``Op.moved_data``):
+   then it moved data (``to`` with a dtype change, ``SliceBackward0``'s zero-fill and copy,
+   ``reshape`` of a non-contiguous tensor) and the rules below apply;
 3. ``AccumulateGrad`` ×1 — accumulates a parameter's gradient: weight-sized (hidden resize:
    ``AccumulateGrad (parameter elements)``, the ratio of all parameter elements);
 4. ``model <op> <phase>`` — a kernel model answers the op's old and new features (GEMMs,
@@ -432,7 +433,7 @@ def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
     m = _BWD.match(old.name)
     if m is not None:
         key = m.group(1).replace("_", "").lower()
-        if key in _VIEW_BWD and not old.kernels:
+        if key in _VIEW_BWD and not old.kernels and not old.moved_data:
             return 1.0, "view"
         if key == "accumulategrad":
             if rz.dim == "hidden":  # which parameter is not recorded: the mean
@@ -447,7 +448,7 @@ def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
         fo = olds[j]
         r, rule = rz.predict(fo, news[j], "bwd")
         return r, f"{rule} (of op {fo.id} {fo.name})"
-    if _norm(old.name) in _VIEW_OPS and not old.kernels:
+    if _norm(old.name) in _VIEW_OPS and not old.kernels and not old.moved_data:
         return 1.0, "view"
     return rz.predict(old, new, "fwd")
 
@@ -492,8 +493,8 @@ def _needs_no_shapes(op: Op, *, hidden: bool = False) -> bool:
     m = _BWD.match(op.name)
     if m is not None:
         key = m.group(1).replace("_", "").lower()
-        return key == "accumulategrad" or (key in _VIEW_BWD and not op.kernels)
-    return _norm(op.name) in _VIEW_OPS and not op.kernels
+        return key == "accumulategrad" or (key in _VIEW_BWD and not op.kernels and not op.moved_data)
+    return _norm(op.name) in _VIEW_OPS and not op.kernels and not op.moved_data
 
 
 def _shaped_time_fraction(w: Workload, *, hidden: bool = False) -> float | None:
