@@ -36,8 +36,10 @@ _SYNC_CALLS: dict[str, SyncKind] = {
 }
 _RECORD_CALLS = frozenset({"cudaEventRecord", "hipEventRecord", "cudaEventRecordWithFlags"})
 _COMM_CONTEXT_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
-# Nested CPU ops that write memory: what shows, in a CPU trace, that a top-level op named like a
-# view (a reshape of a non-contiguous tensor, SliceBackward0's zero-fill, a dtype cast) moved data
+# Nested CPU ops that write memory (``Op.moved_data``): what shows, in a CPU trace, that a
+# top-level op named like a view (a reshape of a non-contiguous tensor, SliceBackward0's
+# zero-fill, a dtype cast) moved data. With timestamps rounded to whole µs, a zero-length copy_
+# at its parent's end can mark the op that starts in that µs instead.
 _MOVES_DATA = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
 
 

@@ -139,8 +139,9 @@ class Op:
     # autograd sequence number (Kineto "Sequence number"): a forward op's, or a backward node's,
     # which is that of the forward op that created it (per forward thread)
     seq_nr: int | None = None
-    # a nested CPU op copied or filled memory (``aten::copy_``, ``fill_``, ``zero_``): in a CPU
-    # trace, what tells that an op named like a view moved data (a GPU trace shows its kernels)
+    # a CPU op nested under this one copied or filled memory (``aten::copy_``, ``fill_``,
+    # ``zero_``); set on every trace, read by the resize for ops named like views: in a CPU trace
+    # the only sign that such an op moved data (a GPU trace shows its kernels too)
     moved_data: bool = False
     annotation: str = ""  # innermost user annotation around the op (e.g. "## forward ##")
     # Predicted CPU duration of an op that makes no runtime call (a CPU-only op: its own CPU

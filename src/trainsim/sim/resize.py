@@ -9,9 +9,9 @@ provenance naming the rule used (first that applies):
 1. ``optimizer`` ×1 — ops under an ``Optimizer.*`` annotation update parameters: weight-sized
    (a hidden resize changes the parameters: ``optimizer <rule>``, the rules below on its shapes);
 2. ``view`` ×1 — ops that only reinterpret a tensor (view, reshape, transpose, select, ...)
-   and their backward nodes (``ViewBackward0``, ...), unless the op launched device kernels or,
-   in a CPU trace, ran a nested ``aten::copy_``, ``fill_`` or ``zero_`` (``Op.moved_data``):
-   then it moved data (``to`` with a dtype change, ``SliceBackward0``'s zero-fill and copy,
+   and their backward nodes (``ViewBackward0``, ...), unless the op launched device kernels or
+   ran a nested ``aten::copy_``, ``fill_`` or ``zero_`` (``Op.moved_data``, what shows it in a
+   CPU trace): then it moved data (``to`` with a dtype change, ``SliceBackward0``'s zero-fill and copy,
    ``reshape`` of a non-contiguous tensor) and the rules below apply;
 3. ``AccumulateGrad`` ×1 — accumulates a parameter's gradient: weight-sized (hidden resize:
    ``AccumulateGrad (parameter elements)``, the ratio of all parameter elements);
@@ -444,7 +444,7 @@ def _ratio(i: int, old: Op, new: Op, *, olds: Sequence[Op], news: Sequence[Op],
             return rz.factor, f"{rz.dim} (unpaired backward)"
         j, same_kind = pair
         if not same_kind:  # a step inside op j: no model of its own, its work proportional too
-            return rz.factor, f"{rz.dim} (backward of a step inside op {olds[j].id} {olds[j].name})"
+            return rz.factor, f"{rz.dim} (a backward step inside op {olds[j].id} {olds[j].name})"
         fo = olds[j]
         r, rule = rz.predict(fo, news[j], "bwd")
         return r, f"{rule} (of op {fo.id} {fo.name})"
@@ -475,7 +475,7 @@ def _apply(op: Op, ratio: float, rule: str) -> Op:
 def rule_of(provenance: str) -> str:
     """The rule named in a resize provenance ('model gemm bwd', 'view', ...)."""
     rule = provenance.split(" ", 2)[2] if provenance.startswith(RESIZE) else provenance
-    return rule.split(" (of op")[0].split(" clamped")[0].split(" of ")[0]
+    return rule.split(" (of op")[0].split(" (a backward step")[0].split(" clamped")[0].split(" of ")[0]
 
 
 def _op_time(op: Op) -> float:
@@ -505,7 +505,7 @@ def _shaped_time_fraction(w: Workload, *, hidden: bool = False) -> float | None:
     total = shaped = 0.0
     count = with_shapes = 0
     for rg in w.ranks:
-        own = [any(t.shape for t in (*op.inputs, *op.outputs)) for op in rg.ops]
+        own = [bool(op.inputs or op.outputs) for op in rg.ops]  # recorded tensors (0-d ones too)
         pairs = _pair_backward(rg)  # a backward node is resized through the forward op it pairs with
         for i, op in enumerate(rg.ops):
             pair = pairs.get(i)
