@@ -109,12 +109,15 @@ def tiny_protocol(monkeypatch, tmp_path):
     return folder
 
 
-def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(tiny_protocol, tmp_path):
+def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(tiny_protocol, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from trainsim.cli.main import _register, app
     from trainsim.learn.train import TrainConfig
 
+    # the CLI's runs train with the protocol's schedule: cut to the test's (500 epochs took ~90 s)
+    monkeypatch.setattr(proto, "PROTOCOL_EPOCHS", 2)
+    monkeypatch.setattr(proto, "PROTOCOL_PATIENCE", 2)
     out = tmp_path / "res"
     tc = TrainConfig(epochs=2, patience=2)
     s = proto.evaluate_protocol({"gpt": tiny_protocol}, out, fractions=(0.5,), kinds=("gcn",), train_config=tc)
