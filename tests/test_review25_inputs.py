@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 # the quick_deadlines fixture and the TCP server of the scheduler tests
-from tests.test_search import _serve, quick_deadlines  # noqa: F401
+from tests.test_search import _serve, _stop, quick_deadlines  # noqa: F401
 from trainsim.cli.main import _register, app
 from trainsim.errors import ConfigError, TrainsimError
 
@@ -262,6 +262,4 @@ def test_a_service_that_talks_first_did_not_answer_as_a_dask_scheduler():
                        progress=False)  # fmt: skip
         assert "allocate" not in str(e.value)
     finally:
-        srv.close()
-        for c in conns:
-            c.close()
+        _stop(srv, conns)

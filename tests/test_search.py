@@ -350,13 +350,28 @@ def _serve(reply: bytes | None):
             except OSError:
                 return
             conns.append(c)
-            if reply is None:
-                c.close()
-            elif reply:
-                c.sendall(reply)
+            try:
+                if reply is None:
+                    c.close()
+                elif reply:
+                    c.sendall(reply)
+            except OSError:  # the client went away first
+                pass
 
     threading.Thread(target=loop, daemon=True).start()
     return srv, conns
+
+
+def _stop(srv, conns) -> None:
+    """Close a :func:`_serve` server: shut down first, which wakes its thread from accept()."""
+    import contextlib
+    import socket
+
+    with contextlib.suppress(OSError):
+        srv.shutdown(socket.SHUT_RDWR)
+    srv.close()
+    for c in conns:
+        c.close()
 
 
 @pytest.mark.parametrize(("reply", "message"), [
@@ -375,30 +390,40 @@ def test_a_port_that_is_no_dask_scheduler_is_a_one_line_error(quick_deadlines, r
         assert time.perf_counter() - t0 < 30
         assert "\n" not in str(e.value) and address in str(e.value) and message in str(e.value)
     finally:
-        srv.close()
-        for c in conns:
-            c.close()
+        _stop(srv, conns)
 
 
 def test_a_closed_port_is_a_one_line_error_at_once():  # the 20 s deadline: Dask alone retried 10 s
     import socket
 
     pytest.importorskip("distributed")
-    with socket.socket() as s:  # a port just freed: nothing listens there
+    with socket.socket() as s:  # bound, not listening: the port is held and refuses connections
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    t0 = time.perf_counter()
-    with pytest.raises(ConfigError, match=rf"^--scheduler tcp://127.0.0.1:{port}: cannot connect \(Connection refused\)$"):
-        search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=f"127.0.0.1:{port}",
-                   progress=False)  # fmt: skip
-    assert time.perf_counter() - t0 < 8, "refused at once, not after 10 s of Dask's connect retries"
+        t0 = time.perf_counter()
+        with pytest.raises(ConfigError, match=rf"^--scheduler tcp://127.0.0.1:{port}: cannot connect \(Connection refused\)$"):
+            search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8),
+                       scheduler=f"127.0.0.1:{port}", progress=False)  # fmt: skip
+        assert time.perf_counter() - t0 < 8, "refused at once, not after 10 s of Dask's connect retries"
+
+
+def test_the_probe_reads_dasks_frame_header() -> None:
+    """Another protocol's bytes are refused before any Dask client is built (a client that fails
+    mid-handshake is left to the garbage collector, which can deadlock Dask's loop runner)."""
+    from trainsim.search.llm import _dask_header
+
+    handshake = bytes.fromhex("3a00000000000000" "0100000000000000" "2a00000000000000") + b"\x83\xabcompression"
+    assert _dask_header(handshake)
+    assert not _dask_header(b"SSH-2.0-OpenSSH_9.6\r\n")  # a length of 3.3e18 bytes
+    assert not _dask_header(b"HTTP/1.1 400 Bad Request\r\n")
+    assert not _dask_header(handshake[:15])
 
 
 @pytest.mark.parametrize("host", ["foo..bar", "x" * 64 + ".example"])
 def test_a_host_name_that_cannot_be_encoded_is_a_one_line_error(host):
     """Review finding: IDNA's UnicodeError (not an OSError) escaped the probe as a traceback."""
     pytest.importorskip("distributed")
-    with pytest.raises(ConfigError, match=rf"^--scheduler tcp://{host}:8786: cannot connect \("):
+    with pytest.raises(ConfigError, match=rf"^--scheduler tcp://{host}:8786: cannot connect \(.*(label empty or too long|idna)"):
         search_llm(get_model("gpt3-350m"), "dgx-a100", PlanSpace(gpus=8, global_batch=8), scheduler=f"{host}:8786",
                    progress=False)  # fmt: skip
 

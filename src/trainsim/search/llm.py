@@ -200,11 +200,21 @@ def _probe_tcp(scheduler: str, deadline: float) -> None:
     except (OSError, UnicodeError) as e:  # UnicodeError: a host name IDNA cannot encode ("a..b")
         raise ConfigError(f"{where}: cannot connect ({getattr(e, 'strerror', None) or e})") from None
     reset: OSError | None = None
+    first = b""
     with sock:
         try:
             sock.settimeout(max(deadline - time.monotonic(), 0.1))
             first = sock.recv(1)
+            while first and len(first) < 16:  # Dask's frame header: total bytes, frame count
+                sock.settimeout(max(deadline - time.monotonic(), 0.1))
+                more = sock.recv(16 - len(first))
+                if not more:
+                    break
+                first += more
         except TimeoutError:
+            if first:
+                raise ConfigError(f"{where}: the address did not answer as a Dask scheduler (it sent {len(first)} "
+                                  "bytes and stalled; is it another service's port?)") from None  # fmt: skip
             raise ConfigError(f"{where}: connected, but nothing came within {CONNECT_DEADLINE_S:.0f} s (a Dask "
                               "scheduler sends its handshake at once: is this a Dask scheduler's address, not "
                               "its dashboard's?)") from None  # fmt: skip
@@ -214,6 +224,22 @@ def _probe_tcp(scheduler: str, deadline: float) -> None:
         raise ConfigError(f"{where}: the port closed the connection without sending anything"
                           + (f" ({reset.strerror or reset})" if reset else "")
                           + "; a Dask scheduler sends its handshake at once")  # fmt: skip
+    if not _dask_header(first):
+        # checked here so that no Dask client is built for another protocol's bytes: one that
+        # fails mid-handshake is left to the garbage collector, whose run of its __del__ in
+        # another client's IO-loop thread can deadlock on Dask's loop-runner lock
+        raise ConfigError(f"{where}: the address did not answer as a Dask scheduler (what it sent is not Dask's "
+                          "protocol; is it another service's port?)")  # fmt: skip
+
+
+def _dask_header(head: bytes) -> bool:
+    """Whether ``head`` opens a Dask TCP message: a little-endian uint64 of the bytes that follow
+    (the handshake: well under 1 MiB), then a uint64 count of frames (a few) whose 8-byte lengths
+    fit in it."""
+    if len(head) < 16:
+        return False
+    total, frames = struct.unpack("<QQ", head[:16])
+    return 1 <= frames <= 64 and 8 + 8 * frames <= total <= 1 << 20
 
 
 def _connect(client_cls: Any, scheduler: str) -> Any:
