@@ -532,13 +532,13 @@ def test_screening_workers_exit_when_the_program_is_killed(tmp_path):
         proc.wait()
 
     def alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
         from pathlib import Path
 
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"  # a zombie has exited
+        try:  # gone, or reaped between the two looks (CI 2026-11-27: /proc/PID/stat had vanished)
+            os.kill(pid, 0)
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"  # a zombie has exited
+        except (ProcessLookupError, FileNotFoundError):
+            return False
 
     deadline = time.monotonic() + 20
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
