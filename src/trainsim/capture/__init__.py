@@ -125,10 +125,11 @@ def validate(spec: CaptureSpec) -> None:
         if info.max_seq_len is not None and spec.seq_len > info.max_seq_len:
             raise CaptureError(f"--seq-len: the {spec.model} example takes at most {info.max_seq_len} "
                                f"(its learned positions), got {spec.seq_len}")  # fmt: skip
-    for flag, value in (("--seq-len", spec.seq_len), ("--hidden", spec.hidden), ("--heads", spec.heads)):
-        if value is not None and flag != "--seq-len" and info.default_hidden is None:
+    for flag, value in (("--hidden", spec.hidden), ("--heads", spec.heads)):
+        if value is not None and info.default_hidden is None:
             takers = "gpt2 does" if flag == "--heads" else "gpt2 and llama do"
             raise CaptureError(f"{flag}: the {spec.model} example takes none ({takers})")
+    for flag, value in (("--seq-len", spec.seq_len), ("--hidden", spec.hidden), ("--heads", spec.heads)):
         if value is not None and spec.device not in info.sized_devices:
             raise CaptureError(f"{flag}: the {spec.model} example takes it on {', '.join(info.sized_devices)} only")
     if spec.heads is not None and info.head_size is not None:

@@ -203,9 +203,7 @@ def _probe_tcp(scheduler: str, deadline: float) -> None:
     first = b""
     with sock:
         try:
-            sock.settimeout(max(deadline - time.monotonic(), 0.1))
-            first = sock.recv(1)
-            while first and len(first) < 16:  # Dask's frame header: total bytes, frame count
+            while len(first) < 16:  # Dask's frame header: total bytes, frame count
                 sock.settimeout(max(deadline - time.monotonic(), 0.1))
                 more = sock.recv(16 - len(first))
                 if not more:

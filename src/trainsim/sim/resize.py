@@ -365,14 +365,13 @@ def _pair_by_sequence(rg: RankGraph, backward: dict[str, list[int]]) -> dict[int
     import bisect
     from itertools import pairwise
 
-    by_thread: dict[int, list[int]] = defaultdict(list)
+    by_thread: dict[int, list[tuple[int, int]]] = defaultdict(list)  # thread -> (number, op index)
     for i, op in enumerate(rg.ops):
         if op.seq_nr is not None and not op.name.startswith("autograd::"):
-            by_thread[op.thread].append(i)
+            by_thread[op.thread].append((op.seq_nr, i))
     if not by_thread:
         return {}
-    idx = max(by_thread.values(), key=len)
-    seqs = [int(rg.ops[i].seq_nr or 0) for i in idx]
+    seqs, idx = zip(*max(by_thread.values(), key=len), strict=True)
     if any(a > b for a, b in pairwise(seqs)):
         return {}
     out: dict[int, tuple[int, bool] | None] = {}
@@ -537,6 +536,9 @@ def resize_batch(w: Workload, new_batch: int, *, old_batch: int, timer: OpTimer 
                    {"old_batch": old_batch, "new_batch": new_batch})  # fmt: skip
 
 
+_OTHER_LENGTH = " (resize a capture taken at another length)"  # what a refused --seq-len can do instead
+
+
 def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = None,
                timer: OpTimer | None = None) -> Workload:  # fmt: skip
     """``w`` (captured at ``old_seq`` tokens per sequence) at ``new_seq`` (module docstring:
@@ -549,7 +551,7 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
         raise ConfigError("--seq-len: a traced length of 1 cannot be told apart from the unit dimensions")
     if batch is not None and batch % old_seq == 0:
         raise ConfigError(f"--seq-len: the traced batch {batch} is a multiple of the sequence length {old_seq}: a "
-                          "resize cannot tell [B, S] from flattened tokens [B·S] (resize a capture taken at another length)")  # fmt: skip
+                          f"resize cannot tell [B, S] from flattened tokens [B·S]{_OTHER_LENGTH}")  # fmt: skip
     seen = False  # some activation has the traced length (else it was not the traced one)
     for rg in w.ranks:
         params = _param_ids(rg)
@@ -558,7 +560,7 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
             q = _model_query(op.name, op.inputs, op.outputs)
             if q is not None and q.op == "attention" and old_seq in (q.inputs["head_dim"], q.inputs["heads"]):
                 raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also the attention head count "
-                                  f"or size (op {op.name}): a resize cannot tell them apart (resize a capture taken at another length)")  # fmt: skip
+                                  f"or size (op {op.name}): a resize cannot tell them apart{_OTHER_LENGTH}")  # fmt: skip
             if q is not None and q.op == "attention" and q.inputs["head_dim"] == 2 * old_seq:
                 heads.add(int(q.inputs["heads"]))
             seen = seen or any(old_seq in t.shape for t in (*op.inputs, *op.outputs)
@@ -566,7 +568,7 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
             for t in (*op.inputs, *op.outputs):
                 if t.tensor_id is not None and t.tensor_id in params and old_seq in t.shape:
                     raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also a dimension of a "
-                                      f"parameter {list(t.shape)} (op {op.name}): a resize cannot tell them apart (resize a capture taken at another length)")  # fmt: skip
+                                      f"parameter {list(t.shape)} (op {op.name}): a resize cannot tell them apart{_OTHER_LENGTH}")  # fmt: skip
         # rotary embeddings work on half-heads ([B, h, S, d/2] slices, rotate_half): at S = d/2
         # those are [B, h, S, S], and a resize would scale the half-head size as a sequence
         for op in rg.ops if heads else ():
@@ -575,7 +577,7 @@ def resize_seq(w: Workload, new_seq: int, *, old_seq: int, batch: int | None = N
                         t.tensor_id is None or t.tensor_id not in params):  # fmt: skip
                     raise ConfigError(f"--seq-len: the traced sequence length {old_seq} is also half the attention "
                                       f"head size, which {op.name} {list(t.shape)} slices (rotary embeddings): a "
-                                      "resize cannot tell them apart (resize a capture taken at another length)")  # fmt: skip
+                                      f"resize cannot tell them apart{_OTHER_LENGTH}")  # fmt: skip
     if not seen and any(t.shape for rg in w.ranks for op in rg.ops for t in (*op.inputs, *op.outputs)):
         raise ConfigError(f"--seq-len: no activation of the trace has a dimension of {old_seq}: is that the traced "
                           "sequence length?")  # fmt: skip
