@@ -54,6 +54,76 @@ def test_outside_the_measured_range_goes_along_the_roofline():
     assert prov.endswith(";extrapolated") and outside > 3.0 * inside  # 4x the FLOPs
 
 
+def _shipped_linear1():
+    from trainsim.kernels.calibrated import LearnedKernelModel
+    from trainsim.kernels.registry import models_for
+
+    shipped = next(m for m in models_for("a100") if isinstance(m, LearnedKernelModel))
+    return shipped, next(e for e in shipped.entries.values() if e.key.label == "linear1/fwd/fp16")
+
+
+def test_below_the_measured_range_the_answer_follows_the_entry_efficiency_curve():
+    """Outside its range an entry scales its answer at the clipped point by its efficiency
+    curve's ratio; an entry without a curve (an older artifact) by the roofline's."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from trainsim.kernels.features import derive, op_spec, roofline_s
+
+    shipped, entry = _shipped_linear1()
+    dev = shipped.spec
+    assert entry.curve is not None and entry.curve.samples == entry.samples
+    small = {"mp": np.array([1.0]), "b": np.array([1.0]), "l": np.array([1024.0]), "dim": np.array([1024.0])}
+    clip = {k: np.clip(v, *entry.ranges[k]) for k, v in small.items()}
+    assert clip["b"][0] == 2 and clip["dim"][0] == 2048  # 001 measured b >= 2, dim >= 2048
+    at_clip, inside = entry.predict(clip, dev)
+    t, outside = entry.predict(small, dev)
+    assert outside and not inside
+
+    def roof(x):
+        w = derive(op_spec("linear1"), x, "fp16")
+        return roofline_s(w["flops"], w["bytes"], dev, "fp16")
+
+    r_x, r_c = roof(small), roof(clip)
+    assert t == pytest.approx(at_clip * entry.curve(r_x) / entry.curve(r_c), rel=1e-9)
+    old, _ = replace(entry, curve=None).predict(small, dev)
+    assert old == pytest.approx(at_clip * r_x / r_c, rel=1e-9)
+    # 001's smaller GEMMs run further from the peak than its larger ones: the curve says so
+    assert t > old
+
+
+def test_an_artifact_keeps_each_entry_curve_and_refuses_a_broken_one(tmp_path):
+    import json
+
+    import numpy as np
+
+    from trainsim.kernels.calibrated import LearnedKernelModel
+
+    shipped, entry = _shipped_linear1()
+    path = save_model(LearnedKernelModel(device=shipped.spec, dataset=shipped.dataset, entries=[entry]),
+                      tmp_path / "m.npz")  # fmt: skip
+    (back,) = load_model(path).entries.values()
+    assert np.array_equal(back.curve.u, entry.curve.u) and np.array_equal(back.curve.g, entry.curve.g)
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    manifest = json.loads(arrays["manifest.json"].tobytes())
+
+    def rewrite(name, edit):
+        doc = json.loads(json.dumps(manifest))
+        edit(doc["entries"][0])
+        out = tmp_path / name
+        np.savez(out, **{**arrays, "manifest.json": np.frombuffer(json.dumps(doc).encode(), dtype=np.uint8)})
+        return out
+
+    # an artifact written before entries kept curves loads, and carries along the roofline
+    (old,) = load_model(rewrite("old.npz", lambda e: e.pop("curve"))).entries.values()
+    assert old.curve is None
+    bad = rewrite("bad.npz", lambda e: e["curve"].update(u=e["curve"]["u"][::-1]))
+    with pytest.raises(ConfigError, match=r"bad\.npz: .*efficiency curve: knots must be finite, increasing and paired"):
+        load_model(bad)
+
+
 def test_an_entry_reading_a_column_its_operator_lacks_names_it():
     # an artifact fitted by another trainsim version: a clear error, not an index failure
     from dataclasses import replace

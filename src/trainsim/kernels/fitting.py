@@ -258,9 +258,13 @@ def _ranges(inputs: Arrays, rows: np.ndarray) -> dict[str, tuple[float, float]]:
 
 
 def _entry(key: EntryKey, family: KernelFamily, *, kname: str, cfg: Config, cols: list[str], reg: Any,
-           inputs: Arrays, rows: np.ndarray, claims: dict[str, int]) -> LearnedEntry:  # fmt: skip
+           inputs: Arrays, rows: np.ndarray, claims: dict[str, int], roof: np.ndarray, y: np.ndarray) -> LearnedEntry:  # fmt: skip
+    """The entry of a regressor fitted on ``rows``, with the efficiency curve of the same rows
+    (``roof``: every row's roofline time, ``y``: log2 seconds) that carries its answers
+    outside their range (:mod:`trainsim.kernels.calibrated`)."""
+    curve = fit_efficiency(roof[rows], np.exp2(y[rows]))
     return LearnedEntry(key, family, kname, dict(cfg), tuple(cols), reg, _ranges(inputs, rows), int(rows.size),
-                        {}, dict(claims))  # fmt: skip
+                        {}, dict(claims), curve)  # fmt: skip
 
 
 def _take(inputs: Arrays, rows: np.ndarray) -> Arrays:
@@ -268,7 +272,7 @@ def _take(inputs: Arrays, rows: np.ndarray) -> Arrays:
 
 
 def _select(key: EntryKey, family: KernelFamily, *, kinds: Sequence[str], grid: str, cols: list[str], signs: list[int],
-            x: np.ndarray, y: np.ndarray, inputs: Arrays, rows: np.ndarray, device: DeviceSpec, seed: int,
+            x: np.ndarray, y: np.ndarray, roof: np.ndarray, inputs: Arrays, rows: np.ndarray, device: DeviceSpec, seed: int,
             n_jobs: int, strict: bool, claims: dict[str, int], time_target: bool = True,
             folds: int = 1) -> list[Candidate]:  # fmt: skip
     val = heldout_rows(rows.size, fraction=0.2, seed=seed + 1, label=key.label)
@@ -322,7 +326,7 @@ def _select(key: EntryKey, family: KernelFamily, *, kinds: Sequence[str], grid: 
                         on_roofline=not on_time,
                     )
                     entry = _entry(key, family, kname=kname, cfg=label, cols=kcols, reg=reg, inputs=inputs,
-                                   rows=fit_rows, claims=claims)  # fmt: skip
+                                   rows=fit_rows, claims=claims, roof=roof, y=y)  # fmt: skip
                     preds.append(entry.predict(_take(inputs, val_rows), device)[0])
                     meas.append(np.exp2(y[val_rows]))
             except (ValueError, np.linalg.LinAlgError) as e:
@@ -395,7 +399,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     cands: list[Candidate] = []
     chosen = None
     if train.size >= _MIN_ROWS and cols:
-        cands = _select(key, family, kinds=kinds, grid=grid, cols=cols, signs=signs, x=x, y=y, inputs=inputs,
+        cands = _select(key, family, kinds=kinds, grid=grid, cols=cols, signs=signs, x=x, y=y, roof=roof, inputs=inputs,
                         rows=train, device=device, seed=seed, n_jobs=n_jobs, strict=strict_monotone, claims=claims,
                         time_target=time_target, folds=folds)  # fmt: skip
         chosen = _choose(cands)
@@ -415,7 +419,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
                                 on_roofline=on_roofline)  # fmt: skip
         reg = fit(x[train], y[train])
         trained = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
-                         rows=train, claims=claims)  # fmt: skip
+                         rows=train, claims=claims, roof=roof, y=y)  # fmt: skip
         if test_rows.size:
             pred, _ = trained.predict(_take(inputs, test_rows), device)
             errs = _errors(pred, secs[test_rows])
@@ -427,7 +431,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
             keep, y = _merge_duplicates(inputs, y, every[~_implausible(x, y)])
             reg = fit(x[keep], y[keep])
             entry = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
-                           rows=keep, claims=claims)  # fmt: skip
+                           rows=keep, claims=claims, roof=roof, y=y)  # fmt: skip
             size = size_bytes(reg)
             curve = fit_efficiency(roof[keep], secs[keep])
     curve = EfficiencyCurve(curve.u, curve.g, curve.samples, r_mape)
@@ -447,7 +451,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
                                   "rejected": c.rejected} for c in cands]  # fmt: skip
         metrics["claims_contradicted_by_data"] = contradicted
         entry = LearnedEntry(entry.key, entry.family, entry.kind, entry.config, entry.columns, entry.regressor,
-                             entry.ranges, entry.samples, metrics, entry.claims)  # fmt: skip
+                             entry.ranges, entry.samples, metrics, entry.claims, entry.curve)  # fmt: skip
     return entry, curve, report
 
 

@@ -8,8 +8,9 @@ the operator's :class:`~trainsim.kernels.features.OpSpec` signs; ``tests/test_ke
 checks that for every registered model.
 
 Provenance is ``calibrated:<dataset>`` (fitted on measurements of this device),
-``calibrated:<dataset>;extrapolated`` (outside the measured range, carried along the
-roofline from the nearest measured point) or ``spec-based:<device>`` (catalog peaks only).
+``calibrated:<dataset>;extrapolated`` (outside the measured range, carried from the nearest
+measured point along the entry's measured efficiency curve: :mod:`trainsim.kernels.calibrated`)
+or ``spec-based:<device>`` (catalog peaks only).
 
 A :class:`KernelQuery` is what a model sees of an IR :class:`~trainsim.ir.graph.Kernel`
 (:func:`query_from_kernel`): its family and, from ``Kernel.features``, the operator
