@@ -71,7 +71,7 @@ def replay(
     from trainsim.errors import ConfigError
     from trainsim.host.overheads import OverheadDB
     from trainsim.sim import SimOptions
-    from trainsim.sim.replay import replay_paths
+    from trainsim.sim.replay import kernel_counts, replay_paths
 
     timeline_target(timeline, paths)
     # what-if arguments checked before the (long) load and simulation
@@ -132,9 +132,8 @@ def replay(
     doc["whatif"] = whatif
     if timeline is not None:
         stderr.print(f"wrote timeline: {timeline}")
-    fallback = rep.result.diagnostics.get("kernels_model_fallback_measured", 0)
+    modelled, fallback = kernel_counts(rep.result.diagnostics)
     if fallback:
-        modelled = rep.result.diagnostics.get("kernels_model", 0)
         what = (f"none of the {fallback} kernels had an applicable model (device {doc['device'] or 'unknown'}): "
                 "every one kept its measured duration, so this is the measured-kernel replay"
                 if not modelled else

@@ -73,13 +73,18 @@ class Replay:
         }  # fmt: skip
 
 
+def kernel_counts(diagnostics: dict[str, int]) -> tuple[int, int]:
+    """(kernels a model timed, kernels that kept their measured time for want of a model) of a
+    ``--kernels model`` simulation, from its diagnostics."""
+    return diagnostics.get("kernels_model", 0), diagnostics.get("kernels_model_fallback_measured", 0)
+
+
 def _provenance(kernels: str, diagnostics: dict[str, int]) -> str:
     """Where the kernel times came from: with ``--kernels model``, how many a model answered
     (a device without models leaves every kernel at its measured time)."""
     if kernels == "measured":
         return "measured kernels"
-    modelled = diagnostics.get("kernels_model", 0)
-    kept = diagnostics.get("kernels_model_fallback_measured", 0)
+    modelled, kept = kernel_counts(diagnostics)
     if not modelled:
         return f"measured kernels: no kernel model answered any of the {kept} kernels"
     if not kept:
@@ -89,9 +94,8 @@ def _provenance(kernels: str, diagnostics: dict[str, int]) -> str:
 
 def kernel_model_coverage(diagnostics: dict[str, int]) -> float | None:
     """The fraction of kernels a model timed under ``--kernels model`` (None: no kernel asked)."""
-    modelled = diagnostics.get("kernels_model", 0)
-    total = modelled + diagnostics.get("kernels_model_fallback_measured", 0)
-    return modelled / total if total else None
+    modelled, kept = kernel_counts(diagnostics)
+    return modelled / (modelled + kept) if modelled + kept else None
 
 
 def _system(res: SimResult) -> dict[str, str] | None:
