@@ -237,7 +237,7 @@ plans = st.builds(
     schedule=st.sampled_from(["1f1b", "gpipe"]),
     dtype=st.sampled_from(["bf16", "fp16", "fp32"]),
     attention=st.sampled_from(["flash", "fused", "unfused"]),
-)
+).filter(lambda p: p.tp > 1 or not p.sp)  # sequence parallelism needs tensor parallelism
 
 
 def _with_accum(plan: Plan, accum: int) -> Plan:
@@ -374,7 +374,15 @@ def test_layers_per_stage_override_and_errors():
     ("6GiB", 6 * 2**30), ("6gb", 6e9), ("512MiB", 512 * 2**20), ("500MB", 5e8), (0.25, 20 * 2**30),
 ])  # fmt: skip
 def test_headroom_accepts_fractions_percentages_and_amounts(text, expected):
-    assert headroom_bytes(text, 80 * 2**30) == pytest.approx(expected)
+    got = headroom_bytes(text, 80 * 2**30)
+    assert got == pytest.approx(expected) and isinstance(got, int)  # whole bytes (JSON prints no fractions)
+    assert headroom_bytes("0.3", 10**9 + 1) == 300_000_001  # rounded up: at least what was asked stays free
+
+
+def test_sequence_parallelism_needs_tensor_parallelism():
+    with pytest.raises(ConfigError, match=r"sequence parallelism .* needs tp > 1, got tp 1"):
+        Plan(tp=1, sp=True).validate(NEOX)
+    Plan(tp=2, sp=True).validate(NEOX)
 
 
 @pytest.mark.parametrize(("text", "message"), [

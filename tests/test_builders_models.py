@@ -150,6 +150,16 @@ def test_hub_config_equals_catalog_entry(tmp_path, doc, name):
     assert replace(spec, name=name, source="catalog") == get_model(name)
 
 
+def test_a_config_without_a_name_is_named_by_its_folder_however_the_path_is_written(tmp_path, monkeypatch):
+    folder = tmp_path / "my-mistral"
+    (folder / "runs").mkdir(parents=True)
+    _write(folder, LLAMA2_7B)
+    monkeypatch.chdir(folder)
+    assert get_model("./config.json").name == "my-mistral"
+    monkeypatch.chdir(folder / "runs")
+    assert get_model("../config.json").name == get_model("..").name == "my-mistral"  # not ".."
+
+
 def test_get_model_reads_a_file_or_a_directory(tmp_path):
     path = _write(tmp_path, {**LLAMA2_7B, "_name_or_path": "meta-llama/Llama-2-7b-hf"})
     assert get_model(path) == get_model(tmp_path) == get_model(str(tmp_path))

@@ -91,7 +91,7 @@ def test_periodic_evaluation_on_a_pipeline_still_settling() -> None:
     # A review's counter-example to the earlier trend extrapolation (three evaluated counts,
     # equal increments, carried forward): 3.8 % short. Stage ends are lines of different
     # slopes that cross late; the certificate must not fire on the trend.
-    plan = Plan(tp=1, pp=8, dp=8, sp=True, zero=2, micro_batch=1, global_batch=512, seq_len=1024,
+    plan = Plan(tp=1, pp=8, dp=8, zero=2, micro_batch=1, global_batch=512, seq_len=1024,
                 schedule="1f1b", recompute="full", dtype="bf16", attention="fused")  # fmt: skip
     fast = predict_llm("gpt3-125m", plan, "vtrain-a100")
     full = predict_llm("gpt3-125m", plan, "vtrain-a100", full_simulation=True)

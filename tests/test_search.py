@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import replace
 
@@ -250,6 +251,18 @@ def test_search_suite(shared_data):
     for g in r["cases"]:
         assert g["regret_pct"] >= 0
         assert g["picked_best"] == (g["regret_pct"] == 0)
+    # the summary is about regret (no MAPE: a regret is not a prediction error)
+    assert r["summary"]["mean_regret_pct"] == pytest.approx(sum(g["regret_pct"] for g in r["cases"]) / len(r["cases"]))
+    assert r["summary"]["cases"] == len(r["cases"]) and "mape_pct" not in r["summary"]
+
+
+def test_validate_search_prints_each_group_regret_and_each_file_figures(shared_data):
+    _register()
+    res = CliRunner().invoke(app, ["validate", "search", "--files", "vtrain-multi", "--data", str(shared_data)])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.stdout.split())
+    assert "regret %" in out and "Spearman" in out
+    assert re.search(r"vtrain-multi: mean regret \d+\.\d\d %, median Spearman 0\.\d{3} \(target ≤ 1 %, Spearman ≥ 0\.9\)", out)
 
 
 def test_cli_models_lists_the_catalog():

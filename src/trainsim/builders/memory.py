@@ -548,14 +548,14 @@ def min_gpus_for_states(model: ModelSpec, plan: Plan, capacity_bytes: float) -> 
 _UNITS = {"gib": GiB, "gb": 1e9, "mib": MiB, "mb": 1e6}
 
 
-def headroom_bytes(text: str | float | None, capacity_bytes: float) -> float:
+def headroom_bytes(text: str | float | None, capacity_bytes: float) -> int:
     """Bytes of ``capacity_bytes`` to keep free (``--memory-headroom``): the allocator's
     fragmentation, the backward's activation gradients and the optimizer's temporaries, which
     :func:`memory_per_gpu` does not count (module docstring). ``text`` is a fraction below 1
     (``0.1``), a percentage (``10%``) or an amount (``6GiB``, ``6GB``, ``512MiB``); ``None`` or
-    0 keeps none."""
+    0 keeps none. Whole bytes, rounded up (at least what was asked stays free)."""
     if text is None:
-        return 0.0
+        return 0
     raw = str(text).strip()
     s = raw.lower().replace(" ", "")
     expected = "expected a fraction below 1 (0.1), a percentage (10%) or an amount (6GiB, 512MiB, 8GB)"
@@ -569,10 +569,10 @@ def headroom_bytes(text: str | float | None, capacity_bytes: float) -> float:
                 if not (math.isfinite(amount) and 0 <= amount < capacity_bytes):
                     raise ConfigError(f"--memory-headroom {raw!r}: must be at least 0 and below the GPU's "
                                       f"{capacity_bytes / GiB:.1f} GiB")  # fmt: skip
-                return amount
+                return math.ceil(amount)
             frac = float(s)
     except ValueError:
         raise ConfigError(f"--memory-headroom {raw!r}: {expected}") from None
     if not (math.isfinite(frac) and 0 <= frac < 1):
         raise ConfigError(f"--memory-headroom {raw!r}: {expected}")
-    return frac * capacity_bytes
+    return math.ceil(frac * capacity_bytes)

@@ -412,7 +412,8 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
         kw["head_dim"] = 0
     name = doc.get("_name_or_path")
     if not isinstance(name, str) or not name:
-        name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+        full = path.resolve()  # `../config.json` and `./config.json` are named by their folder too
+        name = full.parent.name if full.name == "config.json" and full.parent.name else full.stem
     try:
         return ModelSpec(
             name=name, hidden=hidden, layers=f.integer(*_LAYERS), heads=heads,

@@ -195,6 +195,9 @@ class Plan:
                 raise ConfigError(f"plan: {f} must be a positive integer, got {v!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError(f"plan: zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.sp and self.tp == 1:
+            raise ConfigError("plan: sequence parallelism splits the activations over the tensor-parallel group: "
+                              "it needs tp > 1, got tp 1 (Megatron ignores it there); drop sp or raise tp")
         if self.dist_optimizer and self.zero != 1:
             raise ConfigError(f"plan: the distributed optimizer (Megatron-LM's) is a ZeRO-1: it needs zero 1, got zero {self.zero}")
         if self.schedule not in SCHEDULES:

@@ -70,9 +70,9 @@ class LLMPrediction:
         return max(self.memory, key=lambda m: m.total_bytes)
 
     @property
-    def memory_limit_bytes(self) -> float:
-        """What the plan may use: the device's usable memory less the headroom."""
-        return self.device.memory_bytes - self.memory_headroom_bytes
+    def memory_limit_bytes(self) -> int:
+        """What the plan may use: the device's usable memory less the headroom (whole bytes)."""
+        return int(self.device.memory_bytes - self.memory_headroom_bytes)
 
     @property
     def fits_in_memory(self) -> bool:

@@ -101,7 +101,9 @@ def _print_table(doc: dict[str, Any]) -> None:
 
     out = Console(width=None if sys.stdout.isatty() else 160)
     cases = doc["cases"]
-    if cases and "measured_step_s" in next((c for c in cases if c.get("status") == "ok"), {}):
+    if doc.get("suite") == "search":
+        _print_search(out, doc)
+    elif cases and "measured_step_s" in next((c for c in cases if c.get("status") == "ok"), {}):
         out.print(_replay_table(doc))
         for c in cases:
             if c.get("status") == "ok" and c.get("replayable") is False:
@@ -180,6 +182,28 @@ def _print_table(doc: dict[str, Any]) -> None:
         out.print(f"{label}: " + ", ".join(parts))
     if isinstance(doc.get("kernel_models"), str):  # where the predictions' kernel times came from
         out.print(f"kernel models: {doc['kernel_models']}")
+
+
+def _print_search(out: Any, doc: dict[str, Any]) -> None:
+    """Per group: the predicted-best plan, its measured time against the measured best (the
+    regret) and Spearman's rho; then each file's figures beside its targets."""
+    t = Table(title="suite search: the predicted-best plan of each group, measured", title_justify="left")
+    for col in ("file", "model", "GPUs", "global batch", "plans", "predicted best", "its measured s",
+                "measured best", "best s", "regret %", "Spearman"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("file", "model", "predicted best", "measured best") else "right")
+    for g in doc["cases"]:
+        t.add_row(g["file"], g["model"], str(g["gpus"]), str(g["global_batch"]), str(g["plans"]), g["predicted_best"],
+                  f"{g['predicted_best_measured_s']:.4g}", g["measured_best"], f"{g['measured_best_s']:.4g}",
+                  f"{g['regret_pct']:.2f}", "—" if g["spearman"] is None else f"{g['spearman']:.3f}")  # fmt: skip
+    out.print(t)
+    for name, f in doc.get("files", {}).items():
+        target = ("" if f.get("target_mean_regret_pct") is None else
+                  f" (target ≤ {f['target_mean_regret_pct']:g} %, Spearman ≥ {f['target_median_spearman']:g})")
+        pub = ", ".join(f"{n} {r:g} % / {s:g}" for n, (r, s) in f.get("published", {}).items())
+        rho = "—" if f.get("median_spearman") is None else f"{f['median_spearman']:.3f}"
+        out.print(f"{name}: mean regret {f['mean_regret_pct']:.2f} %, median Spearman {rho}{target}; "
+                  f"max regret {f['max_regret_pct']:.2f} %, predicted best = measured best in {f['picked_best']} "
+                  f"of {f['groups']} groups" + (f"; published: {pub}" if pub else ""))  # fmt: skip
 
 
 def _replay_table(doc: dict[str, Any]) -> Table:
