@@ -205,3 +205,17 @@ def test_export_kernel_samples_formats_and_modes(tmp_path):
             export_kernel_samples(w, tmp_path / "k.parquet")
     else:
         assert export_kernel_samples(w, tmp_path / "k.parquet") == pq.read_table(tmp_path / "k.parquet").num_rows
+
+
+def test_a_gloo_trace_is_reported_as_cpu_work(shared_data):
+    """HTA's CPU-only gloo rank (a trimmed file, so no step time): its collectives ran on CPU
+    threads, so they are gloo's, not NCCL's, and no device time or utilisation is claimed."""
+    from trainsim.analyze.report import analyze_paths
+
+    doc = analyze_paths([shared_data / "traces" / "hta_misc" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"]).to_dict()
+    (r,) = doc["ranks"]
+    assert doc["device"] == "cpu" and r["cpu_only"]
+    assert r["device_busy_s"] == 0.0 and r["gpu_utilization"] is None and r["idle_s"] is None
+    assert set(r["family_detail"]) == {"gloo_all_reduce"} and r["families"]["communication"] > 0.3
+    assert all(s["host_thread"] for s in r["streams"].values())
+    assert any(w.startswith("no device kernels in this trace") for w in doc["warnings"])

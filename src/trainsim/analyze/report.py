@@ -11,6 +11,14 @@ from trainsim.analyze.breakdown import RankBreakdown, workload_breakdown
 from trainsim.ingest.multirank import LoadedTraces, load_traces
 from trainsim.ir.graph import Workload
 
+CPU_ONLY_NOTE = (
+    "no device kernels in this trace (a CPU-only capture): the whole step is CPU op time and ends "
+    "with the step's CPU window{gloo}; device idle and GPU utilisation are null, top_ops ranks "
+    "ops by CPU time; `trainsim replay TRACE --batch N` predicts a CPU capture at another batch "
+    "(docs/capture.md)"
+)
+_GLOO_NOTE = ", gloo collectives ran on CPU threads (communication, streams marked host_thread)"
+
 
 @dataclass(slots=True)
 class Analysis:
@@ -31,6 +39,11 @@ class Analysis:
                 )
             if r.metadata.get("step_anchor"):
                 out.append(f"rank {r.rank}: no ProfilerStep markers; iteration cut at {r.metadata['step_anchor']!r}")
+        cpu = [r for r in self.workload.ranks if r.cpu_only]
+        if cpu:
+            gloo = _GLOO_NOTE if any(k.on_host for r in cpu for k in r.kernels()) else ""
+            which = "" if len(cpu) == len(self.workload.ranks) else f"ranks {[r.rank for r in cpu]}: "
+            out.append(which + CPU_ONLY_NOTE.format(gloo=gloo))
         if self.loaded.match.peers_missing:
             out.append("some collective peers are not among the input traces (single rank of a larger job)")
         return out

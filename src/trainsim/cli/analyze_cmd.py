@@ -63,8 +63,9 @@ def _print_table(doc: dict) -> None:
         t.add_column(col, justify="right")
     for r in doc["ranks"]:
         f = r["families"]
+        busy = None if r["cpu_only"] else r["device_busy_s"]  # a CPU rank has no device
         t.add_row(
-            str(r["rank"]), _ms(r["step_time_s"]), _ms(r["device_busy_s"]), _ms(r["idle_s"]),
+            str(r["rank"]), _ms(r["step_time_s"]), _ms(busy), _ms(r["idle_s"]),
             "—" if r["gpu_utilization"] is None else f"{100 * r['gpu_utilization']:.1f}", _ms(r["exposed_comm_s"]), _ms(f["gemm"]),
             _ms(f["embedding"]), _ms(f["memory"]), _ms(f["elementwise_other"]),
             _ms(f["communication"]), _ms(r["busiest_stream_s"]),
@@ -79,14 +80,14 @@ def _print_table(doc: dict) -> None:
     if doc["et_link"]:
         rates = [v.get("link_rate", 0.0) for v in doc["et_link"].values()]
         out.print(f"execution traces linked on {len(rates)} rank(s); link rate min {100 * min(rates):.2f} %")
+    cpu_rank = next((r for r in doc["ranks"] if r["cpu_only"]), None)
+    if cpu_rank is not None and cpu_rank["top_ops"]:
+        parts = [f"{o['op']} {_ms(o['cpu_s'])}" for o in cpu_rank["top_ops"][:5]]
+        out.print(f"most CPU time (rank {cpu_rank['rank']}, ms): " + ", ".join(parts))
     ov = doc["ranks"][0]["overheads"] if doc["ranks"] else {}
     if ov:
         parts = [f"{k} {v['mean_s'] * 1e6:.1f} µs" for k, v in ov.items()]
         out.print(f"host overheads (rank {doc['ranks'][0]['rank']}, IQR-filtered means): " + ", ".join(parts))
-    if doc["ranks"] and not any(r["device_busy_s"] for r in doc["ranks"]):
-        from trainsim.cli.replay_cmd import CPU_ONLY_NOTE
-
-        stderr.print(CPU_ONLY_NOTE)
     for w in doc["warnings"]:
         stderr.print(f"[yellow]note:[/] {w}")
     for k, v in doc["written"].items():

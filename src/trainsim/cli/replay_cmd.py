@@ -317,7 +317,8 @@ def _print_table(doc: dict[str, Any], rep: Any) -> None:
         f"[bold]{len(doc['ranks'])} rank graph(s)[/]  device: {doc['device'] or 'unknown'}  "
         f"kernels: {o['kernels']}  host gaps: {o['overheads']}"
     )
-    cpu_only = not doc["kernel_sum_baseline_s"]
+    # no device kernels (gloo collectives run on CPU threads: they are not device work)
+    cpu_only = bool(rep.workload.ranks) and all(r.cpu_only for r in rep.workload.ranks)
     out.print(
         f"measured step [bold]{_ms(doc['measured_step_s'])} ms[/]   predicted [bold]{_ms(doc['predicted_step_s'])} ms[/] "
         f"({_pct(doc['error_pct'])} %)"

@@ -186,6 +186,12 @@ class KinetoTrace:
         return str(self.devices[0].get("name", "")) if self.devices else ""
 
     @property
+    def records_device(self) -> bool:
+        """Whether the trace shows a device: its properties, runtime calls or device activity
+        (a CPU-only trace, e.g. a gloo job's, has none of them)."""
+        return bool(self.devices or self.runtime or self.gpu)
+
+    @property
     def is_sampled(self) -> bool:
         """True when events were removed after export (sampled or trimmed traces): the CPU
         ops and kernels of a step are then a subset, and step times and replays are wrong."""

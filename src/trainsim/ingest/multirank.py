@@ -157,7 +157,7 @@ def build_workload(
         metadata={
             "source": "kineto",
             "files": [traces[r].source for r in sorted(traces)],
-            "device": next((t.device_name for t in traces.values() if t.device_name), ""),
+            "device": _device(traces),
             "time_origin_us": origin_s * 1e6,
             "world_size": world_size,
             "time_unit": "s",
@@ -167,6 +167,14 @@ def build_workload(
         workload=workload, traces=traces, steps=steps, chosen=chosen, origin=origin_s,
         match=match_collectives(workload), et_blobs=et_blobs or [], skipped=skipped or [],
     )  # fmt: skip
+
+
+def _device(traces: dict[int, KinetoTrace]) -> str:
+    """The first named device; "cpu" when no trace shows a device at all (a CPU-only job)."""
+    named = next((t.device_name for t in traces.values() if t.device_name), "")
+    if named or any(t.records_device for t in traces.values()):
+        return named
+    return "cpu"
 
 
 def _pick(steps: list[StepWindow], which: str | int, t: KinetoTrace) -> StepWindow:

@@ -294,8 +294,7 @@ class RankBuilder:
             )
         ops = _number_collectives(ops)
         all_kernels = [k for o in ops for k in o.kernels]
-        ends = [k.end_s for k in all_kernels if k.end_s is not None]
-        step_end = max(ends) if ends else self.s(window.end)
+        step_end = self._step_end(all_kernels, window)
         cpu_start = self.s(window.start)
         busy_until = {st: self.s(t) for st, t in backlog.items() if self.s(t) > cpu_start}
         step_start = min(max([cpu_start, *busy_until.values()]), step_end)
@@ -311,6 +310,16 @@ class RankBuilder:
                 "runtime_calls": self.stats.runtime_calls,
             },
         )  # fmt: skip
+
+    def _step_end(self, kernels: list[Kernel], window: StepWindow) -> float:
+        """The end of the rank's last kernel of the step; on a rank without device kernels (a
+        CPU rank: gloo collectives run on CPU threads) the end of its CPU window, which holds
+        the CPU work after the last collective (gradient copies, optimizer step). A gloo
+        worker's record can end after the window, when the main thread has already gone on:
+        that tail is not the step's."""
+        if any(k.end_s is not None and not k.on_host for k in kernels):
+            return max(e for k in kernels if (e := k.end_s) is not None)
+        return self.s(window.end)
 
     def _kernel(self, kid: int, g: Event, rt: Event, ctx: Event | None, op_name: str) -> Kernel:
         fam = classify_kernel(g.name, g.cat, op_name)

@@ -97,6 +97,12 @@ class Kernel:
             return None
         return self.start_s + self.duration_s
 
+    @property
+    def on_host(self) -> bool:
+        """Work a CPU thread ran, not a device: a gloo collective, whose worker thread stands
+        as its stream (``features["backend"] == "gloo"``, set at ingestion)."""
+        return self.features.get("backend") == "gloo"
+
 
 @dataclass(frozen=True, slots=True)
 class SyncPoint:
@@ -170,7 +176,8 @@ class RankGraph:
     Measured step (trace-driven): ``step_start_s`` is when the rank can begin the step — the
     later of its CPU entering the step and its device draining the previous step (GPU-bound
     steady state: the CPU runs ahead) — and ``step_end_s`` the end of its last kernel of the
-    step (or of the CPU window when it launched none). ``metadata`` keeps
+    step, or, on a rank without device kernels (``cpu_only``: gloo collectives are CPU work),
+    the end of its CPU window (a gloo worker's record may outlast it). ``metadata`` keeps
     ``cpu_step_start_s`` (CPU entry) and ``stream_busy_until_s`` ({stream: time} backlog of the
     previous step still running at CPU entry) so a simulator can start from the same state.
     """
@@ -223,6 +230,11 @@ class RankGraph:
 
     def kernels(self) -> list[Kernel]:
         return [k for op in self.ops for k in op.kernels]
+
+    @property
+    def cpu_only(self) -> bool:
+        """No device kernels: the step is CPU work (collectives, if any, ran on CPU threads)."""
+        return all(k.on_host for op in self.ops for k in op.kernels)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,10 +24,12 @@ K_END, K_START, CALL_START, CALL_END, OP_START, OP_END = range(6)
 def _end_node(res: SimResult, ri: int) -> tuple[int, int, int]:
     rp = res.program.ranks[ri]
     t = res.evaluation.times[ri]
+    o = max(rp.window_ops or range(len(rp.ops)), key=lambda i: t.op_end[i])
     if rp.kernels:
         k = max(range(len(rp.kernels)), key=lambda i: t.k_end[i])
-        return (K_END, ri, k)
-    o = max(range(len(rp.ops)), key=lambda i: t.op_end[i])
+        # a rank without device kernels (gloo only) ends with its CPU window when that is later
+        if not rp.graph.cpu_only or t.k_end[k] >= t.op_end[o] + rp.end_tail_s:
+            return (K_END, ri, k)
     return (OP_END, ri, o)
 
 
@@ -75,7 +77,7 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
 
     end_node = _end_node(res, ri)
     tail = program.ranks[ri].end_tail_s
-    if end_node[0] == OP_END and tail > 0:  # a rank without kernels ends after its last op
+    if end_node[0] == OP_END and tail > 0:  # a rank without device kernels ends after its last op
         last_end = ev.times[ri].op_end[end_node[2]]
         emit(
             SegmentKind.HOST_GAP,

@@ -94,7 +94,10 @@ class RankProgram:
     lane_stream: list[int] = field(default_factory=list)
     lane_busy_until: list[float | None] = field(default_factory=list)
     device: Any = None  # catalog DeviceSpec once looked up (False: not in the catalog)
-    end_tail_s: float = 0.0  # a rank without kernels: its step ends this long after its last op
+    end_tail_s: float = 0.0  # a rank without device kernels: its step ends this long after its ops
+    # a rank without device kernels: the ops whose ends bound its CPU window (all but the
+    # records of its gloo collectives on their worker threads, which its kernels stand for)
+    window_ops: list[int] = field(default_factory=list)
     # timings
     op_t1: list[float] = field(default_factory=list)
     op_cross: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
@@ -200,6 +203,8 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
     cpu_start = float(cpu_start if cpu_start is not None else (first if first is not None else 0.0))
     step_start = float(rg.step_start_s if rg.step_start_s is not None else cpu_start)
     rp = RankProgram(graph=rg, cpu_start_s=cpu_start, step_start_s=step_start, ops=list(rg.ops))
+    if rg.cpu_only:
+        rp.window_ops = _window_ops(rg)
     timed = _all_known(rg.ops, "kernels", "launch_start_s") and _all_known(
         rg.ops, "syncs", "start_s"
     )
@@ -226,6 +231,13 @@ def _structure(rg: RankGraph, reg: ModelRegistry, opts: SimOptions) -> RankProgr
         intra_rank_rule(rp, keys)
     rp.op_preds = thread_edges(rp, infer=opts.thread_edges)
     return rp
+
+
+def _window_ops(rg: RankGraph) -> list[int]:
+    """Indices of the ops on the rank's own threads: not on a thread that ran gloo collectives."""
+    workers = {k.stream for op in rg.ops for k in op.kernels if k.on_host}
+    own = [i for i, op in enumerate(rg.ops) if op.thread not in workers]
+    return own or list(range(len(rg.ops)))
 
 
 def _all_known(ops: list[Op] | tuple[Op, ...], items: str, time: str) -> bool:

@@ -3,8 +3,11 @@
 Definitions (the same as for a measured step, ``Workload.measured_step_s``):
 
 - a rank's step starts at its traced start (``RankGraph.step_start_s``) and ends with its last
-  kernel (its last op when it launches none); the predicted step spans the earliest rank start
-  to the latest rank end;
+  kernel, or, on a rank without device kernels (gloo collectives run on CPU threads), with its
+  CPU window: its last op plus the step's tail after it, or its last collective if that ends
+  later (no simulated CPU op waits for a gloo collective's kernel: this is where its time
+  reaches the step; a measured step ends with the window alone); the predicted step spans the
+  earliest rank start to the latest rank end;
 - a stream's busy time is the sum of its kernels' simulated [start, end) (for a collective this
   includes waiting for peers, as in a trace); idle = the rank's step − busy;
 - exposed communication: time when a communication kernel runs and no other kernel of the rank
@@ -167,7 +170,10 @@ def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
     starts = np.array(t.k_start, dtype=float) if ks else np.zeros(0)
     ends = np.array(t.k_end, dtype=float) if ks else np.zeros(0)
     cpu_end = max(t.op_end, default=rp.cpu_start_s)
-    end = float(ends.max()) if ks else cpu_end + rp.end_tail_s
+    end = float(ends.max()) if ks else -np.inf
+    if rp.graph.cpu_only:  # no device kernels: the step ends with the CPU window
+        window_end = max((t.op_end[i] for i in rp.window_ops), default=rp.cpu_start_s)
+        end = max(end, window_end + rp.end_tail_s)
     step = end - rp.step_start_s
     dur = np.array(rp.k_dur, dtype=float)
     inst = np.array(rp.k_inst, dtype=np.intp)

@@ -124,22 +124,24 @@ def _stat_timings(rp: RankProgram, host: HostModel) -> None:
 
 
 def end_tails(ranks: list[RankProgram], mode: HostMode) -> None:
-    """A rank that launches no kernel ends its step with its CPU window (``step_end_s``), some
-    Python after its last op: measured (``TRACE``) or the mean of such ranks (``STATS``)."""
+    """A rank that launches no device kernel (``RankGraph.cpu_only``: none at all, or only gloo
+    collectives, which CPU threads run) ends its step with its CPU window (``step_end_s``), some
+    Python after its last op (``window_ops``): measured (``TRACE``) or the mean of such ranks
+    (``STATS``)."""
     if mode is HostMode.SHARED:
         return
     tails: list[float] = []
     for rp in ranks:
-        if rp.kernels or rp.graph.step_end_s is None:
+        if not rp.graph.cpu_only or rp.graph.step_end_s is None:
             continue
-        ends = [e for op in rp.ops if (e := op.end_s) is not None]
+        ends = [e for i in rp.window_ops if (e := rp.ops[i].end_s) is not None]
         if ends:
             rp.end_tail_s = max(0.0, rp.graph.step_end_s - max(ends))
             tails.append(rp.end_tail_s)
     if mode is HostMode.STATS and tails:
         mean = sum(tails) / len(tails)
         for rp in ranks:
-            if not rp.kernels:
+            if rp.graph.cpu_only:
                 rp.end_tail_s = mean
 
 
