@@ -48,7 +48,7 @@ def _dev(name: str):
     return get_device(name)
 
 
-def test_outside_the_measured_range_goes_along_the_roofline():
+def test_outside_the_measured_range_the_answer_grows_with_the_work():
     inside, _ = predict_kernel(_k(F.GEMM, **{**LINEAR1, "dim": 8192}), "a100")
     outside, prov = predict_kernel(_k(F.GEMM, **{**LINEAR1, "dim": 16384}), "a100")
     assert prov.endswith(";extrapolated") and outside > 3.0 * inside  # 4x the FLOPs
@@ -74,6 +74,7 @@ def test_below_the_measured_range_the_answer_follows_the_entry_efficiency_curve(
     shipped, entry = _shipped_linear1()
     dev = shipped.spec
     assert entry.curve is not None and entry.curve.samples == entry.samples
+    assert entry.metrics["carried_outside_range_along"] == "efficiency curve"
     small = {"mp": np.array([1.0]), "b": np.array([1.0]), "l": np.array([1024.0]), "dim": np.array([1024.0])}
     clip = {k: np.clip(v, *entry.ranges[k]) for k, v in small.items()}
     assert clip["b"][0] == 2 and clip["dim"][0] == 2048  # 001 measured b >= 2, dim >= 2048
@@ -119,9 +120,34 @@ def test_an_artifact_keeps_each_entry_curve_and_refuses_a_broken_one(tmp_path):
     # an artifact written before entries kept curves loads, and carries along the roofline
     (old,) = load_model(rewrite("old.npz", lambda e: e.pop("curve"))).entries.values()
     assert old.curve is None
-    bad = rewrite("bad.npz", lambda e: e["curve"].update(u=e["curve"]["u"][::-1]))
-    with pytest.raises(ConfigError, match=r"bad\.npz: .*efficiency curve: knots must be finite, increasing and paired"):
-        load_model(bad)
+    for name, edit in (("reversed.npz", lambda e: e["curve"].update(u=e["curve"]["u"][::-1])),
+                       ("unsized.npz", lambda e: e["curve"].pop("samples"))):  # fmt: skip
+        with pytest.raises(ConfigError, match=rf"{name.replace('.', '[.]')}: entry linear1/fwd/fp16: efficiency curve: "
+                                              r"expected .* with u increasing"):  # fmt: skip
+            load_model(rewrite(name, edit))
+
+
+def test_fitting_drops_a_curve_whose_carry_breaks_a_monotone_claim():
+    """A curve whose factor swings with the clipped point: fitting checks the carry across and
+    beyond the range and falls back to the roofline, saying why."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from trainsim.kernels.fitting import _carrying
+    from trainsim.kernels.roofline import EfficiencyCurve
+
+    shipped, entry = _shipped_linear1()
+    # efficiency that jumps eightfold up and down across the measured sizes: carried answers jump too
+    u = np.linspace(entry.curve.u.min(), entry.curve.u.max(), 12)
+    jagged = replace(entry, curve=EfficiencyCurve(u, np.where(np.arange(12) % 2, 3.0, 0.0), entry.samples))
+    rng = np.random.default_rng(0)
+    inputs = {k: np.exp2(rng.uniform(np.log2(a), np.log2(b), 200)) for k, (a, b) in entry.ranges.items()}
+    rows = np.arange(200)
+    kept, why = _carrying(jagged, inputs, rows, shipped.spec, seed=0, strict=False)
+    assert kept.curve is None and why.startswith("roofline (along the efficiency curve a claimed input moved")
+    assert _carrying(entry, inputs, rows, shipped.spec, seed=0, strict=False) == (entry, "efficiency curve")
+    assert _carrying(replace(entry, curve=None), inputs, rows, shipped.spec, seed=0, strict=False)[1] == "roofline"
 
 
 def test_an_entry_reading_a_column_its_operator_lacks_names_it():

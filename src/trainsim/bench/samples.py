@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 BENCH_DATA = Path(__file__).resolve().parent / "data"
-FIT_REVISION = 5  # part of the fit cache key: bump when kernel fitting changes what it returns
+FIT_REVISION = 6  # part of the fit cache key: bump when kernel fitting changes what it returns
 
 # GPU name as traces and torch give it -> the CUDA sample measured on that GPU
 CUDA_SAMPLES: dict[str, str] = {"NVIDIA H100 80GB HBM3": "cuda_full_03b482ae582e2c80"}

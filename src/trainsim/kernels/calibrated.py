@@ -21,7 +21,12 @@ ratio is the roofline's). An entry saved without a curve (artifacts before 2026-
 along the roofline alone, ``roofline(x) / roofline(clip(x))``. On paper 001's data, with each
 input's lowest or highest measured value held out in turn (564 slices), the curve lowers the
 mean error from 9.2 to 7.1 % and halves the roofline carry's bias (``scripts/extrapolation_carry.py``;
-docs/kernels.md). The provenance then reads ``calibrated:<dataset>;extrapolated``.
+docs/kernels.md). The curve carry can break a monotone claim where the roofline carry does not
+(its factor depends on where the clipped point sits on the curve): fitting keeps an entry's
+curve only where a sweep across and beyond its range finds no such break
+(:func:`trainsim.kernels.monotone.extrapolation_violation`). Neither carry is monotone by
+construction beyond the range (a tree non-monotone near its edge carries its dip out). The
+provenance then reads ``calibrated:<dataset>;extrapolated``.
 """
 
 from __future__ import annotations
@@ -179,7 +184,7 @@ class LearnedKernelModel(KernelModel):
                     tuple(d["columns"]), load_portable(d["kind"], d["regressor"], arr),
                     {k: (float(v[0]), float(v[1])) for k, v in d["ranges"].items()}, int(d["samples"]),
                     dict(d.get("metrics", {})), {k: int(v) for k, v in d.get("claims", {}).items()},
-                    _curve(d.get("curve"))))  # fmt: skip
+                    _curve(d.get("curve"), d["entry"])))  # fmt: skip
             return cls(device=spec, dataset=manifest["dataset"], entries=entries,
                        provenance=manifest.get("provenance"), name=manifest.get("name"))  # fmt: skip
         except (KeyError, TypeError, ValueError, ConfigError) as e:
@@ -188,11 +193,16 @@ class LearnedKernelModel(KernelModel):
             ) from None
 
 
-def _curve(doc: Any) -> EfficiencyCurve | None:
+def _curve(doc: Any, entry: str) -> EfficiencyCurve | None:
     """An entry's saved efficiency curve (its knots), or None where the artifact has none."""
     if doc is None:
         return None
-    u, g = np.asarray(doc["u"], dtype=float), np.asarray(doc["g"], dtype=float)
+    bad = (f"entry {entry}: efficiency curve: expected {{'u': [...], 'g': [...], 'samples': n}} with u increasing, "
+           "u and g finite and of one length")  # fmt: skip
+    try:
+        u, g, n = np.asarray(doc["u"], dtype=float), np.asarray(doc["g"], dtype=float), int(doc["samples"])
+    except (KeyError, TypeError, ValueError):
+        raise ModelError(bad) from None
     if u.ndim != 1 or u.shape != g.shape or not u.size or not np.all(np.isfinite(u) & np.isfinite(g)) or np.any(np.diff(u) <= 0):
-        raise ValueError("efficiency curve: knots must be finite, increasing and paired")
-    return EfficiencyCurve(u, g, int(doc["samples"]))
+        raise ModelError(bad)
+    return EfficiencyCurve(u, g, n)

@@ -57,7 +57,7 @@ import math
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -94,6 +94,7 @@ from trainsim.kernels.monotone import (
     MONOTONE_STEP,
     claim_signs,
     data_claims,
+    extrapolation_violation,
     monotone_violation,
 )
 from trainsim.kernels.roofline import EfficiencyCurve, RooflineModel, fit_efficiency
@@ -267,6 +268,24 @@ def _entry(key: EntryKey, family: KernelFamily, *, kname: str, cfg: Config, cols
                         {}, dict(claims), curve)  # fmt: skip
 
 
+def _carrying(entry: LearnedEntry, inputs: Arrays, rows: np.ndarray, device: DeviceSpec, *, seed: int,
+              strict: bool) -> tuple[LearnedEntry, str]:  # fmt: skip
+    """The entry with its efficiency curve if carrying answers along it outside the range keeps
+    the claims (:func:`extrapolation_violation` within the monotone slack, or no worse than the
+    roofline carry), else without it (the roofline carry); and what it carries along, and why."""
+    if entry.curve is None:
+        return entry, "roofline"
+    curve = extrapolation_violation(entry, inputs, rows, device, seed=seed)
+    if curve <= (1e-9 if strict else LOG_SLACK):
+        return entry, "efficiency curve"
+    plain = replace(entry, curve=None)
+    roof = extrapolation_violation(plain, inputs, rows, device, seed=seed)
+    if curve <= roof + 1e-9:
+        return entry, "efficiency curve"
+    return plain, (f"roofline (along the efficiency curve a claimed input moved {1 - 2**-curve:.0%} the wrong way "
+                   f"across or beyond the range, along the roofline {1 - 2**-roof:.0%})")
+
+
 def _take(inputs: Arrays, rows: np.ndarray) -> Arrays:
     return {k: v[rows] for k, v in inputs.items()}
 
@@ -420,6 +439,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         reg = fit(x[train], y[train])
         trained = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
                          rows=train, claims=claims, roof=roof, y=y)  # fmt: skip
+        trained, carry = _carrying(trained, inputs, train, device, seed=seed, strict=strict_monotone)
         if test_rows.size:
             pred, _ = trained.predict(_take(inputs, test_rows), device)
             errs = _errors(pred, secs[test_rows])
@@ -432,6 +452,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
             reg = fit(x[keep], y[keep])
             entry = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
                            rows=keep, claims=claims, roof=roof, y=y)  # fmt: skip
+            entry, carry = _carrying(entry, inputs, keep, device, seed=seed, strict=strict_monotone)
             size = size_bytes(reg)
             curve = fit_efficiency(roof[keep], secs[keep])
     curve = EfficiencyCurve(curve.u, curve.g, curve.samples, r_mape)
@@ -450,6 +471,7 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         metrics["candidates"] = [{"kind": c.kind, "config": c.config, "val_mape_pct": c.val_mape_pct,
                                   "rejected": c.rejected} for c in cands]  # fmt: skip
         metrics["claims_contradicted_by_data"] = contradicted
+        metrics["carried_outside_range_along"] = carry
         entry = LearnedEntry(entry.key, entry.family, entry.kind, entry.config, entry.columns, entry.regressor,
                              entry.ranges, entry.samples, metrics, entry.claims, entry.curve)  # fmt: skip
     return entry, curve, report
