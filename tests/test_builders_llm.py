@@ -1646,3 +1646,14 @@ def test_cli_overlap_grad_reduce() -> None:
                                  "--micro-batch", "2", "--overlap-grad-reduce", "--workers", "1", "--format", "json"])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert all(p["plan"].endswith("-ogr") for p in json.loads(r.stdout)["plans"])
+
+
+def test_collectives_beyond_their_measured_groups_are_noted() -> None:
+    """Walkthrough 2026-11-27: a collective carried from 8 GPUs to 10,000 was labelled calibrated
+    with no note."""
+    plan = Plan(micro_batch=1, global_batch=10_000, dp=10_000)
+    r = predict_llm("llama2-7b", plan, "vista", simulate=False)
+    far = [w for w in r.warnings if "span more GPUs than their comm models measured" in w]
+    assert far and "8x1 nodes×GPUs" in far[0]
+    assert not any("span more GPUs" in w for w in predict_llm("llama2-7b", Plan(dp=8, global_batch=8), "vista",
+                                                                       simulate=False).warnings)  # fmt: skip

@@ -189,6 +189,11 @@ def test_refused_what_ifs_leave_no_timeline_and_model_coverage_is_stated(shared_
         tl = tmp_path / "tl.json"
         assert want in _error(_run("replay", trace, *arg, "--timeline", str(tl)))
         assert not tl.exists()
+    # a family the trace lacks scales nothing, and says so (walkthrough 2026-11-27)
+    res = _run("replay", trace, "--scale-family", "conv:0.5", "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["whatif"]["applied"] == ["conv kernels ×0.5 (0 kernels)"]
+    assert "the trace has no conv kernels: nothing was scaled" in " ".join(res.stderr.split())
     res = _run("replay", trace, "--kernels", "model", "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

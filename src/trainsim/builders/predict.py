@@ -295,6 +295,11 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"only {m} micro-batch(es) for {pp} pipeline stages: the pipeline is mostly bubble "
                    f"(raise --global-batch to at least {pp * r.plan.micro_batch * r.plan.dp})")  # fmt: skip
     comm = r.provenance["collectives"]
+    far = sorted({k.split(";extrapolated-from:")[1] for k in comm if ";extrapolated-from:" in k})
+    if far:
+        n = sum(v for k, v in comm.items() if ";extrapolated-from:" in k)
+        out.append(f"{n} collective(s) span more GPUs than their comm models measured (largest measured: "
+                   f"{', '.join(far)} nodes×GPUs): carried beyond the measurements, less certain")  # fmt: skip
     if any(k.startswith("spec-based") for k in comm):
         out.append(
             f"some collectives on {r.system.name} are spec-based (link rates at 100 % efficiency): optimistic"

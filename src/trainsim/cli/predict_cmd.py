@@ -152,7 +152,11 @@ def predict(
                 continue  # no expert / context parallelism (the JSON keeps the zero)
             if k != "stage":
                 t.add_row("  " + k.removesuffix("_s").replace("_", " "), f"{v * 1e3:,.1f} ms")
-        t.add_row("provenance", _PROVENANCE.get(str(r.provenance["summary"]), str(r.provenance["summary"])))
+        label = _PROVENANCE.get(str(r.provenance["summary"]), str(r.provenance["summary"]))
+        carried = any("extrapolated" in k for part in ("kernels", "collectives") for k in r.provenance.get(part, {}))
+        if r.provenance["summary"] == "calibrated" and carried:
+            label = "calibrated (from measurements, some carried beyond the measured sizes: notes below)"
+        t.add_row("provenance", label)
         from rich.console import Console
 
         Console().print(t)

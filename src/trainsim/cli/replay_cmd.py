@@ -96,7 +96,11 @@ def replay(
     asked = [f for f, v in (("--batch", batch), ("--seq-len", seq_len), ("--hidden", hidden)) if v is not None]
     if len(asked) > 1:
         raise ConfigError(f"{' and '.join(asked)}: one resize at a time")
-    traced_batch = (old_batch or _manifest_batch(paths)) if batch is not None else None
+    recorded = _manifest_batch(paths) if batch is not None else None
+    if old_batch is not None and recorded is not None and old_batch != recorded:
+        stderr.print(f"[yellow]warning:[/] --old-batch {old_batch} differs from the batch capture.json records "
+                     f"({recorded}): resizing from {old_batch}, every dimension equal to it")  # fmt: skip
+    traced_batch = (old_batch or recorded) if batch is not None else None
     if batch is not None and traced_batch is None:
         raise ConfigError("--batch: which batch was traced? give --old-batch (no capture.json beside the trace says)")
     traced_seq = (old_seq_len or _manifest_field(paths, "seq_len")) if seq_len is not None else None
@@ -240,8 +244,11 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
         applied.append(f"network ×{network:g} faster")
     if family is not None:
         fam, f = _family(family)
+        n = sum(k.family is fam for r in w.ranks for op in r.ops for k in op.kernels)
+        if not n:
+            stderr.print(f"[yellow]warning:[/] --scale-family: the trace has no {fam.value} kernels: nothing was scaled")
         w = whatif.scale_family(w, fam, f)
-        applied.append(f"{fam.value} kernels ×{f:g}")
+        applied.append(f"{fam.value} kernels ×{f:g} ({n} kernels)")
     if not applied:
         return {}
     res = simulate(w, options)
