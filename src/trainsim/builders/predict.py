@@ -253,7 +253,7 @@ def _warnings(r: LLMPrediction) -> list[str]:
                    "(peak FLOP/s and bandwidth), so those times are optimistic lower bounds")  # fmt: skip
     ext = sum(n for k, n in kern.items() if "extrapolated" in k)
     if ext:
-        out.append(f"{ext} operator(s) lie outside the benchmarked sizes: carried from the nearest measured point along their measured efficiency curves")  # fmt: skip
+        out.append(f"{ext} operator(s) lie outside the benchmarked sizes: carried from the nearest measured point along their entries' efficiency curves, or the roofline where a curve would break monotonicity")  # fmt: skip
     sc = sum(n for k, n in kern.items() if "scaled-from" in k)
     if sc:
         out.append(f"{sc} operator(s) (GQA/SwiGLU/MoE/vocabulary shapes) are scaled from a benchmarked sister operator")  # fmt: skip
