@@ -9,8 +9,10 @@ from trainsim.validate.kernels_suite import run_kernels_suite
 
 
 @pytest.mark.shared_data
-def test_suite_on_two_operators(shared_data):
+def test_suite_on_two_operators(shared_data, capsys):
     doc = run_kernels_suite(shared_data, device="a100", ops="layernorm,res_add")
+    lines = capsys.readouterr().err.splitlines()  # a line per fitted entry (the suite takes minutes)
+    assert len(lines) == 4 and lines[-1].startswith("[kernels] a100 4/4 ") and "held-out MAPE" in lines[-1]
     assert doc["suite"] == "kernels" and len(doc["cases"]) == 4
     for c in doc["cases"]:
         assert (

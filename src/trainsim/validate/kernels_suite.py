@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,16 @@ def _device_cases(
         raise ConfigError(f"{folder} does not exist; pass --data PATH (the shared/data folder)")
     ds = read_kernel_dataset([folder], ops=ops)
     dev = find_device(ds.device or "")
-    result = fit_kernels(ds, device=dev, holdout=0.2, seed=seed, refit_all=False, n_jobs=1)
+    entries = len(ds.entry_keys())
+    done = 0
+
+    def progress(r: Any) -> None:  # a line per fitted entry: the suite takes minutes
+        nonlocal done
+        done += 1
+        mape = "—" if r.heldout_mape_pct is None else f"{r.heldout_mape_pct:.2f} %"
+        print(f"[kernels] {device} {done}/{entries} {r.key.label}: held-out MAPE {mape}", file=sys.stderr, flush=True)
+
+    result = fit_kernels(ds, device=dev, holdout=0.2, seed=seed, refit_all=False, n_jobs=1, progress=progress)
     paper = _paper_errors(folder)
     cases = []
     for r in result.reports:
