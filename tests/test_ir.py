@@ -120,3 +120,26 @@ def test_json_round_trip_property(w):
     import json
 
     assert workload_from_dict(json.loads(json.dumps(workload_to_dict(w)))) == w
+
+
+def test_a_malformed_saved_workload_names_the_file_rank_and_op(tmp_path):
+    """Walkthrough 2026-11-27: a saved IR with a missing field said only `KeyError: 'name'`."""
+    import json
+
+    w = Workload(ranks=(RankGraph(rank=3, ops=(Op(0, "aten::mm", 1, OpCategory.COMPUTE, start_s=0.0, duration_s=1e-3),
+                                               Op(1, "aten::add", 1, OpCategory.COMPUTE, start_s=2e-3, duration_s=1e-3))),))  # fmt: skip
+    doc = workload_to_dict(w)
+    cases = (("noname", lambda d: d["ranks"][0]["ops"][1].pop("name"), r"rank 3, op 1: missing field 'name'"),
+             ("negative", lambda d: d["ranks"][0]["ops"][0].update(duration_s=-1.0),
+              r"rank 3, op 0 \(aten::mm\): .*non-negative"),
+             ("norank", lambda d: d["ranks"][0].pop("rank"), r"rank 0: missing field 'rank'"))  # fmt: skip
+    for name, edit, message in cases:
+        bad = json.loads(json.dumps(doc))
+        edit(bad)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(GraphError, match=rf"{name}\.json: malformed workload JSON: {message}"):
+            load_workload(path)
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(GraphError, match=r"list\.json: not a workload"):
+        load_workload(tmp_path / "list.json")

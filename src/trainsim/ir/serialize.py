@@ -130,20 +130,30 @@ def workload_from_dict(doc: dict[str, Any]) -> Workload:
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
         raise GraphError(f"workload schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+    where = "the workload"
     try:
-        ranks = tuple(
-            RankGraph(
-                rank=r["rank"], ops=tuple(_o_in(o) for o in r["ops"]),
+        ranks = []
+        for ri, r in enumerate(doc["ranks"]):
+            where = f"rank {r.get('rank', ri) if isinstance(r, dict) else ri}"
+            ops = []
+            for oi, o in enumerate(r["ops"]):
+                name = o.get("name") if isinstance(o, dict) else None
+                where = f"rank {r.get('rank', ri)}, op {oi}" + (f" ({name})" if isinstance(name, str) else "")
+                ops.append(_o_in(o))
+            where = f"rank {r.get('rank', ri)}"
+            ranks.append(RankGraph(
+                rank=r["rank"], ops=tuple(ops),
                 streams=tuple(r.get("streams", ())), represents=r.get("represents", 1),
                 device=r.get("device", ""), step_start_s=r.get("step_start_s"),
                 step_end_s=r.get("step_end_s"), metadata=dict(r.get("metadata", {})),
-            )  # fmt: skip
-            for r in doc["ranks"]
-        )
+            ))  # fmt: skip
+        where = "process_groups"
         groups = {k: tuple(v) for k, v in doc.get("process_groups", {}).items()}
-    except (KeyError, TypeError, ValueError) as e:
-        raise GraphError(f"malformed workload JSON: {type(e).__name__}: {e}") from e
-    return Workload(ranks=ranks, process_groups=groups, metadata=dict(doc.get("metadata", {})))
+    except KeyError as e:
+        raise GraphError(f"malformed workload JSON: {where}: missing field {e}") from e
+    except (TypeError, ValueError, GraphError) as e:
+        raise GraphError(f"malformed workload JSON: {where}: {e}") from e
+    return Workload(ranks=tuple(ranks), process_groups=groups, metadata=dict(doc.get("metadata", {})))
 
 
 def save_workload(w: Workload, path: str | os.PathLike[str]) -> None:
@@ -157,7 +167,12 @@ def load_workload(path: str | os.PathLike[str]) -> Workload:
         doc = json.loads(p.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise GraphError(f"{p}: cannot read workload JSON: {e}") from e
-    return workload_from_dict(doc)
+    if not isinstance(doc, dict):
+        raise GraphError(f"{p}: not a workload (a JSON object with schema_version and ranks)")
+    try:
+        return workload_from_dict(doc)
+    except GraphError as e:
+        raise GraphError(f"{p}: {e}") from e
 
 
 # The mark a timeline trainsim writes opens its file with (sim/timeline.py): what tells it from a
