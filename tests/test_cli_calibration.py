@@ -52,6 +52,11 @@ def test_artifacts_of_another_device_or_system_are_refused(artifact: Path) -> No
     assert r.returncode == 0, r.stderr
     r = _trainsim("predict", "gpt2", "--kernel-models", "/nonexistent/x.npz")
     assert r.returncode == 1 and "does not exist" in r.stderr
+    # another tool's JSON (here an overhead database) is named as not a comm model (walkthrough 2026-11-27)
+    other = artifact.parent / "overheads.json"
+    other.write_text('{"schema_version": "2.0", "per_op": {}}')
+    r = _trainsim("predict", "gpt2", "--comm-models", str(other))
+    assert r.returncode == 1 and "overheads.json: not a comm model" in " ".join(r.stderr.split())
 
 
 def test_artifact_options_do_not_leak_into_later_calls_and_caches_follow_them(shared_data: Path, tmp_path: Path) -> None:

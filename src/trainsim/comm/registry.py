@@ -41,6 +41,10 @@ MODEL_TYPES: dict[str, Callable[[dict[str, Any]], CommModel]] = {
 
 def model_from_dict(doc: dict[str, Any]) -> CommModel:
     loader = MODEL_TYPES.get(str(doc.get("model")))
+    if "model" not in doc:
+        keys = ", ".join(sorted(map(str, doc))[:5]) or "none"
+        raise ModelError(f"not a comm model (a JSON `trainsim fit-comm -o` writes, with a 'model' field; "
+                         f"this one's top-level keys: {keys})")  # fmt: skip
     if loader is None:
         raise ModelError(
             f"unknown comm model type {doc.get('model')!r}; known: {', '.join(MODEL_TYPES)}"
