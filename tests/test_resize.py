@@ -437,6 +437,10 @@ def test_replay_seq_len_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     assert w["predicted_step_s"] > doc["predicted_step_s"] and w["resize"]["shaped_time_fraction"] > 0.9
     res = CliRunner().invoke(app, ["replay", str(folder), "--seq-len", "96", "--batch", "4"])
     assert res.exit_code == 1 and "one resize at a time" in str(res.exception)
+    # past the example's learned positions: resized, and said so (walkthrough 2026-11-27)
+    res = CliRunner().invoke(app, ["replay", str(folder), "--seq-len", "256", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert "the captured gpt2 example takes at most 128 tokens" in " ".join(res.stderr.split())
 
 
 def _hidden_workload(*, batch: int = 3, seq: int = 6, hidden: int = 32, heads: int = 4) -> Workload:

@@ -107,6 +107,10 @@ def replay(
     if seq_len is not None and traced_seq is None:
         raise ConfigError("--seq-len: which length was traced? give --old-seq-len (no capture.json beside the trace "
                           "records a sequence length: none there, not a sequence model, or captured before 2026-11-27)")
+    if seq_len is not None and (longest := _example_max_seq(paths)) is not None and seq_len > longest[1]:
+        stderr.print(f"[yellow]warning:[/] --seq-len {seq_len}: the captured {longest[0]} example takes at most "
+                     f"{longest[1]} tokens (its learned positions); resized anyway, as a model with a longer "
+                     "position table would run")  # fmt: skip
     if overheads is None:
         overheads = HostMode.SHARED if overhead_db is not None else HostMode.STATS
     if stats_iqr and (overheads is not HostMode.STATS or overhead_db is not None):
@@ -179,6 +183,24 @@ def _manifest_field(paths: list[Path], key: str) -> int | None:
         return int(json.loads(man.read_text(encoding="utf-8"))[key])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _example_max_seq(paths: list[Path]) -> tuple[str, int] | None:
+    """(example, the longest sequence it takes) of a ``trainsim capture`` of a shipped example
+    with learned positions, else None."""
+    import json
+
+    from trainsim.capture.examples import example_info
+    from trainsim.capture.manifest import MANIFEST_NAME
+    from trainsim.errors import CaptureError
+
+    first = paths[0]
+    try:
+        name = json.loads(((first if first.is_dir() else first.parent) / MANIFEST_NAME).read_text(encoding="utf-8"))["model"]
+        longest = example_info(str(name)).max_seq_len
+    except (OSError, ValueError, KeyError, TypeError, CaptureError):  # no capture.json, or not a shipped example
+        return None
+    return (str(name), int(longest)) if longest is not None else None
 
 
 def _resize_timer(w: Any) -> tuple[Any, str]:
