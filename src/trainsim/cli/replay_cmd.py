@@ -171,36 +171,41 @@ def _manifest_batch(paths: list[Path]) -> int | None:
     return _manifest_field(paths, "batch_size")
 
 
-def _manifest_field(paths: list[Path], key: str) -> int | None:
-    """An integer a ``trainsim capture`` folder's capture.json records, else None."""
+def _manifest(paths: list[Path]) -> dict[str, Any]:
+    """What a ``trainsim capture`` folder's capture.json records (the folder given, or the one
+    holding the first trace file); {} when there is none or it cannot be read."""
     import json
 
     from trainsim.capture.manifest import MANIFEST_NAME
 
     first = paths[0]
-    man = (first if first.is_dir() else first.parent) / MANIFEST_NAME
     try:
-        return int(json.loads(man.read_text(encoding="utf-8"))[key])
-    except (OSError, ValueError, KeyError, TypeError):
+        doc = json.loads(((first if first.is_dir() else first.parent) / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _manifest_field(paths: list[Path], key: str) -> int | None:
+    """An integer a ``trainsim capture`` folder's capture.json records, else None."""
+    try:
+        return int(_manifest(paths)[key])
+    except (ValueError, KeyError, TypeError):
         return None
 
 
 def _example_max_seq(paths: list[Path]) -> tuple[str, int] | None:
     """(example, the longest sequence it takes) of a ``trainsim capture`` of a shipped example
     with learned positions, else None."""
-    import json
-
     from trainsim.capture.examples import example_info
-    from trainsim.capture.manifest import MANIFEST_NAME
     from trainsim.errors import CaptureError
 
-    first = paths[0]
+    name = str(_manifest(paths).get("model"))
     try:
-        name = json.loads(((first if first.is_dir() else first.parent) / MANIFEST_NAME).read_text(encoding="utf-8"))["model"]
-        longest = example_info(str(name)).max_seq_len
-    except (OSError, ValueError, KeyError, TypeError, CaptureError):  # no capture.json, or not a shipped example
+        longest = example_info(name).max_seq_len
+    except CaptureError:  # not a shipped example (or no capture.json): nothing to say
         return None
-    return (str(name), int(longest)) if longest is not None else None
+    return (name, longest) if longest is not None else None
 
 
 def _resize_timer(w: Any) -> tuple[Any, str]:
