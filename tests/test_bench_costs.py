@@ -13,6 +13,7 @@ from trainsim.builders.bench_costs import bench_calibration, translate
 from trainsim.builders.costs import LayerCoster, OpCoster
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
+from trainsim.builders.predict import predict_llm
 from trainsim.errors import ConfigError
 from trainsim.hardware import get_device
 
@@ -76,6 +77,34 @@ def test_h100_answers_from_its_own_bench_sample_others_do_not():
     # no bench counterpart: the sibling's 001 measurements still answer
     _, rope = OpCoster(h100).time("RoPE", "fwd", "bf16", mp=1.0, b=2.0, h=32.0, l=2048.0, dim=4096.0)
     assert "bench-as" not in rope and "transferred-from:gh200" in rope
+
+
+def test_h200_borrows_the_h100_bench_sample_and_is_never_slower():
+    """The H200 (H100 silicon, 4.8 against 3.35 TB/s) has no sample of its own: it borrows its
+    sibling's, with the memory-bound answers scaled by the two bandwidths and the GEMMs as
+    measured. It used to borrow GH200's 001 data and came out 7 % slower than the H100."""
+    h100, h200 = get_device("h100-sxm5-80gb"), get_device("h200-sxm-141gb")
+    assert bench_calibration(h200) is None
+    c100, c200 = OpCoster(h100), OpCoster(h200)
+    assert c200.bench_device is not None and c200.bench_device.name == h100.name
+    q = {"mp": 1.0, "b": 2.0, "l": 2048.0, "dim": 4096.0}
+    s100, _ = c100.time("linear1", "fwd", "bf16", **q)
+    s200, prov = c200.time("linear1", "fwd", "bf16", **q)
+    assert ";bench-as:linear1" in prov and prov.endswith(";transferred-from:h100-sxm5-80gb")
+    assert s200 == s100  # same tensor cores: the GEMM's measurement as it is
+    # a memory-bound operator: the H100's answer scaled by 3350 / 4800
+    ln100 = c100.memory_bound(*c100.time("layernorm", "fwd", "bf16", b=2.0, l=2048.0, dim=4096.0))
+    ln200 = c200.memory_bound(*c200.time("layernorm", "fwd", "bf16", b=2.0, l=2048.0, dim=4096.0))
+    assert ";bench-as:" in ln200[1] and ln200[1].endswith(";bandwidth-scaled")
+    assert ln200[0] == pytest.approx(ln100[0] * 3350 / 4800)
+    # without bench samples the H200 still takes a sibling's 001 data (GH200's)
+    _, off = OpCoster(h200, bench=False).time("linear1", "fwd", "bf16", **q)
+    assert "bench-as" not in off and "transferred-from:gh200" in off
+    # a whole iteration on the same network: not slower than the H100 (the catalog's DGX H200)
+    plan = Plan(tp=2, pp=2, dp=4, micro_batch=2, global_batch=256)
+    t100 = predict_llm("llama2-7b", plan, "dgx-h100").iteration_time_s
+    t200 = predict_llm("llama2-7b", plan, "dgx-h200").iteration_time_s
+    assert t200 < t100
 
 
 def test_hidden_dropout_adds_a_pass_per_sublayer_and_after_the_embedding():

@@ -15,6 +15,7 @@ def test_catalog_has_the_required_entries():
     assert {s.name for s in list_systems()} >= {
         "dgx-a100",
         "dgx-h100",
+        "dgx-h200",
         "perlmutter",
         "vista",
         "azure-nd-a100-v4",

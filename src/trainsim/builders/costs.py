@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from trainsim.builders.bench_costs import BenchTranslator, bench_calibration
+from trainsim.builders.bench_costs import BenchCalibration, BenchTranslator, bench_calibration
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ModelError
@@ -81,7 +81,12 @@ class OpCoster:
     ``;transferred-from:<device>``. bf16 queries fall back to the fp16 entries on devices whose
     fp16 and bf16 peaks are equal (``;as-fp16``). A device with a shipped ``trainsim bench``
     calibration (:mod:`trainsim.builders.bench_costs`) answers from its own measurements before
-    any sibling's (``;bench-as:<op>``); ``bench=False`` skips it.
+    any sibling's (``;bench-as:<op>``); ``bench=False`` skips it. A device without one borrows a
+    sibling's (the H200 the H100's: the same silicon, clocks and power as the SXM part, where
+    the GH200's 001 data, the other sibling, is a different module with broken FlashAttention
+    backward rows), with ``;transferred-from:<sibling>``, so its memory-bound answers are
+    scaled by the two bandwidths like any sibling's; the order is then the device's own 001
+    data, the sibling's bench sample, other siblings' 001 data, the roofline.
     """
 
     def __init__(self, device: DeviceSpec | str, *, bench: bool = True) -> None:
@@ -89,8 +94,18 @@ class OpCoster:
         self._cached = lru_cache(maxsize=4096)(self._predict)
         self._bandwidth_ratio: dict[str, float] = {}
         self._bench: BenchTranslator | None = None
-        if bench and (cal := bench_calibration(self.device)) is not None:
-            self._bench = BenchTranslator(cal)
+        # the device whose bench calibration answers: this one, or a sibling without which
+        # only 001 data of another sibling would (an H200 from the H100's own sample)
+        self.bench_device: DeviceSpec | None = None
+        self._bench_note = ""
+        if bench:
+            cal, source = bench_calibration(self.device), self.device
+            if cal is None:
+                cal, source = _sibling_bench(self.device)
+                if cal is not None and source is not None:
+                    self._bench_note = f";transferred-from:{source.name}"
+            if cal is not None:
+                self._bench, self.bench_device = BenchTranslator(cal), source
         self._shaped: dict[tuple[object, ...], tuple[OpCost, ...]] = {}
 
     SHAPED_MAX = 4096  # layer / embedding / head operator lists kept (oldest dropped first)
@@ -147,6 +162,8 @@ class OpCoster:
         own = None
         if self._bench is not None:  # the device's own measurements: before a sibling's, or the roofline
             own = self._bench.time(bench_op or op, phase, dtype, {**inputs, **dict(extra)})
+            if own is not None and self._bench_note:  # a sibling's sample: memory_bound() scales it
+                own = (own[0], own[1] + self._bench_note)
         for dev, note in self._candidates():
             if note and own is not None:
                 return own
@@ -162,6 +179,19 @@ class OpCoster:
         if first is None:  # pragma: no cover - the device's own spec model always answers
             raise ModelError(f"no kernel model answers {op} {phase} on {self.device.name}")
         return first
+
+
+def _sibling_bench(device: DeviceSpec) -> tuple[BenchCalibration | None, DeviceSpec | None]:
+    """The shipped bench calibration of a sibling of ``device`` (same architecture and
+    tensor-core peak) and that sibling, the one nearest in memory bandwidth when several have
+    one; (None, None) when none has."""
+    found = [(abs(d.memory_bandwidth_GBps - device.memory_bandwidth_GBps), d.name, d)
+             for d in list_devices() if d.name != device.name and d.is_sibling_of(device)]  # fmt: skip
+    for _, _, sib in sorted(found, key=lambda f: f[:2]):
+        cal = bench_calibration(sib)
+        if cal is not None:
+            return cal, sib
+    return None, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +414,7 @@ class LayerCoster:
         a = 4 if self.dtype == "fp32" else 2
         nbytes, kernels = eager_bytes(self.model, part, phase, tokens=self.tokens, seq=self.l, dtype_bytes=a)
         op = self._elementwise(name, phase, nbytes / (3 * a) / kernels)  # an add reads two, writes one
-        dev = self.c.device
+        dev = self.c.bench_device or self.c.device  # the factor was measured against that sample's adds
         factor, note = eager_factor((dev.name, *dev.aliases))
         if factor != 1.0 and ";bench-as:" not in op.provenance:  # measured against the bench's adds only
             factor, note = 1.0, ";eager-factor-not-applied:not-bench-timed"

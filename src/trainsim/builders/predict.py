@@ -262,13 +262,15 @@ def _warnings(r: LLMPrediction) -> list[str]:
         if ";transferred-from:" in k:
             src = k.split(";transferred-from:", 1)[1].split(";", 1)[0]
             tr[src] = tr.get(src, 0) + n
-    bench: dict[str, int] = {}
+    bench: dict[tuple[str, str], int] = {}  # (sample, the sibling that measured it or "")
     for k, n in kern.items():
         if ";bench-as:" in k:
             src = k.split(":", 1)[1].split(";", 1)[0]
-            bench[src] = bench.get(src, 0) + n
-    for src, n in bench.items():
-        out.append(f"{n} operator(s) are timed by trainsim bench's own measurements of this GPU ({src}), "
+            sib = k.split(";transferred-from:", 1)[1].split(";", 1)[0] if ";transferred-from:" in k else ""
+            bench[src, sib] = bench.get((src, sib), 0) + n
+    for (src, sib), n in bench.items():
+        whose = f"of {sib}, a sibling of this GPU" if sib else "of this GPU"
+        out.append(f"{n} operator(s) are timed by trainsim bench's own measurements {whose} ({src}), "
                    "each written as the torch calls it runs (builders/bench_costs.py)")  # fmt: skip
     for src, n in tr.items():
         out.append(f"{n} operator(s) on {r.device.name} are timed with {src}'s micro-benchmarks (same "
