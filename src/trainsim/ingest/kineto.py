@@ -253,6 +253,15 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
         )  # fmt: skip
 
 
+def _bad_utf8(data: bytes) -> int | None:
+    """The offset of the first byte that is not valid UTF-8, or None."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return int(e.start)
+    return None
+
+
 def _decode_document(name: str, data: bytes) -> _Doc:
     if is_trainsim_timeline(data[:256]):  # a simulation, not a measurement
         raise TraceFormatError(name, "a timeline trainsim wrote (--timeline: a simulated step), not a profiler "
@@ -268,8 +277,11 @@ def _decode_document(name: str, data: bytes) -> _Doc:
             name, f"not a valid Kineto trace: {e} (corrupt file, or a producer we do not support)"
         ) from e
     except msgspec.DecodeError as e:
+        bad = _bad_utf8(data) if "utf-8" in str(e).lower() else None  # msgspec >= 0.19 says so, no offset
+        if bad is not None:
+            raise TraceFormatError(name, f"invalid UTF-8 in a JSON string at byte {bad}") from e
         raise TraceFormatError(name, f"invalid or truncated JSON ({e})") from e
-    except UnicodeDecodeError as e:  # msgspec raises it for invalid UTF-8 inside a string
+    except UnicodeDecodeError as e:  # older msgspec raises it for invalid UTF-8 inside a string
         raise TraceFormatError(name, f"invalid UTF-8 in a JSON string at byte {e.start}") from e
     if doc.traceEvents is None:
         raise TraceFormatError(name, "JSON has no 'traceEvents' list (expected a Kineto trace)")
