@@ -148,6 +148,11 @@ def test_cli_replay_json_contract(tmp_path):
         assert key in doc
     assert abs(doc["error_pct"]) <= 3.0 and len(doc["ranks"]) == 8
     assert timeline.is_file()
+    # each rank's execution-trace link as an object (it was the dataclass's repr string)
+    assert sorted(doc["et_link"], key=int) == [str(r) for r in range(8)]
+    for link in doc["et_link"].values():
+        assert link["method"] in ("rf_id", "thread_order") and 0.0 <= link["link_rate"] <= 1.0
+        assert link["linked"] <= link["with_kineto_event"] <= link["et_ops"]
     bad = subprocess.run(
         [*cmd[:5], "--overheads", "shared"],
         capture_output=True,

@@ -70,6 +70,12 @@ class LinkStats:
     pid_match: bool = True  # ET pid equals the Kineto process pid
     shape_mismatches: int = 0  # thread_order: name-aligned pairs rejected for tensor shapes
 
+    def to_dict(self) -> dict[str, object]:
+        """The JSON object of ``replay``/``analyze --format json`` (``et_link.<rank>``)."""
+        return {"et_ops": self.et_ops, "with_kineto_event": self.with_kineto_event, "linked": self.linked,
+                "link_rate": self.link_rate, "method": self.method.value, "pid_match": self.pid_match,
+                "shape_mismatches": self.shape_mismatches}  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class EtKinetoLink:
