@@ -1657,3 +1657,17 @@ def test_collectives_beyond_their_measured_groups_are_noted() -> None:
     assert far and "8x1 nodes×GPUs" in far[0]
     assert not any("span more GPUs" in w for w in predict_llm("llama2-7b", Plan(dp=8, global_batch=8), "vista",
                                                                        simulate=False).warnings)  # fmt: skip
+
+
+def test_hidden_dropout_under_impl_hf_says_it_is_not_applied() -> None:
+    """--impl hf prices the dropout its census of HF's modules ran (GPT-2's at 0.1, none for
+    LLaMA), so a --hidden-dropout that disagrees changes nothing: the prediction says so."""
+    from trainsim.builders.predict import predict_llm
+
+    plan = Plan(micro_batch=1, seq_len=1024, impl="hf")
+    llama = [predict_llm("llama3-8b", replace(plan, hidden_dropout=p), "dgx-h100") for p in (0.0, 0.1)]
+    assert llama[0].iteration_time_s == llama[1].iteration_time_s
+    assert not any("--hidden-dropout" in w for w in llama[0].warnings)
+    assert any("--hidden-dropout 0.1 is not applied with --impl hf" in w for w in llama[1].warnings)
+    gpt2 = predict_llm("gpt2", replace(plan, hidden_dropout=0.1), "dgx-h100")
+    assert not any("--hidden-dropout" in w for w in gpt2.warnings)

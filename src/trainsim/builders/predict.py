@@ -288,6 +288,16 @@ def _warnings(r: LLMPrediction) -> list[str]:
                    "config's max_position_embeddings); give --seq-len for the length you train at")  # fmt: skip
     if r.plan.zero >= 1 and r.plan.dp * r.plan.cp == 1:
         out.append(f"ZeRO-{r.plan.zero} has nothing to shard with dp × cp = 1: it changes nothing here")
+    if r.plan.impl == "hf":
+        from trainsim.builders.eager import family_of
+
+        # the census counts the dropout HF's modules ran when it was taken: GPT-2's resid/embd
+        # dropout (its config's 0.1), none in LLaMA's; --hidden-dropout does not change it
+        census_p = 0.1 if family_of(r.model) == "gpt2" else 0.0
+        if (r.plan.hidden_dropout > 0) != (census_p > 0):
+            out.append(f"--hidden-dropout {r.plan.hidden_dropout:g} is not applied with --impl hf: the dropout passes are "
+                       f"those of HuggingFace's {family_of(r.model)} modules as counted (dropout {census_p:g}), "
+                       "builders/data/hf_eager_census.json")  # fmt: skip
     if r.plan.sp and r.plan.tp == 1:
         out.append(
             "sequence parallelism has no effect with tp 1 (it splits the TP group's activations)"

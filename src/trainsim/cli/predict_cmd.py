@@ -46,7 +46,7 @@ def predict(
     dtype: str = typer.Option("bf16", "--dtype", help="Training precision: bf16, fp16, fp32."),
     attention: str = typer.Option("flash", "--attention", help="Attention kernels: flash, fused (Megatron softmax), unfused."),
     attention_dropout: float = typer.Option(0.0, "--attention-dropout", help="Attention dropout probability (non-flash attention adds a dropout kernel)."),
-    hidden_dropout: float = typer.Option(0.0, "--hidden-dropout", help="Dropout probability on the residual stream as separate kernels (HuggingFace models' nn.Dropout; Megatron fuses it into the residual add: leave 0)."),
+    hidden_dropout: float = typer.Option(0.0, "--hidden-dropout", help="Dropout probability on the residual stream as separate kernels (HuggingFace models' nn.Dropout with the fused kernels of --impl fused; Megatron fuses it into the residual add: leave 0; --impl hf counts the dropout its census of HF's modules ran instead)."),
     partition: str = typer.Option("even", "--partition", help="Layers per pipeline stage: even (Megatron) or 001 (GPT-NeoX's DeepSpeed pipeline, paper 001 Eq. 3–5: embedding and head count as layers of the end stages)."),
     first_stage_layers: int = typer.Option(0, "--first-stage-layers", min=0, help="Layers of the first pipeline stage, the others splitting the rest evenly (Megatron-core's --decoder-first-pipeline-num-layers; 0: an even share)."),
     last_stage_layers: int = typer.Option(0, "--last-stage-layers", min=0, help="Layers of the last pipeline stage (Megatron-core's --decoder-last-pipeline-num-layers; 0: an even share)."),

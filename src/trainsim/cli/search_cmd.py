@@ -92,6 +92,12 @@ def search(
     if scheduler and (kernel_models or comm_models):
         raise ConfigError("--kernel-models/--comm-models are local files the Dask workers cannot read; "
                           "screen locally (drop --scheduler) or install the artifacts on the workers")  # fmt: skip
+    from trainsim.search.llm import check_objective
+
+    check_objective(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # before any note
+    if simulate_top < top_k and fmt is Format.TABLE:
+        stderr.print(f"--simulate-top {simulate_top} is below --top-k {top_k}: the best {top_k} screened plans are "
+                     "simulated, so every reported plan is")  # fmt: skip
     if objective == "cost" and (train_tokens is None or gpu_hour_price is None) and fmt is Format.TABLE:
         from trainsim.search.llm import objective_unit
 

@@ -131,6 +131,15 @@ def _objective(name: str, seconds: float, plan: Plan, model: ModelSpec, *, train
     return plan.gpus * total_s / 3600.0 * (gpu_hour_price if gpu_hour_price is not None else 1.0)
 
 
+def check_objective(name: str, *, train_tokens: float | None, gpu_hour_price: float | None) -> None:
+    """A ConfigError naming the option when the objective or its numbers are not usable."""
+    if name not in OBJECTIVES:
+        raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {name!r}")
+    for flag, value in (("--train-tokens", train_tokens), ("--gpu-hour-price", gpu_hour_price)):
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"{flag} must be a positive number, got {value:g}")
+
+
 def objective_unit(name: str, *, train_tokens: float | None, gpu_hour_price: float | None) -> str:
     """What an objective value measures, e.g. ``"GPU-hours per iteration"``."""
     if name == "time":
@@ -384,11 +393,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
                progress: bool = True, memory_headroom_bytes: float = 0.0) -> dict[str, Any]:  # fmt: skip
     """Search ``space`` for ``model`` on ``system`` (see the module docstring). A plan fits
     when its peak stage leaves ``memory_headroom_bytes`` of the device's memory free."""
-    if objective not in OBJECTIVES:
-        raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    for flag, value in (("--train-tokens", train_tokens), ("--gpu-hour-price", gpu_hour_price)):
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            raise ConfigError(f"{flag} must be a positive number, got {value:g}")
+    check_objective(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)
     if objective == "time-to-train" and train_tokens is None:
         raise ConfigError("objective time-to-train needs --train-tokens")
     if scheduler is not None:
