@@ -135,7 +135,7 @@ def test_a_kept_screening_pool_screens_under_artifacts_set_after_it_started(
 
     def closed_forms(workers: int) -> list[tuple[str, float]]:
         r = search_llm(model, system, space, workers=workers, progress=False, top_k=6, simulate_top=6)
-        return sorted((p["plan"], p["closed_form_s"]) for p in r["plans"])
+        return sorted((p["plan"], p["screened_s"]) for p in r["plans"])
 
     plain = closed_forms(2)  # starts the pool
     with use_artifacts([artifact], None, system=system):

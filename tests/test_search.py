@@ -149,7 +149,12 @@ def test_cli_memory_headroom_flows_into_search_and_predict():
     cap = get_device("a100-sxm4-80gb").memory_bytes
     assert doc["memory_limit_bytes"] == pytest.approx(0.75 * cap)
     assert doc["plans"] and all(p["memory_per_gpu_bytes"] <= 0.75 * cap for p in doc["plans"])
-    plan = doc["plans"][0]["plan_fields"]
+    # a plan's keys have predict's types (closed forms a dict, provenance an object)
+    first = doc["plans"][0]
+    assert set(first["closed_form_s"]) == {"001_eq7", "003_eq4"} and isinstance(first["screened_s"], float)
+    assert first["screened_s"] == pytest.approx(first["closed_form_s"]["001_eq7"], rel=1e-9)
+    assert {"summary", "kernels", "collectives"} <= set(first["provenance"])
+    plan = first["plan_fields"]
     pred = ["predict", "llama2-7b", "--gpus", "16", "--tp", str(plan["tp"]), "--zero", str(plan["zero"]),
             "--micro-batch", str(plan["micro_batch"]), "--global-batch", "64", "--closed-form", "--format", "json"]  # fmt: skip
     need = json.loads(CliRunner().invoke(app, pred).stdout)["memory_per_gpu_bytes"]

@@ -145,9 +145,9 @@ def search(
             t.add_column(col, justify="right" if col != "plan" else "left")
         uncalibrated = 0
         for i, p in enumerate(r["plans"], 1):
-            mark = "" if p["provenance"] == "calibrated" else " †"
+            mark = "" if p["provenance"]["summary"] == "calibrated" else " †"
             uncalibrated += bool(mark)
-            row = [str(i), p["plan"] + mark, f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['closed_form_s'] * 1e3:,.1f} ms",
+            row = [str(i), p["plan"] + mark, f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['screened_s'] * 1e3:,.1f} ms",
                    f"{p['tokens_per_s']:,.0f}", f"{p['mfu'] * 100:.1f} %", f"{p['memory_per_gpu_bytes'] / 2**30:.1f} GiB"]  # fmt: skip
             if objective != "time":
                 row.append(f"{p['objective']:,.4g}")

@@ -450,11 +450,14 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
         r = predict_llm(model, plan, sys_spec, coster=_coster(sys_spec.device))
         ranked.append({
             "plan": plan.label(), "plan_fields": {**asdict(plan), "seq_len": plan.seq(model)}, "iteration_time_s": r.iteration_time_s,
-            "closed_form_s": s.closed_form_s, "memory_per_gpu_bytes": r.peak_memory.total_bytes,
+            # the keys predict has, with predict's types (a dict of both closed forms, the
+            # provenance object), and the screening's own closed form beside them
+            "closed_form_s": dict(r.closed_form_s), "screened_s": s.closed_form_s,
+            "memory_per_gpu_bytes": r.peak_memory.total_bytes,
             "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
             "objective": _objective(objective, r.iteration_time_s, plan, model, train_tokens=train_tokens,
                                     gpu_hour_price=gpu_hour_price),
-            "provenance": r.provenance["summary"],
+            "provenance": r.provenance,
         })  # fmt: skip
     ranked.sort(key=lambda d: d["objective"])
     t3 = time.perf_counter()
