@@ -1671,3 +1671,17 @@ def test_hidden_dropout_under_impl_hf_says_it_is_not_applied() -> None:
     assert any("--hidden-dropout 0.1 is not applied with --impl hf" in w for w in llama[1].warnings)
     gpt2 = predict_llm("gpt2", replace(plan, hidden_dropout=0.1), "dgx-h100")
     assert not any("--hidden-dropout" in w for w in gpt2.warnings)
+
+
+def test_the_search_suggested_for_a_plan_that_does_not_fit_says_what_it_cannot_share() -> None:
+    """`trainsim search` plans fused kernels and Adam: the note that suggests it for a plan
+    that does not fit says when the plan's --impl / --optimizer differ (they were dropped)."""
+    from trainsim.builders.predict import predict_llm
+
+    plan = Plan(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8)
+    fused = predict_llm("llama2-13b", plan, "dgx-h100")
+    hf = predict_llm("llama2-13b", replace(plan, impl="hf", optimizer="sgd"), "dgx-h100")
+    assert not fused.fits_in_memory and not hf.fits_in_memory
+    note = next(w for w in hf.warnings if "trainsim search" in w)
+    assert "not this plan's --impl hf and --optimizer sgd" in note
+    assert not any("plans fused kernels and Adam" in w for w in fused.warnings)

@@ -344,9 +344,13 @@ def _warnings(r: LLMPrediction) -> list[str]:
             ("--seq-len", p.seq_len, 0), ("--dtype", p.dtype, "bf16"), ("--attention", p.attention, "flash"))
             if v != default)  # fmt: skip
         sysname = r.system_ref if r.system_ref and Path(r.system_ref).expanduser().is_file() else r.system.name
+        # what the search cannot share: it plans fused kernels and Adam
+        unsearched = [f"--{k} {v}" for k, v, d in (("impl", p.impl, "fused"), ("optimizer", p.optimizer, "adam")) if v != d]
+        caveat = (f"; it plans fused kernels and Adam, not this plan's {' and '.join(unsearched)}, so its memory "
+                  "and times differ") if unsearched else ""  # fmt: skip
         out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
                    f"{r.device.memory_bytes / 2**30:.1f} GiB{room} (`trainsim search {name} --gpus {gpus} "
-                   f"--system {sysname} --global-batch {r.plan.batch}{same}{hr}` {why})")  # fmt: skip
+                   f"--system {sysname} --global-batch {r.plan.batch}{same}{hr}` {why}{caveat})")  # fmt: skip
     return out
 
 
