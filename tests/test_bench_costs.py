@@ -460,3 +460,22 @@ def test_fused_rotary_is_one_pass_over_q_and_k_and_neox_keeps_001s_module(device
     system = {"a100-sxm4-80gb": "dgx-a100", "h100-sxm5-80gb": "dgx-h100", "h200-sxm-141gb": "dgx-h200"}[device]
     fused_s = predict_llm(model, replace(plan, impl="fused"), system).iteration_time_s
     assert fused_s < predict_llm(model, replace(plan, impl="hf"), system).iteration_time_s
+
+
+def test_beyond_the_sweep_sizes_shrink_into_it_first_so_attention_keeps_its_efficiency():
+    """A FlashAttention longer than the H100 sample's longest (16,312 tokens) is asked at that
+    length (then fewer heads), not at one or two heads and its own length, where the trees are
+    flat: its efficiency stays, and context parallelism is not superlinear (cp 4 → 8 had come
+    out 2.23× faster)."""
+    coster = OpCoster(get_device("h100-sxm5-80gb"))
+    for phase in ("fwd", "bwd"):
+        eff = []
+        for l in (16384.0, 32768.0, 65536.0, 131072.0):
+            s, prov = coster.time("flash_atten", phase, "bf16", bench={"head_dim": 128.0}, mp=1.0, b=1.0, h=32.0,
+                                  l=l, dim=4096.0)  # fmt: skip
+            assert ";beyond-measured-work" in prov and ";extrapolated" not in prov
+            eff.append(l * l / s)
+        assert all(b >= a * 0.99 for a, b in itertools.pairwise(eff)), (phase, eff)
+    times = [predict_llm("llama3-8b", Plan(tp=1, pp=1, dp=1, cp=cp, micro_batch=1, global_batch=1, seq_len=131072),
+                         "dgx-h100").iteration_time_s for cp in (2, 4, 8, 16)]  # fmt: skip
+    assert all(a / b <= 2.0 for a, b in itertools.pairwise(times)), times

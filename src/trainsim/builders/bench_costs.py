@@ -48,7 +48,10 @@ batch-like size (GEMM rows or batch, attention batch, norm/softmax/loss rows, el
 gathered rows) scaled down until the roofline time equals the threshold, the model asked there,
 and the answer scaled by the two roofline times (``;beyond-measured-work``) — continuous at the
 threshold, growing with the work beyond it, and at the shape's own efficiency (head size, GEMM
-variant), not another shape's. The resize what-if on a GPU capture carries the same way
+variant), not another shape's. Sizes beyond the sweep shrink first, towards the entry's largest
+measured value (since 2026-12-01): an attention of 32k tokens is asked at the sample's longest
+sequence and fewer heads, not at one or two heads and 32k tokens, where the trees are flat and
+its efficiency had fallen to 0.8x that of 16k tokens (context parallelism came out superlinear). The resize what-if on a GPU capture carries the same way
 (:class:`CarriedTimer`, :func:`carried_time`).
 
 Not answered (the caller's next source answers): operators without a bench counterpart (RoPE,
@@ -150,6 +153,19 @@ class BenchCalibration:
         if shipped is not None:
             return shipped.get(f"{op}/{phase}/{dtype}")
         return _threshold(self.sample, self.device, op, phase, dtype)
+
+    def measured_range(self, op: str, phase: str, dtype: str) -> dict[str, tuple[float, float]]:
+        """Each input's measured (lowest, highest) value in the entry's rows; {} without one."""
+        return _ranges(self.models).get(f"{op}/{phase}/{dtype}", {})
+
+
+@cache
+def _ranges(models: tuple[Any, ...]) -> dict[str, dict[str, tuple[float, float]]]:
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for m in models:
+        for _, key, ranges in m.domain():
+            out.setdefault(f"{key.op}/{key.phase.value}/{key.dtype}", dict(ranges))
+    return out
 
 
 def thresholds_path(sample: str) -> Path:
@@ -301,6 +317,20 @@ def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs:
     dims = _WORK_DIMS.get(op, ())
     if limit is not None and dims and roof > limit and roof > MIN_KERNEL_S:
         small, at_roof, qs = dict(inputs), roof, q
+        # first the sizes beyond the sweep, towards its largest measured value: the shape is then
+        # asked where it was measured (a FlashAttention of 32k tokens shrunk in heads alone had
+        # been asked at one or two heads and 32k tokens, flat there in the trees, and ran at
+        # 0.8x the efficiency of 16k tokens: context parallelism came out superlinear)
+        top = cal.measured_range(q.key.op, q.key.phase.value, q.key.dtype)
+        for dim, power in dims:
+            hi = top.get(dim, (0.0, math.inf))[1]
+            if at_roof <= limit * (1 + 1e-9) or dim not in small or small[dim] <= hi:
+                continue
+            small[dim] = max(hi, small[dim] * (limit / at_roof) ** (1 / power))
+            if op == "gemm" and dim in ("m", "n", "k"):
+                small[dim] = _aligned_like(small[dim], inputs[dim])
+            qs = query(op, phase=phase, dtype=dtype, **small)  # type: ignore[arg-type]
+            at_roof = predict_query(qs, cal.device, models=roofline).duration_s
         for dim, power in dims:  # shrink the sizes in turn until the work is the limit's
             if at_roof <= limit * (1 + 1e-9) or dim not in small:
                 continue
