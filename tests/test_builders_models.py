@@ -314,6 +314,8 @@ def test_yaml_model_spec(tmp_path):
                       ("name: x\nhidden: 64\nlayers: 2\nheads: 4\nvocab: 9\nnorm: batch\n", "'norm' must be one of"),
                       ("name: x\nhidden: 64\nlayers: two\nheads: 4\nvocab: 9\n", "'layers' must be an integer"),
                       ("name: x\nhidden: 64\n", "missing field(s) 'layers', 'heads', 'vocab'"),
+                      ("name: x\nhidden: 64\nlayers: 2\nheads: 4\nvocab: 9\ntop_k: 2\n",
+                       "field(s) 'top_k' describe experts, but 'num_experts' is not set"),
                       ("[1, 2", "not valid YAML")):  # fmt: skip
         bad.write_text(text)
         with pytest.raises(ConfigError, match=re.escape(msg)):

@@ -232,6 +232,10 @@ def read_model_yaml(path: str | Path) -> ModelSpec:
     missing = [n for n in ("name", "hidden", "layers", "heads", "vocab") if n not in doc]
     if missing:
         raise ConfigError(f"{path}: missing field(s) {', '.join(map(repr, missing))}")
+    moe_only = [k for k in ("top_k", "moe_ffn_hidden") if doc.get(k) and not doc.get("num_experts")]
+    if moe_only:
+        raise ConfigError(f"{path}: field(s) {', '.join(map(repr, moe_only))} describe experts, but 'num_experts' is "
+                          "not set (give it, or drop them for a dense model)")  # fmt: skip
     hints = typing.get_type_hints(ModelSpec)
     for k, v in doc.items():
         want = hints[k]
