@@ -154,6 +154,15 @@ class BenchCalibration:
             return shipped.get(f"{op}/{phase}/{dtype}")
         return _threshold(self.sample, self.device, op, phase, dtype)
 
+    def efficiency_cap(self, op: str, phase: str, dtype: str) -> float | None:
+        """The best efficiency (roofline time over measured time) of the entry's DRAM-bound
+        calls (:func:`_efficiency_cap`), or None: memory-bound entries only."""
+        shipped = _shipped_doc(self.sample)
+        if shipped is not None and isinstance(shipped.get("efficiency_caps"), dict):
+            v = shipped["efficiency_caps"].get(f"{op}/{phase}/{dtype}")
+            return None if v is None else float(v)
+        return _efficiency_cap(self.sample, self.device, op, phase, dtype)
+
     def measured_range(self, op: str, phase: str, dtype: str) -> dict[str, tuple[float, float]]:
         """Each input's measured (lowest, highest) value in the entry's rows; {} without one."""
         return _ranges(self.models).get(f"{op}/{phase}/{dtype}", {})
@@ -175,10 +184,10 @@ def thresholds_path(sample: str) -> Path:
 
 
 @cache
-def _shipped_thresholds(sample: str) -> dict[str, float] | None:
-    """The thresholds shipped beside the sample (``<sample>.thresholds.json``, written by
-    :func:`write_thresholds`) while they belong to it (its fit digest), else None: then they are
-    computed from the rows (~1.5 s a process)."""
+def _shipped_doc(sample: str) -> dict[str, Any] | None:
+    """``<sample>.thresholds.json`` (written by :func:`write_thresholds`) while it belongs to
+    the sample (its fit digest), else None: then its figures are computed from the rows (~1.5 s
+    a process)."""
     import json
 
     from trainsim.bench.samples import fit_digest
@@ -189,7 +198,14 @@ def _shipped_thresholds(sample: str) -> dict[str, float] | None:
         return None
     if not isinstance(doc, dict) or doc.get("digest") != fit_digest((sample,)):
         return None
-    values = doc.get("thresholds")
+    return doc
+
+
+@cache
+def _shipped_thresholds(sample: str) -> dict[str, float] | None:
+    """The thresholds shipped beside the sample, or None (:func:`_shipped_doc`)."""
+    doc = _shipped_doc(sample)
+    values = doc.get("thresholds") if doc is not None else None
     return {str(k): float(v) for k, v in values.items()} if isinstance(values, dict) else None
 
 
@@ -198,6 +214,13 @@ def compute_thresholds(sample: str, device: DeviceSpec) -> dict[str, float]:
     from the rows."""
     return {f"{k.op}/{k.phase.value}/{k.dtype}": v for k in _dataset(sample).entry_keys()
             if k.op in _WORK_DIMS and (v := _threshold(sample, device, k.op, k.phase.value, k.dtype)) is not None}  # fmt: skip
+
+
+def compute_efficiency_caps(sample: str, device: DeviceSpec) -> dict[str, float]:
+    """Every memory-bound entry's cap (:meth:`BenchCalibration.efficiency_cap`), from the rows."""
+    return {f"{k.op}/{k.phase.value}/{k.dtype}": v for k in _dataset(sample).entry_keys()
+            if k.op in _MEMORY_BOUND
+            and (v := _efficiency_cap(sample, device, k.op, k.phase.value, k.dtype)) is not None}  # fmt: skip
 
 
 def write_thresholds(sample: str) -> Path:
@@ -211,7 +234,11 @@ def write_thresholds(sample: str) -> Path:
     device = get_device(str(BENCH_DATA / f"{sample}.device.yaml"))
     doc = {"what": "per (operator/phase/dtype): roofline seconds, at the measured device's peaks, of the "
                    "fifth largest measured call; calls beyond it are carried (trainsim.builders.bench_costs)",
-           "digest": fit_digest((sample,)), "thresholds": compute_thresholds(sample, device)}  # fmt: skip
+           "digest": fit_digest((sample,)), "thresholds": compute_thresholds(sample, device),
+           "efficiency_caps_what": "per memory-bound (operator/phase/dtype): the best roofline-over-measured "
+                                   "time of its calls moving more than twice the L2; no answer of a call that "
+                                   "large is more efficient (trainsim.builders.bench_costs)",
+           "efficiency_caps": compute_efficiency_caps(sample, device)}  # fmt: skip
     path = thresholds_path(sample)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -244,6 +271,44 @@ def _threshold(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str)
     x, _, _ = ds.arrays(key)
     roof, _ = RooflineModel(device).predict_many(query(op, phase=phase, dtype=dtype), x)
     return float(np.sort(roof)[-min(_TOP, len(roof))])
+
+
+# memory-bound bench operators: their answers are capped at the best measured DRAM efficiency
+_MEMORY_BOUND = frozenset({"layernorm", "RMSlayernorm", "softmax", "gelu", "elementwise", "dropout", "cross_entropy",
+                           "index_select"})  # fmt: skip
+_L2_MARGIN = 2.0  # calls moving more than this many times the L2 stream from DRAM
+
+
+def _dram_roof_s(device: DeviceSpec) -> float:
+    """Roofline seconds of moving ``_L2_MARGIN`` times the device's L2 at its DRAM bandwidth."""
+    l2 = device.l2_cache_bytes or 0.0
+    return _L2_MARGIN * l2 / (device.memory_bandwidth_GBps * 1e9)
+
+
+@cache
+def _efficiency_cap(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str) -> float | None:
+    """The best efficiency (roofline over measured seconds) among the entry's calls whose
+    roofline time exceeds :func:`_dram_roof_s` (they stream from DRAM); None for an entry that
+    is not memory-bound or has no such call. The fitted trees can interpolate above it (the
+    H100 sample's RMSNorm at 16,384 × 4,096: 3.78 TB/s, where no measured call of that size beat
+    2.7 TB/s and the datasheet peak is 3.35)."""
+    import numpy as np
+
+    from trainsim.kernels import query
+    from trainsim.kernels.roofline import RooflineModel
+    from trainsim.kernels.samples import EntryKey
+
+    if op not in _MEMORY_BOUND:
+        return None
+    ds, key = _dataset(sample), EntryKey.parse(f"{op}/{phase}/{dtype}")
+    if key not in ds.entry_keys():
+        return None
+    x, y, _ = ds.arrays(key)
+    roof, _ = RooflineModel(device).predict_many(query(op, phase=phase, dtype=dtype), x)
+    big = roof > _dram_roof_s(device)
+    if not big.any():
+        return None
+    return float(np.max(roof[big] / np.asarray(y, dtype=float)[big]))
 
 
 # the inputs a call's work grows with, in the order the carry beyond the measured work shrinks
@@ -341,6 +406,10 @@ def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs:
             at_roof = predict_query(qs, cal.device, models=roofline).duration_s
         at = predict_query(qs, cal.device, models=cal.models)
         seconds, prov = at.duration_s * roof / at_roof, at.provenance + ";beyond-measured-work"
+    if roof > _dram_roof_s(cal.device):
+        cap = cal.efficiency_cap(q.key.op, q.key.phase.value, q.key.dtype)
+        if cap is not None and seconds < roof / cap:
+            seconds, prov = roof / cap, prov + ";at-best-measured-bandwidth"
     return seconds, prov
 
 

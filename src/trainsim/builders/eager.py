@@ -21,7 +21,8 @@ norm multiplies broadcast and mix bf16 with fp32 (PyTorch's non-vectorized eleme
 ``cat`` gathers strided halves, and ``fill_``/``copy_`` calls that zero and move gradients are
 not in the census. Where a device has Kineto traces of such steps, the census time is scaled by
 a measured factor (``builders/data/hf_eager_calibration.json``, written by
-``scripts/hf_eager_factor.py``): on the H100, 1.40, the median over the ten ``h100-llama``
+``scripts/hf_eager_factor.py``): on the H100, 1.33 (1.40 before the bench answers were held to
+their best measured DRAM bandwidth, 2026-12-01), the median over the ten ``h100-llama``
 captures of (the step's memory-bound kernel time less the builder's own memory-bound operators)
 / (the census's time); the other capture sets are held out (docs/gpu.md). A device without a
 factor keeps 1.0 and its provenance says ``eager-factor-uncalibrated``.
