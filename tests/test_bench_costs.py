@@ -101,11 +101,20 @@ def test_h200_borrows_the_h100_bench_sample_and_is_never_slower():
     # without bench samples the H200 still takes a sibling's 001 data (GH200's)
     _, off = OpCoster(h200, bench=False).time("linear1", "fwd", "bf16", **q)
     assert "bench-as" not in off and "transferred-from:gh200" in off
+    # a device with calibrated models of its own borrows no sample: GH200 keeps its 001 data,
+    # and where it has none (fp32) the roofline, as before
+    gh = OpCoster(get_device("gh200-96gb"))
+    assert gh.bench_device is None
+    _, fp32 = gh.time("linear1", "fwd", "fp32", **q)
+    assert fp32.startswith("spec-based") and "bench-as" not in fp32
     # a whole iteration on the same network: not slower than the H100 (the catalog's DGX H200)
     plan = Plan(tp=2, pp=2, dp=4, micro_batch=2, global_batch=256)
     t100 = predict_llm("llama2-7b", plan, "dgx-h100").iteration_time_s
-    t200 = predict_llm("llama2-7b", plan, "dgx-h200").iteration_time_s
-    assert t200 < t100
+    r200 = predict_llm("llama2-7b", plan, "dgx-h200")
+    assert r200.iteration_time_s < t100
+    # one note for the borrowed sample, not the bench's and the transfer's both for the same ops
+    notes = [w for w in r200.warnings if "h100-sxm5-80gb" in w]
+    assert len(notes) == 1 and "a sibling of this GPU" in notes[0]
 
 
 def test_hidden_dropout_adds_a_pass_per_sublayer_and_after_the_embedding():
@@ -323,6 +332,38 @@ def test_shipped_work_thresholds_match_the_sample():
     for k, v in computed.items():
         assert shipped[k] == pytest.approx(v, rel=1e-12)
     assert cal.work_threshold("gemm", "fwd", "bf16") == shipped["gemm/fwd/bf16"]
+    # and the memory-bound entries' efficiency caps beside them
+    from trainsim.builders.bench_costs import _shipped_doc, compute_efficiency_caps
+
+    caps = (_shipped_doc(cal.sample) or {}).get("efficiency_caps")
+    assert isinstance(caps, dict)
+    computed_caps = compute_efficiency_caps(cal.sample, cal.device)
+    assert caps.keys() == computed_caps.keys() and "RMSlayernorm/fwd/bf16" in caps and "gemm/fwd/bf16" not in caps
+    assert all(caps[k] == pytest.approx(v, rel=1e-12) for k, v in computed_caps.items())
+
+
+def test_a_dram_bound_call_is_no_faster_than_the_best_measured_one_of_its_size():
+    """The trees interpolated the H100's RMSNorm at 16,384 × 4,096 (268 MB moved) at 3.78 TB/s,
+    above the datasheet's 3.35 and every measured call that large (at most 2.65): answers for
+    calls streaming from DRAM (over twice the L2) are held to the entry's best measured
+    efficiency; calls the L2 can hold, and compute-bound entries, are not."""
+    from trainsim.builders.bench_costs import _dataset, _dram_roof_s
+    from trainsim.kernels.samples import EntryKey
+
+    cal = bench_calibration(get_device("h100-sxm5-80gb"))
+    assert cal is not None
+    _, y, _ = _dataset(cal.sample).arrays(EntryKey.parse("RMSlayernorm/fwd/bf16"))
+    coster = OpCoster(get_device("h100-sxm5-80gb"))
+    nbytes = 2 * 16384 * 4096 * 2
+    s, prov = coster.time("RMSlayernorm", "fwd", "bf16", b=1.0, l=16384.0, dim=4096.0)
+    assert ";at-best-measured-bandwidth" in prov
+    big = nbytes / 1e9 / cal.device.memory_bandwidth_GBps > _dram_roof_s(cal.device)
+    assert big and nbytes / s <= cal.device.memory_bandwidth_GBps * 1e9 * cal.efficiency_cap("RMSlayernorm", "fwd", "bf16") * (1 + 1e-9)
+    assert nbytes / s < 2.7e12  # as fast as the fastest measured call of that size, no faster
+    small, sprov = coster.time("RMSlayernorm", "fwd", "bf16", b=1.0, l=1024.0, dim=4096.0)  # 17 MB: L2-resident
+    assert ";at-best-measured-bandwidth" not in sprov
+    assert cal.efficiency_cap("gemm", "fwd", "bf16") is None
+    assert len(y) > 100  # the entry the cap comes from has its rows
 
 
 def test_predict_notes_framework_limits_and_labels_its_provenance():
@@ -449,12 +490,22 @@ def test_fused_rotary_is_one_pass_over_q_and_k_and_neox_keeps_001s_module(device
     for phase in ("fwd", "bwd"):
         fused, neox = rotary("fused", phase), rotary("neox", phase)
         assert fused.provenance.endswith(";rope-as-fused-elementwise") and fused.launches == 2
-        assert "rope-as" not in neox.provenance and "RoPE" not in fused.provenance
+        assert "rope-as" not in neox.provenance and ";bench-as:res_add" not in neox.provenance
         moved = 2 * 1024 * (model.q_width + model.kv_width) * 2  # bytes: q and k, read + written
         # at most 4x its bytes at HBM speed (no lower bound: 34 MB fit the H100's 50 MB L2, and
         # the bench's adds of that size ran from it, above HBM speed)
         assert 0 < fused.seconds < 4 * moved / (dev.memory_bandwidth_GBps * 1e9)
         assert fused.seconds < neox.seconds / 4
+        # exactly two element-wise passes, over one rank's q and its k at their own sizes; at tp
+        # 16 LLaMA-3 8B's 8 KV heads are replicated, so k stays one head wide, not half of one
+        for tp in (1, 16):
+            lc = LayerCoster(get_model("llama3-8b"), Plan(tp=tp, micro_batch=1, seq_len=8192), coster)
+            rot = next(o for o in lc.layer(phase) if o.name == "rotary")
+            m = lc.model
+            q = lc._elementwise("rotary", phase, 2 * 8192 * m.q_width / tp / 3)
+            k = lc._elementwise("rotary", phase, 2 * 8192 * m.kv_width_tp(tp) / 3)
+            assert m.kv_width_tp(16) == m.d_head  # one KV head per rank, replicated
+            assert rot.seconds == pytest.approx(q.seconds + k.seconds, rel=1e-12)
     # the whole step: fused kernels are never slower than HuggingFace's eager modules
     plan = Plan(micro_batch=1, seq_len=1024)
     system = {"a100-sxm4-80gb": "dgx-a100", "h100-sxm5-80gb": "dgx-h100", "h200-sxm-141gb": "dgx-h200"}[device]

@@ -1669,8 +1669,11 @@ def test_hidden_dropout_under_impl_hf_says_it_is_not_applied() -> None:
     assert llama[0].iteration_time_s == llama[1].iteration_time_s
     assert not any("--hidden-dropout" in w for w in llama[0].warnings)
     assert any("--hidden-dropout 0.1 is not applied with --impl hf" in w for w in llama[1].warnings)
-    gpt2 = predict_llm("gpt2", replace(plan, hidden_dropout=0.1), "dgx-h100")
-    assert not any("--hidden-dropout" in w for w in gpt2.warnings)
+    for p in (0.0, 0.1):  # the default (0) and the census's own 0.1 are not noted
+        gpt2 = predict_llm("gpt2", replace(plan, hidden_dropout=p), "dgx-h100")
+        assert not any("--hidden-dropout" in w for w in gpt2.warnings)
+    gpt2 = predict_llm("gpt2", replace(plan, hidden_dropout=0.3), "dgx-h100")
+    assert any("--hidden-dropout 0.3 is not applied" in w for w in gpt2.warnings)
 
 
 def test_the_search_suggested_for_a_plan_that_does_not_fit_says_what_it_cannot_share() -> None:

@@ -174,6 +174,13 @@ def test_objectives_need_their_inputs():
         search_llm(model, "dgx-a100", SMALL, objective="time-to-train", workers=1, progress=False)
     with pytest.raises(ConfigError, match="objective"):
         search_llm(model, "dgx-a100", SMALL, objective="speed", workers=1, progress=False)
+    # the CLI says what is wrong first, before any note about the search
+    for extra, msg in ((["--objective", "time-to-train"], "objective time-to-train needs --train-tokens"),
+                       (["--objective", "cost", "--gpu-hour-price", "-1"], "--gpu-hour-price must be a positive")):
+        res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--simulate-top",
+                                       "1", *extra])  # fmt: skip
+        assert isinstance(res.exception, ConfigError) and msg in str(res.exception)
+        assert "--simulate-top" not in res.output and "cost is counted" not in res.output
     r = search_llm(model, "dgx-a100", SMALL, objective="cost", train_tokens=1e9, gpu_hour_price=2.0,
                    workers=1, progress=False, top_k=2, simulate_top=2)  # fmt: skip
     p = r["plans"][0]

@@ -86,7 +86,8 @@ class OpCoster:
     the GH200's 001 data, the other sibling, is a different module with broken FlashAttention
     backward rows), with ``;transferred-from:<sibling>``, so its memory-bound answers are
     scaled by the two bandwidths like any sibling's; the order is then the device's own 001
-    data, the sibling's bench sample, other siblings' 001 data, the roofline.
+    data, the sibling's bench sample, other siblings' 001 data, the roofline. A device with
+    calibrated models of its own (GH200's 001 data, a user's artifact) borrows no sample.
     """
 
     def __init__(self, device: DeviceSpec | str, *, bench: bool = True) -> None:
@@ -100,7 +101,7 @@ class OpCoster:
         self._bench_note = ""
         if bench:
             cal, source = bench_calibration(self.device), self.device
-            if cal is None:
+            if cal is None and not _has_own_models(self.device):  # GH200 keeps its 001 data alone
                 cal, source = _sibling_bench(self.device)
                 if cal is not None and source is not None:
                     self._bench_note = f";transferred-from:{source.name}"
@@ -181,10 +182,19 @@ class OpCoster:
         return first
 
 
+def _has_own_models(device: DeviceSpec) -> bool:
+    """Whether calibrated kernel models of ``device`` itself answer (shipped 001 data, or a
+    user's ``--kernel-models``)."""
+    from trainsim.kernels.calibrated import LearnedKernelModel
+    from trainsim.kernels.registry import models_for
+
+    return any(isinstance(m, LearnedKernelModel) or getattr(m, "calibrated", False) for m in models_for(device))
+
+
 def _sibling_bench(device: DeviceSpec) -> tuple[BenchCalibration | None, DeviceSpec | None]:
     """The shipped bench calibration of a sibling of ``device`` (same architecture and
-    tensor-core peak) and that sibling, the one nearest in memory bandwidth when several have
-    one; (None, None) when none has."""
+    tensor-core peak) and that sibling: the H100's, the one sample shipped; with several, the
+    sibling nearest in memory bandwidth (the least to scale); (None, None) when none has."""
     found = [(abs(d.memory_bandwidth_GBps - device.memory_bandwidth_GBps), d.name, d)
              for d in list_devices() if d.name != device.name and d.is_sibling_of(device)]  # fmt: skip
     for _, _, sib in sorted(found, key=lambda f: f[:2]):
@@ -563,10 +573,12 @@ class LayerCoster:
         (slices, negation, concatenation, two products and a sum: 20x the bytes of one pass at
         HBM speed on the A100, 31 % of a LLaMA-2 7B layer on an H100 that borrowed them), which
         ``impl="neox"`` keeps."""
-        m = self.model
+        m, t = self.model, self.t
         a = 4 if self.dtype == "fp32" else 2
-        moved = 2 * self.tokens * (m.q_width + m.kv_width) / self.t * a  # q and k: read + write
-        calls = [self._elementwise("rotary", phase, moved / 2 / (3 * a)) for _ in range(2)]  # q, k
+        # one rank's q and k (Megatron replicates KV heads when tp exceeds their count), each
+        # read and written: an add of n elements moves 3n, so each pass is an add of 2/3 its size
+        widths = (m.q_width / t, m.kv_width_tp(t))
+        calls = [self._elementwise("rotary", phase, 2 * self.tokens * w / 3) for w in widths]
         return OpCost("rotary", phase, sum(c.seconds for c in calls), calls[0].provenance + ";rope-as-fused-elementwise",
                       0.0, "memory", 2)  # fmt: skip
 

@@ -259,7 +259,7 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"{sc} operator(s) (GQA/SwiGLU/MoE/vocabulary shapes) are scaled from a benchmarked sister operator")  # fmt: skip
     tr: dict[str, int] = {}
     for k, n in kern.items():
-        if ";transferred-from:" in k:
+        if ";transferred-from:" in k and ";bench-as:" not in k:  # a sibling's bench sample: its own note
             src = k.split(";transferred-from:", 1)[1].split(";", 1)[0]
             tr[src] = tr.get(src, 0) + n
     bench: dict[tuple[str, str], int] = {}  # (sample, the sibling that measured it or "")
@@ -294,7 +294,7 @@ def _warnings(r: LLMPrediction) -> list[str]:
         # the census counts the dropout HF's modules ran when it was taken: GPT-2's resid/embd
         # dropout (its config's 0.1), none in LLaMA's; --hidden-dropout does not change it
         census_p = 0.1 if family_of(r.model) == "gpt2" else 0.0
-        if (r.plan.hidden_dropout > 0) != (census_p > 0):
+        if r.plan.hidden_dropout > 0 and r.plan.hidden_dropout != census_p:
             out.append(f"--hidden-dropout {r.plan.hidden_dropout:g} is not applied with --impl hf: the dropout passes are "
                        f"those of HuggingFace's {family_of(r.model)} modules as counted (dropout {census_p:g}), "
                        "builders/data/hf_eager_census.json")  # fmt: skip

@@ -253,12 +253,18 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
         )  # fmt: skip
 
 
-def _bad_utf8(data: bytes) -> int | None:
-    """The offset of the first byte that is not valid UTF-8, or None."""
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return int(e.start)
+def _bad_utf8(data: bytes, chunk: int = 1 << 20) -> int | None:
+    """The offset of the first byte that is not valid UTF-8, or None (decoded a chunk at a
+    time: a trace may be gigabytes)."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")()
+    for start in range(0, len(data), chunk):
+        pending = len(dec.getstate()[0])  # a sequence the last chunk cut, decoded with this one
+        try:
+            dec.decode(data[start : start + chunk], final=start + chunk >= len(data))
+        except UnicodeDecodeError as e:
+            return start - pending + int(e.start)
     return None
 
 

@@ -138,6 +138,8 @@ def check_objective(name: str, *, train_tokens: float | None, gpu_hour_price: fl
     for flag, value in (("--train-tokens", train_tokens), ("--gpu-hour-price", gpu_hour_price)):
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"{flag} must be a positive number, got {value:g}")
+    if name == "time-to-train" and train_tokens is None:
+        raise ConfigError("objective time-to-train needs --train-tokens")
 
 
 def objective_unit(name: str, *, train_tokens: float | None, gpu_hour_price: float | None) -> str:
