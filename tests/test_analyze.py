@@ -189,7 +189,23 @@ def test_export_kernel_samples_formats_and_modes(tmp_path):
 
     w = load_traces([DLRM_DIR]).workload
     n = export_kernel_samples(w, tmp_path / "k.jsonl")
-    assert n > 0 and len((tmp_path / "k.jsonl").read_text().splitlines()) == n
+    lines = (tmp_path / "k.jsonl").read_text().splitlines()
+    assert n > 0 and len(lines) == n
+    # plain JSON: null for what a kernel lacks, lists for shapes (CSV's "" and JSON text were kept)
+    rows = [json.loads(line) for line in lines]
+    assert all(isinstance(r["input_shapes"], list) and isinstance(r["input_dtypes"], list) for r in rows)
+    for col in ("bytes", "collective_bytes", "group_size", "grid", "block", "collective"):
+        assert all(r[col] is None or not isinstance(r[col], str) or col == "collective" for r in rows), col
+        assert "" not in {r[col] for r in rows}
+    assert any(r["collective"] for r in rows) and any(r["collective"] is None for r in rows)
+    # `trainsim fit` refuses the export with what it is, not as an unknown format
+    from trainsim.errors import TraceFormatError
+    from trainsim.kernels import read_kernel_dataset
+
+    export_kernel_samples(w, tmp_path / "k.csv")
+    for name in ("k.jsonl", "k.csv"):
+        with pytest.raises(TraceFormatError, match="analyze --export-kernels"):
+            read_kernel_dataset([tmp_path / name])
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "k.jsonl").stat().st_mode & 0o777 == 0o666 & ~umask

@@ -1,8 +1,12 @@
 """Export kernel samples from any trace, so traces users already have become calibration data.
 
 Each row is one measured kernel with its family, the launching op and its input shapes
-(from Kineto ``record_shapes`` or a linked execution trace) and launch geometry. Written as
-CSV (atomically) so pandas, spreadsheets and ``trainsim fit`` can read it without code.
+(from Kineto ``record_shapes`` or a linked execution trace) and launch geometry (``grid``: the
+kernel's blocks in all, ``block``: its threads per block). Written atomically as CSV (missing
+values empty, shapes as JSON text), JSON lines (missing values null, shapes as lists) or Parquet,
+so pandas and spreadsheets read it without code. ``trainsim fit`` does not: it fits operator
+measurements keyed by their inputs, as ``trainsim bench`` writes them, and says so when given
+one of these files.
 """
 
 from __future__ import annotations
@@ -72,7 +76,13 @@ def export_kernel_samples(w: Workload, path: str | Path) -> int:
         write_bytes_atomic(p, buf.getvalue().to_pybytes())
         return len(rows)
     if p.suffix.lower() == ".jsonl":
-        text = "".join(json.dumps(r) + "\n" for r in rows)
+        # plain JSON: missing values null, shapes and dtypes as lists (CSV keeps them as text)
+        def plain(r: dict[str, Any]) -> dict[str, Any]:
+            out = {c: None if r[c] == "" else r[c] for c in COLUMNS}
+            out["input_shapes"], out["input_dtypes"] = json.loads(r["input_shapes"]), json.loads(r["input_dtypes"])
+            return out
+
+        text = "".join(json.dumps(plain(r)) + "\n" for r in rows)
     else:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=COLUMNS)

@@ -302,6 +302,18 @@ def dataset_name(paths: list[Path]) -> str:
     return f"{p.parent.name}-{p.name}" if p.name == "operator" and p.parent.name else p.name
 
 
+def _is_kernel_export(path: Path) -> bool:
+    """Whether ``path`` starts like :func:`trainsim.analyze.samples.export_kernel_samples`'s CSV
+    or JSON lines."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            head = f.readline()
+    except OSError:
+        return False
+    return head.startswith("device,rank,family,kernel,op,") or ('"family"' in head and '"kernel"' in head
+                                                                and '"input_shapes"' in head)  # fmt: skip
+
+
 def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
                         ops: Iterable[str] | None = None) -> KernelDataset:  # fmt: skip
     """Read kernel measurements from files and folders into one dataset.
@@ -321,10 +333,12 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
             raise TraceFormatError(path, f"not UTF-8 text (byte {e.start})") from None
         if fmt is None:
             if explicit:
-                raise TraceFormatError(
-                    path,
-                    f"not a known kernel-measurement format ({', '.join(f.name for f in FORMATS)})",
-                )
+                what = f"not a known kernel-measurement format ({', '.join(f.name for f in FORMATS)})"
+                if _is_kernel_export(path):
+                    what = ("kernel samples that `trainsim analyze --export-kernels` wrote (one row per traced kernel, "
+                            "no operator inputs): `trainsim fit` reads operator measurements, as `trainsim bench` "
+                            "writes them (docs/kernels.md, Datasets)")  # fmt: skip
+                raise TraceFormatError(path, what)
             continue
         if keep is not None and fmt.name == "seed001-op":
             m = _SEED001_NAME.match(path.stem)
