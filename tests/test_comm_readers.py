@@ -139,3 +139,18 @@ def test_two_systems_are_not_pooled_into_one_dataset(shared_data, tmp_path):
     (tmp_path / "b" / "nccl_8.log").write_text(log.read_text().replace("A100-SXM4-40GB", "H100 80GB HBM3"))
     with pytest.raises(TraceFormatError, match=r"measured on .*H100.* but other inputs on A100-SXM4-40GB"):
         read_comm_dataset([log, tmp_path / "b" / "nccl_8.log"])
+
+
+def test_a_log_cut_at_a_row_boundary_is_refused_as_truncated(azure, tmp_path):
+    """A log that ends on a whole row before its header's maxBytes, without nccl-tests' summary,
+    is truncated: fitting it would carry 512 KiB of measurements to gigabytes (walkthrough)."""
+    lines = (azure / "nccl_8.log").read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.log"
+    cut.write_text("".join(lines[:30]))
+    with pytest.raises(TraceFormatError, match=r"before its header's maxBytes 1,073,741,824.*truncated"):
+        read_nccl_tests(cut, kind=C.ALL_REDUCE)
+    # the whole log, and one whose summary line alone was dropped, still read
+    assert read_nccl_tests(azure / "nccl_8.log").samples
+    whole = tmp_path / "no_summary.log"
+    whole.write_text("".join(x for x in lines if "Avg bus bandwidth" not in x))
+    assert len(read_nccl_tests(whole).samples) == len(read_nccl_tests(azure / "nccl_8.log").samples)

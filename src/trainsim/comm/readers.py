@@ -71,6 +71,7 @@ class FileRead:
 # MPI output tags; interleaved output can splice one into the middle of a line.
 _PREFIX = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:|^\d+: ")
 _RANK = re.compile(r"#\s+Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+_MAX_BYTES = re.compile(r"\bmaxBytes\s+(\d+)")
 _NGPUS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _STARTING = re.compile(r"Collective test starting:\s*(\S+)")
 
@@ -102,6 +103,7 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
     per_proc = 1
     columns: list[str] = []
     rows: list[tuple[int, list[str]]] = []
+    max_bytes, summary = None, False  # the header's maxBytes; the "# Avg bus bandwidth" footer
     with path.open(encoding="utf-8", errors="replace") as fh:
         for lineno, raw in enumerate(fh, 1):
             line = _PREFIX.sub("", raw.rstrip("\r\n"))
@@ -109,6 +111,10 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
             if not s:
                 continue
             if s.startswith("#"):
+                if m := _MAX_BYTES.search(s):
+                    max_bytes = int(m.group(1))
+                if s.startswith("# Avg bus bandwidth"):
+                    summary = True
                 if m := _NGPUS.search(s):
                     per_proc = int(m.group(1)) * int(m.group(2))
                 elif m := _RANK.match(s):
@@ -129,6 +135,11 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
             path,
             "no nccl-tests result rows found (expected lines of size, count, type, ... time, algbw, busbw)",
         )
+    largest = max((int(tok[0]) for _, tok in rows if tok[0].isdigit()), default=0)
+    if not summary and max_bytes is not None and largest < max_bytes:
+        raise TraceFormatError(path, f"the log ends at {largest:,} bytes, before its header's maxBytes {max_bytes:,}, "
+                                     "and has no '# Avg bus bandwidth' summary: truncated (re-run, or trim the header's "
+                                     "maxBytes to what was measured)")  # fmt: skip
     nranks = len(ranks) or per_proc
     nodes = len(set(ranks.values())) or 1
     if nranks % nodes:
