@@ -159,6 +159,10 @@ def replay(
         stderr.print(
             "[yellow]warning:[/] a sampled trace (a fraction of its events recorded): the step is incomplete"
         )
+    if (doc.get("collectives_matched") or {}).get("peers_missing"):
+        # as `analyze` notes it; the simulator lets an absent peer arrive on time (docs/simulator.md)
+        stderr.print("note: some collective peers are not among the input traces: they are taken to arrive on "
+                     "time, so waits for them are not predicted")  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
         return
