@@ -205,7 +205,8 @@ def guess_device(ds: KernelDataset) -> DeviceSpec:
     dev = find_device(ds.device) if ds.device else None
     if dev is None:
         raise ModelError(
-            f"dataset {ds.name}: device {ds.device!r} is not in the hardware catalog; pass the device (name or YAML)"
+            f"dataset {ds.name}: device {ds.device!r} is not in the hardware catalog; pass --device (a catalog name, "
+            "or the <dataset>.device.yaml that `trainsim bench roofline --dataset <dataset>` measures on this machine)"
         )
     return dev
 
