@@ -57,7 +57,7 @@ def replay(
     system: str | None = typer.Option(None, "--system", help="--kernels model: catalog system (name or YAML) whose collective models answer; default: the only catalog system of the trace's device."),
     straggler: str | None = typer.Option(None, "--straggler", help="What-if: RANK:FACTOR, e.g. 3:1.5 (rank 3's kernels 1.5× slower)."),
     network: float | None = typer.Option(None, "--network-speedup", help="What-if: collectives this many times faster (0.5: twice slower)."),
-    family: str | None = typer.Option(None, "--scale-family", help="What-if: FAMILY:FACTOR, e.g. gemm:0.5 (GEMMs twice as fast)."),
+    family: str | None = typer.Option(None, "--scale-family", help="What-if: FAMILY:FACTOR, e.g. gemm:0.5 (GEMMs twice as fast). One kernel family (gemm, conv, attention, norm, elementwise, nccl_all_reduce, ...: the IR's KernelFamily); analyze's GEMM column groups gemm, conv and attention, so scale each."),
     batch: int | None = typer.Option(None, "--batch", help="What-if: the step at this per-rank batch size (002 §4.5.1.1 resize: shapes rescaled, kernels re-timed by kernel models)."),
     old_batch: int | None = typer.Option(None, "--old-batch", help="--batch: the traced batch size (default: the capture.json beside the trace)."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="What-if: the step at this sequence length (resize along the sequence: shapes rescaled, kernels re-timed, attention by its s² work)."),
