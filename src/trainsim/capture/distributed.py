@@ -116,7 +116,7 @@ def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:
         if left <= 0:
             raise CaptureError(
                 f"capture of {spec.model!r} on {spec.nproc} ranks timed out after "
-                f"{spec.timeout_s:.0f} s; rank 0 log tail:\n{_log_tail(work, 0)}"
+                f"{spec.timeout_s:g} s; rank 0 log tail:\n{_log_tail(work, 0)}"
             )
         for sentinel in wait(list(running), timeout=left):
             rank = running.pop(sentinel)
