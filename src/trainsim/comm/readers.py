@@ -431,7 +431,9 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
             if explicit and fmt is None:
                 raise TraceFormatError(
                     path,
-                    f"not a known collective-benchmark format ({', '.join(f.name for f in FORMATS)})",
+                    "not a known collective-benchmark format: trainsim-bench JSON lines (`trainsim bench comm`), "
+                    f"paper 001's CSV (header {','.join(_SEED001_HEADER)}), vTrain's LUT "
+                    "(size(B),count,type,time(ns),...) or an nccl-tests log",
                 )
             continue
         try:
