@@ -146,3 +146,15 @@ def test_unknown_file_named_explicitly_is_an_error(tmp_path):
     p.write_text("a,b\n1,2\n")
     with pytest.raises(TraceFormatError, match="not a known kernel-measurement format"):
         read_kernel_dataset([p])
+
+
+def test_a_renamed_duration_column_is_named_in_the_header(tmp_path):
+    """A paper-001 operator CSV whose F_dur(us) was renamed: the error names the header column
+    (it named a data line and called the column an input)."""
+    from trainsim.errors import TraceFormatError
+    from trainsim.kernels import read_kernel_dataset
+
+    p = tmp_path / "NVIDIAA100-SXM4-80GB_gelu_fp16.csv"
+    p.write_text("mp,b,l,dim,Fdur,B_dur(us)\n1,2,1024,2048,10.0,20.0\n")
+    with pytest.raises(TraceFormatError, match=r"line 1: header column\(s\) 'Fdur' are neither inputs of gelu"):
+        read_kernel_dataset([p])

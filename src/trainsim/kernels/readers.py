@@ -133,6 +133,15 @@ def read_seed001_operator(path: Path) -> FileRead:
         header = [h.strip() for h in next(reader, [])]
         phases = {i: _PHASE_COLUMNS[h] for i, h in enumerate(header) if h in _PHASE_COLUMNS}
         inputs = {i: h for i, h in enumerate(header) if i not in phases}
+        try:
+            known = set(op_spec(op).inputs)
+        except ModelError:
+            known = None  # _sample names the unknown operator
+        stray = [h for h in inputs.values() if known is not None and h not in known]
+        if stray:  # a renamed duration column would otherwise be named as an input on line 2
+            raise TraceFormatError(path, f"line 1: header column(s) {', '.join(map(repr, stray))} are neither inputs of "
+                                         f"{op} ({', '.join(sorted(known or ()))}) nor durations "
+                                         f"({', '.join(_PHASE_COLUMNS)})")  # fmt: skip
         for lineno, row in enumerate(reader, 2):
             if not row or not "".join(row).strip():
                 continue
