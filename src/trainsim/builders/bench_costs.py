@@ -51,8 +51,9 @@ threshold, growing with the work beyond it, and at the shape's own efficiency (h
 variant), not another shape's. Sizes beyond the sweep shrink first, towards the entry's largest
 measured value (since 2026-12-01): an attention of 32k tokens is asked at the sample's longest
 sequence and fewer heads, not at one or two heads and 32k tokens, where the trees are flat and
-its efficiency had fallen to 0.8x that of 16k tokens (context parallelism came out superlinear). The resize what-if on a GPU capture carries the same way
-(:class:`CarriedTimer`, :func:`carried_time`).
+its efficiency had fallen to 0.8x that of 16k tokens (context parallelism came out superlinear).
+The resize what-if on a GPU capture carries the same way (:class:`CarriedTimer`,
+:func:`carried_time`).
 
 Not answered (the caller's next source answers): operators without a bench counterpart (RoPE,
 fill-mask) and 001's optimizer operator, which times Megatron's FusedAdam (one fused pass) where
@@ -149,7 +150,7 @@ class BenchCalibration:
     def work_threshold(self, op: str, phase: str, dtype: str) -> float | None:
         """Roofline seconds of the entry's fifth largest measured call (at the measured device's
         peaks), or None when the sample has no such entry."""
-        shipped = _shipped_thresholds(self.sample)
+        shipped = _shipped_figures(self.sample, "thresholds")
         if shipped is not None:
             return shipped.get(f"{op}/{phase}/{dtype}")
         return _threshold(self.sample, self.device, op, phase, dtype)
@@ -157,10 +158,9 @@ class BenchCalibration:
     def efficiency_cap(self, op: str, phase: str, dtype: str) -> float | None:
         """The best efficiency (roofline time over measured time) of the entry's DRAM-bound
         calls (:func:`_efficiency_cap`), or None: memory-bound entries only."""
-        shipped = _shipped_doc(self.sample)
-        if shipped is not None and isinstance(shipped.get("efficiency_caps"), dict):
-            v = shipped["efficiency_caps"].get(f"{op}/{phase}/{dtype}")
-            return None if v is None else float(v)
+        shipped = _shipped_figures(self.sample, "efficiency_caps")
+        if shipped is not None:
+            return shipped.get(f"{op}/{phase}/{dtype}")
         return _efficiency_cap(self.sample, self.device, op, phase, dtype)
 
     def measured_range(self, op: str, phase: str, dtype: str) -> dict[str, tuple[float, float]]:
@@ -202,10 +202,11 @@ def _shipped_doc(sample: str) -> dict[str, Any] | None:
 
 
 @cache
-def _shipped_thresholds(sample: str) -> dict[str, float] | None:
-    """The thresholds shipped beside the sample, or None (:func:`_shipped_doc`)."""
+def _shipped_figures(sample: str, section: str) -> dict[str, float] | None:
+    """One section of the figures shipped beside the sample (``thresholds``,
+    ``efficiency_caps``), or None (:func:`_shipped_doc`)."""
     doc = _shipped_doc(sample)
-    values = doc.get("thresholds") if doc is not None else None
+    values = doc.get(section) if doc is not None else None
     return {str(k): float(v) for k, v in values.items()} if isinstance(values, dict) else None
 
 
@@ -258,7 +259,9 @@ def _dataset(sample: str) -> Any:
 
 
 @cache
-def _threshold(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str) -> float | None:
+def _entry_rows(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str) -> tuple[Any, Any] | None:
+    """The entry's measured calls as (roofline seconds at ``device``'s peaks, measured seconds),
+    or None when the sample has no such entry."""
     import numpy as np
 
     from trainsim.kernels import query
@@ -268,9 +271,19 @@ def _threshold(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str)
     ds, key = _dataset(sample), EntryKey.parse(f"{op}/{phase}/{dtype}")
     if key not in ds.entry_keys():
         return None
-    x, _, _ = ds.arrays(key)
+    x, y, _ = ds.arrays(key)
     roof, _ = RooflineModel(device).predict_many(query(op, phase=phase, dtype=dtype), x)
-    return float(np.sort(roof)[-min(_TOP, len(roof))])
+    return np.asarray(roof, dtype=float), np.asarray(y, dtype=float)
+
+
+@cache
+def _threshold(sample: str, device: DeviceSpec, op: str, phase: str, dtype: str) -> float | None:
+    import numpy as np
+
+    rows = _entry_rows(sample, device, op, phase, dtype)
+    if rows is None:
+        return None
+    return float(np.sort(rows[0])[-min(_TOP, len(rows[0]))])
 
 
 # memory-bound bench operators: their answers are capped at the best measured DRAM efficiency
@@ -294,21 +307,12 @@ def _efficiency_cap(sample: str, device: DeviceSpec, op: str, phase: str, dtype:
     2.7 TB/s and the datasheet peak is 3.35)."""
     import numpy as np
 
-    from trainsim.kernels import query
-    from trainsim.kernels.roofline import RooflineModel
-    from trainsim.kernels.samples import EntryKey
-
-    if op not in _MEMORY_BOUND:
+    rows = _entry_rows(sample, device, op, phase, dtype) if op in _MEMORY_BOUND else None
+    if rows is None:
         return None
-    ds, key = _dataset(sample), EntryKey.parse(f"{op}/{phase}/{dtype}")
-    if key not in ds.entry_keys():
-        return None
-    x, y, _ = ds.arrays(key)
-    roof, _ = RooflineModel(device).predict_many(query(op, phase=phase, dtype=dtype), x)
+    roof, measured = rows
     big = roof > _dram_roof_s(device)
-    if not big.any():
-        return None
-    return float(np.max(roof[big] / np.asarray(y, dtype=float)[big]))
+    return float(np.max(roof[big] / measured[big])) if big.any() else None
 
 
 # the inputs a call's work grows with, in the order the carry beyond the measured work shrinks
