@@ -6,9 +6,9 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
-from dataclasses import replace
 
 from trainsim.builders.bench_costs import bench_calibration, translate
 from trainsim.builders.costs import LayerCoster, OpCoster
@@ -321,7 +321,11 @@ def test_h100_answers_grow_with_the_work_past_the_measured_calls(op, phase, fixe
 def test_shipped_work_thresholds_match_the_sample():
     """The thresholds shipped beside the H100 sample (so a process need not parse its 22.7k rows)
     are what the rows give; regenerate with ``python -m trainsim.builders.bench_costs SAMPLE``."""
-    from trainsim.builders.bench_costs import _shipped_figures, compute_efficiency_caps, compute_thresholds
+    from trainsim.builders.bench_costs import (
+        _shipped_figures,
+        compute_efficiency_caps,
+        compute_thresholds,
+    )
 
     cal = bench_calibration(get_device("h100-sxm5-80gb"))
     assert cal is not None
@@ -356,7 +360,7 @@ def test_a_dram_bound_call_is_no_faster_than_the_best_measured_one_of_its_size()
     big = nbytes / 1e9 / cal.device.memory_bandwidth_GBps > _dram_roof_s(cal.device)
     assert big and nbytes / s <= cal.device.memory_bandwidth_GBps * 1e9 * cal.efficiency_cap("RMSlayernorm", "fwd", "bf16") * (1 + 1e-9)
     assert nbytes / s < 2.7e12  # as fast as the fastest measured call of that size, no faster
-    small, sprov = coster.time("RMSlayernorm", "fwd", "bf16", b=1.0, l=1024.0, dim=4096.0)  # 17 MB: L2-resident
+    _, sprov = coster.time("RMSlayernorm", "fwd", "bf16", b=1.0, l=1024.0, dim=4096.0)  # 17 MB: L2-resident
     assert ";at-best-measured-bandwidth" not in sprov
     assert cal.efficiency_cap("gemm", "fwd", "bf16") is None
 
@@ -516,11 +520,11 @@ def test_beyond_the_sweep_sizes_shrink_into_it_first_so_attention_keeps_its_effi
     coster = OpCoster(get_device("h100-sxm5-80gb"))
     for phase in ("fwd", "bwd"):
         eff = []
-        for l in (16384.0, 32768.0, 65536.0, 131072.0):
+        for seq in (16384.0, 32768.0, 65536.0, 131072.0):
             s, prov = coster.time("flash_atten", phase, "bf16", bench={"head_dim": 128.0}, mp=1.0, b=1.0, h=32.0,
-                                  l=l, dim=4096.0)  # fmt: skip
+                                  l=seq, dim=4096.0)  # fmt: skip
             assert ";beyond-measured-work" in prov and ";extrapolated" not in prov
-            eff.append(l * l / s)
+            eff.append(seq * seq / s)
         assert all(b >= a * 0.99 for a, b in itertools.pairwise(eff)), (phase, eff)
     times = [predict_llm("llama3-8b", Plan(tp=1, pp=1, dp=1, cp=cp, micro_batch=1, global_batch=1, seq_len=131072),
                          "dgx-h100").iteration_time_s for cp in (2, 4, 8, 16)]  # fmt: skip

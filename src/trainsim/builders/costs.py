@@ -100,7 +100,8 @@ class OpCoster:
         self.bench_device: DeviceSpec | None = None
         self._bench_note = ""
         if bench:
-            cal, source = bench_calibration(self.device), self.device
+            source: DeviceSpec | None = self.device
+            cal = bench_calibration(self.device)
             if cal is None and not _has_own_models(self.device):  # GH200 keeps its 001 data alone
                 cal, source = _sibling_bench(self.device)
                 if cal is not None and source is not None:
@@ -574,7 +575,6 @@ class LayerCoster:
         HBM speed on the A100, 31 % of a LLaMA-2 7B layer on an H100 that borrowed them), which
         ``impl="neox"`` keeps."""
         m, t = self.model, self.t
-        a = 4 if self.dtype == "fp32" else 2
         # one rank's q and k (Megatron replicates KV heads when tp exceeds their count), each
         # read and written: an add of n elements moves 3n, so each pass is an add of 2/3 its size
         widths = (m.q_width / t, m.kv_width_tp(t))

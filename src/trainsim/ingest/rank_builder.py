@@ -266,7 +266,7 @@ class RankBuilder:
                 if rt.name in _SYNC_CALLS:
                     sync_calls.append((rt, len(kernels)))
             for work in d.async_work:
-                k = self._gloo_kernel(next_kernel_id, work, d)
+                k = self._gloo_kernel(next_kernel_id, work, d, window.end)
                 next_kernel_id += 1
                 kernels.append(k)
                 launches[k.stream].append((d.start, k.id))
@@ -351,9 +351,18 @@ class RankBuilder:
             features=features, collective=collective, provenance="measured",
         )  # fmt: skip
 
-    def _gloo_kernel(self, kid: int, work: Event, d: _OpDraft) -> Kernel:
+    def _gloo_kernel(self, kid: int, work: Event, d: _OpDraft, window_end: float) -> Kernel:
         """A gloo collective: the c10d op on the main thread enqueues it, a gloo worker thread
-        runs it (the ``gloo:<collective>`` annotation). The worker thread acts as its stream."""
+        runs it (the ``gloo:<collective>`` annotation). The worker thread acts as its stream.
+
+        A worker's record that ends after the step window is cut at the window's end: the
+        main thread had the collective's result before it left the step (it waits for the
+        buckets before the optimizer step), and on a loaded host a worker closes its record
+        milliseconds after it signalled completion (seen here: 3-9 ms, about 1 capture in 6).
+        Uncut, that tail would reach a replayed step through the collective's end."""
+        ts, dur = float(work.ts), float(work.dur)  # type: ignore[arg-type]
+        if ts < window_end < ts + dur:
+            dur = window_end - ts
         kind = coll.kind_from_name(work.name) or CollectiveKind.ALL_REDUCE
         nbytes, dtype = coll.first_tensor_bytes(work.args)
         collective = Collective(
@@ -362,7 +371,7 @@ class RankBuilder:
         )  # fmt: skip
         return Kernel(
             id=kid, name=work.name, family=kind.family, stream=_tid_int(work.tid),
-            start_s=self.s(float(work.ts)), duration_s=work.dur * self.scale,  # type: ignore[arg-type]
+            start_s=self.s(ts), duration_s=dur * self.scale,
             launch_start_s=self.s(d.start), launch_duration_s=d.dur * self.scale,
             features={"backend": "gloo"}, collective=collective, provenance="measured",
         )  # fmt: skip

@@ -459,7 +459,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
                                     gpu_hour_price=gpu_hour_price),
             "provenance": r.provenance,
         })  # fmt: skip
-    ranked.sort(key=lambda d: d["objective"])
+    ranked.sort(key=lambda d: float(d["objective"]))  # type: ignore[arg-type]
     t3 = time.perf_counter()
     return {
         "model": model.name, "system": sys_spec.name, "gpus": space.gpus, "global_batch": space.global_batch,
