@@ -41,8 +41,9 @@ def test_sampling_is_deterministic_prefix_stable_and_spread():
 def test_stage_spec_validates_and_round_trips():
     s = TINY[1][1]
     assert StageSpec.from_dict(s.to_dict()) == s
-    with pytest.raises(ConfigError):
-        StageSpec("gpt", hidden=64, heads=3, seq=16, micro_batch=1, layers=1)
+    with pytest.raises(ConfigError, match=r"divide heads: gpt layers 0-0, hidden 64, 3 heads, seq 16, micro-batch 1$"):
+        StageSpec("gpt", hidden=64, heads=3, seq=16, micro_batch=1, layers=1)  # one line, no repr
+    assert str(TINY[3][1]) == "gpt layers 0-1, hidden 64, 2 heads, seq 16, micro-batch 1, shard 1/2, + head"
     with pytest.raises(ConfigError):
         StageSpec(
             "moe", hidden=64, heads=2, seq=16, micro_batch=1, layers=2, experts=1, group_size=16

@@ -89,6 +89,18 @@ class StageSpec:
             if self.group_size <= 0 or tokens % self.group_size:
                 raise ConfigError(f"group_size must divide micro_batch * seq: {self}")
 
+    def __str__(self) -> str:
+        """A one-line description for messages (the repr lists every field)."""
+        parts = [f"{self.family} layers {self.first_layer}-{self.first_layer + self.layers - 1}"
+                 if self.layers else f"{self.family} (no layers)",
+                 f"hidden {self.hidden}, {self.heads} heads, seq {self.seq}, micro-batch {self.micro_batch}"]  # fmt: skip
+        if self.shard > 1:
+            parts.append(f"shard 1/{self.shard}")
+        if self.family == "moe":
+            parts.append(f"{self.experts} experts, groups of {self.group_size}")
+        parts += [w for w, on in (("+ embedding", self.embed), ("+ head", self.head)) if on]
+        return ", ".join(parts)
+
     @property
     def moe_layers(self) -> int:
         if self.family != "moe":
