@@ -84,6 +84,19 @@ def test_hw_list_and_show():
     assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
 
 
+def test_hw_show_names_what_an_incomplete_file_lacks_as_what_it_is(tmp_path):
+    """Walkthrough finding: a system file without tiers was reported as a device missing
+    vendor, architecture, memory_GB, ..."""
+    sys_file = tmp_path / "cluster.yaml"
+    sys_file.write_text("schema_version: 1\nname: c\ndevice: a100-sxm4-80gb\ngpus_per_node: 8\n")
+    p = _cli("hw", "show", str(sys_file))
+    assert p.returncode == 1 and "tiers" in p.stderr and "vendor" not in p.stderr
+    dev_file = tmp_path / "gpu.yaml"
+    dev_file.write_text("schema_version: 1\nname: g\nvendor: nvidia\n")
+    p = _cli("hw", "show", str(dev_file))
+    assert p.returncode == 1 and "memory_GB" in p.stderr and "tiers" not in p.stderr
+
+
 def test_outputs_never_overwrite_inputs(shared_data, tmp_path):
     """Review finding: `fit-comm my.log -o my.log` replaced the measured log with the model, and
     `replay DIR --timeline DIR/trace.json.gz` / `analyze DIR --save-workload DIR/et.json.gz`

@@ -186,6 +186,21 @@ def _opt(x: float | None) -> str:
     return "—" if x is None else f"{x:g}"
 
 
+
+_SYSTEM_KEYS = frozenset({"tiers", "gpus_per_node", "device", "max_nodes"})
+
+
+def _looks_like_system(path: Path) -> bool:
+    """A hardware file that names a system's fields (tiers, GPUs per node, its device) is a
+    system; anything else is read as a device (safe YAML: no code runs)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+    except yaml.YAMLError:
+        return False
+    return isinstance(doc, dict) and bool(_SYSTEM_KEYS & set(map(str, doc)))
+
 @hw_app.command("show")
 def hw_show(
     name: str = typer.Argument(..., help="Device or system name, alias, or YAML path."),
@@ -202,8 +217,8 @@ def hw_show(
         try:
             spec = get_device(name)
         except ConfigError as dev_err:
-            if Path(name).is_file():  # a file: the error of what it looks like (a system has tiers)
-                raise (sys_err if "tiers" in Path(name).read_text(errors="replace") else dev_err) from None
+            if Path(name).is_file():  # a file: the error of what it looks like
+                raise (sys_err if _looks_like_system(Path(name)) else dev_err) from None
             if Path(name).suffix.lower() in (".yaml", ".yml"):
                 raise sys_err from None  # a missing file or a folder: its own one-line error
             raise ConfigError(f"{sys_err} — and no device of that name either") from None
