@@ -1167,9 +1167,36 @@ def test_a_dtype_without_tensor_cores_is_warned(tmp_path: Path) -> None:
     )
     bf16 = predict_llm("gpt2", Plan(dtype="bf16"), str(yaml_path))
     fp16 = predict_llm("gpt2", Plan(dtype="fp16"), str(yaml_path))
-    assert any("has no bf16 tensor cores" in w for w in bf16.warnings)
+    assert any("has no bf16 tensor cores" in w and "fp16 is what this GPU trains in" in w for w in bf16.warnings)
     assert not any("tensor cores" in w for w in fp16.warnings)
     assert bf16.iteration_time_s > fp16.iteration_time_s
+
+
+def test_plan_and_config_features_that_are_not_modelled_are_said(tmp_path: Path) -> None:
+    """Walkthrough findings: a Mistral config's sliding window was ignored without a word (32k
+    tokens priced as full attention), ``--schedule interleaved`` with vpp 1 silently ran 1F1B,
+    and a catalog model's long default sequence was put down to a HuggingFace config."""
+    cfg = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 32000,
+           "max_position_embeddings": 32768, "sliding_window": 4096, "hidden_act": "silu"}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    plan = Plan(tp=8, dp=1, global_batch=1, seq_len=32768)
+    windowed = predict_llm(str(path), plan, "dgx-a100")
+    (note,) = [w for w in windowed.warnings if "sliding window" in w]
+    assert "4,096 tokens" in note and "all 32,768 tokens" in note and "23%" in note  # 2w - w², w = 1/8
+    path.write_text(json.dumps({**cfg, "sliding_window": None}))
+    full = predict_llm(str(path), plan, "dgx-a100")
+    assert not [w for w in full.warnings if "sliding window" in w]
+    assert full.iteration_time_s == windowed.iteration_time_s  # not modelled: the note is the difference
+    short = predict_llm(str(path), replace(plan, seq_len=4096), "dgx-a100")
+    assert not [w for w in short.warnings if "sliding window" in w]
+    inter = _predict(Plan(tp=2, pp=2, dp=2, global_batch=16, schedule="interleaved", vpp=1))
+    assert any("is the 1F1B schedule" in w for w in inter.warnings)
+    assert not any("1F1B" in w for w in _predict(Plan(tp=2, pp=2, dp=2, global_batch=16, schedule="interleaved", vpp=2)).warnings)
+    long = predict_llm("mixtral-8x22b", Plan(tp=8, ep=8, dp=8, global_batch=64), "dgx-h100")
+    (seq,) = [w for w in long.warnings if "default" in w]
+    assert "(the catalog's)" in seq and "HuggingFace" not in seq
 
 
 # --- gradient accumulation ----------------------------------------------------------------------

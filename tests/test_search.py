@@ -57,6 +57,17 @@ def test_interleaving_without_pipeline_stages_is_no_plan_of_its_own():
     assert {p.schedule for p in staged} == {"1f1b", "gpipe", "interleaved"}
 
 
+def test_one_chunk_per_stage_is_the_1f1b_plan_not_a_second_one():
+    """Walkthrough finding: ``--vpp 1`` listed every 1F1B plan twice (the same time), the
+    interleaved copy with interleaving's micro-batch restriction; interleaved alone keeps it."""
+    model = get_model("llama2-7b")
+    space = replace(SMALL, pp=(2,), schedule=("1f1b", "interleaved"), vpp=(1, 2))
+    plans = [p for p, _ in space.plans(model, 8) if p is not None]
+    assert {(p.schedule, p.vpp) for p in plans} == {("1f1b", 1), ("interleaved", 2)}
+    alone = [p for p, _ in replace(space, schedule=("interleaved",)).plans(model, 8) if p is not None]
+    assert {p.vpp for p in alone} == {1, 2}
+
+
 def test_dist_optimizer_applies_to_the_zero1_plans():
     space = replace(SMALL, zero=(0, 1, 2), dist_optimizer=True)
     valid = [p for p, _ in space.plans(get_model("llama2-7b"), 8) if p is not None]

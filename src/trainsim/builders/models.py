@@ -20,7 +20,9 @@ true when every linear layer has a bias, and ``qkv_bias`` for Qwen2's biases on 
 other partial biases are dropped: a LLaMA config with only one of ``attention_bias``/``mlp_bias``,
 a GPT-NeoX config with ``attention_bias`` false (its MLP biases). Ignored because they change
 neither shapes nor parameter counts:
-GPT-NeoX's parallel residual and partial rotary, sliding windows, RoPE scaling.
+GPT-NeoX's parallel residual and partial rotary, RoPE scaling; a sliding window is kept
+(``ModelSpec.sliding_window``) only so that ``predict`` can say attention is costed over the
+whole sequence, not the window.
 """
 
 from __future__ import annotations
@@ -414,6 +416,9 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
         kw["kv_heads"] = 0
     if kw.get("head_dim") and hidden % heads == 0 and kw["head_dim"] == hidden // heads:
         kw["head_dim"] = 0
+    window = doc.get("sliding_window")
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0 and doc.get("use_sliding_window", True) is not False:
+        kw["sliding_window"] = window  # Qwen2 configs carry a window with use_sliding_window false
     name = doc.get("_name_or_path")
     if not isinstance(name, str) or not name:
         full = path.resolve()  # `../config.json` and `./config.json` are named by their folder too

@@ -284,8 +284,18 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"tensor parallelism (tp {r.plan.tp}) spans nodes of {r.system.gpus_per_node} GPUs: its "
                    "all-reduces cross the inter-node network in every layer")  # fmt: skip
     if r.plan.seq_len == 0 and r.model.seq_len > 16384:
-        out.append(f"the sequence length is {r.model.name}'s default, {r.model.seq_len:,} tokens (a HuggingFace "
-                   "config's max_position_embeddings); give --seq-len for the length you train at")  # fmt: skip
+        whose = "the catalog's" if r.model.source == "catalog" else "its config's max_position_embeddings"
+        out.append(f"the sequence length is {r.model.name}'s default, {r.model.seq_len:,} tokens ({whose}); "
+                   "give --seq-len for the length you train at")  # fmt: skip
+    seq = r.plan.seq(r.model)
+    if r.model.sliding_window and seq > r.model.sliding_window:
+        w = r.model.sliding_window / seq  # a window of W keys: N·W − W²/2 of the causal N²/2 scores
+        out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens) is not modelled: attention is "
+                   f"costed over all {seq:,} tokens, an over-estimate of its time (a windowed kernel does about "
+                   f"{2 * w - w * w:.0%} of the causal work)")  # fmt: skip
+    if r.plan.schedule == "interleaved" and r.plan.vpp == 1:
+        out.append("--schedule interleaved with --vpp 1 is the 1F1B schedule (one model chunk per stage); "
+                   "give --vpp 2 or more to interleave")  # fmt: skip
     if r.plan.zero >= 1 and r.plan.dp * r.plan.cp == 1:
         out.append(f"ZeRO-{r.plan.zero} has nothing to shard with dp × cp = 1: it changes nothing here")
     if r.plan.impl == "hf":
@@ -317,8 +327,10 @@ def _warnings(r: LLMPrediction) -> list[str]:
             f"some collectives on {r.system.name} are spec-based (link rates at 100 % efficiency): optimistic"
         )
     if r.device.peak_flops_per_s(r.plan.dtype) is None:
+        trains = next((d for d in ("bf16", "fp16") if d != r.plan.dtype and r.device.peak_flops_per_s(d)), None)
         out.append(f"{r.device.name} has no {r.plan.dtype} tensor cores: its matrix math is costed at the "
-                   "fp32 peak (frameworks emulate it or refuse; fp16 is what this GPU trains in)")  # fmt: skip
+                   "fp32 peak (frameworks emulate it or refuse"
+                   + (f"; {trains} is what this GPU trains in)" if trains else ")"))  # fmt: skip
     if not r.fits_in_memory:
         # a config's own path when it came from a file (what `search` takes too)
         name = r.model.name if _in_catalog(r.model) else (r.model.source if Path(r.model.source).is_file() else "MODEL")

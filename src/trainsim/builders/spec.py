@@ -53,6 +53,9 @@ class ModelSpec:
     moe_ffn_hidden: int = 0  # 0: ffn_hidden
     source: str = "catalog"  # "catalog", or the config.json path it was read from
     aliases: tuple[str, ...] = field(default=(), compare=False)
+    # a config's attention window (Mistral's sliding_window): recorded to say it is not
+    # modelled (attention is costed over the whole sequence); not part of the model's identity
+    sliding_window: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         for f in ("hidden", "layers", "heads", "vocab", "seq_len"):

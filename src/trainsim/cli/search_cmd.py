@@ -97,7 +97,7 @@ def search(
     check_objective(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # before any note
     if simulate_top < top_k and fmt is Format.TABLE:
         stderr.print(f"--simulate-top {simulate_top} is below --top-k {top_k}: the best {top_k} screened plans are "
-                     "simulated, so every reported plan is")  # fmt: skip
+                     "simulated, so every reported plan is simulated")  # fmt: skip
     if objective == "cost" and (train_tokens is None or gpu_hour_price is None) and fmt is Format.TABLE:
         from trainsim.search.llm import objective_unit
 

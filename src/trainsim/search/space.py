@@ -68,7 +68,8 @@ class PlanSpace:
         """Every distinct combination: ``(plan, "")`` when structurally valid, else ``(None, message)``
         (count messages by :func:`reason_key`). Combinations that would repeat a plan are not
         yielded: sequence parallelism without TP, ZeRO stages above the smallest tried when
-        dp×cp is 1 (nothing to shard over), and the interleaved schedule without pipeline stages."""
+        dp×cp is 1 (nothing to shard over), and the interleaved schedule without pipeline stages
+        or with one chunk per stage (``vpp`` 1: the 1F1B plan, when 1F1B is in the space)."""
         d = self.dims(model, gpus_per_node)
         # without pipeline stages interleaving has nothing to interleave: with another schedule
         # in the list it is that plan (skipped), alone it is infeasible. GPipe stays its own
@@ -86,6 +87,8 @@ class PlanSpace:
             if self.gpus // base * int(cp) == 1 and zero != min(self.zero):  # type: ignore[call-overload]
                 continue  # ZeRO shards over dp×cp: with one rank every stage is the same plan
             vpps = self.vpp if sched == "interleaved" else (1,)
+            if sched == "interleaved" and "1f1b" in self.schedule:
+                vpps = tuple(v for v in vpps if v != 1)  # one chunk per stage is the 1F1B plan
             for v in vpps:
                 fields: dict[str, Any] = {
                     "tp": tp, "pp": pp, "dp": self.gpus // base, "cp": cp, "ep": ep, "sp": sp, "zero": zero,
