@@ -17,6 +17,7 @@ CPU_ONLY_NOTE = (
     "ops by CPU time; `trainsim replay TRACE --batch N` predicts a CPU capture at another batch "
     "(docs/capture.md)"
 )
+_CUT_TAIL_S, _CUT_TAIL_FRACTION = 1e-3, 0.10  # a window's op-free tail that says "cut trace"
 _GLOO_NOTE = ", gloo collectives ran on CPU threads (communication, streams marked host_thread)"
 
 
@@ -37,6 +38,11 @@ class Analysis:
                     f"rank {r.rank}: sampled or cut trace ({100 * cov:.1f} % of its events kept): "
                     "no step time, collectives not matched"
                 )
+            tail, win = r.metadata.get("window_tail_without_ops_s"), self._window_s(r.rank)
+            if tail and win and r.metadata.get("step_from_marker") and tail > max(_CUT_TAIL_S, _CUT_TAIL_FRACTION * win):
+                # complete traces leave ≤ 1 % of the window after the last op (8 shipped)
+                out.append(f"rank {r.rank}: no op in the last {tail * 1e3:.3g} ms ({100 * tail / win:.0f} %) of its "
+                           f"ProfilerStep window: the trace may be cut short; its step time counts only the events present")  # fmt: skip
             if r.metadata.get("step_anchor"):
                 out.append(f"rank {r.rank}: no ProfilerStep markers; iteration cut at {r.metadata['step_anchor']!r}")
         cpu = [r for r in self.workload.ranks if r.cpu_only]
@@ -47,6 +53,11 @@ class Analysis:
         if self.loaded.match.peers_missing:
             out.append("some collective peers are not among the input traces (single rank of a larger job)")
         return out
+
+    def _window_s(self, rank: int) -> float | None:
+        step = self.loaded.chosen.get(rank)
+        trace = self.loaded.traces.get(rank)
+        return (step.end - step.start) * trace.unit_to_s if step is not None and trace is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         w = self.workload

@@ -308,6 +308,10 @@ class RankBuilder:
                 "step_from_marker": window.from_marker, "step_anchor": window.anchor,
                 "sync_resolution": "cuda_sync events" if self.trace.sync else "launch order",
                 "runtime_calls": self.stats.runtime_calls,
+                # CPU window time after the rank's last op ends: large only in a cut trace
+                # (every event past some point dropped; the step marker kept), see Analysis
+                "window_tail_without_ops_s": max(0.0, window.end - max((d.start + d.dur for d in drafts),
+                                                                       default=window.start)) * self.scale,
             },
         )  # fmt: skip
 
