@@ -580,3 +580,18 @@ def test_screening_workers_exit_when_the_program_is_killed(tmp_path):
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(alive(p) for p in pids)
+
+
+def test_json_counts_are_integers():
+    """Walkthrough finding: search and predict JSON gave bytes and parameter counts as floats
+    (84810924032.0) beside ints of the same kind (memory_limit_bytes)."""
+    from trainsim.cli.output import _clean
+
+    r = predict_llm("llama2-7b", Plan(tp=2, pp=2, dp=4, micro_batch=2, global_batch=256), "dgx-a100")
+    doc = _clean(r.to_dict())
+    ints = [doc["memory_per_gpu_bytes"], doc["memory_capacity_bytes"], doc["memory_limit_bytes"],
+            *doc["memory_per_stage_bytes"], *(s["params"] for s in doc["stages"]), *doc["memory"].values()]  # fmt: skip
+    assert all(type(v) is int for v in ints)
+    assert doc["memory_per_gpu_bytes"] == round(r.peak_memory.total_bytes)
+    assert type(doc["iteration_time_s"]) is float and _clean({"x_bytes": float("nan")}) == {"x_bytes": None}
+

@@ -20,13 +20,18 @@ class Format(StrEnum):
     JSON = "json"
 
 
-def _clean(o: Any) -> Any:
+def _clean(o: Any, *, count: bool = False) -> Any:
+    """JSON-safe values: non-finite floats as null, and counts as integers — a value under a key
+    that ends in ``_bytes`` or is ``params`` (memory and parameter formulas compute them as
+    floats: 84810924032.0 beside an int of the same kind read as two types)."""
     if isinstance(o, float):
-        return o if math.isfinite(o) else None
+        if not math.isfinite(o):
+            return None
+        return round(o) if count else o
     if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
+        return {str(k): _clean(v, count=str(k).endswith("_bytes") or k == "params") for k, v in o.items()}
     if isinstance(o, list | tuple):
-        return [_clean(v) for v in o]
+        return [_clean(v, count=count) for v in o]
     return o
 
 
