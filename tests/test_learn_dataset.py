@@ -174,3 +174,15 @@ def test_a_folder_keeps_one_sampler(tmp_path):
     _check_provenance(tmp_path, prov(0))  # the same sampler resumes
     with pytest.raises(ConfigError, match="seed 0; this run asks for stratified-log-latency gpt seed 5"):
         _check_provenance(tmp_path, prov(5))
+
+
+def test_a_training_fraction_that_leaves_no_test_stage_is_refused_up_front():
+    """Walkthrough finding: --fraction 0.9 passed the range check ``(0, 0.9]`` and then always
+    failed (0.9 train + 0.1 validation leaves nothing to test)."""
+    from trainsim.learn.evaluate import split
+
+    with pytest.raises(ConfigError, match=r"must be in \(0, 0.9\): 0.1 validates and the rest tests; got 0.9"):
+        split(340, 0.9, seed=0)
+    tr, va, te = split(340, 0.89, seed=0)
+    assert len(te) and len(va) and len(tr) > 2
+

@@ -45,8 +45,9 @@ CASE_SCHEMA = "trainsim.predtop-case/1"
 
 def split(n: int, fraction: float, *, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(train, val, test) indices: val = first 10 % of a seeded permutation, train = next ``fraction``."""
-    if not 0.0 < fraction <= 1.0 - VAL_FRACTION:
-        raise ConfigError(f"training fraction must be in (0, {1 - VAL_FRACTION}], got {fraction}")
+    if not 0.0 < fraction < 1.0 - VAL_FRACTION:  # at 0.9 no stage is left to test on
+        raise ConfigError(f"training fraction must be in (0, {1 - VAL_FRACTION:g}): {VAL_FRACTION:g} validates "
+                          f"and the rest tests; got {fraction:g}")  # fmt: skip
     perm = np.random.default_rng([seed, 7]).permutation(n)
     n_val = max(1, round(VAL_FRACTION * n))
     n_train = max(2, round(fraction * n))
