@@ -128,3 +128,19 @@ def test_outputs_never_overwrite_inputs(shared_data, tmp_path):
     assert p.returncode == 0, p.stderr  # a new file beside an input file is fine
     p = _cli("replay", str(traces), "--timeline", str(traces / "other_timeline.json"))
     assert p.returncode == 1 and "take it for a trace" in p.stderr  # inside an input folder: not
+
+
+@pytest.mark.shared_data
+def test_fit_comm_refuses_a_kind_the_log_contradicts_and_names_curves(shared_data, tmp_path):
+    """Walkthrough findings: ``--kind all_gather`` on an all_reduce log was fitted as all_gather
+    (node efficiency 0.350 for 0.699); the table called the curve kind "family" (the JSON's
+    family is the collective) and printed nan; one node's log printed a cluster efficiency."""
+    log = shared_data / "comm" / "nccl_tests_allreduce_a100_40gb_azure" / "nccl_8.log"
+    p = _cli("fit-comm", str(log), "--kind", "all_gather")
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
+    assert "busbw/algbw is 1.75, not all_gather's 0.88 over 8 ranks" in p.stderr
+    p = _cli("fit-comm", str(log), "--kind", "all_reduce", "--holdout", "0")
+    assert p.returncode == 0, p.stderr
+    assert "curve" in p.stdout and "family" not in p.stdout and "nan" not in p.stdout
+    assert "cluster 1.000 (not measured: no multi-node case)" in " ".join(p.stdout.split())
+

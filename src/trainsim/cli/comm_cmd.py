@@ -81,7 +81,7 @@ def fit_comm_cmd(
     )
     if holdout == 0:
         log("--holdout 0: no sizes are held out, so there is no error to choose a curve family by; "
-            "each case takes the first family that fits (errors print as nan, and null in the artifact)")
+            "each case takes the first curve that fits (errors print as —, and null in the artifact)")
     result = fit_comm(ds, system=spec, holdout=holdout, seed=seed)
     if output is not None:
         save_model(result.model, output)
@@ -97,27 +97,32 @@ def fit_comm_cmd(
     for col in (
         "collective",
         "nodes×gpus",
-        "family",
+        "curve",
         "GMAE %",
         "MAPE %",
         "samples",
         "dropped",
-        "other families (GMAE %)",
+        "other curves (GMAE %)",
     ):
         t.add_column(
             col,
             justify="left"
-            if col in ("collective", "family", "other families (GMAE %)")
+            if col in ("collective", "curve", "other curves (GMAE %)")
             else "right",
         )
     for m in doc["models"]:
-        others = ", ".join(f"{f} {g:.1f}" for f, g in m["candidates"].items() if f != m["curve"])
+        others = ", ".join(f"{f} {'—' if g is None or math.isnan(g) else f'{g:.1f}'}"
+                           for f, g in m["candidates"].items() if f != m["curve"])
         t.add_row(m["collective"], f"{m['nodes']}×{m['gpus_per_node']}", m["curve"], _pct(m["gmae_pct"]), _pct(m["mape_pct"]),
                   str(m["samples"]), str(m["excluded_samples"]), others)  # fmt: skip
     _out().print(t)
     if doc["hierarchical"]:
         h = doc["hierarchical"]
-        _out().print(f"hierarchical: bandwidth efficiency node {h['eff_node']:.3f}, cluster {h['eff_cluster']:.3f}; "
+        if max(m["nodes"] for m in doc["models"]) > 1:
+            cluster = f"{h['eff_cluster']:.3f}"
+        else:  # one node measured: the inter-node efficiency is not fitted (its default stands)
+            cluster = f"{h['eff_cluster']:.3f} (not measured: no multi-node case)"
+        _out().print(f"hierarchical: bandwidth efficiency node {h['eff_node']:.3f}, cluster {cluster}; "
                      f"latency node {_us(h['latency_node_s'])}, cluster {_us(h['latency_cluster_s'])}")  # fmt: skip
 
 

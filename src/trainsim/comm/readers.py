@@ -97,7 +97,20 @@ def _ratio_kind(ratio: float, nranks: int, redop: str) -> C | None:
     return best
 
 
+def _bus_factor(kind: C, nranks: int) -> float | None:
+    """nccl-tests' busbw/algbw factor of ``kind`` over ``nranks`` (None: not one of its tests)."""
+    if kind is C.ALL_REDUCE:
+        return 2 * (nranks - 1) / nranks
+    if kind in (C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL):
+        return (nranks - 1) / nranks
+    if kind in (C.BROADCAST, C.REDUCE):
+        return 1.0
+    return None
+
+
 def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -> FileRead:
+    given = kind  # the caller's --kind, checked against what the log says of itself
+    first_ratio: float | None = None
     ranks: dict[int, str] = {}
     device = None
     per_proc = 1
@@ -169,9 +182,16 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
             raise TraceFormatError(
                 path, f"line {lineno}: non-positive time {oop} us or negative size"
             )
-        if kind is None and size >= 1 << 20:
-            kind = _ratio_kind(ratio, nranks, tok[i_redop].lower() if i_redop is not None else "")
+        if size >= 1 << 20 and first_ratio is None:
+            first_ratio = ratio
+            if kind is None:
+                kind = _ratio_kind(ratio, nranks, tok[i_redop].lower() if i_redop is not None else "")
         parsed.append((lineno, size, oop, ip))
+    want = _bus_factor(given, nranks) if given is not None and nranks > 1 else None
+    if want is not None and first_ratio and abs(first_ratio - want) > 0.1 * want:
+        raise TraceFormatError(path, f"--kind {given.value} contradicts the log: its busbw/algbw is {first_ratio:.2f}, "  # type: ignore[union-attr]
+                                     f"not {given.value}'s {want:.2f} over {nranks} ranks; drop --kind or give the "  # type: ignore[union-attr]
+                                     "collective it measured")  # fmt: skip
     if kind is None:
         raise TraceFormatError(path, "cannot tell which collective this log measured (no 'Collective test starting' line, "
                                "no collective in the file name, ambiguous bus-bandwidth factor); give the collective (--kind all_reduce, ...; kind= in Python)")  # fmt: skip
