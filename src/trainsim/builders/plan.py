@@ -180,6 +180,9 @@ class Plan:
         if self.pp < given + (0 if given == 2 else 1):
             raise ConfigError(f"plan: first/last stage layers need more pipeline stages than the ends they set, got pp {self.pp}")
         rest, others = model.layers - f - last, self.pp - given
+        if rest < 0:
+            raise ConfigError(f"plan: first/last stage layers ({f}, {last}) are more than {model.name}'s "
+                              f"{model.layers} layers")  # fmt: skip
         if rest < others or (others == 0 and rest) or (others and rest % others):
             raise ConfigError(
                 f"plan: first/last stage layers ({f}, {last}) leave {rest} of {model.name}'s {model.layers} layers "

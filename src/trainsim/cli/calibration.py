@@ -46,7 +46,7 @@ def _register(kernel_models: Sequence[Path] | None, comm_models: Sequence[Path] 
         for p, m in zip(kernel_models, kernel_registry.user_models(), strict=True):
             if m.device != device:
                 raise ConfigError(f"--kernel-models {p}: fitted on device {m.device}, but {system.name} "
-                                  f"has {device}; if the data were measured on a {device}, refit them with "
+                                  f"has {device}; if the data were measured on that device, refit them with "
                                   f"`trainsim fit … --device {device}`")  # fmt: skip
     if comm_models:
         os.environ[comm_registry.USER_MODELS_ENV] = _joined(comm_models)

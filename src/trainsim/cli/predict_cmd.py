@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,7 @@ def predict(
         from rich.console import Console
 
         Console().print(t)
+        sys.stdout.flush()  # the table before the notes (stderr) when both go to one terminal or file
         for w in r.warnings:
             stderr.print(f"[yellow]note:[/] {w}")
 

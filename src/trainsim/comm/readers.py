@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainsim.comm.samples import CaseKey, CommDataset, CommSample
-from trainsim.errors import TraceFormatError
+from trainsim.errors import ConfigError, TraceFormatError
 from trainsim.ir.kinds import CollectiveKind as C
 
 BENCH_SCHEMA = "trainsim.comm-bench/1"
@@ -431,7 +431,7 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
     (one rank) takes the collective of the other logs beside it.
     """
     if timing not in ("min", "out-of-place"):
-        raise TraceFormatError("timing", f"timing must be 'min' or 'out-of-place', got {timing!r}")
+        raise ConfigError(f"timing must be 'min' or 'out-of-place', got {timing!r}")
     plist = [Path(p) for p in paths]
     if not plist:
         raise TraceFormatError("(no paths)", "give at least one dataset file or folder")

@@ -54,6 +54,9 @@ def model_from_dict(doc: dict[str, Any]) -> CommModel:
 
 def load_model(path: Path | str) -> CommModel:
     p = Path(path)
+    if p.is_file() and p.read_bytes()[:4] == b"PK\x03\x04":  # an .npz (zip): kernel models
+        raise ConfigError(f"{p}: a zip archive (kernel models from trainsim fit are .npz), not a comm model "
+                          "(the JSON trainsim fit-comm writes)")  # fmt: skip
     try:
         doc = json.loads(read_utf8(p, "comm model"))
     except json.JSONDecodeError as e:
