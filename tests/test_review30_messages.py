@@ -35,3 +35,17 @@ def test_a_kernel_model_archive_given_as_comm_models_is_named(tmp_path: Path):
         z.writestr("manifest.json", "{}")
     with pytest.raises(ConfigError, match=r"a zip archive \(kernel models from trainsim fit are \.npz\), not a comm model"):
         load_model(npz)
+
+
+def test_scheduler_and_headroom_messages_do_not_contradict_themselves():
+    """``inproc://`` said "unknown scheme 'inproc'; expected ... inproc://…"; ``100%`` said
+    "expected ... a percentage (10%)"."""
+    from trainsim.builders.memory import headroom_bytes
+    from trainsim.search.llm import scheduler_address
+
+    with pytest.raises(ConfigError, match=r"an in-process address names its scheduler") as e:
+        scheduler_address("inproc://")
+    assert "unknown scheme" not in str(e.value)
+    with pytest.raises(ConfigError, match=r"a percentage must be at least 0 and below 100%$"):
+        headroom_bytes("100%", 80e9)
+    assert headroom_bytes("10%", 80e9) == 8_000_000_000

@@ -574,5 +574,7 @@ def headroom_bytes(text: str | float | None, capacity_bytes: float) -> int:
     except ValueError:
         raise ConfigError(f"--memory-headroom {raw!r}: {expected}") from None
     if not (math.isfinite(frac) and 0 <= frac < 1):
+        if s.endswith("%"):  # a percentage, out of range: say the range, not the forms
+            raise ConfigError(f"--memory-headroom {raw!r}: a percentage must be at least 0 and below 100%")
         raise ConfigError(f"--memory-headroom {raw!r}: {expected}")
     return math.ceil(frac * capacity_bytes)

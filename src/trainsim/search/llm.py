@@ -161,8 +161,11 @@ def scheduler_address(text: str) -> str:
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "tcp", text
-    if scheme == "inproc" and rest:  # in-process: inproc://IP/PID/N, no port
-        return text
+    if scheme == "inproc":  # in-process: inproc://IP/PID/N, no port
+        if rest:
+            return text
+        raise ConfigError(f"--scheduler {text!r}: an in-process address names its scheduler (inproc://IP/PID/N, "
+                          "as a LocalCluster(processes=False) in this process gives it)")  # fmt: skip
     host, colon, port = rest.rpartition(":")
     expect = "expected tcp://HOST:PORT (or tls, ucx, ucxx, ws, wss; inproc://…)"
     if scheme not in _DASK_SCHEMES:
