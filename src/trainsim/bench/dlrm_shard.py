@@ -135,21 +135,34 @@ class ShardMeasurement:
             k += n
         return out
 
-    def spread_pct(self) -> float:
+    def spread_pct(self) -> float | None:
         """Repeat-to-repeat spread, (max − min) / median of the repeat medians, in %, over the
-        repeats with clean steps (all repeats if none has one)."""
-        r, k, good = self.repeat_medians_s, 0, []
-        for med, n in zip(r, self.repeat_steps or [0] * len(r), strict=True):
-            if not self.clean or any(self.clean[k : k + n]):
-                good.append(med)
-            k += n
-        r = good or r
-        return 0.0 if len(r) < 2 else (max(r) - min(r)) / statistics.median(r) * 100
+        repeats with clean steps; None with fewer than 2 of them (see :func:`repeat_spread_pct`)."""
+        return repeat_spread_pct(self.repeat_medians_s, self.repeat_steps, self.clean)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         return {**d, "spread_pct": self.spread_pct(), "clean_fraction": self.clean_fraction(),
                 "contended_repeats": self.contended_repeats()}  # fmt: skip
+
+
+def repeat_spread_pct(
+    repeat_medians_s: Sequence[float], repeat_steps: Sequence[int], clean: Sequence[bool]
+) -> float | None:
+    """(max − min) / median of the medians of the repeats that have a clean step, in %.
+
+    None when fewer than 2 repeats have one: a single repeat has no repeat-to-repeat spread to
+    measure (reporting 0 % would claim a noiseless machine), and a repeat of contended steps
+    only measures the contention. Without per-step flags (``clean`` empty, older rows) every
+    repeat counts."""
+    good, k = [], 0
+    for med, n in zip(repeat_medians_s, repeat_steps or [0] * len(repeat_medians_s), strict=True):
+        if not clean or any(clean[k : k + n]):
+            good.append(med)
+        k += n
+    if len(good) < 2:
+        return None
+    return (max(good) - min(good)) / statistics.median(good) * 100
 
 
 # ---------------------------------------------------------------------------------------------
@@ -745,6 +758,7 @@ __all__ = [
     "measure_assignments",
     "measure_step",
     "measurement_info",
+    "repeat_spread_pct",
     "spec_digest",
     "spec_payload",
 ]

@@ -289,10 +289,23 @@ def dlrm_spec_from_dict(doc: Any, *, origin: str = "DLRM spec") -> DLRMSpec:
         raise ConfigError(f"{origin}: {e}") from None
 
 
+# A spec's sizes feed int64 tensors (torch, fbgemm); anything larger is a typo, not a table.
+_INT_MAX = 2**63 - 1
+# Above 2**53 a float is no longer every integer: `rows: 1e30` would read as
+# 1,000,000,000,000,000,019,884,624,838,656 rows.
+_FLOAT_EXACT_MAX = 2**53
+
+
 def _int(v: Any, where: str, origin: str) -> int:
+    bad = f"{origin}: field {where}: expected a positive integer"
     if (isinstance(v, bool) or not isinstance(v, int | float)
             or (isinstance(v, float) and not math.isfinite(v)) or v != int(v) or v < 1):  # fmt: skip
-        raise ConfigError(f"{origin}: field {where}: expected a positive integer, got {v!r}")
+        raise ConfigError(f"{bad}, got {v!r}")
+    if v > _INT_MAX:
+        raise ConfigError(f"{bad} of at most 2**63 - 1, got {v!r}")
+    if isinstance(v, float) and v > _FLOAT_EXACT_MAX:
+        raise ConfigError(f"{bad}, got the float {v!r}, which above 2**53 is not an exact integer; "
+                          "write the integer out")  # fmt: skip
     return int(v)
 
 

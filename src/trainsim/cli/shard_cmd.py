@@ -80,18 +80,23 @@ def shard(
     for col in ("sharder", "predicted step", "vs best", "lookup imbalance", "tables per rank"):
         t.add_column(col, justify="left" if col == "sharder" else "right")
     for r in res:
-        if r["predicted_step_s"] is None:
-            t.add_row(r["name"], "infeasible", "", "", r["error"][:60])
+        if r["predicted_step_s"] is None:  # the reason, whole, goes under the table
+            t.add_row(r["name"], "infeasible", "", "", "— (see below)")
             continue
         per = [r["assignment"].count(k) for k in range(world)]
         t.add_row(r["name"], f"{r['predicted_step_s'] * 1e3:,.3f} ms",
                   f"{(r['predicted_step_s'] / best['predicted_step_s'] - 1) * 100:+.1f} %",
-                  f"{r['imbalance']:.2f}", " ".join(map(str, per)))  # fmt: skip
+                  f"{r['imbalance']:.2f}", _per_rank(per))  # fmt: skip
     import sys
 
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(width=None if sys.stdout.isatty() else 160).print(t)  # piped: sharder names whole
+    out = Console(width=None if sys.stdout.isatty() else 160)  # piped: sharder names whole
+    out.print(t)
+    for r in res:
+        if r["predicted_step_s"] is None:
+            out.print(f"[yellow]infeasible[/] {escape(r['error'])}")
     over = "" if capacity_gb is not None else "; --capacity-gb overrides"
     stderr.print(f"capacity: {cap / 1e9:.4g} GB of tables per rank ({cap_src}{over}); tables only "
                  "(rows x dim x element size), activations and workspace not counted")  # fmt: skip
@@ -104,6 +109,21 @@ def shard(
         stderr.print(
             "[yellow]note:[/] collectives use the host-local estimate; give --system for a modelled network"
         )
+
+
+_PER_RANK_SHOWN = 16  # ranks listed one by one in "tables per rank"; more are summarised
+
+
+def _per_rank(per: list[int]) -> str:
+    """Tables per rank, space-separated; a long list as its first ranks, "…", and the counts
+    (a 1000-rank world would otherwise print a 1000-number cell)."""
+    if len(per) <= _PER_RANK_SHOWN:
+        return " ".join(map(str, per))
+    empty = per.count(0)
+    head = " ".join(map(str, per[: _PER_RANK_SHOWN // 2]))
+    lo, hi = min(x for x in per if x), max(per)  # some rank holds a table: there is one
+    each = f"{lo} each" if lo == hi else f"{lo}–{hi} each"
+    return f"{head} … ({len(per) - empty} of {len(per)} ranks hold tables, {each}; {empty} empty)"
 
 
 def _check_system_device(dev: DeviceSpec, system: SystemSpec) -> None:

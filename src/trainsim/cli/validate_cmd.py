@@ -84,6 +84,12 @@ def validate(
         raise ConfigError(f"suite {suite} validated no case under {data}" + (f" (e.g. {why})" if why else ""))
 
 
+# shard: a set's choice, its regret, rank agreement, the repeat-to-repeat noise (— when not
+# measured: fewer than 2 repeats with clean steps) and whether the times were contended
+_SHARD_COLUMNS = ("case", "tables", "status", "predicted", "fastest", "regret_pct", "success",
+                  "spearman", "noise_pct", "contended")  # fmt: skip
+
+
 def _fmt(v: Any, unit: str = "") -> str:
     if v is None:
         return "—"
@@ -115,11 +121,16 @@ def _print_table(doc: dict[str, Any]) -> None:
         ]
         if cases and "err_pct" in cases[0] and "err_pct" not in keys:  # llm: error beside measured
             keys = [k for k in keys if k not in ("group", "gpus")] + ["err_pct"]  # the id names the group
+        if doc.get("suite") == "shard":  # fixed columns: the first case may be incomplete
+            keys = list(_SHARD_COLUMNS)
         for k in keys:
             t.add_column(k)
         for c in cases:
             t.add_row(*(_fmt(c.get(k)) for k in keys))
         out.print(t)
+        for c in cases if doc.get("suite") == "shard" else ():  # e.g. a contended set
+            for w in c.get("warnings") or ():
+                out.print(f"[yellow]warning:[/] {w}")
         for key, title in (("seq_cases", "along the sequence"), ("hidden_cases", "along the hidden size")):
             if doc.get(key):  # cpu-e2e: the same resize along the sequence or the hidden size
                 st = Table(title=title, title_justify="left")
@@ -178,8 +189,16 @@ def _print_table(doc: dict[str, Any]) -> None:
         label = {"summary": "summary", "summary_all": "summary (all cases)"}[key]
         if key == "summary" and "summary_all" in doc:
             label = "summary (replayable cases)"
-        parts = [f"{k} {_fmt(v)}" for k, v in doc[key].items() if not isinstance(v, list | dict)]
+        hide = {"rows_reused"} if doc.get("suite") == "shard" else set()  # = rows_copied_identical
+        parts = [
+            f"{k} {_fmt(v)}"
+            for k, v in doc[key].items()
+            if not isinstance(v, list | dict) and k not in hide
+        ]
         out.print(f"{label}: " + ", ".join(parts))
+        if doc.get("suite") == "shard":
+            for w in doc[key].get("warnings") or ():
+                out.print(f"[yellow]warning:[/] {w}")
     if isinstance(doc.get("kernel_models"), str):  # where the predictions' kernel times came from
         out.print(f"kernel models: {doc['kernel_models']}")
 

@@ -75,14 +75,42 @@ def _check_capacity(tables: Tables, ranks: list[int], world: int, *, capacity_by
         used[r] += b
     worst = max(range(world), key=lambda r: used[r])
     if used[worst] > capacity_bytes:
-        raise ConfigError(f"{sharder}: rank {worst} would hold {used[worst] / 1e9:.3g} GB of tables, "
-                          f"over the {capacity_bytes / 1e9:.3g} GB cap")  # fmt: skip
+        held, cap = _gbs(used[worst], capacity_bytes)  # as many digits as "over" needs to read true
+        names = [t.name for t, r in zip(_tables(tables), ranks, strict=True) if r == worst]
+        raise ConfigError(f"{sharder}: rank {worst} would hold {held} GB of tables ({_names(names)}), "
+                          f"over the {cap} GB cap")  # fmt: skip
     return ranks
 
 
+def _names(names: Sequence[str], most: int = 3) -> str:
+    """A few table names, quoted; the rest counted."""
+    shown = ", ".join(repr(n) for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _no_room(name: str, table: str, need: float, used: Sequence[float], cap: float) -> str:
+    """Why greedy could place a table nowhere: too big alone, or every rank too full already."""
+    need_s, cap_s = _gbs(need, cap)
+    head = f"{name}: table {table} ({need_s} GB) fits on no rank under the {cap_s} GB cap"
+    if need > cap:
+        return f"{head}: it alone is over the cap"
+    # greedy order is why: the tables placed first left no rank with room for this one
+    need_s, free_s = _gbs(need, cap - min(used))
+    held = _gbs(*used) if len(used) <= 4 else [_gbs(min(used))[0]]
+    if len(used) == 1:
+        others = f"rank 0 holds {held[0]} GB of other tables"
+    elif len(used) <= 4:
+        others = f"ranks hold {', '.join(held[:-1])} and {held[-1]} GB of other tables"
+    else:
+        others = f"the emptiest of {len(used)} ranks holds {held[0]} GB of other tables"
+    return f"{head}: no rank has {need_s} GB free (most free: {free_s} GB; {others})"
+
+
 def greedy(costs: Sequence[float], world: int, *, sizes: Sequence[float] | None = None,
-           capacity_bytes: float | None = None, name: str = "greedy") -> list[int]:  # fmt: skip
-    """Largest cost first onto the least-loaded rank with room (see the module docstring)."""
+           capacity_bytes: float | None = None, name: str = "greedy",
+           names: Sequence[str] | None = None) -> list[int]:  # fmt: skip
+    """Largest cost first onto the least-loaded rank with room (see the module docstring).
+    ``names``: the tables' names, for the error when one fits nowhere (default ``#index``)."""
     load = [0.0] * world
     used = [0.0] * world
     out = [0] * len(costs)
@@ -92,8 +120,8 @@ def greedy(costs: Sequence[float], world: int, *, sizes: Sequence[float] | None 
             r for r in range(world) if capacity_bytes is None or used[r] + need <= capacity_bytes
         ]
         if not room:
-            raise ConfigError(f"{name}: table #{i} ({need / 1e9:.3g} GB) fits on no rank under the "
-                              f"{(capacity_bytes or 0) / 1e9:.3g} GB cap")  # fmt: skip
+            table = repr(names[i]) if names is not None else f"#{i}"
+            raise ConfigError(_no_room(name, table, need, used, capacity_bytes or 0.0))
         r = min(room, key=lambda r: (load[r], r))
         out[i] = r
         load[r] += costs[i]
@@ -138,7 +166,7 @@ def _cost_sharder(name: str, cost: Callable[[TableSpec], float]) -> Sharder:
         ts = _tables(tables)
         _check(ts, world)
         return greedy([cost(t) for t in ts], world, sizes=_table_bytes(tables, dtype),
-                      capacity_bytes=capacity_bytes, name=name)  # fmt: skip
+                      capacity_bytes=capacity_bytes, name=name, names=[t.name for t in ts])  # fmt: skip
 
     shard.__name__ = name
     shard.__doc__ = f"Greedy on 000 Table III's {name.replace('_', ' ')} cost."
@@ -163,7 +191,7 @@ def predicted_greedy(tables: Tables, world: int, *, seed: int = 0, device: str |
     dev = device if device is not None else coster.device  # type: ignore[union-attr]
     costs = table_costs(spec, device=dev, kernel_models=kernel_models, coster=coster, tbe=tbe)
     return greedy(costs, world, sizes=_table_bytes(spec, dtype), capacity_bytes=capacity_bytes,
-                  name="predicted_greedy")  # fmt: skip
+                  name="predicted_greedy", names=[t.name for t in ts])  # fmt: skip
 
 
 SHARDERS: dict[str, Sharder] = {
@@ -185,8 +213,8 @@ def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpe
 
     Each entry: ``name``, ``predicted_step_s``, ``assignment``, ``embedding_load_s`` (each
     rank's predicted lookup seconds), ``imbalance`` (max / mean of it), ``provenance`` (kernel
-    counts by source). A sharder that breaks ``capacity_bytes`` is listed last with
-    ``predicted_step_s`` None and its ``error``; when none is feasible a one-line
+    counts by source), ``comm``. A sharder that breaks ``capacity_bytes`` is listed last with
+    those keys None and its ``error``; when none is feasible a one-line
     :class:`~trainsim.errors.ConfigError` names the largest table and the cap
     (``capacity_source``: where the cap came from, for that message). ``build_kw`` goes to
     :func:`~trainsim.builders.dlrm.build_dlrm_workload` (``overlap``, ``link_bandwidth_Bps``, ...).
@@ -212,9 +240,9 @@ def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpe
             a = SHARDERS[name](spec, world, seed=seed, device=coster.device, capacity_bytes=capacity_bytes,
                                coster=coster, tbe=tbe)  # fmt: skip
         except ConfigError as e:
-            failed.append(
-                {"name": name, "predicted_step_s": None, "assignment": None, "error": str(e)}
-            )
+            # the keys of a feasible entry (docs/sharding.md), null, so that JSON readers find them
+            failed.append({"name": name, "predicted_step_s": None, "assignment": None, "embedding_load_s": None,
+                           "imbalance": None, "provenance": None, "comm": None, "error": str(e)})  # fmt: skip
             continue
         w = build_dlrm_workload(
             spec, a, world, device=coster.device, system=system, coster=coster, **build_kw
@@ -248,14 +276,32 @@ def _infeasible_message(spec: DLRMSpec, world: int, capacity_bytes: float | None
         if sizes[big] > capacity_bytes
         else f"all {len(sizes)} tables ({_gb(sum(sizes))} GB) do not pack onto {world} ranks"
     )
-    cap = f"{_gb(capacity_bytes)} GB per rank" + (f" ({source})" if source else "")
+    size, cap_gb = _gbs(sizes[big], capacity_bytes)
+    cap = f"{cap_gb} GB per rank" + (f" ({source})" if source else "")
     return (f"no sharder is feasible: largest table {t.name!r} ({t.rows:,} rows x {t.dim} x {spec.dtype}) "
-            f"is {_gb(sizes[big])} GB against a cap of {cap}; {why}")  # fmt: skip
+            f"is {size} GB against a cap of {cap}; {why}")  # fmt: skip
 
 
 def _gb(nbytes: float) -> str:
     v = nbytes / 1e9
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def _gbs(*nbytes: float) -> list[str]:
+    """Byte counts in GB with the same number of decimals: 3 significant digits of the smallest,
+    more while two different values would print the same (a 25.65 GB rank "over the 25.6 GB
+    cap" reads false at 3 digits); trailing zeros dropped."""
+    gbs = [b / 1e9 for b in nbytes]
+    low = min((abs(v) for v in gbs if v), default=1.0)
+    decimals = max(0, 2 - math.floor(math.log10(low)))
+    while True:
+        out = [f"{v:,.{decimals}f}" for v in gbs]
+        pairs = ((i, j) for i in range(len(gbs)) for j in range(i) if gbs[i] != gbs[j])
+        distinct = all(out[i] != out[j] for i, j in pairs)
+        if distinct or decimals >= 9:  # 9 decimals of a GB: bytes
+            break
+        decimals += 1
+    return [x.rstrip("0").rstrip(".") if "." in x else x for x in out]
 
 
 __all__ = [

@@ -23,17 +23,28 @@ Per set (one case): the predicted choice (fastest predicted), the measured faste
 (measured time of the choice over the fastest, − 1: 000 Table IV's "abs error"), success (000's
 criterion: the choice is the fastest or within 10 %), Spearman's ρ between predicted and
 measured times over the sharders, the per-sharder prediction errors, and the noise: each
-sharder's repeat-to-repeat spread ((max − min) / median of its repeat medians; the set's
-``noise_pct`` is their median) and ``success_per_repeat`` (the criterion re-evaluated on each
-repeat's times alone). The summary gives the success rate, regret (mean, median, max), median
-ρ, the error of every (set, sharder) prediction (median / MAPE / max), and, as a baseline,
-how often always choosing one fixed sharder would have met the criterion.
+sharder's repeat-to-repeat spread ((max − min) / median of its repeat medians, over the
+repeats with clean steps; None, shown "—", with fewer than 2 such repeats, e.g. ``repeats=1``:
+there is no spread to measure; the set's ``noise_pct`` is their median) and
+``success_per_repeat`` (the criterion re-evaluated on each repeat's times alone). A set where
+some sharder has fewer than :data:`MIN_CLEAN_FRACTION` of its timed steps clean is
+``contended`` and says so in its ``warnings`` (and the summary's). The summary gives the
+success rate, regret (mean, median, max), median ρ, the error of every (set, sharder)
+prediction (median / MAPE / max), and, as a baseline, how often always choosing one fixed
+sharder would have met the criterion.
 
 Measurements are appended, one JSON line per (set, sharder) with a single ``write`` + ``fsync``,
-to ``resume`` (default ``~/.cache/trainsim/shard_suite.jsonl``). A row is reused when its set
-key (the tables, batch, MLPs and measurement settings) and its assignment match; so a rerun
-measures nothing twice, and a sweep killed mid-way loses at most the set in flight (a torn
-last line is cut off). Predictions are recomputed on every run (they take seconds).
+to ``resume`` (default ``~/.cache/trainsim/shard_suite.jsonl``). A set's rows are written once
+all of its assignments' interleaved repeats are measured (one ``measure_assignments`` call),
+so an interrupted set is lost and measured again on resume (on Ctrl-C the suite says how many
+sets the file holds). A row is reused when its set key (the tables, batch, MLPs and measurement
+settings) and its assignment match; so a rerun measures nothing twice (a torn last line is cut
+off). The summary counts this run's rows by origin: ``rows_measured_now``, ``rows_from_file``
+(read back from ``resume``) and ``rows_copied_identical`` (copied from a row already in the
+file for another sharder's identical assignment; identical assignments measured in this run
+share one measurement and count as measured now; ``rows_reused`` is the same count as
+``rows_copied_identical``, kept for older readers). Predictions are
+recomputed on every run (they take seconds).
 """
 
 from __future__ import annotations
@@ -56,6 +67,10 @@ from trainsim.errors import ConfigError
 SCHEMA = "trainsim.shard-suite/1"
 CRITERION = 0.10  # 000 §V-A: chosen sharder within 10 % of the fastest
 TABLES_PER_RANK = 13  # 000 §IV-B1: (0.7 ~ 1.3) x #GPU x 13 tables
+# Below this share of clean timed steps a sharder's time is mostly of steps on which another
+# process took a rank's core: the set's choice is checked against contended times, so it is
+# flagged (``warnings``) rather than silently counted as a clean success or failure.
+MIN_CLEAN_FRACTION = 0.5
 _BENCH_DATA = BENCH_DATA
 # The shipped 1-thread full calibration samples (bench/data, docs/benchmarks.md) by the CPU model
 # their rows name, each with its FBGEMM TBE rows (fitted together): the host's own is used
@@ -231,6 +246,32 @@ def _regret(chosen: str, measured: dict[str, float]) -> float:
     return (measured[chosen] - best) / best
 
 
+def _row_spread(row: dict[str, Any]) -> float | None:
+    """A row's repeat-to-repeat spread, recomputed from its samples when it has them: rows
+    written before :func:`~trainsim.bench.dlrm_shard.repeat_spread_pct` returned None for a
+    single repeat stored 0.0 there, which read as a noiseless measurement."""
+    if "repeat_steps" in row and "repeat_medians_s" in row:
+        from trainsim.bench.dlrm_shard import repeat_spread_pct
+
+        clean = row.get("clean") or []
+        return repeat_spread_pct(row["repeat_medians_s"], row["repeat_steps"], clean)
+    v = row.get("spread_pct")
+    return None if v is None else float(v)
+
+
+def _clean_warning(index: int, rows: dict[str, dict[str, Any]], names: Sequence[str]) -> str | None:
+    """A line when some sharder's share of clean steps is below :data:`MIN_CLEAN_FRACTION`."""
+    low = {n: float(rows[n]["clean_fraction"]) for n in names
+           if rows[n].get("clean_fraction") is not None
+           and float(rows[n]["clean_fraction"]) < MIN_CLEAN_FRACTION}  # fmt: skip
+    if not low:
+        return None
+    which = ", ".join(f"{n} {100 * f:.0f} %" for n, f in low.items())
+    return (f"set {index}: contended measurement: clean timed steps below {100 * MIN_CLEAN_FRACTION:.0f} % "
+            f"({which}); another process shared a rank's core, so these times (and this set's "
+            "success) are not clean figures")  # fmt: skip
+
+
 def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]],
           pred_note: str) -> dict[str, Any]:  # fmt: skip
     names = [n for n in sharders if n in rows and sharders[n].get("predicted_step_s") is not None]
@@ -243,7 +284,7 @@ def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict
         pr = p.get("predicted_step_s")
         per.append({"sharder": n, "predicted_s": pr, "measured_s": m,
                     "err_pct": (pr - m) / m * 100 if pr is not None and m else None,
-                    "spread_pct": row.get("spread_pct") if row else None,
+                    "spread_pct": _row_spread(row) if row else None,
                     "clean_fraction": row.get("clean_fraction") if row else None,
                     "all_steps_measured_s": row.get("all_median_s") if row else None,
                     "repeat_medians_s": row.get("repeat_medians_s") if row else None,
@@ -259,7 +300,8 @@ def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict
     chosen, fastest = _choice(predicted), _choice(measured)
     regret = _regret(chosen, measured)
     errs: list[float] = [e["err_pct"] for e in per if e["err_pct"] is not None]
-    spreads = [rows[n]["spread_pct"] for n in names if rows[n].get("spread_pct") is not None]
+    spreads = [v for v in (_row_spread(rows[n]) for n in names) if v is not None]
+    warn = _clean_warning(index, rows, names)
     reps = min(len(rows[n]["repeat_medians_s"]) for n in names)
     per_rep = [
         _regret(chosen, {n: rows[n]["repeat_medians_s"][k] for n in names}) <= CRITERION
@@ -280,6 +322,7 @@ def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict
         "success_per_repeat": sum(per_rep) / len(per_rep),
         "max_spread_pct": max(spreads) if spreads else None,
         "clean_fraction": statistics.fmean(rows[n].get("clean_fraction", 1.0) for n in names),
+        "contended": warn is not None, "warnings": [warn] if warn else [],
         "batch": spec.batch, "prediction": pred_note, "sharders": per,
     })  # fmt: skip
     return case
@@ -302,10 +345,13 @@ def _summary(cases: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any
         "predictions": len(errs),
         "sets": len(cases),
         "sets_ok": len(ok),
+        "warnings": [],
     }
     if not ok:
         return out
     regrets = [c["regret_pct"] for c in ok]
+    noise = [c["max_spread_pct"] for c in ok if c.get("max_spread_pct") is not None]
+    contended = [c["case"] for c in ok if c.get("contended")]
     rhos = [c["spearman"] for c in ok if c["spearman"] is not None]
     out.update({
         "success_rate": sum(c["success"] for c in ok) / len(ok),
@@ -316,9 +362,11 @@ def _summary(cases: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any
         "median_spearman": statistics.median(rhos) if rhos else None,
         "min_spearman": min(rhos) if rhos else None,
         "success_per_repeat_mean": statistics.fmean(c["success_per_repeat"] for c in ok),
-        "median_noise_pct": statistics.median(c["noise_pct"] for c in ok if c["noise_pct"] is not None),
-        "max_noise_pct": max(c["max_spread_pct"] for c in ok if c["max_spread_pct"] is not None),
+        # None, not 0 %, when no set had 2 repeats with clean steps (--repeats 1): no noise measured
+        "median_noise_pct": _median_or_none(c["noise_pct"] for c in ok),
+        "max_noise_pct": max(noise, default=None),
         "mean_clean_fraction": statistics.fmean(c["clean_fraction"] for c in ok),
+        "sets_contended": len(contended),
         "sets_all_within_criterion": sum(c["all_within_criterion"] for c in ok),
         "median_measured_range_pct": statistics.median(c["measured_range_pct"] for c in ok),
         "predicted_choices": dict(sorted({n: sum(c["predicted"] == n for c in ok) for n in names}.items())),
@@ -336,7 +384,21 @@ def _summary(cases: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any
         if regs:
             fixed[n] = sum(regs) / len(regs)
     out["fixed_sharder_success_rate"] = fixed
+    warnings = []
+    if contended:
+        warnings.append(f"{len(contended)} of {len(ok)} sets were measured contended (clean timed steps "
+                        f"below {100 * MIN_CLEAN_FRACTION:.0f} % for some sharder): {', '.join(contended)}; "
+                        "their success and errors are not clean figures")  # fmt: skip
+    if not noise:
+        warnings.append("no set has 2 repeats with clean steps: repeat-to-repeat noise is not measured "
+                        "(noise_pct —); give --repeats 2 or more")  # fmt: skip
+    out["warnings"] = warnings
     return out
+
+
+def _median_or_none(values: Any) -> float | None:
+    v = [x for x in values if x is not None]
+    return statistics.median(v) if v else None
 
 
 # --- the suite ---------------------------------------------------------------------------------------
@@ -405,9 +467,11 @@ def run_shard_suite(
     else:
         km, pred_note = Path(kernel_models), f"calibrated: {kernel_models}"
 
-    cases = []
-    measured_now = reused = 0
-    with _locked(path):
+    cases: list[dict[str, Any]] = []
+    # rows of this run's sets by where they came from: measured now, read back from the results
+    # file (an earlier run's), or copied from another sharder that gave the identical assignment
+    count = {"measured_now": 0, "from_file": 0, "copied_identical": 0}
+    with _locked(path), _interrupt_note(path, n_sets, cases):
         repair_tail(path)
         for i in range(n_sets):
             spec = table_set(i, seed=seed, world=world, heavy=heavy, batch=batch,
@@ -429,10 +493,11 @@ def run_shard_suite(
                 ak = _assign_key(a)
                 if (n, ak) in have:
                     rows[n] = have[(n, ak)]
+                    count["from_file"] += 1
                 elif ak in by_assign:  # another sharder's identical assignment was measured
                     rows[n] = _copy_row(by_assign[ak], n)
                     append_row(path, rows[n])
-                    reused += 1
+                    count["copied_identical"] += 1
                 else:
                     todo[ak] = list(a)
             if todo and measure:
@@ -457,20 +522,44 @@ def run_shard_suite(
                            "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
                     append_row(path, row)
                     rows[n] = row
-                    measured_now += 1
+                    count["measured_now"] += 1
             cases.append(_case(i, spec, preds, rows, pred_note))
             if progress and cases[-1].get("status") == "ok":
                 c = cases[-1]
+                # None: fewer than 2 repeats with clean steps, no noise measured
+                noise = "—" if c["noise_pct"] is None else f"{c['noise_pct']:.1f} %"
                 _log(f"set {i}: predicted {c['predicted']}, fastest {c['fastest']}, regret {c['regret_pct']:.1f} %, "
-                     f"rho {c['spearman'] if c['spearman'] is None else round(c['spearman'], 2)}, noise {c['noise_pct']:.1f} %")  # fmt: skip
+                     f"rho {c['spearman'] if c['spearman'] is None else round(c['spearman'], 2)}, noise {noise}")  # fmt: skip
+                for w in c["warnings"]:
+                    _log(f"warning: {w}")
     summary = _summary(cases, names)
-    summary.update({"rows_measured_now": measured_now, "rows_reused": reused,
+    summary.update({"rows_measured_now": count["measured_now"], "rows_from_file": count["from_file"],
+                    "rows_copied_identical": count["copied_identical"],
+                    # kept for readers of older results: the identical-assignment copies only
+                    # (not the rows read from the file; those are rows_from_file)
+                    "rows_reused": count["copied_identical"],
                     "wall_s": time.monotonic() - t_start})  # fmt: skip
     return {"suite": "shard", "cases": cases, "summary": summary,
             "params": {"sets": n_sets, "seed": seed, "repeats": repeats, "steps": steps, "warmup": warmup,
                        "batch": batch, "world": world, "heavy": heavy, "bottom_mlp": list(bottom_mlp),
                        "top_mlp": list(top_mlp), "sharders": names, "results": str(path),
                        "prediction": pred_note, "measure": info}}  # fmt: skip
+
+
+@contextlib.contextmanager
+def _interrupt_note(path: Path, n_sets: int, cases: list[dict[str, Any]]) -> Iterator[None]:
+    """On Ctrl-C, one line saying which sets the results file holds and how to go on; then the
+    interrupt goes on to the CLI (exit 130). A set's rows are written only once its interleaved
+    repeats are all measured, so the set in flight is lost and measured again on resume."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        done = len(cases)
+        held = (f"none of the {n_sets} sets" if not done else f"set 0 (1 of {n_sets})" if done == 1
+                else f"sets 0-{done - 1} ({done} of {n_sets})")  # fmt: skip
+        _log(f"interrupted in set {done}: {held} complete in {path}; rerun with --resume {path} to "
+             f"continue (set {done} starts over)")  # fmt: skip
+        raise
 
 
 def _copy_row(row: dict[str, Any], sharder: str) -> dict[str, Any]:
