@@ -228,7 +228,9 @@ def _resize_timer(w: Any) -> tuple[Any, str]:
         return resize_timer(device_file, artifact), note
     # a CPU trace: no device kernels (gloo collectives are recorded as communication "kernels")
     if not gpu and not any(not k.family.is_communication for r in w.ranks for o in r.ops for k in o.kernels):
-        artifact, note = cpu_kernel_models(default_cache_dir().parent)
+        from trainsim.cli.output import stderr
+
+        artifact, note = cpu_kernel_models(default_cache_dir().parent, log=lambda m: stderr.print(m, markup=False))
         return Coster(str(cpu_device_file()), artifact).time, note
     spec = find_device(gpu) if gpu else None
     if spec is not None:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -321,7 +322,8 @@ def run_cpu_e2e_suite(
                                                   heads=heads))  # fmt: skip
     t_capture = time.perf_counter() - t0
 
-    artifact, kernel_note = cpu_kernel_models(default_cache_dir().parent)  # shared with shard
+    artifact, kernel_note = cpu_kernel_models(  # shared with shard
+        default_cache_dir().parent, log=lambda m: print(f"[cpu-e2e] {m}", file=sys.stderr, flush=True))
     timer = Coster(str(cpu_device_file()), artifact).time
     bases = {m: batches[m] for m in batches}  # the hidden-only models (llama) have their base capture too
     out = evaluate(folders, bases, timer, seq_folders=seq_folders, seq_bases=seq_bases,

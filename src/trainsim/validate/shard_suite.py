@@ -57,7 +57,7 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,17 +159,19 @@ def cpu_device_file() -> Path:
     return _BENCH_DATA / f"{cpu_sample()[0]}.device.yaml"
 
 
-def cpu_kernel_models(cache_dir: Path) -> tuple[Path | None, str]:
+def cpu_kernel_models(cache_dir: Path, log: Callable[[str], None] | None = None) -> tuple[Path | None, str]:
     """Kernel models fitted on the shipped CPU calibration sample (cached), and a note."""
     sample, extra, here = cpu_sample()
     return sample_kernel_models(cache_dir, (sample, extra), cpu_device_file(),
-                                "" if here else " (another CPU model than this host's)")  # fmt: skip
+                                "" if here else " (another CPU model than this host's)", log=log)  # fmt: skip
 
 
-def sample_kernel_models(cache_dir: Path, names: Sequence[str], device_file: Path, note: str = "") -> tuple[Path | None, str]:  # fmt: skip
+def sample_kernel_models(cache_dir: Path, names: Sequence[str], device_file: Path, note: str = "",
+                         log: Callable[[str], None] | None = None) -> tuple[Path | None, str]:  # fmt: skip
     """Kernel models fitted on shipped calibration samples ``names`` (``bench/data/NAME.jsonl*``)
     measured on ``device_file``'s device, cached in ``cache_dir`` by the samples' content and
-    :data:`trainsim.bench.samples.FIT_REVISION`; and a provenance note."""
+    :data:`trainsim.bench.samples.FIT_REVISION`; and a provenance note. ``log`` hears of a fit
+    before it starts (it takes 1-2 minutes on 2 cores, once per cache)."""
     samples = sample_files(names)
     used = " + ".join(p.name for p in samples) + note
     digest = fit_digest(names)
@@ -184,6 +186,8 @@ def sample_kernel_models(cache_dir: Path, names: Sequence[str], device_file: Pat
         from trainsim.hardware import get_device
         from trainsim.kernels import fit_kernels, read_kernel_dataset, save_model
 
+        if log is not None:
+            log(f"fitting kernel models on {used} (first run only, 1-2 min; cached as {out})")
         register_bench_ops()
         ds = read_kernel_dataset(samples)
         result = fit_kernels(ds, device=get_device(str(device_file)), n_jobs=1)
@@ -461,7 +465,7 @@ def run_shard_suite(
         k: v for k, v in info.items() if k not in ("repeats", "torch", "fbgemm_gpu", "cpu", "cores")
     }
     if isinstance(kernel_models, str) and kernel_models == "auto":
-        km, pred_note = cpu_kernel_models(path.parent)
+        km, pred_note = cpu_kernel_models(path.parent, log=_log if progress else None)
     elif kernel_models is None:
         km, pred_note = None, "spec-based: the CPU device's own models (no calibration)"
     else:
