@@ -76,6 +76,7 @@ def test_hw_list_and_show():
     assert "dgx-h100" in {s["name"] for s in doc["systems"]} and "mi300x" in {
         d["name"] for d in doc["devices"]
     }
+    assert all(isinstance(d["fp32_tflops"], float) for d in doc["devices"])  # the table's columns too
     p = _cli("hw", "show", "perlmutter", "--format", "json")
     assert json.loads(p.stdout)["tiers"][1]["nic_bandwidth_Gbps"] == 50
     p = _cli("hw", "show", "H100")

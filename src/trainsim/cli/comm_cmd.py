@@ -158,7 +158,8 @@ def hw_list(fmt: Format = typer.Option(Format.TABLE, "--format", help="table or 
     if fmt is Format.JSON:
         emit_json({
             "devices": [{"name": d.name, "aliases": list(d.aliases), "memory_GB": d.memory_GB,
-                         "memory_bandwidth_GBps": d.memory_bandwidth_GBps, "bf16_tflops": d.peak_tflops.bf16} for d in devices],
+                         "memory_bandwidth_GBps": d.memory_bandwidth_GBps, "bf16_tflops": d.peak_tflops.bf16, "fp32_tflops": d.peak_tflops.fp32}
+                        for d in devices],
             "systems": [{"name": s.name, "device": s.device, "gpus_per_node": s.gpus_per_node,
                          "tiers": [t.name for t in s.tiers]} for s in systems],
         })  # fmt: skip
