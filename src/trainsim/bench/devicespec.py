@@ -3,8 +3,10 @@
 Kernel models are fitted against a :class:`~trainsim.hardware.schema.DeviceSpec` (its peaks
 give the roofline features). A CPU, or a GPU missing from the catalog, has none; the roofline
 suite measures one: best FLOP/s per dtype and best memory bandwidth (002 §4.3.2.1 takes "the
-maximum measured bandwidth of the benchmark as the corrected peak bandwidth"). Measured peaks
-are below datasheet peaks; the file says so in its ``sources``.
+maximum measured bandwidth of the benchmark as the corrected peak bandwidth") of the probes
+well beyond the last-level cache (:func:`last_level_cache_bytes`;
+:func:`~trainsim.bench.suites.roofline.roofline_peaks`). Measured peaks are below datasheet
+peaks; the file says so, and which probes gave the bandwidth, in its ``sources``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from typing import Any
 from trainsim.errors import ConfigError
 
 _PRECISION = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
+# Where the OS does not say: large enough that a probe beyond it is beyond most CPUs' L3
+# (server parts with more are read from sysfs), so the guess errs towards "maybe cache".
+DEFAULT_CACHE_BYTES = 64 * 2**20
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)i?B?\s*$", re.IGNORECASE)
 
 
 def _as_memory_gb(usable_bytes: float) -> float:
@@ -42,13 +48,69 @@ def _memory_gb() -> float:
     return _as_memory_gb(pages * size)
 
 
-def measured_device(rows: Iterable[Mapping[str, Any]], *, fingerprint: str) -> dict[str, Any]:
-    """The device document (catalog schema) measured by the roofline rows of ``fingerprint``."""
-    from trainsim.bench.suites.roofline import roofline_peaks
+def last_level_cache_bytes(kind: str = "cpu", *, sysfs: Path = Path("/sys/devices/system/cpu")) -> tuple[int, str]:  # fmt: skip
+    """(bytes, where from) of the last-level cache a bandwidth probe must outgrow: on a CPU the
+    highest cache level in sysfs summed over its distinct instances (threads may spread over
+    several L3 slices), else glibc's ``SC_LEVEL3_CACHE_SIZE``, else :data:`DEFAULT_CACHE_BYTES`;
+    on CUDA, GPU 0's L2."""
+    if kind == "cuda":
+        try:
+            import torch
+
+            l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
+        except (ImportError, RuntimeError, AssertionError):  # no CUDA here: rows of another machine
+            l2 = 0
+        return (l2, "the GPU's L2") if l2 > 0 else (DEFAULT_CACHE_BYTES, "assumed (the GPU does not say)")
+    got = _sysfs_llc(sysfs)
+    if got is not None:
+        return got, f"{sysfs} (level-{_sysfs_level(sysfs)} caches)"
+    try:
+        l3 = int(os.sysconf("SC_LEVEL3_CACHE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        l3 = 0
+    if l3 > 0:
+        return l3, "sysconf SC_LEVEL3_CACHE_SIZE"
+    return DEFAULT_CACHE_BYTES, "assumed (the OS does not say)"
+
+
+def _sysfs_caches(sysfs: Path) -> dict[tuple[int, str], int]:
+    """{(level, CPUs sharing it): bytes} of every data or unified cache of every CPU."""
+    out: dict[tuple[int, str], int] = {}
+    for d in sysfs.glob("cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            if (d / "type").read_text(encoding="utf-8").strip() == "Instruction":
+                continue
+            level = int((d / "level").read_text(encoding="utf-8"))
+            shared = (d / "shared_cpu_list").read_text(encoding="utf-8").strip() if (d / "shared_cpu_list").exists() else str(d.parent.parent.name)
+            m = _SIZE.match((d / "size").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if m:
+            out[(level, shared)] = int(m[1]) * 1024 ** " KMG".index(m[2].upper() or " ")
+    return out
+
+
+def _sysfs_level(sysfs: Path) -> int:
+    return max((lvl for lvl, _ in _sysfs_caches(sysfs)), default=0)
+
+
+def _sysfs_llc(sysfs: Path) -> int | None:
+    caches = _sysfs_caches(sysfs)
+    if not caches:
+        return None
+    top = max(lvl for lvl, _ in caches)
+    return sum(b for (lvl, _), b in caches.items() if lvl == top) or None
+
+
+def measured_device(rows: Iterable[Mapping[str, Any]], *, fingerprint: str, cache_bytes: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """The device document (catalog schema) measured by the roofline rows of ``fingerprint``
+    (``cache_bytes``: the last-level cache the bandwidth probes must outgrow; None: this
+    machine's, see :func:`~trainsim.bench.suites.roofline.roofline_peaks`)."""
+    from trainsim.bench.suites.roofline import CACHE_FACTOR, roofline_peaks
     from trainsim.hardware.schema import DeviceSpec
 
     mine = [r for r in rows if r.get("fingerprint") == fingerprint]
-    peaks = roofline_peaks(mine)
+    peaks = roofline_peaks(mine, cache_bytes=cache_bytes)
     if "fp32" not in peaks["flops_per_s"] or not peaks["bandwidth_Bps"]:
         raise ConfigError(
             "no fp32 peak_mm and bandwidth probe rows for this machine; run `trainsim bench roofline` first"
@@ -68,12 +130,23 @@ def measured_device(rows: Iterable[Mapping[str, Any]], *, fingerprint: str) -> d
         "memory_bandwidth_GBps": round(peaks["bandwidth_Bps"] / 1e9, 2), "peak_tflops": tflops,
         **({"vector_bits": v} if kind == "cpu" and (v := _vector_bits()) else {}),
         **(_gpu_layout() if kind == "cuda" else {}),
-        "sources": [{"kind": "measurement", "title": "trainsim bench roofline probes (best of peak_mm and stream_*)",
+        "sources": [{"kind": "measurement",
+                     "title": "trainsim bench roofline probes (best of peak_mm; best of the stream_* probes "
+                              f"whose working set is at least {CACHE_FACTOR:g}x the last-level cache)",
                      "note": f"fingerprint {fingerprint}; {dt.date.today().isoformat()}; measured peaks, "
-                             "below datasheet peaks"}],
+                             f"below datasheet peaks; {_bandwidth_note(peaks['bandwidth_probes'])}"}],
     }  # fmt: skip
     DeviceSpec.model_validate(doc)  # the catalog must accept it
     return doc
+
+
+def _bandwidth_note(b: Mapping[str, Any]) -> str:
+    """What the bandwidth came from, for the device file's note."""
+    cache = f"{b['cache_bytes'] / 2**20:.0f} MiB last-level cache ({b['cache_source']})"
+    if b["note"]:
+        return f"memory bandwidth: {b['note']}; {cache}"
+    return (f"memory bandwidth from {b['qualifying']} of {b['probes']} stream probes with working sets of at least "
+            f"{b['min_working_set_bytes'] / 1e6:.0f} MB, beyond the {cache}")  # fmt: skip
 
 
 def _gpu_architecture() -> str:

@@ -32,6 +32,54 @@ def _check_device(spec: Any, ds: Any) -> None:
                           f"({stated.name}); drop --device or fit data of that device")  # fmt: skip
 
 
+def _device_files(datasets: list[Path]) -> list[Path]:
+    """Where `trainsim bench` puts the device it measured for each dataset: ``<dataset stem>.device.yaml``
+    beside the file (``b2.jsonl`` → ``b2.device.yaml``; ``x.jsonl.gz`` → ``x.jsonl.device.yaml``
+    as the bench names it, or ``x.device.yaml`` as the shipped samples are); for a folder, those
+    of the files directly inside it."""
+    out: list[Path] = []
+    for d in datasets:
+        files = sorted(f for f in d.iterdir() if f.is_file()) if d.is_dir() else [d]
+        for f in files:
+            if f.name.endswith(".device.yaml"):
+                continue
+            bare = f.name.split(".", 1)[0]
+            for c in (f.with_suffix(".device.yaml"), f.with_name(f"{bare}.device.yaml")):
+                if c not in out:
+                    out.append(c)
+    return out
+
+
+def _device_beside(ds: Any, datasets: list[Path]) -> Any:
+    """The device of a dataset fitted without --device whose stated device the catalog lacks
+    (any CPU): the ``<dataset stem>.device.yaml`` that `trainsim bench` wrote beside it, when it
+    names that device (review finding: `fit b2.jsonl` failed beside the b2.device.yaml the bench had
+    just announced). None when the catalog has the device; an error naming the file otherwise."""
+    from trainsim.errors import ModelError
+    from trainsim.hardware import find_device, get_device
+
+    if ds.device and find_device(ds.device) is not None:
+        return None
+    wanted = (ds.device or "").strip().lower()
+    expected = _device_files(datasets)
+    found = [(c, get_device(str(c))) for c in expected if c.is_file()]
+    mine = [(c, d) for c, d in found if not wanted or wanted in {n.lower() for n in (d.name, *d.aliases)}]
+    if len(mine) == 1:
+        log(f"note: device {ds.device!r} is not in the hardware catalog; using {mine[0][0]} (measured by "
+            "`trainsim bench` beside the dataset)")  # fmt: skip
+        return mine[0][1]
+    if len(mine) > 1:
+        why = f"{', '.join(str(c) for c, _ in mine)} all describe it; pass one as --device"
+    elif found:
+        why = (f"{', '.join(str(c) for c, _ in found)} beside it describe(s) another device; pass --device "
+               "(a catalog name, or the device file of these measurements)")  # fmt: skip
+    else:
+        names = ", ".join(c.name for c in expected[:2]) or "<dataset>.device.yaml"
+        why = (f"no {names} beside it; pass --device (a catalog name, or the <dataset>.device.yaml that "
+               "`trainsim bench roofline --dataset <dataset>` measures on this machine)")
+    raise ModelError(f"dataset {ds.name}: device {ds.device!r} is not in the hardware catalog and {why}")
+
+
 def _split(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
@@ -96,16 +144,16 @@ def fit_cmd(
             raise ConfigError(f"--max-spread must be positive, got {max_spread}")
         ds, dropped_noisy = ds.without_spread_above(max_spread)
         log(f"--max-spread {max_spread:g}: left out {dropped_noisy} rows whose repeats spread more")
-    spec = get_device(device) if device else None
-    if spec is not None and device and not (device.endswith((".yaml", ".yml")) or Path(device).is_file()):
+    spec = get_device(device) if device else _device_beside(ds, datasets)
+    if device and spec is not None and not (device.endswith((".yaml", ".yml")) or Path(device).is_file()):
         _check_device(spec, ds)  # a measured device file (`bench roofline`) names its own peaks
     log(f"{len(ds)} rows, {len(ds.entry_keys())} entries from {ds.name} ({', '.join(sorted(ds.formats))}); "
         f"device {spec.name if spec else ds.device}")  # fmt: skip
 
     def progress(r: Any) -> None:
-        log(
-            f"  {r.key.label}: {r.kind or 'no model'}  held-out MAPE {_pct(r.heldout_mape_pct)} %  ({r.seconds:.0f} s)"
-        )
+        score = (f"{r.kind}  held-out MAPE {_pct(r.heldout_mape_pct)} %" if r.unscored is None
+                 else f"{r.kind}  no held-out MAPE: {r.unscored}" if r.kind else r.unscored)  # fmt: skip
+        log(f"  {r.key.label}: {score}  ({r.seconds:.0f} s)")
 
     result = fit_kernels(ds, device=spec, kinds=kind_list, grid=grid, holdout=holdout, seed=seed, families=fams,
                          n_jobs=jobs, strict_monotone=strict_monotone, progress=progress, folds=folds)  # fmt: skip
@@ -120,8 +168,15 @@ def fit_cmd(
         "max_spread": max_spread, "rows_left_out_noisy": dropped_noisy,
         "models": [_model_row(r) for r in result.reports],
         "families": family_summary(result.reports),
+        "entries_without_heldout_score": {r.key.label: r.unscored for r in result.reports if r.unscored},
         "artifact": str(output) if output else None,
     }  # fmt: skip
+    # An entry whose model ships without a held-out score looks fine in a table of numbers:
+    # say so on stderr, whatever the format.
+    for r in result.reports:
+        if r.kind is not None and r.unscored:
+            log(f"warning: {r.key.label}: its {r.kind} model ships without a held-out score: {r.unscored}; "
+                "its predictions are unchecked")  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
         return
@@ -145,23 +200,28 @@ def _pct(x: float | None) -> str:
 
 
 def _print(doc: dict[str, Any]) -> None:
-    t = Table(title=f"{doc['dataset']} on {doc['device']}: held-out errors ({doc['holdout']:.0%} of rows, seed {doc['seed']})",
+    t = Table(title=f"{doc['dataset']} on {doc['device']}: held-out errors ({doc['holdout']:.0%} of each entry's distinct inputs, seed {doc['seed']})",
               title_justify="left")  # fmt: skip
+    merged = any(m["merged_rows"] for m in doc["models"])
     cols = ("entry", "family", "kind", "MAPE %", "GMAE %", "max %", "all rows MAPE %", "roofline MAPE %",
-            "samples", "excluded")  # fmt: skip
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("entry", "family", "kind") else "right")
+            "rows", "held-out", "train", "excluded", *(("merged",) if merged else ()), "final fit")  # fmt: skip
+    for c in cols:  # names never fold or shorten (wide tables wrap the numeric headers instead)
+        t.add_column(c, justify="left" if c in ("entry", "family", "kind") else "right",
+                     no_wrap=c in ("entry", "family", "kind"))  # fmt: skip
     for m in doc["models"]:
-        t.add_row(m["entry"], m["family"], m["kind"] or "—", _pct(m["mape_pct"]), _pct(m["gmae_pct"]),
+        bad = m["heldout_implausible_rows"]
+        flag = " (!)" if m["kind"] and m["heldout_unscored"] else ""
+        t.add_row(m["entry"] + flag, m["family"], m["kind"] or "—", _pct(m["mape_pct"]), _pct(m["gmae_pct"]),
                   _pct(m["max_abs_err_pct"]), _pct(m["mape_all_rows_pct"]), _pct(m["roofline_mape_pct"]),
-                  str(m["samples"]), str(m["excluded_rows"]))  # fmt: skip
+                  str(m["rows"]), f"{m['heldout_rows']}" + (f" ({bad} >10x)" if bad else ""), str(m["train_rows"]),
+                  str(m["excluded_rows"]), *((str(m["merged_rows"]),) if merged else ()),
+                  (f"{m['samples']}" + (f" ({fx} >10x)" if (fx := m["final_excluded_rows"]) else "")) if m["kind"] else "—")  # fmt: skip
     out = _out()
     out.print(t)
-    done = [m["mape_pct"] for m in doc["models"] if m["mape_pct"] is not None]
-    if done:
-        out.print(
-            f"mean MAPE {sum(done) / len(done):.2f} %, max {max(done):.2f} % over {len(done)} entries"
-        )
+    out.print(f"rows = held-out + train + excluded (training rows >10x off a smooth fit){' + merged (training repeats of a shape, averaged into one row)' if merged else ''}; "
+              "final fit: the distinct rows the shipped model was refitted on (all rows, screened again: (n >10x) left out); "
+              "held-out rows >10x off the prediction are left out of MAPE/GMAE/max, not of all-rows MAPE")  # fmt: skip
+    _print_summary(out, doc)
     f = Table(title="per family: held-out GMAE (entries pooled, weighted by held-out rows) beside the "
               "noise floor (median repeat spread (p75 − p25)/median)", title_justify="left")  # fmt: skip
     for c in ("family", "entries", "rows", "held-out rows", "GMAE %", "noise floor %",
@@ -171,6 +231,26 @@ def _print(doc: dict[str, Any]) -> None:
         f.add_row(fam, str(s["entries"]), str(s["rows"]), str(s["heldout_rows"]), _pct(s["gmae_pct"]),
                   _pct(s["noise_pct"]), _pct(s["heldout_noise_pct"]), s["worst_entry"] or "—")  # fmt: skip
     out.print(f)
+
+
+def _print_summary(out: Console, doc: dict[str, Any]) -> None:
+    """Mean and max held-out MAPE over the entries that have one, and which have none and why
+    (review finding: one entry without a plausible held-out row made the mean NaN)."""
+    models = doc["models"]
+    done = [m["mape_pct"] for m in models if m["mape_pct"] is not None and math.isfinite(m["mape_pct"])]
+    line = (f"mean MAPE {sum(done) / len(done):.2f} %, max {max(done):.2f} % over {len(done)} of {len(models)} entries"
+            if done else f"no held-out MAPE for any of the {len(models)} entries")  # fmt: skip
+    unscored = doc["entries_without_heldout_score"]
+    if unscored and done:
+        line += f"; {len(unscored)} without one (below)"
+    bad = [m for m in models if m["heldout_implausible_rows"] and m["mape_pct"] is not None]
+    if bad:
+        line += (f"; {sum(m['heldout_implausible_rows'] for m in bad)} held-out rows of {len(bad)} scored "
+                 f"entr{'y' if len(bad) == 1 else 'ies'} >10x off are not in it (see all rows MAPE)")  # fmt: skip
+    out.print(line)
+    shipped = {m["entry"] for m in models if m["kind"]}
+    for label, why in unscored.items():
+        out.print(f"  {label}{' (!) shipped without a held-out score' if label in shipped else ''}: {why}")
 
 
 def _register_bench_ops() -> None:

@@ -3,9 +3,13 @@ the training rows, measure it on held-out rows, refit it on everything (001 §II
 
 Per entry (operator, phase, dtype):
 
-1. **Split.** ``holdout`` (20 %) of the rows are held out (seeded by ``seed`` and the entry's
-   label, :func:`~trainsim.kernels.samples.heldout_rows`); nothing below looks at them until
-   step 5.
+1. **Split.** ``holdout`` (20 %) of the entry's distinct inputs are held out with every row
+   that has them (seeded by ``seed`` and the entry's label,
+   :func:`~trainsim.kernels.samples.heldout_rows` over the distinct inputs in file order, so
+   data without repeats split exactly row by row); nothing below looks at them until step 5.
+   Drawing shapes, not rows, keeps a shape timed twice (a sweep appended again with
+   ``--no-resume``) from sitting on both sides, which scored the model on shapes it was
+   trained on.
 2. **Screen.** Training rows more than 10x away from a smooth fit of the others (a degree-2
    power law, refitted on the 80 % closest to it, then on the rows within 10x) are timing
    failures, not physics (paper 001's GH200 ``firstStage_optimizer`` sweep has rows 1000x
@@ -95,6 +99,7 @@ from trainsim.kernels.monotone import (
     claim_signs,
     data_claims,
     extrapolation_violation,
+    log2_time,
     monotone_violation,
 )
 from trainsim.kernels.roofline import EfficiencyCurve, RooflineModel, fit_efficiency
@@ -137,11 +142,35 @@ class EntryReport:
     contradicted: dict[str, str] = field(default_factory=dict)  # monotone claims the data refute
     row_spreads: tuple[float, ...] = ()  # each row's repeat spread, where the data keep repeats
     heldout_spreads: tuple[float, ...] = ()  # the same, of the held-out rows
+    # The entry's rows add up as rows = heldout_rows + train_rows + excluded + merged (training
+    # rows whose inputs repeat another's are merged into it); ``samples`` is what the shipped
+    # model was fitted on: with the refit, the distinct rows of all of them after the same 10x
+    # screen over all rows, which left ``final_excluded`` out (it runs on 20 rows or more, so it
+    # can drop rows the screen of the training rows alone kept). 0: set by older callers.
+    rows: int = 0
+    merged: int = 0
+    heldout_implausible: int = 0  # held-out rows more than 10x off the prediction (not in MAPE)
+    final_excluded: int = 0
 
     @property
     def noise_pct(self) -> float | None:
         """The entry's noise floor: median repeat spread (p75 − p25)/median of its rows, in %."""
         return _median_pct(self.row_spreads)
+
+    @property
+    def unscored(self) -> str | None:
+        """Why the entry has no held-out MAPE (None when it has one): a model shipped without
+        one was never checked on rows it did not see, and callers should say so."""
+        if self.heldout_mape_pct is not None and math.isfinite(self.heldout_mape_pct):
+            return None
+        if self.kind is None:
+            if self.train_rows < _MIN_ROWS:
+                return f"no model: {self.train_rows} training rows, at least {_MIN_ROWS} needed"
+            return "no model: no candidate fitted and qualified"
+        if self.heldout_rows == 0:
+            return "no held-out rows (too few rows for the split)"
+        return (f"all {self.heldout_rows} held-out rows are more than {IMPLAUSIBLE_FACTOR:g}x off the model's "
+                f"prediction (MAPE over them {_fmt_pct(self.heldout_mape_all_rows_pct)} %)")  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -149,8 +178,10 @@ class EntryReport:
             "family": self.family.value, "kind": self.kind, "config": self.config,
             "gmae_pct": self.heldout_gmae_pct, "mape_pct": self.heldout_mape_pct,
             "max_abs_err_pct": self.heldout_max_pct, "mape_all_rows_pct": self.heldout_mape_all_rows_pct,
-            "roofline_mape_pct": self.roofline_mape_pct, "samples": self.samples,
+            "roofline_mape_pct": self.roofline_mape_pct, "samples": self.samples, "rows": self.rows,
             "heldout_rows": self.heldout_rows, "train_rows": self.train_rows, "excluded_rows": self.excluded,
+            "merged_rows": self.merged, "heldout_implausible_rows": self.heldout_implausible,
+            "final_excluded_rows": self.final_excluded, "heldout_unscored": self.unscored,
             "size_bytes": self.size_bytes, "fit_seconds": round(self.seconds, 2),
             "claims_contradicted_by_data": self.contradicted,
             "noise_pct": self.noise_pct, "heldout_noise_pct": _median_pct(self.heldout_spreads),
@@ -161,6 +192,10 @@ class EntryReport:
 
 def _median_pct(spreads: Sequence[float]) -> float | None:
     return float(np.median(spreads)) * 100.0 if len(spreads) else None
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"{x:.0f}"
 
 
 def family_summary(reports: Sequence[EntryReport]) -> dict[str, dict[str, Any]]:
@@ -185,7 +220,8 @@ def family_summary(reports: Sequence[EntryReport]) -> dict[str, dict[str, Any]]:
         worst = max(fitted, key=lambda rg: rg[1])[0].key.label if fitted else None
         out[fam] = {
             "entries": len(fitted), "entries_without_model": len(rs) - len(fitted), "heldout_rows": n,
-            "rows": sum(r.train_rows + r.heldout_rows + r.excluded for r in rs),
+            # every row of the entries (duplicates merged for training included)
+            "rows": sum(r.rows or r.train_rows + r.heldout_rows + r.excluded for r in rs),
             "gmae_pct": gmae,
             "noise_pct": _median_pct([s for r in rs for s in r.row_spreads]),
             "heldout_noise_pct": _median_pct([s for r, _ in fitted for s in r.heldout_spreads]),
@@ -235,6 +271,23 @@ def _implausible(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         bad = res > _LOG_BAD
         keep = res <= np.quantile(res, 0.8) if step == 0 else ~bad
     return bad
+
+
+def _heldout_by_inputs(inputs: Arrays, n: int, *, fraction: float, seed: int, label: str) -> np.ndarray:
+    """Held-out mask over ``n`` rows drawn by distinct inputs: ``round(fraction * shapes)`` of the
+    entry's distinct input tuples, each with every row that has it, so no held-out shape is also
+    a training row (review finding: in a CPU layernorm sweep appended to itself, each of the 8
+    held-out rows per phase had its repeat in training; forward scored 4.4 %, the unique rows
+    55 %). Shapes are numbered in file order:
+    without repeats this is :func:`heldout_rows` of the rows themselves, unchanged."""
+    if not inputs:
+        return heldout_rows(n, fraction=fraction, seed=seed, label=label)
+    x = np.column_stack([inputs[k] for k in sorted(inputs)])
+    _, first, inv = np.unique(x, axis=0, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.intp)
+    rank[np.argsort(first)] = np.arange(first.size)  # np.unique sorts by value: back to file order
+    held = heldout_rows(first.size, fraction=fraction, seed=seed, label=label)
+    return held[rank[inv.ravel()]]
 
 
 def _merge_duplicates(
@@ -383,9 +436,18 @@ def _choose(cands: list[Candidate]) -> Candidate | None:
     return min(near, key=lambda c: (c.size_bytes, c.val_mape_pct))
 
 
-def _errors(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float, float, float]:
-    """(MAPE, GMAE, max) on plausible rows, MAPE on all rows."""
-    ok = np.abs(np.log2(pred / meas)) <= _LOG_BAD
+def _plausible(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """Rows predicted within 10x of their measurement (a 0 s prediction is not, without a
+    log2(0) warning)."""
+    return np.abs(log2_time(pred) - log2_time(meas)) <= _LOG_BAD
+
+
+def _errors(pred: np.ndarray, meas: np.ndarray) -> tuple[float | None, float | None, float | None, float]:
+    """(MAPE, GMAE, max) on plausible rows — None, not NaN, when there is none, so that no
+    mean over entries turns NaN — and MAPE on all rows."""
+    ok = _plausible(pred, meas)
+    if not ok.any():
+        return None, None, None, mape_pct(pred, meas)
     p, m = pred[ok], meas[ok]
     return mape_pct(p, m), gmae_pct(p, m), max_abs_err_pct(p, m), mape_pct(pred, meas)
 
@@ -403,10 +465,11 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     inputs = device_inputs(spec, raw, device, key.dtype)
     cols, signs, x = _layout(key.op, inputs, device, key.dtype)
     y = np.log2(secs)
-    test = heldout_rows(y.size, fraction=holdout, seed=seed, label=key.label)
+    test = _heldout_by_inputs(inputs, y.size, fraction=holdout, seed=seed, label=key.label)
     train_all = np.flatnonzero(~test)
     bad = _implausible(x[train_all], y[train_all])
     train, y = _merge_duplicates(inputs, y, train_all[~bad])
+    merged = int((~bad).sum()) - int(train.size)
     w = derive(spec, inputs, key.dtype)
     roof = roofline_s(w["flops"], w["bytes"], device, key.dtype)
     curve = fit_efficiency(roof[train], secs[train])
@@ -427,6 +490,8 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
     errs: tuple[float | None, ...] = (None, None, None, None)
     heldout: list[tuple[float, float]] = []
     size = 0
+    implausible_heldout = 0
+    final_excluded = int(bad.sum())  # without the refit the shipped fit is the training fit
     if chosen is not None:
         k = kind(chosen.kind)
         cfg = {c: v for c, v in chosen.config.items() if c not in ("constrained", "target")}
@@ -444,12 +509,15 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         if test_rows.size:
             pred, _ = trained.predict(_take(inputs, test_rows), device)
             errs = _errors(pred, secs[test_rows])
+            implausible_heldout = int((~_plausible(pred, secs[test_rows])).sum())
             heldout = [(float(m), float(p)) for m, p in zip(secs[test_rows], pred, strict=True)]
         entry, size = trained, size_bytes(reg)
         if refit_all:
             y = np.log2(secs)
             every = np.arange(y.size)
-            keep, y = _merge_duplicates(inputs, y, every[~_implausible(x, y)])
+            bad_all = _implausible(x, y)
+            final_excluded = int(bad_all.sum())
+            keep, y = _merge_duplicates(inputs, y, every[~bad_all])
             reg = fit(x[keep], y[keep])
             entry = _entry(key, family, kname=chosen.kind, cfg=chosen.config, cols=cols, reg=reg, inputs=inputs,
                            rows=keep, claims=claims, roof=roof, y=y)  # fmt: skip
@@ -461,13 +529,15 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
                          errs[0], errs[1], errs[2], errs[3], r_mape, int(test_rows.size), int(train.size),
                          entry.samples if entry else 0, int(bad.sum()), size, time.perf_counter() - t0,
                          cands, heldout, contradicted, _finite(spreads),
-                         _finite(spreads[test_rows]) if chosen is not None else ())  # fmt: skip
+                         _finite(spreads[test_rows]) if chosen is not None else (), rows=int(secs.size),
+                         merged=merged, heldout_implausible=implausible_heldout,
+                         final_excluded=final_excluded if chosen is not None else 0)  # fmt: skip
     if entry is not None:
         metrics = {
             k: v
             for k, v in report.as_dict().items()
             if (k.endswith("_pct") and not (k.endswith("noise_pct") and v is None))
-            or k in ("heldout_rows", "train_rows", "excluded_rows")
+            or k in ("heldout_rows", "train_rows", "excluded_rows", "heldout_implausible_rows")
         }
         metrics["candidates"] = [{"kind": c.kind, "config": c.config, "val_mape_pct": c.val_mape_pct,
                                   "rejected": c.rejected} for c in cands]  # fmt: skip
@@ -509,10 +579,10 @@ def fit_kernels(ds: KernelDataset, *, device: DeviceSpec | None = None, kinds: S
         "formats": sorted(ds.formats), "rows": len(ds), "kinds": list(kinds), "grid": grid,
         "monotone": "strict (constrained trees)" if strict_monotone else f"never faster at {MONOTONE_STEP:g}x a signed input",
         "fitted_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "split": f"{holdout:.0%} of rows held out per entry (seed {seed} + CRC-32 of the entry label); "
+        "split": f"{holdout:.0%} of distinct inputs held out per entry with all their rows (seed {seed} + CRC-32 of the entry label); "
                  + ("selection on an 80/20 split of the rest" if folds <= 1 else f"selection by {folds}-fold cross-validation on the rest")
                  + "; final fit on all plausible rows" if refit_all else
-                 f"{holdout:.0%} of rows held out per entry (seed {seed}); fitted on the rest",
+                 f"{holdout:.0%} of distinct inputs held out per entry with all their rows (seed {seed}); fitted on the rest",
         "ranges": {e.key.label: {k: list(v) for k, v in e.ranges.items()} for e in entries},
     }  # fmt: skip
     model = (

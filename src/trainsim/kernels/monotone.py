@@ -22,6 +22,17 @@ _SWEEP_VALUES = 24
 MONOTONE_STEP = 2.0  # twice the problem (in any signed input) ...
 MONOTONE_SLACK = 0.10  # ... is never more than 10 % faster (learned models; noise allowance)
 LOG_SLACK = -math.log2(1.0 - MONOTONE_SLACK)
+# Shortest time a prediction is compared at: far below any timed kernel (a CPU call takes
+# microseconds). A model that predicts 0 s does so outside its data (the roofline carry of
+# tril at F=1, a quarter of its lowest F, has no element below the diagonal): 0 s compared at
+# this floor is still far faster than any neighbour — a violation where twice the problem is
+# that fast — without numpy warning of log2(0) and turning the whole sweep's steps into NaN.
+TIME_FLOOR_S = 1e-12
+
+
+def log2_time(seconds: np.ndarray) -> np.ndarray:
+    """log2 of times, at least :data:`TIME_FLOOR_S` (see there)."""
+    return np.log2(np.maximum(seconds, TIME_FLOOR_S))
 
 
 def claim_signs(spec_name: str, inputs: Arrays, cols: list[str], claims: dict[str, int], *, device: DeviceSpec,
@@ -91,7 +102,7 @@ def monotone_violation(entry: LearnedEntry, inputs: Arrays, rows: np.ndarray, de
         batch = {k: np.repeat(v[bases], pts.size) for k, v in inputs.items()}
         batch[name] = np.tile(pts, bases.size)
         t, _ = entry.predict(batch, device)
-        lt = np.log2(t).reshape(bases.size, pts.size)
+        lt = log2_time(t).reshape(bases.size, pts.size)
         steps = (lt[:, lo.size :] - lt[:, : lo.size]) * sign
         worst = max(worst, float(-steps.min(initial=0.0)))
     return worst
@@ -136,7 +147,7 @@ def extrapolation_violation(entry: LearnedEntry, inputs: Arrays, rows: np.ndarra
                 batch[push[0]] = np.full(n * pts.size, push[1])
             batch[name] = np.tile(pts, n)
             t, _ = entry.predict(batch, device)
-            lt = np.log2(t).reshape(n, pts.size)
+            lt = log2_time(t).reshape(n, pts.size)
             half = pts.size // 2
             worst = max(worst, float(-((lt[:, half:] - lt[:, :half]) * sign).min(initial=0.0)))
     return worst
