@@ -386,7 +386,7 @@ def test_sequence_parallelism_needs_tensor_parallelism():
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("1", "expected a fraction below 1"), ("-0.1", "expected a fraction below 1"), ("120%", "expected a fraction"),
+    ("1", "expected a fraction below 1"), ("-0.1", "expected a fraction below 1"), ("120%", "a percentage must be at least 0 and below 100%"),
     ("ten", "expected a fraction"), ("6 TB", "expected a fraction"), ("nan", "expected a fraction"),
     ("80GiB", "below the GPU's 80.0 GiB"), ("-1GiB", "must be at least 0"), ("", "expected a fraction"),
 ])  # fmt: skip
