@@ -1194,6 +1194,8 @@ def test_plan_and_config_features_that_are_not_modelled_are_said(tmp_path: Path)
     inter = _predict(Plan(tp=2, pp=2, dp=2, global_batch=16, schedule="interleaved", vpp=1))
     assert any("is the 1F1B schedule" in w for w in inter.warnings)
     assert not any("1F1B" in w for w in _predict(Plan(tp=2, pp=2, dp=2, global_batch=16, schedule="interleaved", vpp=2)).warnings)
+    flat = _predict(Plan(tp=2, pp=1, dp=4, global_batch=16, partition="001"))
+    assert any("changes nothing with pp 1" in w for w in flat.warnings)
     long = predict_llm("mixtral-8x22b", Plan(tp=8, ep=8, dp=8, global_batch=64), "dgx-h100")
     (seq,) = [w for w in long.warnings if "default" in w]
     assert "(the catalog's)" in seq and "HuggingFace" not in seq

@@ -293,6 +293,8 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens) is not modelled: attention is "
                    f"costed over all {seq:,} tokens, an over-estimate of its time (a windowed kernel does about "
                    f"{2 * w - w * w:.0%} of the causal work)")  # fmt: skip
+    if r.plan.partition == "001" and r.plan.pp == 1:
+        out.append("--partition 001 splits layers over pipeline stages: it changes nothing with pp 1")
     if r.plan.schedule == "interleaved" and r.plan.vpp == 1:
         out.append("--schedule interleaved with --vpp 1 is the 1F1B schedule (one model chunk per stage); "
                    "give --vpp 2 or more to interleave")  # fmt: skip
