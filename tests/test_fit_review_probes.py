@@ -101,7 +101,7 @@ def test_the_last_level_cache_is_read_from_sysfs_summed_over_its_instances(tmp_p
         _cache(tmp_path, cpu, 2, level=2, kind="Unified", size="1024K", shared=str(cpu))
         # two L3 slices (two CCXs) of 32 MiB, each shared by two CPUs
         _cache(tmp_path, cpu, 3, level=3, kind="Unified", size="32768K", shared="0-1" if cpu < 2 else "2-3")
-    assert _sysfs_llc(tmp_path) == 64 * 2**20
+    assert _sysfs_llc(tmp_path) == (64 * 2**20, 3)
     assert last_level_cache_bytes(sysfs=tmp_path) == (64 * 2**20, f"{tmp_path} (level-3 caches)")
     assert _sysfs_llc(tmp_path / "missing") is None
     size, how = last_level_cache_bytes(sysfs=tmp_path / "missing")  # sysconf, else the default

@@ -63,7 +63,7 @@ def last_level_cache_bytes(kind: str = "cpu", *, sysfs: Path = Path("/sys/device
         return (l2, "the GPU's L2") if l2 > 0 else (DEFAULT_CACHE_BYTES, "assumed (the GPU does not say)")
     got = _sysfs_llc(sysfs)
     if got is not None:
-        return got, f"{sysfs} (level-{_sysfs_level(sysfs)} caches)"
+        return got[0], f"{sysfs} (level-{got[1]} caches)"
     try:
         l3 = int(os.sysconf("SC_LEVEL3_CACHE_SIZE"))
     except (ValueError, OSError, AttributeError):
@@ -90,16 +90,14 @@ def _sysfs_caches(sysfs: Path) -> dict[tuple[int, str], int]:
     return out
 
 
-def _sysfs_level(sysfs: Path) -> int:
-    return max((lvl for lvl, _ in _sysfs_caches(sysfs)), default=0)
-
-
-def _sysfs_llc(sysfs: Path) -> int | None:
+def _sysfs_llc(sysfs: Path) -> tuple[int, int] | None:
+    """(bytes, level) of the highest cache level, summed over its distinct instances."""
     caches = _sysfs_caches(sysfs)
     if not caches:
         return None
     top = max(lvl for lvl, _ in caches)
-    return sum(b for (lvl, _), b in caches.items() if lvl == top) or None
+    total = sum(b for (lvl, _), b in caches.items() if lvl == top)
+    return (total, top) if total else None
 
 
 def measured_device(rows: Iterable[Mapping[str, Any]], *, fingerprint: str, cache_bytes: float | None = None) -> dict[str, Any]:  # fmt: skip

@@ -192,7 +192,6 @@ def _opt(x: float | None) -> str:
     return "—" if x is None else f"{x:g}"
 
 
-
 _SYSTEM_KEYS = frozenset({"tiers", "gpus_per_node", "device", "max_nodes"})
 
 
@@ -206,6 +205,7 @@ def _looks_like_system(path: Path) -> bool:
     except yaml.YAMLError:
         return False
     return isinstance(doc, dict) and bool(_SYSTEM_KEYS & set(map(str, doc)))
+
 
 @hw_app.command("show")
 def hw_show(

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, stderr, timeline_target
+from trainsim.cli.output import Format, emit_json, log, stderr, timeline_target
 from trainsim.sim.options import HostMode, KernelSource
 
 
@@ -228,9 +228,7 @@ def _resize_timer(w: Any) -> tuple[Any, str]:
         return resize_timer(device_file, artifact), note
     # a CPU trace: no device kernels (gloo collectives are recorded as communication "kernels")
     if not gpu and not any(not k.family.is_communication for r in w.ranks for o in r.ops for k in o.kernels):
-        from trainsim.cli.output import stderr
-
-        artifact, note = cpu_kernel_models(default_cache_dir().parent, log=lambda m: stderr.print(m, markup=False))
+        artifact, note = cpu_kernel_models(default_cache_dir().parent, log=log)
         return Coster(str(cpu_device_file()), artifact).time, note
     spec = find_device(gpu) if gpu else None
     if spec is not None:

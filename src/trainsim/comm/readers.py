@@ -84,11 +84,8 @@ def _ratio_kind(ratio: float, nranks: int, redop: str) -> C | None:
     """Which collective, from nccl-tests' busbw/algbw factor (NCCL's bus-bandwidth maths)."""
     if nranks < 2 or ratio <= 0:
         return None
-    factors = {
-        C.ALL_REDUCE: 2 * (nranks - 1) / nranks,
-        C.REDUCE_SCATTER: (nranks - 1) / nranks,
-        C.BROADCAST: 1.0,
-    }
+    # one kind per distinct factor (all_gather and all_to_all share reduce_scatter's, reduce broadcast's)
+    factors = {k: _bus_factor(k, nranks) or 0.0 for k in (C.ALL_REDUCE, C.REDUCE_SCATTER, C.BROADCAST)}
     best = min(factors, key=lambda k: abs(factors[k] - ratio))
     if abs(factors[best] - ratio) > 0.1 * factors[best]:
         return None
@@ -188,9 +185,9 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
                 kind = _ratio_kind(ratio, nranks, tok[i_redop].lower() if i_redop is not None else "")
         parsed.append((lineno, size, oop, ip))
     want = _bus_factor(given, nranks) if given is not None and nranks > 1 else None
-    if want is not None and first_ratio and abs(first_ratio - want) > 0.1 * want:
-        raise TraceFormatError(path, f"--kind {given.value} contradicts the log: its busbw/algbw is {first_ratio:.2f}, "  # type: ignore[union-attr]
-                                     f"not {given.value}'s {want:.2f} over {nranks} ranks; drop --kind or give the "  # type: ignore[union-attr]
+    if given is not None and want is not None and first_ratio and abs(first_ratio - want) > 0.1 * want:
+        raise TraceFormatError(path, f"--kind {given.value} contradicts the log: its busbw/algbw is {first_ratio:.2f}, "
+                                     f"not {given.value}'s {want:.2f} over {nranks} ranks; drop --kind or give the "
                                      "collective it measured")  # fmt: skip
     if kind is None:
         raise TraceFormatError(path, "cannot tell which collective this log measured (no 'Collective test starting' line, "

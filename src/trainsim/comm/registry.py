@@ -52,9 +52,14 @@ def model_from_dict(doc: dict[str, Any]) -> CommModel:
     return loader(doc)
 
 
+def _head(p: Path) -> bytes:
+    with p.open("rb") as fh:
+        return fh.read(4)
+
+
 def load_model(path: Path | str) -> CommModel:
     p = Path(path)
-    if p.is_file() and p.read_bytes()[:4] == b"PK\x03\x04":  # an .npz (zip): kernel models
+    if p.is_file() and _head(p) == b"PK\x03\x04":  # an .npz (zip): kernel models
         raise ConfigError(f"{p}: a zip archive (kernel models from trainsim fit are .npz), not a comm model "
                           "(the JSON trainsim fit-comm writes)")  # fmt: skip
     try:

@@ -280,14 +280,19 @@ def _heldout_by_inputs(inputs: Arrays, n: int, *, fraction: float, seed: int, la
     held-out rows per phase had its repeat in training; forward scored 4.4 %, the unique rows
     55 %). Shapes are numbered in file order:
     without repeats this is :func:`heldout_rows` of the rows themselves, unchanged."""
-    if not inputs:
+    if not inputs or n == 0:
         return heldout_rows(n, fraction=fraction, seed=seed, label=label)
+    shape = _shape_ids(inputs)
+    return heldout_rows(int(shape.max()) + 1, fraction=fraction, seed=seed, label=label)[shape]
+
+
+def _shape_ids(inputs: Arrays) -> np.ndarray:
+    """Each row's distinct input tuple as an id, numbered in order of first appearance."""
     x = np.column_stack([inputs[k] for k in sorted(inputs)])
     _, first, inv = np.unique(x, axis=0, return_index=True, return_inverse=True)
     rank = np.empty(first.size, dtype=np.intp)
     rank[np.argsort(first)] = np.arange(first.size)  # np.unique sorts by value: back to file order
-    held = heldout_rows(first.size, fraction=fraction, seed=seed, label=label)
-    return held[rank[inv.ravel()]]
+    return rank[inv.ravel()]
 
 
 def _merge_duplicates(
@@ -298,8 +303,7 @@ def _merge_duplicates(
     repeats is measurement noise — 85 of 001's A100 FlashAttention shapes, 11-12 % apart)."""
     if rows.size == 0:
         return rows, y
-    x = np.column_stack([inputs[k] for k in sorted(inputs)])
-    _, first, inv = np.unique(x[rows], axis=0, return_index=True, return_inverse=True)
+    _, first, inv = np.unique(_shape_ids(inputs)[rows], return_index=True, return_inverse=True)
     inv = inv.ravel()
     if first.size == rows.size:
         return rows, y
@@ -442,10 +446,9 @@ def _plausible(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
     return np.abs(log2_time(pred) - log2_time(meas)) <= _LOG_BAD
 
 
-def _errors(pred: np.ndarray, meas: np.ndarray) -> tuple[float | None, float | None, float | None, float]:
-    """(MAPE, GMAE, max) on plausible rows — None, not NaN, when there is none, so that no
-    mean over entries turns NaN — and MAPE on all rows."""
-    ok = _plausible(pred, meas)
+def _errors(pred: np.ndarray, meas: np.ndarray, ok: np.ndarray) -> tuple[float | None, float | None, float | None, float]:
+    """(MAPE, GMAE, max) on the plausible rows ``ok`` (:func:`_plausible`) — None, not NaN,
+    when there is none, so that no mean over entries turns NaN — and MAPE on all rows."""
     if not ok.any():
         return None, None, None, mape_pct(pred, meas)
     p, m = pred[ok], meas[ok]
@@ -508,8 +511,9 @@ def fit_entry(ds: KernelDataset, key: EntryKey, *, device: DeviceSpec, kinds: Se
         trained, carry = _carrying(trained, inputs, train, device, seed=seed, strict=strict_monotone)
         if test_rows.size:
             pred, _ = trained.predict(_take(inputs, test_rows), device)
-            errs = _errors(pred, secs[test_rows])
-            implausible_heldout = int((~_plausible(pred, secs[test_rows])).sum())
+            ok = _plausible(pred, secs[test_rows])
+            errs = _errors(pred, secs[test_rows], ok)
+            implausible_heldout = int((~ok).sum())
             heldout = [(float(m), float(p)) for m, p in zip(secs[test_rows], pred, strict=True)]
         entry, size = trained, size_bytes(reg)
         if refit_all:

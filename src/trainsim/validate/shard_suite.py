@@ -279,6 +279,7 @@ def _clean_warning(index: int, rows: dict[str, dict[str, Any]], names: Sequence[
 def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]],
           pred_note: str) -> dict[str, Any]:  # fmt: skip
     names = [n for n in sharders if n in rows and sharders[n].get("predicted_step_s") is not None]
+    spread = {n: _row_spread(row) for n, row in rows.items()}
     measured = {n: float(rows[n]["median_s"]) for n in names}
     predicted = {n: float(sharders[n]["predicted_step_s"]) for n in names}
     per: list[dict[str, Any]] = []
@@ -288,7 +289,7 @@ def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict
         pr = p.get("predicted_step_s")
         per.append({"sharder": n, "predicted_s": pr, "measured_s": m,
                     "err_pct": (pr - m) / m * 100 if pr is not None and m else None,
-                    "spread_pct": _row_spread(row) if row else None,
+                    "spread_pct": spread.get(n),
                     "clean_fraction": row.get("clean_fraction") if row else None,
                     "all_steps_measured_s": row.get("all_median_s") if row else None,
                     "repeat_medians_s": row.get("repeat_medians_s") if row else None,
@@ -304,7 +305,7 @@ def _case(index: int, spec: Any, sharders: dict[str, dict[str, Any]], rows: dict
     chosen, fastest = _choice(predicted), _choice(measured)
     regret = _regret(chosen, measured)
     errs: list[float] = [e["err_pct"] for e in per if e["err_pct"] is not None]
-    spreads = [v for v in (_row_spread(rows[n]) for n in names) if v is not None]
+    spreads = [v for n in names if (v := spread[n]) is not None]
     warn = _clean_warning(index, rows, names)
     reps = min(len(rows[n]["repeat_medians_s"]) for n in names)
     per_rep = [
