@@ -386,28 +386,24 @@ def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs:
     dims = _WORK_DIMS.get(op, ())
     if limit is not None and dims and roof > limit and roof > MIN_KERNEL_S:
         small, at_roof, qs = dict(inputs), roof, q
-        # first the sizes beyond the sweep, towards its largest measured value: the shape is then
-        # asked where it was measured (a FlashAttention of 32k tokens shrunk in heads alone had
-        # been asked at one or two heads and 32k tokens, flat there in the trees, and ran at
-        # 0.8x the efficiency of 16k tokens: context parallelism came out superlinear)
+        # Shrink the sizes in turn until the work is the limit's. First pass: only the sizes
+        # beyond the sweep, towards its largest measured value, so the shape is asked where it
+        # was measured (a FlashAttention of 32k tokens shrunk in heads alone had been asked at
+        # one or two heads and 32k tokens, flat there in the trees, and ran at 0.8x the
+        # efficiency of 16k tokens: context parallelism came out superlinear); then any size.
         top = cal.measured_range(q.key.op, q.key.phase.value, q.key.dtype)
-        for dim, power in dims:
-            hi = top.get(dim, (0.0, math.inf))[1]
-            if at_roof <= limit * (1 + 1e-9) or dim not in small or small[dim] <= hi:
-                continue
-            small[dim] = max(hi, small[dim] * (limit / at_roof) ** (1 / power))
-            if op == "gemm" and dim in ("m", "n", "k"):
-                small[dim] = _aligned_like(small[dim], inputs[dim])
-            qs = query(op, phase=phase, dtype=dtype, **small)  # type: ignore[arg-type]
-            at_roof = predict_query(qs, cal.device, models=roofline).duration_s
-        for dim, power in dims:  # shrink the sizes in turn until the work is the limit's
-            if at_roof <= limit * (1 + 1e-9) or dim not in small:
-                continue
-            small[dim] = max(1.0, small[dim] * (limit / at_roof) ** (1 / power))
-            if op == "gemm" and dim in ("m", "n", "k"):  # keep the size's alignment: the GPU models read it
-                small[dim] = _aligned_like(small[dim], inputs[dim])
-            qs = query(op, phase=phase, dtype=dtype, **small)  # type: ignore[arg-type]
-            at_roof = predict_query(qs, cal.device, models=roofline).duration_s
+        for beyond_sweep in (True, False):
+            for dim, power in dims:
+                if at_roof <= limit * (1 + 1e-9) or dim not in small:
+                    continue
+                floor = top.get(dim, (0.0, math.inf))[1] if beyond_sweep else 1.0
+                if beyond_sweep and small[dim] <= floor:
+                    continue  # measured at this size already
+                small[dim] = max(floor, small[dim] * (limit / at_roof) ** (1 / power))
+                if op == "gemm" and dim in ("m", "n", "k"):  # keep the size's alignment: the GPU models read it
+                    small[dim] = _aligned_like(small[dim], inputs[dim])
+                qs = query(op, phase=phase, dtype=dtype, **small)  # type: ignore[arg-type]
+                at_roof = predict_query(qs, cal.device, models=roofline).duration_s
         at = predict_query(qs, cal.device, models=cal.models)
         seconds, prov = at.duration_s * roof / at_roof, at.provenance + ";beyond-measured-work"
     if roof > _dram_roof_s(cal.device):
