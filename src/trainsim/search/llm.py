@@ -447,7 +447,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
                           train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # fmt: skip
 
     ok.sort(key=obj)
-    ranked = []
+    ranked: list[dict[str, Any]] = []
     for s in ok[: max(simulate_top, top_k)]:
         plan = items[s.index][1]
         r = predict_llm(model, plan, sys_spec, coster=_coster(sys_spec.device))
@@ -462,7 +462,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
                                     gpu_hour_price=gpu_hour_price),
             "provenance": r.provenance,
         })  # fmt: skip
-    ranked.sort(key=lambda d: float(d["objective"]))  # type: ignore[arg-type]
+    ranked.sort(key=lambda d: d["objective"])
     t3 = time.perf_counter()
     return {
         "model": model.name, "system": sys_spec.name, "gpus": space.gpus, "global_batch": space.global_batch,
