@@ -135,6 +135,19 @@ def test_suite_is_registered_and_validates_its_parameters(tmp_path: Path) -> Non
     assert geomean_abs([2.0, -8.0, None]) == pytest.approx(4.0)
 
 
+def test_paired_error_pairs_each_repeat_with_its_own_measurement() -> None:
+    """A slow pass (repeat 0: base and target both 2x slower) leaves the paired error at the
+    model's own error, where the unpaired medians of these repeats would be off by 50 %."""
+    from trainsim.validate.cpu_e2e_suite import paired_error
+
+    measured = [20.0, 10.0, 10.0]
+    predicted = [22.0, 11.0, 10.5]  # repeat r's prediction scales with its own (slow or fast) base
+    assert paired_error(predicted, measured) == pytest.approx(10.0)
+    assert paired_error([30.0, 15.0, 15.0], [20.0, 10.0, 10.0]) == pytest.approx(50.0)
+    assert paired_error([1.0], [1.0]) is None  # one repeat: nothing to pair beyond the headline
+    assert paired_error([1.0, 2.0], [1.0]) is None
+
+
 @pytest.mark.slow
 def test_suite_runs_end_to_end_on_one_real_capture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Plumbing on a real 2-step DLRM capture reused for every configuration (so the numbers
@@ -176,6 +189,8 @@ def test_suite_adds_sequence_and_hidden_cases_for_gpt2(tmp_path: Path, monkeypat
     assert narrow["predicted_s"] < wide["predicted_s"] and narrow["hidden_from"] == 128 and wide["hidden_to"] == 256
     assert doc["summary"]["hidden_geomean_abs_err_pct"] is not None and doc["summary"]["seq_geomean_abs_err_pct"] is not None
     assert doc["summary"]["noise_repeat_spread_median_pct"] is None  # one repeat: no spread to report
+    assert doc["summary"]["paired_geomean_abs_err_pct"] is None  # one repeat: nothing to pair
+    assert all(c["paired_error_pct"] is None for c in doc["cases"] + doc["seq_cases"] + doc["hidden_cases"])
     from trainsim.cli.validate_cmd import _print_table
 
     _print_table({"suite": "cpu-e2e", **doc})
