@@ -384,7 +384,7 @@ def _print_table(doc: dict[str, Any], rep: Any) -> None:
         t.add_row(
             str(r["rank"]) + (f" ×{r['represents']}" if r["represents"] > 1 else ""),
             _ms(r["measured_step_s"]), _ms(r["predicted_step_s"]), _pct(r["error_pct"]),
-            _ms(r["device_busy_s"]), _ms(r["idle_s"]), _ms(r["exposed_comm_s"]),
+            _ms(None if r.get("cpu_only") else r["device_busy_s"]), _ms(r["idle_s"]), _ms(r["exposed_comm_s"]),
             _ms(r["collective_wait_s"]),
             f"{top}: {_ms(streams[top]['busy_s'])}" if top is not None else "—",
         )  # fmt: skip

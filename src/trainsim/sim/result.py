@@ -5,13 +5,16 @@ Definitions (the same as for a measured step, ``Workload.measured_step_s``):
 - a rank's step starts at its traced start (``RankGraph.step_start_s``) and ends with its last
   kernel, or, on a rank without device kernels (gloo collectives run on CPU threads), with its
   CPU window: its last op plus the step's tail after it, or its last collective if that ends
-  later (no simulated CPU op waits for a gloo collective's kernel: this is where its time
-  reaches the step; a measured step ends with the window alone); the predicted step spans the
-  earliest rank start to the latest rank end;
+  later (a measured step ends with the window alone); the predicted step spans the earliest
+  rank start to the latest rank end;
 - a stream's busy time is the sum of its kernels' simulated [start, end) (for a collective this
   includes waiting for peers, as in a trace); idle = the rank's step − busy;
 - exposed communication: time when a communication kernel runs and no other kernel of the rank
   does; collective wait: time a rank's collective kernels spend waiting for the latest peer;
+- a rank without device kernels (``cpu_only``) is read as ``trainsim analyze`` reads its trace
+  (``trainsim.analyze.breakdown``): no device busy time (0) and no device idle time (None);
+  its exposed communication is the collective time, within its step, that no computing CPU op
+  (an op not of the communication category) overlaps;
 - the kernel-sum baseline of 000 §IV-B: the max over ranks of the busiest stream's kernel sum
   (with measured kernels: the raw measured durations, waiting included, as a trace shows them;
   with models: a collective's predicted transfer).
@@ -25,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from trainsim.ir.kinds import KernelFamily
+from trainsim.analyze.intervals import intersect_length, length
+from trainsim.ir.kinds import KernelFamily, OpCategory
 from trainsim.sim.engine import Evaluation
 from trainsim.sim.options import KernelSource, SegmentKind, SimOptions
 from trainsim.sim.program import Program
@@ -71,14 +75,15 @@ class RankResult:
     measured_step_s: float | None
     cpu_end_s: float
     device_busy_s: float
-    idle_s: float
+    idle_s: float | None  # None: a rank without a device
     exposed_comm_s: float
     collective_wait_s: float
     streams: tuple[StreamResult, ...]
+    cpu_only: bool = False  # no device kernels: gloo collectives on CPU threads, CPU compute
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rank": self.rank, "represents": self.represents, "start_s": self.start_s,
+            "rank": self.rank, "represents": self.represents, "cpu_only": self.cpu_only, "start_s": self.start_s,
             "end_s": self.end_s, "predicted_step_s": self.predicted_step_s,
             "measured_step_s": self.measured_step_s, "cpu_end_s": self.cpu_end_s,
             "device_busy_s": self.device_busy_s, "idle_s": self.idle_s,
@@ -190,13 +195,29 @@ def _rank_result(program: Program, ev: Evaluation, ri: int) -> RankResult:
         )
     comm = np.array([_IS_COMM[k.family] for k in ks], dtype=bool)
     busy_all, exposed = _busy_and_exposed(starts, ends, comm)
+    idle: float | None = step - busy_all
+    if rp.graph.cpu_only:  # the CPU computes (as trainsim analyze reads a CPU trace)
+        busy_all, idle, exposed = 0.0, None, _cpu_exposed(rp, t, starts[comm], ends[comm], end)
     wait = 0.0
     if member.any():
         inst_start = np.array(ev.inst_start, dtype=float)
         wait = float((inst_start[inst[member]] - starts[member]).sum())
     g = rp.graph
     return RankResult(g.rank, g.represents, rp.step_start_s, end, step, g.measured_step_s, cpu_end,
-                      busy_all, step - busy_all, exposed, wait, tuple(streams))  # fmt: skip
+                      busy_all, idle, exposed, wait, tuple(streams), cpu_only=g.cpu_only)  # fmt: skip
+
+
+def _cpu_exposed(rp: Any, t: Any, c_start: np.ndarray, c_end: np.ndarray, end: float) -> float:
+    """A CPU rank's collective time within its step that no computing CPU op overlaps."""
+    if c_start.size == 0:
+        return 0.0
+    lo = rp.step_start_s
+    comm = (np.clip(c_start, lo, end), np.clip(c_end, lo, end))
+    idx = [i for i, op in enumerate(rp.ops) if op.category is not OpCategory.COMMUNICATION]
+    if not idx:
+        return length(*comm)
+    compute = (np.array([t.op_start[i] for i in idx], dtype=float), np.array([t.op_end[i] for i in idx], dtype=float))
+    return length(*comm) - intersect_length(comm, compute)
 
 
 def build_result(program: Program, ev: Evaluation) -> SimResult:

@@ -206,12 +206,15 @@ def _latencies(rp: RankProgram, mode: HostMode, opts: SimOptions) -> None:
         rp.k_hold = _graph_holds(rp, graph, ready, typ_post, typ_gap)
     trace = mode is HostMode.TRACE
     hold = rp.k_hold if not trace else {}
+    worker_runs = rp.worker_runs
     for i, k in enumerate(kernels):
         ci = k_call[i]
         mem = k.family in MEMORY_FAMILIES
         dur = call_dur[ci]
         p, g = typ_post[mem], typ_gap[mem]
-        if fixed_lat is not None:
+        if ci in worker_runs:  # the record is the collective: it starts with it
+            lat = 0.0
+        elif fixed_lat is not None:
             lat = fixed_lat
         else:
             lat = max(0.0, dur + p) if p is not None else dur / 2
