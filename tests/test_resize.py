@@ -277,6 +277,22 @@ def test_a_trace_without_shapes_is_refused_and_the_shaped_share_recorded() -> No
     assert "hold only 30 %" in _resize_report({"shaped_time_fraction": 0.3, "rules": {}})["warning"]
 
 
+def test_a_resize_of_a_multi_rank_trace_says_its_collectives_kept_their_payloads() -> None:
+    """A resize re-times compute from shapes; collectives keep their traced payloads and times,
+    which under-predicts a payload that grows with the batch (the 8-rank DLRM's all_to_all):
+    the what-if says so rather than hiding it (walkthrough finding, 2026-12-02)."""
+    from trainsim.cli.replay_cmd import _resize_report
+    from trainsim.ingest import load_traces
+
+    w = load_traces([Path("examples/data/param_dlrm_8xv100")]).workload
+    meta = resize_batch(w, 128, old_batch=64).metadata["resize"]
+    n = sum(1 for r in w.ranks for op in r.ops if any(k.collective is not None for k in op.kernels))
+    assert meta["collectives_kept"] == n > 0
+    report = _resize_report(meta)
+    assert report["collectives_kept"] == n and f"{n} collective ops (all ranks) kept" in report["warning"]
+    assert "warning" not in _resize_report({"shaped_time_fraction": 0.93, "rules": {}, "collectives_kept": 0})
+
+
 def _seq_workload(*, batch: int = 2, seq: int = 8, head: int = 4) -> Workload:
     """A CPU step at batch 2 x seq 8: a linear over [B, S, 16] (weight [32, 16], a parameter by
     the optimizer's update), scaled dot-product attention over [B, 4, S, head], a flattened

@@ -304,9 +304,18 @@ def _resize_report(meta: dict[str, Any]) -> dict[str, Any]:
     if "widths" in meta:  # --hidden: the traced and new hidden size, every width and what it became
         out.update(old_hidden=meta["old_hidden"], new_hidden=meta["new_hidden"], widths=meta["widths"],
                    heads=meta["heads"])
+    warnings = []
     if share is not None and share < RESIZE_SHAPED_MIN:
-        out["warning"] = (f"ops with recorded tensor shapes hold only {100 * share:.0f} % of the traced kernel time: "
-                          "the rest was kept as it was traced (record shapes, or link the execution trace)")  # fmt: skip
+        warnings.append(f"ops with recorded tensor shapes hold only {100 * share:.0f} % of the traced kernel time: "
+                        "the rest was kept as it was traced (record shapes, or link the execution trace)")  # fmt: skip
+    kept = meta.get("collectives_kept") or 0
+    out["collectives_kept"] = kept
+    if kept:
+        warnings.append(f"{kept} collective op{'s' if kept > 1 else ''} (all ranks) kept their traced payloads and times "
+                        "(a resize re-times compute only): where a payload grows with the resized dimension "
+                        "(DLRM's all_to_all of pooled embeddings, tensor-parallel activations) the prediction is low")  # fmt: skip
+    if warnings:
+        out["warning"] = "; ".join(warnings)
     return out
 
 

@@ -745,6 +745,8 @@ def _resize(w: Workload, rz: _Resizer, flag: str, request: dict[str, Any]) -> Wo
             prov = op.provenance if not op.kernels else (op.kernels[0].provenance or "")
             if prov.startswith(RESIZE):
                 rules[rule_of(prov)] += 1
+    # collectives keep their traced payloads and times (a resize re-times compute from shapes)
+    kept = sum(1 for r in ranks for op in r.ops if any(k.collective is not None for k in op.kernels))
     meta = {**w.metadata, "resize": {**request, "factor": rz.factor, "rules": dict(sorted(rules.items())),
-                                     "shaped_time_fraction": shaped}}  # fmt: skip
+                                     "shaped_time_fraction": shaped, "collectives_kept": kept}}  # fmt: skip
     return replace(w, ranks=ranks, metadata=meta)
