@@ -259,3 +259,15 @@ def test_et_from_a_separate_pass_links_structurally_with_the_same_deps():
     assert stats[0].method is LinkMethod.THREAD_ORDER and stats[0].link_rate >= 0.99
     assert all(op.et_id is not None for op in apart.rank(0).ops)
     assert [op.deps for op in apart.rank(0).ops] == [op.deps for op in together.rank(0).ops]
+
+
+def test_an_accepted_pair_of_different_pids_is_warned_about() -> None:
+    """A Kineto trace of one run and an ET of another run of the same program link by op order
+    and shapes at 100 %: accepted, but said (walkthrough finding, 2026-12-02)."""
+    from trainsim.ingest.link import pid_mismatch_warnings
+
+    same = {"et_ops": 10, "with_kineto_event": 5, "linked": 5, "link_rate": 1.0, "pid_match": True}
+    other = {**same, "pid_match": False, "linked": 1452, "with_kineto_event": 1452}
+    assert pid_mismatch_warnings({0: same}) == []
+    (line,) = pid_mismatch_warnings({0: same, 1: other})
+    assert line.startswith("rank 1: ") and "1452 of 1452" in line and "\n" not in line

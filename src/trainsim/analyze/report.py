@@ -52,6 +52,9 @@ class Analysis:
             out.append(which + CPU_ONLY_NOTE.format(gloo=gloo))
         if self.loaded.match.peers_missing:
             out.append("some collective peers are not among the input traces (single rank of a larger job)")
+        from trainsim.ingest.link import pid_mismatch_warnings
+
+        out.extend(pid_mismatch_warnings(self.et_link))
         return out
 
     def _window_s(self, rank: int) -> float | None:

@@ -159,6 +159,10 @@ def replay(
         stderr.print(
             "[yellow]warning:[/] a sampled trace (a fraction of its events recorded): the step is incomplete"
         )
+    from trainsim.ingest.link import pid_mismatch_warnings
+
+    for line in pid_mismatch_warnings(doc.get("et_link") or {}):
+        stderr.print(f"[yellow]warning:[/] {line}")
     if (doc.get("collectives_matched") or {}).get("peers_missing"):
         # as `analyze` notes it; the simulator lets an absent peer arrive on time (docs/simulator.md)
         stderr.print("note: some collective peers are not among the input traces: they are taken to arrive on "

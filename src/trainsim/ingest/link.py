@@ -34,6 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from trainsim.errors import TraceMismatchError
 from trainsim.ingest.execution_trace import (
@@ -116,6 +117,20 @@ def link_execution_trace(
     if not pid_match:
         _check_belongs(et, trace, stats)
     return EtKinetoLink(et=et, kineto_source=trace.source, stats=stats, events=linked)
+
+
+def pid_mismatch_warnings(et_link: Mapping[Any, Mapping[str, Any]]) -> list[str]:
+    """One line per rank whose execution trace was accepted though its pid is not the Kineto
+    trace's (``LinkStats.to_dict`` per rank): the link then rests on op order and shapes, which
+    another run of the same program also satisfies."""
+    out = []
+    for rank, st in sorted(et_link.items(), key=lambda kv: str(kv[0])):
+        if st.get("pid_match", True):
+            continue
+        out.append(f"rank {rank}: its execution trace's pid is not the Kineto trace's: linked by op order and shapes "
+                   f"({st.get('linked', 0)} of {st.get('with_kineto_event', 0)} ops the Kineto window covers); "
+                   "if the two are not one program at the same sizes, its tensor ids and dependencies are another run's")  # fmt: skip
+    return out
 
 
 def _check_belongs(et: ExecutionTrace, trace: KinetoTrace, stats: LinkStats) -> None:
