@@ -191,3 +191,28 @@ def test_hung_capture_times_out(tmp_path: Path) -> None:
     with pytest.raises(CaptureError, match="timed out after"):
         # Many warm-up steps: the ranks cannot finish within the 1 s limit even on a fast machine.
         capture(model="dlrm", out_dir=tmp_path, nproc=2, warmup_steps=100_000, threads_per_rank=1, timeout_s=1.0)
+
+
+def test_a_failed_capture_leaves_no_part_of_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture that fails after some rank wrote its traces (the ET run timing out after the
+    Kineto run) removes them and the ranks' half-written temp files: without a capture.json
+    they would read as a capture of unknown batch (walkthrough finding, 2026-12-02). A user's
+    own files stay."""
+    from trainsim.capture import distributed
+
+    def partial(spec: object) -> list[object]:
+        (tmp_path / "rank0.kineto.json").write_text("{}", encoding="utf-8")
+        (tmp_path / ".rank0.et.json.12345.tmp").write_text("{", encoding="utf-8")
+        raise CaptureError("capture of 'dlrm' on 2 ranks timed out after 0.5 s")
+
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    monkeypatch.setattr(distributed, "run_ranks", partial)
+    with pytest.raises(CaptureError, match="timed out"):
+        capture(model="dlrm", out_dir=tmp_path, nproc=2, threads_per_rank=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    # an earlier interrupted capture's temp file is cleared by the next one's preparation
+    (tmp_path / ".rank1.kineto.json.999.tmp").write_text("{", encoding="utf-8")
+    from trainsim.capture import _prepare_out_dir
+
+    _prepare_out_dir(tmp_path, overwrite=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -34,6 +34,8 @@ from trainsim.errors import CaptureError
 
 DEVICES = ("cpu", "cuda")
 _OUR_FILES = re.compile(r"^(rank\d+\.(kineto|et)\.json|" + re.escape(MANIFEST_NAME) + ")$")
+# a rank's half-written trace (recorder._tmp_beside: ".rank0.et.json.<pid>.tmp")
+_OUR_TEMP = re.compile(r"^\.rank\d+\.(kineto|et)\.json\.\d+\.tmp$")
 
 
 def capture(
@@ -86,7 +88,11 @@ def capture(
 
     from trainsim.capture.distributed import run_ranks
 
-    ranks = run_ranks(spec)
+    try:
+        ranks = run_ranks(spec)
+    except BaseException:  # a failed, timed-out or interrupted capture leaves no part of itself
+        _remove_partial(Path(spec.out_dir))
+        raise
     result = CaptureResult(
         spec=spec, ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
         batch_size=spec.batch_size or 0, threads_per_rank=spec.threads_per_rank or 0,
@@ -148,7 +154,7 @@ def validate(spec: CaptureSpec) -> None:
 def _describe(spec: CaptureSpec) -> str:
     ranks = f"{spec.nproc} ranks ({spec.backend})" if spec.nproc > 1 else "1 rank"
     return (
-        f"capturing {spec.model} on {spec.device}, {ranks}, {spec.threads_per_rank} threads/rank: "
+        f"capturing {spec.model} on {spec.device}, {ranks}, {spec.threads_per_rank} thread{'s' if spec.threads_per_rank != 1 else ''}/rank: "
         f"{spec.warmup_steps} warm-up + "
         f"{spec.steps} traced steps, a Kineto run then an ET run -> {spec.out_dir}"
     )
@@ -198,6 +204,20 @@ def _prepare_out_dir(out: Path, *, overwrite: bool) -> None:
         )
     for p in ours:  # stale ranks of an earlier, larger capture would mix into this one
         p.unlink()
+    for p in out.iterdir():  # an interrupted earlier capture's half-written traces
+        if _OUR_TEMP.match(p.name):
+            p.unlink(missing_ok=True)
+
+
+def _remove_partial(out: Path) -> None:
+    """The traces a failed capture wrote (the folder held none of ours before it: see
+    :func:`_prepare_out_dir`) and its ranks' half-written ones: without a capture.json they
+    would read as a capture of unknown batch."""
+    if not out.is_dir():
+        return
+    for p in out.iterdir():
+        if _OUR_FILES.match(p.name) or _OUR_TEMP.match(p.name):
+            p.unlink(missing_ok=True)
 
 
 def _versions(torch_version: str) -> dict[str, str]:
