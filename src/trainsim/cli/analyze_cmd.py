@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, not_an_input, stderr
+from trainsim.cli.output import Format, distinct_outputs, emit_json, json_target, not_an_input, stderr
 
 
 @app.command()
@@ -30,6 +30,10 @@ def analyze(
     for out, flag in ((overhead_db, "--overhead-db"), (export_kernels, "--export-kernels"),
                       (save_workload, "--save-workload")):  # fmt: skip
         not_an_input(out, paths, flag)
+    distinct_outputs(((overhead_db, "--overhead-db"), (export_kernels, "--export-kernels"),
+                      (save_workload, "--save-workload")))  # fmt: skip
+    json_target(overhead_db, "--overhead-db")
+    json_target(save_workload, "--save-workload")
     if time_unit not in ("auto", "us", "ns"):
         raise ConfigError(f"--time-unit must be auto, us or ns, got {time_unit!r}")
     a = analyze_paths(

@@ -60,6 +60,42 @@ def not_an_input(output: Path | None, inputs: Iterable[Path | str], flag: str, *
                               "take it for a trace; write it elsewhere")  # fmt: skip
 
 
+def distinct_outputs(outputs: Iterable[tuple[Path | None, str]]) -> None:
+    """Refuse two outputs of one command at the same path: the later would replace the earlier
+    while both are reported written."""
+    from trainsim.errors import ConfigError
+
+    seen: dict[Path, str] = {}
+    for output, flag in outputs:
+        if output is None:
+            continue
+        r = Path(output).expanduser().resolve()
+        if r in seen:
+            raise ConfigError(f"{flag} {output}: the same file as {seen[r]}; give each output its own path")
+        seen[r] = flag
+
+
+def json_target(output: Path | None, flag: str) -> None:
+    """Refuse to replace an existing file that is not JSON trainsim wrote (``schema_version``
+    near its start, as every trainsim artifact has; a profiler trace's is ``schemaVersion``)."""
+    from trainsim.errors import ConfigError
+
+    if output is None:
+        return
+    out = Path(output).expanduser()
+    if out.is_dir():
+        raise ConfigError(f"{flag} {output}: is a folder; give a file path")
+    if not out.exists():
+        return
+    try:
+        with out.open("rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise ConfigError(f"{flag} {output}: cannot read the existing file ({e.strerror})") from None
+    if not (head.lstrip().startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head):
+        raise ConfigError(f"{flag} {output}: exists and is not a file trainsim wrote; remove it or write elsewhere")
+
+
 def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str = "--timeline") -> None:
     """Refuse a timeline path that would overwrite an input (:func:`not_an_input`) or any
     existing file but a timeline trainsim wrote (its producer mark opens the file): a measured
