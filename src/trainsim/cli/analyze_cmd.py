@@ -9,7 +9,14 @@ import typer
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, distinct_outputs, emit_json, json_target, not_an_input, stderr
+from trainsim.cli.output import (
+    Format,
+    distinct_outputs,
+    emit_json,
+    json_target,
+    not_an_input,
+    stderr,
+)
 
 
 @app.command()
