@@ -40,3 +40,32 @@ def test_save_workload_replaces_only_a_file_trainsim_wrote(tmp_path: Path) -> No
     for _ in range(2):  # a workload trainsim wrote is replaced
         r = analyze(ir)
         assert r.returncode == 0, r.stderr
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "trainsim", *args], capture_output=True, text=True, timeout=300,
+                       check=False)  # fmt: skip
+    return p.returncode, " ".join((p.stdout + p.stderr).split())
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
+def test_what_ifs_that_change_nothing_say_so_and_one_rank_is_not_matched() -> None:
+    """--network-speedup on a trace without collectives gave +0.00 % silently; a one-rank
+    trace said "collectives matched across ranks: 7/7"; a Triton trace's empty window read
+    "1.33e+04 ms"; a network slowdown read "network ×0.5 faster"."""
+    code, out = _cli("replay", str(SHARED / "hta_resnet50_v100"), "--network-speedup", "2")
+    assert code == 0 and "--network-speedup: the trace has no collectives: nothing was scaled" in out
+    assert "% against the replayed step" in out
+    code, out = _cli("replay", DLRM, "--network-speedup", "0.5")
+    assert code == 0 and "network at ×0.5 speed (slower)" in out and "no collectives" not in out
+    code, out = _cli("analyze", str(SHARED / "hta_resnet50_ddp_a100"))
+    assert code == 0 and "collectives: 7 (broadcast 2, all_reduce 5; one rank: not matched)" in out
+    assert "matched across ranks" not in out and "earliest rank start" not in out
+    code, out = _cli("analyze", str(SHARED / "hta_misc" / "triton_example.json.gz"))
+    assert code == 0 and "no op in the last 13.3 s (100 %)" in out

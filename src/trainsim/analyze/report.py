@@ -41,7 +41,8 @@ class Analysis:
             tail, win = r.metadata.get("window_tail_without_ops_s"), self._window_s(r.rank)
             if tail and win and r.metadata.get("step_from_marker") and tail > max(_CUT_TAIL_S, _CUT_TAIL_FRACTION * win):
                 # complete traces leave ≤ 1 % of the window after the last op (8 shipped)
-                out.append(f"rank {r.rank}: no op in the last {tail * 1e3:.3g} ms ({100 * tail / win:.0f} %) of its "
+                span = f"{tail:.3g} s" if tail >= 1.0 else f"{tail * 1e3:.3g} ms"
+                out.append(f"rank {r.rank}: no op in the last {span} ({100 * tail / win:.0f} %) of its "
                            f"ProfilerStep window: the trace may be cut short; its step time counts only the events present")  # fmt: skip
             if r.metadata.get("step_anchor"):
                 out.append(f"rank {r.rank}: no ProfilerStep markers; iteration cut at {r.metadata['step_anchor']!r}")

@@ -65,8 +65,8 @@ def _print_table(doc: dict) -> None:
     out = Console(width=None if sys.stdout.isatty() else 120)
     out.print(
         f"[bold]{len(doc['ranks'])} rank(s)[/]  device: {doc['device'] or 'unknown'}  "
-        f"measured step: [bold]{_ms(doc['measured_step_s'])} ms[/] "
-        "(earliest rank start → latest rank end)"
+        f"measured step: [bold]{_ms(doc['measured_step_s'])} ms[/]"
+        + (" (earliest rank start → latest rank end)" if len(doc["ranks"]) > 1 else "")
     )
     t = Table(title="Per-rank breakdown (ms)", title_justify="left")
     for col in ("rank", "step", "busy", "idle", "util%", "exp.comm", "gemm", "emb", "mem",
@@ -85,7 +85,11 @@ def _print_table(doc: dict) -> None:
     m = doc["collectives_matched"]
     kinds = ", ".join(f"{k} {v.get('matched', 0)}/{v['instances']}" for k, v in m["by_kind"].items())
     note = " (some group members not in the input)" if m["peers_missing"] else ""
-    out.print(f"collectives matched across ranks: {m['matched']}/{m['instances']} {kinds}{note}")
+    if len(doc["ranks"]) > 1:
+        out.print(f"collectives matched across ranks: {m['matched']}/{m['instances']} {kinds}{note}")
+    elif m["instances"]:  # one rank: nothing to match its collectives with
+        counts = ", ".join(f"{k} {v['instances']}" for k, v in m["by_kind"].items())
+        out.print(f"collectives: {m['instances']} ({counts}; one rank: not matched){note}")
     for p in m["problems"][:5]:
         out.print(f"  [yellow]unmatched:[/] {p}")
     if doc["et_link"]:

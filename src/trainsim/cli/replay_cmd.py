@@ -272,11 +272,17 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
         r, f = _straggler_rank(straggler)
         if r not in {g.rank for g in w.ranks}:
             raise ConfigError(f"--straggler: rank {r} is not in the trace (ranks {', '.join(str(g.rank) for g in w.ranks)})")
+        target = next(g for g in w.ranks if g.rank == r)
+        if not any(not k.family.is_communication for op in target.ops for k in op.kernels):
+            stderr.print(f"[yellow]warning:[/] --straggler: rank {r} has no device compute kernels (a CPU trace: "
+                         "its CPU ops are not scaled): nothing was slowed")  # fmt: skip
         w = whatif.straggler(w, r, f)
         applied.append(f"rank {r} kernels ×{f:g}")
     if network is not None:
+        if not any(k.collective is not None for g in w.ranks for op in g.ops for k in op.kernels):
+            stderr.print("[yellow]warning:[/] --network-speedup: the trace has no collectives: nothing was scaled")
         w = whatif.faster_network(w, network)
-        applied.append(f"network ×{network:g} faster")
+        applied.append(f"network ×{network:g} faster" if network >= 1 else f"network at ×{network:g} speed (slower)")
     if family is not None:
         fam, f = _family(family)
         n = sum(k.family is fam for r in w.ranks for op in r.ops for k in op.kernels)
@@ -414,5 +420,6 @@ def _print_table(doc: dict[str, Any], rep: Any) -> None:
     if doc["whatif"]:
         w = doc["whatif"]
         out.print(
-            f"what-if ({'; '.join(w['applied'])}): {_ms(w['predicted_step_s'])} ms ({_pct(w['change_pct'])} %)"
+            f"what-if ({'; '.join(w['applied'])}): {_ms(w['predicted_step_s'])} ms "
+            f"({_pct(w['change_pct'])} % against the replayed step)"
         )
