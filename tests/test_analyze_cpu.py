@@ -218,3 +218,18 @@ def test_a_single_cpu_rank_ranks_its_top_ops_by_cpu_time(single_dir: Path) -> No
         totals[o.name] = totals.get(o.name, 0.0) + (o.duration_s or 0.0)
     assert r["top_ops"][0]["op"] == max(totals, key=lambda n: totals[n])
     assert any("no device kernels" in n for n in doc["warnings"])
+
+
+def test_a_timeline_names_gloo_workers_and_their_collectives(gloo_dir: Path, tmp_path: Path) -> None:
+    """The timeline labelled gloo collectives ``nccl_all_reduce`` and showed each worker thread
+    twice under anonymous names (walkthrough, 2026-12-02)."""
+    from trainsim.sim import SimOptions
+    from trainsim.sim.replay import replay_paths
+    from trainsim.sim.timeline import write_timeline
+
+    rep = replay_paths([gloo_dir], SimOptions())
+    doc = json.loads(write_timeline(rep.result, tmp_path / "t.json").read_text(encoding="utf-8"))
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "thread_name"}
+    assert any(n.endswith("(collectives)") for n in names) and any(n.endswith("(CPU records)") for n in names)
+    families = {e["args"]["family"] for e in doc["traceEvents"] if e.get("cat") == "kernel"}
+    assert families and all(f.startswith("gloo_") for f in families)

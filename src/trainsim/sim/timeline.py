@@ -48,12 +48,13 @@ def timeline_events(res: SimResult) -> list[dict[str, Any]]:
         pid = g.rank
         label = f"rank {g.rank}" + (f" (represents {g.represents})" if g.represents > 1 else "")
         events += _meta("process_name", pid, None, label, sort=g.rank)
+        workers = {k.stream for k in rp.kernels if k.on_host}  # gloo worker threads
         for lane, thread in enumerate(rp.lane_thread):
-            events += _meta("thread_name", pid, lane, f"CPU thread {thread}", sort=lane)
+            name = f"gloo worker {thread} (CPU records)" if thread in workers else f"CPU thread {thread}"
+            events += _meta("thread_name", pid, lane, name, sort=lane)
         for lane, stream in enumerate(rp.lane_stream):
-            events += _meta(
-                "thread_name", pid, _STREAM_TID + stream, f"stream {stream}", sort=100 + lane
-            )
+            name = f"gloo worker {stream} (collectives)" if stream in workers else f"stream {stream}"
+            events += _meta("thread_name", pid, _STREAM_TID + stream, name, sort=100 + lane)
         events += _meta("thread_name", pid, _PATH_TID, "critical path", sort=1000)
         for oi, op in enumerate(rp.ops):
             tid = rp.op_lane[oi]
@@ -69,7 +70,8 @@ def timeline_events(res: SimResult) -> list[dict[str, Any]]:
             tid = _STREAM_TID + k.stream
             args: dict[str, Any] = {
                 "kernel_id": k.id,
-                "family": k.family.value,
+                # a gloo collective's IR family is named after NCCL's kernels (analyze: gloo_<kind>)
+                "family": f"gloo_{k.collective.kind.value}" if k.on_host and k.collective else k.family.value,
                 "provenance": rp.k_prov[ki],
             }
             inst = rp.k_inst[ki]
