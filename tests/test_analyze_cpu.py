@@ -233,3 +233,15 @@ def test_a_timeline_names_gloo_workers_and_their_collectives(gloo_dir: Path, tmp
     assert any(n.endswith("(collectives)") for n in names) and any(n.endswith("(CPU records)") for n in names)
     families = {e["args"]["family"] for e in doc["traceEvents"] if e.get("cat") == "kernel"}
     assert families and all(f.startswith("gloo_") for f in families)
+
+
+def test_a_saved_workload_keeps_what_its_capture_recorded(single_dir: Path, tmp_path: Path) -> None:
+    """`replay w.json --batch N` needed --old-batch: the IR dropped the capture.json beside
+    the traces it came from (walkthrough, 2026-12-02)."""
+    from trainsim.cli.replay_cmd import _manifest_batch
+    from trainsim.ir import load_workload
+
+    ir = tmp_path / "w.json"
+    analyze_paths([single_dir], save_workload_to=ir)
+    assert load_workload(ir).metadata["capture"]["batch_size"] == 2
+    assert _manifest_batch([ir]) == 2 and _manifest_batch([tmp_path]) is None

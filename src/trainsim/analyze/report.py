@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,9 +124,27 @@ def analyze_paths(
     if save_workload_to is not None:
         from trainsim.ir.serialize import save_workload
 
+        manifest = _capture_manifest([Path(p) for p in paths])
+        if manifest:  # what `trainsim capture` recorded (batch, length, width): replay's resizes read it
+            workload = replace(workload, metadata={**workload.metadata, "capture": manifest})
         save_workload(workload, save_workload_to)
         analysis.written["workload"] = str(save_workload_to)
     return analysis
+
+
+def _capture_manifest(paths: list[Path]) -> dict[str, Any]:
+    """The capture.json of a ``trainsim capture`` folder (the folder given, or the one holding
+    the first trace file); {} when there is none or it cannot be read."""
+    import json
+
+    from trainsim.capture.manifest import MANIFEST_NAME
+
+    first = paths[0]
+    try:
+        doc = json.loads(((first if first.is_dir() else first.parent) / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _stats_dict(s: Any) -> dict[str, Any]:

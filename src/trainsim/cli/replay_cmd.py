@@ -181,17 +181,21 @@ def _manifest_batch(paths: list[Path]) -> int | None:
 
 def _manifest(paths: list[Path]) -> dict[str, Any]:
     """What a ``trainsim capture`` folder's capture.json records (the folder given, or the one
-    holding the first trace file); {} when there is none or it cannot be read."""
+    holding the first trace file), or what a saved workload IR kept of it (``analyze
+    --save-workload`` of a capture: ``metadata.capture``); {} when there is none."""
     import json
 
-    from trainsim.capture.manifest import MANIFEST_NAME
+    from trainsim.analyze.report import _capture_manifest
+    from trainsim.sim.replay import _is_workload_ir
 
-    first = paths[0]
-    try:
-        doc = json.loads(((first if first.is_dir() else first.parent) / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    doc = _capture_manifest(paths)
+    if not doc and len(paths) == 1 and _is_workload_ir(paths[0]):
+        try:
+            got = json.loads(paths[0].read_text(encoding="utf-8")).get("metadata", {}).get("capture")
+        except (OSError, ValueError, AttributeError):
+            return {}
+        doc = got if isinstance(got, dict) else {}
+    return doc
 
 
 def _manifest_field(paths: list[Path], key: str) -> int | None:
