@@ -232,3 +232,57 @@ def test_per_is_a_protocol_option(tmp_path):
         run_predtop_suite(tmp_path, per="mesh")
     with pytest.raises(ConfigError, match="--per must be one of config, mesh"):
         proto.row_per("m2c1", "node")
+
+
+def test_predictors_of_different_settings_never_share_a_folder(tmp_path):
+    """validate predtop --resume saved every setting's predictor to one folder per (family,
+    model, seed), so a later run's search read another readout's predictor under its own label
+    (walkthrough, 2026-12-02)."""
+    from trainsim.learn.evaluate import predictor_dir, predictor_setting
+
+    base = predictor_setting(readout="logsumexp", part="train", features="table1+work", target="log-per-flop",
+                             members=1, stop="each")  # fmt: skip
+    other = {**base, "readout": "sum", "target": "log"}
+    bag = {**base, "members": 3, "stop": "common"}
+    paths = {predictor_dir(tmp_path, "gpt", "gcn", 0, s) for s in (base, other, bag)}
+    assert len(paths) == 3 and predictor_dir(tmp_path, "gpt", "gcn", 0, base).name == "gpt-gcn-s0"
+    assert predictor_setting(readout="sum", part="train", features="table1", target="log", members=1,
+                             stop="common")["stop"] == "each"  # one model: no bag stop to tell apart
+
+
+def test_results_folders_and_case_files_fail_in_one_line(tmp_path):
+    import pytest
+
+    from trainsim.errors import ConfigError
+    from trainsim.learn.evaluate import read_cases, results_folder
+
+    f = tmp_path / "README.md"
+    f.write_text("x", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"README\.md: is a file; give a folder"):
+        results_folder(f)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "cases.jsonl").write_text('{"a": 1}\nnot json\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"cases\.jsonl: line 2: not JSON"):
+        read_cases(tmp_path / "r")
+
+
+def test_the_search_integration_is_kept_in_the_resume_folder(tmp_path, monkeypatch):
+    """It retrained 003 §VI's sampled predictor on every run, so its cost figure (which counts
+    that training's wall time) moved 25-35 % between identical runs."""
+    from trainsim.learn import provider, suite
+    from trainsim.learn.train import TrainConfig
+
+    calls = []
+
+    def fake(folder, **kw):
+        calls.append(kw)
+        return {"family": kw["family"], "approaches": {"sampled30-gcn": {"saved_pct": 30.0 + len(calls)}}}
+
+    monkeypatch.setattr(provider, "run_search_integration", fake)
+    args = {"fam": "gpt", "preds": {}, "sampled": ("gcn",), "seed": 0, "tc": TrainConfig(epochs=3), "inputs": True,
+            "setting": {"readout": "logsumexp"}}  # fmt: skip
+    first = suite._search(tmp_path, tmp_path / "gpt-search", **args)
+    assert suite._search(tmp_path, tmp_path / "gpt-search", **args) == first and len(calls) == 1
+    suite._search(tmp_path, tmp_path / "gpt-search", **{**args, "setting": {"readout": "sum"}})  # another setting
+    suite._search(None, tmp_path / "gpt-search", **args)  # no --resume: nothing kept
+    assert len(calls) == 3

@@ -69,3 +69,16 @@ def test_what_ifs_that_change_nothing_say_so_and_one_rank_is_not_matched() -> No
     assert "matched across ranks" not in out and "earliest rank start" not in out
     code, out = _cli("analyze", str(SHARED / "hta_misc" / "triton_example.json.gz"))
     assert code == 0 and "no op in the last 13.3 s (100 %)" in out
+
+
+def test_suites_that_measure_here_do_not_need_the_data_folder() -> None:
+    """validate predtop --data /nonexistent failed on a folder it never reads."""
+    from trainsim.validate.registry import get_suite, run_suite
+
+    assert {n for n in ("predtop", "cpu-e2e", "shard", "gpu-e2e") if not get_suite(n).reads_data} == {
+        "predtop", "cpu-e2e", "shard", "gpu-e2e"}
+    assert get_suite("llm").reads_data
+    with pytest.raises(ConfigError, match="does not exist; pass --data"):
+        run_suite("llm", Path("/nonexistent-data"))
+    with pytest.raises(ConfigError, match="--members must be at least 1"):  # got past the data check
+        run_suite("predtop", Path("/nonexistent-data"), members=0)

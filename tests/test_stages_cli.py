@@ -54,6 +54,18 @@ def test_train_predict_and_search_with_a_predictor(dataset, tmp_path):
     assert [s["id"] for s in doc["stages"]] == [i for i, _ in STAGES]
     assert all(s["predicted_s"] > 0 for s in doc["stages"])
     assert "learned" in doc["provenance"]
+    # the stages it trained and validated on are told from the held-out ones (it mixed them)
+    assert {s["split"] for s in doc["stages"]} == {"train", "val", "test"}
+    assert {k: v["stages"] for k, v in doc["by_split"].items()} == {"train": 5, "val": 1, "test": 4}
+    assert doc["by_split"]["test"]["mre_pct"] == pytest.approx(case["mre_pct"], rel=1e-6)
+    # a predictor validate predtop saved before 2026-12-02 names its family as "family" only
+    pj = out / "predictor.json"
+    d = json.loads(pj.read_text())
+    d["meta"].pop("families")
+    d["meta"]["family"] = "gpt"
+    pj.write_text(json.dumps(d))
+    res = _run("search", "--family", "moe", "--predictor", str(out))
+    assert res.exit_code != 0 and "trained on gpt stages, not 'moe'" in str(res.exception)
 
     bag = tmp_path / "bag"  # a bag of two "sum" models: saved as one predictor, read back as one
     res = _run("train", str(dataset), "--out", str(bag), "--model", "gcn", "--epochs", "2", "--fraction", "0.5",
@@ -164,7 +176,7 @@ def test_collect_follows_the_cli_contract(tmp_path):
     # the summary is the table-mode result: stdout (review 2026-11-27: it went to stderr)
     assert p.stdout.startswith("measured 1 stage(s)") and "measured 1 stage(s)" not in p.stderr
     p = run(str(folder), "--family", "gpt", "--count", "1", "--format", "json")
-    assert p.returncode == 0 and json.loads(p.stdout) == {"measured": 0, "skipped": 1, "total": 1}
+    assert p.returncode == 0 and json.loads(p.stdout) == {"measured": 0, "skipped": 1, "total": 1, "noisy": []}
     p = run(str(folder), "--family", "bogus")
     assert p.returncode == 1 and p.stderr.strip() == "trainsim: error: --family must be gpt or moe, got 'bogus'"
     p = run(str(folder), "--family", "gpt", "--count", "1", "--seed", "5")

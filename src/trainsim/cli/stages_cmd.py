@@ -59,7 +59,8 @@ def train(
     out: Path = typer.Option(..., "--out", help="Folder for predictor.json + predictor.safetensors."),
     model: str = typer.Option("dag_transformer", "--model", help="dag_transformer, gcn or gat."),
     fraction: float = typer.Option(0.8, "--fraction", help="Share of the stages to train on (10 % more validate; the rest test)."),
-    epochs: int = typer.Option(250, "--epochs", min=1, help="Most epochs; training stops early after max(1, epochs//3) epochs without a better validation loss and keeps the best."),
+    epochs: int = typer.Option(250, "--epochs", min=1, help="Most epochs; training stops early after --patience epochs without a better validation loss and keeps the best."),
+    patience: int | None = typer.Option(None, "--patience", min=1, help="Epochs without a better validation loss before stopping (default: min(80, epochs//3), the suite's 80 at 250 epochs; 003's protocol: --epochs 500 --patience 200)."),
     features: str = typer.Option("table1+work", "--features", help="table1 (003 Table I) or table1+work (plus operand sizes, FLOPs, contraction)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Split and initialisation seed."),
     readout: str = typer.Option("logsumexp", "--readout", help="Pooling: logsumexp (default), sum (node costs added in seconds), add (003 Eq. 2), work."),
@@ -78,7 +79,8 @@ def train(
     per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
     predictor_folder(out)  # before training: a wrong --out should not cost the training time
     data = FamilyData(dataset, input_features=features_flag(features))
-    cfg = replace(TrainConfig(), epochs=epochs, patience=max(1, epochs // 3), members=members, stop=stop)
+    wait = patience if patience is not None else max(1, min(TrainConfig().patience, epochs // 3))
+    cfg = replace(TrainConfig(), epochs=epochs, patience=wait, members=members, stop=stop)
     pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg, readout=readout,
                             per_work=per_work, log=stderr.print)  # fmt: skip
     pred.meta |= {"dataset": str(dataset), "fraction": fraction, "test_mre_pct": case["mre_pct"],
@@ -112,7 +114,7 @@ def predict(
     rows = read_rows(dataset)
     if not rows:
         raise ConfigError(f"{dataset}: no stages (stages.jsonl missing or empty)")
-    fams, held = pred.meta.get("families"), sorted({r.family for r in rows})
+    fams, held = _families(pred.meta), sorted({r.family for r in rows})
     if fams and not set(held) <= set(fams):
         raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, {dataset} holds {', '.join(held)}; "
                           "predict with a predictor of that family")  # fmt: skip
@@ -120,21 +122,44 @@ def predict(
     y = np.array([r.latency_s for r in rows])
     cases: list[dict[str, Any]] = [{"id": r.id, "spec": r.spec.to_dict(), "measured_s": r.latency_s, "predicted_s": float(v),
               "err_pct": 100.0 * (float(v) - r.latency_s) / r.latency_s} for r, v in zip(rows, p, strict=True)]  # fmt: skip
+    split_of = {i: part for part, ids in (pred.meta.get("split_ids") or {}).items() for i in ids}
+    for c in cases:  # the stages it trained or validated on, or held out from training (test)
+        c["split"] = split_of.get(c["id"], "unseen")
     doc = {"predictor": str(predictor), "dataset": str(dataset), "stages": cases,
            "mre_pct": mre_pct(p, y), "provenance": f"learned from measured CPU stages ({pred.config.kind})"}  # fmt: skip
+    by_split = {}
+    for part in ("train", "val", "test", "unseen"):
+        sel = [i for i, c in enumerate(cases) if c["split"] == part]
+        if sel:
+            by_split[part] = {"stages": len(sel), "mre_pct": mre_pct(p[sel], y[sel])}
+    doc["by_split"] = by_split
     if fmt is Format.JSON:
         emit_json(doc)
         return
-    t = Table(title=f"{len(rows)} stages, {pred.config.kind}: MRE {doc['mre_pct']:.2f} %")
-    for col in ("stage", "layers", "shard", "measured", "predicted", "error"):
+    parts = ", ".join(f"{k} {v['stages']}: {v['mre_pct']:.2f} %" for k, v in by_split.items())
+    seen = set(by_split) - {"unseen"}
+    title = f"{len(rows)} stages, {pred.config.kind}: MRE {doc['mre_pct']:.2f} %"
+    if seen:  # some of these stages trained or validated the predictor: the all-stage MRE flatters it
+        title += f" (by split: {parts}; the held-out figure is test's)"
+    t = Table(title=title)
+    for col in ("stage", "layers", "shard", "split", "measured", "predicted", "error"):
         t.add_column(col, justify="left" if col == "stage" else "right")
     for c in cases[:40]:
         s = c["spec"]
-        t.add_row(c["id"], str(s["layers"]), str(s["shard"]), f"{c['measured_s'] * 1e3:.2f} ms",
+        t.add_row(c["id"], str(s["layers"]), str(s["shard"]), c["split"], f"{c['measured_s'] * 1e3:.2f} ms",
                   f"{c['predicted_s'] * 1e3:.2f} ms", f"{c['err_pct']:+.1f} %")  # fmt: skip
     Console().print(t)
     if len(cases) > 40:
         stderr.print(f"({len(cases) - 40} more stages in --format json)")
+
+
+def _families(meta: dict[str, Any]) -> list[str] | None:
+    """The families a predictor was trained on (``stages train`` writes ``families``, a
+    predictor ``validate predtop`` saved before 2026-12-02 only ``family``)."""
+    fams = meta.get("families")
+    if fams:
+        return list(fams)
+    return [meta["family"]] if meta.get("family") else None
 
 
 @stages_app.command("search")
@@ -163,7 +188,7 @@ def search(
     provider: MeasuredStages | PredictedStages
     if predictor is not None:
         pred = Predictor.load(predictor)
-        fams = pred.meta.get("families")
+        fams = _families(pred.meta)
         if fams and family not in fams:
             raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, not {family!r}; "
                               f"train one on a {family} dataset or pass --family {fams[0]}")  # fmt: skip

@@ -28,7 +28,7 @@ def validate(
     repeats: int | None = typer.Option(None, "--repeats", help="shard: measurement repeats per sharder (interleaved); cpu-e2e: captures per configuration."),
     seed: int | None = typer.Option(None, "--seed", min=0, help="shard: seed of the table sets; kernels: seed of the held-out split (default 0)."),
     device: str | None = typer.Option(None, "--device", help="kernels: a100 (default), gh200 or all."),
-    resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to; cpu-e2e: folder of captures to reuse; gpu-e2e: folder of GPU captures (default: the shipped H100 set); predtop: results folder (cases and predictors) to reuse."),
+    resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to; cpu-e2e: folder of captures to reuse; gpu-e2e: folder of GPU captures (default: the shipped H100 set); predtop: results folder to reuse (cases; predictors and search results too, not with --protocol)."),
     fractions: str | None = typer.Option(None, "--fractions", help="predtop: training fractions, comma-separated or 'all' (10 %–80 %); default 0.3."),
     models: str | None = typer.Option(None, "--models", help="predtop: dag_transformer,gcn,gat (default: all three)."),
     features: str | None = typer.Option(None, "--features", help="predtop: table1 (003 Table I) or table1+work (default)."),

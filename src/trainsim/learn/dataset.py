@@ -277,9 +277,14 @@ def _check_provenance(folder: Path, prov: dict[str, Any]) -> None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"{path}: unreadable ({e}); it records where the folder was measured") from None
     if old.get("host", {}).get("id") != prov["host"]["id"]:
+        was, now = old.get("host", {}), prov["host"]
+        diff = [f"{k} {was.get(k)!r} -> {now.get(k)!r}" for k in ("host", "machine", "cpu", "cpus") if was.get(k) != now.get(k)]
+        wv, nv = was.get("versions") or {}, now.get("versions") or {}
+        diff += [f"{k} {wv.get(k)} -> {nv.get(k)}" for k in sorted(set(wv) | set(nv)) if wv.get(k) != nv.get(k)]
         raise ConfigError(
-            f"{folder} was measured on host {old.get('host', {}).get('id')} "
-            f"({old.get('host', {}).get('cpu')}), this is {prov['host']['id']}; use another folder"
+            f"{folder} was measured on host {was.get('id')} ({was.get('cpu')}), this is {now['id']} "
+            f"({'; '.join(diff) or 'fingerprint differs'}): its stages would mix two setups' latencies; "
+            "use another folder"
         )
     runs = old.setdefault("runs", [])
     # a folder keeps one sampler: the same kind, family and seed (a count may grow)
@@ -313,11 +318,15 @@ def _store_graph(
     return full, digest
 
 
+# a stage whose repeats spread more than this (IQR / median) was measured under contention
+NOISY_REL_IQR = 0.10
+
+
 def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmup: int = 2,
             min_repeats: int = 5, max_repeats: int = 60, min_total_s: float = 1.0,
             target_spread: float = 0.02, max_total_s: float = 6.0,
             sampler: dict[str, Any] | None = None, log: Callable[[str], None] | None = None,
-            stop_after: int | None = None) -> dict[str, int]:  # fmt: skip
+            stop_after: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Measure every ``(id, spec)`` not yet in ``folder``; resumable (module docstring).
 
     ``stop_after`` ends the run after that many new rows (tests use it to interrupt).
@@ -349,6 +358,7 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
                   "single_thread": XLA_SINGLE_THREAD in os.environ.get("XLA_FLAGS", "")}],
     })  # fmt: skip
     measured = skipped = 0
+    noisy: list[str] = []  # measured now with a spread above NOISY_REL_IQR
     for sid, spec in items:
         if sid in done:
             if done[sid].spec != spec:
@@ -376,13 +386,16 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
         }  # fmt: skip
         append_row(path, row)
         measured += 1
+        if timing.rel_iqr > NOISY_REL_IQR:
+            noisy.append(sid)
         if log:
             log(f"{sid} {spec.family} L={spec.layers} h={spec.hidden} b={spec.micro_batch} s={spec.seq} "
                 f"t={spec.shard}: {timing.median_s * 1e3:.2f} ms ±{timing.rel_iqr * 100:.1f}% "
-                f"({len(timing.samples_s)} reps, {row['wall_s']:.1f} s)")  # fmt: skip
+                f"({len(timing.samples_s)} reps, {row['wall_s']:.1f} s)"
+                + (" — noisy: another process competed for the core?" if sid in noisy else ""))  # fmt: skip
         if stop_after is not None and measured >= stop_after:
             break
-    return {"measured": measured, "skipped": skipped, "total": len(read_rows(folder))}
+    return {"measured": measured, "skipped": skipped, "total": len(read_rows(folder)), "noisy": noisy}
 
 
 def rebuild_graphs(folder: Path | str, *, log: Callable[[str], None] | None = None) -> int:
@@ -495,6 +508,11 @@ def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
         print(json.dumps(res))
     else:
         print(f"measured {res['measured']} stage(s), {res['skipped']} already there; {res['total']} in {args.folder}")
+    if res["noisy"]:  # kept (the median is robust), but said: a quiet machine measures them better
+        print(f"warning: {len(res['noisy'])} of the {res['measured']} stages measured now spread more than "
+              f"{NOISY_REL_IQR:.0%} (IQR / median; e.g. {res['noisy'][0]}): other processes competed for the core; "
+              f"delete their rows from stages.jsonl and resume on a quieter machine to measure them again",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 

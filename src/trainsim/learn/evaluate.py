@@ -120,6 +120,9 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     t0 = time.perf_counter()
     p = pred.predict_tensors([tensors[i] for i in te])
     infer_s = time.perf_counter() - t0
+    # which stages it learned from: `stages predict` scores the held-out ones apart
+    pred.meta |= {"split_ids": {name: [data.rows[i].id for i in idx] for name, idx in
+                                (("train", tr), ("val", va), ("test", te))}}  # fmt: skip
     hist = pred.history
     assert hist is not None
     case = {
@@ -187,8 +190,55 @@ def read_cases(results: Path | str) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     raw = path.read_bytes()
-    lines = raw[: raw.rfind(b"\n") + 1].decode("utf-8").splitlines()
-    return [json.loads(x) for x in lines if x.strip()]
+    try:
+        text = raw[: raw.rfind(b"\n") + 1].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); is it a cases file validate predtop wrote?") from None
+    out = []
+    for n, x in enumerate(text.splitlines(), 1):
+        if not x.strip():
+            continue
+        try:
+            row = json.loads(x)
+        except ValueError:
+            raise ConfigError(f"{path}: line {n}: not JSON (delete the line to measure that case again)") from None
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: line {n}: expected a JSON object, got {type(row).__name__}")
+        out.append(row)
+    return out
+
+
+def results_folder(results: Path | str, flag: str = "--resume") -> Path:
+    """``results`` as a folder to write cases into, created if missing; one line when it cannot be."""
+    p = Path(results)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag} {results}: is a file; give a folder for the cases (and predictors)")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{flag} {results}: cannot create the folder ({e.strerror})") from None
+    return p
+
+
+# the setting a saved predictor was trained under, beside its family, model and seed; the
+# default (the suite's) keeps the plain folder name
+_DEFAULT_SETTING = {"readout": "logsumexp", "part": "train", "features": "table1+work", "target": "log-per-flop",
+                    "members": 1, "stop": "each"}
+
+
+def predictor_setting(*, readout: str, part: str, features: str, target: str, members: int,
+                      stop: str) -> dict[str, Any]:  # fmt: skip
+    return {"readout": readout, "part": part, "features": features, "target": target, "members": int(members),
+            "stop": stop if members > 1 else "each"}  # fmt: skip
+
+
+def predictor_dir(results: Path | str, family: str, kind: str, seed: int, setting: Mapping[str, Any]) -> Path:
+    """Where :func:`evaluate` saves (and the suite finds) the predictor of one case: the
+    setting is in the name unless it is the default, so predictors trained under different
+    readouts, features or bags never replace one another."""
+    name = f"{family}-{kind}-s{seed}"
+    diff = [f"{k}-{v}" for k, v in setting.items() if _DEFAULT_SETTING.get(k) != v]
+    return Path(results) / "predictors" / (name if not diff else name + "-" + "-".join(diff).replace("+", "_"))
 
 
 def check_kinds(kinds: Sequence[str]) -> None:
@@ -205,14 +255,18 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
     """Run (or resume) every case; return :func:`summarize`'s tables.
 
     ``folders`` maps a family name to its dataset folder. Predictors of ``save_fraction`` are
-    saved under ``results/predictors/<family>-<model>-s<seed>``.
+    saved under :func:`predictor_dir` (``results/predictors/<family>-<model>-s<seed>``, the
+    setting appended when it is not the default).
     """
     check_kinds(kinds)
-    results = Path(results)
-    results.mkdir(parents=True, exist_ok=True)
+    kinds, fractions, seeds = tuple(dict.fromkeys(kinds)), tuple(dict.fromkeys(fractions)), tuple(dict.fromkeys(seeds))
+    results = results_folder(results)
     path = results / "cases.jsonl"
     repair_tail(path)
     done = {_case_key(c) for c in read_cases(results)}
+    setting = predictor_setting(readout=readout, part=part, features=_features(input_features),
+                                target=_target(per_work), members=train_config.members,
+                                stop=stop_of(train_config))  # fmt: skip
     for family, folder in folders.items():
         data = FamilyData(folder, part=part, input_features=input_features)
         for seed in seeds:
@@ -228,16 +282,19 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
                                             train_config=train_config, readout=readout, per_work=per_work)  # fmt: skip
                     case["family"] = family
                     append_row(path, case)
+                    done.add(key)
                     if log:
                         log(f"{family} {fraction:.0%} {kind}: MRE {case['mre_pct']:.2f} % "
                             f"({case['train_s']:.0f} s, {case['epochs']} epochs, best {case['best_epoch']})")  # fmt: skip
                     if save_fraction is not None and abs(fraction - save_fraction) < 1e-9:
                         pred.meta |= {
                             "family": family,
+                            "families": [family],  # what stages predict/search check
                             "fraction": fraction,
                             "dataset": str(folder),
+                            "setting": setting,
                         }
-                        pred.save(results / "predictors" / f"{family}-{kind}-s{seed}")
+                        pred.save(predictor_dir(results, family, kind, seed, setting))
     return summarize(
         read_cases(results), readout=readout, part=part, features=_features(input_features),
         target=_target(per_work), members=train_config.members, stop=stop_of(train_config),
@@ -281,4 +338,4 @@ def summarize(cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", pa
     }  # fmt: skip
 
 
-__all__ = ["FEATURE_SETS", "FRACTIONS", "FamilyData", "check_kinds", "evaluate", "features_flag", "read_cases", "split", "summarize", "train_case"]
+__all__ = ["FEATURE_SETS", "FRACTIONS", "FamilyData", "check_kinds", "evaluate", "features_flag", "predictor_dir", "predictor_setting", "read_cases", "results_folder", "split", "summarize", "train_case"]

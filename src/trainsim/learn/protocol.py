@@ -188,6 +188,7 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
         FamilyData,
         check_kinds,
         heldout_errors,
+        results_folder,
         split,
         stop_of,
         train_case,
@@ -195,11 +196,11 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import TrainConfig
 
-    kinds = tuple(kinds or MODEL_KINDS)
+    kinds = tuple(dict.fromkeys(kinds or MODEL_KINDS))  # each case once
+    fractions = tuple(dict.fromkeys(fractions))
     check_kinds(kinds)
     tc = train_config or TrainConfig(epochs=PROTOCOL_EPOCHS, patience=PROTOCOL_PATIENCE)
-    results = Path(results)
-    results.mkdir(parents=True, exist_ok=True)
+    results = results_folder(results)
     path = results / "protocol_cases.jsonl"
     repair_tail(path)
     done = {_key(c) for c in read_protocol_cases(results)}

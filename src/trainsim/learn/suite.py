@@ -22,6 +22,7 @@ the ``gpt-003/`` and ``moe-003/`` sets (one model, every stage of 1–5 / 1–3 
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -82,7 +83,16 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
             raise ConfigError("--protocol trains on the table1+work features only")
         return run_protocol(dataset=dataset, resume=resume, fractions=fractions, models=models, seed=seed,
                             epochs=epochs, readout=readout, members=members, per=per or "config", stop=stop)  # fmt: skip
-    from trainsim.learn.evaluate import evaluate, features_flag, read_cases, row_stop, stop_of
+    from trainsim.learn.evaluate import (
+        evaluate,
+        features_flag,
+        predictor_dir,
+        predictor_setting,
+        read_cases,
+        results_folder,
+        row_stop,
+        stop_of,
+    )
     from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.train import Predictor, TrainConfig
     from trainsim.validate.registry import error_summary
@@ -92,13 +102,15 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     if not folders:
         raise ConfigError(f"no stage datasets under {root} (expected gpt/ and moe/ with stages.jsonl); "
                           "collect them with python -m trainsim.learn.dataset")  # fmt: skip
-    kinds = tuple(models.split(",")) if models else MODEL_KINDS
+    kinds = tuple(dict.fromkeys(models.split(","))) if models else MODEL_KINDS
     inputs = features_flag(features)
-    fr = _parse_fractions(fractions)
+    fr = tuple(dict.fromkeys(_parse_fractions(fractions)))
     tc = TrainConfig(epochs=epochs, members=members, stop=stop) if epochs else TrainConfig(members=members, stop=stop)
+    setting = predictor_setting(readout=readout, part="train", features=features, target=target_of(readout),
+                                members=members, stop=stop_of(tc))  # fmt: skip
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="predtop-") as tmp:
-        out = Path(resume) if resume else Path(tmp)
+        out = results_folder(resume) if resume else Path(tmp)
         per_work = target_of(readout) == "log-per-flop"
         table = evaluate(folders, out, fractions=fr, kinds=kinds, seeds=(seed,), train_config=tc,
                          input_features=inputs, save_fraction=0.3 if 0.3 in fr else None, readout=readout,
@@ -123,7 +135,6 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
                               "epochs": c["epochs"], "abs_err_pct": c["mre_pct"]})  # fmt: skip
         searches = {}
         if search:
-            from trainsim.learn.provider import run_search_integration
 
             for fam in folders:
                 sf = root / f"{fam}-search"
@@ -131,13 +142,16 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
                     continue
                 preds = {}
                 for kind in kinds:
-                    p = out / "predictors" / f"{fam}-{kind}-s{seed}"
+                    p = predictor_dir(out, fam, kind, seed, setting)
                     if (p / "predictor.json").exists():
-                        preds[kind] = Predictor.load(p)
+                        pred = Predictor.load(p)
+                        if pred.meta.get("setting", setting) == setting:  # (older folders: no setting)
+                            preds[kind] = pred
                 # 003 §VI trains its own predictor on the sampled candidates: the DAG Transformer
+                # (003's model settings: --readout and --members shape the family predictors only)
                 sampled = ("dag_transformer",) if "dag_transformer" in kinds else kinds[:1]
-                searches[fam] = run_search_integration(sf, family=fam, family_predictors=preds, kinds=sampled,
-                                                       seed=seed, train_config=tc, input_features=inputs)  # fmt: skip
+                searches[fam] = _search(out if resume else None, sf, fam=fam, preds=preds, sampled=sampled,
+                                        seed=seed, tc=tc, inputs=inputs, setting=setting)  # fmt: skip
     dag = [c["mre_pct"] for c in cases if c["model"] == "dag_transformer"]  # --models gcn: the GCN's
     summary = {**error_summary(dag or [c["mre_pct"] for c in cases]), **{k: v for k, v in table.items() if k != "mre_pct"},
                "wall_s": time.perf_counter() - t0}  # fmt: skip
@@ -149,6 +163,33 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
             "seed": seed, "features": features, "readout": readout, "members": members, "stop": stop_of(tc)},
             "cases": cases, "mre_table": table["mre_pct"], "search": searches,
             "summary": summary}  # fmt: skip
+
+
+def _search(out: Path | None, folder: Path, *, fam: str, preds: dict[str, Any], sampled: tuple[str, ...],
+            seed: int, tc: Any, inputs: bool, setting: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The search integration of one family, kept in ``out`` (``--resume``) under the settings
+    that made it: it trains 003 §VI's sampled predictor, and its cost counts that training's
+    wall time, so a rerun would otherwise retrain and report another cost each time."""
+    from dataclasses import asdict
+
+    from trainsim.ir.serialize import write_json_atomic
+    from trainsim.learn.provider import run_search_integration
+
+    key = {"family": fam, "seed": seed, "family_predictors": sorted(preds), "sampled": list(sampled),
+           "setting": setting, "train_config": asdict(tc), "features": inputs}  # fmt: skip
+    path = out / f"search-{fam}-s{seed}.json" if out is not None else None
+    if path is not None and path.exists():
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            doc = {}
+        if isinstance(doc, dict) and doc.get("key") == key and isinstance(doc.get("result"), dict):
+            return dict(doc["result"])
+    result = run_search_integration(folder, family=fam, family_predictors=preds, kinds=sampled, seed=seed,
+                                    train_config=tc, input_features=inputs)  # fmt: skip
+    if path is not None:
+        write_json_atomic(path, {"key": key, "result": result})
+    return result
 
 
 def run_protocol(*, dataset: str | None = None, resume: str | None = None, fractions: str | None = None,

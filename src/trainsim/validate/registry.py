@@ -27,6 +27,7 @@ class SuiteSpec:
     module: str
     function: str
     help: str
+    reads_data: bool = True  # False: measures on this host or reads shipped files, not --data
 
     def load(self) -> Callable[..., dict[str, Any]]:
         fn: Callable[..., dict[str, Any]] = getattr(
@@ -49,15 +50,15 @@ SUITES: tuple[SuiteSpec, ...] = (
     SuiteSpec("llm", "trainsim.validate.llm_suite", "run_llm_suite",
               "model-driven LLM iteration times against measured Megatron/GPT-NeoX runs (vTrain, paper 001)"),
     SuiteSpec("shard", "trainsim.validate.shard_suite", "run_shard_suite",
-              "embedding-sharder choice by predicted step vs real sharded DLRM steps on 2 gloo CPU ranks (000 §V-A)"),
+              "embedding-sharder choice by predicted step vs real sharded DLRM steps on 2 gloo CPU ranks (000 §V-A)", reads_data=False),
     SuiteSpec("search", "trainsim.validate.search_suite", "run_search_suite",
               "plan ranking: regret of the predicted-best measured plan and Spearman, per ground-truth group"),
     SuiteSpec("cpu-e2e", "trainsim.validate.cpu_e2e_suite", "run_cpu_e2e_suite",
-              "resize what-if: captured CPU examples predicted at B/2 and 2B vs captured steps (002 §4.5.1.1)"),
+              "resize what-if: captured CPU examples predicted at B/2 and 2B vs captured steps (002 §4.5.1.1)", reads_data=False),
     SuiteSpec("gpu-e2e", "trainsim.validate.gpu_e2e_suite", "run_gpu_e2e_suite",
-              "resize what-if on steps captured on a CUDA GPU (shipped: H100) with that GPU's kernel models"),
+              "resize what-if on steps captured on a CUDA GPU (shipped: H100) with that GPU's kernel models", reads_data=False),
     SuiteSpec("predtop", "trainsim.learn.suite", "run_predtop_suite",
-              "DAG Transformer / GCN / GAT stage-latency MRE vs training fraction on CPU-measured stages (003)"),
+              "DAG Transformer / GCN / GAT stage-latency MRE vs training fraction on CPU-measured stages (003)", reads_data=False),
 )  # fmt: skip
 
 
@@ -95,7 +96,7 @@ def run_suite(name: str, data_dir: Path, **params: Any) -> dict[str, Any]:
         raise ConfigError(
             f"suite {name} does not take {opts} (it takes: {', '.join(flags) or 'no options'})"
         )
-    if not data_dir.is_dir():
+    if spec.reads_data and not data_dir.is_dir():
         raise ConfigError(
             f"data folder {data_dir} does not exist; pass --data PATH (the shared/data folder)"
         )
