@@ -34,7 +34,7 @@ app.add_typer(stages_app, name="stages")
 def collect(
     folder: Path = typer.Argument(..., metavar="DIR", help="Dataset folder (stages.jsonl, graphs/); resumes what is there."),
     family: str = typer.Option(..., "--family", help="gpt or moe."),
-    count: int = typer.Option(300, "--count", min=1, help="Random stages to measure."),
+    count: int = typer.Option(300, "--count", min=1, help="Random stages the folder should hold (a total: a resumed folder measures what it lacks; not with --search-set or --protocol)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Sampler seed (a folder keeps one sampler)."),
     search_set: bool = typer.Option(False, "--search-set", help="Measure every candidate stage of the family's search model instead."),
     protocol: bool = typer.Option(False, "--protocol", help="Measure 003's protocol sets instead: every stage of one model under each 003 Table III configuration (docs/predtop.md)."),
@@ -77,7 +77,7 @@ def train(
 
     check_stop(stop, members)
     per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
-    predictor_folder(out)  # before training: a wrong --out should not cost the training time
+    predictor_folder(out, "--out ")  # before training: a wrong --out should not cost the training time
     data = FamilyData(dataset, input_features=features_flag(features))
     wait = patience if patience is not None else max(1, min(TrainConfig().patience, epochs // 3))
     cfg = replace(TrainConfig(), epochs=epochs, patience=wait, members=members, stop=stop)

@@ -141,7 +141,9 @@ def best_pipeline(latency_s: Mapping[StageKey, float], *, layers: int, devices: 
             best = (total, stages)
     if best is None:
         raise ModelError(
-            f"no pipeline of {layers} layers fits on {devices} devices with these stages"
+            f"no pipeline of {layers} layers fits on {devices} device{'s' if devices != 1 else ''} with these stages"
+            + (f" (the stages hold at most {max(k[1] - k[0] for k in latency_s)} layers each and use "
+               f"{min(k[2] for k in latency_s)} or more devices)" if latency_s else " (none given)")
         )
     return PipelinePlan(tuple(best[1]), tuple(latency_s[k] for k in best[1]), microbatches)
 

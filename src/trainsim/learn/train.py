@@ -217,11 +217,12 @@ class Predictor:
             raise ModelError(f"{folder}: predictor.json and its weights do not agree ({msg})") from None
 
 
-def predictor_folder(folder: Path | str) -> Path:
-    """``folder`` checked (and created) as where a predictor is written: one-line errors."""
+def predictor_folder(folder: Path | str, what: str = "") -> Path:
+    """``folder`` checked (and created) as where a predictor is written: one-line errors
+    (``what``: the option to name, e.g. ``"--out "``)."""
     from trainsim.ir.serialize import output_folder
 
-    return output_folder(folder)
+    return output_folder(folder, what)
 
 
 def _eval_chunks(tensors: Sequence[GraphTensors], batch_size: int, *, padded: bool) -> list[list[int]]:
