@@ -34,12 +34,21 @@ def test_save_workload_replaces_only_a_file_trainsim_wrote(tmp_path: Path) -> No
     mine = tmp_path / "notes.json"
     mine.write_text('{"my": "data"}', encoding="utf-8")
     r = analyze(mine)
-    assert r.returncode == 1 and "exists and is not a file trainsim wrote" in r.stderr
+    assert r.returncode == 1 and "exists and is not a workload trainsim wrote" in r.stderr
     assert mine.read_text(encoding="utf-8") == '{"my": "data"}'
     ir = tmp_path / "w.json"
     for _ in range(2):  # a workload trainsim wrote is replaced
         r = analyze(ir)
         assert r.returncode == 0, r.stderr
+    # another trainsim artifact is not (review: an overhead database replaced a saved workload)
+
+    db = subprocess.run([sys.executable, "-m", "trainsim", "analyze", DLRM, "--overhead-db", str(ir)],
+                        capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert db.returncode == 1 and "is not a overhead database trainsim wrote" not in db.stderr
+    assert "exists and is not an overhead database trainsim wrote" in db.stderr
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    assert analyze(empty).returncode == 0  # an empty file (mktemp's) is replaced
 
 
 def _cli(*args: str) -> tuple[int, str]:

@@ -125,7 +125,8 @@ def analyze_paths(
         from trainsim.ir.serialize import save_workload
 
         manifest = _capture_manifest([Path(p) for p in paths])
-        if manifest:  # what `trainsim capture` recorded (batch, length, width): replay's resizes read it
+        if manifest and "capture" not in workload.metadata:  # what `trainsim capture` recorded (batch,
+            # length, width), for replay's resizes; a saved IR re-saved keeps its own
             workload = replace(workload, metadata={**workload.metadata, "capture": manifest})
         save_workload(workload, save_workload_to)
         analysis.written["workload"] = str(save_workload_to)

@@ -39,8 +39,8 @@ def analyze(
         not_an_input(out, paths, flag)
     distinct_outputs(((overhead_db, "--overhead-db"), (export_kernels, "--export-kernels"),
                       (save_workload, "--save-workload")))  # fmt: skip
-    json_target(overhead_db, "--overhead-db")
-    json_target(save_workload, "--save-workload")
+    json_target(overhead_db, "--overhead-db", "overhead database")
+    json_target(save_workload, "--save-workload", "workload")
     if time_unit not in ("auto", "us", "ns"):
         raise ConfigError(f"--time-unit must be auto, us or ns, got {time_unit!r}")
     a = analyze_paths(

@@ -75,9 +75,15 @@ def distinct_outputs(outputs: Iterable[tuple[Path | None, str]]) -> None:
         seen[r] = flag
 
 
-def json_target(output: Path | None, flag: str) -> None:
-    """Refuse to replace an existing file that is not JSON trainsim wrote (``schema_version``
-    near its start, as every trainsim artifact has; a profiler trace's is ``schemaVersion``)."""
+# the top-level key that tells each replaceable trainsim JSON artifact from the others
+_ARTIFACT_KEYS = {"workload": b'"process_groups"', "overhead database": b'"per_op"'}
+
+
+def json_target(output: Path | None, flag: str, kind: str) -> None:
+    """Refuse to replace an existing file unless it is empty or the trainsim artifact ``kind``
+    (a key of :data:`_ARTIFACT_KEYS`) an earlier run wrote: ``schema_version`` and the kind's
+    own key near its start (a profiler trace's key is ``schemaVersion``), so a saved workload
+    never replaces an overhead database or a device file, nor the reverse."""
     from trainsim.errors import ConfigError
 
     if output is None:
@@ -89,11 +95,15 @@ def json_target(output: Path | None, flag: str) -> None:
         return
     try:
         with out.open("rb") as f:
-            head = f.read(4096)
+            head = f.read(65536)
     except OSError as e:
         raise ConfigError(f"{flag} {output}: cannot read the existing file ({e.strerror})") from None
-    if not (head.lstrip().startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head):
-        raise ConfigError(f"{flag} {output}: exists and is not a file trainsim wrote; remove it or write elsewhere")
+    if not head.strip():
+        return  # an empty file (mktemp's)
+    ours = head.lstrip().startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head
+    if not (ours and _ARTIFACT_KEYS[kind] in head):
+        an = "an" if kind[0] in "aeiou" else "a"
+        raise ConfigError(f"{flag} {output}: exists and is not {an} {kind} trainsim wrote; remove it or write elsewhere")
 
 
 def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str = "--timeline") -> None:

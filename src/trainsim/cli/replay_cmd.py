@@ -188,14 +188,13 @@ def _manifest(paths: list[Path]) -> dict[str, Any]:
     from trainsim.analyze.report import _capture_manifest
     from trainsim.sim.replay import _is_workload_ir
 
-    doc = _capture_manifest(paths)
-    if not doc and len(paths) == 1 and _is_workload_ir(paths[0]):
+    if len(paths) == 1 and _is_workload_ir(paths[0]):  # its own record, not a capture.json beside it
         try:
             got = json.loads(paths[0].read_text(encoding="utf-8")).get("metadata", {}).get("capture")
         except (OSError, ValueError, AttributeError):
             return {}
-        doc = got if isinstance(got, dict) else {}
-    return doc
+        return got if isinstance(got, dict) else {}
+    return _capture_manifest(paths)
 
 
 def _manifest_field(paths: list[Path], key: str) -> int | None:
@@ -283,8 +282,13 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
         w = whatif.straggler(w, r, f)
         applied.append(f"rank {r} kernels ×{f:g}")
     if network is not None:
-        if not any(k.collective is not None for g in w.ranks for op in g.ops for k in op.kernels):
+        colls = [k for g in w.ranks for op in g.ops for k in op.kernels if k.collective is not None]
+        if not colls:
             stderr.print("[yellow]warning:[/] --network-speedup: the trace has no collectives: nothing was scaled")
+        elif options.overheads.value == "trace" and all(k.on_host for k in colls):
+            stderr.print("[yellow]warning:[/] --network-speedup with --overheads trace: gloo bucket records replay "
+                         "their measured spans there, so a faster network barely reaches the step; use the "
+                         "default --overheads stats")  # fmt: skip
         w = whatif.faster_network(w, network)
         applied.append(f"network ×{network:g} faster" if network >= 1 else f"network at ×{network:g} speed (slower)")
     if family is not None:
@@ -325,9 +329,10 @@ def _resize_report(meta: dict[str, Any]) -> dict[str, Any]:
     kept = meta.get("collectives_kept") or 0
     out["collectives_kept"] = kept
     if kept:
-        warnings.append(f"{kept} collective op{'s' if kept > 1 else ''} (all ranks) kept their traced payloads and times "
-                        "(a resize re-times compute only): where a payload grows with the resized dimension "
-                        "(DLRM's all_to_all of pooled embeddings, tensor-parallel activations) the prediction is low")  # fmt: skip
+        kinds = ", ".join(f"{k} {n}" for k, n in (meta.get("collectives_kept_kinds") or {}).items())
+        warnings.append(f"{kept} collective op{'s' if kept > 1 else ''} (all ranks{': ' + kinds if kinds else ''}) kept "
+                        "their traced times: no payload shape was recorded for them (e.g. a backward all_to_all); "
+                        "where the payload grows with the resized dimension the prediction is low")  # fmt: skip
     if warnings:
         out["warning"] = "; ".join(warnings)
     return out

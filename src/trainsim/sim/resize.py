@@ -733,6 +733,28 @@ def resize_hidden(w: Workload, new_hidden: int, *, old_hidden: int | None = None
                                        "heads": {str(a): b for a, b in head_counts.items()} or "kept"})  # fmt: skip
 
 
+def _kept_collectives(ranks: Sequence[RankGraph]) -> dict[str, int]:
+    """Collective ops (by kind, all ranks) whose traced time the resize kept without knowing
+    their payload: no recorded shapes and no rule that re-timed them (a backward all_to_all
+    paired with its forward's wait, e.g. the DLRM's). Not counted: ops re-timed by their
+    shapes (the forward all_to_alls), ops whose recorded payload did not change (a scalar
+    all-reduce), gradient all-reduces inside AccumulateGrad and gloo bucket records (DDP's
+    buckets are weight-sized)."""
+    kept: dict[str, int] = defaultdict(int)
+    for r in ranks:
+        for op in r.ops:
+            ks = [k for k in op.kernels if k.collective is not None]
+            if not ks or (ks[0].on_host and op.thread == ks[0].stream):
+                continue
+            prov = ks[0].provenance or ""
+            if prov.startswith(RESIZE) and not prov.startswith(f"{RESIZE} ×1 "):
+                continue  # re-timed by the resize
+            if "AccumulateGrad" in prov or any(t.shape for t in (*op.inputs, *op.outputs)):
+                continue  # a gradient bucket, or a payload whose recorded size stayed
+            kept[ks[0].collective.kind.value] += 1  # type: ignore[union-attr]
+    return dict(sorted(kept.items()))
+
+
 def _resize(w: Workload, rz: _Resizer, flag: str, request: dict[str, Any]) -> Workload:
     shaped = _shaped_time_fraction(w, hidden=rz.dim == "hidden")
     if not any(t.shape for rg in w.ranks for op in rg.ops for t in (*op.inputs, *op.outputs)):
@@ -745,8 +767,8 @@ def _resize(w: Workload, rz: _Resizer, flag: str, request: dict[str, Any]) -> Wo
             prov = op.provenance if not op.kernels else (op.kernels[0].provenance or "")
             if prov.startswith(RESIZE):
                 rules[rule_of(prov)] += 1
-    # collectives keep their traced payloads and times (a resize re-times compute from shapes)
-    kept = sum(1 for r in ranks for op in r.ops if any(k.collective is not None for k in op.kernels))
+    kept = _kept_collectives(ranks)
     meta = {**w.metadata, "resize": {**request, "factor": rz.factor, "rules": dict(sorted(rules.items())),
-                                     "shaped_time_fraction": shaped, "collectives_kept": kept}}  # fmt: skip
+                                     "shaped_time_fraction": shaped, "collectives_kept": sum(kept.values()),
+                                     "collectives_kept_kinds": kept}}  # fmt: skip
     return replace(w, ranks=ranks, metadata=meta)

@@ -45,6 +45,8 @@ def fill_timings(rp: RankProgram, host: HostModel, opts: SimOptions) -> None:
     blocking_dur = host.blocking_call_duration()
     for ci in rp.blocking_calls:
         _blocking(rp, ci, rp.call_block[ci], host.mode, blocking_dur)  # type: ignore[arg-type]
+    for ci in rp.worker_runs:  # the record is its collective: no call time of its own beyond it
+        rp.call_dur[ci] = 0.0
     trace = host.mode is HostMode.TRACE
     # inferred thread edges carry their measured delay (TRACE) or the op's T1; deps carry none
     rp.op_cross = [()] * len(ops)

@@ -96,7 +96,8 @@ def paired_error(predicted: Sequence[float], measured: Sequence[float]) -> float
     mix across passes (a diagnostic beside ``error_pct``, which stays the headline)."""
     if len(predicted) != len(measured) or len(predicted) < 2:
         return None
-    return statistics.median(100.0 * (p / m - 1.0) for p, m in zip(predicted, measured, strict=True))
+    # median_low: with an even count, a real repeat's error, not the mean of two that may cancel
+    return statistics.median_low(100.0 * (p / m - 1.0) for p, m in zip(predicted, measured, strict=True))
 
 
 def _capture(cache: Path, model: str, batch: int, *, threads: int, steps: int, rep: int,
