@@ -91,7 +91,8 @@ def train(
         emit_json(case)
         return
     Console().print(
-        f"{model} on {case['train']} stages ({case['epochs']} epochs, {case['train_s']:.0f} s): "
+        f"{model} on {case['train']} stages ({case['epochs']} epochs"
+        + (f" over its {members} members" if members > 1 else "") + f", {case['train_s']:.0f} s): "
         f"test MRE {case['mre_pct']:.2f} % (median {case['median_re_pct']:.2f}, p90 "
         f"{case['p90_re_pct']:.2f}) over {case['test']} stages -> {out}"
     )
