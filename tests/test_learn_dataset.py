@@ -187,3 +187,20 @@ def test_a_training_fraction_that_leaves_no_test_stage_is_refused_up_front():
     tr, va, te = split(340, 0.89, seed=0)
     assert len(te) and len(va) and len(tr) > 2
 
+
+
+def test_a_resume_on_a_machine_that_times_the_stages_otherwise_is_warned(tmp_path, capsys):
+    """Two VMs of one CPU model share a host fingerprint; one timed the shipped MoE stages
+    29-47 % faster, and a resume mixed its rows in silently (walkthrough, 2026-12-02). The
+    first stage is re-timed on resume and a large difference is said."""
+    pytest.importorskip("jax")
+    folder = tmp_path / "ds"
+    collect(folder, TINY, min_repeats=3, max_repeats=3, min_total_s=0.0, stop_after=1)
+    path = folder / "stages.jsonl"
+    row = json.loads(path.read_text().splitlines()[0])
+    row["latency_s"] *= 3.0  # as if another, slower machine had measured it
+    path.write_text(json.dumps(row) + "\n")
+    capsys.readouterr()
+    collect(folder, TINY, min_repeats=3, max_repeats=3, min_total_s=0.0, stop_after=1)
+    err = capsys.readouterr().err
+    assert f"stage {row['id']} re-timed at" in err and "another machine of the same fingerprint" in err

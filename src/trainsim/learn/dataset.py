@@ -320,6 +320,9 @@ def _store_graph(
 
 # a stage whose repeats spread more than this (IQR / median) was measured under contention
 NOISY_REL_IQR = 0.10
+# a resumed folder's first stage, re-timed, is expected within this of its row, else a warning
+# (another machine of the same fingerprint timed the shipped MoE stages 29-47 % faster)
+RESUME_TOLERANCE = 0.20
 
 
 def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmup: int = 2,
@@ -357,6 +360,20 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
                   "env": {k: os.environ.get(k) for k in (*MALLOC_ENV, "OMP_NUM_THREADS", "JAX_PLATFORMS")},
                   "single_thread": XLA_SINGLE_THREAD in os.environ.get("XLA_FLAGS", "")}],
     })  # fmt: skip
+    todo = [sid for sid, _ in items if sid not in done]
+    if done and todo:  # resuming: does this host time the folder's stages as its rows say?
+        ref = next(r for sid, _ in items if (r := done.get(sid)) is not None)
+        again = measure_stage(ref.spec, warmup=warmup, min_repeats=min_repeats, max_repeats=max_repeats,
+                              min_total_s=min_total_s, target_spread=target_spread, max_total_s=max_total_s)  # fmt: skip
+        ratio = again.median_s / ref.latency_s
+        line = (f"stage {ref.id} re-timed at {again.median_s * 1e3:.2f} ms, its row says {ref.latency_s * 1e3:.2f} ms "
+                f"({100 * (ratio - 1):+.1f} %)")  # fmt: skip
+        if abs(ratio - 1.0) > RESUME_TOLERANCE:  # a warning: a loaded host swings this much too
+            print(f"warning: {folder}: {line}: another machine of the same fingerprint, or a loaded one; rows "
+                  "measured now may not match the folder's (collect into another folder if the machine differs)",
+                  file=sys.stderr)  # fmt: skip
+        elif log:
+            log(f"resume check: {line}")
     measured = skipped = 0
     noisy: list[str] = []  # measured now with a spread above NOISY_REL_IQR
     for sid, spec in items:
