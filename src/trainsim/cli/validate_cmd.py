@@ -175,8 +175,11 @@ def _print_table(doc: dict[str, Any]) -> None:
                 pt.add_column(col, justify="right")
             for fr in sorted(cols, key=float):
                 for kind, per in sorted(cols[fr].items()):
-                    pt.add_row(f"{float(fr):.0%}", kind, *(_fmt(per.get(c)) for c in doc["configs"]),
-                               _fmt(doc["mre_table"][fam][fr][kind]))  # fmt: skip
+                    have = sum(per.get(c) is not None for c in doc["configs"])
+                    mean = _fmt(doc["mre_table"][fam][fr][kind])
+                    if have < len(doc["configs"]):  # a mean over fewer columns is not comparable
+                        mean += f" ({have} of {len(doc['configs'])})"
+                    pt.add_row(f"{float(fr):.0%}", kind, *(_fmt(per.get(c)) for c in doc["configs"]), mean)
             out.print(pt)
         for fam, srch in doc.get("search", {}).items():
             for name, a in srch["approaches"].items():
