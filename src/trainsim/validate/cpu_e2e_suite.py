@@ -31,7 +31,7 @@ and, for :data:`KEEP_HEADS_MODELS`, with the heads kept (the head size scales)
 ratio).
 
 Paired error (``paired_error_pct``; ``paired_geomean_abs_err_pct`` and its ``seq_``/``hidden_``
-forms): the median over repeats of repeat r's prediction against repeat r's measured step, a
+forms): the (low) median over repeats of repeat r's prediction against repeat r's measured step, a
 diagnostic that tells model error from a noisy host (captures are interleaved, so one pass's
 captures share its machine phase); the unpaired ``error_pct`` stays the headline.
 
@@ -89,7 +89,7 @@ def geomean_abs(errors_pct: list[float | None]) -> float | None:
 
 
 def paired_error(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
-    """The median over repeats of repeat r's prediction (from its base capture) against repeat r's
+    """The (low) median over repeats of repeat r's prediction (from its base capture) against repeat r's
     measured step; None with fewer than 2 repeats or unequal counts. Repeats are captured
     interleaved, so repeat r's base and target captures ran in the same pass over the
     configurations and mostly share the machine's slow or fast phase, which the unpaired medians
