@@ -97,20 +97,24 @@ def run_kernels_suite(
     cases = [c for d in names for c in _device_cases(data_dir, d, op_list, seed)]
     ours = [c["mape_pct"] for c in cases if c["mape_pct"] is not None]
     all_rows = [c["mape_all_rows_pct"] for c in cases if c["mape_all_rows_pct"] is not None]
-    theirs = [
-        c["paper_mape_pct"]
-        for c in cases
-        if c["paper_mape_pct"] is not None and c["paper_mape_pct"] < 100
-    ]
+    theirs = [c["paper_mape_pct"] for c in cases if c["paper_mape_pct"] is not None]
+    # paper 001's catastrophic entries (GH200's optimizer: 6693 %) swamp a mean: also without them
+    sane = [x for x in theirs if x < 100]
     summary = {
         **error_summary(ours),
         "paper_mape_pct": statistics.fmean(theirs) if theirs else None,
         "paper_max_pct": max(theirs) if theirs else None,
+        "paper_mape_below_100_pct": statistics.fmean(sane) if sane else None,
+        "paper_cases_over_100_pct": len(theirs) - len(sane),
         "cases_within_target": sum(bool(c["within_target"]) for c in cases),
         "mape_all_rows_pct": statistics.fmean(all_rows) if all_rows else None,
         "implausible_heldout_rows": sum(c["implausible_heldout_rows"] for c in cases),
         "target": f"every case <= {TARGET_PCT:g} %, mean <= {TARGET_MEAN_PCT:g} %",
         "target_met": bool(ours) and max(ours) <= TARGET_PCT and statistics.fmean(ours) <= TARGET_MEAN_PCT,
     }  # fmt: skip
+    if len(names) > 1:  # --device all: each device's own mean beside the pooled one
+        for d in names:
+            mine = [c["mape_pct"] for c in cases if c["device"] == d and c["mape_pct"] is not None]
+            summary[f"{d}_mape_pct"] = statistics.fmean(mine) if mine else None
     return {"suite": "kernels", "params": {"device": device, "seed": seed, "holdout": 0.2}, "cases": cases,
             "summary": summary}  # fmt: skip
