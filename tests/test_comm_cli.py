@@ -145,3 +145,35 @@ def test_fit_comm_refuses_a_kind_the_log_contradicts_and_names_curves(shared_dat
     assert "curve" in p.stdout and "family" not in p.stdout and "nan" not in p.stdout
     assert "cluster 1.000 (not measured: no multi-node case)" in " ".join(p.stdout.split())
 
+
+
+@pytest.mark.shared_data
+def test_fit_comm_says_what_it_left_out_and_reads_a_file_once(shared_data, tmp_path):
+    """A case whose rows are all implausible disappeared silently (GH200's all_gather 8×1: the
+    log said 7 cases, the table held 6); a file given twice was read twice (walkthrough)."""
+    p = _cli("fit-comm", str(shared_data / "calibration" / "gh200-120gb_vista" / "nccl"), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert len(doc["models"]) == 6 and [(x["collective"], x["nodes"], x["gpus_per_node"]) for x in doc["not_fitted"]] == [
+        ("all_gather", 8, 1)]
+    err = " ".join(p.stderr.split())
+    assert "warning: all_gather 8×1 not fitted: 195 of its 195 rows are faster than vista's links allow" in err
+    azure = shared_data / "comm" / "nccl_tests_allreduce_a100_40gb_azure"
+    once = json.loads(_cli("fit-comm", str(azure / "nccl_8.log"), "--format", "json").stdout)
+    twice = json.loads(_cli("fit-comm", str(azure), str(azure / "nccl_8.log"), "--format", "json").stdout)
+    assert {m["samples"] for m in once["models"]} == {m["samples"] for m in twice["models"] if m["group_size"] == 8}
+    assert twice["dataset"] == "nccl_tests_allreduce_a100_40gb_azure"  # not "...+1"
+    p = _cli("fit-comm", str(azure / "nccl_8.log"), "-o", str(tmp_path))
+    assert p.returncode == 1 and "is a folder; give a file path" in p.stderr
+
+
+@pytest.mark.shared_data
+def test_validate_comm_says_which_folders_it_skipped(shared_data, tmp_path):
+    from trainsim.validate.comm_suite import run_comm_suite
+
+    (tmp_path / "comm").mkdir()
+    (tmp_path / "comm" / "vtrain_allreduce_lut_a100").symlink_to(shared_data / "comm" / "vtrain_allreduce_lut_a100")
+    doc = run_comm_suite(tmp_path)
+    assert len(doc["summary"]["missing_folders"]) == 4 and doc["cases"]
+    with pytest.raises(Exception, match="none of the suite's measurement folders"):
+        run_comm_suite(tmp_path / "comm")

@@ -154,3 +154,36 @@ def test_a_log_cut_at_a_row_boundary_is_refused_as_truncated(azure, tmp_path):
     whole = tmp_path / "no_summary.log"
     whole.write_text("".join(x for x in lines if "Avg bus bandwidth" not in x))
     assert len(read_nccl_tests(whole).samples) == len(read_nccl_tests(azure / "nccl_8.log").samples)
+
+
+def _as_all_gather(azure, out):
+    """The 8-rank all-reduce log made to read as an all-gather's: redop none, busbw = algbw·7/8,
+    no 'Collective test starting' line (what an all_gather_perf log without it prints)."""
+    lines = []
+    for line in (azure / "nccl_8.log").read_text(encoding="utf-8").splitlines():
+        if "Collective test starting" in line:
+            continue
+        t = line.split()
+        if t and t[0].isdigit() and len(t) >= 11:
+            t[3], t[6], t[10] = "none", f"{float(t[5]) * 7 / 8:.2f}", f"{float(t[9]) * 7 / 8:.2f}"
+            lines.append("  " + " ".join(t))
+        else:
+            lines.append(line)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def test_the_file_name_names_a_collective_the_log_leaves_open(azure, tmp_path):
+    """The docs and the error said the file name is read; it was not (walkthrough, 2026-12-02).
+    It decides what the bus-bandwidth factor leaves open (all_gather and all_to_all share it)."""
+    named = _as_all_gather(azure, tmp_path / "all_gather_perf_8.log")
+    assert {s.kind for s in read_comm_dataset([named]).samples} == {C.ALL_GATHER}
+    with pytest.raises(TraceFormatError, match="cannot tell which collective"):
+        read_comm_dataset([_as_all_gather(azure, tmp_path / "mystery_8.log")])
+
+
+def test_a_kind_that_contradicts_the_logs_redop_is_refused(azure):
+    """Over 2 ranks all-reduce's and broadcast's bus factors are both 1: --kind broadcast was
+    accepted for an all-reduce log; its redop (sum) says it reduces."""
+    with pytest.raises(TraceFormatError, match=r"--kind broadcast contradicts the log: it reduces \(redop sum\)"):
+        read_comm_dataset([azure / "nccl_2.log"], kind=C.BROADCAST)

@@ -61,6 +61,8 @@ def fit_comm_cmd(
     from trainsim.ir.serialize import output_path
 
     if output is not None:  # before the fit: a wrong path should not cost the fitting time
+        if output.is_dir():
+            raise ConfigError(f"--output {output}: is a folder; give a file path (e.g. {output / 'comm.json'})")
         if output.suffix != ".json":
             raise ConfigError(f"--output {output}: collective model artifacts are .json files")
         not_an_input(output, datasets, "--output")
@@ -83,6 +85,12 @@ def fit_comm_cmd(
         log("--holdout 0: no sizes are held out, so there is no error to choose a curve family by; "
             "each case takes the first curve that fits (errors print as —, and null in the artifact)")
     result = fit_comm(ds, system=spec, holdout=holdout, seed=seed)
+    for x in result.skipped:  # a case left out is said, not dropped silently
+        why = (f"{x['implausible_rows']} of its {x['rows']} rows are faster than {spec.name}'s links allow "
+               "(another unit than the file says?)" if x["implausible_rows"] and spec else
+               f"{x['sizes_left']} distinct size(s) of {x['rows']} rows")  # fmt: skip
+        log(f"warning: {x['collective']} {x['nodes']}×{x['gpus_per_node']} not fitted: {why}; "
+            "it needs plausible measurements at 3 or more sizes")  # fmt: skip
     if output is not None:
         save_model(result.model, output)
         log(f"wrote {output}")
@@ -145,8 +153,8 @@ def _fit_doc(result: Any, dataset: str, system: str | None, output: Path | None)
         for c in result.cases
     ]  # fmt: skip
     hier = result.model.to_dict()["hierarchical"]
-    return {"dataset": dataset, "system": system, "models": models, "hierarchical": hier,
-            "artifact": str(output) if output else None}  # fmt: skip
+    return {"dataset": dataset, "system": system, "models": models, "not_fitted": list(result.skipped),
+            "hierarchical": hier, "artifact": str(output) if output else None}  # fmt: skip
 
 
 @hw_app.command("list")

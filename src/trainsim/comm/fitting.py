@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,8 @@ _LATENCY_REGIME_BYTES = 2**20  # latency is identifiable only from cases measure
 class FitResult:
     model: CalibratedCommModel
     cases: list[FittedCase]
+    # cases left out, each with its rows, the implausible ones and the distinct sizes left
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
 def guess_system(ds: CommDataset) -> SystemSpec | None:
@@ -110,6 +113,7 @@ def fit_comm(ds: CommDataset, *, system: SystemSpec | None = None, holdout: floa
         raise ModelError(f"holdout must be in [0, 1), got {holdout}")
     hier = HierarchicalModel(system) if system is not None else None
     cases: list[FittedCase] = []
+    skipped: list[dict[str, Any]] = []
     data: dict[CaseKey, tuple[np.ndarray, np.ndarray]] = {}
     for key in ds.cases():
         m, t = ds.arrays(key)
@@ -119,15 +123,22 @@ def fit_comm(ds: CommDataset, *, system: SystemSpec | None = None, holdout: floa
             and hier.supports(key.kind, key.group_size, gpus_per_node=key.gpus_per_node)
             else np.zeros(m.shape, bool)
         )
+        rows = int(m.size)
         m, t = m[~bad], t[~bad]
         if np.unique(m).size < 3:
+            skipped.append({"collective": key.kind.value, "nodes": key.nodes, "gpus_per_node": key.gpus_per_node,
+                            "rows": rows, "implausible_rows": int(bad.sum()), "sizes_left": int(np.unique(m).size)})  # fmt: skip
             continue
         data[key] = (m, t)
         fam, curve, scores = fit_case(m, t, holdout=holdout, seed=seed, families=families)
         cases.append(FittedCase(key, fam, curve, int(m.size), float(m.min()), float(m.max()), scores[fam][0],
                                 scores[fam][1], {f: s[0] for f, s in scores.items()}, int(bad.sum())))  # fmt: skip
     if not cases:
-        raise ModelError(f"dataset {ds.name}: no case has measurements at 3 or more sizes")
+        bad = sum(x["implausible_rows"] for x in skipped)
+        why = (f"{bad} of {sum(x['rows'] for x in skipped)} rows are faster than the system's links allow "
+               "(times in another unit than the file says?)" if bad else "")  # fmt: skip
+        raise ModelError(f"dataset {ds.name}: no case has plausible measurements at 3 or more sizes"
+                         + (f": {why}" if why else ""))
     params = calibrate_hierarchical(hier, cases, data, ds.name) if hier is not None else None
     prov = {
         "dataset": ds.name, "device": ds.device, "formats": sorted(ds.formats), "rows": len(ds),
@@ -136,7 +147,7 @@ def fit_comm(ds: CommDataset, *, system: SystemSpec | None = None, holdout: floa
     }  # fmt: skip
     model = CalibratedCommModel(name=name or f"calibrated:{ds.name}", dataset=ds.name, cases=cases, system=system,
                                 hier_params=params, provenance=prov)  # fmt: skip
-    return FitResult(model, cases)
+    return FitResult(model, cases, skipped)
 
 
 # --- hierarchical calibration ----------------------------------------------------------------

@@ -94,6 +94,9 @@ def _ratio_kind(ratio: float, nranks: int, redop: str) -> C | None:
     return best
 
 
+_REDUCING = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.REDUCE})  # nccl-tests prints a redop for these
+
+
 def _bus_factor(kind: C, nranks: int) -> float | None:
     """nccl-tests' busbw/algbw factor of ``kind`` over ``nranks`` (None: not one of its tests)."""
     if kind is C.ALL_REDUCE:
@@ -152,6 +155,9 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
                                      "maxBytes to what was measured)")  # fmt: skip
     nranks = len(ranks) or per_proc
     nodes = len(set(ranks.values())) or 1
+    # nccl-tests' binaries name the collective (all_gather_perf), which a saved log's name often
+    # keeps: it decides what the bus-bandwidth factor leaves open (all_gather or all_to_all)
+    name_kind = kind_from_word(path.name.split(".")[0])
     if nranks % nodes:
         raise TraceFormatError(path, f"{nranks} ranks do not split evenly over {nodes} hosts")
     t_cols = [i for i, c in enumerate(columns) if c == "time"]
@@ -188,6 +194,13 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
     if given is not None and want is not None and first_ratio and abs(first_ratio - want) > 0.1 * want:
         raise TraceFormatError(path, f"--kind {given.value} contradicts the log: its busbw/algbw is {first_ratio:.2f}, "
                                      f"not {given.value}'s {want:.2f} over {nranks} ranks; drop --kind or give the "
+                                     "collective it measured")  # fmt: skip
+    if kind is None:
+        kind = name_kind
+    redop = rows[0][1][i_redop].lower() if i_redop is not None and len(rows[0][1]) > i_redop else ""
+    if given is not None and redop and (redop in ("none", "n/a")) == (given in _REDUCING):
+        does = "reduces (redop " + redop + ")" if redop not in ("none", "n/a") else "does not reduce (redop none)"
+        raise TraceFormatError(path, f"--kind {given.value} contradicts the log: it {does}; drop --kind or give the "
                                      "collective it measured")  # fmt: skip
     if kind is None:
         raise TraceFormatError(path, "cannot tell which collective this log measured (no 'Collective test starting' line, "
@@ -397,19 +410,18 @@ def sniff_format(path: Path) -> Format | None:
 
 def _expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
     """(file, named explicitly) for files and the files inside folders (recursively, sorted)."""
-    out: list[tuple[Path, bool]] = []
+    out: dict[Path, tuple[Path, bool]] = {}  # by resolved path: a file given twice is read once
     for p in paths:
         if p.is_dir():
-            out.extend(
-                (f, False)
-                for f in sorted(p.rglob("*"))
-                if f.is_file() and not f.name.startswith(".")
-            )
+            for f in sorted(p.rglob("*")):
+                if f.is_file() and not f.name.startswith("."):
+                    out.setdefault(f.resolve(), (f, False))
         elif p.is_file():
-            out.append((p, True))
+            r = p.resolve()
+            out[r] = (out[r][0], True) if r in out else (p, True)  # named explicitly: its errors are said
         else:
             raise TraceFormatError(p, "no such file or folder")
-    return out
+    return list(out.values())
 
 
 def _is_seed001_aggregate(path: Path) -> bool:
@@ -502,6 +514,11 @@ def _norm_device(name: str) -> str:
 
 def _dataset_name(paths: list[Path]) -> str:
     p = paths[0].resolve()
+    kept: list[Path] = []  # the paths that add data: a repeat, or a file inside a given folder, adds none
+    for q in (x.resolve() for x in paths):
+        if q not in kept and not any(k.is_dir() and k in q.parents for k in kept):
+            kept.append(q)
+    paths = kept
     base = p if p.is_dir() else p.parent
     if base.name in ("nccl", "comm", "data") and base.parent.name:
         base = base.parent / f"{base.parent.name}-{base.name}"

@@ -32,6 +32,7 @@ selection happens on any test split.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -53,6 +54,7 @@ from trainsim.comm.monotone import MonotoneCurve
 from trainsim.comm.piecewise import PiecewiseCurve, fit_piecewise
 from trainsim.comm.readers import PaperError, read_comm_dataset, read_seed001_errors
 from trainsim.comm.samples import CommDataset, heldout_split
+from trainsim.errors import ConfigError
 
 AZURE = "comm/nccl_tests_allreduce_a100_40gb_azure"
 SEED001 = ("calibration/a100-sxm4-80gb_perlmutter/nccl", "calibration/gh200-120gb_vista/nccl")
@@ -203,12 +205,20 @@ def run_comm_suite(data_dir: Path, *, include_errors: bool = False) -> dict[str,
         ("seed001", partial(_seed001, data_dir, f)) for f in SEED001 if (data_dir / f).is_dir()
     ]
     groups += [("vtrain", partial(_vtrain, data_dir, f)) for f in VTRAIN if (data_dir / f).is_dir()]
+    missing = [f for f in (AZURE, *SEED001, *VTRAIN) if not (data_dir / f).is_dir()]
+    if not groups:
+        raise ConfigError(f"{data_dir}: none of the suite's measurement folders ({', '.join((AZURE, *SEED001, *VTRAIN))}); "
+                          "pass --data PATH (the shared/data folder)")  # fmt: skip
     cases: list[dict[str, Any]] = []
     for _, run in groups:
         cases.extend(run())
     for c in cases:
         c.setdefault("abs_err_pct", c.get("gmae_pct"))
     summary = _summary(cases)
+    if missing:  # a partial data folder: the figures are of what was there
+        summary["missing_folders"] = missing
+        print(f"[comm] warning: {len(missing)} of the suite's folders are not under {data_dir} and were skipped: "
+              f"{', '.join(missing)}", file=sys.stderr, flush=True)  # fmt: skip
     if not include_errors:
         for c in cases:
             c.pop("errors")
