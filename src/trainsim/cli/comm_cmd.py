@@ -139,7 +139,13 @@ def _pct(x: float | None) -> str:
 
 
 def _us(x: float | None) -> str:
-    return "catalog" if x is None else f"{x * 1e6:.2f} µs (fitted)"
+    from trainsim.comm.fitting import _LATENCY_GRID_S as grid
+
+    if x is None:
+        return "catalog"
+    if math.isclose(x, float(grid[0])) or math.isclose(x, float(grid[-1])):  # a boundary hit, not a fit
+        return f"{x * 1e6:.2f} µs (fitted at the search grid's bound: these data do not pin it)"
+    return f"{x * 1e6:.2f} µs (fitted)"
 
 
 def _fit_doc(result: Any, dataset: str, system: str | None, output: Path | None) -> dict[str, Any]:

@@ -245,9 +245,9 @@ def read_seed001_csv(path: Path, *, timing: str = "min", kind: C | None = None) 
     elem = _DTYPE_BYTES[m.group("dtype")]
     # ``shape`` is what each rank passes in. For all-gather that is its shard, so the gathered
     # output (the nccl-tests size, :mod:`trainsim.comm.sizing`) is group size x shape: paper
-    # 001's DP_Allgather takes #Stage_Parameters/|dp| (001 §III-D), and on A100 1x4 an all-gather
-    # of shape 1.2e9 takes 105.9 ms against 37.5 ms for an all-reduce of the same shape — 2.8x
-    # slower, impossible unless the gather moves ~4x the bytes (then 68 GB/s bus vs 96 GB/s).
+    # 001's DP_Allgather takes #Stage_Parameters/|dp| (001 §III-D), and on A100 1x4 at shapes
+    # 1.1-1.2e9 the all-gather's fastest rows take 46.7 ms against a median 15.5 ms for the
+    # all-reduce — 3.0x slower, which only ~4x the bytes explain (bus 154 vs 232 GB/s).
     gather = kind is C.ALL_GATHER
     samples: list[CommSample] = []
     with path.open(encoding="utf-8-sig", newline="") as fh:
