@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch first and pinned: the CPU build on disk; never an unpinned torch (CUDA wheels, GBs).
-	$(BIN)/pip install -q torch==2.13.0
+	# torch first and pinned: never an unpinned torch (CUDA wheels, GBs). Where pip does not already
+	# serve CPU wheels (this project's machines do), `make run TORCH_INDEX=https://download.pytorch.org/whl/cpu`.
+	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -e '.[dev,capture,learned,shard,search,learn]'
 	touch $(STAMP)
 

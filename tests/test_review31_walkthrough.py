@@ -91,3 +91,19 @@ def test_suites_that_measure_here_do_not_need_the_data_folder() -> None:
         run_suite("llm", Path("/nonexistent-data"))
     with pytest.raises(ConfigError, match="--members must be at least 1"):  # got past the data check
         run_suite("predtop", Path("/nonexistent-data"), members=0)
+
+
+def test_a_missing_trace_is_the_error_before_what_ifs_read_beside_it() -> None:
+    """`replay traces/my_capture --batch 128` asked for --old-batch; the path did not exist."""
+    code, out = _cli("replay", "traces/no_such_capture", "--batch", "128")
+    assert code == 1 and "traces/no_such_capture: no such file or folder" in out and "--old-batch" not in out
+
+
+def test_the_tour_inputs_ship_with_the_repository() -> None:
+    """The README's predict examples named ./config.json and my-model.yaml, which no clone has."""
+    from trainsim.builders.models import get_model
+
+    hf = get_model("examples/models/mistral-7b/config.json")
+    assert (hf.hidden, hf.layers, hf.heads, hf.kv_heads, hf.vocab) == (4096, 32, 32, 8, 32000)
+    y = get_model("examples/models/gpt-1.3b.yaml")
+    assert (y.name, y.hidden, y.layers, y.heads) == ("gpt-1.3b", 2048, 24, 16)

@@ -96,6 +96,9 @@ def replay(
     asked = [f for f, v in (("--batch", batch), ("--seq-len", seq_len), ("--hidden", hidden)) if v is not None]
     if len(asked) > 1:
         raise ConfigError(f"{' and '.join(asked)}: one resize at a time")
+    for p in paths:  # before the what-ifs read what lies beside them (a missing trace is the error)
+        if not Path(p).exists():
+            raise ConfigError(f"{p}: no such file or folder")
     recorded = _manifest_batch(paths) if batch is not None else None
     if old_batch is not None and recorded is not None and old_batch != recorded:
         stderr.print(f"[yellow]warning:[/] --old-batch {old_batch} differs from the batch capture.json records "

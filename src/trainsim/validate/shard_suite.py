@@ -187,7 +187,7 @@ def sample_kernel_models(cache_dir: Path, names: Sequence[str], device_file: Pat
         from trainsim.kernels import fit_kernels, read_kernel_dataset, save_model
 
         if log is not None:
-            log(f"fitting kernel models on {used} (first run only, 1-2 min; cached as {out})")
+            log(f"fitting kernel models on {used} (first run only, 1-4 min; cached as {out})")
         register_bench_ops()
         ds = read_kernel_dataset(samples)
         result = fit_kernels(ds, device=get_device(str(device_file)), n_jobs=1)
@@ -395,8 +395,11 @@ def _summary(cases: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any
                         f"below {100 * MIN_CLEAN_FRACTION:.0f} % for some sharder): {', '.join(contended)}; "
                         "their success and errors are not clean figures")  # fmt: skip
     if not noise:
+        clean = out.get("mean_clean_fraction")
         warnings.append("no set has 2 repeats with clean steps: repeat-to-repeat noise is not measured "
-                        "(noise_pct —); give --repeats 2 or more")  # fmt: skip
+                        "(noise_pct —): with --repeats 1 there is one repeat (give --repeats 2 or more); otherwise other "
+                        "processes took the ranks' cores" + (f" ({100 * clean:.0f} % of the timed steps clean)"
+                                                           if clean is not None else ""))  # fmt: skip
     out["warnings"] = warnings
     return out
 
