@@ -124,6 +124,8 @@ def fit_comm_cmd(
         t.add_row(m["collective"], f"{m['nodes']}×{m['gpus_per_node']}", m["curve"], _pct(m["gmae_pct"]), _pct(m["mape_pct"]),
                   str(m["samples"]), str(m["excluded_samples"]), others)  # fmt: skip
     _out().print(t)
+    log("note: a case's error is that of the curve family it chose on these held-out sizes (the choice's own "
+        "score, so optimistic); `trainsim validate comm` scores on sizes the choice never saw")  # fmt: skip
     if doc["hierarchical"]:
         h = doc["hierarchical"]
         if max(m["nodes"] for m in doc["models"]) > 1:
