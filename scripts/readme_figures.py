@@ -47,7 +47,12 @@ def main() -> int:
         f"| comm | piecewise (000 §III-C; paper-001 sweeps: family chosen per case), {s.get('predictions')} held-out predictions | {s.get('cases')} | "
         f"{_fmt(s.get('median_abs_err_pct'))} | {_fmt(s.get('mape_pct'))} | {_fmt(s.get('max_abs_err_pct'))} (one point) | — |"
     )
+    by = s.get("predictions_by_group") or {}
     comm_lines = [
+        "",
+        f"The comm row pools {s.get('predictions')} held-out predictions: {by.get('seed001', 0)} on paper 001's "
+        f"sweeps, {by.get('vtrain', 0)} on vTrain's tables, {by.get('azure-heldout', 0)} nccl-tests sizes and "
+        f"{by.get('azure-extrapolation', 0)} extrapolated ones, so the dense sweeps set its median and MAPE.",
         "",
         f"Collectives: Azure A100 nccl-tests held-out sizes GMAE {_fmt(s.get('azure_heldout_gmae_pct'))} % "
         f"(≥ 64 KiB: {_fmt(s.get('azure_heldout_gmae_ge64KiB_pct'))} %); fit on ≤ 16 GPUs → 32/64/128 GPUs "

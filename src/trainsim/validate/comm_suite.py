@@ -232,7 +232,10 @@ def _summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
     e = abs_rel_errors(p, m) * 100 if p.size else np.array([np.nan])
     out: dict[str, Any] = {"median_abs_err_pct": float(np.median(e)), "mape_pct": float(np.mean(e)),
                            "max_abs_err_pct": float(np.max(e)), "gmae_pct": gmae_pct(p, m), "cases": len(cases),
-                           "predictions": int(p.size)}  # fmt: skip
+                           "predictions": int(p.size),
+                           # what the pooled figures pool: the dense sweeps dominate them
+                           "predictions_by_group": {g: int(_pooled(cases, (g,))[0].size) for g in
+                                                    ("azure-heldout", "azure-extrapolation", "seed001", "vtrain")}}  # fmt: skip
     az_p, az_m = _pooled(cases, ("azure-heldout",))
     if az_p.size:
         sizes = np.array(
