@@ -177,3 +177,28 @@ def test_validate_comm_says_which_folders_it_skipped(shared_data, tmp_path):
     assert len(doc["summary"]["missing_folders"]) == 4 and doc["cases"]
     with pytest.raises(Exception, match="none of the suite's measurement folders"):
         run_comm_suite(tmp_path / "comm")
+
+
+@pytest.mark.shared_data
+def test_fit_comm_warns_of_data_far_below_the_links_and_names_a_bad_csv_header(shared_data, tmp_path):
+    """ns written as µs fitted an efficiency of 0.001 silently; a paper-001 CSV missing a column
+    was "not a known format" (or, in a folder, skipped) (walkthrough, 2026-12-02)."""
+    lines = []
+    for line in (shared_data / "comm" / "nccl_tests_allreduce_a100_40gb_azure" / "nccl_8.log").read_text().splitlines():
+        t = line.split()
+        if t and t[0].isdigit() and len(t) >= 11:
+            t[4], t[8] = f"{float(t[4]) * 1000:.1f}", f"{float(t[8]) * 1000:.1f}"  # as if ns were written as µs
+            lines.append("  " + " ".join(t))
+        else:
+            lines.append(line)
+    log = tmp_path / "nccl_8.log"
+    log.write_text("\n".join(lines) + "\n")
+    p = _cli("fit-comm", str(log), "--system", "azure-nd-a100-v4")
+    assert p.returncode == 0, p.stderr
+    assert "of the system's link bandwidth: times in another unit" in " ".join(p.stderr.split())
+    bad = tmp_path / "csvs" / "NVIDIAA100-SXM4-80GB_allreduce_fp16_1_4.csv"
+    bad.parent.mkdir()
+    bad.write_text("shape,nodes,dur(us)\n1024,1,10.5\n2048,1,11\n")
+    for target in (bad, bad.parent):
+        p = _cli("fit-comm", str(target))
+        assert p.returncode == 1 and "line 1: expected columns shape,nodes,GPUsPerNode,dur(us), got shape,nodes,dur(us)" in p.stderr
