@@ -21,7 +21,7 @@ from trainsim.cli.output import (
 
 @app.command()
 def analyze(
-    paths: list[Path] = typer.Argument(..., help="Kineto traces (.json/.json.gz), archives (.tar.gz) or folders; execution traces among them (given as files, or inside a given folder or archive) are linked."),
+    paths: list[Path] = typer.Argument(..., metavar="PATH", help="Kineto traces (.json/.json.gz), archives (.tar.gz) or folders; execution traces among them (given as files, or inside a given folder or archive) are linked."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
     step: str = typer.Option("median", help="Which iteration: median (steady state), first, last, or a ProfilerStep number."),
     time_unit: str = typer.Option("auto", help="Trace time unit: auto, us or ns."),

@@ -147,6 +147,7 @@ def _table(doc: dict[str, Any]) -> None:
 def bench(
     suites: list[str] | None = typer.Argument(
         None,
+        metavar="SUITE",
         help="Suites: comm, or kernel suites (gemm, attention, norm, softmax, elementwise, "
         "embedding, memory, index, conv, optimizer, roofline); all kernel suites when omitted.",
     ),

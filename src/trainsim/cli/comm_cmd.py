@@ -26,6 +26,7 @@ def _out() -> Console:
 def fit_comm_cmd(
     datasets: list[Path] = typer.Argument(
         ...,
+        metavar="DATASET",
         help="nccl-tests logs, paper-001 NCCL CSVs, vTrain LUTs, `trainsim bench comm` JSONL, or folders of them.",
     ),
     fmt: Format = typer.Option(
@@ -234,7 +235,7 @@ def _looks_like_system(path: Path) -> bool:
 
 @hw_app.command("show")
 def hw_show(
-    name: str = typer.Argument(..., help="Device or system name, alias, or YAML path."),
+    name: str = typer.Argument(..., metavar="NAME", help="Device or system name, alias, or YAML path."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
 ) -> None:
     """Show one device or system with its sources."""

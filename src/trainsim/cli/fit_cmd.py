@@ -89,7 +89,7 @@ def _split(values: list[str] | None) -> list[str] | None:
 @app.command("fit")
 def fit_cmd(
     datasets: list[Path] = typer.Argument(
-        ..., help="Paper-001 operator CSVs, `trainsim bench` JSONL/CSV datasets, or folders of them."
+        ..., metavar="DATASET", help="Paper-001 operator CSVs, `trainsim bench` JSONL/CSV datasets, or folders of them."
     ),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
     family: list[str] | None = typer.Option(None, "--family", "-f", help="Only these kernel families (repeat or comma-separate)."),

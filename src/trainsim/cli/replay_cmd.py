@@ -44,7 +44,7 @@ def _factor(value: float, what: str) -> None:
 @app.command()
 def replay(
     *,
-    paths: list[Path] = typer.Argument(..., help="Kineto traces (.json/.json.gz), archives (.tar.gz) or folders; one per rank for multi-rank jobs."),
+    paths: list[Path] = typer.Argument(..., metavar="PATH", help="Kineto traces (.json/.json.gz), archives (.tar.gz) or folders; one per rank for multi-rank jobs."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
     kernels: KernelSource = typer.Option(KernelSource.MEASURED, "--kernels", help="Kernel durations: measured (from the trace) or model (registry; measured where no model applies)."),
     overheads: HostMode | None = typer.Option(None, "--overheads", help="Host gaps: trace (exact, sanity check), stats (per-op means of this workload; the default) or shared (--overhead-db; the default when one is given)."),

@@ -42,7 +42,7 @@ def _words(text: str, what: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
 @app.command()
 def search(
     *,
-    model: str = typer.Argument(..., help="Catalog model or HuggingFace config.json (as for `trainsim predict`)."),
+    model: str = typer.Argument(..., metavar="MODEL", help="Catalog model or HuggingFace config.json (as for `trainsim predict`)."),
     system: str = typer.Option("dgx-a100", "--system", help="Catalog system (name or YAML)."),
     gpus: int = typer.Option(..., "--gpus", min=1, help="Total GPUs (dp = gpus / (tp×cp×pp))."),
     global_batch: int = typer.Option(..., "--global-batch", min=1, help="Sequences per iteration."),

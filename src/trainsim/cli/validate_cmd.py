@@ -17,7 +17,7 @@ from trainsim.validate.registry import default_data_dir, suite_names
 @app.command()
 def validate(
     *,
-    suite: str = typer.Argument(..., help=f"Suite: {', '.join(suite_names())}."),
+    suite: str = typer.Argument(..., metavar="SUITE", help=f"Suite: {', '.join(suite_names())}."),
     data: Path = typer.Option(default_data_dir(), "--data", help="The shared data folder (traces/, comm/, calibration/, ...)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
     overheads: str | None = typer.Option(None, "--overheads", help="replay: host gaps from stats (default), trace, or shared (leave-one-out)."),
