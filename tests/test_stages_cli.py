@@ -58,6 +58,12 @@ def test_train_predict_and_search_with_a_predictor(dataset, tmp_path):
     assert {s["split"] for s in doc["stages"]} == {"train", "val", "test"}
     assert {k: v["stages"] for k, v in doc["by_split"].items()} == {"train": 5, "val": 1, "test": 4}
     assert doc["by_split"]["test"]["mre_pct"] == pytest.approx(case["mre_pct"], rel=1e-6)
+    other = tmp_path / "copy"  # the same stages in another folder: not the ones it split, so all unseen
+    import shutil
+
+    shutil.copytree(dataset, other)
+    res = _run("predict", str(out), str(other), "--format", "json")
+    assert res.exit_code == 0 and set(json.loads(res.stdout)["by_split"]) == {"unseen"}
     # a predictor validate predtop saved before 2026-12-02 names its family as "family" only
     pj = out / "predictor.json"
     d = json.loads(pj.read_text())

@@ -83,7 +83,7 @@ def train(
     cfg = replace(TrainConfig(), epochs=epochs, patience=wait, members=members, stop=stop)
     pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg, readout=readout,
                             per_work=per_work, log=stderr.print)  # fmt: skip
-    pred.meta |= {"dataset": str(dataset), "fraction": fraction, "test_mre_pct": case["mre_pct"],
+    pred.meta |= {"dataset": str(Path(dataset).resolve()), "fraction": fraction, "test_mre_pct": case["mre_pct"],
                   "families": sorted({r.family for r in data.rows})}  # fmt: skip
     pred.save(out)
     case["predictor"] = str(out)
@@ -123,7 +123,9 @@ def predict(
     y = np.array([r.latency_s for r in rows])
     cases: list[dict[str, Any]] = [{"id": r.id, "spec": r.spec.to_dict(), "measured_s": r.latency_s, "predicted_s": float(v),
               "err_pct": 100.0 * (float(v) - r.latency_s) / r.latency_s} for r, v in zip(rows, p, strict=True)]  # fmt: skip
-    split_of = {i: part for part, ids in (pred.meta.get("split_ids") or {}).items() for i in ids}
+    trained_on = pred.meta.get("dataset")  # its split marks stages of that folder only (ids repeat across sets)
+    same = trained_on is not None and Path(trained_on).resolve() == Path(dataset).resolve()
+    split_of = {i: part for part, ids in (pred.meta.get("split_ids") or {}).items() for i in ids} if same else {}
     for c in cases:  # the stages it trained or validated on, or held out from training (test)
         c["split"] = split_of.get(c["id"], "unseen")
     doc = {"predictor": str(predictor), "dataset": str(dataset), "stages": cases,

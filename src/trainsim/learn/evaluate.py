@@ -291,7 +291,7 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
                             "family": family,
                             "families": [family],  # what stages predict/search check
                             "fraction": fraction,
-                            "dataset": str(folder),
+                            "dataset": str(Path(folder).resolve()),
                             "setting": setting,
                         }
                         pred.save(predictor_dir(results, family, kind, seed, setting))
