@@ -187,3 +187,41 @@ def test_a_kind_that_contradicts_the_logs_redop_is_refused(azure):
     accepted for an all-reduce log; its redop (sum) says it reduces."""
     with pytest.raises(TraceFormatError, match=r"--kind broadcast contradicts the log: it reduces \(redop sum\)"):
         read_comm_dataset([azure / "nccl_2.log"], kind=C.BROADCAST)
+
+
+def _with_factor_one(azure, out, redop):
+    """The 8-rank log with busbw = algbw (a factor-1 collective's) and the given redop."""
+    lines = []
+    for line in (azure / "nccl_8.log").read_text(encoding="utf-8").splitlines():
+        if "Collective test starting" in line:
+            continue
+        t = line.split()
+        if t and t[0].isdigit() and len(t) >= 11:
+            t[3], t[6], t[10] = redop, t[5], t[9]
+            lines.append("  " + " ".join(t))
+        else:
+            lines.append(line)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def test_a_factor_of_one_is_read_with_the_redop_and_the_file_name(azure, tmp_path):
+    """A factor of 1 was read as broadcast whatever the redop: a reduce_perf log became a
+    broadcast (review, 2026-12-02). An op leaves it open: the name decides, else it is asked."""
+    kinds = lambda p, **kw: {s.kind for s in read_comm_dataset([p], **kw).samples}  # noqa: E731
+    assert kinds(_with_factor_one(azure, tmp_path / "a_8.log", "none")) == {C.BROADCAST}
+    assert kinds(_with_factor_one(azure, tmp_path / "reduce_perf_8.log", "sum")) == {C.REDUCE}
+    with pytest.raises(TraceFormatError, match="cannot tell which collective"):
+        read_comm_dataset([_with_factor_one(azure, tmp_path / "b_8.log", "sum")])
+    # sendrecv_perf prints its op in the redop column: --kind send is no contradiction
+    assert kinds(_with_factor_one(azure, tmp_path / "c_8.log", "sum"), kind=C.SEND) == {C.SEND}
+
+
+def test_a_log_that_leaves_its_collective_open_takes_its_siblings_unchecked(azure, tmp_path):
+    """The deferred read passed the siblings' kind as if it were --kind, so its checks blamed a
+    flag nobody gave."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for n in ("nccl_2.log", "nccl_8.log"):
+        (folder / n).write_bytes((azure / n).read_bytes())
+    assert {s.kind for s in read_comm_dataset([folder]).samples} == {C.ALL_REDUCE}

@@ -286,3 +286,11 @@ def test_the_search_integration_is_kept_in_the_resume_folder(tmp_path, monkeypat
     suite._search(tmp_path, tmp_path / "gpt-search", **{**args, "setting": {"readout": "sum"}})  # another setting
     suite._search(None, tmp_path / "gpt-search", **args)  # no --resume: nothing kept
     assert len(calls) == 3
+    # re-measured candidates (another stages.jsonl) or another predictor are another search (review)
+    (tmp_path / "gpt-search").mkdir()
+    (tmp_path / "gpt-search" / "stages.jsonl").write_text("{}\n")
+    suite._search(tmp_path, tmp_path / "gpt-search", **args)
+    suite._search(tmp_path, tmp_path / "gpt-search", **args, digests={"gcn": "abc"})
+    assert len(calls) == 5
+    suite._search(tmp_path, tmp_path / "gpt-search", **args, digests={"gcn": "abc"})
+    assert len(calls) == 5

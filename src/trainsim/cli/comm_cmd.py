@@ -96,6 +96,13 @@ def fit_comm_cmd(
         save_model(result.model, output)
         log(f"wrote {output}")
     doc = _fit_doc(result, ds.name, spec.name if spec else None, output)
+    h = doc["hierarchical"] or {}
+    low = [f"{t} {h[k]:.3g}" for t, k in (("node", "eff_node"), ("cluster", "eff_cluster"))
+           if h.get(k) is not None and h[k] < LOW_EFFICIENCY]  # fmt: skip
+    doc["warnings"] = [f"the data reach {', '.join(low)} of the system's link bandwidth: times in another unit than "
+                       "the file says (ns as µs?), or another system than the one named?"] if low else []  # fmt: skip
+    for w in doc["warnings"]:  # measured links this slow are a unit mix-up more often than a network
+        log(f"warning: {w}")
     if fmt is Format.JSON:
         emit_json(doc)
         return
@@ -135,11 +142,7 @@ def fit_comm_cmd(
             cluster = f"{h['eff_cluster']:.3f} (not measured: no multi-node case)"
         _out().print(f"hierarchical: bandwidth efficiency node {h['eff_node']:.3f}, cluster {cluster}; "
                      f"latency node {_us(h['latency_node_s'])}, cluster {_us(h['latency_cluster_s'])}")  # fmt: skip
-        low = [f"{t} {h[k]:.3g}" for t, k in (("node", "eff_node"), ("cluster", "eff_cluster"))
-               if h.get(k) is not None and h[k] < LOW_EFFICIENCY]  # fmt: skip
-        if low:  # measured links this slow are a unit mix-up more often than a network
-            log(f"warning: the data reach {', '.join(low)} of the system's link bandwidth: times in another unit "
-                "than the file says (ns as µs?), or another system than the one named?")  # fmt: skip
+
 
 
 # below this fraction of the catalog's link bandwidth a fit says its data are suspect

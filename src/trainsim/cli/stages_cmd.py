@@ -126,12 +126,13 @@ def predict(
     trained_on = pred.meta.get("dataset")  # its split marks stages of that folder only (ids repeat across sets)
     same = trained_on is not None and Path(trained_on).resolve() == Path(dataset).resolve()
     split_of = {i: part for part, ids in (pred.meta.get("split_ids") or {}).items() for i in ids} if same else {}
+    recorded = "split_ids" in pred.meta  # a predictor saved before 2026-12-02 does not say
     for c in cases:  # the stages it trained or validated on, or held out from training (test)
-        c["split"] = split_of.get(c["id"], "unseen")
+        c["split"] = split_of.get(c["id"], "unseen") if recorded or not same else "unknown"
     doc = {"predictor": str(predictor), "dataset": str(dataset), "stages": cases,
            "mre_pct": mre_pct(p, y), "provenance": f"learned from measured CPU stages ({pred.config.kind})"}  # fmt: skip
     by_split = {}
-    for part in ("train", "val", "test", "unseen"):
+    for part in ("train", "val", "test", "unseen", "unknown"):
         sel = [i for i, c in enumerate(cases) if c["split"] == part]
         if sel:
             by_split[part] = {"stages": len(sel), "mre_pct": mre_pct(p[sel], y[sel])}
@@ -140,10 +141,11 @@ def predict(
         emit_json(doc)
         return
     parts = ", ".join(f"{k} {v['stages']}: {v['mre_pct']:.2f} %" for k, v in by_split.items())
-    seen = set(by_split) - {"unseen"}
+    seen = set(by_split) - {"unseen"}  # "unknown": it may have learned from them
     title = f"{len(rows)} stages, {pred.config.kind}: MRE {doc['mre_pct']:.2f} %"
     if seen:  # some of these stages trained or validated the predictor: the all-stage MRE flatters it
-        title += f" (by split: {parts}; the held-out figure is test's)"
+        title += (f" (by split: {parts}; the held-out figure is test's)" if "unknown" not in by_split else
+                  " (the predictor does not record which of these stages it trained on: the MRE may count them)")
     t = Table(title=title)
     for col in ("stage", "layers", "shard", "split", "measured", "predicted", "error"):
         t.add_column(col, justify="left" if col == "stage" else "right")

@@ -89,12 +89,17 @@ def _ratio_kind(ratio: float, nranks: int, redop: str) -> C | None:
     best = min(factors, key=lambda k: abs(factors[k] - ratio))
     if abs(factors[best] - ratio) > 0.1 * factors[best]:
         return None
+    if abs(factors[best] - 1.0) < 1e-9:
+        # factor 1: broadcast (no op); reduce, sendrecv (which prints an op too) and, over 2 ranks,
+        # all_reduce (an op): with an op the log leaves it open (its file name, or --kind, decides)
+        return C.BROADCAST if redop in ("none", "n/a") else None
     if best is C.REDUCE_SCATTER and redop in ("none", "n/a"):
         return None  # all_gather and all_to_all share the factor: ambiguous
     return best
 
 
 _REDUCING = frozenset({C.ALL_REDUCE, C.REDUCE_SCATTER, C.REDUCE})  # nccl-tests prints a redop for these
+_REAL_OPS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum")  # nccl-tests' op names
 
 
 def _bus_factor(kind: C, nranks: int) -> float | None:
@@ -108,8 +113,11 @@ def _bus_factor(kind: C, nranks: int) -> float | None:
     return None
 
 
-def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -> FileRead:
-    given = kind  # the caller's --kind, checked against what the log says of itself
+def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None,
+                    fallback: C | None = None) -> FileRead:  # fmt: skip
+    """``kind``: the caller's --kind, checked against what the log says of itself; ``fallback``:
+    a kind to take only when the log leaves it open (the other logs' one), checked against nothing."""
+    given = kind
     first_ratio: float | None = None
     ranks: dict[int, str] = {}
     device = None
@@ -196,9 +204,11 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None) -
                                      f"not {given.value}'s {want:.2f} over {nranks} ranks; drop --kind or give the "
                                      "collective it measured")  # fmt: skip
     if kind is None:
-        kind = name_kind
+        kind = name_kind or fallback
     redop = rows[0][1][i_redop].lower() if i_redop is not None and len(rows[0][1]) > i_redop else ""
-    if given is not None and redop and (redop in ("none", "n/a")) == (given in _REDUCING):
+    # sendrecv_perf prints its (unused) op in the redop column; unknown tokens ("-") say nothing
+    if (given is not None and given not in (C.SEND, C.RECV) and redop in (*_REAL_OPS, "none", "n/a")
+            and (redop in ("none", "n/a")) == (given in _REDUCING)):  # fmt: skip
         does = "reduces (redop " + redop + ")" if redop not in ("none", "n/a") else "does not reduce (redop none)"
         raise TraceFormatError(path, f"--kind {given.value} contradicts the log: it {does}; drop --kind or give the "
                                      "collective it measured")  # fmt: skip
@@ -457,7 +467,9 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
         except UnicodeDecodeError as e:
             raise TraceFormatError(path, f"not UTF-8 text (byte {e.start})") from None
         if fmt is None or (
-            not explicit and fmt.name == "seed001-csv" and _is_seed001_aggregate(path)
+            not explicit and fmt.name == "seed001-csv"
+            # in a folder scan, a CSV is paper 001's by its name too (a stray "shape,..." CSV is not)
+            and (_is_seed001_aggregate(path) or not _SEED001_NAME.match(path.name))
         ):
             if explicit and fmt is None:
                 raise TraceFormatError(
@@ -487,7 +499,7 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
                 deferred[0], "cannot tell which collective this log measured; give the collective (--kind all_reduce, ...; kind= in Python)"
             )
         for path in deferred:
-            got = read_nccl_tests(path, timing=timing, kind=next(iter(kinds)))
+            got = read_nccl_tests(path, timing=timing, fallback=next(iter(kinds)))
             ds.extend(got.samples)
             ds.formats.add("nccl-tests")
     if not ds.samples:
@@ -516,11 +528,9 @@ def _norm_device(name: str) -> str:
 
 def _dataset_name(paths: list[Path]) -> str:
     p = paths[0].resolve()
-    kept: list[Path] = []  # the paths that add data: a repeat, or a file inside a given folder, adds none
-    for q in (x.resolve() for x in paths):
-        if q not in kept and not any(k.is_dir() and k in q.parents for k in kept):
-            kept.append(q)
-    paths = kept
+    given = list(dict.fromkeys(x.resolve() for x in paths))  # the paths that add data: a repeat, or a
+    folders = [g for g in given if g.is_dir()]  # file inside a given folder (in any order), adds none
+    paths = [q for q in given if not any(f in q.parents for f in folders)]
     base = p if p.is_dir() else p.parent
     if base.name in ("nccl", "comm", "data") and base.parent.name:
         base = base.parent / f"{base.parent.name}-{base.name}"

@@ -360,9 +360,14 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
                   "env": {k: os.environ.get(k) for k in (*MALLOC_ENV, "OMP_NUM_THREADS", "JAX_PLATFORMS")},
                   "single_thread": XLA_SINGLE_THREAD in os.environ.get("XLA_FLAGS", "")}],
     })  # fmt: skip
+    for sid, spec in items:  # before anything is timed: a changed sampler is the error
+        if sid in done and done[sid].spec != spec:
+            raise ConfigError(f"{path}: row {sid} holds another stage than the sampler gives; "
+                              "the sampler changed — collect into a new folder")  # fmt: skip
     todo = [sid for sid, _ in items if sid not in done]
-    if done and todo:  # resuming: does this host time the folder's stages as its rows say?
-        ref = next(r for sid, _ in items if (r := done.get(sid)) is not None)
+    present = [r for sid, _ in items if (r := done.get(sid)) is not None]
+    if present and todo:  # resuming: does this host time the folder's stages as its rows say?
+        ref = min(present, key=lambda r: r.latency_s)  # the quickest to re-time
         again = measure_stage(ref.spec, warmup=warmup, min_repeats=min_repeats, max_repeats=max_repeats,
                               min_total_s=min_total_s, target_spread=target_spread, max_total_s=max_total_s)  # fmt: skip
         ratio = again.median_s / ref.latency_s

@@ -140,18 +140,20 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
                 sf = root / f"{fam}-search"
                 if not (sf / "stages.jsonl").exists():
                     continue
-                preds = {}
+                preds, digests = {}, {}
                 for kind in kinds:
                     p = predictor_dir(out, fam, kind, seed, setting)
                     if (p / "predictor.json").exists():
                         pred = Predictor.load(p)
-                        if pred.meta.get("setting", setting) == setting:  # (older folders: no setting)
+                        if _same_setting(pred, setting):
                             preds[kind] = pred
+                            digests[kind] = _digest(*sorted(p.iterdir()))
                 # 003 §VI trains its own predictor on the sampled candidates: the DAG Transformer
                 # (003's model settings: --readout and --members shape the family predictors only)
                 sampled = ("dag_transformer",) if "dag_transformer" in kinds else kinds[:1]
                 searches[fam] = _search(out if resume else None, sf, fam=fam, preds=preds, sampled=sampled,
-                                        seed=seed, tc=tc, inputs=inputs, setting=setting)  # fmt: skip
+                                        seed=seed, tc=tc, inputs=inputs, setting=setting,
+                                        digests=digests)  # fmt: skip
     dag = [c["mre_pct"] for c in cases if c["model"] == "dag_transformer"]  # --models gcn: the GCN's
     summary = {**error_summary(dag or [c["mre_pct"] for c in cases]), **{k: v for k, v in table.items() if k != "mre_pct"},
                # what median/mape/max_abs_err_pct are taken over (the contract's keys)
@@ -167,8 +169,31 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
             "summary": summary}  # fmt: skip
 
 
+def _digest(*files: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _same_setting(pred: Any, setting: dict[str, Any]) -> bool:
+    """Whether a saved predictor was trained under ``setting``: its recorded setting, or, for a
+    folder written before predictors recorded it, what its model says (readout, bag, features,
+    target) — such a folder held one predictor per (family, model, seed) whatever the setting."""
+    if "setting" in pred.meta:
+        return bool(pred.meta["setting"] == setting)
+    target = "log-per-flop" if pred.per_work else "log"
+    features = "table1+work" if pred.input_features else "table1"
+    return bool((pred.config.readout, int(pred.config.members or 1), features, target, pred.part)
+                == (setting["readout"], setting["members"], setting["features"], setting["target"], setting["part"]))  # fmt: skip
+
+
 def _search(out: Path | None, folder: Path, *, fam: str, preds: dict[str, Any], sampled: tuple[str, ...],
-            seed: int, tc: Any, inputs: bool, setting: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+            seed: int, tc: Any, inputs: bool, setting: dict[str, Any],
+            digests: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """The search integration of one family, kept in ``out`` (``--resume``) under the settings
     that made it: it trains 003 §VI's sampled predictor, and its cost counts that training's
     wall time, so a rerun would otherwise retrain and report another cost each time."""
@@ -177,8 +202,10 @@ def _search(out: Path | None, folder: Path, *, fam: str, preds: dict[str, Any], 
     from trainsim.ir.serialize import write_json_atomic
     from trainsim.learn.provider import run_search_integration
 
-    key = {"family": fam, "seed": seed, "family_predictors": sorted(preds), "sampled": list(sampled),
-           "setting": setting, "train_config": asdict(tc), "features": inputs}  # fmt: skip
+    key = {"family": fam, "seed": seed, "family_predictors": dict(sorted((digests or dict.fromkeys(preds, "")).items())),
+           "sampled": list(sampled), "setting": setting, "train_config": asdict(tc), "features": inputs,
+           # the candidate set itself: another folder, or re-measured stages, is another search
+           "search_set": str(folder.resolve()), "search_rows": _digest(folder / "stages.jsonl")}  # fmt: skip
     path = out / f"search-{fam}-s{seed}.json" if out is not None else None
     if path is not None and path.exists():
         try:
