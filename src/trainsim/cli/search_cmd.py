@@ -136,7 +136,8 @@ def search(
         from rich.console import Console
 
         t = Table(title=f"{spec.name} on {gpus}× {sysspec.device} ({sysspec.name}), global batch {global_batch}: "
-                        f"best {len(r['plans'])} of {r['feasible']} feasible ({r['evaluated']} screened)"
+                        f"best {len(r['plans'])} of {r['feasible']:,} feasible ({r['enumerated']:,} enumerated, "
+                        f"{r['evaluated']:,} of them screened by the closed form)"
                         + (f", memory limit {r['memory_limit_bytes'] / 2**30:.1f} GiB per GPU" if headroom else ""))  # fmt: skip
         cols = ["#", "plan", "iteration", "closed form", "tokens/s", "MFU", "memory/GPU"]
         if objective != "time":
