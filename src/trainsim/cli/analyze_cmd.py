@@ -86,7 +86,7 @@ def _print_table(doc: dict) -> None:
     kinds = ", ".join(f"{k} {v.get('matched', 0)}/{v['instances']}" for k, v in m["by_kind"].items())
     note = " (some group members not in the input)" if m["peers_missing"] else ""
     if len(doc["ranks"]) > 1:
-        out.print(f"collectives matched across ranks: {m['matched']}/{m['instances']} {kinds}{note}")
+        out.print(f"collectives matched across ranks: {m['matched']}/{m['instances']} ({kinds}){note}")
     elif m["instances"]:  # one rank: nothing to match its collectives with
         counts = ", ".join(f"{k} {v['instances']}" for k, v in m["by_kind"].items())
         out.print(f"collectives: {m['instances']} ({counts}; one rank: not matched){note}")
