@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-stderr = Console(stderr=True)
+stderr = Console(stderr=True, soft_wrap=True)  # a log line stays one line (a file, a pipe, a CI log: no 80-column breaks)
 
 
 class Format(StrEnum):
