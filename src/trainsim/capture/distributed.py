@@ -8,6 +8,7 @@ reported with its tail; a worker that fails or hangs stops the others.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -15,6 +16,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -64,10 +66,49 @@ def _run_in_process(spec: CaptureSpec) -> RankCapture:
     threads = torch.get_num_threads()
     try:  # leave the caller's thread count and random state as they were
         torch.set_num_threads(threads_per_rank(spec))
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), _quiet_profiler_logs():
             return record_rank(spec, rank=0, world_size=1)
     finally:
         torch.set_num_threads(threads)
+
+
+# what libkineto and the execution-trace observer print to fd 2 on every profiled run (the rank
+# workers' go to their log files): 4 lines a capture, 250 in a `validate cpu-e2e` run
+_PROFILER_NOISE = ("USDT:", "Enabling Execution Trace Observer", "Disabling Execution Trace Observer")
+
+
+@contextlib.contextmanager
+def _quiet_profiler_logs() -> Iterator[None]:
+    """Route fd 2 through a pipe while the in-process rank records: a thread passes every line on
+    as it comes (a crash's last words too) but the profiler's routine start/stop notices."""
+    import threading
+
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # no real fd 2 (a test's captured stream)
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    r, w = os.pipe()
+
+    def forward() -> None:
+        with os.fdopen(r, "rb") as src:
+            for line in src:
+                if not any(n.encode() in line for n in _PROFILER_NOISE):
+                    os.write(saved, line)
+
+    t = threading.Thread(target=forward, name="trainsim-stderr", daemon=True)
+    t.start()
+    os.dup2(w, fd)
+    os.close(w)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, fd)  # closes the pipe's last write end: the thread drains and stops
+        t.join(timeout=5)
+        os.close(saved)
 
 
 def _run_spawned(spec: CaptureSpec) -> list[RankCapture]:
