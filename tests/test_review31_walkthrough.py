@@ -107,3 +107,28 @@ def test_the_tour_inputs_ship_with_the_repository() -> None:
     assert (hf.hidden, hf.layers, hf.heads, hf.kv_heads, hf.vocab) == (4096, 32, 32, 8, 32000)
     y = get_model("examples/models/gpt-1.3b.yaml")
     assert (y.name, y.hidden, y.layers, y.heads) == ("gpt-1.3b", 2048, 24, 16)
+
+
+def test_eager_pytorch_reduces_gradients_during_the_backward_by_default() -> None:
+    """--impl hf is eager PyTorch, trained under DDP, whose gradient buckets overlap the backward
+    by default; the plan reduced them after it unless --overlap-grad-reduce was given (ZeRO-0 was
+    slower than ZeRO-3 on Mistral-7B over 8 H100s: 551 vs 389 ms)."""
+    import json
+
+    base = ["predict", "examples/models/mistral-7b", "--system", "dgx-h100", "--gpus", "8", "--seq-len", "1024",
+            "--impl", "hf", "--closed-form", "--format", "json"]  # fmt: skip
+    code, _ = _cli(*base)
+    assert code == 0
+    import subprocess
+    import sys
+
+    def run(*extra: str) -> tuple[dict, str]:
+        p = subprocess.run([sys.executable, "-m", "trainsim", *base, *extra], capture_output=True, text=True,
+                           timeout=300, check=True)  # fmt: skip
+        return json.loads(p.stdout), " ".join(p.stderr.split())
+
+    on, note = run()
+    off, quiet = run("--no-overlap-grad-reduce")
+    assert "reduced during the backward, as PyTorch DDP does by default" in note and "DDP does" not in quiet
+    assert on["breakdown"]["exposed_dp_communication_s"] < off["breakdown"]["exposed_dp_communication_s"]
+    assert on["iteration_time_s"] < off["iteration_time_s"]

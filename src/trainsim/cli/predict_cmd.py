@@ -54,7 +54,7 @@ def predict(
     optimizer: str = typer.Option("adam", "--optimizer", help="adam (mixed-precision Adam, Megatron's) or sgd (plain SGD on the weights, no state: one element-wise pass over the parameters)."),
     impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators), neox (GPT-NeoX: the same with its unfused RMSNorm module, as paper 001 measured it) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
-    overlap_grad_reduce: bool = typer.Option(False, "--overlap-grad-reduce", help="Reduce data-parallel gradients in buckets during the last backward (PyTorch DDP's default; Megatron-core's --overlap-grad-reduce); default: after it (Megatron-LM's local DDP, DeepSpeed's pipeline engine)."),
+    overlap_grad_reduce: bool | None = typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce", help="Reduce data-parallel gradients in buckets during the last backward (PyTorch DDP's default; Megatron-core's --overlap-grad-reduce) or after it (Megatron-LM's local DDP, DeepSpeed's pipeline engine). Default: during it with --impl hf (eager PyTorch under DDP), else after it."),
     memory_headroom: str | None = typer.Option(None, "--memory-headroom", help="Memory to keep free on each GPU for the plan to count as fitting: a fraction (0.1), a percentage (10%) or an amount (6GiB). The memory model leaves out allocator fragmentation and backward/optimizer temporaries. Default: none."),
     closed_form: bool = typer.Option(False, "--closed-form", help="Skip the simulation: paper 001's Eq. 7 only (sub-millisecond)."),
     kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
@@ -84,6 +84,11 @@ def predict(
             if gpus is not None and gpus % base:
                 raise ConfigError(f"--gpus {gpus} is not a multiple of tp×cp×pp = {base}")
             dp = gpus // base if gpus is not None else 1
+        if overlap_grad_reduce is None:  # eager PyTorch trains under DDP, which overlaps by default
+            overlap_grad_reduce = impl == "hf"
+            if overlap_grad_reduce and dp * cp > 1 and zero < 3:
+                stderr.print("[yellow]note:[/] --impl hf: data-parallel gradients are reduced during the backward, as "
+                             "PyTorch DDP does by default (--no-overlap-grad-reduce: after it)")  # fmt: skip
         plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, dist_optimizer=dist_optimizer, micro_batch=micro_batch,
                     global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
