@@ -156,21 +156,26 @@ def test_a_log_cut_at_a_row_boundary_is_refused_as_truncated(azure, tmp_path):
     assert len(read_nccl_tests(whole).samples) == len(read_nccl_tests(azure / "nccl_8.log").samples)
 
 
-def _as_all_gather(azure, out):
-    """The 8-rank all-reduce log made to read as an all-gather's: redop none, busbw = algbw·7/8,
-    no 'Collective test starting' line (what an all_gather_perf log without it prints)."""
+def _doctored(azure, out, *, redop, bus_factor):
+    """The 8-rank all-reduce log made to read as another collective's: its redop column and
+    busbw = algbw · bus_factor, without its 'Collective test starting' line."""
     lines = []
     for line in (azure / "nccl_8.log").read_text(encoding="utf-8").splitlines():
         if "Collective test starting" in line:
             continue
         t = line.split()
         if t and t[0].isdigit() and len(t) >= 11:
-            t[3], t[6], t[10] = "none", f"{float(t[5]) * 7 / 8:.2f}", f"{float(t[9]) * 7 / 8:.2f}"
+            t[3], t[6], t[10] = redop, f"{float(t[5]) * bus_factor:.2f}", f"{float(t[9]) * bus_factor:.2f}"
             lines.append("  " + " ".join(t))
         else:
             lines.append(line)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out
+
+
+def _as_all_gather(azure, out):
+    """What an all_gather_perf log without its starting line prints: redop none, factor 7/8."""
+    return _doctored(azure, out, redop="none", bus_factor=7 / 8)
 
 
 def test_the_file_name_names_a_collective_the_log_leaves_open(azure, tmp_path):
@@ -191,18 +196,7 @@ def test_a_kind_that_contradicts_the_logs_redop_is_refused(azure):
 
 def _with_factor_one(azure, out, redop):
     """The 8-rank log with busbw = algbw (a factor-1 collective's) and the given redop."""
-    lines = []
-    for line in (azure / "nccl_8.log").read_text(encoding="utf-8").splitlines():
-        if "Collective test starting" in line:
-            continue
-        t = line.split()
-        if t and t[0].isdigit() and len(t) >= 11:
-            t[3], t[6], t[10] = redop, t[5], t[9]
-            lines.append("  " + " ".join(t))
-        else:
-            lines.append(line)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
+    return _doctored(azure, out, redop=redop, bus_factor=1.0)
 
 
 def test_a_factor_of_one_is_read_with_the_redop_and_the_file_name(azure, tmp_path):

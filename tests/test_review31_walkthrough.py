@@ -117,8 +117,6 @@ def test_eager_pytorch_reduces_gradients_during_the_backward_by_default() -> Non
 
     base = ["predict", "examples/models/mistral-7b", "--system", "dgx-h100", "--gpus", "8", "--seq-len", "1024",
             "--impl", "hf", "--closed-form", "--format", "json"]  # fmt: skip
-    code, _ = _cli(*base)
-    assert code == 0
     import subprocess
     import sys
 

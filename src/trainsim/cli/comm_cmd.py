@@ -154,11 +154,11 @@ def _pct(x: float | None) -> str:
 
 
 def _us(x: float | None) -> str:
-    from trainsim.comm.fitting import _LATENCY_GRID_S
+    from trainsim.comm.fitting import at_latency_grid_bound
 
     if x is None:
         return "catalog"
-    if math.isclose(x, float(_LATENCY_GRID_S[0])) or math.isclose(x, float(_LATENCY_GRID_S[-1])):  # a boundary hit, not a fit
+    if at_latency_grid_bound(x):
         return f"{x * 1e6:.2f} µs (fitted at the search grid's bound: these data do not pin it)"
     return f"{x * 1e6:.2f} µs (fitted)"
 

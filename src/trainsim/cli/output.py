@@ -88,20 +88,12 @@ def json_target(output: Path | None, flag: str, kind: str) -> None:
 
     if output is None:
         return
-    out = Path(output).expanduser()
-    if out.is_dir():
-        raise ConfigError(f"{flag} {output}: is a folder; give a file path")
-    if not out.exists():
-        return
-    try:
-        with out.open("rb") as f:
-            head = f.read(65536)
-    except OSError as e:
-        raise ConfigError(f"{flag} {output}: cannot read the existing file ({e.strerror})") from None
-    if not head.strip():
+    head = _existing_head(output, flag, 65536, "")
+    if head is None or not head.strip():
         return  # an empty file (mktemp's)
-    ours = head.lstrip().startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head
-    if not (ours and _ARTIFACT_KEYS[kind] in head):
+    from trainsim.ir.serialize import is_trainsim_json
+
+    if not (is_trainsim_json(head) and _ARTIFACT_KEYS[kind] in head):
         an = "an" if kind[0] in "aeiou" else "a"
         raise ConfigError(f"{flag} {output}: exists and is not {an} {kind} trainsim wrote; remove it or write elsewhere")
 
@@ -116,18 +108,27 @@ def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str
     if output is None:
         return
     not_an_input(output, inputs, flag, new_inside=False)
+    head = _existing_head(output, flag, 4096, f" (e.g. {Path(output).expanduser() / 'timeline.json'})")
+    if head is not None and not is_trainsim_timeline(head):
+        raise ConfigError(f"{flag} {output}: exists and is not a timeline trainsim wrote; "
+                          "remove it or write the timeline elsewhere")  # fmt: skip
+
+
+def _existing_head(output: Path, flag: str, size: int, example: str) -> bytes | None:
+    """The first ``size`` bytes of the file an output would replace (None: no file there);
+    one-line errors for a folder (``example``: a file path to suggest) or an unreadable file."""
+    from trainsim.errors import ConfigError
+
     out = Path(output).expanduser()
     if out.is_dir():
-        raise ConfigError(f"{flag} {output}: is a folder; give a file path (e.g. {out / 'timeline.json'})")
-    if out.exists():
-        try:
-            with out.open("rb") as f:
-                head = f.read(4096)
-        except OSError as e:
-            raise ConfigError(f"{flag} {output}: cannot read the existing file ({e.strerror})") from None
-        if not is_trainsim_timeline(head):
-            raise ConfigError(f"{flag} {output}: exists and is not a timeline trainsim wrote; "
-                              "remove it or write the timeline elsewhere")  # fmt: skip
+        raise ConfigError(f"{flag} {output}: is a folder; give a file path{example}")
+    if not out.exists():
+        return None
+    try:
+        with out.open("rb") as f:
+            return f.read(size)
+    except OSError as e:
+        raise ConfigError(f"{flag} {output}: cannot read the existing file ({e.strerror})") from None
 
 
 def log(msg: str) -> None:

@@ -183,6 +183,12 @@ def _transfer_loss(hier: HierarchicalModel, curves: dict[CaseKey, Curve], data: 
     return total
 
 
+def at_latency_grid_bound(latency_s: float) -> bool:
+    """Whether a fitted step latency is an end of the grid it is searched on: a boundary hit,
+    which says the data do not pin the latency, not a fitted value."""
+    return math.isclose(latency_s, float(_LATENCY_GRID_S[0])) or math.isclose(latency_s, float(_LATENCY_GRID_S[-1]))
+
+
 def _fit_latency(hier: HierarchicalModel, field: str, curves: dict[CaseKey, Curve],
                  data: dict[CaseKey, tuple[np.ndarray, np.ndarray]], targets: list[CaseKey]) -> float | None:  # fmt: skip
     if not targets:

@@ -168,6 +168,13 @@ class Op:
             return None
         return self.start_s + self.duration_s
 
+    @property
+    def is_worker_record(self) -> bool:
+        """A gloo collective's record on the worker thread that ran it, made an op of its own
+        (no ``c10d::`` op enqueued it: DDP's buckets): its one kernel, on the thread as its
+        stream, is the collective itself rather than work it launched."""
+        return len(self.kernels) == 1 and self.kernels[0].on_host and self.kernels[0].stream == self.thread
+
 
 @dataclass(frozen=True, slots=True)
 class RankGraph:

@@ -186,6 +186,13 @@ def is_trainsim_timeline(head: bytes) -> bool:
     return _TIMELINE_MARK.match(head.removeprefix(b"\xef\xbb\xbf")) is not None
 
 
+def is_trainsim_json(head: bytes) -> bool:
+    """Whether a file's first bytes open a JSON artifact trainsim wrote (``schema_version`` at
+    the top: a Kineto trace's key is ``schemaVersion``, an execution trace's ``schema``; a gzip
+    file starts with its magic, not ``{``)."""
+    return head.lstrip().startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head
+
+
 def write_json_atomic(path: Path, doc: Any, *, indent: int | None = None) -> None:
     write_text_atomic(path, json.dumps(doc, indent=indent))
 

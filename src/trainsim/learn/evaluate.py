@@ -14,7 +14,6 @@ only, no latencies — so all cases of a family share the same features.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -186,38 +185,27 @@ def _case_key(c: dict[str, Any]) -> tuple[str, float, str, int, str, str, str, s
 
 
 def read_cases(results: Path | str) -> list[dict[str, Any]]:
+    from trainsim.bench.dataset import complete_lines
+    from trainsim.errors import TraceFormatError
+
     path = Path(results) / "cases.jsonl"
     if not path.exists():
         return []
-    raw = path.read_bytes()
     try:
-        text = raw[: raw.rfind(b"\n") + 1].decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); is it a cases file validate predtop wrote?") from None
-    out = []
-    for n, x in enumerate(text.splitlines(), 1):
-        if not x.strip():
-            continue
-        try:
-            row = json.loads(x)
-        except ValueError:
-            raise ConfigError(f"{path}: line {n}: not JSON (delete the line to measure that case again)") from None
+        rows = list(complete_lines(path))
+    except TraceFormatError as e:
+        raise ConfigError(f"{e} (delete the line to train that case again)") from None
+    for n, row in rows:
         if not isinstance(row, dict):
             raise ConfigError(f"{path}: line {n}: expected a JSON object, got {type(row).__name__}")
-        out.append(row)
-    return out
+    return [row for _, row in rows]
 
 
 def results_folder(results: Path | str, flag: str = "--resume") -> Path:
-    """``results`` as a folder to write cases into, created if missing; one line when it cannot be."""
-    p = Path(results)
-    if p.exists() and not p.is_dir():
-        raise ConfigError(f"{flag} {results}: is a file; give a folder for the cases (and predictors)")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{flag} {results}: cannot create the folder ({e.strerror})") from None
-    return p
+    """``results`` as a folder to write cases into, created if missing (one-line errors)."""
+    from trainsim.ir.serialize import output_folder
+
+    return output_folder(results, f"{flag} ")
 
 
 # the setting a saved predictor was trained under, beside its family, model and seed; the

@@ -413,9 +413,9 @@ def _worker_runs(rp: RankProgram, kernel_op: list[int]) -> None:
     CPU GPT-2 capture: +7.7 % in ``stats`` mode). Not in ``TRACE`` mode, which replays the
     record's measured span: the members of a gloo collective end milliseconds apart, which the
     simulator's common end cannot reproduce (+0.12 % on that capture had it followed it)."""
-    ops, kernels = rp.ops, rp.kernels
-    for ki, k in enumerate(kernels):
-        if k.on_host and ops[kernel_op[ki]].thread == k.stream:
+    ops = rp.ops
+    for ki in range(len(rp.kernels)):
+        if ops[kernel_op[ki]].is_worker_record:
             ci = rp.k_call[ki]
             if rp.call_block[ci] is None:
                 rp.call_block[ci] = (ki,)

@@ -146,14 +146,13 @@ def load_for_replay(
 
 
 def _is_workload_ir(path: Path) -> bool:
-    """Whether ``path`` is a saved workload IR, by content whatever its name (plain JSON with
-    ``schema_version`` at the top; a Kineto trace's key is ``schemaVersion``, an execution
-    trace's ``schema``; a gzip file starts with its magic, not ``{``)."""
+    """Whether ``path`` is a saved workload IR, by content whatever its name."""
+    from trainsim.ir.serialize import is_trainsim_json
+
     if not path.is_file():
         return False
     with path.open("rb") as f:
-        head = f.read(4096)
-    return head.lstrip().startswith(b"{") and b'"schema_version"' in head and b'"traceEvents"' not in head
+        return is_trainsim_json(f.read(4096))
 
 
 def replay_paths(

@@ -744,7 +744,7 @@ def _kept_collectives(ranks: Sequence[RankGraph]) -> dict[str, int]:
     for r in ranks:
         for op in r.ops:
             ks = [k for k in op.kernels if k.collective is not None]
-            if not ks or (ks[0].on_host and op.thread == ks[0].stream):
+            if not ks or op.is_worker_record:
                 continue
             prov = ks[0].provenance or ""
             if prov.startswith(RESIZE) and not prov.startswith(f"{RESIZE} ×1 "):

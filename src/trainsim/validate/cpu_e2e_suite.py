@@ -204,7 +204,9 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
         reps = [_predict(p, news, partial(resize_batch, old_batch=base, timer=timer)) for p in folders[(m, base)]]
         for new in news:
             per_rep = [r["by_batch"][new] for r in reps]
-            predicted = statistics.median(r["predicted_s"] for r in per_rep)
+            preds = [r["predicted_s"] for r in per_rep]
+            meas_reps = [x for x, _ in measured[(m, new)]]
+            predicted = statistics.median(preds)
             naive = med[(m, base)] * new / base
             meas = med[(m, new)]
             cases.append({
@@ -213,10 +215,8 @@ def evaluate(folders: dict[tuple[str, int], list[Path]], bases: dict[str, int],
                 "error_pct": pct_error(predicted, meas),
                 "naive_error_pct": pct_error(naive, meas), "naive_step_s": naive,
                 "measured_base_step_s": med[(m, base)],
-                "measured_repeats_s": [x for x, _ in measured[(m, new)]],
-                "predicted_repeats_s": [r["predicted_s"] for r in per_rep],
-                "paired_error_pct": paired_error([r["predicted_s"] for r in per_rep],
-                                                 [x for x, _ in measured[(m, new)]]),
+                "measured_repeats_s": meas_reps, "predicted_repeats_s": preds,
+                "paired_error_pct": paired_error(preds, meas_reps),
                 "rules": per_rep[0]["rules"], "status": "ok",
             })  # fmt: skip
         sim = statistics.median(r["base_simulated_s"] for r in reps)
@@ -278,7 +278,8 @@ def _dim_cases(dim: str, *, dim_folders: dict[tuple[str, int], list[Path]], dim_
         reps = [_predict(p, news, resize) for p in base_folders]
         for new in news:
             per_rep = [r["by_batch"][new] for r in reps]
-            predicted = statistics.median(r["predicted_s"] for r in per_rep)
+            preds = [r["predicted_s"] for r in per_rep]
+            predicted = statistics.median(preds)
             meas = statistics.median(measured[new])
             naive = base_med * new / base_val
             out.append({
@@ -287,9 +288,8 @@ def _dim_cases(dim: str, *, dim_folders: dict[tuple[str, int], list[Path]], dim_
                                                               if dim == "hidden" else {}),
                 "measured_s": meas, "predicted_s": predicted, "error_pct": pct_error(predicted, meas),
                 "naive_error_pct": pct_error(naive, meas), "naive_step_s": naive,
-                "measured_repeats_s": measured[new],
-                "predicted_repeats_s": [r["predicted_s"] for r in per_rep],
-                "paired_error_pct": paired_error([r["predicted_s"] for r in per_rep], measured[new]),
+                "measured_repeats_s": measured[new], "predicted_repeats_s": preds,
+                "paired_error_pct": paired_error(preds, measured[new]),
                 "rules": per_rep[0]["rules"], "status": "ok",
             })  # fmt: skip
     return out
