@@ -42,6 +42,29 @@ COMMAND_MODULES = (
 _state = {"debug": False}
 
 
+def _hide_flag_types() -> None:
+    """Show on/off flags in ``--help`` without a value type.
+
+    typer 0.29 prints every option's type, so ``--debug <bool>`` reads as if it took a value;
+    a flag takes none. Older typer prints nothing for flags and has no such hook to wrap.
+    """
+    option = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if shown is None or getattr(shown, "_trainsim_flags_hidden", False):
+        return
+
+    def display_type_rich(self, ctx):  # type: ignore[no-untyped-def]
+        if getattr(self, "is_flag", False) and not getattr(self, "count", False):
+            return None
+        return shown(self, ctx)
+
+    display_type_rich._trainsim_flags_hidden = True  # type: ignore[attr-defined]
+    option.display_type_rich = display_type_rich  # type: ignore[union-attr]
+
+
+_hide_flag_types()
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
