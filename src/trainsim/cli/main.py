@@ -53,7 +53,7 @@ def _hide_flag_types() -> None:
     if shown is None or getattr(shown, "_trainsim_flags_hidden", False):
         return
 
-    def display_type_rich(self, ctx):  # type: ignore[no-untyped-def]
+    def display_type_rich(self: object, ctx: object) -> object:
         if getattr(self, "is_flag", False) and not getattr(self, "count", False):
             return None
         return shown(self, ctx)
