@@ -17,7 +17,7 @@ import pytest
 from trainsim.bench.dataset import iter_rows, noise_floor, relative_iqr, repair_tail
 from trainsim.bench.runner import CpuTimer, Schedule, run_sweep, time_call
 from trainsim.bench.suites.base import Case, Phase
-from trainsim.errors import TraceFormatError
+from trainsim.errors import ConfigError
 from trainsim.ir.kinds import KernelFamily
 
 FAST = Schedule(warmup=1, min_warmup_s=0.0, repeats=3, max_repeats=3, min_repeat_s=0.0, max_inner=1)
@@ -111,8 +111,10 @@ def test_torn_tail_is_ignored_by_readers_and_cut_on_resume(tmp_path):
 def test_foreign_rows_are_an_error(tmp_path):
     path = tmp_path / "comm.jsonl"
     path.write_text('{"schema": "trainsim.comm-bench/1", "kind": "all_reduce"}\n')
-    with pytest.raises(TraceFormatError, match="line 1"):
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=r"first line is a trainsim\.comm-bench/1 row"):
         run_sweep(path, [_case(0)], schedule=FAST, progress=False)
+    assert path.read_bytes() == before
 
 
 def test_noise_floor():

@@ -21,3 +21,90 @@ def test_flags_show_no_value_type_in_help() -> None:
     rc, out = _cli("predict", "--help")
     assert rc == 0
     assert "<bool>" not in out and "<int" in out
+
+
+def test_ctrl_c_inside_a_command_says_so(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """typer turns a KeyboardInterrupt into a silent exit 130; the CLI says it was interrupted."""
+    import pytest
+
+    from trainsim.builders import models
+    from trainsim.cli import main
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(models, "list_models", interrupted)
+    monkeypatch.setattr(sys, "argv", ["trainsim", "models"])
+    with pytest.raises(SystemExit) as e:
+        main.app_entry()
+    assert e.value.code == 130
+    assert "trainsim: interrupted" in capsys.readouterr().err
+
+
+def test_a_resume_file_that_is_not_ours_is_left_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A user's notes given as --resume lost their last line to the torn-tail repair."""
+    import pytest
+
+    from trainsim.bench.dataset import check_appendable
+    from trainsim.errors import ConfigError
+    from trainsim.validate import shard_suite
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text('{"keep":1}\nlast line no newline')
+    before = notes.read_bytes()
+    with pytest.raises(ConfigError, match=r"notes\.txt: not a shard-suite results file: its first line is JSON without"):
+        shard_suite.run_shard_suite(tmp_path, sets=1, resume=str(notes), kernel_models=None, backend="torch")
+    assert notes.read_bytes() == before
+    with pytest.raises(ConfigError, match="a folder; the shard suite resumes from a JSONL file"):
+        shard_suite.run_shard_suite(tmp_path, sets=1, resume=str(tmp_path), kernel_models=None, backend="torch")
+    for kw, flag in (({"sets": 0}, "--sets 0"), ({"repeats": 0}, "--repeats 0")):
+        with pytest.raises(ConfigError, match=flag):
+            shard_suite.run_shard_suite(tmp_path, resume=str(tmp_path / "r.jsonl"), kernel_models=None,
+                                        backend="torch", **kw)  # fmt: skip
+    ours = tmp_path / "ours.jsonl"
+    ours.write_text('{"schema":"trainsim.shard-suite/1","set":0}\n{"schema":"trainsim.shard-su')  # torn tail
+    check_appendable(ours, shard_suite.SCHEMA, "a shard-suite results file")
+    torn_only = tmp_path / "torn.jsonl"
+    torn_only.write_text('{"schema":"trainsim.shard-suite/1","se')  # the first write, cut
+    check_appendable(torn_only, shard_suite.SCHEMA, "a shard-suite results file")
+    check_appendable(tmp_path / "new.jsonl", shard_suite.SCHEMA, "a shard-suite results file")
+
+
+def test_embedding_backward_ops_carry_the_backward_family() -> None:
+    """Builders pass the phase as a string, and ``"bwd" is Phase.BWD`` is False."""
+    from trainsim.kernels import op_spec
+
+    spec = op_spec("embedding_bag")
+    assert spec.family_for("bwd") == spec.bwd_family != spec.family
+    assert spec.family_for("fwd") == spec.family
+
+
+def test_a_table_named_null_gets_the_default_name() -> None:
+    from trainsim.builders.dlrm import dlrm_spec_from_dict
+
+    spec = dlrm_spec_from_dict({"batch": 8, "tables": [{"name": None, "rows": 10, "dim": 4, "pooling": 1}]}, origin="x.json")
+    assert spec.tables[0].name == "t0"
+
+
+def test_gpu_tables_with_dims_off_a_multiple_of_4_are_warned_of(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spec = tmp_path / "t.json"
+    spec.write_text('{"batch": 64, "tables": [{"rows": 100, "dim": 15, "pooling": 1}, {"rows": 100, "dim": 8, "pooling": 1}]}')
+    rc, out = _cli("shard", str(spec), "--world", "2", "--device", "a100-sxm4-80gb")
+    assert rc == 0, out
+    assert "tables[0].dim 15 is not a multiple of 4" in " ".join(out.split())
+    rc, out = _cli("shard", str(spec), "--world", "2", "--device", "a100-sxm4-80gb", "--format", "json")
+    assert rc == 0
+
+
+def test_a_compressed_dataset_is_not_appended_to(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import gzip
+
+    import pytest
+
+    from trainsim.bench.dataset import KERNEL_BENCH_SCHEMA, check_appendable
+    from trainsim.errors import ConfigError
+
+    gz = tmp_path / "d.jsonl.gz"
+    gz.write_bytes(gzip.compress(b'{"schema":"trainsim.kernel-bench/1"}\n'))
+    with pytest.raises(ConfigError, match="gzip-compressed"):
+        check_appendable(gz, KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")

@@ -216,3 +216,17 @@ def test_ctrl_c_says_what_the_file_holds_and_reraises(fake_runs: dict[str, Any],
     assert "set 1 starts over" in err[0]
     assert {r["set"] for r in read_rows(path)} == {0}  # set 1 left nothing behind
     assert all(json.loads(ln) for ln in path.read_text().splitlines())
+
+
+@pytest.mark.usefixtures("fake_runs")
+def test_rows_read_back_at_another_repeat_count_are_warned_of(tmp_path: Path) -> None:
+    """A --repeats 1 run's rows were passed off as a --repeats 4 run's, params saying 4."""
+    path = tmp_path / "shard.jsonl"
+    _run(path, 1, progress=False)
+    doc = shard_suite.run_shard_suite(path.parent, sets=1, repeats=4, steps=2, warmup=0, kernel_models=None,
+                                      resume=str(path), backend="torch", progress=False)  # fmt: skip
+    s = doc["summary"]
+    assert s["rows_measured_now"] == 0
+    assert any("measured with --repeats 1" in w and "not 4" in w for w in s["warnings"])
+    again = _run(path, 1, progress=False)["summary"]  # the count they were measured at: no word
+    assert not any("measured with --repeats" in w for w in again["warnings"])

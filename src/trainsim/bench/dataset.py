@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainsim.errors import TraceFormatError
+from trainsim.errors import ConfigError, TraceFormatError
 
 KERNEL_BENCH_SCHEMA = "trainsim.kernel-bench/1"  # = trainsim.kernels.readers.SCHEMA
 
@@ -50,6 +50,37 @@ def append_row(path: Path, row: Mapping[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def check_appendable(path: Path, schema: str, what: str) -> None:
+    """Refuse to append to (and so to repair the tail of) a file that is not ``what``.
+
+    The first line decides: a row of ``schema``, or, where the file is one torn line, the start
+    of one. A user's notes given as a resume path would otherwise lose their last line to
+    :func:`repair_tail` and gain rows they never asked for.
+    """
+    if not path.exists() or path.is_dir() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as fh:
+        head = fh.read(65536)
+    if head.startswith(b"\x1f\x8b"):
+        raise ConfigError(f"{path}: gzip-compressed; rows are appended to plain JSONL (gunzip it, or give a new file)")
+    first = head.split(b"\n", 1)[0]
+    found = "not JSON"
+    if b"\n" in head or len(head) < 65536:
+        try:
+            row = json.loads(first.decode("utf-8"))
+            found = (f"a {row['schema']} row" if isinstance(row, dict) and isinstance(row.get("schema"), str)
+                     else "JSON without a trainsim schema")  # fmt: skip
+            if isinstance(row, dict) and row.get("schema") == schema:
+                return
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            pass
+    # a torn only line (a crash in the first write) starts as every row does
+    if first.lstrip().startswith(json.dumps({"schema": schema}, separators=(",", ":"))[:-1].encode()):
+        return
+    raise ConfigError(f"{path}: not {what}: its first line is {found}, not a {schema} row; give a new "
+                      "file or one an earlier run wrote")  # fmt: skip
 
 
 def repair_tail(path: Path) -> int:

@@ -38,7 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainsim.bench.dataset import KERNEL_BENCH_SCHEMA, append_row, iter_rows, repair_tail
+from trainsim.bench.dataset import (
+    KERNEL_BENCH_SCHEMA,
+    append_row,
+    check_appendable,
+    iter_rows,
+    repair_tail,
+)
 from trainsim.bench.suites.base import DTYPE_LABEL, Case, Timed
 from trainsim.errors import ConfigError
 
@@ -379,6 +385,7 @@ def run_sweep(
     t0 = time.perf_counter()
     written: Counter[str] = Counter()
     failed: list[tuple[str, str]] = []
+    check_appendable(path, KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")  # before its tail is repaired
     with _locked(path):
         repair_tail(path)
         done = done_keys(path, env["fingerprint"], env["threads"]) if resume else set()

@@ -337,7 +337,8 @@ def _table(t: Any, i: int, origin: str) -> TableSpec:
         reuse = tuple(float(x) for x in reuse)
     rows, dim = _int(t["rows"], f"{where}.rows", origin), _int(t["dim"], f"{where}.dim", origin)
     try:
-        return TableSpec(str(t.get("name", f"t{i}")), rows, dim, float(pooling), reuse)
+        name = t.get("name")
+        return TableSpec(f"t{i}" if name is None else str(name), rows, dim, float(pooling), reuse)
     except ConfigError as e:
         raise ConfigError(f"{origin}: field {where}: {e}") from None
 
@@ -351,7 +352,7 @@ def resolve_device(device: str | Path | DeviceSpec) -> DeviceSpec:
     return device if isinstance(device, DeviceSpec) else get_device(device)
 
 
-def _is_gpu(dev: DeviceSpec) -> bool:
+def is_gpu(dev: DeviceSpec) -> bool:
     return dev.sm_count is not None
 
 
@@ -479,7 +480,7 @@ def table_costs(spec: DLRMSpec, *, device: str | Path | DeviceSpec, kernel_model
     out = []
     for t in spec.tables:
         fwd, bwd = _table_kernels(
-            c, t, spec.batch, spec.dtype, tbe=_is_gpu(c.device) if tbe is None else tbe
+            c, t, spec.batch, spec.dtype, tbe=is_gpu(c.device) if tbe is None else tbe
         )
         out.append(sum(k.seconds for k in fwd + bwd))
     return out
@@ -648,7 +649,7 @@ class _Rank:
     def add(self, name: str, ks: Sequence[_K], deps: Sequence[int | None] = ()) -> int | None:
         last = None
         for k in ks:
-            fam = op_spec(k.op).family_for(k.phase)  # type: ignore[arg-type]
+            fam = op_spec(k.op).family_for(k.phase)
             self.kid += 1
             feats: dict[str, int | float | str] = {
                 "op": k.op,
@@ -702,7 +703,7 @@ def build_dlrm_workload(spec: DLRMSpec, assignment: Sequence[int], world: int, *
     _check_assignment(spec, assignment, world)
     c = coster or Coster(device, kernel_models)
     dev = c.device
-    gpu = _is_gpu(dev)
+    gpu = is_gpu(dev)
     comm = comm_setup(
         dev, world, system, link_bandwidth_Bps=link_bandwidth_Bps, link_latency_s=link_latency_s
     )
@@ -826,6 +827,7 @@ __all__ = [
     "build_dlrm_workload",
     "comm_setup",
     "dlrm_spec_from_dict",
+    "is_gpu",
     "load_dlrm_spec",
     "padded_group",
     "predict_dlrm_step",

@@ -96,3 +96,9 @@ def app_entry() -> None:
     except KeyboardInterrupt:
         print("trainsim: interrupted", file=sys.stderr)
         sys.exit(130)
+    except SystemExit as e:
+        # typer turns Ctrl-C into a silent exit 130 (its standalone mode), so the branch above
+        # hears only of one outside a command; 130 comes from nothing else here
+        if e.code == 130:
+            print("trainsim: interrupted", file=sys.stderr)
+        raise

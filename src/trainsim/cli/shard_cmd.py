@@ -40,7 +40,7 @@ def shard(
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Predict the DLRM step under every sharder of 000 Table III (plus predicted_greedy) and rank them."""
-    from trainsim.builders.dlrm import comm_setup, load_dlrm_spec, resolve_device
+    from trainsim.builders.dlrm import comm_setup, is_gpu, load_dlrm_spec, resolve_device
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_system
     from trainsim.search.sharders import select_sharder
@@ -65,6 +65,12 @@ def shard(
         cap, cap_src = capacity_gb * 1e9, "--capacity-gb"
     else:
         cap, cap_src = _device_capacity(dev, world, comm_setup(dev, world, sys_spec).system)
+    odd = [(i, tb.dim) for i, tb in enumerate(spec.tables) if tb.dim % 4]
+    if odd and is_gpu(dev):
+        i, d = odd[0]
+        more = f" (and {len(odd) - 1} more tables)" if len(odd) > 1 else ""
+        stderr.print(f"[yellow]warning:[/] {spec_file}: tables[{i}].dim {d}{more} is not a multiple of 4, "
+                     "which FBGEMM's GPU TBE and TorchRec require; predicted as given")  # fmt: skip
     res = select_sharder(spec, world, device=dev, system=sys_spec, capacity_bytes=cap, kernel_models=kernel_models,
                          sharders=names, seed=seed, tbe=tbe, capacity_source=cap_src)  # fmt: skip
     best = res[0]

@@ -105,8 +105,9 @@ class OpSpec:
         """The inputs a caller must give (those without a default)."""
         return tuple(n for n in self.inputs if not (self.defaults and n in self.defaults))
 
-    def family_for(self, phase: Phase) -> F:
-        return self.bwd_family if phase is Phase.BWD and self.bwd_family else self.family
+    def family_for(self, phase: Phase | str) -> F:
+        # a plain "bwd" too: ``"bwd" is Phase.BWD`` is False, and builders pass strings
+        return self.bwd_family if phase == Phase.BWD and self.bwd_family else self.family
 
 
 OPS: dict[str, OpSpec] = {}

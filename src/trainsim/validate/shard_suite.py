@@ -440,7 +440,7 @@ def run_shard_suite(
     predict and report from the results file only (sets without rows are ``incomplete``).
     ``kernel_models``: ``"auto"`` (fit the shipped CPU sample, cached), None (spec-based), or a
     ``trainsim fit`` artifact."""
-    from trainsim.bench.dataset import append_row, repair_tail
+    from trainsim.bench.dataset import append_row, check_appendable, repair_tail
     from trainsim.bench.dlrm_shard import (
         ShardRun,
         measure_assignments,
@@ -456,9 +456,20 @@ def run_shard_suite(
     unknown = [n for n in names if n not in SHARDERS]
     if unknown:
         raise ConfigError(f"unknown sharder {unknown[0]!r}; known: {', '.join(SHARDERS)}")
+    if sets < 1:
+        raise ConfigError(f"--sets {sets}: the number of random table sets must be at least 1")
+    if repeats < 1:
+        raise ConfigError(f"--repeats {repeats}: each sharder is measured at least once (1 or more)")
     n_sets = min(sets, limit) if limit is not None else sets
     path = Path(resume).expanduser() if resume else default_results_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise ConfigError(f"--resume {path}: a folder; the shard suite resumes from a JSONL file "
+                          f"(e.g. {path / 'shard_results.jsonl'})")  # fmt: skip
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--resume {path}: cannot create its folder ({e.strerror})") from None
+    check_appendable(path, SCHEMA, "a shard-suite results file")
     run = ShardRun(steps=steps, max_steps=max_steps, warmup=warmup, repeats=repeats, threads=1,
                    optimizer=optimizer, backend=backend, seed=seed)  # fmt: skip
     info = measurement_info(run, world)
@@ -469,7 +480,7 @@ def run_shard_suite(
         k: v for k, v in info.items() if k not in ("repeats", "torch", "fbgemm_gpu", "cpu", "cores")
     }
     if isinstance(kernel_models, str) and kernel_models == "auto":
-        km, pred_note = cpu_kernel_models(path.parent, log=_log if progress else None)
+        km, pred_note = cpu_kernel_models(default_results_path().parent, log=_log if progress else None)
     elif kernel_models is None:
         km, pred_note = None, "spec-based: the CPU device's own models (no calibration)"
     else:
@@ -479,6 +490,7 @@ def run_shard_suite(
     # rows of this run's sets by where they came from: measured now, read back from the results
     # file (an earlier run's), or copied from another sharder that gave the identical assignment
     count = {"measured_now": 0, "from_file": 0, "copied_identical": 0}
+    other_repeats: dict[int, int] = {}  # rows read back that were measured with another --repeats
     with _locked(path), _interrupt_note(path, n_sets, cases):
         repair_tail(path)
         for i in range(n_sets):
@@ -502,6 +514,9 @@ def run_shard_suite(
                 if (n, ak) in have:
                     rows[n] = have[(n, ak)]
                     count["from_file"] += 1
+                    held = (rows[n].get("measure") or {}).get("repeats")
+                    if held is not None and held != repeats:
+                        other_repeats[held] = other_repeats.get(held, 0) + 1
                 elif ak in by_assign:  # another sharder's identical assignment was measured
                     rows[n] = _copy_row(by_assign[ak], n)
                     append_row(path, rows[n])
@@ -541,6 +556,14 @@ def run_shard_suite(
                 for w in c["warnings"]:
                     _log(f"warning: {w}")
     summary = _summary(cases, names)
+    if other_repeats:
+        held_as = ", ".join(f"{k} ({v} rows)" for k, v in sorted(other_repeats.items()))
+        w = (f"{sum(other_repeats.values())} rows read back from {path} were measured with --repeats "
+             f"{held_as}, not {repeats}; they are reused as measured (give another --resume file to "
+             "measure at this count)")  # fmt: skip
+        summary["warnings"].append(w)
+        if progress:
+            _log(f"warning: {w}")
     summary.update({"rows_measured_now": count["measured_now"], "rows_from_file": count["from_file"],
                     "rows_copied_identical": count["copied_identical"],
                     # kept for readers of older results: the identical-assignment copies only
