@@ -108,3 +108,60 @@ def test_a_compressed_dataset_is_not_appended_to(tmp_path) -> None:  # type: ign
     gz.write_bytes(gzip.compress(b'{"schema":"trainsim.kernel-bench/1"}\n'))
     with pytest.raises(ConfigError, match="gzip-compressed"):
         check_appendable(gz, KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")
+
+
+def test_search_states_its_sequence_length_and_moe_assumption() -> None:
+    """A config's 32k max_position_embeddings was searched silently; MoE tried only ep 1."""
+    import json
+
+    rc, out = _cli("search", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+                   "--tp", "1,2", "--pp", "1", "--micro-batch", "1", "--zero", "1", "--recompute", "none,full",
+                   "--format", "json")  # fmt: skip
+    assert rc == 0, out
+    doc = json.loads(out[out.index("{"):])
+    assert doc["seq_len"] == 32768 and any("32,768 tokens" in n for n in doc["notes"])
+    assert any("balanced" in n for n in doc["notes"])
+    eps = {p["plan_fields"]["ep"] for p in doc["plans"]}
+    assert eps - {1}, eps  # the default expert degrees of an MoE model go beyond 1
+
+
+def test_search_refuses_expert_parallelism_on_a_dense_model() -> None:
+    rc, out = _cli("search", "llama2-7b", "--gpus", "8", "--global-batch", "8", "--ep", "2")
+    assert rc == 1 and "expert parallelism needs a mixture-of-experts model" in out
+    assert "Traceback" not in out
+
+
+def test_default_degrees_that_outgrow_the_gpus_are_not_counted_infeasible() -> None:
+    from trainsim.builders.models import get_model
+    from trainsim.search.space import PlanSpace
+
+    reasons = [why for p, why in PlanSpace(gpus=64, global_batch=64).plans(get_model("llama3-70b"), 8) if p is None]
+    assert not any("not divisible by tp×cp×pp" in w for w in reasons)
+    given = [why for p, why in PlanSpace(gpus=64, global_batch=64, tp=(8,), pp=(16,)).plans(get_model("llama3-70b"), 8)
+             if p is None]  # fmt: skip
+    assert any("not divisible by tp×cp×pp = 128" in w for w in given)  # degrees the user asked for are reported
+
+
+def test_selective_recompute_beside_none_is_not_searched_with_flash_attention() -> None:
+    """With flash attention it keeps the none plan's memory and adds time: never the better plan."""
+    from trainsim.builders.models import get_model
+    from trainsim.search.space import PlanSpace
+
+    m = get_model("llama2-7b")
+    flash = {p.recompute for p, _ in PlanSpace(gpus=8, global_batch=8).plans(m, 8) if p is not None}
+    assert flash == {"none", "full"}
+    fused = {p.recompute for p, _ in PlanSpace(gpus=8, global_batch=8, attention="fused").plans(m, 8) if p is not None}
+    assert fused == {"none", "selective", "full"}
+    alone = {p.recompute for p, _ in PlanSpace(gpus=8, global_batch=8, recompute=("selective",)).plans(m, 8) if p}
+    assert alone == {"selective"}
+
+
+def test_the_does_not_fit_hint_does_not_pin_the_search_to_one_replica() -> None:
+    rc, out = _cli("predict", "llama3-70b", "--tp", "8", "--gpus", "8")
+    text = " ".join(out.split())
+    assert rc == 0 and "--global-batch 8 " not in text and "is micro-batch x" in text
+
+
+def test_hf_overlap_note_does_not_precede_the_plans_error() -> None:
+    rc, out = _cli("predict", "llama2-7b", "--gpus", "8", "--tp", "2", "--impl", "hf")
+    assert rc == 1 and "reduced during the backward" not in out and "tp = cp = 1" in out

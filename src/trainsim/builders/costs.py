@@ -532,20 +532,33 @@ class LayerCoster:
         m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         bwd = 2.0 if phase == "bwd" else 1.0
         if m.is_moe:
-            # top-k experts per token on average (balanced routing); ep moves tokens, not work
-            ffn, copies = m.expert_ffn, float(m.top_k)
+            # balanced routing: each of this rank's num_experts / ep experts runs its own GEMMs
+            # (Megatron's sequential experts) over the tokens routed to it from the ep ranks,
+            # tokens x top_k x ep / num_experts of them; the same FLOPs as top_k dense passes,
+            # at the smaller GEMMs' efficiency
+            ffn, copies = m.expert_ffn, m.num_experts / self.plan.ep
+            per_expert = self.tokens * m.top_k * self.plan.ep / m.num_experts
+            seq_e = max(1.0, round(per_expert / b))  # the expert GEMM's rows, as b x l
         else:
-            ffn, copies = m.ffn, 1.0
+            ffn, copies, per_expert, seq_e = m.ffn, 1.0, float(self.tokens), seq
         up = (2 if m.gated else 1) * ffn / t  # gated: gate and up projections side by side
         ops = [
-            self._q("mlp_up", "linear3", phase, flops=copies * bwd * _gemm_flops(self.tokens, up, d),
-                    scale=up / (4 * d / t), times=copies, bench={"n": up}, mp=t, b=b, l=seq, dim=d),
+            self._q("mlp_up", "linear3", phase, flops=copies * bwd * _gemm_flops(per_expert, up, d),
+                    scale=up / (4 * d / t), times=copies, bench={"n": up}, mp=t, b=b, l=seq_e, dim=d),
             *([] if self.plan.impl == "hf" else [
                 self._q("activation", "gelu", phase, category="memory", times=copies,
-                        scale=(1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=seq, dim=d)]),
-            self._q("mlp_down", "linear4", phase, flops=copies * bwd * _gemm_flops(self.tokens, d, ffn / t),
-                    scale=ffn / (4 * d), times=copies, bench={"k": ffn / t}, mp=t, b=b, l=seq, dim=d),
+                        scale=(1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=seq_e, dim=d)]),
+            self._q("mlp_down", "linear4", phase, flops=copies * bwd * _gemm_flops(per_expert, d, ffn / t),
+                    scale=ffn / (4 * d), times=copies, bench={"k": ffn / t}, mp=t, b=b, l=seq_e, dim=d),
         ]  # fmt: skip
+        if m.is_moe:
+            # token permutation (Megatron's moe_utils.permute / unpermute): each token's hidden
+            # state gathered into its top_k experts' order, then the expert outputs scattered back
+            # and summed with the router's weights; each pass reads and writes (1 + top_k) x
+            # tokens x d elements, memory-bound, in the forward and again in the backward
+            moved = (1 + m.top_k) * self.tokens * d
+            for name in ("moe_permute", "moe_unpermute"):
+                ops.append(self._elementwise(name, phase, moved / 3))  # an add of n moves 3n
         if m.is_moe:  # router: a [tokens, d] x [d, experts] GEMM and its softmax, tiny
             fl = bwd * _gemm_flops(self.tokens, m.num_experts, d)
             ops.append(

@@ -120,6 +120,11 @@ class LLMPrediction:
         }
 
 
+
+MOE_BALANCED_NOTE = ("expert routing is taken as balanced (each expert gets tokens x top_k / experts of them) "
+                     "with one GEMM pair per local expert and the token permutation as memory-bound passes; "
+                     "uneven routing makes the busiest expert set the pace, so MoE times are lower bounds")
+
 def _provenance(stages: list[StageCost]) -> dict[str, Any]:
     """Counts of operator and collective answers by where they came from."""
     kern: dict[str, int] = {}
@@ -283,6 +288,12 @@ def _warnings(r: LLMPrediction) -> list[str]:
     if r.plan.tp > r.system.gpus_per_node:
         out.append(f"tensor parallelism (tp {r.plan.tp}) spans nodes of {r.system.gpus_per_node} GPUs: its "
                    "all-reduces cross the inter-node network in every layer")  # fmt: skip
+    if r.model.is_moe:
+        out.append(MOE_BALANCED_NOTE)
+    if r.plan.recompute == "selective" and r.plan.attention == "flash":
+        out.append("selective recompute with flash attention saves no memory (flash attention keeps no "
+                   "attention scores to drop) and adds the attention's recompute: --recompute none is the "
+                   "same memory, faster")  # fmt: skip
     if r.plan.seq_len == 0 and r.model.seq_len > 16384:
         whose = "the catalog's" if r.model.source == "catalog" else "its config's max_position_embeddings"
         out.append(f"the sequence length is {r.model.name}'s default, {r.model.seq_len:,} tokens ({whose}); "
@@ -360,11 +371,16 @@ def _warnings(r: LLMPrediction) -> list[str]:
         sysname = r.system_ref if r.system_ref and Path(r.system_ref).expanduser().is_file() else r.system.name
         # what the search cannot share: it plans fused kernels and Adam
         unsearched = [f"--{k} {v}" for k, v, d in (("impl", p.impl, "fused"), ("optimizer", p.optimizer, "adam")) if v != d]
+        # no --global-batch given: the plan's default (micro-batch x dp) would pin the search to
+        # this plan's dp, so it gets the default at dp = all the GPUs; a given one is kept
+        batch = r.plan.batch if p.global_batch else p.micro_batch * gpus
+        batch_why = ("" if p.global_batch else
+                     f"; global batch {batch} is micro-batch x {gpus} GPUs, as left out here: give yours")  # fmt: skip
         caveat = (f"; it plans fused kernels and Adam, not this plan's {' and '.join(unsearched)}, so its memory "
                   "and times differ") if unsearched else ""  # fmt: skip
         out.append(f"the plan needs {r.peak_memory.total_bytes / 2**30:.1f} GiB per GPU; {r.device.name} has "
                    f"{r.device.memory_bytes / 2**30:.1f} GiB{room} (`trainsim search {name} --gpus {gpus} "
-                   f"--system {sysname} --global-batch {r.plan.batch}{same}{hr}` {why}{caveat})")  # fmt: skip
+                   f"--system {sysname} --global-batch {batch}{same}{hr}` {why}{caveat}{batch_why})")  # fmt: skip
     return out
 
 

@@ -32,18 +32,18 @@ def predict(
     gpus: int | None = typer.Option(None, "--gpus", min=1, help="Total GPUs; checked against tp×cp×dp×pp (dp is derived from it when not given)."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, "--pp", min=1, help="Pipeline-parallel stages."),
-    dp: int | None = typer.Option(None, "--dp", help="Data-parallel degree (default: gpus / (tp×cp×pp), else 1)."),
+    dp: int | None = typer.Option(None, "--dp", min=1, help="Data-parallel degree (default: gpus / (tp×cp×pp), else 1)."),
     cp: int = typer.Option(1, "--cp", min=1, help="Context-parallel degree (ring attention)."),
     ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (MoE; divides dp)."),
     sp: bool = typer.Option(False, "--sp", help="Megatron sequence parallelism (with tp > 1)."),
-    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0–3 (3 = FSDP full shard). 1 is DeepSpeed's: gradients all-reduced, then the updated weights all-gathered (Megatron-LM's distributed optimizer: add --dist-optimizer)."),
+    zero: int = typer.Option(0, "--zero", min=0, max=3, help="ZeRO stage 0–3 (3 = FSDP full shard). 1 is DeepSpeed's: gradients all-reduced, then the updated weights all-gathered (Megatron-LM's distributed optimizer: add --dist-optimizer)."),
     dist_optimizer: bool = typer.Option(False, "--dist-optimizer", help="With --zero 1: Megatron-LM's distributed optimizer (--use-distributed-optimizer): gradients reduce-scattered instead of all-reduced, each rank keeping the whole gradient buffer."),
     recompute: str = typer.Option("none", "--recompute", help="Activation recomputation: none, selective, full."),
     micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="Sequences per micro-batch."),
     global_batch: int | None = typer.Option(None, "--global-batch", min=1, help="Sequences per iteration (default: micro-batch × dp)."),
     seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Sequence length (default: the model's)."),
     schedule: str = typer.Option("1f1b", "--schedule", help="Pipeline schedule: 1f1b, interleaved, gpipe."),
-    vpp: int = typer.Option(1, "--vpp", help="Model chunks per stage (interleaved schedule)."),
+    vpp: int = typer.Option(1, "--vpp", min=1, help="Model chunks per stage (interleaved schedule)."),
     dtype: str = typer.Option("bf16", "--dtype", help="Training precision: bf16, fp16, fp32."),
     attention: str = typer.Option("flash", "--attention", help="Attention kernels: flash, fused (Megatron softmax), unfused."),
     attention_dropout: float = typer.Option(0.0, "--attention-dropout", help="Attention dropout probability (non-flash attention adds a dropout kernel)."),
@@ -84,17 +84,19 @@ def predict(
             if gpus is not None and gpus % base:
                 raise ConfigError(f"--gpus {gpus} is not a multiple of tp×cp×pp = {base}")
             dp = gpus // base if gpus is not None else 1
+        overlap_note = overlap_grad_reduce is None and impl == "hf" and dp * cp > 1 and zero < 3
         if overlap_grad_reduce is None:  # eager PyTorch trains under DDP, which overlaps by default
             overlap_grad_reduce = impl == "hf"
-            if overlap_grad_reduce and dp * cp > 1 and zero < 3:
-                stderr.print("[yellow]note:[/] --impl hf: data-parallel gradients are reduced during the backward, as "
-                             "PyTorch DDP does by default (--no-overlap-grad-reduce: after it)")  # fmt: skip
         plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, dist_optimizer=dist_optimizer, micro_batch=micro_batch,
                     global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                     attention_dropout=attention_dropout, wgrad_fusion=wgrad_fusion,
                     overlap_grad_reduce=overlap_grad_reduce, hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
                     optimizer=optimizer, first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)  # type: ignore[arg-type]  # fmt: skip
+        if overlap_note:
+            plan.validate(spec, gpus=gpus)  # a plan that cannot run gets its error, not this note first
+            stderr.print("[yellow]note:[/] --impl hf: data-parallel gradients are reduced during the backward, as "
+                         "PyTorch DDP does by default (--no-overlap-grad-reduce: after it)")  # fmt: skip
         if timeline is not None:
             from trainsim.cli.output import timeline_target
 

@@ -39,6 +39,9 @@ def _words(text: str, what: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
     return vals
 
 
+TIGHT_MEMORY = 0.95  # plans above this share of the memory limit are marked: they may not fit
+
+
 @app.command()
 def search(
     *,
@@ -50,7 +53,7 @@ def search(
     tp: str | None = typer.Option(None, "--tp", help="Tensor-parallel degrees to try, e.g. 1,2,4,8 (default: powers of two up to a node)."),
     pp: str | None = typer.Option(None, "--pp", help="Pipeline stages to try (default: powers of two up to the layers)."),
     cp: str = typer.Option("1", "--cp", help="Context-parallel degrees to try."),
-    ep: str = typer.Option("1", "--ep", help="Expert-parallel degrees to try (MoE)."),
+    ep: str | None = typer.Option(None, "--ep", help="Expert-parallel degrees to try (MoE; default: 1 for a dense model, for MoE the powers of two dividing its experts)."),
     micro_batch: str = typer.Option("1,2,4,8", "--micro-batch", help="Micro-batch sizes to try."),
     zero: str = typer.Option("0,1,2,3", "--zero", help="ZeRO stages to try."),
     dist_optimizer: bool = typer.Option(False, "--dist-optimizer", help="ZeRO-1 plans use Megatron-LM's distributed optimizer (gradients reduce-scattered); see `trainsim predict --help`."),
@@ -135,19 +138,26 @@ def search(
 
         from rich.console import Console
 
-        t = Table(title=f"{spec.name} on {gpus}× {sysspec.device} ({sysspec.name}), global batch {global_batch}: "
+        for note in r.get("notes", ()):
+            stderr.print(f"[yellow]note:[/] {note}")
+        t = Table(title=f"{spec.name} on {gpus}× {sysspec.device} ({sysspec.name}), global batch {global_batch}, "
+                        f"sequence {r['seq_len']:,}: "
                         f"best {len(r['plans'])} of {r['feasible']:,} feasible ({r['enumerated']:,} enumerated, "
                         f"{r['evaluated']:,} of them screened by the closed form)"
                         + (f", memory limit {r['memory_limit_bytes'] / 2**30:.1f} GiB per GPU" if headroom else ""))  # fmt: skip
         cols = ["#", "plan", "iteration", "closed form", "tokens/s", "MFU", "memory/GPU"]
         if objective != "time":
             cols.append(f"{objective} ({r['objective_unit']})")
-        for col in cols:
-            t.add_column(col, justify="right" if col != "plan" else "left")
-        uncalibrated = 0
+        for col in cols:  # plan names whole: users copy them into `trainsim predict`
+            t.add_column(col, justify="right" if col != "plan" else "left", no_wrap=col == "plan")
+        uncalibrated = tight = 0
+        capacity = r["memory_limit_bytes"]
         for i, p in enumerate(r["plans"], 1):
             mark = "" if p["provenance"]["summary"] == "calibrated" else " †"
             uncalibrated += bool(mark)
+            if p["memory_per_gpu_bytes"] > TIGHT_MEMORY * capacity:
+                mark += " ‡"
+                tight += 1
             row = [str(i), p["plan"] + mark, f"{p['iteration_time_s'] * 1e3:,.1f} ms", f"{p['screened_s'] * 1e3:,.1f} ms",
                    f"{p['tokens_per_s']:,.0f}", f"{p['mfu'] * 100:.1f} %", f"{p['memory_per_gpu_bytes'] / 2**30:.1f} GiB"]  # fmt: skip
             if objective != "time":
@@ -157,6 +167,10 @@ def search(
         if uncalibrated:
             stderr.print("† some operators or collectives of this plan are spec-based (no measurements): its time "
                          "is optimistic beside the calibrated plans; `trainsim predict` with the plan lists them")  # fmt: skip
+        if tight:
+            stderr.print(f"‡ the plan needs more than {TIGHT_MEMORY:.0%} of the {capacity / 2**30:.1f} GiB per GPU: the "
+                         "memory model leaves out allocator fragmentation and temporaries, so it may not fit; "
+                         "--memory-headroom 10% ranks only plans with room")  # fmt: skip
         tm = r["timings_s"]
         stderr.print(f"screened {r['evaluated']} plans in {tm['screen']:.2f} s ({r['screened_per_min']:,.0f}/min), "
                      f"simulated {r['simulated']} in {tm['simulate']:.2f} s")  # fmt: skip

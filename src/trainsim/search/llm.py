@@ -408,6 +408,10 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
         raise ConfigError(f"memory headroom must be at least 0 and below the device's {capacity / 2**30:.1f} GiB, "
                           f"got {memory_headroom_bytes / 2**30:.1f} GiB")  # fmt: skip
     limit = capacity - memory_headroom_bytes
+    if not model.num_experts and any(e > 1 for e in space.ep):
+        raise ConfigError(f"--ep {','.join(map(str, space.ep))}: expert parallelism needs a mixture-of-experts "
+                          f"model; {model.name} is dense (leave --ep out)")  # fmt: skip
+    notes = search_notes(model, space)
     t0 = time.perf_counter()
     infeasible: Counter[str] = Counter()
     examples: dict[str, str] = {}  # reason -> its first full message (the reason drops numbers)
@@ -466,6 +470,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     t3 = time.perf_counter()
     return {
         "model": model.name, "system": sys_spec.name, "gpus": space.gpus, "global_batch": space.global_batch,
+        "seq_len": space.seq_len or model.seq_len, "notes": notes,
         "objective": objective, "memory_limit_bytes": limit,
         "objective_unit": objective_unit(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price),
         "plans": ranked[:top_k], "enumerated": enumerated, "evaluated": len(screened),
@@ -476,13 +481,28 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     }  # fmt: skip
 
 
+def search_notes(model: ModelSpec, space: PlanSpace) -> list[str]:
+    """What the user should know of the space before reading the ranking (as predict's notes)."""
+    from trainsim.builders.predict import MOE_BALANCED_NOTE
+
+    notes = [MOE_BALANCED_NOTE] if model.is_moe else []
+    if space.seq_len == 0 and model.seq_len > 16384:
+        whose = "the catalog's" if model.source == "catalog" else "its config's max_position_embeddings"
+        notes.append(f"the sequence length is {model.name}'s default, {model.seq_len:,} tokens ({whose}); "
+                     "give --seq-len for the length you train at")  # fmt: skip
+    return notes
+
+
 def _progress(total: int, enabled: bool) -> tuple[Any, Callable[[int], None], Callable[[], None]]:
     if not enabled or not sys.stderr.isatty() or total == 0:
         return None, lambda n: None, lambda: None
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
+    # on stderr: rich's default console is stdout, which --format json keeps for the document
     p = Progress(
-        "screening", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+        "screening", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True,
+        console=Console(stderr=True),
     )
     task = p.add_task("screen", total=total)
     p.start()

@@ -43,7 +43,7 @@ class PlanSpace:
     tp: tuple[int, ...] = ()  # default: powers of two up to the GPUs of a node
     pp: tuple[int, ...] = ()  # default: powers of two up to the layer count
     cp: tuple[int, ...] = (1,)
-    ep: tuple[int, ...] = (1,)
+    ep: tuple[int, ...] = ()  # default: 1 for a dense model; for MoE, powers of two dividing the experts
     sp: tuple[bool, ...] = (False, True)
     zero: tuple[int, ...] = (0, 1, 2, 3)
     micro_batch: tuple[int, ...] = (1, 2, 4, 8)
@@ -61,14 +61,17 @@ class PlanSpace:
     def dims(self, model: ModelSpec, gpus_per_node: int) -> dict[str, tuple[object, ...]]:
         tp = self.tp or tuple(t for t in _POW2 if t <= max(gpus_per_node, 1) and t <= self.gpus)
         pp = self.pp or tuple(p for p in _POW2 if p <= model.layers and p <= self.gpus)
-        return {"tp": tp, "pp": pp, "cp": self.cp, "ep": self.ep, "sp": self.sp, "zero": self.zero,
+        ep = self.ep or ((1,) if not model.num_experts else
+                         tuple(e for e in _POW2 if model.num_experts % e == 0 and e <= self.gpus))  # fmt: skip
+        return {"tp": tp, "pp": pp, "cp": self.cp, "ep": ep, "sp": self.sp, "zero": self.zero,
                 "micro_batch": self.micro_batch, "recompute": self.recompute, "schedule": self.schedule}  # fmt: skip
 
     def plans(self, model: ModelSpec, gpus_per_node: int) -> Iterator[tuple[Plan | None, str]]:
         """Every distinct combination: ``(plan, "")`` when structurally valid, else ``(None, message)``
         (count messages by :func:`reason_key`). Combinations that would repeat a plan are not
         yielded: sequence parallelism without TP, ZeRO stages above the smallest tried when
-        dp×cp is 1 (nothing to shard over), and the interleaved schedule without pipeline stages
+        dp×cp is 1 (nothing to shard over), selective recompute beside ``none`` with flash
+        attention (it keeps no scores to drop: the same memory, more time), and the interleaved schedule without pipeline stages
         or with one chunk per stage (``vpp`` 1: the 1F1B plan, when 1F1B is in the space)."""
         d = self.dims(model, gpus_per_node)
         # without pipeline stages interleaving has nothing to interleave: with another schedule
@@ -78,10 +81,14 @@ class PlanSpace:
         for tp, pp, cp, ep, sp, zero, mb, rc, sched in itertools.product(*d.values()):
             if sp and tp == 1:
                 continue  # sequence parallelism is a no-op without TP: not a distinct plan
+            if rc == "selective" and self.attention == "flash" and "none" in self.recompute:
+                continue  # flash attention keeps no scores: the none plan's memory, plus the recompute
             if pp == 1 and flat and sched == "interleaved":
                 continue  # the same plan as with the other schedules (see above)
             base = int(tp) * int(cp) * int(pp)  # type: ignore[call-overload]
             if self.gpus % base:
+                if not (self.tp or self.pp) and self.cp == (1,):
+                    continue  # default degrees whose product outgrows the GPUs: never a plan to try
                 yield None, f"GPUs {self.gpus} not divisible by tp×cp×pp = {base}"
                 continue
             if self.gpus // base * int(cp) == 1 and zero != min(self.zero):  # type: ignore[call-overload]
@@ -89,6 +96,8 @@ class PlanSpace:
             vpps = self.vpp if sched == "interleaved" else (1,)
             if sched == "interleaved" and "1f1b" in self.schedule:
                 vpps = tuple(v for v in vpps if v != 1)  # one chunk per stage is the 1F1B plan
+            if not self.ep and (self.gpus // base) % int(ep):  # type: ignore[call-overload]
+                continue  # a default expert degree that cannot split this dp: not a plan to try
             for v in vpps:
                 fields: dict[str, Any] = {
                     "tp": tp, "pp": pp, "dp": self.gpus // base, "cp": cp, "ep": ep, "sp": sp, "zero": zero,

@@ -130,9 +130,10 @@ def _progress(total: int) -> Any:
 
     if not sys.stderr.isatty():
         return None
+    from rich.console import Console
     from rich.progress import Progress
 
-    p = Progress(transient=True)
+    p = Progress(transient=True, console=Console(stderr=True))  # stdout may hold the JSON
     p.start()
     task = p.add_task("llm cases", total=total)
 
