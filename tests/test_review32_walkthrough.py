@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def _cli(*args: str) -> tuple[int, str]:
     p = subprocess.run([sys.executable, "-m", "trainsim", *args], capture_output=True, text=True, timeout=300,
@@ -25,8 +27,6 @@ def test_flags_show_no_value_type_in_help() -> None:
 
 def test_ctrl_c_inside_a_command_says_so(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     """typer turns a KeyboardInterrupt into a silent exit 130; the CLI says it was interrupted."""
-    import pytest
-
     from trainsim.builders import models
     from trainsim.cli import main
 
@@ -43,8 +43,6 @@ def test_ctrl_c_inside_a_command_says_so(monkeypatch, capsys) -> None:  # type: 
 
 def test_a_resume_file_that_is_not_ours_is_left_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A user's notes given as --resume lost their last line to the torn-tail repair."""
-    import pytest
-
     from trainsim.bench.dataset import check_appendable
     from trainsim.errors import ConfigError
     from trainsim.validate import shard_suite
@@ -98,8 +96,6 @@ def test_gpu_tables_with_dims_off_a_multiple_of_4_are_warned_of(tmp_path) -> Non
 
 def test_a_compressed_dataset_is_not_appended_to(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import gzip
-
-    import pytest
 
     from trainsim.bench.dataset import KERNEL_BENCH_SCHEMA, check_appendable
     from trainsim.errors import ConfigError
@@ -165,3 +161,20 @@ def test_the_does_not_fit_hint_does_not_pin_the_search_to_one_replica() -> None:
 def test_hf_overlap_note_does_not_precede_the_plans_error() -> None:
     rc, out = _cli("predict", "llama2-7b", "--gpus", "8", "--tp", "2", "--impl", "hf")
     assert rc == 1 and "reduced during the backward" not in out and "tp = cp = 1" in out
+
+
+def test_shard_says_where_each_sharders_step_goes() -> None:
+    """On a GPU a small DLRM is ~90 % CPU dispatch, which the table did not show."""
+    import json
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[1] / "examples" / "dlrm_tables.json"
+    rc, out = _cli("shard", str(spec), "--world", "4", "--device", "a100-sxm4-80gb", "--format", "json")
+    assert rc == 0, out
+    doc = json.loads(out[out.index("{"):])
+    for s in doc["sharders"]:
+        cp = s["critical_path_s"]
+        assert cp["kernel"] > 0 and cp["host_gap"] > 0
+        assert sum(cp.values()) == pytest.approx(s["predicted_step_s"], rel=1e-6)
+    rc, out = _cli("shard", str(spec), "--world", "4", "--device", "a100-sxm4-80gb")
+    assert "host-bound" in out and "critical path is CPU time" in " ".join(out.split())

@@ -83,16 +83,16 @@ def shard(
     t = Table(
         title=f"{len(spec.tables)} tables, batch {spec.batch}, {world}× {dev.name} ({best['comm']})"
     )
-    for col in ("sharder", "predicted step", "vs best", "lookup imbalance", "tables per rank"):
-        t.add_column(col, justify="left" if col == "sharder" else "right")
+    for col in ("sharder", "predicted step", "vs best", "lookup imbalance", "host-bound", "tables per rank"):
+        t.add_column(col, justify="left" if col == "sharder" else "right", no_wrap=col == "sharder")
     for r in res:
         if r["predicted_step_s"] is None:  # the reason, whole, goes under the table
-            t.add_row(r["name"], "infeasible", "", "", "— (see below)")
+            t.add_row(r["name"], "infeasible", "", "", "", "— (see below)")
             continue
         per = [r["assignment"].count(k) for k in range(world)]
         t.add_row(r["name"], f"{r['predicted_step_s'] * 1e3:,.3f} ms",
                   f"{(r['predicted_step_s'] / best['predicted_step_s'] - 1) * 100:+.1f} %",
-                  f"{r['imbalance']:.2f}", _per_rank(per))  # fmt: skip
+                  f"{r['imbalance']:.2f}", f"{_host_share(r) * 100:.0f} %", _per_rank(per))  # fmt: skip
     import sys
 
     from rich.console import Console
@@ -106,6 +106,9 @@ def shard(
     over = "" if capacity_gb is not None else "; --capacity-gb overrides"
     stderr.print(f"capacity: {cap / 1e9:.4g} GB of tables per rank ({cap_src}{over}); tables only "
                  "(rows x dim x element size), activations and workspace not counted")  # fmt: skip
+    if _host_share(best) > 0.5:
+        stderr.print(f"[yellow]note:[/] {_host_share(best):.0%} of {best['name']}'s critical path is CPU time (dispatch, "
+                     "launches): the step is host-bound, so the sharders' embedding work moves it little")  # fmt: skip
     prov = best["provenance"]
     if any(k.startswith("spec-based") for k in prov):
         stderr.print(
@@ -115,6 +118,14 @@ def shard(
         stderr.print(
             "[yellow]note:[/] collectives use the host-local estimate; give --system for a modelled network"
         )
+
+
+def _host_share(r: dict[str, object]) -> float:
+    """The share of a sharder's critical path spent on the CPU (host gaps and launch delays)."""
+    cp = r.get("critical_path_s") or {}
+    assert isinstance(cp, dict)
+    total = sum(cp.values())
+    return (cp.get("host_gap", 0.0) + cp.get("launch_delay", 0.0)) / total if total else 0.0
 
 
 _PER_RANK_SHOWN = 16  # ranks listed one by one in "tables per rank"; more are summarised

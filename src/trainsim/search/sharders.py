@@ -242,7 +242,8 @@ def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpe
         except ConfigError as e:
             # the keys of a feasible entry (docs/sharding.md), null, so that JSON readers find them
             failed.append({"name": name, "predicted_step_s": None, "assignment": None, "embedding_load_s": None,
-                           "imbalance": None, "provenance": None, "comm": None, "error": str(e)})  # fmt: skip
+                           "imbalance": None, "provenance": None, "comm": None, "critical_path_s": None,
+                           "error": str(e)})  # fmt: skip
             continue
         w = build_dlrm_workload(
             spec, a, world, device=coster.device, system=system, coster=coster, **build_kw
@@ -251,9 +252,12 @@ def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpe
         for c, r in zip(costs, a, strict=True):
             load[r] += c
         mean = sum(load) / world
-        done.append({"name": name, "predicted_step_s": float(simulate(w, sim_options(w)).predicted_step_s),
+        res = simulate(w, sim_options(w))
+        done.append({"name": name, "predicted_step_s": float(res.predicted_step_s),
                      "assignment": a, "embedding_load_s": load, "imbalance": max(load) / mean if mean else 1.0,
-                     "provenance": provenance_summary(w), "comm": w.metadata["comm"]})  # fmt: skip
+                     "provenance": provenance_summary(w), "comm": w.metadata["comm"],
+                     # where the step's time goes along its critical path (kernel, host_gap, ...)
+                     "critical_path_s": res.critical_path_by_kind()})  # fmt: skip
     if not done:
         raise ConfigError(
             _infeasible_message(
