@@ -178,3 +178,18 @@ def test_shard_says_where_each_sharders_step_goes() -> None:
         assert sum(cp.values()) == pytest.approx(s["predicted_step_s"], rel=1e-6)
     rc, out = _cli("shard", str(spec), "--world", "4", "--device", "a100-sxm4-80gb")
     assert "host-bound" in out and "critical path is CPU time" in " ".join(out.split())
+
+
+def test_a_second_comm_sweep_on_one_dataset_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two `bench comm` runs on one file wrote every case twice (no lock, unlike the kernel bench)."""
+    from trainsim.bench.comm import run_comm_bench
+    from trainsim.bench.runner import _locked
+    from trainsim.errors import ConfigError
+
+    path = tmp_path / "comm.jsonl"
+    with _locked(path), pytest.raises(ConfigError, match="another benchmark sweep is writing"):
+        run_comm_bench(path, kinds=("all_reduce",), sizes_bytes=(1024,), quick=True)
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"schema": "trainsim.kernel-bench/1"}\n')
+    with pytest.raises(ConfigError, match="not a trainsim comm bench dataset"):
+        run_comm_bench(notes, kinds=("all_reduce",), sizes_bytes=(1024,), quick=True)

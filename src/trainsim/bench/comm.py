@@ -19,6 +19,7 @@ received)), send/recv one message (pairs 0→1, 2→3, ... at once).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -307,37 +308,66 @@ def run_comm_bench(dataset: Path | str, *, kinds: Sequence[C | str] = BENCH_KIND
     from trainsim.ir.serialize import output_path
 
     path = output_path(dataset)  # not a folder, its folder creatable: one-line errors
-    fp = device_fingerprint(device)
-    dev_name = fp["gpu"] or fp["cpu"]
-    done = _load_done(path) if resume else set()
-    todo = [(C(k).value, int(s)) for k in kinds for s in sizes]
-    pending = [
-        (k, s)
-        for k, s in todo
-        if _row_key(k, _model_size(C(k), s, world), world, backend, fp["id"]) not in done
-    ]
-    before = _count_rows(path)
-    if pending:
-        cfg = {"backend": backend, "device": device, "device_name": dev_name, "dataset": str(path), "todo": pending,
-               "warmup": warmup, "iters": iters, "fingerprint": fp}  # fmt: skip
-        if under_torchrun:
-            cfg.update(init_method="env://", owns_group=not torch.distributed.is_initialized())
-            _bench_rank(int(os.environ["RANK"]), world, cfg)
-        else:
-            cfg["init_method"] = f"tcp://127.0.0.1:{_free_port()}"
-            # fork reuses this process's imported torch (seconds per rank saved); CUDA needs spawn.
-            method = "fork" if device == "cpu" and hasattr(os, "fork") else "spawn"
-            try:
-                torch.multiprocessing.start_processes(
-                    _spawn_entry, args=(world, cfg), nprocs=world, join=True, start_method=method
-                )
-            except Exception as e:  # torch raises ProcessRaisedException / ProcessExitedException
-                raise CaptureError(
-                    f"comm benchmark with {world} {backend} ranks failed: {str(e).strip().splitlines()[-1]}"
-                ) from e
-    written = _count_rows(path) - before
-    refused = tuple(sorted({k for k, _ in pending} - _kinds_in(path, fp["id"], world, backend)))
+    from trainsim.bench.dataset import check_appendable
+    from trainsim.bench.runner import _locked
+
+    check_appendable(path, BENCH_SCHEMA, "a trainsim comm bench dataset")  # before its tail is cut
+    # one sweep writes a dataset at a time (under torchrun only rank 0 writes, so it alone locks)
+    lock = _locked(path) if not under_torchrun or os.environ["RANK"] == "0" else contextlib.nullcontext()
+    with lock:
+        fp = device_fingerprint(device)
+        dev_name = fp["gpu"] or fp["cpu"]
+        done = _load_done(path) if resume else set()
+        todo = [(C(k).value, int(s)) for k in kinds for s in sizes]
+        pending = [
+            (k, s)
+            for k, s in todo
+            if _row_key(k, _model_size(C(k), s, world), world, backend, fp["id"]) not in done
+        ]
+        before = _count_rows(path)
+        if pending:
+            cfg = {"backend": backend, "device": device, "device_name": dev_name, "dataset": str(path), "todo": pending,
+                   "warmup": warmup, "iters": iters, "fingerprint": fp}  # fmt: skip
+            if under_torchrun:
+                cfg.update(init_method="env://", owns_group=not torch.distributed.is_initialized())
+                _bench_rank(int(os.environ["RANK"]), world, cfg)
+            else:
+                cfg["init_method"] = f"tcp://127.0.0.1:{_free_port()}"
+                _run_ranks(world, cfg, backend, device)
+        written = _count_rows(path) - before
+        refused = tuple(sorted({k for k, _ in pending} - _kinds_in(path, fp["id"], world, backend)))
     return BenchResult(path, written, len(todo) - len(pending), refused, dev_name)
+
+
+def _run_ranks(world: int, cfg: dict[str, Any], backend: str, device: str) -> None:
+    """The ranks as local processes. On Ctrl-C they are stopped, not left to finish the sweep:
+    torch's children swallow the interrupt, a rank blocked in a collective whose peer left never
+    returns, and multiprocessing's exit handler would wait for them (rows already written stay:
+    each is one appended write)."""
+    import torch
+
+    # fork reuses this process's imported torch (seconds per rank saved); CUDA needs spawn.
+    method = "fork" if device == "cpu" and hasattr(os, "fork") else "spawn"
+    ctx = torch.multiprocessing.start_processes(
+        _spawn_entry, args=(world, cfg), nprocs=world, join=False, start_method=method
+    )
+    try:
+        while not ctx.join():
+            pass
+    except KeyboardInterrupt:
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in ctx.processes:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        raise
+    except Exception as e:  # torch raises ProcessRaisedException / ProcessExitedException
+        raise CaptureError(
+            f"comm benchmark with {world} {backend} ranks failed: {str(e).strip().splitlines()[-1]}"
+        ) from e
 
 
 def _model_size(kind: C, nbytes: int, world: int) -> float:
