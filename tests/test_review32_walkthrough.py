@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +194,31 @@ def test_a_second_comm_sweep_on_one_dataset_is_refused(tmp_path) -> None:  # typ
     notes.write_text('{"schema": "trainsim.kernel-bench/1"}\n')
     with pytest.raises(ConfigError, match="not a trainsim comm bench dataset"):
         run_comm_bench(notes, kinds=("all_reduce",), sizes_bytes=(1024,), quick=True)
+
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "calibration").is_dir(), reason="needs ../shared/data")
+def test_a_device_yaml_of_another_architecture_cannot_claim_the_data(tmp_path: Path) -> None:
+    """A100 operator data fitted with --device my-h100.yaml were stamped calibrated for the H100."""
+    dev = tmp_path / "h100-pcie.yaml"
+    dev.write_text("schema_version: 1\nname: my-h100-pcie\nvendor: nvidia\narchitecture: hopper\nmemory_GB: 80\n"
+                   "memory_bandwidth_GBps: 2000\nsm_count: 114\npeak_tflops: {fp32: 51, fp16: 756, bf16: 756}\n"
+                   "sources: [{kind: datasheet, title: NVIDIA H100 PCIe datasheet}]\n")  # fmt: skip
+    data = SHARED_DATA / "calibration" / "a100-sxm4-80gb_perlmutter" / "operator"
+    rc, out = _cli("fit", str(data), "--device", str(dev), "--op", "gelu")
+    assert rc == 1 and "contradicts the data" in out and "ampere" in out, out
+
+
+def test_gloo_measurements_cannot_calibrate_a_gpu_system(tmp_path: Path) -> None:
+    import json
+
+    rows = tmp_path / "comm.jsonl"
+    with rows.open("w") as fh:
+        for n in (1024, 65536, 1 << 20, 1 << 22):
+            fh.write(json.dumps({"schema": "trainsim.comm-bench/1", "kind": "all_reduce", "nbytes": n, "nodes": 1,
+                                 "gpus_per_node": 2, "duration_s": 1e-4 + n / 1e9, "backend": "gloo",
+                                 "device": "AMD EPYC"}) + "\n")  # fmt: skip
+    rc, out = _cli("fit-comm", str(rows), "--system", "dgx-h100")
+    assert rc == 1 and "measured with gloo between CPU processes" in " ".join(out.split()), out

@@ -72,6 +72,11 @@ def fit_comm_cmd(
         datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None
     )
     spec = get_system(system) if system else guess_system(ds)
+    if system and spec is not None and get_device(spec.device).sm_count is not None and any(
+            x.series == "gloo" for x in ds.samples):  # fmt: skip
+        raise ConfigError(f"--system {spec.name} is a GPU system ({spec.device}), and {ds.name}'s rows were measured "
+                          f"with gloo between CPU processes ({ds.device or 'a CPU'}): they time host collectives, "
+                          "not this system's links; drop --system (or fit NCCL measurements of that system)")  # fmt: skip
     if system and spec is not None and ds.device:
         from trainsim.hardware import find_device
 

@@ -19,15 +19,22 @@ def _out() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def _check_device(spec: Any, ds: Any) -> None:
+def _check_device(spec: Any, ds: Any, *, arch_only: bool = False) -> None:
     """A catalog --device must be the device the data say they were measured on (review
     finding: A100 data stamped H100): another architecture or tensor-core peak is an error;
-    a sibling part (A100 40 GB for 80 GB data) is accepted."""
+    a sibling part (A100 40 GB for 80 GB data) is accepted. ``arch_only``: a device YAML (a
+    `bench roofline` file names its own measured peaks) need only share the architecture."""
     from trainsim.errors import ConfigError
     from trainsim.hardware import find_device
 
     stated = find_device(ds.device) if ds.device else None
-    if stated is not None and not stated.is_sibling_of(spec):
+    if stated is None:
+        return
+    if arch_only and stated.architecture != spec.architecture:
+        raise ConfigError(f"--device {spec.name} ({spec.architecture}) contradicts the data: {ds.name} was measured "
+                          f"on {ds.device} ({stated.name}, {stated.architecture}); drop --device or fit data of "
+                          "that device")  # fmt: skip
+    if not arch_only and not stated.is_sibling_of(spec):
         raise ConfigError(f"--device {spec.name} contradicts the data: {ds.name} was measured on {ds.device} "
                           f"({stated.name}); drop --device or fit data of that device")  # fmt: skip
 
@@ -145,8 +152,8 @@ def fit_cmd(
         ds, dropped_noisy = ds.without_spread_above(max_spread)
         log(f"--max-spread {max_spread:g}: left out {dropped_noisy} rows whose repeats spread more")
     spec = get_device(device) if device else _device_beside(ds, datasets)
-    if device and spec is not None and not (device.endswith((".yaml", ".yml")) or Path(device).is_file()):
-        _check_device(spec, ds)  # a measured device file (`bench roofline`) names its own peaks
+    if device and spec is not None:  # a measured device file (`bench roofline`) names its own peaks
+        _check_device(spec, ds, arch_only=device.endswith((".yaml", ".yml")) or Path(device).is_file())
     log(f"{len(ds)} rows, {len(ds.entry_keys())} entries from {ds.name} ({', '.join(sorted(ds.formats))}); "
         f"device {spec.name if spec else ds.device}")  # fmt: skip
 
