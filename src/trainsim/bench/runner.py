@@ -394,7 +394,7 @@ def run_sweep(
             if c.key not in done:
                 done.add(c.key)  # a case listed twice is measured once
                 pending.append(c)
-        with _progress(progress, len(pending)) as bar:
+        with _progress(progress, len(pending)) as bar, _interrupt_note(path, written, len(pending)):
             task = bar.add_task("benchmark", total=len(pending))
             for case in pending:
                 bar.update(task, description=f"{case.suite}/{case.op} {case.phase.value}")
@@ -416,6 +416,20 @@ def run_sweep(
         failed=tuple(failed), device=env["device"], fingerprint=env["fingerprint"],
         wall_s=time.perf_counter() - t0, per_suite=dict(written),
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _interrupt_note(path: Path, written: Counter[str], pending: int) -> Iterator[None]:
+    """On Ctrl-C, one line: what the dataset kept and how to go on; then the interrupt goes on."""
+    import sys
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        n = sum(written.values())
+        print(f"[bench] interrupted: {n} of this run's {pending} cases are in {path} (each row is written as it is "
+              "measured); rerun the same command to measure the rest", file=sys.stderr, flush=True)  # fmt: skip
+        raise
 
 
 __all__ = [
