@@ -252,8 +252,11 @@ def _print_summary(out: Console, doc: dict[str, Any]) -> None:
         line += f"; {len(unscored)} without one (below)"
     bad = [m for m in models if m["heldout_implausible_rows"] and m["mape_pct"] is not None]
     if bad:
+        every = [m["mape_all_rows_pct"] for m in models if m["mape_pct"] is not None and math.isfinite(m["mape_pct"])
+                 and m["mape_all_rows_pct"] is not None]  # fmt: skip
         line += (f"; {sum(m['heldout_implausible_rows'] for m in bad)} held-out rows of {len(bad)} scored "
-                 f"entr{'y' if len(bad) == 1 else 'ies'} >10x off are not in it (see all rows MAPE)")  # fmt: skip
+                 f"entr{'y' if len(bad) == 1 else 'ies'} >10x off are not in it"
+                 + (f": with them, mean MAPE {sum(every) / len(every):.2f} % (all rows MAPE)" if every else ""))  # fmt: skip
     out.print(line)
     shipped = {m["entry"] for m in models if m["kind"]}
     for label, why in unscored.items():
