@@ -238,3 +238,20 @@ def test_the_fit_summary_gives_the_mean_with_the_rows_it_left_out(capsys) -> Non
     _print_summary(Console(width=300), doc)
     out = capsys.readouterr().out
     assert "mean MAPE 48.50 %" in out and "with them, mean MAPE 5973.00 %" in out
+
+
+def test_fit_warns_of_rows_of_two_thread_counts(tmp_path: Path) -> None:
+    import json
+
+    rows = tmp_path / "b.jsonl"
+    with rows.open("w") as fh:
+        for i, threads in enumerate((1, 1, 1, 2, 2, 2)):
+            fh.write(json.dumps({"schema": "trainsim.kernel-bench/1", "device": "cpu", "fingerprint": "abc",
+                                 "threads": threads, "family": "elementwise", "op": "res_add", "phase": "fwd",
+                                 "dtype": "fp32", "features": {"b": 1, "l": 256 * (1 + i % 3), "dim": 1024},
+                                 "duration_s": 1e-4 * (1 + i % 3)}) + "\n")  # fmt: skip
+    from trainsim.kernels import read_kernel_dataset
+
+    assert read_kernel_dataset([rows]).setups == {("abc", 1), ("abc", 2)}
+    rc, out = _cli("fit", str(rows))
+    assert "2 machine/thread setups" in " ".join(out.split()), out

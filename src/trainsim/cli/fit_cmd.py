@@ -151,6 +151,11 @@ def fit_cmd(
             raise ConfigError(f"--max-spread must be positive, got {max_spread}")
         ds, dropped_noisy = ds.without_spread_above(max_spread)
         log(f"--max-spread {max_spread:g}: left out {dropped_noisy} rows whose repeats spread more")
+    if len(ds.setups) > 1:
+        seen = ", ".join(f"{fp[:8]}/{'?' if t is None else t} threads" for fp, t in sorted(ds.setups, key=str))
+        log(f"warning: {ds.name} holds rows of {len(ds.setups)} machine/thread setups ({seen}): they are fitted "
+            "together and a shape's repeats averaged across them; fit one setup at a time (bench --threads "
+            "changes CPU timings a lot)")  # fmt: skip
     spec = get_device(device) if device else _device_beside(ds, datasets)
     if device and spec is not None:  # a measured device file (`bench roofline`) names its own peaks
         _check_device(spec, ds, arch_only=device.endswith((".yaml", ".yml")) or Path(device).is_file())

@@ -57,6 +57,7 @@ class FileRead:
     samples: list[KernelSample]
     device: str | None = None
     fingerprint: str | None = None
+    setups: frozenset[tuple[str, int | None]] = frozenset()  # (fingerprint, threads) of bench rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +197,7 @@ def _open_text(path: Path, encoding: str = "utf-8", **kw: Any) -> Any:
 def read_kernel_jsonl(path: Path) -> FileRead:
     out: list[KernelSample] = []
     device = fingerprint = None
+    setups: set[tuple[str, int | None]] = set()
     with _open_text(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -217,7 +219,10 @@ def read_kernel_jsonl(path: Path) -> FileRead:
                 raise TraceFormatError(path, f"line {lineno}: not a {SCHEMA} row ({e})") from None
             device = device or row.get("device")
             fingerprint = fingerprint or row.get("fingerprint")
-    return FileRead(out, device, fingerprint)
+            if row.get("fingerprint"):
+                threads = row.get("threads")
+                setups.add((str(row["fingerprint"]), threads if isinstance(threads, int) else None))
+    return FileRead(out, device, fingerprint, frozenset(setups))
 
 
 def read_kernel_csv(path: Path) -> FileRead:
@@ -368,6 +373,7 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
             )
         ds.device = ds.device or got.device
         ds.fingerprint = ds.fingerprint or got.fingerprint
+        ds.setups |= got.setups
         ds.formats.add(fmt.name)
     if not ds.samples and keep is not None and seen:
         raise TraceFormatError(plist[0], f"no rows of operator(s) {', '.join(sorted(keep))}; the data hold "

@@ -63,6 +63,9 @@ class KernelDataset:
     device: str | None = None  # the device name as the data states it
     fingerprint: str | None = None
     formats: set[str] = field(default_factory=set)
+    # (fingerprint, threads) of the bench rows: more than one, and repeats of a shape measured
+    # on another machine or thread count are averaged together
+    setups: set[tuple[str, int | None]] = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.samples)
