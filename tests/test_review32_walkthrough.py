@@ -253,5 +253,26 @@ def test_fit_warns_of_rows_of_two_thread_counts(tmp_path: Path) -> None:
     from trainsim.kernels import read_kernel_dataset
 
     assert read_kernel_dataset([rows]).setups == {("abc", 1), ("abc", 2)}
-    rc, out = _cli("fit", str(rows))
+    _rc, out = _cli("fit", str(rows))
     assert "2 machine/thread setups" in " ".join(out.split()), out
+
+
+def test_hardware_values_in_the_wrong_unit_and_misspelt_keys_are_named(tmp_path: Path) -> None:
+    """25000000000 in a GB/s field ran as a network 1e9x too fast; an unknown key read as a
+    missing one."""
+    from trainsim.errors import ConfigError
+    from trainsim.hardware import get_system
+
+    base = ("schema_version: 1\nname: box\ndescription: d\ndevice: h100-sxm5-80gb\ngpus_per_node: 4\n"
+            "sources: [{kind: datasheet, title: t}]\ntiers:\n  - {name: nv, kind: nvswitch, scope: node, ")  # fmt: skip
+    bad = tmp_path / "bps.yaml"
+    bad.write_text(base + "bandwidth_per_gpu_GBps: 25000000000, latency_us: 2}\n")
+    with pytest.raises(ConfigError, match=r"tiers\.0\.bandwidth_per_gpu_GBps: 2\.5e\+10 is beyond any hardware"):
+        get_system(str(bad))
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(base + "bandwidth_Gbps: 300, latency_us: 2}\n")
+    with pytest.raises(ConfigError, match=r"tiers\.0\.bandwidth_Gbps: unknown field \(a misspelling of bandwidth_per_gpu_GBps\?\)"):
+        get_system(str(typo))
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(base + "bandwidth_per_gpu_GBps: 450, latency_us: 2}\n")
+    assert get_system(str(ok)).tiers[0].bandwidth_per_gpu_GBps == 450

@@ -53,11 +53,25 @@ def validation_message(e: ValidationError, prefix: str = "") -> str:
     def where(loc: tuple[int | str, ...]) -> str:
         return ".".join([*([prefix] if prefix else []), *map(str, loc)]) or "(top level)"
 
-    errs = e.errors()
+    import difflib
+
+    errs = list(e.errors())
+    # an unknown key first, with the missing key it most likely misspells: "bandwidth_Gbps" read
+    # "field tiers.0.bandwidth_per_gpu_GBps: Field required (also: tiers.0.bandwidth_Gbps)"
+    extra = [x for x in errs if x["type"] == "extra_forbidden"]
+    if extra:
+        x = extra[0]
+        missing = [str(m["loc"][-1]) for m in errs if m["type"] == "missing" and m["loc"][:-1] == x["loc"][:-1]]
+        close = difflib.get_close_matches(str(x["loc"][-1]), missing, n=1, cutoff=0.3)
+        hint = (f" (a misspelling of {close[0]}?)" if close
+                else f" (missing here: {', '.join(missing)})" if missing else "")  # fmt: skip
+        errs.remove(x)
+        errs.insert(0, {**x, "msg": f"unknown field{hint}"})
     others = [where(x["loc"]) for x in errs[1:]]
     shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
     more = f" (also: {shown})" if others else ""
-    return f"field {where(errs[0]['loc'])}: {errs[0]['msg']}{more}"
+    msg = str(errs[0]["msg"]).removeprefix("Value error, ")
+    return f"field {where(errs[0]['loc'])}: {msg}{more}"
 
 
 def _packaged(prefix: str, model: type[_M]) -> dict[str, _M]:

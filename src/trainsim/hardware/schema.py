@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -24,6 +24,26 @@ USABLE_FRACTION = 40441 / 40960  # deviceQuery total / marketed GiB, A100 40 GB 
 class _Strict(BaseModel):
     # allow_inf_nan: `gt=0` alone lets `.inf` through (a latency of .inf made every time NaN)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Upper bounds far above any hardware (2026: HBM ~10 TB/s, NVLink 1.8 TB/s per GPU, NICs 800
+# Gb/s), per field: a value above one was written in another unit than the field's name says
+# (25000000000 bytes/s in a GB/s field), which would otherwise run as a machine 1e9x faster.
+_PLAUSIBLE = {
+    "memory_GB": (1e5, "GB"), "memory_bandwidth_GBps": (1e5, "GB/s"), "l2_cache_MB": (1e5, "MB"),
+    "gpu_link_bandwidth_GBps": (1e5, "GB/s"), "pcie_bandwidth_GBps": (1e4, "GB/s"),
+    "bandwidth_per_gpu_GBps": (1e5, "GB/s"), "nic_bandwidth_Gbps": (1e6, "Gb/s"), "latency_us": (1e6, "µs"),
+    "fp32": (1e6, "TFLOP/s"), "tf32": (1e6, "TFLOP/s"), "fp16": (1e6, "TFLOP/s"), "bf16": (1e6, "TFLOP/s"),
+    "fp8": (1e6, "TFLOP/s"), "measured_gemm_bf16_tflops": (1e6, "TFLOP/s"),
+}  # fmt: skip
+
+
+def _plausible(v: float | None, info: ValidationInfo) -> float | None:
+    limit, unit = _PLAUSIBLE[str(info.field_name)]
+    if v is not None and v > limit:
+        raise ValueError(f"{v:g} is beyond any hardware (at most {limit:g} {unit}); the field is in {unit}: "
+                         "was it written in bytes or bits?")  # fmt: skip
+    return v
 
 
 class SourceKind(StrEnum):
@@ -53,6 +73,8 @@ class PeakTflops(_Strict):
     bf16: float | None = Field(default=None, gt=0)
     fp8: float | None = Field(default=None, gt=0)
 
+    _scale = field_validator("fp32", "tf32", "fp16", "bf16", "fp8")(_plausible)
+
 
 class DeviceSpec(_Strict):
     """One accelerator model (datasheet peaks, measured best where known)."""
@@ -78,6 +100,9 @@ class DeviceSpec(_Strict):
         default=None, gt=0, description="host CPU: its widest SIMD registers (512 AVX-512, 256 AVX2); null for GPUs"
     )
     sources: tuple[Source, ...] = Field(min_length=1)
+
+    _scale = field_validator("memory_GB", "memory_bandwidth_GBps", "l2_cache_MB", "gpu_link_bandwidth_GBps",
+                             "pcie_bandwidth_GBps", "measured_gemm_bf16_tflops")(_plausible)  # fmt: skip
 
     @property
     def memory_bytes(self) -> float:
@@ -137,6 +162,8 @@ class NetworkTier(_Strict):
     latency_us: float = Field(ge=0)
     nics_per_node: int | None = Field(default=None, gt=0)
     nic_bandwidth_Gbps: float | None = Field(default=None, gt=0)  # noqa: N815
+
+    _scale = field_validator("bandwidth_per_gpu_GBps", "nic_bandwidth_Gbps", "latency_us")(_plausible)
 
     @property
     def bandwidth_per_gpu_Bps(self) -> float:  # noqa: N802
