@@ -276,3 +276,18 @@ def test_hardware_values_in_the_wrong_unit_and_misspelt_keys_are_named(tmp_path:
     ok = tmp_path / "ok.yaml"
     ok.write_text(base + "bandwidth_per_gpu_GBps: 450, latency_us: 2}\n")
     assert get_system(str(ok)).tiers[0].bandwidth_per_gpu_GBps == 450
+
+
+def test_fit_skips_paper_001s_nccl_files_in_a_folder_and_names_one_given(tmp_path: Path) -> None:
+    from trainsim.errors import TraceFormatError
+    from trainsim.kernels import read_kernel_dataset
+
+    (tmp_path / "nccl").mkdir()
+    nccl = tmp_path / "nccl" / "NVIDIAA100-SXM4-80GB_allgather_large_fp16_1_2.csv"
+    nccl.write_text("shape,nodes,GPUsPerNode,dur(us)\n134217728.0,1.0,2.0,6294.6\n")
+    ops = tmp_path / "b.jsonl"
+    ops.write_text('{"schema": "trainsim.kernel-bench/1", "device": "cpu", "op": "res_add", "phase": "fwd", '
+                   '"dtype": "fp32", "features": {"b": 1, "l": 256, "dim": 1024}, "duration_s": 0.0001}\n')  # fmt: skip
+    assert len(read_kernel_dataset([tmp_path])) == 1
+    with pytest.raises(TraceFormatError, match="trainsim fit-comm"):
+        read_kernel_dataset([nccl])

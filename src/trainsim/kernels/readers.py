@@ -328,6 +328,17 @@ def _is_kernel_export(path: Path) -> bool:
                                                                 and '"input_shapes"' in head)  # fmt: skip
 
 
+def _is_collective_csv(path: Path) -> bool:
+    """Whether ``path`` starts like paper 001's NCCL CSVs (``shape,nodes,GPUsPerNode,dur(us)``)."""
+    if path.suffix != ".csv":
+        return False
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return f.readline().lstrip("\ufeff").startswith("shape,nodes,GPUsPerNode")
+    except OSError:
+        return False
+
+
 def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
                         ops: Iterable[str] | None = None) -> KernelDataset:  # fmt: skip
     """Read kernel measurements from files and folders into one dataset.
@@ -341,6 +352,11 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
     seen: set[str] = set()  # every operator the inputs hold (for an --op that matches none)
     ds = KernelDataset(name or dataset_name(plist))
     for path, explicit in _expand(plist):
+        if _is_collective_csv(path):  # paper 001's NCCL timings sit beside its operators
+            if explicit:
+                raise TraceFormatError(path, "collective timings (paper 001's NCCL CSV), not operators: fit them "
+                                             "with `trainsim fit-comm`")  # fmt: skip
+            continue
         try:
             fmt = sniff_format(path)
         except UnicodeDecodeError as e:
