@@ -196,7 +196,7 @@ def _make_op(kind: C, nbytes: int, rank: int, world: int, dev: Any) -> tuple[Any
         send = splits[rank]
         recv = [splits[j][rank] for j in range(world)]
         inp, out = torch.ones(sum(send), device=dev), torch.empty(sum(recv), device=dev)
-        size = all_to_all_size_bytes([[x * _ELEM_BYTES for x in row] for row in splits])
+        size = int(all_to_all_size_bytes([[x * _ELEM_BYTES for x in row] for row in splits]))  # whole bytes
         return (lambda: dist.all_to_all_single(out, inp, recv, send)), size
     if kind is C.SEND:
         t = torch.ones(elems, device=dev)
@@ -377,7 +377,7 @@ def _model_size(kind: C, nbytes: int, world: int) -> float:
         return max(elems // world, 1) * world * _ELEM_BYTES
     if kind is C.ALL_TO_ALLV:
         splits = _alltoallv_splits(world, elems)
-        return all_to_all_size_bytes([[x * _ELEM_BYTES for x in row] for row in splits])
+        return int(all_to_all_size_bytes([[x * _ELEM_BYTES for x in row] for row in splits]))
     return elems * _ELEM_BYTES
 
 
