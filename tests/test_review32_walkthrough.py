@@ -291,3 +291,31 @@ def test_fit_skips_paper_001s_nccl_files_in_a_folder_and_names_one_given(tmp_pat
     assert len(read_kernel_dataset([tmp_path])) == 1
     with pytest.raises(TraceFormatError, match="trainsim fit-comm"):
         read_kernel_dataset([nccl])
+
+
+def test_replay_resizes_with_the_users_kernel_models_of_the_traces_device(tmp_path: Path) -> None:
+    """`replay --batch` took only the shipped calibrations; a user's `trainsim fit` artifact
+    now answers first, and one of another kind of device is refused."""
+    import json
+
+    from trainsim.validate import gpu_e2e_suite as suite
+
+    data = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "bench" / "data"
+    folder = suite._unpack_shipped(tmp_path) / "resnet_b1024_t1_s5_r0"
+    gpu_models = data / "cuda_full_03b482ae582e2c80.models.npz"
+    rc, out = _cli("replay", str(folder), "--batch", "2048", "--kernel-models", str(gpu_models), "--format", "json")
+    assert rc == 0, out
+    applied = json.loads(out[out.index("{"):])["whatif"]["applied"][0]
+    assert applied.startswith(f"batch 1024 → 2048 (kernel models: {gpu_models.name}, then calibrated")
+    rows = tmp_path / "cpu.jsonl"
+    with rows.open("w") as fh:
+        for i in range(24):
+            fh.write(json.dumps({"schema": "trainsim.kernel-bench/1", "device": "AMD EPYC", "op": "res_add",
+                                 "phase": "fwd", "dtype": "fp32", "features": {"b": 1, "l": 256 * (1 + i), "dim": 1024},
+                                 "duration_s": 1e-4 * (1 + i)}) + "\n")  # fmt: skip
+    cpu_models = tmp_path / "cpu.npz"
+    rc, out = _cli("fit", str(rows), "--device", str(data / "cpu_full_97317d12607a0598.device.yaml"),
+                   "--kinds", "poly", "-o", str(cpu_models))  # fmt: skip
+    assert rc == 0 and cpu_models.is_file(), out
+    rc, out = _cli("replay", str(folder), "--batch", "2048", "--kernel-models", str(cpu_models))
+    assert rc == 1 and "but the trace ran on" in out and "Traceback" not in out

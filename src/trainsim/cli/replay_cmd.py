@@ -65,6 +65,7 @@ def replay(
     hidden: int | None = typer.Option(None, "--hidden", help="What-if: the step at this hidden size (one rank; every width scales with it: weights, activations, the head size; kernels re-timed)."),
     scale_heads: bool = typer.Option(False, "--scale-heads", help="--hidden: the head count scales and the head size stays (as model families grow); default: the heads stay, the head size scales."),
     old_hidden: int | None = typer.Option(None, "--old-hidden", help="--hidden: the traced hidden size (default: capture.json, else the width of the trace's embedding tables)."),
+    kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact answering the resize what-ifs (--batch, --seq-len, --hidden) before the shipped calibrations (repeatable): of this CPU for a CPU trace, of the trace's GPU for a GPU trace."),
     segments: bool = typer.Option(False, "--segments", help="JSON: include every critical-path segment."),
 ) -> None:  # fmt: skip
     """Simulate the traced step (critical path over CPU threads, streams and ranks)."""
@@ -129,9 +130,13 @@ def replay(
                          intra_rank_sync=not no_intra_rank_sync, stats_iqr=stats_iqr, system=system)  # fmt: skip
     if system is not None and kernels is not KernelSource.MODEL:
         raise ConfigError("--system chooses the collective models of --kernels model")
+    user_models = _user_kernel_models(kernel_models)
+    if user_models and batch is None and seq_len is None and hidden is None:
+        stderr.print("[yellow]warning:[/] --kernel-models answers the resize what-ifs (--batch, --seq-len, "
+                     "--hidden); this replay has none, so they are not used")  # fmt: skip
     with stderr.status("loading and simulating...", spinner="dots"):
         rep = replay_paths(paths, options, step=_step(step), link_et=not no_et)
-        whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family,
+        whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family, user_models=user_models,
                           resize=(traced_batch, batch) if batch is not None and traced_batch else None,
                           resize_seq=(traced_seq, seq_len, _manifest_batch(paths)) if seq_len is not None and traced_seq else None,
                           resize_hidden=(old_hidden or _manifest_field(paths, "hidden"), hidden, scale_heads) if hidden is not None else None)  # fmt: skip
@@ -222,31 +227,56 @@ def _example_max_seq(paths: list[Path]) -> tuple[str, int] | None:
     return (name, longest) if longest is not None else None
 
 
-def _resize_timer(w: Any) -> tuple[Any, str]:
-    """Kernel-model answers for resizing ``w``: the shipped calibration of its GPU (H100) or of
-    this host's CPU (a CPU trace), else its catalog device's models; None (work ratios) when the
-    trace names no known device."""
+def _user_kernel_models(paths: list[Path] | None) -> tuple[tuple[Path, Any], ...]:
+    """``--kernel-models`` loaded (numbers and JSON only), each with its path."""
+    from trainsim.kernels import load_model
+
+    return tuple((p, load_model(p)) for p in paths or ())
+
+
+def _resize_timer(w: Any, user: tuple[tuple[Path, Any], ...] = ()) -> tuple[Any, str]:
+    """Kernel-model answers for resizing ``w``: ``user`` artifacts first (``--kernel-models``),
+    then the shipped calibration of its GPU (H100) or of this host's CPU (a CPU trace), else its
+    catalog device's models; None (work ratios) when the trace names no known device."""
     from trainsim.builders.dlrm import Coster
+    from trainsim.errors import ConfigError
     from trainsim.hardware import find_device
+    from trainsim.kernels import load_model
     from trainsim.validate.gpu_e2e_suite import default_cache_dir, gpu_kernel_models, resize_timer
     from trainsim.validate.shard_suite import cpu_device_file, cpu_kernel_models
 
     gpu = next((r.device for r in w.ranks if r.device), "")
+    cpu_trace = not gpu and not any(not k.family.is_communication for r in w.ranks for o in r.ops for k in o.kernels)
+    spec = find_device(gpu) if gpu else None
+    for p, m in user:  # a CPU trace takes CPU artifacts, a GPU trace those of its GPU's architecture
+        fitted_on = getattr(m, "spec", None) or find_device(m.device)
+        on_gpu = fitted_on is not None and fitted_on.sm_count is not None
+        if cpu_trace and on_gpu:
+            raise ConfigError(f"--kernel-models {p}: fitted on {m.device}, a GPU; this is a CPU trace")
+        if not cpu_trace and (spec is None or not on_gpu or fitted_on.architecture != spec.architecture):  # type: ignore[union-attr]
+            raise ConfigError(f"--kernel-models {p}: fitted on {m.device}, but the trace ran on {gpu or 'an unnamed device'}")
+    mine = [m for _, m in user]
+    named = f"{', '.join(p.name for p, _ in user)}, then " if user else ""
     calibration = gpu_kernel_models(gpu) if gpu else None
     if calibration is not None:
         device_file, artifact, note = calibration
+        if mine:
+            shipped = [load_model(artifact)] if artifact is not None else []
+            return Coster(str(device_file), [*mine, *shipped]).time, named + note
         return resize_timer(device_file, artifact), note
     # a CPU trace: no device kernels (gloo collectives are recorded as communication "kernels")
-    if not gpu and not any(not k.family.is_communication for r in w.ranks for o in r.ops for k in o.kernels):
+    if cpu_trace:
         artifact, note = cpu_kernel_models(default_cache_dir().parent, log=log)
-        return Coster(str(cpu_device_file()), artifact).time, note
-    spec = find_device(gpu) if gpu else None
+        shipped = [load_model(artifact)] if artifact is not None else []
+        return Coster(str(cpu_device_file()), [*mine, *shipped]).time, named + note
     if spec is not None:
-        return Coster(spec).time, f"the catalog models of {spec.name} (calibrated where shipped, else spec-based)"
+        return Coster(spec, mine or None).time, (f"{named}the catalog models of {spec.name} (calibrated where "
+                                                  "shipped, else spec-based)")  # fmt: skip
     return None, f"no kernel models for device {gpu or '(unnamed)'}: each op scaled by its work"
 
 
 def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | None, family: str | None,
+             user_models: tuple[tuple[Path, Any], ...] = (),
              resize: tuple[int, int] | None = None, resize_seq: tuple[int, int, int | None] | None = None,
              resize_hidden: tuple[int | None, int, bool] | None = None) -> dict[str, Any]:  # fmt: skip
     from trainsim.errors import ConfigError
@@ -257,19 +287,19 @@ def _whatifs(rep: Any, options: Any, *, straggler: str | None, network: float | 
     if resize is not None:
         from trainsim.sim.resize import resize_batch
 
-        timer, note = _resize_timer(w)
+        timer, note = _resize_timer(w, user_models)
         w = resize_batch(w, resize[1], old_batch=resize[0], timer=timer)
         applied.append(f"batch {resize[0]} → {resize[1]} (kernel models: {note})")
     if resize_seq is not None:
         from trainsim.sim.resize import resize_seq as resize_sequence
 
-        timer, note = _resize_timer(w)
+        timer, note = _resize_timer(w, user_models)
         w = resize_sequence(w, resize_seq[1], old_seq=resize_seq[0], batch=resize_seq[2], timer=timer)
         applied.append(f"sequence {resize_seq[0]} → {resize_seq[1]} tokens (kernel models: {note})")
     if resize_hidden is not None:
         from trainsim.sim.resize import resize_hidden as resize_width
 
-        timer, note = _resize_timer(w)
+        timer, note = _resize_timer(w, user_models)
         w = resize_width(w, resize_hidden[1], old_hidden=resize_hidden[0], timer=timer, scale_heads=resize_hidden[2])
         heads = w.metadata["resize"]["heads"]
         how = ("heads " + ", ".join(f"{a} → {b}" for a, b in heads.items())) if isinstance(heads, dict) else "heads kept"
