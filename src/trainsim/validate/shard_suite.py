@@ -389,6 +389,10 @@ def _summary(cases: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any
         if regs:
             fixed[n] = sum(regs) / len(regs)
     out["fixed_sharder_success_rate"] = fixed
+    if contended:  # the headline keeps every set; beside it, the sets measured on quiet cores
+        quiet = [c for c in ok if not c.get("contended")]
+        out["success_rate_uncontended"] = sum(c["success"] for c in quiet) / len(quiet) if quiet else None
+        out["sets_uncontended"] = len(quiet)
     warnings = []
     if contended:
         warnings.append(f"{len(contended)} of {len(ok)} sets were measured contended (clean timed steps "
