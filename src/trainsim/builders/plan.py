@@ -163,6 +163,12 @@ class Plan:
             parts.append(f"last{self.last_stage_layers}")
         if self.optimizer != "adam":
             parts.append(self.optimizer)
+        # precision and attention kernels change the time as much as the degrees: two plans that
+        # differ only there had one label (`--dtype fp16` and `--attention unfused` read alike)
+        if self.dtype != "bf16":
+            parts.append(self.dtype)
+        if self.attention != "flash":
+            parts.append(f"attn-{self.attention}")
         return "-".join(parts)
 
     def _check_end_stages(self, model: ModelSpec) -> None:

@@ -30,7 +30,9 @@ def _check_device(spec: Any, ds: Any, *, arch_only: bool = False) -> None:
     stated = find_device(ds.device) if ds.device else None
     if stated is None:
         return
-    if arch_only and stated.architecture != spec.architecture:
+    # `bench roofline` names the architecture of what it measured generically ("gpu"): a GPU's data
+    generic = spec.architecture == "gpu" and stated.sm_count is not None
+    if arch_only and stated.architecture != spec.architecture and not generic:
         raise ConfigError(f"--device {spec.name} ({spec.architecture}) contradicts the data: {ds.name} was measured "
                           f"on {ds.device} ({stated.name}, {stated.architecture}); drop --device or fit data of "
                           "that device")  # fmt: skip
