@@ -39,6 +39,7 @@ from trainsim.builders.memory import MemoryBreakdown, memory_per_gpu, min_gpus_f
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
+from trainsim.comm.calibrated import BEYOND_SIZES
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import DeviceSpec, SystemSpec, get_device, get_system
 from trainsim.kernels.features import peak_flops
@@ -124,6 +125,8 @@ class LLMPrediction:
 MOE_BALANCED_NOTE = ("expert routing is taken as balanced (each expert gets tokens x top_k / experts of them) "
                      "with one GEMM pair per local expert and the token permutation as memory-bound passes; "
                      "uneven routing makes the busiest expert set the pace, so MoE times are lower bounds")
+
+
 
 def _provenance(stages: list[StageCost]) -> dict[str, Any]:
     """Counts of operator and collective answers by where they came from."""
@@ -331,11 +334,17 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"only {m} micro-batch(es) for {pp} pipeline stages: the pipeline is mostly bubble "
                    f"(raise --global-batch to at least {pp * r.plan.micro_batch * r.plan.dp})")  # fmt: skip
     comm = r.provenance["collectives"]
-    far = sorted({k.split(";extrapolated-from:")[1] for k in comm if ";extrapolated-from:" in k})
+    far = sorted({k.split(";extrapolated-from:")[1].split(";")[0] for k in comm if ";extrapolated-from:" in k})
     if far:
         n = sum(v for k, v in comm.items() if ";extrapolated-from:" in k)
         out.append(f"{n} collective(s) span more GPUs than their comm models measured (largest measured: "
                    f"{', '.join(far)} nodes×GPUs): carried beyond the measurements, less certain")  # fmt: skip
+    big = [(k, v) for k, v in comm.items() if ";beyond-sizes:" in k]
+    if big:
+        top = max(float(k.split(";beyond-sizes:")[1].split(";")[0]) for k, _ in big)
+        out.append(f"{sum(v for _, v in big)} collective(s) move more than {BEYOND_SIZES:g}x the largest message "
+                   f"their comm models measured (largest: {top / 1e6:,.0f} MB): the fitted curve's bandwidth is "
+                   "carried beyond the measurements")  # fmt: skip
     if any(k.startswith("spec-based") for k in comm):
         out.append(
             f"some collectives on {r.system.name} are spec-based (link rates at 100 % efficiency): optimistic"

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from trainsim.comm.curves import Curve, family
 from trainsim.comm.hierarchical import HierarchicalModel, HierParams
-from trainsim.comm.model import CommModel, canonical_kind, packed_placement
+from trainsim.comm.model import CommModel, CommPrediction, canonical_kind, packed_placement
 from trainsim.comm.samples import CaseKey
 from trainsim.errors import ConfigError, ModelError
 from trainsim.hardware import SystemSpec, get_system
@@ -34,6 +34,16 @@ from trainsim.ir.kinds import CollectiveKind
 
 ARTIFACT_SCHEMA = "trainsim.comm-model/1"
 _FLOOR_FRACTION = 0.05  # an extrapolated time never drops below 5 % of the anchor's
+
+
+BEYOND_SIZES = 4.0  # a message this many times the largest measured one is said to be carried beyond
+
+
+def beyond_sizes(case: FittedCase, nbytes: ArrayLike) -> str:
+    """``;beyond-sizes:<largest measured bytes>`` when a message is far above the sizes the case
+    was fitted on (its curve's bandwidth is carried there, unmeasured), else empty."""
+    top = float(np.max(np.asarray(nbytes, dtype=float))) if np.size(nbytes) else 0.0
+    return f";beyond-sizes:{case.max_bytes:.0f}" if top > BEYOND_SIZES * case.max_bytes else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +232,14 @@ class CalibratedCommModel(CommModel):
         assert self.hier is not None
         prov = f"calibrated:{self.dataset};extrapolated-from:{anchor.nodes}x{anchor.gpus_per_node}"
         return anchored_time(self.hier, anchor, case.curve, key, nbytes), prov
+
+    def predict(self, kind: CollectiveKind | str, nbytes: float, group_size: int, *,
+                gpus_per_node: int | None = None) -> CommPrediction:  # fmt: skip
+        """One message; its provenance says when it is far beyond the sizes the case measured
+        (a batch's, :meth:`predict_many`'s, names the model and case only)."""
+        p = super().predict(kind, nbytes, group_size, gpus_per_node=gpus_per_node)
+        far = beyond_sizes(self.cases[self.resolve(kind, group_size, gpus_per_node)[1]], [nbytes])
+        return CommPrediction(p.duration_s, p.provenance + far, p.model) if far else p
 
     # --- artifact --------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from trainsim.comm.calibrated import CalibratedCommModel, anchored_time
+from trainsim.comm.calibrated import CalibratedCommModel, anchored_time, beyond_sizes
 from trainsim.comm.curves import Curve
 from trainsim.comm.hierarchical import HierarchicalModel
 from trainsim.comm.model import CommModel, CommPrediction, canonical_kind
@@ -257,6 +257,7 @@ def _derived(kind: str, nbytes: float, group_size: int, calibrated: Sequence[Cal
             t = anchored_time(m.hier, CaseKey(target, anchor.nodes, anchor.gpus_per_node), _Scaled(curve, factor),
                               CaseKey(target, key.nodes, key.gpus_per_node), [nbytes])[0]  # fmt: skip
             how = (f"calibrated:{m.dataset};extrapolated-from:{anchor.nodes}x{anchor.gpus_per_node}"
+                   f"{beyond_sizes(m.cases[anchor], [nbytes])}"
                    f";derived-from:{sibling}" + ("/2" if factor != 1.0 else ""))  # fmt: skip
             return CommPrediction(float(t), how, m.name)
     return None
