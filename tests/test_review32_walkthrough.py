@@ -101,7 +101,7 @@ def test_a_compressed_dataset_is_not_appended_to(tmp_path) -> None:  # type: ign
     from trainsim.bench.dataset import KERNEL_BENCH_SCHEMA, check_appendable
     from trainsim.errors import ConfigError
 
-    gz = tmp_path / "d.jsonl.gz"
+    gz = tmp_path / "d.jsonl"  # compressed under a plain name
     gz.write_bytes(gzip.compress(b'{"schema":"trainsim.kernel-bench/1"}\n'))
     with pytest.raises(ConfigError, match="gzip-compressed"):
         check_appendable(gz, KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")
@@ -329,3 +329,24 @@ def test_messages_far_beyond_the_measured_sizes_are_said_so() -> None:
     assert rc == 0 and "the largest message their comm models measured (largest: 2,400 MB)" in text, text
     rc, out = _cli("predict", "llama2-7b", "--system", "perlmutter", "--gpus", "8", "--tp", "8", "--global-batch", "8")
     assert rc == 0 and "largest message their comm models measured" not in " ".join(out.split())
+
+
+def test_files_an_earlier_run_wrote_are_still_appended_to(tmp_path: Path) -> None:
+    """Review: a blank first line, and a comm dataset torn in its first write (rows written
+    before 2026-12-02 sort their keys, schema near the end), were refused."""
+    from trainsim.bench.dataset import KERNEL_BENCH_SCHEMA, check_appendable
+    from trainsim.errors import ConfigError
+
+    row = '{"schema":"trainsim.kernel-bench/1","op":"relu"}'
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n" + row + "\n")
+    check_appendable(blank, KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")
+    torn = tmp_path / "comm.jsonl"
+    torn.write_text('{"backend": "gloo", "device": "AMD EPYC", "dtype": "float32", "dur')
+    check_appendable(torn, "trainsim.comm-bench/1", "a trainsim comm bench dataset")
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + row.encode() + b"\n")
+    with pytest.raises(ConfigError, match="byte-order mark"):
+        check_appendable(bom, KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")
+    with pytest.raises(ConfigError, match="a .gz name"):
+        check_appendable(tmp_path / "new.jsonl.gz", KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainsim.bench.dataset import append_row
 from trainsim.comm.readers import BENCH_SCHEMA
 from trainsim.comm.sizing import all_to_all_size_bytes
 from trainsim.errors import CaptureError, ConfigError
@@ -137,16 +138,6 @@ def _load_done(path: Path) -> set[tuple[str, int, int, str, str]]:
                 f"{path}:{lineno}: not a {BENCH_SCHEMA} row; move the file away or fix it"
             ) from None
     return done
-
-
-def _append_row(path: Path, row: dict[str, Any]) -> None:
-    data = (json.dumps(row, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- one rank ----------------------------------------------------------------------------------
@@ -264,7 +255,7 @@ def _bench_rank(rank: int, world: int, cfg: dict[str, Any]) -> None:
                 dist.barrier()
                 continue
             if rank == 0:
-                _append_row(path, {
+                append_row(path, {
                     "schema": BENCH_SCHEMA, "kind": kind_s, "nbytes": size, "requested_bytes": nbytes,
                     "nodes": world // local, "gpus_per_node": local, "duration_s": statistics.median(times),
                     "times_s": times, "warmup": cfg["warmup"], "iters": cfg["iters"], "dtype": "float32",

@@ -55,30 +55,41 @@ def append_row(path: Path, row: Mapping[str, Any]) -> None:
 def check_appendable(path: Path, schema: str, what: str) -> None:
     """Refuse to append to (and so to repair the tail of) a file that is not ``what``.
 
-    The first line decides: a row of ``schema``, or, where the file is one torn line, the start
-    of one. A user's notes given as a resume path would otherwise lose their last line to
+    The first non-blank line decides: a row of ``schema``. A file that is one torn line (a crash
+    in the first write) is taken when it starts as a JSON object does, whatever its key order
+    (``bench comm`` rows written before 2026-12-02 sort their keys, ``schema`` near the end).
+    A user's notes given as a resume path would otherwise lose their last line to
     :func:`repair_tail` and gain rows they never asked for.
     """
+    if path.name.endswith(".gz"):
+        raise ConfigError(f"{path}: a .gz name; rows are appended to plain JSONL (give a name without .gz)")
     if not path.exists() or path.is_dir() or path.stat().st_size == 0:
         return
     with path.open("rb") as fh:
         head = fh.read(65536)
     if head.startswith(b"\x1f\x8b"):
         raise ConfigError(f"{path}: gzip-compressed; rows are appended to plain JSONL (gunzip it, or give a new file)")
-    first = head.split(b"\n", 1)[0]
-    found = "not JSON"
-    if b"\n" in head or len(head) < 65536:
+    if head.startswith(b"\xef\xbb\xbf"):
+        raise ConfigError(f"{path}: starts with a byte-order mark, which the dataset readers do not take; "
+                          "give a new file")  # fmt: skip
+    lines = head.split(b"\n")
+    complete = lines[:-1] if len(head) == 65536 or not head.endswith(b"\n") else lines
+    first = next((ln for ln in complete if ln.strip()), None)
+    if first is None:  # no complete line: blank lines, then at most one torn line
+        torn = lines[-1].strip()
+        if not torn or torn.startswith(b'{"'):
+            return
+        found = "not JSON"
+    else:
+        found = "not JSON"
         try:
             row = json.loads(first.decode("utf-8"))
-            found = (f"a {row['schema']} row" if isinstance(row, dict) and isinstance(row.get("schema"), str)
-                     else "JSON without a trainsim schema")  # fmt: skip
             if isinstance(row, dict) and row.get("schema") == schema:
                 return
+            found = (f"a {row['schema']} row" if isinstance(row, dict) and isinstance(row.get("schema"), str)
+                     else "JSON without a trainsim schema")  # fmt: skip
         except (UnicodeDecodeError, json.JSONDecodeError):
             pass
-    # a torn only line (a crash in the first write) starts as every row does
-    if first.lstrip().startswith(json.dumps({"schema": schema}, separators=(",", ":"))[:-1].encode()):
-        return
     raise ConfigError(f"{path}: not {what}: its first line is {found}, not a {schema} row; give a new "
                       "file or one an earlier run wrote")  # fmt: skip
 
