@@ -305,8 +305,11 @@ def test_replay_resizes_with_the_users_kernel_models_of_the_traces_device(tmp_pa
     gpu_models = data / "cuda_full_03b482ae582e2c80.models.npz"
     rc, out = _cli("replay", str(folder), "--batch", "2048", "--kernel-models", str(gpu_models), "--format", "json")
     assert rc == 0, out
-    applied = json.loads(out[out.index("{"):])["whatif"]["applied"][0]
-    assert applied.startswith(f"batch 1024 → 2048 (kernel models: {gpu_models.name}, then calibrated")
+    mine = json.loads(out[out.index("{"):])["whatif"]
+    assert mine["applied"][0].startswith(f"batch 1024 → 2048 (kernel models: {gpu_models.name}, then calibrated")
+    rc, out = _cli("replay", str(folder), "--batch", "2048", "--format", "json")
+    shipped = json.loads(out[out.index("{"):])["whatif"]
+    assert mine["change_pct"] == pytest.approx(shipped["change_pct"], rel=1e-12)  # the shipped models again: the same carry
     rows = tmp_path / "cpu.jsonl"
     with rows.open("w") as fh:
         for i in range(24):

@@ -248,6 +248,9 @@ def _resize_timer(w: Any, user: tuple[tuple[Path, Any], ...] = ()) -> tuple[Any,
     gpu = next((r.device for r in w.ranks if r.device), "")
     cpu_trace = not gpu and not any(not k.family.is_communication for r in w.ranks for o in r.ops for k in o.kernels)
     spec = find_device(gpu) if gpu else None
+    if gpu and spec is None:  # a GPU the catalog lacks: the user's artifact may name it (alias)
+        spec = next((m.spec for _, m in user if getattr(m, "spec", None) is not None
+                     and gpu in (m.spec.name, *m.spec.aliases, (getattr(m, "provenance_info", None) or {}).get("device_as_measured"))), None)  # fmt: skip
     for p, m in user:  # a CPU trace takes CPU artifacts, a GPU trace those of its GPU's architecture
         fitted_on = getattr(m, "spec", None) or find_device(m.device)
         on_gpu = fitted_on is not None and fitted_on.sm_count is not None
@@ -260,10 +263,7 @@ def _resize_timer(w: Any, user: tuple[tuple[Path, Any], ...] = ()) -> tuple[Any,
     calibration = gpu_kernel_models(gpu) if gpu else None
     if calibration is not None:
         device_file, artifact, note = calibration
-        if mine:
-            shipped = [load_model(artifact)] if artifact is not None else []
-            return Coster(str(device_file), [*mine, *shipped]).time, named + note
-        return resize_timer(device_file, artifact), note
+        return resize_timer(device_file, artifact, mine), named + note
     # a CPU trace: no device kernels (gloo collectives are recorded as communication "kernels")
     if cpu_trace:
         artifact, note = cpu_kernel_models(default_cache_dir().parent, log=log)

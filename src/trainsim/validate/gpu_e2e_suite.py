@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import tarfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,15 +98,19 @@ def gpu_kernel_models(gpu: str) -> tuple[Path, Path | None, str] | None:
     return device_file, artifact, note
 
 
-def resize_timer(device_file: Path, artifact: Path | None) -> Any:
-    """The resize timer of a GPU's shipped calibration: its fitted models, with the carry beyond
-    the measured work where its bench calibration is current
-    (:class:`trainsim.builders.bench_costs.CarriedTimer`), else the models alone."""
+def resize_timer(device_file: Path, artifact: Path | None, extra: Sequence[Any] = ()) -> Any:
+    """The resize timer of a GPU's shipped calibration: its fitted models (after ``extra``
+    models, a user's), with the carry beyond the measured work where its bench calibration is
+    current (:class:`trainsim.builders.bench_costs.CarriedTimer`), else the models alone."""
     from trainsim.builders.bench_costs import CarriedTimer, bench_calibration
     from trainsim.builders.dlrm import Coster
     from trainsim.hardware import get_device
+    from trainsim.kernels import load_model
 
-    coster = Coster(str(device_file), artifact)
+    if extra:
+        coster = Coster(str(device_file), [*extra, *([load_model(artifact)] if artifact is not None else [])])
+    else:
+        coster = Coster(str(device_file), artifact)
     cal = bench_calibration(get_device(str(device_file)))
     return coster.time if cal is None else CarriedTimer(cal, coster.time).time
 
