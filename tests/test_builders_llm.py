@@ -1086,6 +1086,8 @@ def test_moe_experts_run_their_own_gemms_over_the_tokens_routed_to_them() -> Non
         one = {o.name: o for o in coster_at(1).mlp(phase)}  # 8 experts of a quarter of the rows each
         assert one["mlp_up"].seconds != pytest.approx(dense.seconds, rel=1e-6)
         assert ops["moe_permute"].seconds > 0 and ops["moe_unpermute"].seconds > 0
+        # each local expert's GEMM is a kernel of its own: 8 experts at ep 1, 2 at ep 4
+        assert one["mlp_up"].launches == 4 * ops["mlp_up"].launches == (8 if phase == "fwd" else 16)
 
 
 def test_op_coster_caches() -> None:

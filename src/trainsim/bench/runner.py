@@ -394,7 +394,7 @@ def run_sweep(
             if c.key not in done:
                 done.add(c.key)  # a case listed twice is measured once
                 pending.append(c)
-        with _progress(progress, len(pending)) as bar, _interrupt_note(path, written, len(pending)):
+        with _progress(progress, len(pending)) as bar, _interrupt_note(path, written, len(pending), resume):
             task = bar.add_task("benchmark", total=len(pending))
             for case in pending:
                 bar.update(task, description=f"{case.suite}/{case.op} {case.phase.value}")
@@ -419,7 +419,7 @@ def run_sweep(
 
 
 @contextlib.contextmanager
-def _interrupt_note(path: Path, written: Counter[str], pending: int) -> Iterator[None]:
+def _interrupt_note(path: Path, written: Counter[str], pending: int, resume: bool) -> Iterator[None]:
     """On Ctrl-C, one line: what the dataset kept and how to go on; then the interrupt goes on."""
     import sys
 
@@ -427,8 +427,10 @@ def _interrupt_note(path: Path, written: Counter[str], pending: int) -> Iterator
         yield
     except KeyboardInterrupt:
         n = sum(written.values())
+        how = ("rerun the same command to measure the rest" if resume else
+               "rerun it with --resume (not --no-resume) to measure the rest")  # fmt: skip
         print(f"[bench] interrupted: {n} of this run's {pending} cases are in {path} (each row is written as it is "
-              "measured); rerun the same command to measure the rest", file=sys.stderr, flush=True)  # fmt: skip
+              f"measured); {how}", file=sys.stderr, flush=True)  # fmt: skip
         raise
 
 

@@ -360,6 +360,9 @@ class LayerCoster:
             if phase == "bwd" and (flops or category == "memory") and name not in ("residual_add", "hidden_dropout")
             else 1
         )
+        # copies are kernels of their own (an MoE rank's experts, context parallelism's ring
+        # steps): each is dispatched, which a launch-bound pass pays per copy
+        launches *= max(1, round(times))
         return OpCost(name, phase, s * scale * times, prov, flops, category, launches)
 
     def _norm(self, name: str, phase: str) -> OpCost:
@@ -559,7 +562,7 @@ class LayerCoster:
             moved = (1 + m.top_k) * self.tokens * d
             for name in ("moe_permute", "moe_unpermute"):
                 ops.append(self._elementwise(name, phase, moved / 3))  # an add of n moves 3n
-        if m.is_moe:  # router: a [tokens, d] x [d, experts] GEMM and its softmax, tiny
+            # router: a [tokens, d] x [d, experts] GEMM and its softmax, tiny
             fl = bwd * _gemm_flops(self.tokens, m.num_experts, d)
             ops.append(
                 self._q(

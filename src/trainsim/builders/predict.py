@@ -122,6 +122,15 @@ class LLMPrediction:
 
 
 
+def default_seq_note(model: ModelSpec) -> str | None:
+    """What to say when the model's own sequence length is used and it is long (> 16k tokens)."""
+    if model.seq_len <= 16384:
+        return None
+    whose = "the catalog's" if model.source == "catalog" else "its config's max_position_embeddings"
+    return (f"the sequence length is {model.name}'s default, {model.seq_len:,} tokens ({whose}); "
+            "give --seq-len for the length you train at")
+
+
 MOE_BALANCED_NOTE = ("expert routing is taken as balanced (each expert gets tokens x top_k / experts of them) "
                      "with one GEMM pair per local expert and the token permutation as memory-bound passes; "
                      "uneven routing makes the busiest expert set the pace, so MoE times are lower bounds")
@@ -298,10 +307,8 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append("selective recompute with flash attention saves no memory (flash attention keeps no "
                    "attention scores to drop) and adds the attention's recompute: --recompute none is the "
                    "same memory, faster")  # fmt: skip
-    if r.plan.seq_len == 0 and r.model.seq_len > 16384:
-        whose = "the catalog's" if r.model.source == "catalog" else "its config's max_position_embeddings"
-        out.append(f"the sequence length is {r.model.name}'s default, {r.model.seq_len:,} tokens ({whose}); "
-                   "give --seq-len for the length you train at")  # fmt: skip
+    if r.plan.seq_len == 0 and (note := default_seq_note(r.model)):
+        out.append(note)
     seq = r.plan.seq(r.model)
     if r.model.sliding_window and seq > r.model.sliding_window:
         w = r.model.sliding_window / seq  # a window of W keys: N·W − W²/2 of the causal N²/2 scores

@@ -39,6 +39,11 @@ def _words(text: str, what: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
     return vals
 
 
+def _default_recompute(attention: str) -> tuple[str, ...]:
+    """Flash attention keeps no scores: selective recompute would be the none plan, slower."""
+    return ("none", "full") if attention == "flash" else ("none", "selective", "full")
+
+
 TIGHT_MEMORY = 0.95  # plans above this share of the memory limit are marked: they may not fit
 
 
@@ -57,7 +62,7 @@ def search(
     micro_batch: str = typer.Option("1,2,4,8", "--micro-batch", help="Micro-batch sizes to try."),
     zero: str = typer.Option("0,1,2,3", "--zero", help="ZeRO stages to try."),
     dist_optimizer: bool = typer.Option(False, "--dist-optimizer", help="ZeRO-1 plans use Megatron-LM's distributed optimizer (gradients reduce-scattered); see `trainsim predict --help`."),
-    recompute: str = typer.Option("none,selective,full", "--recompute", help="Recompute modes to try."),
+    recompute: str | None = typer.Option(None, "--recompute", help="Recompute modes to try (default: none, full, and selective where the attention keeps scores: not with flash)."),
     schedule: str = typer.Option("1f1b,interleaved", "--schedule", help="Pipeline schedules to try."),
     vpp: str = typer.Option("2,4", "--vpp", help="Chunks per stage for the interleaved schedule."),
     sp: str = typer.Option("both", "--sp", help="Sequence parallelism: on, off or both."),
@@ -118,7 +123,7 @@ def search(
         space = PlanSpace(
             gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
             cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),
-            zero=_ints(zero, "--zero", minimum=0, allowed=(0, 1, 2, 3)), recompute=_words(recompute, "--recompute", RECOMPUTE),
+            zero=_ints(zero, "--zero", minimum=0, allowed=(0, 1, 2, 3)), recompute=_words(recompute, "--recompute", RECOMPUTE) if recompute else _default_recompute(attention),
             schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
             sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
             wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce, dist_optimizer=dist_optimizer,

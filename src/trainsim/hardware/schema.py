@@ -27,22 +27,25 @@ class _Strict(BaseModel):
 
 
 # Upper bounds far above any hardware (2026: HBM ~10 TB/s, NVLink 1.8 TB/s per GPU, NICs 800
-# Gb/s), per field: a value above one was written in another unit than the field's name says
-# (25000000000 bytes/s in a GB/s field), which would otherwise run as a machine 1e9x faster.
-_PLAUSIBLE = {
-    "memory_GB": (1e5, "GB"), "memory_bandwidth_GBps": (1e5, "GB/s"), "l2_cache_MB": (1e5, "MB"),
-    "gpu_link_bandwidth_GBps": (1e5, "GB/s"), "pcie_bandwidth_GBps": (1e4, "GB/s"),
-    "bandwidth_per_gpu_GBps": (1e5, "GB/s"), "nic_bandwidth_Gbps": (1e6, "Gb/s"), "latency_us": (1e6, "µs"),
-    "fp32": (1e6, "TFLOP/s"), "tf32": (1e6, "TFLOP/s"), "fp16": (1e6, "TFLOP/s"), "bf16": (1e6, "TFLOP/s"),
-    "fp8": (1e6, "TFLOP/s"), "measured_gemm_bf16_tflops": (1e6, "TFLOP/s"),
+# Gb/s; a wafer-scale chip's 21 PB/s on-chip is 2.1e7 GB/s), per field: a value above one was
+# written in another unit than the field's name says (25000000000 bytes/s in a GB/s field is
+# 1e9x; a latency in ns 1e3x), which would otherwise run as a machine that much faster.
+_PLAUSIBLE = {  # field: (limit, unit, the slip it catches)
+    "memory_GB": (1e6, "GB", "bytes"), "memory_bandwidth_GBps": (1e8, "GB/s", "bytes/s or bits/s"),
+    "l2_cache_MB": (1e6, "MB", "bytes"), "gpu_link_bandwidth_GBps": (1e8, "GB/s", "bytes/s or bits/s"),
+    "pcie_bandwidth_GBps": (1e6, "GB/s", "bytes/s or bits/s"),
+    "bandwidth_per_gpu_GBps": (1e8, "GB/s", "bytes/s or bits/s"), "nic_bandwidth_Gbps": (1e8, "Gb/s", "bits/s"),
+    "latency_us": (1e6, "µs", "ns"), "fp32": (1e7, "TFLOP/s", "FLOP/s"), "tf32": (1e7, "TFLOP/s", "FLOP/s"),
+    "fp16": (1e7, "TFLOP/s", "FLOP/s"), "bf16": (1e7, "TFLOP/s", "FLOP/s"), "fp8": (1e7, "TFLOP/s", "FLOP/s"),
+    "measured_gemm_bf16_tflops": (1e7, "TFLOP/s", "FLOP/s"),
 }  # fmt: skip
 
 
 def _plausible(v: float | None, info: ValidationInfo) -> float | None:
-    limit, unit = _PLAUSIBLE[str(info.field_name)]
+    limit, unit, slip = _PLAUSIBLE[str(info.field_name)]
     if v is not None and v > limit:
         raise ValueError(f"{v:g} is beyond any hardware (at most {limit:g} {unit}); the field is in {unit}: "
-                         "was it written in bytes or bits?")  # fmt: skip
+                         f"was it written in {slip}?")  # fmt: skip
     return v
 
 

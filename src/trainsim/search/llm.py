@@ -483,13 +483,14 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
 
 def search_notes(model: ModelSpec, space: PlanSpace) -> list[str]:
     """What the user should know of the space before reading the ranking (as predict's notes)."""
-    from trainsim.builders.predict import MOE_BALANCED_NOTE
+    from trainsim.builders.predict import MOE_BALANCED_NOTE, default_seq_note
 
     notes = [MOE_BALANCED_NOTE] if model.is_moe else []
-    if space.seq_len == 0 and model.seq_len > 16384:
-        whose = "the catalog's" if model.source == "catalog" else "its config's max_position_embeddings"
-        notes.append(f"the sequence length is {model.name}'s default, {model.seq_len:,} tokens ({whose}); "
-                     "give --seq-len for the length you train at")  # fmt: skip
+    if space.seq_len == 0 and (note := default_seq_note(model)):
+        notes.append(note)
+    if space.attention == "flash" and {"none", "selective"} <= set(space.recompute):
+        notes.append("selective recompute is not searched beside none with flash attention: flash keeps no "
+                     "attention scores for it to drop, so it is the none plan's memory with more time")  # fmt: skip
     return notes
 
 
