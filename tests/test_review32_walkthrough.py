@@ -351,5 +351,13 @@ def test_files_an_earlier_run_wrote_are_still_appended_to(tmp_path: Path) -> Non
     bom.write_bytes(b"\xef\xbb\xbf" + row.encode() + b"\n")
     with pytest.raises(ConfigError, match="byte-order mark"):
         check_appendable(bom, KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")
-    with pytest.raises(ConfigError, match="a .gz name"):
+    with pytest.raises(ConfigError, match=r"a \.gz name"):
         check_appendable(tmp_path / "new.jsonl.gz", KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")
+
+
+def test_an_amd_gpus_architecture_is_the_catalogs_name() -> None:
+    """On ROCm the capability of an MI300X reads 9.4, which named it hopper."""
+    from trainsim.bench.devicespec import _amd_architecture
+    from trainsim.hardware import get_device
+
+    assert _amd_architecture("gfx942") == get_device("mi300x").architecture

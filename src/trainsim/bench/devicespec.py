@@ -150,9 +150,19 @@ def _bandwidth_note(b: Mapping[str, Any]) -> str:
 def _gpu_architecture() -> str:
     import torch
 
+    if getattr(torch.version, "hip", None):  # ROCm reports its own capability numbers (MI300X: 9.4)
+        gfx = str(getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")).split(":")[0]
+        return _amd_architecture(gfx)
     major, minor = torch.cuda.get_device_capability(0)
     names = {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell"}
     return names.get(major, f"sm_{major}{minor}")
+
+
+def _amd_architecture(gfx: str) -> str:
+    """The catalog's name of an AMD GPU's architecture from its gfx target (gfx942: MI300X)."""
+    names = {"gfx908": "cdna", "gfx90a": "cdna2", "gfx940": "cdna3", "gfx941": "cdna3", "gfx942": "cdna3",
+             "gfx950": "cdna4"}  # fmt: skip
+    return names.get(gfx, gfx or "amd-gpu")
 
 
 def _vendor(name: str) -> str:
