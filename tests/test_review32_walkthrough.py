@@ -51,17 +51,26 @@ def test_a_resume_file_that_is_not_ours_is_left_alone(tmp_path) -> None:  # type
     notes = tmp_path / "notes.txt"
     notes.write_text('{"keep":1}\nlast line no newline')
     before = notes.read_bytes()
-    with pytest.raises(ConfigError, match=r"notes\.txt: not a shard-suite results file: its first line is JSON without"):
-        shard_suite.run_shard_suite(tmp_path, sets=1, resume=str(notes), kernel_models=None, backend="torch")
+    with pytest.raises(
+        ConfigError,
+        match=r"notes\.txt: not a shard-suite results file: its first line is JSON without",
+    ):
+        shard_suite.run_shard_suite(
+            tmp_path, sets=1, resume=str(notes), kernel_models=None, backend="torch"
+        )
     assert notes.read_bytes() == before
     with pytest.raises(ConfigError, match="a folder; the shard suite resumes from a JSONL file"):
-        shard_suite.run_shard_suite(tmp_path, sets=1, resume=str(tmp_path), kernel_models=None, backend="torch")
+        shard_suite.run_shard_suite(
+            tmp_path, sets=1, resume=str(tmp_path), kernel_models=None, backend="torch"
+        )
     for kw, flag in (({"sets": 0}, "--sets 0"), ({"repeats": 0}, "--repeats 0")):
         with pytest.raises(ConfigError, match=flag):
             shard_suite.run_shard_suite(tmp_path, resume=str(tmp_path / "r.jsonl"), kernel_models=None,
                                         backend="torch", **kw)  # fmt: skip
     ours = tmp_path / "ours.jsonl"
-    ours.write_text('{"schema":"trainsim.shard-suite/1","set":0}\n{"schema":"trainsim.shard-su')  # torn tail
+    ours.write_text(
+        '{"schema":"trainsim.shard-suite/1","set":0}\n{"schema":"trainsim.shard-su'
+    )  # torn tail
     check_appendable(ours, shard_suite.SCHEMA, "a shard-suite results file")
     torn_only = tmp_path / "torn.jsonl"
     torn_only.write_text('{"schema":"trainsim.shard-suite/1","se')  # the first write, cut
@@ -81,17 +90,24 @@ def test_embedding_backward_ops_carry_the_backward_family() -> None:
 def test_a_table_named_null_gets_the_default_name() -> None:
     from trainsim.builders.dlrm import dlrm_spec_from_dict
 
-    spec = dlrm_spec_from_dict({"batch": 8, "tables": [{"name": None, "rows": 10, "dim": 4, "pooling": 1}]}, origin="x.json")
+    spec = dlrm_spec_from_dict(
+        {"batch": 8, "tables": [{"name": None, "rows": 10, "dim": 4, "pooling": 1}]},
+        origin="x.json",
+    )
     assert spec.tables[0].name == "t0"
 
 
 def test_gpu_tables_with_dims_off_a_multiple_of_4_are_warned_of(tmp_path) -> None:  # type: ignore[no-untyped-def]
     spec = tmp_path / "t.json"
-    spec.write_text('{"batch": 64, "tables": [{"rows": 100, "dim": 15, "pooling": 1}, {"rows": 100, "dim": 8, "pooling": 1}]}')
+    spec.write_text(
+        '{"batch": 64, "tables": [{"rows": 100, "dim": 15, "pooling": 1}, {"rows": 100, "dim": 8, "pooling": 1}]}'
+    )
     rc, out = _cli("shard", str(spec), "--world", "2", "--device", "a100-sxm4-80gb")
     assert rc == 0, out
     assert "tables[0].dim 15 is not a multiple of 4" in " ".join(out.split())
-    rc, out = _cli("shard", str(spec), "--world", "2", "--device", "a100-sxm4-80gb", "--format", "json")
+    rc, out = _cli(
+        "shard", str(spec), "--world", "2", "--device", "a100-sxm4-80gb", "--format", "json"
+    )
     assert rc == 0
 
 
@@ -115,7 +131,7 @@ def test_search_states_its_sequence_length_and_moe_assumption() -> None:
                    "--tp", "1,2", "--pp", "1", "--micro-batch", "1", "--zero", "1", "--recompute", "none,full",
                    "--format", "json")  # fmt: skip
     assert rc == 0, out
-    doc = json.loads(out[out.index("{"):])
+    doc = json.loads(out[out.index("{") :])
     assert doc["seq_len"] == 32768 and any("32,768 tokens" in n for n in doc["notes"])
     assert any("balanced" in n for n in doc["notes"])
     eps = {p["plan_fields"]["ep"] for p in doc["plans"]}
@@ -132,11 +148,17 @@ def test_default_degrees_that_outgrow_the_gpus_are_not_counted_infeasible() -> N
     from trainsim.builders.models import get_model
     from trainsim.search.space import PlanSpace
 
-    reasons = [why for p, why in PlanSpace(gpus=64, global_batch=64).plans(get_model("llama3-70b"), 8) if p is None]
+    reasons = [
+        why
+        for p, why in PlanSpace(gpus=64, global_batch=64).plans(get_model("llama3-70b"), 8)
+        if p is None
+    ]
     assert not any("not divisible by tp×cp×pp" in w for w in reasons)
     given = [why for p, why in PlanSpace(gpus=64, global_batch=64, tp=(8,), pp=(16,)).plans(get_model("llama3-70b"), 8)
              if p is None]  # fmt: skip
-    assert any("not divisible by tp×cp×pp = 128" in w for w in given)  # degrees the user asked for are reported
+    assert any(
+        "not divisible by tp×cp×pp = 128" in w for w in given
+    )  # degrees the user asked for are reported
 
 
 def test_selective_recompute_beside_none_is_not_searched_with_flash_attention() -> None:
@@ -147,9 +169,17 @@ def test_selective_recompute_beside_none_is_not_searched_with_flash_attention() 
     m = get_model("llama2-7b")
     flash = {p.recompute for p, _ in PlanSpace(gpus=8, global_batch=8).plans(m, 8) if p is not None}
     assert flash == {"none", "full"}
-    fused = {p.recompute for p, _ in PlanSpace(gpus=8, global_batch=8, attention="fused").plans(m, 8) if p is not None}
+    fused = {
+        p.recompute
+        for p, _ in PlanSpace(gpus=8, global_batch=8, attention="fused").plans(m, 8)
+        if p is not None
+    }
     assert fused == {"none", "selective", "full"}
-    alone = {p.recompute for p, _ in PlanSpace(gpus=8, global_batch=8, recompute=("selective",)).plans(m, 8) if p}
+    alone = {
+        p.recompute
+        for p, _ in PlanSpace(gpus=8, global_batch=8, recompute=("selective",)).plans(m, 8)
+        if p
+    }
     assert alone == {"selective"}
 
 
@@ -170,9 +200,11 @@ def test_shard_says_where_each_sharders_step_goes() -> None:
     from pathlib import Path
 
     spec = Path(__file__).resolve().parents[1] / "examples" / "dlrm_tables.json"
-    rc, out = _cli("shard", str(spec), "--world", "4", "--device", "a100-sxm4-80gb", "--format", "json")
+    rc, out = _cli(
+        "shard", str(spec), "--world", "4", "--device", "a100-sxm4-80gb", "--format", "json"
+    )
     assert rc == 0, out
-    doc = json.loads(out[out.index("{"):])
+    doc = json.loads(out[out.index("{") :])
     for s in doc["sharders"]:
         cp = s["critical_path_s"]
         assert cp["kernel"] > 0 and cp["host_gap"] > 0
@@ -234,7 +266,10 @@ def test_the_fit_summary_gives_the_mean_with_the_rows_it_left_out(capsys) -> Non
         return {"entry": entry, "kind": "xgboost", "mape_pct": mape, "mape_all_rows_pct": every,
                 "heldout_implausible_rows": bad}  # fmt: skip
 
-    doc = {"models": [m("a", 10.0, 10.0, 0), m("b", 87.0, 11936.0, 3)], "entries_without_heldout_score": {}}
+    doc = {
+        "models": [m("a", 10.0, 10.0, 0), m("b", 87.0, 11936.0, 3)],
+        "entries_without_heldout_score": {},
+    }
     _print_summary(Console(width=300), doc)
     out = capsys.readouterr().out
     assert "mean MAPE 48.50 %" in out and "with them, mean MAPE 5973.00 %" in out
@@ -267,11 +302,16 @@ def test_hardware_values_in_the_wrong_unit_and_misspelt_keys_are_named(tmp_path:
             "sources: [{kind: datasheet, title: t}]\ntiers:\n  - {name: nv, kind: nvswitch, scope: node, ")  # fmt: skip
     bad = tmp_path / "bps.yaml"
     bad.write_text(base + "bandwidth_per_gpu_GBps: 25000000000, latency_us: 2}\n")
-    with pytest.raises(ConfigError, match=r"tiers\.0\.bandwidth_per_gpu_GBps: 2\.5e\+10 is beyond any hardware"):
+    with pytest.raises(
+        ConfigError, match=r"tiers\.0\.bandwidth_per_gpu_GBps: 2\.5e\+10 is beyond any hardware"
+    ):
         get_system(str(bad))
     typo = tmp_path / "typo.yaml"
     typo.write_text(base + "bandwidth_Gbps: 300, latency_us: 2}\n")
-    with pytest.raises(ConfigError, match=r"tiers\.0\.bandwidth_Gbps: unknown field \(a misspelling of bandwidth_per_gpu_GBps\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"tiers\.0\.bandwidth_Gbps: unknown field \(a misspelling of bandwidth_per_gpu_GBps\?\)",
+    ):
         get_system(str(typo))
     ok = tmp_path / "ok.yaml"
     ok.write_text(base + "bandwidth_per_gpu_GBps: 450, latency_us: 2}\n")
@@ -303,13 +343,26 @@ def test_replay_resizes_with_the_users_kernel_models_of_the_traces_device(tmp_pa
     data = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "bench" / "data"
     folder = suite._unpack_shipped(tmp_path) / "resnet_b1024_t1_s5_r0"
     gpu_models = data / "cuda_full_03b482ae582e2c80.models.npz"
-    rc, out = _cli("replay", str(folder), "--batch", "2048", "--kernel-models", str(gpu_models), "--format", "json")
+    rc, out = _cli(
+        "replay",
+        str(folder),
+        "--batch",
+        "2048",
+        "--kernel-models",
+        str(gpu_models),
+        "--format",
+        "json",
+    )
     assert rc == 0, out
-    mine = json.loads(out[out.index("{"):])["whatif"]
-    assert mine["applied"][0].startswith(f"batch 1024 → 2048 (kernel models: {gpu_models.name}, then calibrated")
+    mine = json.loads(out[out.index("{") :])["whatif"]
+    assert mine["applied"][0].startswith(
+        f"batch 1024 → 2048 (kernel models: {gpu_models.name}, then calibrated"
+    )
     rc, out = _cli("replay", str(folder), "--batch", "2048", "--format", "json")
-    shipped = json.loads(out[out.index("{"):])["whatif"]
-    assert mine["change_pct"] == pytest.approx(shipped["change_pct"], rel=1e-12)  # the shipped models again: the same carry
+    shipped = json.loads(out[out.index("{") :])["whatif"]
+    assert mine["change_pct"] == pytest.approx(
+        shipped["change_pct"], rel=1e-12
+    )  # the shipped models again: the same carry
     rows = tmp_path / "cpu.jsonl"
     with rows.open("w") as fh:
         for i in range(24):
@@ -329,8 +382,21 @@ def test_messages_far_beyond_the_measured_sizes_are_said_so() -> None:
     rc, out = _cli("predict", "llama3-8b", "--system", "perlmutter", "--gpus", "8", "--zero", "1",
                    "--global-batch", "64", "--seq-len", "4096", "--recompute", "full")  # fmt: skip
     text = " ".join(out.split())
-    assert rc == 0 and "the largest message their comm models measured (largest: 2,400 MB)" in text, text
-    rc, out = _cli("predict", "llama2-7b", "--system", "perlmutter", "--gpus", "8", "--tp", "8", "--global-batch", "8")
+    assert (
+        rc == 0 and "the largest message their comm models measured (largest: 2,400 MB)" in text
+    ), text
+    rc, out = _cli(
+        "predict",
+        "llama2-7b",
+        "--system",
+        "perlmutter",
+        "--gpus",
+        "8",
+        "--tp",
+        "8",
+        "--global-batch",
+        "8",
+    )
     assert rc == 0 and "largest message their comm models measured" not in " ".join(out.split())
 
 

@@ -114,7 +114,9 @@ def test_a_set_measured_on_preempted_cores_is_flagged() -> None:
     s = _summary([c0, c1], ["x", "y"])
     assert s["sets_contended"] == 1
     assert s["sets_uncontended"] == 1 and s["success_rate_uncontended"] == float(c1["success"])
-    assert "success_rate_uncontended" not in _summary([c1], ["x", "y"])  # said only when some set was contended
+    assert "success_rate_uncontended" not in _summary(
+        [c1], ["x", "y"]
+    )  # said only when some set was contended
     assert any("1 of 2 sets" in w and "set 0" in w for w in s["warnings"])
 
 

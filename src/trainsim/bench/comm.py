@@ -187,7 +187,9 @@ def _make_op(kind: C, nbytes: int, rank: int, world: int, dev: Any) -> tuple[Any
         send = splits[rank]
         recv = [splits[j][rank] for j in range(world)]
         inp, out = torch.ones(sum(send), device=dev), torch.empty(sum(recv), device=dev)
-        size = int(all_to_all_size_bytes([[x * _ELEM_BYTES for x in row] for row in splits]))  # whole bytes
+        size = int(
+            all_to_all_size_bytes([[x * _ELEM_BYTES for x in row] for row in splits])
+        )  # whole bytes
         return (lambda: dist.all_to_all_single(out, inp, recv, send)), size
     if kind is C.SEND:
         t = torch.ones(elems, device=dev)
@@ -304,7 +306,11 @@ def run_comm_bench(dataset: Path | str, *, kinds: Sequence[C | str] = BENCH_KIND
 
     check_appendable(path, BENCH_SCHEMA, "a trainsim comm bench dataset")  # before its tail is cut
     # one sweep writes a dataset at a time (under torchrun only rank 0 writes, so it alone locks)
-    lock = _locked(path) if not under_torchrun or os.environ["RANK"] == "0" else contextlib.nullcontext()
+    lock = (
+        _locked(path)
+        if not under_torchrun or os.environ["RANK"] == "0"
+        else contextlib.nullcontext()
+    )
     with lock:
         fp = device_fingerprint(device)
         dev_name = fp["gpu"] or fp["cpu"]
