@@ -429,3 +429,25 @@ def test_an_amd_gpus_architecture_is_the_catalogs_name() -> None:
     from trainsim.hardware import get_device
 
     assert _amd_architecture("gfx942") == get_device("mi300x").architecture
+
+
+def test_search_validation_shows_the_plans_apart() -> None:
+    """Its cells read `tp1-pp1-dp2-mb2-g…`: the settings every plan of a file shares crowded out
+    what told two plans apart."""
+    from trainsim.cli.validate_cmd import _plan_cells
+
+    cells, end = _plan_cells(
+        [
+            "tp4-pp2-dp32-mb2-gb1024-rc-full-fp16-attn-fused",
+            "tp8-pp1-dp32-mb8-gb1024-rc-full-fp16-attn-fused",
+        ]
+    )
+    assert cells == ["tp4-pp2-dp32-mb2", "tp8-pp1-dp32-mb8"] and end == "-rc-full-fp16-attn-fused"
+    same, end = _plan_cells(
+        ["tp4-pp8-dp4-zero1-mb4-gb256-rc-full", "tp4-pp8-dp4-zero1-mb4-gb256-rc-full"]
+    )
+    assert same == ["tp4-pp8-dp4-zero1-mb4"] * 2 and end == "-rc-full"  # the degrees always stay
+    assert _plan_cells(["tp1-pp1-dp2-mb1-gb2", "tp2-pp1-dp1-mb2-gb2-rc-full"]) == (
+        ["tp1-pp1-dp2-mb1", "tp2-pp1-dp1-mb2-rc-full"],
+        "",
+    )

@@ -210,18 +210,48 @@ def _print_table(doc: dict[str, Any]) -> None:
         out.print(f"kernel models: {doc['kernel_models']}")
 
 
+def _plan_cells(labels: list[str]) -> tuple[list[str], str]:
+    """Plan labels for a table: without ``-gbN`` (a column of its own) and without the settings
+    every one of them ends with (``-rc-full-fp16-attn-fused`` on vTrain's rows; degrees and
+    micro-batch are always kept), and that end."""
+    import re
+
+    split = [re.sub(r"-gb\d+", "", x).split("-") for x in labels]
+    n = 0
+    degree = re.compile(r"^((tp|pp|dp|cp|ep|mb|zero|vpp)\d+|sp|distopt|gpipe)$")  # the plan's shape: kept
+    while (split and all(len(t) > n + 1 for t in split) and len({t[-1 - n] for t in split}) == 1
+           and not degree.match(split[0][-1 - n])):  # fmt: skip
+        n += 1
+    while n and split[0][-n] in ("full", "selective", "fused", "unfused"):  # "rc-full", "attn-fused" whole
+        n -= 1
+    if n == 0:
+        return ["-".join(t) for t in split], ""
+    return ["-".join(t[:-n]) for t in split], "-" + "-".join(split[0][-n:])
+
+
 def _print_search(out: Any, doc: dict[str, Any]) -> None:
     """Per group: the predicted-best plan, its measured time against the measured best (the
     regret) and Spearman's rho; then each file's figures beside its targets."""
     t = Table(title="suite search: the predicted-best plan of each group, measured", title_justify="left")
     for col in ("file", "model", "GPUs", "global batch", "plans", "predicted best", "its measured s",
                 "measured best", "best s", "regret %", "Spearman"):  # fmt: skip
-        t.add_column(col, justify="left" if col in ("file", "model", "predicted best", "measured best") else "right")
+        t.add_column(col, justify="left" if col in ("file", "model", "predicted best", "measured best") else "right",
+                     no_wrap=col in ("file", "model", "predicted best", "measured best", "its measured s"))  # fmt: skip
+    by_file: dict[str, list[dict[str, Any]]] = {}
     for g in doc["cases"]:
-        t.add_row(g["file"], g["model"], str(g["gpus"]), str(g["global_batch"]), str(g["plans"]), g["predicted_best"],
-                  f"{g['predicted_best_measured_s']:.4g}", g["measured_best"], f"{g['measured_best_s']:.4g}",
-                  f"{g['regret_pct']:.2f}", "—" if g["spearman"] is None else f"{g['spearman']:.3f}")  # fmt: skip
+        by_file.setdefault(g["file"], []).append(g)
+    ends = []
+    for name, groups in by_file.items():  # each file's plans share their precision, attention, ...
+        cells, end = _plan_cells([x for g in groups for x in (g["predicted_best"], g["measured_best"])])
+        ends += [f"{name} {end}"] if end else []
+        for i, g in enumerate(groups):
+            t.add_row(g["file"], g["model"], str(g["gpus"]), str(g["global_batch"]), str(g["plans"]), cells[2 * i],
+                      f"{g['predicted_best_measured_s']:.4g}", cells[2 * i + 1], f"{g['measured_best_s']:.4g}",
+                      f"{g['regret_pct']:.2f}", "—" if g["spearman"] is None else f"{g['spearman']:.3f}")  # fmt: skip
     out.print(t)
+    if ends:
+        out.print("plans are shown without their global batch (its column) and the end all of a file's plans "
+                  f"share: {'; '.join(ends)} (JSON: whole labels)")  # fmt: skip
     for name, f in doc.get("files", {}).items():
         target = ("" if f.get("target_mean_regret_pct") is None else
                   f" (target ≤ {f['target_mean_regret_pct']:g} %, Spearman ≥ {f['target_median_spearman']:g})")
