@@ -451,3 +451,13 @@ def test_search_validation_shows_the_plans_apart() -> None:
         ["tp1-pp1-dp2-mb1", "tp2-pp1-dp1-mb2-rc-full"],
         "",
     )
+
+
+def test_bf16s_fp32_gradients_are_explained_where_they_cost() -> None:
+    """bf16 plans moved twice fp16's gradient bytes (Megatron's rule) without a word."""
+    rc, out = _cli("predict", "llama3-8b", "--system", "perlmutter", "--gpus", "8", "--zero", "1",
+                   "--global-batch", "64", "--seq-len", "4096", "--recompute", "full")  # fmt: skip
+    assert rc == 0 and "gradients are kept and reduced in fp32 here" in " ".join(out.split())
+    rc, out = _cli("predict", "llama3-8b", "--system", "perlmutter", "--gpus", "8", "--zero", "1", "--dtype", "fp16",
+                   "--global-batch", "64", "--seq-len", "4096", "--recompute", "full")  # fmt: skip
+    assert rc == 0 and "reduced in fp32" not in " ".join(out.split())

@@ -303,6 +303,11 @@ def _warnings(r: LLMPrediction) -> list[str]:
                    "all-reduces cross the inter-node network in every layer")  # fmt: skip
     if r.model.is_moe:
         out.append(MOE_BALANCED_NOTE)
+    dp_s = r.breakdown.get("exposed_dp_communication_s", 0.0)
+    if r.plan.dtype == "bf16" and r.plan.dp * r.plan.cp > 1 and dp_s > 0.1 * r.iteration_time_s:
+        out.append(f"bf16: gradients are kept and reduced in fp32 here, 4 bytes a parameter, as Megatron does (it "
+                   f"forces accumulate_allreduce_grads_in_fp32 for bf16): twice fp16's data-parallel bytes, "
+                   f"{dp_s * 1e3:,.0f} ms exposed in this plan")  # fmt: skip
     if r.plan.recompute == "selective" and r.plan.attention == "flash":
         out.append("selective recompute with flash attention saves no memory (flash attention keeps no "
                    "attention scores to drop) and adds the attention's recompute: --recompute none is the "
