@@ -218,11 +218,11 @@ def test_shard_says_where_each_sharders_step_goes() -> None:
 def test_a_second_comm_sweep_on_one_dataset_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Two `bench comm` runs on one file wrote every case twice (no lock, unlike the kernel bench)."""
     from trainsim.bench.comm import run_comm_bench
-    from trainsim.bench.runner import _locked
+    from trainsim.bench.dataset import sweep_lock
     from trainsim.errors import ConfigError
 
     path = tmp_path / "comm.jsonl"
-    with _locked(path), pytest.raises(ConfigError, match="another benchmark sweep is writing"):
+    with sweep_lock(path), pytest.raises(ConfigError, match="another benchmark sweep is writing"):
         run_comm_bench(path, kinds=("all_reduce",), sizes_bytes=(1024,), quick=True)
     notes = tmp_path / "notes.jsonl"
     notes.write_text('{"schema": "trainsim.kernel-bench/1"}\n')

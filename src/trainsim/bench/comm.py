@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainsim.bench.dataset import append_row
+from trainsim.bench.dataset import append_row, check_appendable, sweep_lock
 from trainsim.comm.readers import BENCH_SCHEMA
 from trainsim.comm.sizing import all_to_all_size_bytes
 from trainsim.errors import CaptureError, ConfigError
@@ -301,13 +301,10 @@ def run_comm_bench(dataset: Path | str, *, kinds: Sequence[C | str] = BENCH_KIND
     from trainsim.ir.serialize import output_path
 
     path = output_path(dataset)  # not a folder, its folder creatable: one-line errors
-    from trainsim.bench.dataset import check_appendable
-    from trainsim.bench.runner import _locked
-
     check_appendable(path, BENCH_SCHEMA, "a trainsim comm bench dataset")  # before its tail is cut
     # one sweep writes a dataset at a time (under torchrun only rank 0 writes, so it alone locks)
     lock = (
-        _locked(path)
+        sweep_lock(path)
         if not under_torchrun or os.environ["RANK"] == "0"
         else contextlib.nullcontext()
     )

@@ -26,6 +26,7 @@ ignores it and :func:`repair_tail` cuts it off before a sweep resumes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -52,6 +53,31 @@ def append_row(path: Path, row: Mapping[str, Any]) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def locked(path: Path, busy: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) for the block: one writer of an
+    append-only dataset at a time; another gets ``ConfigError(f"{path}: {busy}")``."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, single writer assumed
+        yield
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{path}: {busy}") from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def sweep_lock(path: Path) -> contextlib.AbstractContextManager[None]:
+    """The lock of a `trainsim bench` sweep (kernels or collectives) on its dataset."""
+    return locked(path, "another benchmark sweep is writing this dataset; wait for it or use another --dataset")
+
+
 def check_appendable(path: Path, schema: str, what: str) -> None:
     """Refuse to append to (and so to repair the tail of) a file that is not ``what``.
 
@@ -75,13 +101,12 @@ def check_appendable(path: Path, schema: str, what: str) -> None:
     lines = head.split(b"\n")
     complete = lines[:-1] if len(head) == 65536 or not head.endswith(b"\n") else lines
     first = next((ln for ln in complete if ln.strip()), None)
+    found = "not JSON"
     if first is None:  # no complete line: blank lines, then at most one torn line
         torn = lines[-1].strip()
         if not torn or torn.startswith(b'{"'):
             return
-        found = "not JSON"
     else:
-        found = "not JSON"
         try:
             row = json.loads(first.decode("utf-8"))
             if isinstance(row, dict) and row.get("schema") == schema:

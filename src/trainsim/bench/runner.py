@@ -44,6 +44,7 @@ from trainsim.bench.dataset import (
     check_appendable,
     iter_rows,
     repair_tail,
+    sweep_lock,
 )
 from trainsim.bench.suites.base import DTYPE_LABEL, Case, Timed
 from trainsim.errors import ConfigError
@@ -237,26 +238,6 @@ def _sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, single writer assumed
-        yield
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(
-                f"{path}: another benchmark sweep is writing this dataset; wait for it or use another --dataset"
-            ) from None
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
 def done_keys(path: Path, fingerprint: str, threads: int | None) -> set[str]:
     """Keys of rows already in ``path`` for this fingerprint and thread count."""
     if not path.exists():
@@ -386,7 +367,7 @@ def run_sweep(
     written: Counter[str] = Counter()
     failed: list[tuple[str, str]] = []
     check_appendable(path, KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")  # before its tail is repaired
-    with _locked(path):
+    with sweep_lock(path):
         repair_tail(path)
         done = done_keys(path, env["fingerprint"], env["threads"]) if resume else set()
         pending = []

@@ -121,7 +121,6 @@ class LLMPrediction:
         }
 
 
-
 def default_seq_note(model: ModelSpec) -> str | None:
     """What to say when the model's own sequence length is used and it is long (> 16k tokens)."""
     if model.seq_len <= 16384:
@@ -134,7 +133,6 @@ def default_seq_note(model: ModelSpec) -> str | None:
 MOE_BALANCED_NOTE = ("expert routing is taken as balanced (each expert gets tokens x top_k / experts of them) "
                      "with one GEMM pair per local expert and the token permutation as memory-bound passes; "
                      "uneven routing makes the busiest expert set the pace, so MoE times are lower bounds")
-
 
 
 def _provenance(stages: list[StageCost]) -> dict[str, Any]:

@@ -117,9 +117,13 @@ def _spread(samples: Any) -> float | None:
 _SEED001_NAME = re.compile(r"^(?P<gpu>[^_]+)_(?P<op>.+)_(?P<dtype>fp16|bf16|fp32)$")
 
 
+_COLLECTIVE_COLUMNS = {"nodes", "GPUsPerNode"}  # paper 001's NCCL CSVs: shape, nodes, GPUsPerNode, dur(us)
+
+
 def _sniff_seed001(first: str) -> bool:
     cols = [c.strip() for c in first.split(",")]
-    return bool(set(cols) & set(_PHASE_COLUMNS)) and "duration_s" not in cols
+    # the NCCL CSVs share the duration column: collective timings, not operators
+    return bool(set(cols) & set(_PHASE_COLUMNS)) and "duration_s" not in cols and not set(cols) >= _COLLECTIVE_COLUMNS
 
 
 def read_seed001_operator(path: Path) -> FileRead:
@@ -330,11 +334,9 @@ def _is_kernel_export(path: Path) -> bool:
 
 def _is_collective_csv(path: Path) -> bool:
     """Whether ``path`` starts like paper 001's NCCL CSVs (``shape,nodes,GPUsPerNode,dur(us)``)."""
-    if path.suffix != ".csv":
-        return False
     try:
         with path.open(encoding="utf-8", errors="replace") as f:
-            return f.readline().lstrip("\ufeff").startswith("shape,nodes,GPUsPerNode")
+            return {c.strip() for c in f.readline().lstrip("\ufeff").split(",")} >= _COLLECTIVE_COLUMNS
     except OSError:
         return False
 
@@ -352,11 +354,6 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
     seen: set[str] = set()  # every operator the inputs hold (for an --op that matches none)
     ds = KernelDataset(name or dataset_name(plist))
     for path, explicit in _expand(plist):
-        if _is_collective_csv(path):  # paper 001's NCCL timings sit beside its operators
-            if explicit:
-                raise TraceFormatError(path, "collective timings (paper 001's NCCL CSV), not operators: fit them "
-                                             "with `trainsim fit-comm`")  # fmt: skip
-            continue
         try:
             fmt = sniff_format(path)
         except UnicodeDecodeError as e:
@@ -364,7 +361,9 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
         if fmt is None:
             if explicit:
                 what = f"not a known kernel-measurement format ({', '.join(f.name for f in FORMATS)})"
-                if _is_kernel_export(path):
+                if _is_collective_csv(path):  # paper 001's NCCL timings sit beside its operators
+                    what = "collective timings (paper 001's NCCL CSV), not operators: fit them with `trainsim fit-comm`"
+                elif _is_kernel_export(path):
                     what = ("kernel samples that `trainsim analyze --export-kernels` wrote (one row per traced kernel, "
                             "no operator inputs): `trainsim fit` reads operator measurements, as `trainsim bench` "
                             "writes them (docs/kernels.md, Datasets)")  # fmt: skip

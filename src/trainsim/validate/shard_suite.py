@@ -53,7 +53,6 @@ import contextlib
 import datetime as dt
 import json
 import math
-import os
 import random
 import statistics
 import time
@@ -120,24 +119,10 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: single writer assumed
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"{path}: another shard suite is writing these results; wait for it "
-                              "or give another resume path") from None  # fmt: skip
-        yield
-    finally:
-        os.close(fd)
+def _locked(path: Path) -> contextlib.AbstractContextManager[None]:
+    from trainsim.bench.dataset import locked
+
+    return locked(path, "another shard suite is writing these results; wait for it or give another resume path")
 
 
 def _assign_key(a: Sequence[int]) -> str:
@@ -452,6 +437,7 @@ def run_shard_suite(
         spec_digest,
         spec_payload,
     )
+    from trainsim.ir.serialize import output_path
     from trainsim.search.sharders import SHARDERS
 
     del data_dir
@@ -469,10 +455,7 @@ def run_shard_suite(
     if path.is_dir():
         raise ConfigError(f"--resume {path}: a folder; the shard suite resumes from a JSONL file "
                           f"(e.g. {path / 'shard_results.jsonl'})")  # fmt: skip
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"--resume {path}: cannot create its folder ({e.strerror})") from None
+    output_path(path)  # its folder creatable: one line
     check_appendable(path, SCHEMA, "a shard-suite results file")
     run = ShardRun(steps=steps, max_steps=max_steps, warmup=warmup, repeats=repeats, threads=1,
                    optimizer=optimizer, backend=backend, seed=seed)  # fmt: skip
