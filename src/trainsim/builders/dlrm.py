@@ -356,7 +356,7 @@ def is_gpu(dev: DeviceSpec) -> bool:
     return dev.sm_count is not None
 
 
-KernelModels = str | Path | Sequence[KernelModel] | None
+KernelModels = str | Path | Sequence[KernelModel | str | Path] | None
 
 
 class Coster:
@@ -373,8 +373,8 @@ class Coster:
         extra: list[KernelModel] = []
         if isinstance(kernel_models, str | Path):
             extra = [load_model(kernel_models)]
-        elif kernel_models is not None:
-            extra = list(kernel_models)
+        elif kernel_models is not None:  # models, or artifacts to load, first to answer first
+            extra = [load_model(m) if isinstance(m, str | Path) else m for m in kernel_models]
         self.models = [*extra, *models_for(self.device)]
         self._cache: dict[tuple[Any, ...], tuple[float, str]] = {}
 

@@ -241,7 +241,6 @@ def _resize_timer(w: Any, user: tuple[tuple[Path, Any], ...] = ()) -> tuple[Any,
     from trainsim.builders.dlrm import Coster
     from trainsim.errors import ConfigError
     from trainsim.hardware import find_device
-    from trainsim.kernels import load_model
     from trainsim.validate.gpu_e2e_suite import default_cache_dir, gpu_kernel_models, resize_timer
     from trainsim.validate.shard_suite import cpu_device_file, cpu_kernel_models
 
@@ -267,8 +266,7 @@ def _resize_timer(w: Any, user: tuple[tuple[Path, Any], ...] = ()) -> tuple[Any,
     # a CPU trace: no device kernels (gloo collectives are recorded as communication "kernels")
     if cpu_trace:
         artifact, note = cpu_kernel_models(default_cache_dir().parent, log=log)
-        shipped = [load_model(artifact)] if artifact is not None else []
-        return Coster(str(cpu_device_file()), [*mine, *shipped]).time, named + note
+        return Coster(str(cpu_device_file()), [*mine, *([artifact] if artifact is not None else [])]).time, named + note
     if spec is not None:
         return Coster(spec, mine or None).time, (f"{named}the catalog models of {spec.name} (calibrated where "
                                                   "shipped, else spec-based)")  # fmt: skip

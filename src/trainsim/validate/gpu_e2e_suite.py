@@ -105,12 +105,7 @@ def resize_timer(device_file: Path, artifact: Path | None, extra: Sequence[Any] 
     from trainsim.builders.bench_costs import CarriedTimer, bench_calibration
     from trainsim.builders.dlrm import Coster
     from trainsim.hardware import get_device
-    from trainsim.kernels import load_model
-
-    if extra:
-        coster = Coster(str(device_file), [*extra, *([load_model(artifact)] if artifact is not None else [])])
-    else:
-        coster = Coster(str(device_file), artifact)
+    coster = Coster(str(device_file), [*extra, *([artifact] if artifact is not None else [])])
     cal = bench_calibration(get_device(str(device_file)))
     return coster.time if cal is None else CarriedTimer(cal, coster.time).time
 
