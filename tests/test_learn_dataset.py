@@ -162,6 +162,40 @@ def test_search_experiment_regret_is_zero_with_exact_predictions():
         assert c["approaches"]["noisy"]["regret_pct"] >= 0.0
 
 
+def test_a_resumed_collection_rebuilds_missing_or_damaged_graphs(tmp_path, capsys):
+    """Walkthrough finding (2026-12-02): a missing graph's error said to re-run the collection,
+    which skipped the measured row and left the graph missing: a loop. Graphs are a function of
+    the spec, so a resume writes them again and keeps the measurement."""
+    pytest.importorskip("jax")
+    from trainsim.learn.dataset import load_graph
+
+    folder = tmp_path / "ds"
+    collect(folder, TINY[:2], min_repeats=3, max_repeats=3, min_total_s=0.0)
+    rows = read_rows(folder)
+    (folder / "graphs" / f"{rows[0].graph}.json.gz").unlink()
+    (folder / "graphs" / f"{rows[1].graph_of('forward')}.json.gz").write_bytes(b"hello")
+    before = (folder / "stages.jsonl").read_bytes()
+    res = collect(folder, TINY[:2], min_repeats=3, max_repeats=3, min_total_s=0.0, log=print)
+    assert (res["measured"], res["skipped"], res["restored_graphs"]) == (0, 2, 2)
+    assert (folder / "stages.jsonl").read_bytes() == before  # measurements kept as they were
+    for r in rows:
+        load_graph(folder, r.graph), load_graph(folder, r.graph_of("forward"))
+    assert "t-0: train graph rebuilt" in capsys.readouterr().out
+
+
+def test_a_torn_last_line_is_said_when_rows_are_read(tmp_path, capsys):
+    from trainsim.learn import dataset as ds
+
+    folder = tmp_path / "torn"
+    folder.mkdir()
+    row = {"schema": ds.STAGE_SCHEMA, "id": "a", "family": "gpt", "spec": TINY[0][1].to_dict(), "latency_s": 1e-3,
+           "graph": "x"}  # fmt: skip
+    (folder / "stages.jsonl").write_text(json.dumps(row) + "\n" + '{"schema": "trainsim.pre')
+    assert len(read_rows(folder)) == 1 and len(read_rows(folder)) == 1
+    err = capsys.readouterr().err
+    assert err.count("its last line is incomplete") == 1  # once per file, not per read
+
+
 def test_a_folder_keeps_one_sampler(tmp_path):
     """Review finding: `stages collect --seed 5` on a seed-0 folder silently mixed samplers."""
     from trainsim.errors import ConfigError
@@ -173,7 +207,8 @@ def test_a_folder_keeps_one_sampler(tmp_path):
 
     _check_provenance(tmp_path, prov(0))
     _check_provenance(tmp_path, prov(0))  # the same sampler resumes
-    with pytest.raises(ConfigError, match="seed 0; this run asks for stratified-log-latency gpt seed 5"):
+    with pytest.raises(ConfigError, match=r"holds random gpt stages of sampler seed 0 \(--seed 0\); this run asks for "
+                                          r"random gpt stages of sampler seed 5"):
         _check_provenance(tmp_path, prov(5))
 
 

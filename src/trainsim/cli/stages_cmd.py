@@ -34,22 +34,27 @@ app.add_typer(stages_app, name="stages")
 def collect(
     folder: Path = typer.Argument(..., metavar="DIR", help="Dataset folder (stages.jsonl, graphs/); resumes what is there."),
     family: str = typer.Option(..., "--family", help="gpt or moe."),
-    count: int = typer.Option(300, "--count", min=1, help="Random stages the folder should hold (a total: a resumed folder measures what it lacks; not with --search-set or --protocol)."),
+    count: int | None = typer.Option(None, "--count", min=1, help="Random stages the folder should hold (default 300; a total: a resumed folder measures what it lacks; not with --search-set or --protocol, which measure fixed sets)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Sampler seed (a folder keeps one sampler)."),
     search_set: bool = typer.Option(False, "--search-set", help="Measure every candidate stage of the family's search model instead."),
     protocol: bool = typer.Option(False, "--protocol", help="Measure 003's protocol sets instead: every stage of one model under each 003 Table III configuration (docs/predtop.md)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table (a summary line) or json (the counts); on stdout either way."),
 ) -> None:  # fmt: skip
     """Measure stage latencies on this CPU (one core, single-threaded XLA; restarts itself with that environment)."""
+    from trainsim.cli.main import _state
     from trainsim.errors import ConfigError
     from trainsim.learn.dataset import main
 
     if family not in ("gpt", "moe"):  # argparse in the collector would print its own usage text
         raise ConfigError(f"--family must be gpt or moe, got {family!r}")
-    argv = [str(folder), "--family", family, "--count", str(count), "--seed", str(seed), "--format", fmt.value]
     if search_set and protocol:
         raise ConfigError("--search-set and --protocol are two different stage sets: give one")
+    if count is not None and (search_set or protocol):
+        raise ConfigError(f"--count is for random stages; {'--search-set' if search_set else '--protocol'} "
+                          "measures a fixed set (drop --count)")  # fmt: skip
+    argv = [str(folder), "--family", family, "--count", str(count or 300), "--seed", str(seed), "--format", fmt.value]
     argv += ["--search"] if search_set else ["--protocol"] if protocol else []
+    argv += ["--debug"] if _state["debug"] else []  # the collector restarts as its own process
     raise typer.Exit(main(argv))
 
 
@@ -58,7 +63,7 @@ def train(
     dataset: Path = typer.Argument(..., metavar="DIR", help="A measured stage dataset folder."),
     out: Path = typer.Option(..., "--out", help="Folder for predictor.json + predictor.safetensors."),
     model: str = typer.Option("dag_transformer", "--model", help="dag_transformer, gcn or gat."),
-    fraction: float = typer.Option(0.8, "--fraction", help="Share of the stages to train on (10 % more validate; the rest test)."),
+    fraction: float = typer.Option(0.8, "--fraction", help="Share of the stages to train on (10 % more validate; the rest test). 003's protocol, and `validate predtop`, train on 0.3 and less."),
     epochs: int = typer.Option(250, "--epochs", min=1, help="Most epochs; training stops early after --patience epochs without a better validation loss and keeps the best."),
     patience: int | None = typer.Option(None, "--patience", min=1, help="Epochs without a better validation loss before stopping (default: min(80, epochs//3), the suite's 80 at 250 epochs; 003's protocol: --epochs 500 --patience 200)."),
     features: str = typer.Option("table1+work", "--features", help="table1 (003 Table I) or table1+work (plus operand sizes, FLOPs, contraction)."),
@@ -71,20 +76,38 @@ def train(
     """Train one predictor and report its test error (003 Eq. 5 MRE)."""
     from dataclasses import replace
 
+    from trainsim.errors import ConfigError
+    from trainsim.learn.dataset import dataset_host
     from trainsim.learn.evaluate import FamilyData, features_flag, train_case
     from trainsim.learn.protocol import target_of
+    from trainsim.learn.provider import spec_ranges
     from trainsim.learn.train import TrainConfig, check_stop, predictor_folder
 
     check_stop(stop, members)
     per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
+    if out.resolve() == dataset.resolve() or dataset.resolve() in out.resolve().parents:
+        raise ConfigError(f"--out {out}: inside the dataset folder {dataset}; give a folder of its own")
+    existed = out.exists()
     predictor_folder(out, "--out ")  # before training: a wrong --out should not cost the training time
-    data = FamilyData(dataset, input_features=features_flag(features))
-    wait = patience if patience is not None else max(1, min(TrainConfig().patience, epochs // 3))
-    cfg = replace(TrainConfig(), epochs=epochs, patience=wait, members=members, stop=stop)
-    pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg, readout=readout,
-                            per_work=per_work, log=stderr.print)  # fmt: skip
+    try:
+        data = FamilyData(dataset, input_features=features_flag(features))
+        wait = patience if patience is not None else max(1, min(TrainConfig().patience, epochs // 3))
+        cfg = replace(TrainConfig(), epochs=epochs, patience=wait, members=members, stop=stop)
+        pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg, readout=readout,
+                                per_work=per_work, log=stderr.print)  # fmt: skip
+    except KeyboardInterrupt:
+        stderr.print(f"nothing saved to {out}: the predictor is written when training ends")
+        _drop_if_empty(out, existed)
+        raise
+    except Exception:
+        _drop_if_empty(out, existed)  # no empty predictor folder left behind by a failed run
+        raise
+    if case["test"] < 10:
+        stderr.print(f"warning: only {case['test']} stages were held out to test: their MRE is a rough figure "
+                     "(measure more stages, or train on a smaller --fraction)")  # fmt: skip
     pred.meta |= {"dataset": str(Path(dataset).resolve()), "fraction": fraction, "test_mre_pct": case["mre_pct"],
-                  "families": sorted({r.family for r in data.rows})}  # fmt: skip
+                  "families": sorted({r.family for r in data.rows}), "spec_ranges": spec_ranges(data.rows),
+                  "host": dataset_host(dataset)}  # fmt: skip
     pred.save(out)
     case["predictor"] = str(out)
     if fmt is Format.JSON:
@@ -108,13 +131,20 @@ def predict(
     import numpy as np
 
     from trainsim.errors import ConfigError
-    from trainsim.learn.dataset import iter_graphs, read_rows
+    from trainsim.learn.dataset import dataset_host, iter_graphs, read_rows
+    from trainsim.learn.evaluate import spec_digest
     from trainsim.learn.train import Predictor, mre_pct
 
     pred = Predictor.load(predictor)
+    if not dataset.exists():
+        raise ConfigError(f"{dataset}: no such dataset folder (one `trainsim stages collect` writes)")
     rows = read_rows(dataset)
     if not rows:
         raise ConfigError(f"{dataset}: no stages (stages.jsonl missing or empty)")
+    trained_host, host = pred.meta.get("host") or {}, dataset_host(dataset) or {}
+    if trained_host.get("id") and host.get("id") and trained_host["id"] != host["id"]:
+        stderr.print(f"warning: {dataset} was measured on another host ({host.get('cpu')}) than {predictor}'s "
+                     f"training stages ({trained_host.get('cpu')}): the errors include the machines' difference")  # fmt: skip
     fams, held = _families(pred.meta), sorted({r.family for r in rows})
     if fams and not set(held) <= set(fams):
         raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, {dataset} holds {', '.join(held)}; "
@@ -123,14 +153,24 @@ def predict(
     y = np.array([r.latency_s for r in rows])
     cases: list[dict[str, Any]] = [{"id": r.id, "spec": r.spec.to_dict(), "measured_s": r.latency_s, "predicted_s": float(v),
               "err_pct": 100.0 * (float(v) - r.latency_s) / r.latency_s} for r, v in zip(rows, p, strict=True)]  # fmt: skip
-    trained_on = pred.meta.get("dataset")  # its split marks stages of that folder only (ids repeat across sets)
+    trained_on = pred.meta.get("dataset")
     same = trained_on is not None and Path(trained_on).resolve() == Path(dataset).resolve()
-    split_of = {i: part for part, ids in (pred.meta.get("split_ids") or {}).items() for i in ids} if same else {}
-    recorded = "split_ids" in pred.meta  # a predictor saved before 2026-12-02 does not say
-    for c in cases:  # the stages it trained or validated on, or held out from training (test)
-        c["split"] = split_of.get(c["id"], "unseen") if recorded or not same else "unknown"
+    by_spec = pred.meta.get("split_specs")
+    if by_spec and not (same and "split_ids" in pred.meta):
+        # another folder (a copy, a move, another set): matched by the stage itself, since ids repeat
+        # across sets; a stage it both trained on and tested (one spec measured twice) counts as trained
+        spec_split: dict[str, str] = {}
+        for part in ("test", "val", "train"):
+            spec_split |= dict.fromkeys(by_spec.get(part, ()), part)
+        for c, r in zip(cases, rows, strict=True):
+            c["split"] = spec_split.get(spec_digest(r.spec), "unseen")
+    else:  # its own folder: by id (exact); an older predictor records ids only
+        split_of = {i: part for part, ids in (pred.meta.get("split_ids") or {}).items() for i in ids} if same else {}
+        recorded = "split_ids" in pred.meta  # a predictor saved before 2026-12-02 does not say
+        for c in cases:  # the stages it trained or validated on, or held out from training (test)
+            c["split"] = split_of.get(c["id"], "unseen") if recorded or not same else "unknown"
     doc = {"predictor": str(predictor), "dataset": str(dataset), "stages": cases,
-           "mre_pct": mre_pct(p, y), "provenance": f"learned from measured CPU stages ({pred.config.kind})"}  # fmt: skip
+           "mre_pct": mre_pct(p, y), "provenance": predictor_provenance(pred)}  # fmt: skip
     by_split = {}
     for part in ("train", "val", "test", "unseen", "unknown"):
         sel = [i for i, c in enumerate(cases) if c["split"] == part]
@@ -147,15 +187,32 @@ def predict(
         title += (f" (by split: {parts}; the held-out figure is test's)" if "unknown" not in by_split else
                   " (the predictor does not record which of these stages it trained on: the MRE may count them)")
     t = Table(title=title)
-    for col in ("stage", "layers", "shard", "split", "measured", "predicted", "error"):
-        t.add_column(col, justify="left" if col == "stage" else "right")
-    for c in cases[:40]:
+    for col in ("stage", "layers", "h×s×b", "tp", "split", "meas ms", "pred ms", "err %"):
+        t.add_column(col, justify="left" if col == "stage" else "right", no_wrap=True)
+    shown = cases if len(cases) <= 40 else sorted(cases, key=lambda c: -abs(c["err_pct"]))[:40]
+    for c in shown:
         s = c["spec"]
-        t.add_row(c["id"], str(s["layers"]), str(s["shard"]), c["split"], f"{c['measured_s'] * 1e3:.2f} ms",
-                  f"{c['predicted_s'] * 1e3:.2f} ms", f"{c['err_pct']:+.1f} %")  # fmt: skip
+        layers = "e+" * bool(s.get("embed")) + str(s["layers"]) + "+h" * bool(s.get("head"))  # with embedding, head
+        t.add_row(c["id"], layers, f"{s['hidden']}×{s['seq']}×{s['micro_batch']}", str(s["shard"]), c["split"], f"{c['measured_s'] * 1e3:.2f}", f"{c['predicted_s'] * 1e3:.2f}",
+                  f"{c['err_pct']:+.1f}")  # fmt: skip
     Console().print(t)
     if len(cases) > 40:
-        stderr.print(f"({len(cases) - 40} more stages in --format json)")
+        stderr.print(f"(the 40 largest errors of {len(cases)} stages; every stage in --format json)")
+    stderr.print("layers: e+ with the embedding, +h with the head and loss; h×s×b: hidden, sequence, micro-batch; "
+                 "tp: the stage's shard, its tensor/expert-parallel degree")  # fmt: skip
+    stderr.print(f"provenance: {doc['provenance']}")
+
+
+def _drop_if_empty(folder: Path, existed: bool) -> None:
+    if not existed and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
+def predictor_provenance(pred: Any) -> str:
+    """What a stage predictor's answers rest on (DESIGN: every prediction states its provenance)."""
+    host = (pred.meta.get("host") or {}).get("cpu")
+    where = f"on {host}" if host else "on one CPU core"
+    return f"calibrated: {pred.config.kind} learned from stage latencies measured {where}"
 
 
 def _families(meta: dict[str, Any]) -> list[str] | None:
@@ -182,6 +239,7 @@ def search(
         SEARCH_MODELS,
         MeasuredStages,
         PredictedStages,
+        outside_ranges,
         search_pipeline,
     )
     from trainsim.learn.train import Predictor
@@ -198,6 +256,10 @@ def search(
             raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, not {family!r}; "
                               f"train one on a {family} dataset or pass --family {fams[0]}")  # fmt: skip
         provider = PredictedStages(pred, name=f"predicted ({predictor})")
+        beyond = outside_ranges(pred.meta, [SEARCH_MODELS[family].stage(*k) for k in SEARCH_MODELS[family].candidates()])
+        if beyond:
+            stderr.print(f"warning: {predictor} was trained on stages of {beyond}: the search's stages beyond "
+                         "that are extrapolated (collect a larger dataset to cover them)")  # fmt: skip
     else:
         assert measured is not None
         if not measured.is_dir():
@@ -210,11 +272,7 @@ def search(
             raise ConfigError(f"--measured {measured}: holds {', '.join(held)} stages, not {family!r}; "
                               f"pass --family {held[0]} or collect {family} stages")  # fmt: skip
     res = search_pipeline(SEARCH_MODELS[family], provider, devices=devices, microbatches=microbatches)
-    res["provenance"] = (
-        "learned stage latencies (CPU-measured training stages)"
-        if predictor is not None
-        else "measured stage latencies"
-    )
+    res["provenance"] = predictor_provenance(pred) if predictor is not None else f"measured stage latencies ({measured})"
     if fmt is Format.JSON:
         emit_json(res)
         return
@@ -231,3 +289,7 @@ def search(
         t.add_row(str(i), f"{a}-{b - 1}", str(d), f"{lat * 1e3:.2f} ms")
     Console().print(t)
     Console().print(f"iteration time (Eq. 4): {res['iteration_time_s'] * 1e3:.2f} ms ({res['provenance']})")
+    m = SEARCH_MODELS[family]
+    stderr.print(f"search model (fixed, 003 §VIII-B): {m.family}, {m.layers} layers, hidden {m.hidden}, {m.heads} heads, "
+                 f"seq {m.seq}, micro-batch {m.micro_batch}; a stage's devices are its tensor/expert-parallel shards, "
+                 "timed as this CPU core runs one shard; communication between stages is not modelled (Eq. 4)")  # fmt: skip

@@ -37,6 +37,7 @@ def validate(
     members: int | None = typer.Option(None, "--members", help="predtop: train each predictor as a cross-validated bag of this many models, each early-stopped on its own validation fold (default 1: one model)."),
     readout: str | None = typer.Option(None, "--readout", help="predtop: the models' pooling — logsumexp (default), sum (node costs added in seconds), add (003 Eq. 2 as written), work."),
     stop: str | None = typer.Option(None, "--stop", help="predtop with --members: each member early-stopped on its own validation fold (each, default), or all at the epoch of the lowest mean validation loss over the folds (common)."),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="predtop: most training epochs per predictor (default 250; --protocol 500): fewer for a quick check, with figures that are not the suite's."),
     per: str | None = typer.Option(None, "--per", help="predtop --protocol: a predictor per Table III configuration (config, default) or per mesh (mesh: 003 §VI, one model for a mesh's configurations)."),
 ) -> None:  # fmt: skip
     """Run an accuracy suite and print every case's error beside the summary."""
@@ -66,7 +67,7 @@ def validate(
         doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit, sets=sets,
                         repeats=repeats, seed=seed, resume=resume, device=device, fractions=fractions,
                         models=models, features=features, dataset=dataset, protocol=protocol or None,
-                        readout=readout, members=members, per=per, stop=stop)  # fmt: skip
+                        readout=readout, members=members, per=per, stop=stop, epochs=epochs)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(doc)
     else:
@@ -185,11 +186,19 @@ def _print_table(doc: dict[str, Any]) -> None:
                         mean += f" ({have} of {len(doc['configs'])})"
                     pt.add_row(f"{float(fr):.0%}", kind, *(_fmt(per.get(c)) for c in doc["configs"]), mean)
             out.print(pt)
+        if doc.get("protocol_table"):
+            from trainsim.learn.protocol import RUNTIME_CONFIGS
+
+            out.print("columns (003 Table III; mesh m, configuration c): " + ", ".join(
+                f"{c.label} {c.describe()}" for c in RUNTIME_CONFIGS if c.label in doc["configs"]))  # fmt: skip
         for fam, srch in doc.get("search", {}).items():
             for name, a in srch["approaches"].items():
                 out.print(f"search {fam} {name}: measured {a['measured']}/{srch['candidates']} stages, "
                           f"cost saved {a['saved_pct']:.1f} %, mean regret {a['mean_regret_pct']:.2f} % "
                           f"(max {a['max_regret_pct']:.2f}), stage MRE {a['mre_pct']:.2f} %")  # fmt: skip
+    if doc.get("suite") == "predtop":
+        _print_predtop_summary(out, doc)
+        return
     for key in ("summary", "summary_all"):
         if key not in doc:
             continue
@@ -208,6 +217,31 @@ def _print_table(doc: dict[str, Any]) -> None:
                 out.print(f"[yellow]warning:[/] {w}")
     if isinstance(doc.get("kernel_models"), str):  # where the predictions' kernel times came from
         out.print(f"kernel models: {doc['kernel_models']}")
+
+
+def _print_predtop_summary(out: Any, doc: dict[str, Any]) -> None:
+    """The predtop summary in words: the contract's error figures, the wins, the acceptance."""
+    sm = doc["summary"]
+    over = "the DAG Transformer's test MRE" if "DAG" in str(sm.get("errors_of", "")) else "every case's test MRE"
+    per = "per (configuration, fraction)" if doc.get("protocol_table") else "per (family, fraction)"
+    out.print(f"summary over {sm.get('cases', 0)} cases ({over} {per}): mean {_fmt(sm.get('mape_pct'))} %, median "
+              f"{_fmt(sm.get('median_abs_err_pct'))} %, max {_fmt(sm.get('max_abs_err_pct'))} %; {_fmt(sm.get('wall_s'))} s")  # fmt: skip
+    if sm.get("cases_compared"):
+        out.print(f"the DAG Transformer has the lowest MRE in {sm['dag_transformer_wins']} of "
+                  f"{sm['cases_compared']} rows (family, fraction)")  # fmt: skip
+    else:
+        out.print("wins: not counted (a row needs all three models: --models dag_transformer,gcn,gat)")
+    at30 = {k.removesuffix("_dag_transformer_mre_at_30pct"): v for k, v in sm.items()
+            if k.endswith("_dag_transformer_mre_at_30pct")}  # fmt: skip
+    at30 = at30 or dict((doc.get("summary") or {}).get("dag_transformer_mre_at_30pct") or {})
+    acc = {k.removeprefix("acceptance_"): v for k, v in sm.items() if k.startswith("acceptance_")} or sm.get("acceptance", {})
+    words = {"mre_at_30pct_le_4": "DAG Transformer MRE ≤ 4 % at 30 % training on each family",
+             "wins_ge_75pct": "lowest of the three models in ≥ 75 % of the rows",
+             "train_le_15min": "each predictor trained within 15 min"}  # fmt: skip
+    if at30:
+        out.print("DAG Transformer at 30 % training: " + ", ".join(f"{f} {_fmt(v)} %" for f, v in at30.items()))
+    for k, v in acc.items():
+        out.print(f"target: {words.get(k, k)}: {'met' if v else 'not met'}")
 
 
 def _plan_cells(labels: list[str]) -> tuple[list[str], str]:

@@ -225,13 +225,21 @@ def _dataset_folder(folder: Path | str) -> Path:
     return folder
 
 
+_TORN_SAID: set[str] = set()  # files whose torn last line was warned of (once per process)
+
+
 def read_rows(folder: Path | str) -> list[StageRow]:
     """Every complete row of ``folder/stages.jsonl`` (a torn last line is skipped)."""
     path = _dataset_folder(folder) / "stages.jsonl"
     if not path.exists():
         return []
     out = []
-    for lineno, d in complete_lines(path):
+    raw = path.read_bytes()
+    if raw[raw.rfind(b"\n") + 1 :].strip() and str(path) not in _TORN_SAID:  # a count one short is a mystery
+        _TORN_SAID.add(str(path))
+        print(f"warning: {path}: its last line is incomplete (an interrupted collection) and is skipped; "
+              "`trainsim stages collect` on the folder cuts it and resumes", file=sys.stderr)  # fmt: skip
+    for lineno, d in complete_lines(path, raw):
         if not isinstance(d, dict) or d.get("schema") != STAGE_SCHEMA:
             raise TraceFormatError(path, f"line {lineno}: not a {STAGE_SCHEMA} row")
         try:
@@ -248,12 +256,45 @@ def load_graph(folder: Path | str, digest: str) -> StageGraph:
         return StageGraph.from_json(json.loads(gzip.decompress(path.read_bytes())))
     except FileNotFoundError:
         raise TraceFormatError(
-            path, "graph file missing; re-run the collection to recreate it"
+            path, "graph file missing; run `trainsim stages collect` on the folder again (same options) to rebuild it"
         ) from None
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise TraceFormatError(
-            path, f"unreadable stage graph ({type(e).__name__}); delete it and re-run the collection"
+            path, f"unreadable stage graph ({type(e).__name__}); run `trainsim stages collect` on the folder "
+            "again (same options) to rebuild it"
         ) from None
+
+
+def _graph_readable(folder: Path, digest: str) -> bool:
+    try:
+        load_graph(folder, digest)
+    except TraceFormatError:
+        return False
+    return True
+
+
+def _restore_graphs(folder: Path, row: StageRow) -> list[str]:
+    """Rebuild the graph files of an already measured ``row`` that are missing or unreadable.
+
+    The graphs are a function of the stage's spec (no timing), so a resumed collection writes
+    them again; a rebuilt graph whose digest differs from the row's means the graph builder
+    changed since the row was measured (:func:`rebuild_graphs` is the way then).
+    Returns the parts rebuilt.
+    """
+    rebuilt = []
+    for part in PARTS:
+        digest = row.graph_of(part)
+        if _graph_readable(folder, digest):
+            continue
+        _, now = _store_graph(folder, row.spec, part, overwrite=True)
+        if now != digest:
+            raise ConfigError(
+                f"{folder / 'stages.jsonl'}: row {row.id}: its {part} graph {digest} is missing and the stage "
+                f"now builds graph {now}: the graph builder changed since it was measured; rebuild every row's "
+                "graphs with trainsim.learn.dataset.rebuild_graphs (measurements are kept)"
+            )
+        rebuilt.append(part)
+    return rebuilt
 
 
 def iter_graphs(
@@ -265,6 +306,24 @@ def iter_graphs(
         if digest not in cache:
             cache[digest] = load_graph(folder, digest)
         yield cache[digest]
+
+
+def _sampler_words(kind: Any, family: Any, seed: Any) -> str:
+    """A folder's stage set as the ``stages collect`` flags that make it."""
+    if kind == "search-candidates":
+        return f"the {family} search model's candidate stages (--search-set)"
+    if kind == "003-protocol":
+        return f"003's {family} protocol stages (--protocol)"
+    return f"random {family} stages of sampler seed {seed} (--seed {seed})"
+
+
+def dataset_host(folder: Path | str) -> dict[str, Any] | None:
+    """``{"id", "cpu"}`` of the host a dataset was measured on (its ``provenance.json``), or None."""
+    try:
+        host = json.loads((Path(folder) / "provenance.json").read_text(encoding="utf-8")).get("host") or {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    return {"id": host.get("id"), "cpu": host.get("cpu")} if host.get("id") else None
 
 
 def _check_provenance(folder: Path, prov: dict[str, Any]) -> None:
@@ -295,9 +354,8 @@ def _check_provenance(folder: Path, prov: dict[str, Any]) -> None:
     new = sampler_id(prov["runs"][0])
     before = {sampler_id(r) for r in runs if r.get("sampler")}
     if before and new[0] is not None and new not in before:
-        kind, fam, seed = sorted(before, key=str)[0]
-        raise ConfigError(f"{folder} was sampled with {kind} {fam} seed {seed}; this run asks for {new[0]} "
-                          f"{new[1]} seed {new[2]}: collect into another folder")  # fmt: skip
+        raise ConfigError(f"{folder} holds {_sampler_words(*sorted(before, key=str)[0])}; this run asks for "
+                          f"{_sampler_words(*new)}: collect into another folder")  # fmt: skip
     runs.extend(prov["runs"])
     _write_json_atomic(path, old)
 
@@ -379,13 +437,18 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
                   file=sys.stderr)  # fmt: skip
         elif log:
             log(f"resume check: {line}")
-    measured = skipped = 0
+    measured = skipped = restored = 0
     noisy: list[str] = []  # measured now with a spread above NOISY_REL_IQR
     for sid, spec in items:
         if sid in done:
             if done[sid].spec != spec:
                 raise ConfigError(f"{path}: row {sid} holds another stage than the sampler gives; "
                                   "the sampler changed — collect into a new folder")  # fmt: skip
+            parts = _restore_graphs(folder, done[sid])  # a deleted or damaged graph file comes back
+            if parts:
+                restored += 1
+                if log:
+                    log(f"{sid}: {' and '.join(parts)} graph rebuilt (missing or unreadable); its measurement is kept")
             skipped += 1
             continue
         t0 = time.perf_counter()
@@ -417,7 +480,8 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
                 + (" — noisy: another process competed for the core?" if sid in noisy else ""))  # fmt: skip
         if stop_after is not None and measured >= stop_after:
             break
-    return {"measured": measured, "skipped": skipped, "total": len(read_rows(folder)), "noisy": noisy}
+    return {"measured": measured, "skipped": skipped, "restored_graphs": restored, "total": len(read_rows(folder)),
+            "noisy": noisy}  # fmt: skip
 
 
 def rebuild_graphs(folder: Path | str, *, log: Callable[[str], None] | None = None) -> int:
@@ -487,12 +551,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--min-total-s", type=float, default=1.0)
     ap.add_argument("--format", choices=("table", "json"), default="json")
+    ap.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)  # `trainsim --debug stages collect`
     args = ap.parse_args(argv)
+    # this runs as its own process (the collector restarts itself): it keeps the CLI contract itself
     try:
         return _collect_main(args, argv)
-    except TrainsimError as e:  # the CLI contract: one line, exit 1 (this runs as its own process)
+    except TrainsimError as e:  # one line, exit 1
+        if args.debug:
+            raise
         print(f"trainsim: error: {e}", file=sys.stderr, flush=True)
         return 1
+    except KeyboardInterrupt:  # the rows measured so far are on disk (each appended and fsynced)
+        try:
+            kept = f"{len(read_rows(args.folder))} stages in {args.folder} are kept"
+        except TrainsimError:
+            kept = f"the stages measured in {args.folder} are kept"
+        print(f"trainsim: interrupted: {kept}; run the same command again to resume", file=sys.stderr, flush=True)
+        return 130
 
 
 def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
@@ -529,7 +604,9 @@ def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
     if args.format == "json":
         print(json.dumps(res))
     else:
-        print(f"measured {res['measured']} stage(s), {res['skipped']} already there; {res['total']} in {args.folder}")
+        restored = f" ({res['restored_graphs']} with rebuilt graphs)" if res["restored_graphs"] else ""
+        print(f"measured {res['measured']} stage(s), {res['skipped']} already there{restored}; "
+              f"{res['total']} in {args.folder}")  # fmt: skip
     if res["noisy"]:  # kept (the median is robust), but said: a quiet machine measures them better
         print(f"warning: {len(res['noisy'])} of the {res['measured']} stages measured now spread more than "
               f"{NOISY_REL_IQR:.0%} (IQR / median; e.g. {res['noisy'][0]}): other processes competed for the core; "

@@ -90,6 +90,13 @@ def heldout_errors(pred_s: np.ndarray, true_s: np.ndarray) -> dict[str, float]:
             "p90_re_pct": float(np.percentile(rel, 90)), "max_re_pct": float(rel.max())}  # fmt: skip
 
 
+def spec_digest(spec: Any) -> str:
+    """A short stable digest of a stage spec (what ``split_specs`` records)."""
+    import hashlib
+
+    return hashlib.sha256(spec.key().encode()).hexdigest()[:12]
+
+
 def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
                train_config: TrainConfig = TrainConfig(), readout: str = "logsumexp",
                per_work: bool = True, parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
@@ -120,8 +127,11 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     p = pred.predict_tensors([tensors[i] for i in te])
     infer_s = time.perf_counter() - t0
     # which stages it learned from: `stages predict` scores the held-out ones apart
-    pred.meta |= {"split_ids": {name: [data.rows[i].id for i in idx] for name, idx in
-                                (("train", tr), ("val", va), ("test", te))}}  # fmt: skip
+    named = (("train", tr), ("val", va), ("test", te))
+    pred.meta |= {"split_ids": {name: [data.rows[i].id for i in idx] for name, idx in named},
+                  # by the stage itself, so a copied or moved folder, or another holding the same stages,
+                  # is scored by what the predictor learned from (ids repeat across datasets, specs do not)
+                  "split_specs": {name: [spec_digest(data.rows[i].spec) for i in idx] for name, idx in named}}  # fmt: skip
     hist = pred.history
     assert hist is not None
     case = {
@@ -266,6 +276,9 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
                                      "stop": stop_of(train_config)})  # fmt: skip
                     if key in done:
                         continue
+                    if log:
+                        log(f"{family} {fraction:.0%} {kind}: training ({len(data.rows)} stages, at most "
+                            f"{train_config.epochs} epochs)…")  # fmt: skip
                     pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed,
                                             train_config=train_config, readout=readout, per_work=per_work)  # fmt: skip
                     case["family"] = family
@@ -273,7 +286,7 @@ def evaluate(folders: Mapping[str, Path | str], results: Path | str, *, fraction
                     done.add(key)
                     if log:
                         log(f"{family} {fraction:.0%} {kind}: MRE {case['mre_pct']:.2f} % "
-                            f"({case['train_s']:.0f} s, {case['epochs']} epochs, best {case['best_epoch']})")  # fmt: skip
+                            f"({case['train_s']:.0f} s, {case['epochs']} epochs, best epoch {case['best_epoch'] + 1})")  # fmt: skip
                     if save_fraction is not None and abs(fraction - save_fraction) < 1e-9:
                         pred.meta |= {
                             "family": family,

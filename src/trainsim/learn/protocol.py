@@ -229,6 +229,9 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
                 # each configuration's own split (split() of its rows in dataset order), mapped to `data`
                 own = {rc: split(len(at[rc]), fraction, seed=seed) for rc in group}
                 tr, va, te = (np.concatenate([at[rc][own[rc][j]] for rc in group]) for j in range(3))
+                if log:
+                    log(f"{family} {'+'.join(rc.label for rc in group)} {fraction:.0%} {kind}: training "
+                        f"({len(tr)} train stages, at most {tc.epochs} epochs)…")  # fmt: skip
                 pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed, train_config=tc,
                                         readout=readout, per_work=target_of(readout) == "log-per-flop",
                                         parts=(tr, va, te))  # fmt: skip
@@ -246,7 +249,7 @@ def evaluate_protocol(folders: Mapping[str, Path | str], results: Path | str, *,
                     append_row(path, row)
                     if log:
                         log(f"{family} {rc.label} {fraction:.0%} {kind}: MRE {row['mre_pct']:.2f} % "
-                            f"({len(tr)} train, {row['train_s']:.0f} s, best epoch {row['best_epoch']})")  # fmt: skip
+                            f"({len(tr)} train, {row['train_s']:.0f} s, best epoch {row['best_epoch'] + 1})")  # fmt: skip
     return summarize_protocol(read_protocol_cases(results), seed=seed, readout=readout, members=tc.members, per=per,
                               stop=stop_of(tc))  # fmt: skip
 

@@ -68,6 +68,26 @@ SEARCH_MODELS = {
 }  # fmt: skip
 
 
+_RANGED = ("layers", "shard", "hidden", "seq", "micro_batch")
+
+
+def spec_ranges(rows: Sequence[Any]) -> dict[str, list[int]]:
+    """The [min, max] of each sampled stage dimension over a dataset's rows (a predictor's range)."""
+    return {k: [min(getattr(r.spec, k) for r in rows), max(getattr(r.spec, k) for r in rows)] for k in _RANGED}
+
+
+def outside_ranges(meta: Mapping[str, Any], specs: Sequence[StageSpec]) -> str:
+    """The predictor's training ranges that some of ``specs`` leave, in words ("" when none, or
+    when the predictor does not record them)."""
+    ranges = meta.get("spec_ranges") or {}
+    out = []
+    for k, (lo, hi) in ranges.items():
+        vals = [getattr(s, k) for s in specs]
+        if min(vals) < lo or max(vals) > hi:
+            out.append(f"{k.replace('_', '-')} {lo}-{hi}" if lo != hi else f"{k.replace('_', '-')} {lo}")
+    return ", ".join(out)
+
+
 def candidate_id(family: str, key: StageKey) -> str:
     return f"{family}search-{key[0]}-{key[1]}-t{key[2]}"
 
@@ -171,8 +191,9 @@ class MeasuredStages:
     def latencies_s(self, specs: Sequence[StageSpec]) -> list[float]:
         missing = [s for s in specs if s.key() not in self.rows]
         if missing:
-            raise ModelError(f"{len(missing)} stages were not measured (first: {missing[0]}); "
-                             "collect them with `trainsim stages collect`")  # fmt: skip
+            raise ModelError(f"{len(missing)} stages were not measured (first: {missing[0]}); a search "
+                             "looks up every candidate stage of its model: collect them into a folder of their "
+                             f"own with `trainsim stages collect DIR --family {missing[0].family} --search-set`")  # fmt: skip
         return [self.rows[s.key()].latency_s for s in specs]
 
 
@@ -280,7 +301,7 @@ def run_search_integration(search_folder: Path | str, *, family: str,
     keys = [_stage_key(r.spec) for r in data.rows]
     if sorted(keys) != sorted(model.candidates()):
         raise ConfigError(f"{search_folder} does not hold exactly the {len(model.candidates())} candidates "
-                          f"of the {family} search model; collect them with --search")  # fmt: skip
+                          f"of the {family} search model; collect them with `trainsim stages collect DIR --family {family} --search-set`")  # fmt: skip
     measured = dict(zip(keys, data.latency_s.tolist(), strict=True))
     profile_s = np.array([r.profile_s for r in data.rows])
     sfx = "" if part == "train" else f"_{part}"

@@ -23,6 +23,7 @@ the ``gpt-003/`` and ``moe-003/`` sets (one model, every stage of 1–5 / 1–3 
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +32,10 @@ from typing import Any
 from trainsim.errors import ConfigError
 
 FAMILIES = ("gpt", "moe")
+
+
+def _log(msg: str) -> None:  # per case: the suite trains for minutes to an hour
+    print(f"[predtop] {msg}", file=sys.stderr, flush=True)
 
 
 def packaged_dataset() -> Path:
@@ -101,7 +106,7 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     folders = {f: root / f for f in FAMILIES if (root / f / "stages.jsonl").exists()}
     if not folders:
         raise ConfigError(f"no stage datasets under {root} (expected gpt/ and moe/ with stages.jsonl); "
-                          "collect them with python -m trainsim.learn.dataset")  # fmt: skip
+                          "collect them with `trainsim stages collect DIR/gpt --family gpt` (and DIR/moe --family moe)")  # fmt: skip
     kinds = tuple(dict.fromkeys(models.split(","))) if models else MODEL_KINDS
     inputs = features_flag(features)
     fr = tuple(dict.fromkeys(_parse_fractions(fractions)))
@@ -114,7 +119,7 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
         per_work = target_of(readout) == "log-per-flop"
         table = evaluate(folders, out, fractions=fr, kinds=kinds, seeds=(seed,), train_config=tc,
                          input_features=inputs, save_fraction=0.3 if 0.3 in fr else None, readout=readout,
-                         per_work=per_work)  # fmt: skip
+                         per_work=per_work, log=_log)  # fmt: skip
         cases = []
         for c in read_cases(out):
             if (
@@ -257,7 +262,7 @@ def run_protocol(*, dataset: str | None = None, resume: str | None = None, fract
     with tempfile.TemporaryDirectory(prefix="predtop-003-") as tmp:
         out = Path(resume) if resume else Path(tmp)
         evaluate_protocol(folders, out, fractions=fr, kinds=kinds, seed=seed, train_config=tc, readout=readout,
-                          per=per)  # fmt: skip
+                          per=per, log=_log)  # fmt: skip
         wanted = {f"{float(f):.1f}" for f in fr}  # the summary covers what was asked, not all of DIR
         table = summarize_protocol([c for c in read_protocol_cases(out) if c["family"] in folders
                                     and c["model"] in kinds and f"{float(c['fraction']):.1f}" in wanted],

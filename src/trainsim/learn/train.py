@@ -334,11 +334,16 @@ def train_predictor(train: Sequence[GraphTensors], train_latency_s: ArrayLike, v
             hist.best_val_loss, hist.best_epoch = val_loss, epoch
             best_state = copy.deepcopy(model.state_dict())
         if log and (epoch % 25 == 0 or epoch == config.epochs - 1):
+            left = (time.perf_counter() - t0) / (epoch + 1) * (config.epochs - epoch - 1)
             log(
-                f"{model_config.kind} epoch {epoch}: train {hist.train_loss[-1]:.4f} val {val_loss:.4f}"
+                f"{model_config.kind} epoch {epoch + 1}/{config.epochs}: train {hist.train_loss[-1]:.4f} "
+                f"val {val_loss:.4f} (best at {hist.best_epoch + 1}; at most {left:.0f} s more)"
             )
         if epoch - hist.best_epoch >= config.patience:
             hist.stopped = f"no validation improvement for {config.patience} epochs"
+            if log:
+                log(f"{model_config.kind}: stopped at epoch {epoch + 1} of {config.epochs}, {hist.stopped}; "
+                    f"keeps epoch {hist.best_epoch + 1}'s weights")  # fmt: skip
             break
         elapsed = time.perf_counter() - t0
         # stop before an epoch that would overrun the budget (estimate: the mean epoch time so far)

@@ -81,7 +81,7 @@ def get_suite(name: str) -> SuiteSpec:
 # the suite parameters `trainsim validate` exposes as options (others are for library callers)
 CLI_OPTIONS = frozenset({"overheads", "kernels", "files", "limit", "sets", "repeats", "seed", "device", "resume",
                          "fractions", "models", "features", "dataset", "protocol", "readout",
-                         "members", "per", "stop"})  # fmt: skip
+                         "members", "per", "stop", "epochs"})  # fmt: skip
 
 
 def run_suite(name: str, data_dir: Path, **params: Any) -> dict[str, Any]:
