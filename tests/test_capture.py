@@ -87,6 +87,21 @@ def test_traces_load_as_one_workload(captured: CaptureResult) -> None:
         assert loaded.match.matched == loaded.match.instances, loaded.match.problems
 
 
+def test_model_replay_without_models_is_the_measured_replay(captured: CaptureResult) -> None:
+    """Walkthrough finding (2026-12-02): on a 2-rank gloo capture `replay --kernels model` said
+    no kernel had a model, so this is the measured-kernel replay, yet predicted +10 % where the
+    measured replay gave -5 %: a gloo collective's transfer was its longest member's measured
+    duration (which includes waiting for the peer), not the last-arriving member's."""
+    from trainsim.ingest import load_traces
+    from trainsim.sim import simulate
+    from trainsim.sim.options import KernelSource, SimOptions
+
+    w = load_traces([captured.trace_dir]).workload
+    measured = simulate(w, SimOptions(kernels=KernelSource.MEASURED))
+    model = simulate(w, SimOptions(kernels=KernelSource.MODEL))
+    assert model.predicted_step_s == pytest.approx(measured.predicted_step_s, rel=1e-9)
+
+
 def test_execution_traces_have_schema_nodes_and_steps(captured: CaptureResult) -> None:
     for r in captured.ranks:
         et = _read(captured.trace_dir / r.et_file)

@@ -83,9 +83,9 @@ def _register() -> None:
 
 def app_entry() -> None:
     """Console-script entry point with the error contract (exit 1 + one line on TrainsimError)."""
-    _register()
     debug = "--debug" in sys.argv
     try:
+        _register()  # imports every command module: a Ctrl-C in it is an interrupt like any other
         # standalone mode: click/typer print usage errors themselves and exit 2.
         app()
     except TrainsimError as e:

@@ -92,14 +92,16 @@ def _transfer(
 ) -> None:
     """The transfer time of an instance: all members end at the latest start plus it.
 
-    Models: the largest member prediction. Measured: a member's duration includes waiting for
+    Models: the largest member prediction; an instance no model sized keeps its measured
+    durations and is read as measured. Measured: a member's duration includes waiting for
     its peers, so the transfer is the duration of the member that arrived last (latest measured
     start) — for NCCL, whose members end together, the shortest duration; without measured
     starts, the shortest duration. A what-if pass scales it through that member's duration.
     """
-    if opts.kernels is KernelSource.MODEL:
+    if opts.kernels is KernelSource.MODEL and not all(p == "measured (no model)" for _, p in durs):
         inst.transfer_s, inst.provenance = max(durs)
         return
+    # measured durations (models had none for this instance): a member's includes its wait
     starts = [k.start_s for k in members]
     if any(s is None for s in starts):
         inst.transfer_s, inst.provenance = min(durs)
