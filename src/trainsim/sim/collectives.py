@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from trainsim.errors import SimulationError
 from trainsim.ir.graph import Collective, Kernel, Op, Workload
 from trainsim.ir.kinds import CollectiveKind
-from trainsim.sim.options import KernelSource, SimOptions
+from trainsim.sim.options import HostMode, KernelSource, SimOptions
 
 if TYPE_CHECKING:
     from trainsim.sim.program import RankProgram
@@ -30,6 +30,8 @@ class Instance:
     members: list[tuple[int, int]]  # (rank program index, kernel index)
     transfer_s: float = 0.0  # from the latest member's start to every member's end
     provenance: str = ""
+    # gloo: each member's measured end minus the last-arriving member's (None: members end together)
+    tails: list[float] | None = None
 
 
 def build_instances(
@@ -97,6 +99,8 @@ def _transfer(
     its peers, so the transfer is the duration of the member that arrived last (latest measured
     start) — for NCCL, whose members end together, the shortest duration; without measured
     starts, the shortest duration. A what-if pass scales it through that member's duration.
+    gloo's members end apart: in trace mode each keeps its measured end's offset from that
+    member's (``tails``), never before the last arrival.
     """
     if opts.kernels is KernelSource.MODEL and not all(p == "measured (no model)" for _, p in durs):
         inst.transfer_s, inst.provenance = max(durs)
@@ -108,3 +112,12 @@ def _transfer(
         return
     last = max(range(len(members)), key=lambda i: starts[i])  # type: ignore[arg-type,return-value]
     inst.transfer_s, inst.provenance = durs[last]
+    if opts.overheads is HostMode.TRACE and all(k.features.get("backend") == "gloo" for k in members):
+        # gloo's members do not end together (NCCL's do): on a 2-rank CPU capture one rank's
+        # all_reduce ended 16 ms before its peer's. With the trace's own host gaps (the ranks
+        # arrive as measured) each keeps its measured end relative to the last-arriving
+        # member's, so trace mode reproduces every rank, not only the step. Other modes change
+        # the order of arrival, which a rank's measured offset does not follow: they keep the
+        # common end (stats mode on three 2-rank captures: per-rank errors no better with it).
+        end_last = starts[last] + durs[last][0]  # type: ignore[operator]
+        inst.tails = [s + d - end_last for s, (d, _) in zip(starts, durs, strict=True)]  # type: ignore[operator]

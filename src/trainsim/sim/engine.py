@@ -72,7 +72,7 @@ class _Lane:
 @dataclass(slots=True)
 class Evaluation:
     times: list[RankTimes]
-    inst_end: list[float]  # every member's end
+    inst_end: list[float]  # the last-arriving member's end (every member's, but gloo's: collectives.Instance.tails)
     inst_bind: list[tuple[int, int]]  # latest member (rank index, kernel index)
     inst_start: list[float]  # the latest member's start (when the transfer begins)
 
@@ -293,8 +293,12 @@ class Engine:
         if self.inst_arrived[inst] < len(spec.members):
             return
         end = self.inst_end[inst] = self.inst_max[inst] + spec.transfer_s
-        for ri, ki in spec.members:
-            self.t[ri].k_end[ki] = end
+        if spec.tails is None:
+            for ri, ki in spec.members:
+                self.t[ri].k_end[ki] = end
+        else:  # gloo: members end apart, none before the last arrival
+            for (ri, ki), tail in zip(spec.members, spec.tails, strict=True):
+                self.t[ri].k_end[ki] = max(self.inst_max[inst], end + tail)
         for w in self.inst_waiters[inst]:
             self._push(w)
         self.inst_waiters[inst] = []
