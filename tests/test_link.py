@@ -276,3 +276,28 @@ def test_an_accepted_pair_of_different_pids_is_warned_about() -> None:
     assert pid_mismatch_warnings({0: same}) == []
     (line,) = pid_mismatch_warnings({0: same, 1: other})
     assert line.startswith("rank 1: ") and "1452 of 1452" in line and "\n" not in line
+
+
+def test_thread_order_coverage_is_at_most_the_windows_events() -> None:
+    """Walkthrough finding (2026-12-02): an ET of three steps against a one-step Kineto window
+    linked 1,639 ops of 1,640 on one rank and read as 33 % on its twin: one stray match near the
+    ET's end stretched the covered span over all three steps."""
+    from trainsim.ingest.execution_trace import EtNode
+    from trainsim.ingest.kineto import Event
+    from trainsim.ingest.link import _link_by_thread_order, low_link_warnings
+
+    names = ["aten::zero_", "aten::linear", "aten::relu", "aten::sum"] * 3 + ["aten::as_strided"]
+    nodes = [EtNode(i, n, 0, None, 1, "", (), ()) for i, n in enumerate(names)]
+    et = type("Et", (), {"ops": nodes})()
+    window = [*names[:4], "aten::as_strided"]
+    events = [Event(name=n, pid=1, tid=1, ts=float(i), dur=0.5) for i, n in enumerate(window)]
+    linked, covered, mismatches = _link_by_thread_order(et, events)  # type: ignore[arg-type]
+    assert (len(linked), covered, mismatches) == (5, 5, 0)
+    stats = {"0": {"with_kineto_event": covered, "link_rate": len(linked) / covered}}
+    assert low_link_warnings(stats) == []
+    stats["1"] = {"with_kineto_event": 10, "link_rate": 0.33}
+    assert low_link_warnings(stats) == [
+        "rank 1: only 33 % of the 10 execution-trace ops its Kineto window covers were linked: tensor ids and "
+        "data dependencies are known for those only (capture the ET and the Kineto trace of the same program and "
+        "sizes)"
+    ]

@@ -95,6 +95,10 @@ def _print_table(doc: dict) -> None:
     if doc["et_link"]:
         rates = [v.get("link_rate", 0.0) for v in doc["et_link"].values()]
         out.print(f"execution traces linked on {len(rates)} rank(s); link rate min {100 * min(rates):.2f} %")
+        from trainsim.ingest.link import low_link_warnings
+
+        for line in low_link_warnings(doc["et_link"]):
+            out.print(f"[yellow]warning:[/] {line}")
     cpu_rank = next((r for r in doc["ranks"] if r["cpu_only"]), None)
     if cpu_rank is not None and cpu_rank["top_ops"]:
         parts = [f"{o['op']} {_ms(o['cpu_s'])}" for o in cpu_rank["top_ops"][:5]]

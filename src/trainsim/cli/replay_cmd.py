@@ -167,9 +167,9 @@ def replay(
         stderr.print(
             "[yellow]warning:[/] a sampled trace (a fraction of its events recorded): the step is incomplete"
         )
-    from trainsim.ingest.link import pid_mismatch_warnings
+    from trainsim.ingest.link import low_link_warnings, pid_mismatch_warnings
 
-    for line in pid_mismatch_warnings(doc.get("et_link") or {}):
+    for line in [*pid_mismatch_warnings(doc.get("et_link") or {}), *low_link_warnings(doc.get("et_link") or {})]:
         stderr.print(f"[yellow]warning:[/] {line}")
     if (doc.get("collectives_matched") or {}).get("peers_missing"):
         # as `analyze` notes it; the simulator lets an absent peer arrive on time (docs/simulator.md)

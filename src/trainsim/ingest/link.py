@@ -119,6 +119,19 @@ def link_execution_trace(
     return EtKinetoLink(et=et, kineto_source=trace.source, stats=stats, events=linked)
 
 
+LOW_LINK_RATE = 0.9  # below this share of the covered ET ops linked, the dependencies are partial
+
+
+def low_link_warnings(et_link: Mapping[Any, Mapping[str, Any]]) -> list[str]:
+    """One line per rank whose ET linked under :data:`LOW_LINK_RATE` of the ops the Kineto
+    window covers (``LinkStats.to_dict`` per rank)."""
+    return [f"rank {rank}: only {100 * st.get('link_rate', 0.0):.0f} % of the {st.get('with_kineto_event', 0)} "
+            "execution-trace ops its Kineto window covers were linked: tensor ids and data dependencies "
+            "are known for those only (capture the ET and the Kineto trace of the same program and sizes)"
+            for rank, st in sorted(et_link.items(), key=lambda kv: str(kv[0]))
+            if st.get("with_kineto_event") and st.get("link_rate", 0.0) < LOW_LINK_RATE]  # fmt: skip
+
+
 def pid_mismatch_warnings(et_link: Mapping[Any, Mapping[str, Any]]) -> list[str]:
     """One line per rank whose execution trace was accepted though its pid is not the Kineto
     trace's (``LinkStats.to_dict`` per rank): the link then rests on op order and shapes, which
@@ -220,7 +233,9 @@ def _link_by_thread_order(
         pairs = [(b.a + i, b.b + i) for b in sm.get_matching_blocks() for i in range(b.size)]
         if not pairs:
             continue
-        covered += min(pairs[-1][0] - pairs[0][0] + 1, period)
+        # the ET span the window covers: never more ops than the window has events (an ET of
+        # three steps against a one-step window, one stray match far off, read as 3x coverage)
+        covered += min(pairs[-1][0] - pairs[0][0] + 1, period, len(kevents))
         for a, b in pairs:
             node = nodes[a % period]
             if node.id in out:
