@@ -129,6 +129,13 @@ def test_model_mode_uses_spec_based_models_and_counts_fallbacks(dlrm):
         res.diagnostics["kernels_model"] > 0
         and res.diagnostics["kernels_model_fallback_measured"] > 0
     )
+    from trainsim.sim.replay import _model_kinds, _provenance
+
+    # the provenance names the kind of model (DESIGN: calibrated or spec-based), not only a count
+    kinds = _model_kinds(res)
+    assert sum(kinds.values()) == res.diagnostics["kernels_model"] and "spec-based" in kinds
+    text = _provenance("model", res.diagnostics, kinds)
+    assert f"spec-based {kinds['spec-based']}" in text and text.endswith("measured for the rest")
 
 
 def test_cli_replay_json_contract(tmp_path):

@@ -424,6 +424,8 @@ def _print_table(doc: dict[str, Any], rep: Any) -> None:
     )  # fmt: skip
     if cpu_only:
         stderr.print(CPU_ONLY_NOTE)
+    if o["kernels"] != "measured":  # which kernel times are a model's, and which kind (DESIGN)
+        out.print(f"provenance: {doc['provenance']}")
     t = Table(title="Per rank (ms)", title_justify="left")
     for col in (
         "rank",

@@ -68,7 +68,7 @@ class Replay:
             "whatif": self.whatif,
             "sampled_trace": self.sampled,
             "diagnostics": sim["diagnostics"],
-            "provenance": _provenance(o.kernels.value, sim["diagnostics"]),
+            "provenance": _provenance(o.kernels.value, sim["diagnostics"], _model_kinds(res)),
             "collective_system": _system(res),
         }  # fmt: skip
 
@@ -87,17 +87,30 @@ def kernel_counts(diagnostics: dict[str, int]) -> tuple[int, int]:
     return diagnostics.get("kernels_model", 0), diagnostics.get("kernels_model_fallback_measured", 0)
 
 
-def _provenance(kernels: str, diagnostics: dict[str, int]) -> str:
+def _model_kinds(res: Any) -> dict[str, int]:
+    """Kernels a model timed, by the kind of model: ``spec-based`` or ``calibrated`` (DESIGN:
+    every prediction says which)."""
+    out: dict[str, int] = {}
+    for rp in res.program.ranks:
+        for p in rp.k_prov:
+            if p and not p.startswith("measured"):
+                kind = "calibrated" if p.startswith("calibrated") else "spec-based" if p.startswith("spec") else p.split(":")[0]
+                out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def _provenance(kernels: str, diagnostics: dict[str, int], kinds: dict[str, int] | None = None) -> str:
     """Where the kernel times came from: with ``--kernels model``, how many a model answered
-    (a device without models leaves every kernel at its measured time)."""
+    (a device without models leaves every kernel at its measured time), and by which kind."""
     if kernels == "measured":
         return "measured kernels"
     modelled, kept = kernel_counts(diagnostics)
     if not modelled:
         return f"measured kernels: no kernel model answered any of the {kept} kernels"
+    by = f": {', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}" if kinds else ""
     if not kept:
-        return f"kernel models ({modelled} kernels)"
-    return f"kernel models for {modelled} of {modelled + kept} kernels, measured for the rest"
+        return f"kernel models ({modelled} kernels{by})"
+    return f"kernel models for {modelled} of {modelled + kept} kernels{by}; measured for the rest"
 
 
 def kernel_model_coverage(diagnostics: dict[str, int]) -> float | None:
