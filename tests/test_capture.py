@@ -243,6 +243,16 @@ def test_a_failed_capture_leaves_no_part_of_itself(tmp_path: Path, monkeypatch: 
     with pytest.raises(CaptureError, match="timed out"):
         capture(model="dlrm", out_dir=tmp_path, nproc=2, threads_per_rank=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    fresh = tmp_path / "new"  # a folder the failed capture created itself goes with it (it was left empty)
+
+    def fails(spec: object) -> list[object]:
+        (fresh / "rank0.kineto.json").write_text("{}", encoding="utf-8")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(distributed, "run_ranks", fails)
+    with pytest.raises(KeyboardInterrupt):
+        capture(model="dlrm", out_dir=fresh, nproc=2, threads_per_rank=1)
+    assert not fresh.exists()
     # an earlier interrupted capture's temp file is cleared by the next one's preparation
     (tmp_path / ".rank1.kineto.json.999.tmp").write_text("{", encoding="utf-8")
     from trainsim.capture import _prepare_out_dir

@@ -77,6 +77,7 @@ def capture(
         batch_size=batch_size or example_info(model).default_batch_size,
         threads_per_rank=threads_per_rank or max(1, usable_cores() // nproc),
     )
+    existed = Path(spec.out_dir).exists()
     _prepare_out_dir(Path(spec.out_dir), overwrite=overwrite)
     if progress is not None:
         progress(_describe(spec))
@@ -84,14 +85,14 @@ def capture(
         if busy:
             progress(busy)
 
-    import torch
-
-    from trainsim.capture.distributed import run_ranks
-
     try:
+        import torch
+
+        from trainsim.capture.distributed import run_ranks
+
         ranks = run_ranks(spec)
     except BaseException:  # a failed, timed-out or interrupted capture leaves no part of itself
-        _remove_partial(Path(spec.out_dir))
+        _remove_partial(Path(spec.out_dir), created=not existed)
         raise
     result = CaptureResult(
         spec=spec, ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
@@ -209,15 +210,18 @@ def _prepare_out_dir(out: Path, *, overwrite: bool) -> None:
             p.unlink(missing_ok=True)
 
 
-def _remove_partial(out: Path) -> None:
+def _remove_partial(out: Path, *, created: bool = False) -> None:
     """The traces a failed capture wrote (the folder held none of ours before it: see
     :func:`_prepare_out_dir`) and its ranks' half-written ones: without a capture.json they
-    would read as a capture of unknown batch."""
+    would read as a capture of unknown batch. A folder the capture ``created`` goes too when
+    that leaves it empty."""
     if not out.is_dir():
         return
     for p in out.iterdir():
         if _OUR_FILES.match(p.name) or _OUR_TEMP.match(p.name):
             p.unlink(missing_ok=True)
+    if created and not any(out.iterdir()):
+        out.rmdir()
 
 
 def _versions(torch_version: str) -> dict[str, str]:
