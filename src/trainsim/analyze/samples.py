@@ -1,6 +1,7 @@
 """Export kernel samples from any trace, so traces users already have become calibration data.
 
-Each row is one measured kernel with its family, the launching op and its input shapes
+Each row is one measured kernel with its family (a collective's is ``nccl_<kind>`` whatever ran
+it; ``backend`` says nccl or gloo), the launching op and its input shapes
 (from Kineto ``record_shapes`` or a linked execution trace) and launch geometry (``grid``: the
 kernel's blocks in all, ``block``: its threads per block). Written atomically as CSV (missing
 values empty, shapes as JSON text), JSON lines (missing values null, shapes as lists) or Parquet,
@@ -24,7 +25,7 @@ from trainsim.ir.serialize import write_bytes_atomic, write_text_atomic
 
 COLUMNS = (
     "device", "rank", "family", "kernel", "op", "stream", "duration_s", "input_shapes",
-    "input_dtypes", "grid", "block", "bytes", "collective", "collective_bytes", "group_size",
+    "input_dtypes", "grid", "block", "bytes", "collective", "collective_bytes", "group_size", "backend",
 )  # fmt: skip
 
 
@@ -46,6 +47,8 @@ def kernel_samples(w: Workload) -> Iterator[dict[str, Any]]:
                     "bytes": k.features.get("bytes", ""),
                     "collective": c.kind.value if c else "", "collective_bytes": c.bytes if c else "",
                     "group_size": c.group_size if c else "",
+                    # the IR family of a collective is nccl_<kind> whatever ran it: gloo's run on CPU threads
+                    "backend": k.features.get("backend", "") if c else "",
                 }  # fmt: skip
 
 
