@@ -209,6 +209,9 @@ BAD_INPUTS: list[tuple[str, str, bytes | None, str]] = [
         "holds no .json or .json.gz trace files (it holds: nothing)",
     ),
     ("truncated archive", "t.tar.gz", _tar({"rank0.json": BIG})[:-30], "corrupt or truncated"),
+    # named like an archive but not one (walkthrough 2026-12-02: "corrupt or truncated tar archive")
+    ("a CSV named .tar.gz", "t.tar.gz", b"a,b\n1,2\n", "not a tar archive (starts with b'a,b\\n1,2\\n')"),
+    ("a gzipped CSV named .tar.gz", "t.tar.gz", gzip.compress(b"a,b\n1,2\n"), "gzip data that is not a tar archive"),
     (
         "corrupt archive",
         "t.tgz",

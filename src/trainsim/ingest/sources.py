@@ -10,6 +10,7 @@ names the file (``archive.tar.gz:member`` for archive members) and says what was
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import tarfile
@@ -106,8 +107,22 @@ def _read_archive(path: Path, raw: bytes) -> list[TraceBlob]:
                 pass
             return blobs
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+        body = raw if raw[:2] != _GZIP_MAGIC else None
+        if body is None:
+            with contextlib.suppress(OSError, EOFError, zlib.error):
+                body = gzip.decompress(raw)
+        if body is not None and body[257:262] != b"ustar" and not _looks_like_old_tar(body):
+            # named like an archive, but it is not one: say what it is
+            inner = "gzip data that is not a tar archive" if raw[:2] == _GZIP_MAGIC else "not a tar archive"
+            raise TraceFormatError(path, f"{inner} (starts with {body[:8]!r}); {_EXPECTED}") from e
         first = (str(e).splitlines() or [type(e).__name__])[0].rstrip(":")
         raise TraceFormatError(path, f"corrupt or truncated tar archive ({first})") from e
+
+
+def _looks_like_old_tar(block: bytes) -> bool:
+    """A pre-POSIX tar header: its checksum field (octal digits) at 148-155."""
+    field = block[148:156].strip(b" \0")
+    return len(block) >= 512 and bool(field) and all(48 <= c <= 55 for c in field)
 
 
 def _is_trace_name(base: str, suffixes: tuple[str, ...]) -> bool:
