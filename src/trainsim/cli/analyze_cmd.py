@@ -77,8 +77,10 @@ def _print_table(doc: dict) -> None:
         busy = None if r["cpu_only"] else r["device_busy_s"]  # a CPU rank has no device
         t.add_row(
             str(r["rank"]), _ms(r["step_time_s"]), _ms(busy), _ms(r["idle_s"]),
-            "—" if r["gpu_utilization"] is None else f"{100 * r['gpu_utilization']:.1f}", _ms(r["exposed_comm_s"]), _ms(f["gemm"]),
-            _ms(f["embedding"]), _ms(f["memory"]), _ms(f["elementwise_other"]),
+            "—" if r["gpu_utilization"] is None else f"{100 * r['gpu_utilization']:.1f}", _ms(r["exposed_comm_s"]),
+            # device-kernel families: a CPU rank has none (its CPU time is in top_ops), so "—", not 0
+            *(("—",) * 4 if r["cpu_only"] else (_ms(f["gemm"]), _ms(f["embedding"]), _ms(f["memory"]),
+                                                  _ms(f["elementwise_other"]))),
             _ms(f["communication"]), _ms(r["busiest_stream_s"]),
         )  # fmt: skip
     out.print(t)
