@@ -113,11 +113,19 @@ def test_trace_mode_reproduces_every_rank_not_only_the_step(captured: CaptureRes
     from trainsim.ingest import load_traces
     from trainsim.sim import simulate
     from trainsim.sim.options import HostMode, SimOptions
+    from trainsim.sim.whatif import faster_network
 
-    res = simulate(load_traces([captured.trace_dir]).workload, SimOptions(overheads=HostMode.TRACE))
+    w = load_traces([captured.trace_dir]).workload
+    res = simulate(w, SimOptions(overheads=HostMode.TRACE))
     for r in res.ranks:
         assert r.measured_step_s is not None
         assert r.predicted_step_s == pytest.approx(r.measured_step_s, rel=5e-3), r.rank
+    # the members' measured end offsets are the measurement's, whatever a what-if does to the
+    # transfer (review 2026-12-02: taken from scaled durations, they scaled an early member's wait
+    # for its peer: a 10x slower network made a rank 27 % slower than the transfers alone)
+    for f in (0.1, 10.0):
+        scaled = simulate(faster_network(w, f), SimOptions(overheads=HostMode.TRACE))
+        assert [i.tails for i in scaled.program.instances] == [i.tails for i in res.program.instances]
 
 
 def test_execution_traces_have_schema_nodes_and_steps(captured: CaptureResult) -> None:

@@ -1,7 +1,7 @@
 """Export kernel samples from any trace, so traces users already have become calibration data.
 
 Each row is one measured kernel with its family (a collective's is ``nccl_<kind>`` whatever ran
-it; ``backend`` says nccl or gloo), the launching op and its input shapes
+it; ``backend`` says gloo for one a CPU thread ran, nccl for a device's: NCCL or RCCL), the launching op and its input shapes
 (from Kineto ``record_shapes`` or a linked execution trace) and launch geometry (``grid``: the
 kernel's blocks in all, ``block``: its threads per block). Written atomically as CSV (missing
 values empty, shapes as JSON text), JSON lines (missing values null, shapes as lists) or Parquet,
@@ -48,7 +48,7 @@ def kernel_samples(w: Workload) -> Iterator[dict[str, Any]]:
                     "collective": c.kind.value if c else "", "collective_bytes": c.bytes if c else "",
                     "group_size": c.group_size if c else "",
                     # the IR family of a collective is nccl_<kind> whatever ran it: gloo's run on CPU threads
-                    "backend": k.features.get("backend", "") if c else "",
+                    "backend": ("gloo" if k.on_host else "nccl") if c else "",
                 }  # fmt: skip
 
 

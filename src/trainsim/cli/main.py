@@ -39,7 +39,7 @@ COMMAND_MODULES = (
     "trainsim.cli.stages_cmd",
 )
 
-_state = {"debug": False}
+_state = {"debug": False, "interrupt_said": False}  # interrupt_said: a command printed its own interrupt line
 
 
 def _hide_flag_types() -> None:
@@ -99,6 +99,6 @@ def app_entry() -> None:
     except SystemExit as e:
         # typer turns Ctrl-C into a silent exit 130 (its standalone mode), so the branch above
         # hears only of one outside a command; 130 comes from nothing else here
-        if e.code == 130:
+        if e.code == 130 and not _state.get("interrupt_said"):
             print("trainsim: interrupted", file=sys.stderr)
         raise

@@ -55,7 +55,10 @@ def collect(
     argv = [str(folder), "--family", family, "--count", str(count or 300), "--seed", str(seed), "--format", fmt.value]
     argv += ["--search"] if search_set else ["--protocol"] if protocol else []
     argv += ["--debug"] if _state["debug"] else []  # the collector restarts as its own process
-    raise typer.Exit(main(argv))
+    rc = main(argv)
+    if rc == 130:  # interrupted in this process (its environment already single-threaded): it said so
+        _state["interrupt_said"] = True
+    raise typer.Exit(rc)
 
 
 @stages_app.command("train")
@@ -143,8 +146,11 @@ def predict(
         raise ConfigError(f"{dataset}: no stages (stages.jsonl missing or empty)")
     trained_host, host = pred.meta.get("host") or {}, dataset_host(dataset) or {}
     if trained_host.get("id") and host.get("id") and trained_host["id"] != host["id"]:
-        stderr.print(f"warning: {dataset} was measured on another host ({host.get('cpu')}) than {predictor}'s "
-                     f"training stages ({trained_host.get('cpu')}): the errors include the machines' difference")  # fmt: skip
+        # the id hashes the host and the software versions: say which of them differs
+        what = (f"another CPU ({host.get('cpu')}, the training stages' {trained_host.get('cpu')})"
+                if host.get("cpu") != trained_host.get("cpu") else "the same CPU model but another host or software versions")
+        stderr.print(f"warning: {dataset} was measured on {what} than {predictor}'s training stages: "
+                     "the errors include that difference")  # fmt: skip
     fams, held = _families(pred.meta), sorted({r.family for r in rows})
     if fams and not set(held) <= set(fams):
         raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, {dataset} holds {', '.join(held)}; "

@@ -289,7 +289,7 @@ def _restore_graphs(folder: Path, row: StageRow) -> list[str]:
         _, now = _store_graph(folder, row.spec, part, overwrite=True)
         if now != digest:
             raise ConfigError(
-                f"{folder / 'stages.jsonl'}: row {row.id}: its {part} graph {digest} is missing and the stage "
+                f"{folder / 'stages.jsonl'}: row {row.id}: its {part} graph {digest} is missing or unreadable and the stage "
                 f"now builds graph {now}: the graph builder changed since it was measured; rebuild every row's "
                 "graphs with trainsim.learn.dataset.rebuild_graphs (measurements are kept)"
             )

@@ -78,6 +78,15 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     from trainsim.learn.train import check_stop
 
     target_of(readout)  # an unknown readout fails here, before any training
+    from trainsim.learn.protocol import PROTOCOL_EPOCHS
+    from trainsim.learn.train import TrainConfig
+
+    default_epochs = PROTOCOL_EPOCHS if protocol else TrainConfig().epochs
+    if epochs is not None and epochs != default_epochs and resume:
+        # a results folder keys its cases without the epoch count: a quick check's would be read
+        # back as the suite's figures (and overwrite its saved predictors)
+        raise ConfigError(f"--epochs {epochs} with --resume would mix a quick check into {resume}'s results "
+                          f"(the suite trains {default_epochs} epochs): drop one of them")  # fmt: skip
     if members < 1:
         raise ConfigError(f"--members must be at least 1, got {members}")
     check_stop(stop, members)
@@ -169,7 +178,8 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
             summary[f"search_{fam}_{name}_mean_regret_pct"] = a["mean_regret_pct"]
             summary[f"search_{fam}_{name}_saved_pct"] = a["saved_pct"]
     return {"suite": "predtop", "params": {"dataset": str(root), "fractions": list(fr), "models": list(kinds),
-            "seed": seed, "features": features, "readout": readout, "members": members, "stop": stop_of(tc)},
+            "seed": seed, "features": features, "readout": readout, "members": members, "stop": stop_of(tc),
+            "epochs": tc.epochs},
             "cases": cases, "mre_table": table["mre_pct"], "search": searches,
             "summary": summary}  # fmt: skip
 

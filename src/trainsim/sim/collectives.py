@@ -94,16 +94,17 @@ def _transfer(
 ) -> None:
     """The transfer time of an instance: all members end at the latest start plus it.
 
-    Models: the largest member prediction; an instance no model sized keeps its measured
-    durations and is read as measured. Measured: a member's duration includes waiting for
+    Models: the largest member prediction (members a model did not size are left out: their
+    measured durations count waiting); an instance no model sized is read as measured. Measured: a member's duration includes waiting for
     its peers, so the transfer is the duration of the member that arrived last (latest measured
     start) — for NCCL, whose members end together, the shortest duration; without measured
     starts, the shortest duration. A what-if pass scales it through that member's duration.
     gloo's members end apart: in trace mode each keeps its measured end's offset from that
     member's (``tails``), never before the last arrival.
     """
-    if opts.kernels is KernelSource.MODEL and not all(p == "measured (no model)" for _, p in durs):
-        inst.transfer_s, inst.provenance = max(durs)
+    modelled = [d for d in durs if d[1] != "measured (no model)"]
+    if opts.kernels is KernelSource.MODEL and modelled:  # a kept measured duration counts waiting
+        inst.transfer_s, inst.provenance = max(modelled)
         return
     # measured durations (models had none for this instance): a member's includes its wait
     starts = [k.start_s for k in members]
@@ -112,12 +113,14 @@ def _transfer(
         return
     last = max(range(len(members)), key=lambda i: starts[i])  # type: ignore[arg-type,return-value]
     inst.transfer_s, inst.provenance = durs[last]
-    if opts.overheads is HostMode.TRACE and all(k.features.get("backend") == "gloo" for k in members):
+    if opts.overheads is HostMode.TRACE and all(k.on_host and k.duration_s is not None for k in members):
         # gloo's members do not end together (NCCL's do): on a 2-rank CPU capture one rank's
         # all_reduce ended 16 ms before its peer's. With the trace's own host gaps (the ranks
         # arrive as measured) each keeps its measured end relative to the last-arriving
         # member's, so trace mode reproduces every rank, not only the step. Other modes change
         # the order of arrival, which a rank's measured offset does not follow: they keep the
         # common end (stats mode on three 2-rank captures: per-rank errors no better with it).
-        end_last = starts[last] + durs[last][0]  # type: ignore[operator]
-        inst.tails = [s + d - end_last for s, (d, _) in zip(starts, durs, strict=True)]  # type: ignore[operator]
+        # From the measured durations: a what-if's scaled ones would scale an early member's wait
+        # for its peer into its tail (a 10x faster network made a rank 27 % slower).
+        ends = [k.start_s + k.duration_s for k in members]  # type: ignore[operator]
+        inst.tails = [e - ends[last] for e in ends]

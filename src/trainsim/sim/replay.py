@@ -75,10 +75,8 @@ class Replay:
 
 def kernel_sum_baseline(res: Any) -> float | None:
     """000 §IV-B's busiest-stream kernel sum, or None for a workload with no device on any rank
-    (a CPU trace: its "kernels" are the gloo records, so the sum would read as -80..-100 %)."""
-    if all(r.idle_s is None for r in res.ranks):
-        return None
-    return float(res.kernel_sum_baseline_s)
+    (:attr:`SimResult.device_kernel_sum_baseline_s`)."""
+    return res.device_kernel_sum_baseline_s
 
 
 def kernel_counts(diagnostics: dict[str, int]) -> tuple[int, int]:
@@ -92,9 +90,9 @@ def _model_kinds(res: Any) -> dict[str, int]:
     every prediction says which)."""
     out: dict[str, int] = {}
     for rp in res.program.ranks:
-        for p in rp.k_prov:
-            if p and not p.startswith("measured"):
-                kind = "calibrated" if p.startswith("calibrated") else "spec-based" if p.startswith("spec") else p.split(":")[0]
+        for p in rp.k_prov:  # a model's answer; a builder's, a what-if's or a measured time is not counted
+            kind = "calibrated" if p.startswith("calibrated") else "spec-based" if p.startswith("spec-based") else None
+            if kind is not None:
                 out[kind] = out.get(kind, 0) + 1
     return out
 

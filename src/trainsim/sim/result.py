@@ -127,6 +127,14 @@ class SimResult:
                 return r
         raise KeyError(rank)
 
+    @property
+    def device_kernel_sum_baseline_s(self) -> float | None:
+        """:attr:`kernel_sum_baseline_s`, or None when no rank has a device (a CPU trace: its
+        "kernels" are gloo records, and the sum would read as -80..-100 %)."""
+        if all(r.idle_s is None for r in self.ranks):
+            return None
+        return self.kernel_sum_baseline_s
+
     def critical_path_by_kind(self) -> dict[str, float]:
         out = {k.value: 0.0 for k in SegmentKind}
         for s in self.critical_path:
@@ -136,7 +144,7 @@ class SimResult:
     def to_dict(self, *, segments: bool = True) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "predicted_step_s": self.predicted_step_s,
-            "kernel_sum_baseline_s": self.kernel_sum_baseline_s,
+            "kernel_sum_baseline_s": self.device_kernel_sum_baseline_s,
             "ranks": [r.to_dict() for r in self.ranks],
             "critical_path": {
                 "by_kind_s": self.critical_path_by_kind(),
