@@ -438,6 +438,7 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
         elif log:
             log(f"resume check: {line}")
     measured = skipped = restored = 0
+    t_start = time.perf_counter()
     noisy: list[str] = []  # measured now with a spread above NOISY_REL_IQR
     for sid, spec in items:
         if sid in done:
@@ -474,7 +475,10 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
         if timing.rel_iqr > NOISY_REL_IQR:
             noisy.append(sid)
         if log:
-            log(f"{sid} {spec.family} L={spec.layers} h={spec.hidden} b={spec.micro_batch} s={spec.seq} "
+            left = (time.perf_counter() - t_start) / measured * (len(todo) - measured)  # the mean stage so far
+            eta = f"{left:.0f} s" if left < 120 else f"{left / 60:.0f} min"
+            log(f"[{measured}/{len(todo)}, ~{eta} left] "
+                f"{sid} {spec.family} L={spec.layers} h={spec.hidden} b={spec.micro_batch} s={spec.seq} "
                 f"t={spec.shard}: {timing.median_s * 1e3:.2f} ms ±{timing.rel_iqr * 100:.1f}% "
                 f"({len(timing.samples_s)} reps, {row['wall_s']:.1f} s)"
                 + (" — noisy: another process competed for the core?" if sid in noisy else ""))  # fmt: skip
