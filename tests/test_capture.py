@@ -229,9 +229,10 @@ def test_failed_worker_is_reported_with_its_log(
 
 
 def test_hung_capture_times_out(tmp_path: Path) -> None:
-    with pytest.raises(CaptureError, match="timed out after"):
+    with pytest.raises(CaptureError, match="timed out after") as e:
         # Many warm-up steps: the ranks cannot finish within the 1 s limit even on a fast machine.
         capture(model="dlrm", out_dir=tmp_path, nproc=2, warmup_steps=100_000, threads_per_rank=1, timeout_s=1.0)
+    assert "\n" not in str(e.value) and "give a longer --timeout" in str(e.value)  # one line (walkthrough)
 
 
 def test_a_failed_capture_leaves_no_part_of_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -156,9 +156,9 @@ def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise CaptureError(
-                f"capture of {spec.model!r} on {spec.nproc} ranks timed out after "
-                f"{spec.timeout_s:g} s; rank 0 log tail:\n{_log_tail(work, 0)}"
-            )
+                f"capture of {spec.model!r} on {spec.nproc} ranks timed out after {spec.timeout_s:g} s "
+                f"(give a longer --timeout, fewer --steps or a smaller --batch-size){_last_line(work, 0)}"
+            )  # one line: a hung rank's log ends in the profiler's own messages, not a cause
         for sentinel in wait(list(running), timeout=left):
             rank = running.pop(sentinel)
             procs[rank].join()  # the sentinel fires before exitcode is collected
@@ -185,6 +185,12 @@ def stop_processes(procs: list[Any]) -> None:
 
 def _log_path(work: Path, rank: int) -> Path:
     return work / f"rank{rank}.log"
+
+
+def _last_line(work: Path, rank: int) -> str:
+    """``; rank R's last log line: ...`` (its last non-empty line), or "" without one."""
+    lines = [x for x in _log_tail(work, rank).splitlines() if x.strip() and x.strip() not in ("(no log)", "(empty log)")]
+    return f"; rank {rank}'s last log line: {lines[-1].strip()[:160]}" if lines else ""
 
 
 def _log_tail(work: Path, rank: int) -> str:
