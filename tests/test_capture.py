@@ -100,10 +100,8 @@ def test_model_replay_without_models_is_the_measured_replay(captured: CaptureRes
     measured = simulate(w, SimOptions(kernels=KernelSource.MEASURED))
     model = simulate(w, SimOptions(kernels=KernelSource.MODEL))
     assert model.predicted_step_s == pytest.approx(measured.predicted_step_s, rel=1e-9)
-    from trainsim.sim.replay import kernel_sum_baseline
-
     # a CPU trace has no device kernels to sum: no kernel-sum baseline (it read as -79..-100 %)
-    assert kernel_sum_baseline(measured) is None
+    assert measured.device_kernel_sum_baseline_s is None and measured.to_dict()["kernel_sum_baseline_s"] is None
 
 
 def test_trace_mode_reproduces_every_rank_not_only_the_step(captured: CaptureResult) -> None:

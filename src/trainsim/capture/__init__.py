@@ -220,8 +220,9 @@ def _remove_partial(out: Path, *, created: bool = False) -> None:
     for p in out.iterdir():
         if _OUR_FILES.match(p.name) or _OUR_TEMP.match(p.name):
             p.unlink(missing_ok=True)
-    if created and not any(out.iterdir()):
-        out.rmdir()
+    from trainsim.ir.serialize import remove_if_created_empty
+
+    remove_if_created_empty(out, existed=not created)
 
 
 def _versions(torch_version: str) -> dict[str, str]:

@@ -80,6 +80,7 @@ def train(
     from dataclasses import replace
 
     from trainsim.errors import ConfigError
+    from trainsim.ir.serialize import remove_if_created_empty
     from trainsim.learn.dataset import dataset_host
     from trainsim.learn.evaluate import FamilyData, features_flag, train_case
     from trainsim.learn.protocol import target_of
@@ -100,10 +101,10 @@ def train(
                                 per_work=per_work, log=stderr.print)  # fmt: skip
     except KeyboardInterrupt:
         stderr.print(f"nothing saved to {out}: the predictor is written when training ends")
-        _drop_if_empty(out, existed)
+        remove_if_created_empty(out, existed=existed)
         raise
     except Exception:
-        _drop_if_empty(out, existed)  # no empty predictor folder left behind by a failed run
+        remove_if_created_empty(out, existed=existed)  # no empty predictor folder left behind by a failed run
         raise
     if case["test"] < 10:
         stderr.print(f"warning: only {case['test']} stages were held out to test: their MRE is a rough figure "
@@ -135,7 +136,6 @@ def predict(
 
     from trainsim.errors import ConfigError
     from trainsim.learn.dataset import dataset_host, iter_graphs, read_rows
-    from trainsim.learn.evaluate import spec_digest
     from trainsim.learn.train import Predictor, mre_pct
 
     pred = Predictor.load(predictor)
@@ -169,7 +169,7 @@ def predict(
         for part in ("test", "val", "train"):
             spec_split |= dict.fromkeys(by_spec.get(part, ()), part)
         for c, r in zip(cases, rows, strict=True):
-            c["split"] = spec_split.get(spec_digest(r.spec), "unseen")
+            c["split"] = spec_split.get(r.spec.digest(), "unseen")
     else:  # its own folder: by id (exact); an older predictor records ids only
         split_of = {i: part for part, ids in (pred.meta.get("split_ids") or {}).items() for i in ids} if same else {}
         recorded = "split_ids" in pred.meta  # a predictor saved before 2026-12-02 does not say
@@ -207,11 +207,6 @@ def predict(
     stderr.print("layers: e+ with the embedding, +h with the head and loss; h×s×b: hidden, sequence, micro-batch; "
                  "tp: the stage's shard, its tensor/expert-parallel degree")  # fmt: skip
     stderr.print(f"provenance: {doc['provenance']}")
-
-
-def _drop_if_empty(folder: Path, existed: bool) -> None:
-    if not existed and folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
 
 
 def predictor_provenance(pred: Any) -> str:

@@ -10,7 +10,6 @@ names the file (``archive.tar.gz:member`` for archive members) and says what was
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import io
 import tarfile
@@ -107,10 +106,7 @@ def _read_archive(path: Path, raw: bytes) -> list[TraceBlob]:
                 pass
             return blobs
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
-        body = raw if raw[:2] != _GZIP_MAGIC else None
-        if body is None:
-            with contextlib.suppress(OSError, EOFError, zlib.error):
-                body = gzip.decompress(raw)
+        body = _head(raw)
         if body is not None and body[257:262] != b"ustar" and not _looks_like_old_tar(body):
             # named like an archive, but it is not one: say what it is
             inner = "gzip data that is not a tar archive" if raw[:2] == _GZIP_MAGIC else "not a tar archive"
@@ -158,14 +154,20 @@ def read_path(path: str | Path) -> list[TraceBlob]:
     return [TraceBlob(str(p), _as_json(str(p), raw))]
 
 
+def _head(raw: bytes) -> bytes | None:
+    """The first bytes of ``raw`` (up to 1 KiB, a tar header's worth), gunzipped if gzip; None
+    for gzip data that does not decompress."""
+    if raw[:2] != _GZIP_MAGIC:
+        return raw[:1024]
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw[:4096], 1024)
+    except zlib.error:
+        return None
+
+
 def _is_tar(raw: bytes) -> bool:
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw[:4096], 1024)
-        except zlib.error:
-            return False
-        return len(head) >= 262 and head[257:262] == b"ustar"
-    return len(raw) >= 262 and raw[257:262] == b"ustar"
+    head = _head(raw)
+    return head is not None and len(head) >= 262 and head[257:262] == b"ustar"
 
 
 def read_paths(paths: Iterable[str | Path]) -> list[TraceBlob]:

@@ -222,6 +222,14 @@ def output_folder(path: Path | str, what: str = "") -> Path:
     return p
 
 
+def remove_if_created_empty(path: Path | str, *, existed: bool) -> None:
+    """Undo :func:`output_folder` for a run that failed or was interrupted: the folder goes when
+    the run created it (``existed`` False beforehand) and left it empty."""
+    p = Path(path)
+    if not existed and p.is_dir() and not any(p.iterdir()):
+        p.rmdir()
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """:func:`write_text_atomic` for bytes."""
     path = output_path(path)

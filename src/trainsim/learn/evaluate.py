@@ -90,13 +90,6 @@ def heldout_errors(pred_s: np.ndarray, true_s: np.ndarray) -> dict[str, float]:
             "p90_re_pct": float(np.percentile(rel, 90)), "max_re_pct": float(rel.max())}  # fmt: skip
 
 
-def spec_digest(spec: Any) -> str:
-    """A short stable digest of a stage spec (what ``split_specs`` records)."""
-    import hashlib
-
-    return hashlib.sha256(spec.key().encode()).hexdigest()[:12]
-
-
 def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
                train_config: TrainConfig = TrainConfig(), readout: str = "logsumexp",
                per_work: bool = True, parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
@@ -131,7 +124,7 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     pred.meta |= {"split_ids": {name: [data.rows[i].id for i in idx] for name, idx in named},
                   # by the stage itself, so a copied or moved folder, or another holding the same stages,
                   # is scored by what the predictor learned from (ids repeat across datasets, specs do not)
-                  "split_specs": {name: [spec_digest(data.rows[i].spec) for i in idx] for name, idx in named}}  # fmt: skip
+                  "split_specs": {name: [data.rows[i].spec.digest() for i in idx] for name, idx in named}}  # fmt: skip
     hist = pred.history
     assert hist is not None
     case = {

@@ -147,6 +147,12 @@ class StageSpec:
         """A stable text id of the stage (equal stages have equal keys)."""
         return ",".join(f"{k}={v}" for k, v in sorted(self.to_dict().items()))
 
+    def digest(self) -> str:
+        """:meth:`key` as 12 hex digits (a predictor's ``split_specs`` records these)."""
+        import hashlib
+
+        return hashlib.sha256(self.key().encode()).hexdigest()[:12]
+
 
 def single_thread_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a timing process needs (set before ``import jax``)."""

@@ -74,13 +74,10 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     ``stop``: a bag's early stopping, ``each`` member on its own fold or one ``common`` epoch
     (:class:`trainsim.learn.train.TrainConfig`).
     """
-    from trainsim.learn.protocol import target_of
-    from trainsim.learn.train import check_stop
+    from trainsim.learn.protocol import PROTOCOL_EPOCHS, target_of
+    from trainsim.learn.train import TrainConfig, check_stop
 
     target_of(readout)  # an unknown readout fails here, before any training
-    from trainsim.learn.protocol import PROTOCOL_EPOCHS
-    from trainsim.learn.train import TrainConfig
-
     default_epochs = PROTOCOL_EPOCHS if protocol else TrainConfig().epochs
     if epochs is not None and epochs != default_epochs and resume:
         # a results folder keys its cases without the epoch count: a quick check's would be read

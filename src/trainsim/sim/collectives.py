@@ -20,6 +20,10 @@ DurationFn = Callable[
 ]
 
 
+# the provenance of a kernel `--kernels model` kept at its measured duration (no model answered)
+NO_MODEL = "measured (no model)"
+
+
 @dataclass(slots=True)
 class Instance:
     """One collective instance across ranks."""
@@ -102,7 +106,7 @@ def _transfer(
     gloo's members end apart: in trace mode each keeps its measured end's offset from that
     member's (``tails``), never before the last arrival.
     """
-    modelled = [d for d in durs if d[1] != "measured (no model)"]
+    modelled = [d for d in durs if d[1] != NO_MODEL]
     if opts.kernels is KernelSource.MODEL and modelled:  # a kept measured duration counts waiting
         inst.transfer_s, inst.provenance = max(modelled)
         return

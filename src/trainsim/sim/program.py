@@ -36,7 +36,7 @@ from trainsim.host.overheads import OverheadDB
 from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, SyncPoint, Workload
 from trainsim.ir.kinds import KernelFamily, SyncKind
 from trainsim.sim import syncs
-from trainsim.sim.collectives import Instance, build_instances
+from trainsim.sim.collectives import NO_MODEL, Instance, build_instances
 from trainsim.sim.durations import (
     CollectiveSystem,
     ModelRegistry,
@@ -187,7 +187,7 @@ def _duration(
             return p.seconds, p.provenance
         if k.duration_s is not None:
             rp.diagnostics["kernels_model_fallback_measured"] += 1
-            return k.duration_s, "measured (no model)"
+            return k.duration_s, NO_MODEL
     elif k.duration_s is not None:
         return k.duration_s, "measured"
     elif k.predicted_s is not None:

@@ -41,7 +41,7 @@ class Replay:
 
     @property
     def baseline_error_pct(self) -> float | None:
-        return pct_error(kernel_sum_baseline(self.result), self.measured_step_s)
+        return pct_error(self.result.device_kernel_sum_baseline_s, self.measured_step_s)
 
     def to_dict(self, *, segments: bool = True) -> dict[str, Any]:
         res = self.result
@@ -59,7 +59,7 @@ class Replay:
             "measured_step_s": self.measured_step_s,
             "predicted_step_s": res.predicted_step_s,
             "error_pct": self.error_pct,
-            "kernel_sum_baseline_s": kernel_sum_baseline(res),
+            "kernel_sum_baseline_s": res.device_kernel_sum_baseline_s,
             "baseline_error_pct": self.baseline_error_pct,
             "ranks": ranks,
             "critical_path": sim["critical_path"],
@@ -71,12 +71,6 @@ class Replay:
             "provenance": _provenance(o.kernels.value, sim["diagnostics"], _model_kinds(res)),
             "collective_system": _system(res),
         }  # fmt: skip
-
-
-def kernel_sum_baseline(res: Any) -> float | None:
-    """000 §IV-B's busiest-stream kernel sum, or None for a workload with no device on any rank
-    (:attr:`SimResult.device_kernel_sum_baseline_s`)."""
-    return res.device_kernel_sum_baseline_s
 
 
 def kernel_counts(diagnostics: dict[str, int]) -> tuple[int, int]:
