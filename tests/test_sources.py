@@ -126,6 +126,33 @@ def test_every_input_format_yields_its_traces(tmp_path, fmt):
         assert json.loads(b.data)["traceEvents"]  # uncompressed, BOM removed
 
 
+@pytest.mark.parametrize(("fmt", "said"), [(".tar.gz", ["t.tar.gz:t/README.md"]), ("folder", ["f/notes.txt"]),
+                                           (".json", [])])  # fmt: skip
+def test_files_left_out_by_name_are_said_and_dot_files_are_not(tmp_path, fmt, said):
+    skipped: list[str] = []
+    read_path(FORMATS[fmt][0](tmp_path), skipped)
+    assert [x.split(": ", 1)[0].replace(f"{tmp_path}/", "") for x in skipped] == said
+    assert all("not a trace file name" in x for x in skipped)
+
+
+def test_analyze_and_replay_name_a_file_in_the_folder_they_did_not_read(tmp_path):
+    from trainsim.analyze.report import analyze_paths
+    from trainsim.ingest.multirank import skipped_note
+    from trainsim.sim import SimOptions
+    from trainsim.sim.replay import replay_paths
+
+    _write(tmp_path / "run/rank0.json", kineto_doc(0))
+    _write(tmp_path / "run/timings.csv", b"step,ms\n1,3.2\n")
+    report = analyze_paths([tmp_path / "run"])
+    assert report.to_dict()["skipped_inputs"] == [f"{tmp_path}/run/timings.csv: not a trace file name (.json, .json.gz, .tar.gz)"]
+    assert any(w.startswith("1 input file not read: ") and "timings.csv" in w for w in report.warnings())
+    rep = replay_paths([tmp_path / "run"], SimOptions())
+    assert rep.to_dict()["skipped_inputs"] == report.to_dict()["skipped_inputs"]
+    assert skipped_note([]) is None
+    many = skipped_note([f"f{i}.csv: why" for i in range(5)])
+    assert many is not None and many.startswith("5 input files not read: f0.csv: why; f1.csv: why; f2.csv: why; and 2 more")
+
+
 def test_archive_of_ranks_loads_as_a_multi_rank_workload(tmp_path):
     path = _write(
         tmp_path / "job.tar.gz", _tar({"rank0.json": kineto_doc(0), "rank1.json": kineto_doc(1)})

@@ -54,8 +54,12 @@ class Analysis:
         if self.loaded.match.peers_missing:
             out.append("some collective peers are not among the input traces (single rank of a larger job)")
         from trainsim.ingest.link import pid_mismatch_warnings
+        from trainsim.ingest.multirank import skipped_note
 
         out.extend(pid_mismatch_warnings(self.et_link))
+        note = skipped_note(self.loaded.skipped)
+        if note:
+            out.append(note)
         return out
 
     def _window_s(self, rank: int) -> float | None:

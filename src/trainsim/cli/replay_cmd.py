@@ -168,9 +168,13 @@ def replay(
             "[yellow]warning:[/] a sampled trace (a fraction of its events recorded): the step is incomplete"
         )
     from trainsim.ingest.link import low_link_warnings, pid_mismatch_warnings
+    from trainsim.ingest.multirank import skipped_note
 
     for line in [*pid_mismatch_warnings(doc.get("et_link") or {}), *low_link_warnings(doc.get("et_link") or {})]:
         stderr.print(f"[yellow]warning:[/] {line}")
+    skipped = skipped_note(rep.skipped)
+    if skipped:  # as `analyze` notes it
+        stderr.print(f"note: {skipped}")
     if (doc.get("collectives_matched") or {}).get("peers_missing"):
         # as `analyze` notes it; the simulator lets an absent peer arrive on time (docs/simulator.md)
         stderr.print("note: some collective peers are not among the input traces: they are taken to arrive on "

@@ -4,7 +4,7 @@ window per rank, and collectives matched across ranks by (process group, sequenc
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,15 @@ def _explain_unknown(blob: TraceBlob) -> str:
     return f"JSON is not a Kineto trace: top level is a {type(doc).__name__}, expected an object with 'traceEvents'"
 
 
+def skipped_note(skipped: Sequence[str]) -> str | None:
+    """One line naming the input files that were not read (``None`` when none were); each entry
+    of ``skipped`` is ``"<name>: <why>"``."""
+    if not skipped:
+        return None
+    shown = "; ".join(skipped[:3]) + (f"; and {len(skipped) - 3} more (--format json: skipped_inputs)" if len(skipped) > 3 else "")
+    return f"{len(skipped)} input file{'s' * (len(skipped) > 1)} not read: {shown}"
+
+
 def _assign_ranks(traces: list[KinetoTrace]) -> dict[int, KinetoTrace]:
     out: dict[int, KinetoTrace] = {}
     for i, t in enumerate(traces):
@@ -95,10 +104,11 @@ def _assign_ranks(traces: list[KinetoTrace]) -> dict[int, KinetoTrace]:
 def load_traces(
     paths: Iterable[str | Path], *, step: str | int = "median", time_unit: str | None = None
 ) -> LoadedTraces:
-    blobs = read_paths(paths)
+    skipped: list[str] = []
+    blobs = read_paths(paths, skipped)
     kineto_blobs = [b for b in blobs if b.kind is BlobKind.KINETO]
     et_blobs = [b for b in blobs if b.kind is BlobKind.EXECUTION_TRACE]
-    skipped = [
+    skipped += [
         f"{b.name}: {b.kind.value}"
         for b in blobs
         if b.kind in (BlobKind.CHAKRA, BlobKind.UNKNOWN) and not b.name.endswith(MANIFEST_NAME)

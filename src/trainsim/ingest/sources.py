@@ -43,6 +43,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
 _JSON_SUFFIXES = (".json", ".json.gz")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+_NOT_A_TRACE_NAME = "not a trace file name (.json, .json.gz, .tar.gz)"
 _EXPECTED = "expected a Kineto or execution trace (.json, .json.gz, or a .tar.gz of them)"
 
 
@@ -83,7 +84,7 @@ def _as_json(label: str, data: bytes) -> bytes:
     return data
 
 
-def _read_archive(path: Path, raw: bytes) -> list[TraceBlob]:
+def _read_archive(path: Path, raw: bytes, skipped: list[str] | None = None) -> list[TraceBlob]:
     try:
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
             members = [m for m in tar.getmembers() if m.isfile()]
@@ -93,6 +94,9 @@ def _read_archive(path: Path, raw: bytes) -> list[TraceBlob]:
                 raise TraceFormatError(
                     path, f"archive holds no .json or .json.gz trace files (it holds: {names})"
                 )
+            if skipped is not None:
+                skipped += [f"{path}:{m.name}: {_NOT_A_TRACE_NAME}" for m in sorted(members, key=lambda m: m.name)
+                            if m not in kept and not Path(m.name).name.startswith(".")]  # fmt: skip
             blobs = []
             for m in sorted(kept, key=lambda m: m.name):
                 f = tar.extractfile(m)
@@ -126,20 +130,23 @@ def _is_trace_name(base: str, suffixes: tuple[str, ...]) -> bool:
     return not base.startswith(".") and base.lower().endswith(suffixes)
 
 
-def read_path(path: str | Path) -> list[TraceBlob]:
-    """Read one file (json, gz, tar.gz) or every trace file in a folder (recursively)."""
+def read_path(path: str | Path, skipped: list[str] | None = None) -> list[TraceBlob]:
+    """Read one file (json, gz, tar.gz) or every trace file in a folder (recursively).
+
+    Files of a folder, and members of an archive, whose names are not trace names are left out;
+    with ``skipped`` given, each is appended to it as ``"<name>: <why>"`` (dot-files, editor and
+    OS litter, are left out unsaid)."""
     p = Path(path)
     if p.is_dir():
-        files = sorted(
-            f
-            for f in p.rglob("*")
-            if f.is_file() and _is_trace_name(f.name, _JSON_SUFFIXES + _ARCHIVE_SUFFIXES)
-        )
+        every = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+        files = [f for f in every if _is_trace_name(f.name, _JSON_SUFFIXES + _ARCHIVE_SUFFIXES)]
         if not files:
             raise TraceFormatError(p, "folder holds no .json, .json.gz or .tar.gz trace files")
+        if skipped is not None:
+            skipped += [f"{f}: {_NOT_A_TRACE_NAME}" for f in every if f not in files]
         out: list[TraceBlob] = []
         for f in files:
-            out.extend(read_path(f))
+            out.extend(read_path(f, skipped))
         return out
     try:
         raw = p.read_bytes()
@@ -150,7 +157,7 @@ def read_path(path: str | Path) -> list[TraceBlob]:
     if not raw:
         raise TraceFormatError(p, f"file is empty; {_EXPECTED}")
     if p.name.lower().endswith(_ARCHIVE_SUFFIXES) or _is_tar(raw):
-        return _read_archive(p, raw)
+        return _read_archive(p, raw, skipped)
     return [TraceBlob(str(p), _as_json(str(p), raw))]
 
 
@@ -170,7 +177,8 @@ def _is_tar(raw: bytes) -> bool:
     return head is not None and len(head) >= 262 and head[257:262] == b"ustar"
 
 
-def read_paths(paths: Iterable[str | Path]) -> list[TraceBlob]:
+def read_paths(paths: Iterable[str | Path], skipped: list[str] | None = None) -> list[TraceBlob]:
+    """:func:`read_path` of each path (each at most once); ``skipped`` as there."""
     out: list[TraceBlob] = []
     seen: dict[Path, str] = {}
     for p in paths:
@@ -178,5 +186,5 @@ def read_paths(paths: Iterable[str | Path]) -> list[TraceBlob]:
         if key in seen:  # one rank twice would read as two ranks that cannot be told apart
             raise TraceFormatError(p, f"given twice (also as {seen[key]})")
         seen[key] = str(p)
-        out.extend(read_path(p))
+        out.extend(read_path(p, skipped))
     return out

@@ -30,6 +30,7 @@ class Replay:
     et_link: dict[str, Any] = field(default_factory=dict)
     whatif: dict[str, Any] = field(default_factory=dict)
     sampled: bool = False  # a sampled trace: its measured step is incomplete
+    skipped: tuple[str, ...] = ()  # input files not read, each "<name>: <why>"
 
     @property
     def measured_step_s(self) -> float | None:
@@ -67,6 +68,7 @@ class Replay:
             "et_link": self.et_link,
             "whatif": self.whatif,
             "sampled_trace": self.sampled,
+            "skipped_inputs": list(self.skipped),
             "diagnostics": sim["diagnostics"],
             "provenance": _provenance(o.kernels.value, sim["diagnostics"], _model_kinds(res)),
             "collective_system": _system(res),
@@ -125,6 +127,7 @@ class Loaded:
     collectives: dict[str, Any]
     et_link: dict[str, Any]
     sampled: bool  # some trace records only a sample of its events: no complete step
+    skipped: tuple[str, ...] = ()  # input files not read, each "<name>: <why>"
 
 
 def load_for_replay(
@@ -155,7 +158,7 @@ def load_for_replay(
                 str(r): (s.to_dict() if hasattr(s, "to_dict") else str(s)) for r, s in stats.items()
             }
     sampled = any(getattr(t, "is_sampled", False) for t in loaded.traces.values())
-    return Loaded(workload, loaded.match.to_dict(), et_link, sampled)
+    return Loaded(workload, loaded.match.to_dict(), et_link, sampled, tuple(loaded.skipped))
 
 
 def _is_workload_ir(path: Path) -> bool:
@@ -181,5 +184,6 @@ def replay_paths(
     result = simulate(workload, options)
     files = tuple(str(f) for f in workload.metadata.get("files", paths))
     return Replay(
-        files, workload, result, loaded.collectives, loaded.et_link, sampled=loaded.sampled
+        files, workload, result, loaded.collectives, loaded.et_link, sampled=loaded.sampled,
+        skipped=loaded.skipped,
     )
