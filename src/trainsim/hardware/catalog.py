@@ -19,6 +19,9 @@ from trainsim.errors import ConfigError, read_utf8, yaml_error
 from trainsim.hardware.schema import SCHEMA_VERSION, DeviceSpec, SystemSpec
 
 _M = TypeVar("_M", bound=BaseModel)
+# libyaml's safe loader where PyYAML was built with it: the same documents, ~8x faster (for the
+# packaged catalog only: its error wording differs, so users' files keep PyYAML's own messages)
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _norm(name: str) -> str:
@@ -26,9 +29,9 @@ def _norm(name: str) -> str:
     return re.sub(r"[\s_\-]+", "", name.strip().lower())
 
 
-def _load_yaml(text: str, origin: str, model: type[_M]) -> _M:
+def _load_yaml(text: str, origin: str, model: type[_M], *, packaged: bool = False) -> _M:
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_FAST_LOADER) if packaged else yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise yaml_error(origin, e) from None
     if not isinstance(doc, dict):
@@ -81,7 +84,8 @@ def _packaged(prefix: str, model: type[_M]) -> dict[str, _M]:
     ):
         if not (entry.name.startswith(prefix) and entry.name.endswith(".yaml")):
             continue
-        spec = _load_yaml(entry.read_text(encoding="utf-8"), f"catalog file {entry.name}", model)
+        spec = _load_yaml(entry.read_text(encoding="utf-8"), f"catalog file {entry.name}", model,
+                          packaged=True)  # fmt: skip
         for key in (spec.name, *spec.aliases):  # type: ignore[attr-defined]
             k = _norm(key)
             if k in out and out[k] is not spec:

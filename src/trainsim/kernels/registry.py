@@ -151,19 +151,41 @@ def load_model(path: Path | str) -> KernelModel:
 
 
 @cache
-def shipped_models() -> tuple[KernelModel, ...]:
-    """The calibrated artifacts inside the package, by file name."""
-    out: list[KernelModel] = []
+def _shipped_files() -> tuple[tuple[str, bytes, str | None], ...]:
+    """(file name, bytes, manifest device or None where unreadable) of each packaged artifact."""
     folder = resources.files("trainsim.kernels").joinpath("data")
     if not folder.is_dir():
         return ()
+    out = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".npz"):
-            try:
-                out.append(read_artifact(entry.read_bytes(), f"packaged kernel model {entry.name}"))
-            except ConfigError as e:
-                raise ModelError(f"{e} (the package is broken; reinstall trainsim)") from None
+            data = entry.read_bytes()
+            try:  # the manifest alone: an npz decompresses its arrays one by one, on access
+                with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                    device = json.loads(z[_MANIFEST].tobytes().decode("utf-8")).get("device")
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # read_artifact says what, on load
+                device = None
+            out.append((entry.name, data, device if isinstance(device, str) else None))
     return tuple(out)
+
+
+@cache
+def _shipped_for(device_name: str | None) -> tuple[KernelModel, ...]:
+    """The packaged artifacts whose manifest names ``device_name`` (all of them for None)."""
+    out: list[KernelModel] = []
+    for name, data, device in _shipped_files():
+        if device_name is not None and device is not None and device != device_name:
+            continue
+        try:
+            out.append(read_artifact(data, f"packaged kernel model {name}"))
+        except ConfigError as e:
+            raise ModelError(f"{e} (the package is broken; reinstall trainsim)") from None
+    return tuple(out)
+
+
+def shipped_models() -> tuple[KernelModel, ...]:
+    """The calibrated artifacts inside the package, by file name."""
+    return _shipped_for(None)
 
 
 def _build_spec_models(dev: DeviceSpec) -> tuple[KernelModel, ...]:
@@ -198,7 +220,7 @@ def models_for(device: DeviceSpec | str) -> list[KernelModel]:
     """The user's calibrated models of ``device``, the shipped ones (learned, then rooflines),
     then its spec-based models."""
     spec = device if isinstance(device, DeviceSpec) else get_device(device)
-    mine = [m for m in (*user_models(), *shipped_models()) if m.device == spec.name]
+    mine = [m for m in (*user_models(), *_shipped_for(spec.name)) if m.device == spec.name]
     learned = [m for m in mine if isinstance(m, LearnedKernelModel)]
     rest = [m for m in mine if not isinstance(m, LearnedKernelModel)]
     cataloged = any(d.name == spec.name and d == spec for d in list_devices())

@@ -12,12 +12,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainsim.gcpause import gc_paused
-from trainsim.ir.graph import Workload
 from trainsim.sim.options import HostMode, KernelSource, SegmentKind, SimOptions
-from trainsim.sim.result import RankResult, Segment, SimResult, StreamResult
 
 if TYPE_CHECKING:
+    from trainsim.ir.graph import Workload
     from trainsim.sim.program import Program
+    from trainsim.sim.result import RankResult, Segment, SimResult, StreamResult
+
+_LAZY_RESULT = frozenset({"RankResult", "Segment", "SimResult", "StreamResult"})
+
+
+def __getattr__(name: str) -> object:
+    # the result types pull in the engine, numpy and the hardware catalog: imported on first
+    # use, so that `from trainsim.sim.options import ...` (the CLI's start-up) stays cheap
+    if name in _LAZY_RESULT:
+        from trainsim.sim import result
+
+        return getattr(result, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def simulate(workload: Workload, options: SimOptions | None = None) -> SimResult:

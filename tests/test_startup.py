@@ -1,0 +1,56 @@
+"""What the CLI's start-up and the packaged data loaders load (performance review, 2026-12-02):
+registering the commands must not import the simulator, numpy or the hardware catalog; a
+device's kernel models must not decode every device's packaged file; the packaged catalog
+parses to the same documents with libyaml as with PyYAML's own loader."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import resources
+
+import yaml
+
+
+def test_registering_the_commands_imports_no_simulator_numpy_or_catalog():
+    code = ("import sys, trainsim.cli.main as m; m._register(); "
+            "print(','.join(k for k in ('numpy', 'trainsim.sim.result', 'trainsim.sim.engine', "
+            "'trainsim.hardware.catalog') if k in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_lazy_result_names_of_the_sim_package_resolve():
+    from trainsim import sim
+    from trainsim.sim.result import SimResult
+
+    assert sim.SimResult is SimResult
+    try:
+        sim.NoSuchName  # noqa: B018
+    except AttributeError as e:
+        assert "NoSuchName" in str(e)
+    else:  # pragma: no cover
+        raise AssertionError("an unknown name must raise AttributeError")
+
+
+def test_a_devices_kernel_models_decode_only_its_own_packaged_file():
+    from trainsim.kernels import registry
+
+    files = registry._shipped_files()
+    devices = {d for _, _, d in files}
+    assert len(files) >= 2 and None not in devices  # every packaged manifest names its device
+    for dev in devices:
+        mine = registry._shipped_for(dev)
+        assert mine and {m.device for m in mine} == {dev}
+    assert len(registry.shipped_models()) == sum(len(registry._shipped_for(d)) for d in devices)
+
+
+def test_packaged_catalog_parses_the_same_with_libyaml():
+    from trainsim.hardware.catalog import _FAST_LOADER
+
+    folder = resources.files("trainsim.hardware").joinpath("data")
+    names = [e for e in folder.iterdir() if e.name.endswith(".yaml")]
+    assert names
+    for e in names:
+        text = e.read_text(encoding="utf-8")
+        assert yaml.load(text, Loader=_FAST_LOADER) == yaml.safe_load(text), e.name
