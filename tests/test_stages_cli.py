@@ -141,7 +141,7 @@ def test_search_says_what_it_models_and_warns_beyond_the_training_range(dataset,
     assert res.exit_code == 0, res.output
     # the dataset's stages: 1-3 layers, hidden 64, seq 16-48; the search model's: 1-4 layers, hidden 512
     assert "trained on stages of layers 1-3, shard 1-2, hidden 64" in res.stderr
-    assert "search model (fixed, 003 §VIII-B): gpt, 8 layers, hidden 512" in res.stderr
+    assert "search model (fixed, 003 §VIII-B; --layers/--hidden/... change it): gpt, 8 layers, hidden 512" in res.stderr
     assert "calibrated: gcn learned from stage latencies measured on" in " ".join(res.stdout.split())
 
 
@@ -233,3 +233,58 @@ def test_collect_follows_the_cli_contract(tmp_path):
     assert p.returncode == 1 and p.stderr.strip() == "trainsim: error: --family must be gpt or moe, got 'bogus'"
     p = run(str(folder), "--family", "gpt", "--count", "1", "--seed", "5")
     assert p.returncode == 1 and "Traceback" not in p.stderr and "collect into another folder" in p.stderr
+
+
+TINY = ("--layers", "2", "--hidden", "64", "--heads", "2", "--seq", "16", "--micro-batch", "1", "--vocab", "128",
+        "--shards", "1,2", "--max-stage-layers", "2")  # fmt: skip
+
+
+def test_a_search_model_of_ones_own_is_validated_by_flag_and_tagged():
+    from trainsim.errors import ConfigError
+    from trainsim.learn.provider import SEARCH_MODELS, candidate_id, search_candidates, search_model
+
+    assert search_model("gpt") == SEARCH_MODELS["gpt"]
+    assert search_candidates("gpt")[0][0] == "gptsearch-0-1-t1"  # the shipped sets' ids are unchanged
+    m = search_model("gpt", layers=2, hidden=64, heads=2, seq=16, micro_batch=1, vocab=128, shards=[2, 1, 2])
+    assert m.shards == (1, 2) and m.max_stage_layers == 2  # clipped to the layers
+    ids = [i for i, _ in search_candidates("gpt", m)]
+    assert len(ids) == 6 and all(i.startswith("gptsearch-") and i != candidate_id("gpt", (0, 1, 1)) for i in ids)
+    with pytest.raises(ConfigError, match=r"search model \(--hidden 100\): heads must divide hidden"):
+        search_model("gpt", hidden=100)
+    with pytest.raises(ConfigError, match="apply to the moe family"):
+        search_model("gpt", experts=8)
+    with pytest.raises(ConfigError, match="--shards"):
+        search_model("gpt", shards=[0])
+
+
+def test_search_over_ones_own_model_measured_and_predicted(dataset, tmp_path):
+    from trainsim.learn.dataset import collect
+    from trainsim.learn.provider import search_candidates, search_model
+
+    m = search_model("gpt", layers=2, hidden=64, heads=2, seq=16, micro_batch=1, vocab=128, shards=[1, 2])
+    folder = tmp_path / "own"
+    collect(folder, search_candidates("gpt", m), min_repeats=3, max_repeats=3, min_total_s=0.0)
+    res = _run("search", "--family", "gpt", "--devices", "2", "--microbatches", "4", "--measured", str(folder),
+               *TINY, "--format", "json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["model"]["layers"] == 2 and doc["candidates"] == 6 and doc["stages"][-1][1] == 2
+    res = _run("search", "--family", "gpt", "--devices", "2", "--measured", str(folder))  # the fixed model: not there
+    assert res.exit_code == 1 and "78 of 78 stages were not measured" in str(res.exception)
+    res = _run("search", "--family", "gpt", "--devices", "2", "--measured", str(dataset), *TINY)
+    assert res.exit_code == 1 and "trainsim stages collect DIR --family gpt --search-set --layers 2 --hidden 64" in str(res.exception)
+    out = tmp_path / "pred"
+    assert _run("train", str(dataset), "--out", str(out), "--model", "gcn", "--epochs", "1").exit_code == 0
+    res = _run("search", "--family", "gpt", "--devices", "2", "--microbatches", "4", "--predictor", str(out), *TINY)
+    assert res.exit_code == 0, res.output
+    assert "search model (your own): gpt, 2 layers, hidden 64, 2 heads, seq 16, micro-batch 1, vocabulary 128" in res.stderr
+    res = _run("search", "--family", "gpt", "--predictor", str(out), "--shards", "1,x")
+    assert res.exit_code == 1 and "--shards '1,x': expected comma-separated integers" in str(res.exception)
+
+
+def test_collect_takes_the_search_models_flags_with_search_set_only(tmp_path):
+    res = _run("collect", str(tmp_path / "ds"), "--family", "gpt", "--layers", "4")
+    assert res.exit_code == 1 and "--layers sets the search model: it goes with --search-set" in str(res.exception)
+    res = _run("collect", str(tmp_path / "ds"), "--family", "gpt", "--search-set", "--hidden", "100")
+    assert res.exit_code == 1 and "heads must divide hidden" in str(res.exception)
+    assert not (tmp_path / "ds").exists()

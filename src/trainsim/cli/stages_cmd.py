@@ -12,6 +12,8 @@ from a measured dataset (``--measured``: Alpa's full profiling).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,43 @@ stages_app = typer.Typer(
 app.add_typer(stages_app, name="stages")
 
 
+def _model_options() -> dict[str, Any]:
+    """The search model's fields as options (None: the family's fixed model keeps its value)."""
+    def opt(flag: str, what: str) -> Any:
+        return typer.Option(None, flag, min=1, help=f"Search model: {what} (default: the family's fixed model's).")
+
+    return {"layers": opt("--layers", "layers to pipeline"), "hidden": opt("--hidden", "hidden size"),
+            "heads": opt("--heads", "attention heads"), "seq": opt("--seq", "sequence length"),
+            "micro_batch": opt("--micro-batch", "sequences per micro-batch"), "vocab": opt("--vocab", "vocabulary"),
+            "experts": opt("--experts", "experts (moe)"), "group_size": opt("--group-size", "tokens per gating group (moe)"),
+            "max_stage_layers": opt("--max-stage-layers", "most layers one stage holds"),
+            "shards": typer.Option(None, "--shards", help="Search model: devices a stage may use, comma-separated "
+                                   "(default 1,2,4)")}  # fmt: skip
+
+
+def _overrides(values: dict[str, Any]) -> dict[str, Any]:
+    """The given search-model options (``--shards`` parsed), by field."""
+    out = {k: v for k, v in values.items() if v is not None}
+    if "shards" in out:
+        from trainsim.errors import ConfigError
+
+        try:
+            out["shards"] = [int(x) for x in str(out["shards"]).split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--shards {values['shards']!r}: expected comma-separated integers, e.g. 1,2,4") from None
+        if not out["shards"]:
+            raise ConfigError("--shards: give at least one device count, e.g. 1,2,4")
+    return out
+
+
+def _flags(overrides: dict[str, Any]) -> list[str]:
+    """The options that make these overrides, as argv words."""
+    out = []
+    for k, v in overrides.items():
+        out += [f"--{k.replace('_', '-')}", ",".join(map(str, v)) if k == "shards" else str(v)]
+    return out
+
+
 @stages_app.command("collect")
 def collect(
     folder: Path = typer.Argument(..., metavar="DIR", help="Dataset folder (stages.jsonl, graphs/); resumes what is there."),
@@ -39,8 +78,21 @@ def collect(
     search_set: bool = typer.Option(False, "--search-set", help="Measure every candidate stage of the family's search model instead."),
     protocol: bool = typer.Option(False, "--protocol", help="Measure 003's protocol sets instead: every stage of one model under each 003 Table III configuration (docs/predtop.md)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table (a summary line) or json (the counts); on stdout either way."),
+    layers: int | None = _model_options()["layers"],
+    hidden: int | None = _model_options()["hidden"],
+    heads: int | None = _model_options()["heads"],
+    seq: int | None = _model_options()["seq"],
+    micro_batch: int | None = _model_options()["micro_batch"],
+    vocab: int | None = _model_options()["vocab"],
+    experts: int | None = _model_options()["experts"],
+    group_size: int | None = _model_options()["group_size"],
+    max_stage_layers: int | None = _model_options()["max_stage_layers"],
+    shards: str | None = _model_options()["shards"],
 ) -> None:  # fmt: skip
-    """Measure stage latencies on this CPU (one core, single-threaded XLA; restarts itself with that environment)."""
+    """Measure stage latencies on this CPU (one core, single-threaded XLA; restarts itself with that environment).
+
+    With --search-set, the --layers/--hidden/... options make the search model your own (as
+    `stages search` takes them); its candidates go to a folder of their own."""
     from trainsim.cli.main import _state
     from trainsim.errors import ConfigError
     from trainsim.learn.dataset import main
@@ -52,8 +104,17 @@ def collect(
     if count is not None and (search_set or protocol):
         raise ConfigError(f"--count is for random stages; {'--search-set' if search_set else '--protocol'} "
                           "measures a fixed set (drop --count)")  # fmt: skip
+    model = _overrides({"layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "micro_batch": micro_batch,
+                        "vocab": vocab, "experts": experts, "group_size": group_size,
+                        "max_stage_layers": max_stage_layers, "shards": shards})  # fmt: skip
+    if model and not search_set:
+        raise ConfigError(f"--{next(iter(model)).replace('_', '-')} sets the search model: it goes with --search-set")
+    if model:  # refused here, before the collector restarts itself, when a candidate stage is invalid
+        from trainsim.learn.provider import search_model
+
+        search_model(family, **model)
     argv = [str(folder), "--family", family, "--count", str(count or 300), "--seed", str(seed), "--format", fmt.value]
-    argv += ["--search"] if search_set else ["--protocol"] if protocol else []
+    argv += ["--search", *_flags(model)] if search_set else ["--protocol"] if protocol else []
     argv += ["--debug"] if _state["debug"] else []  # the collector restarts as its own process
     rc = main(argv)
     if rc == 130:  # interrupted in this process (its environment already single-threaded): it said so
@@ -209,6 +270,21 @@ def predict(
     stderr.print(f"provenance: {doc['provenance']}")
 
 
+@contextlib.contextmanager
+def _graph_progress(on: bool) -> Iterator[Any]:
+    """A transient bar on stderr while a search traces its stages' graphs (a terminal only)."""
+    import sys
+
+    if not on or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True, console=stderr) as bar:
+        task = bar.add_task("tracing stage graphs", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 def predictor_provenance(pred: Any) -> str:
     """What a stage predictor's answers rest on (DESIGN: every prediction states its provenance)."""
     host = (pred.meta.get("host") or {}).get("cpu")
@@ -233,14 +309,30 @@ def search(
     predictor: Path | None = typer.Option(None, "--predictor", help="Predict stage latencies with this predictor (nothing measured)."),
     measured: Path | None = typer.Option(None, "--measured", help="Look stage latencies up in this measured dataset (full profiling)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
+    layers: int | None = _model_options()["layers"],
+    hidden: int | None = _model_options()["hidden"],
+    heads: int | None = _model_options()["heads"],
+    seq: int | None = _model_options()["seq"],
+    micro_batch: int | None = _model_options()["micro_batch"],
+    vocab: int | None = _model_options()["vocab"],
+    experts: int | None = _model_options()["experts"],
+    group_size: int | None = _model_options()["group_size"],
+    max_stage_layers: int | None = _model_options()["max_stage_layers"],
+    shards: str | None = _model_options()["shards"],
 ) -> None:  # fmt: skip
-    """Best pipeline plan (003 Eq. 4) with predicted or measured stage latencies."""
+    """Best pipeline plan (003 Eq. 4) with predicted or measured stage latencies.
+
+    The search model is the family's fixed one unless --layers/--hidden/... change it: then its
+    candidate stages are predicted (--predictor; their graphs are traced, nothing runs) or looked
+    up in a folder that `stages collect --search-set` with the same options measured."""
     from trainsim.errors import ConfigError
     from trainsim.learn.provider import (
         SEARCH_MODELS,
         MeasuredStages,
         PredictedStages,
+        is_default,
         outside_ranges,
+        search_model,
         search_pipeline,
     )
     from trainsim.learn.train import Predictor
@@ -249,6 +341,11 @@ def search(
         raise ConfigError("give exactly one of --predictor DIR or --measured DIR")
     if family not in SEARCH_MODELS:
         raise ConfigError(f"--family must be one of {sorted(SEARCH_MODELS)}, got {family!r}")
+    given = _overrides({"layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "micro_batch": micro_batch,
+                        "vocab": vocab, "experts": experts, "group_size": group_size,
+                        "max_stage_layers": max_stage_layers, "shards": shards})  # fmt: skip
+    m = search_model(family, **given)
+    own = not is_default(m)
     provider: MeasuredStages | PredictedStages
     if predictor is not None:
         pred = Predictor.load(predictor)
@@ -257,7 +354,7 @@ def search(
             raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, not {family!r}; "
                               f"train one on a {family} dataset or pass --family {fams[0]}")  # fmt: skip
         provider = PredictedStages(pred, name=f"predicted ({predictor})")
-        beyond = outside_ranges(pred.meta, [SEARCH_MODELS[family].stage(*k) for k in SEARCH_MODELS[family].candidates()])
+        beyond = outside_ranges(pred.meta, [m.stage(*k) for k in m.candidates()])
         if beyond:
             stderr.print(f"warning: {predictor} was trained on stages of {beyond}: the search's stages beyond "
                          "that are extrapolated (collect a larger dataset to cover them)")  # fmt: skip
@@ -265,14 +362,16 @@ def search(
         assert measured is not None
         if not measured.is_dir():
             raise ConfigError(f"--measured {measured}: no such dataset folder")
-        provider = MeasuredStages(measured, name=f"measured ({measured})")
+        collect = " ".join(["trainsim stages collect DIR --family", family, "--search-set", *_flags(given)])
+        provider = MeasuredStages(measured, name=f"measured ({measured})", collect=collect)
         held = sorted({r.family for r in provider.rows.values()})
         if not held:
             raise ConfigError(f"--measured {measured}: no measured stages (collect them with `trainsim stages collect`)")
         if family not in held:
             raise ConfigError(f"--measured {measured}: holds {', '.join(held)} stages, not {family!r}; "
                               f"pass --family {held[0]} or collect {family} stages")  # fmt: skip
-    res = search_pipeline(SEARCH_MODELS[family], provider, devices=devices, microbatches=microbatches)
+    with _graph_progress(isinstance(provider, PredictedStages)) as progress:
+        res = search_pipeline(m, provider, devices=devices, microbatches=microbatches, progress=progress)
     res["provenance"] = predictor_provenance(pred) if predictor is not None else f"measured stage latencies ({measured})"
     if fmt is Format.JSON:
         emit_json(res)
@@ -290,7 +389,10 @@ def search(
         t.add_row(str(i), f"{a}-{b - 1}", str(d), f"{lat * 1e3:.2f} ms")
     Console().print(t)
     Console().print(f"iteration time (Eq. 4): {res['iteration_time_s'] * 1e3:.2f} ms ({res['provenance']})")
-    m = SEARCH_MODELS[family]
-    stderr.print(f"search model (fixed, 003 §VIII-B): {m.family}, {m.layers} layers, hidden {m.hidden}, {m.heads} heads, "
-                 f"seq {m.seq}, micro-batch {m.micro_batch}; a stage's devices are its tensor/expert-parallel shards, "
-                 "timed as this CPU core runs one shard; communication between stages is not modelled (Eq. 4)")  # fmt: skip
+    which = "your own" if own else "fixed, 003 §VIII-B; --layers/--hidden/... change it"
+    moe = f", {m.experts} experts, groups of {m.group_size}" if m.family == "moe" else ""
+    stderr.print(f"search model ({which}): {m.family}, {m.layers} layers, hidden {m.hidden}, {m.heads} heads, "
+                 f"seq {m.seq}, micro-batch {m.micro_batch}, vocabulary {m.vocab}{moe}; stages of up to "
+                 f"{m.max_stage_layers} layers on {', '.join(map(str, m.shards))} devices; a stage's devices are its "
+                 "tensor/expert-parallel shards, timed as this CPU core runs one shard; communication between stages "
+                 "is not modelled (Eq. 4)")  # fmt: skip

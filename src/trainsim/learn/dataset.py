@@ -52,7 +52,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -308,9 +308,12 @@ def iter_graphs(
         yield cache[digest]
 
 
-def _sampler_words(kind: Any, family: Any, seed: Any) -> str:
+def _sampler_words(kind: Any, family: Any, seed: Any, model_tag: Any = None) -> str:
     """A folder's stage set as the ``stages collect`` flags that make it."""
     if kind == "search-candidates":
+        if model_tag:
+            return (f"the candidate stages of another {family} search model (model {model_tag}: --search-set "
+                    "with --layers/--hidden/... options)")  # fmt: skip
         return f"the {family} search model's candidate stages (--search-set)"
     if kind == "003-protocol":
         return f"003's {family} protocol stages (--protocol)"
@@ -346,10 +349,10 @@ def _check_provenance(folder: Path, prov: dict[str, Any]) -> None:
             "use another folder"
         )
     runs = old.setdefault("runs", [])
-    # a folder keeps one sampler: the same kind, family and seed (a count may grow)
+    # a folder keeps one sampler: the same kind, family and seed or search model (a count may grow)
     def sampler_id(run: dict[str, Any]) -> tuple[Any, ...]:
         s = run.get("sampler") or {}
-        return s.get("kind"), s.get("family"), s.get("seed")
+        return s.get("kind"), s.get("family"), s.get("seed"), s.get("model_tag")
 
     new = sampler_id(prov["runs"][0])
     before = {sampler_id(r) for r in runs if r.get("sampler")}
@@ -553,6 +556,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="measure 003's protocol sets instead: every stage of one model under each Table III configuration",
     )
+    from trainsim.learn.provider import MODEL_FLAGS
+
+    for name in MODEL_FLAGS:  # --search: the search model's fields (default: SEARCH_MODELS[family])
+        ap.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
+                        type=_int_list if name == "shards" else int)  # fmt: skip
     ap.add_argument("--min-total-s", type=float, default=1.0)
     ap.add_argument("--format", choices=("table", "json"), default="json")
     ap.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)  # `trainsim --debug stages collect`
@@ -574,6 +582,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _int_list(text: str) -> list[int]:
+    import argparse
+
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 1,2,4; got {text!r}") from None
+
+
 def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
     env = single_thread_env()
     if any(os.environ.get(k) != v for k, v in env.items()):
@@ -582,9 +599,14 @@ def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
         os.execve(sys.executable, [sys.executable, "-m", "trainsim.learn.dataset", *argv], env)
     if "jax" in sys.modules:
         raise ConfigError("jax is already imported: run the collector as its own process")
+    from trainsim.learn.provider import MODEL_FLAGS
+
     core = _pin_one_core()
     if args.search and args.protocol:
         raise ConfigError("--search and --protocol are two different stage sets: give one")
+    given = [k for k in MODEL_FLAGS if getattr(args, k) is not None]
+    if given and not args.search:
+        raise ConfigError(f"--{given[0].replace('_', '-')} sets the search model: it goes with --search-set")
     if args.protocol:
         from trainsim.learn.protocol import PROTOCOL_MODELS, protocol_stages
 
@@ -594,10 +616,13 @@ def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
                    "max_stage_layers": m.max_stage_layers, "hidden": m.hidden, "seq": m.seq,
                    "micro_batch": m.micro_batch}  # fmt: skip
     elif args.search:
-        from trainsim.learn.provider import search_candidates
+        from trainsim.learn.provider import is_default, model_tag, search_candidates, search_model
 
-        items = search_candidates(args.family)
+        model = search_model(args.family, **{k: getattr(args, k) for k in MODEL_FLAGS})
+        items = search_candidates(args.family, model)
         sampler = {"kind": "search-candidates", "family": args.family}
+        if not is_default(model):  # its own model: a folder of its own (ids carry the tag)
+            sampler |= {"model_tag": model_tag(model), "model": asdict(model)}
     else:
         items = sample_stages(args.family, args.count, seed=args.seed)
         sampler = {"kind": "stratified-log-latency", "family": args.family, "count": args.count,

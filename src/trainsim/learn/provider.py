@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,16 +88,65 @@ def outside_ranges(meta: Mapping[str, Any], specs: Sequence[StageSpec]) -> str:
     return ", ".join(out)
 
 
-def candidate_id(family: str, key: StageKey) -> str:
-    return f"{family}search-{key[0]}-{key[1]}-t{key[2]}"
+# What `stages search` / `stages collect --search-set` let a user change in the search model,
+# by flag (the model's own field names with dashes)
+MODEL_FLAGS = ("layers", "hidden", "heads", "seq", "micro_batch", "vocab", "experts", "group_size",
+               "max_stage_layers", "shards")  # fmt: skip
 
 
-def search_candidates(family: str) -> list[tuple[str, StageSpec]]:
-    """Every candidate stage of :data:`SEARCH_MODELS`'s ``family`` model as ``(id, spec)``."""
+def search_model(family: str, **overrides: Any) -> PipelineModel:
+    """:data:`SEARCH_MODELS`'s ``family`` model with the given fields replaced (None: kept).
+
+    Every candidate stage must be valid; a field that makes one invalid is named by its flag."""
     if family not in SEARCH_MODELS:
         raise ConfigError(f"no search model for family {family!r}; known: {sorted(SEARCH_MODELS)}")
-    m = SEARCH_MODELS[family]
-    return [(candidate_id(family, k), m.stage(*k)) for k in m.candidates()]
+    given = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(given) - set(MODEL_FLAGS))
+    if unknown:
+        raise ConfigError(f"search model: unknown field {unknown[0]!r}; known: {', '.join(MODEL_FLAGS)}")
+    if "shards" in given:
+        given["shards"] = tuple(sorted(set(given["shards"])))
+    if family != "moe" and ({"experts", "group_size"} & set(given)):
+        raise ConfigError(f"--experts/--group-size apply to the moe family, not {family!r}")
+    for k, v in given.items():
+        if any(x < 1 for x in (v if k == "shards" else (v,))):
+            raise ConfigError(f"--{k.replace('_', '-')} {v}: must be at least 1")
+    m = replace(SEARCH_MODELS[family], **given)
+    if m.max_stage_layers > m.layers:
+        m = replace(m, max_stage_layers=m.layers)
+    flags = " ".join(f"--{k.replace('_', '-')} {','.join(map(str, v)) if k == 'shards' else v}" for k, v in given.items())
+    for shard in m.shards:  # every stage shape occurs at the first layer; embed and head both there
+        try:
+            m.stage(0, 1, shard)
+            m.stage(m.layers - 1, m.layers, shard)
+        except ConfigError as e:
+            raise ConfigError(f"search model ({flags or 'defaults'}): {e}") from None
+    return m
+
+
+def is_default(model: PipelineModel) -> bool:
+    return model == SEARCH_MODELS.get(model.family)
+
+
+def model_tag(model: PipelineModel) -> str:
+    """A short digest of a non-default search model (its candidates' ids carry it)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(asdict(model), sort_keys=True).encode()).hexdigest()[:8]
+
+
+def candidate_id(family: str, key: StageKey, model: PipelineModel | None = None) -> str:
+    tag = "" if model is None or is_default(model) else f"{model_tag(model)}-"
+    return f"{family}search-{tag}{key[0]}-{key[1]}-t{key[2]}"
+
+
+def search_candidates(family: str, model: PipelineModel | None = None) -> list[tuple[str, StageSpec]]:
+    """Every candidate stage of a search model as ``(id, spec)``: ``model``, or by default
+    :data:`SEARCH_MODELS`'s ``family`` model."""
+    if model is None:
+        model = search_model(family)
+    return [(candidate_id(family, k, model), model.stage(*k)) for k in model.candidates()]
 
 
 # --- the optimizer ----------------------------------------------------------------------------
@@ -182,18 +231,20 @@ class StageLatencyProvider(Protocol):
 class MeasuredStages:
     """Latencies looked up in a measured dataset folder (full profiling)."""
 
-    def __init__(self, folder: Path | str, name: str = "measured") -> None:
+    def __init__(self, folder: Path | str, name: str = "measured", collect: str | None = None) -> None:
         from trainsim.learn.dataset import read_rows
 
         self.name = name
         self.rows = {r.spec.key(): r for r in read_rows(folder)}
+        self.collect = collect  # the command that measures a search's stages (for the error)
 
     def latencies_s(self, specs: Sequence[StageSpec]) -> list[float]:
         missing = [s for s in specs if s.key() not in self.rows]
         if missing:
-            raise ModelError(f"{len(missing)} stages were not measured (first: {missing[0]}); a search "
+            how = self.collect or f"trainsim stages collect DIR --family {missing[0].family} --search-set"
+            raise ModelError(f"{len(missing)} of {len(specs)} stages were not measured (first: {missing[0]}); a search "
                              "looks up every candidate stage of its model: collect them into a folder of their "
-                             f"own with `trainsim stages collect DIR --family {missing[0].family} --search-set`")  # fmt: skip
+                             f"own with `{how}`")  # fmt: skip
         return [self.rows[s.key()].latency_s for s in specs]
 
 
@@ -214,9 +265,13 @@ class PredictedStages:
         self.graph_s = 0.0
         self.predict_s = 0.0
 
-    def latencies_s(self, specs: Sequence[StageSpec]) -> list[float]:
+    def latencies_s(self, specs: Sequence[StageSpec], progress: Any = None) -> list[float]:
+        """``progress``: a callable told ``(done, total)`` after each graph traced (the slow part:
+        about a quarter second a stage)."""
         t0 = time.perf_counter()
         gs = []
+        todo = sum(s.key() not in self.graphs for s in specs)
+        done = 0
         for s in specs:
             g = self.graphs.get(s.key())
             if g is None:
@@ -225,6 +280,9 @@ class PredictedStages:
 
                 part = getattr(self.predictor, "part", "train")
                 g = self.graphs[s.key()] = graph_from_jaxpr(stage_jaxpr(s, part=part))
+                done += 1
+                if progress is not None:
+                    progress(done, todo)
             gs.append(g)
         t1 = time.perf_counter()
         out = [float(v) for v in self.predictor.predict(gs)]
@@ -234,11 +292,14 @@ class PredictedStages:
 
 
 def search_pipeline(model: PipelineModel, provider: StageLatencyProvider, *, devices: int,
-                    microbatches: int) -> dict[str, Any]:  # fmt: skip
-    """Best Eq. 4 plan of ``model`` with latencies from ``provider`` (JSON-ready)."""
+                    microbatches: int, progress: Any = None) -> dict[str, Any]:  # fmt: skip
+    """Best Eq. 4 plan of ``model`` with latencies from ``provider`` (JSON-ready); ``progress``
+    as :meth:`PredictedStages.latencies_s` takes it (a measured provider ignores it)."""
     t0 = time.perf_counter()
     keys = model.candidates()
-    lat = dict(zip(keys, provider.latencies_s([model.stage(*k) for k in keys]), strict=True))
+    specs = [model.stage(*k) for k in keys]
+    got = provider.latencies_s(specs, progress) if isinstance(provider, PredictedStages) else provider.latencies_s(specs)
+    lat = dict(zip(keys, got, strict=True))
     t1 = time.perf_counter()
     plan = best_pipeline(lat, layers=model.layers, devices=devices, microbatches=microbatches)
     return {"model": asdict(model), "provider": provider.name, "devices": devices, "microbatches": microbatches,
@@ -355,6 +416,7 @@ def run_search_integration(search_folder: Path | str, *, family: str,
 
 
 __all__ = [
+    "MODEL_FLAGS",
     "SEARCH_MODELS",
     "MeasuredStages",
     "PipelineModel",
@@ -363,9 +425,12 @@ __all__ = [
     "StageLatencyProvider",
     "best_pipeline",
     "candidate_id",
+    "is_default",
+    "model_tag",
     "pipeline_time_s",
     "run_search_integration",
     "search_candidates",
     "search_experiment",
+    "search_model",
     "search_pipeline",
 ]
