@@ -18,6 +18,7 @@ traces and shipped ("shared" mode).
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -186,13 +187,41 @@ class OverheadDB:
                               "simulator derives itself: +40–56 %); write it again with `trainsim analyze --overhead-db`")  # fmt: skip
         if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
             raise ConfigError(f"{p}: not an overhead database (schema_version {SCHEMA_VERSION})")
+        if doc.get("unit", "s") != "s":
+            raise ConfigError(f"{p}: unit {doc.get('unit')!r}; an overhead database holds seconds (unit \"s\")")
+        for key in ("per_op", "global"):
+            if not isinstance(doc.get(key), dict):
+                got = "missing" if key not in doc else f"a {type(doc[key]).__name__}"
+                raise ConfigError(f"{p}: {key} must be an object of overhead statistics, got {got}")
         try:
             return cls(
-                per_op={
-                    n: {Overhead(k): Stat(**v) for k, v in s.items()} for n, s in doc["per_op"].items()
-                },
-                global_={Overhead(k): Stat(**v) for k, v in doc["global"].items()},
+                per_op={n: _stats(p, f"per_op.{n}", s) for n, s in doc["per_op"].items()},
+                global_=_stats(p, "global", doc["global"]),
                 sources=list(doc.get("sources", [])),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{p}: malformed overhead database ({type(e).__name__}: {e})") from e
+
+
+def _stats(path: Path, where: str, doc: Any) -> dict[Overhead, Stat]:
+    """One ``{T1: {mean_s, ...}, ...}`` object of a saved database, checked value by value."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: {where} must be an object of T1-T5 statistics, got a {type(doc).__name__}")
+    out = {}
+    for k, v in doc.items():
+        try:
+            kind = Overhead(k)
+        except ValueError:
+            raise ConfigError(f"{path}: {where}: unknown overhead {k!r} (expected {', '.join(o.value for o in Overhead)})") from None
+        if not isinstance(v, dict):
+            raise ConfigError(f"{path}: {where}.{k} must be an object (mean_s, median_s, ...), got a {type(v).__name__}")
+        for f in ("mean_s", "median_s", "std_s"):
+            x = v.get(f)
+            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+                raise ConfigError(f"{path}: {where}.{k}.{f} must be a non-negative number of seconds, got {x!r}")
+        for f in ("count", "raw_count"):
+            x = v.get(f)
+            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+                raise ConfigError(f"{path}: {where}.{k}.{f} must be a non-negative integer, got {x!r}")
+        out[kind] = Stat(**v)
+    return out
