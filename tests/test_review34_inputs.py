@@ -39,3 +39,23 @@ def test_an_overhead_database_is_checked_value_by_value(tmp_path):
         with pytest.raises(ConfigError) as e:
             OverheadDB.load(_db(tmp_path, **edit))
         assert said in str(e.value) and str(tmp_path / "odb.json") in str(e.value), (edit, str(e.value))
+
+
+@pytest.mark.parametrize("value", [0, 2.7, float("inf"), "8", True])
+def test_a_capture_manifest_batch_that_is_not_a_positive_integer_is_named(tmp_path, value):
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    trace = tmp_path / "run" / "linear_kineto.json.gz"
+    trace.parent.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "shared/data/traces/param_linear_2080ti/linear_kineto.json.gz", trace)
+    (tmp_path / "run" / "capture.json").write_text(json.dumps({"batch_size": value}), encoding="utf-8")
+    _register()
+    res = CliRunner().invoke(app, ["replay", str(trace), "--batch", "8"])
+    assert res.exit_code == 1, res.output
+    assert f"{tmp_path / 'run' / 'capture.json'}: batch_size must be a positive integer, got {value!r}" in str(res.exception)
+    res = CliRunner().invoke(app, ["replay", str(trace), "--batch", "8", "--old-batch", "4"])
+    assert "batch_size" not in str(res.exception)  # the traced batch given: the manifest's is not needed

@@ -100,14 +100,14 @@ def replay(
     for p in paths:  # before the what-ifs read what lies beside them (a missing trace is the error)
         if not Path(p).exists():
             raise ConfigError(f"{p}: no such file or folder")
-    recorded = _manifest_batch(paths) if batch is not None else None
+    recorded = _manifest_batch(paths, strict=old_batch is None) if batch is not None else None
     if old_batch is not None and recorded is not None and old_batch != recorded:
         stderr.print(f"[yellow]warning:[/] --old-batch {old_batch} differs from the batch capture.json records "
                      f"({recorded}): resizing from {old_batch}, every dimension equal to it")  # fmt: skip
     traced_batch = (old_batch or recorded) if batch is not None else None
     if batch is not None and traced_batch is None:
         raise ConfigError("--batch: which batch was traced? give --old-batch (no capture.json beside the trace says)")
-    traced_seq = (old_seq_len or _manifest_field(paths, "seq_len")) if seq_len is not None else None
+    traced_seq = (old_seq_len or _manifest_field(paths, "seq_len")) if seq_len is not None else None  # strict: no --old-seq-len
     if seq_len is not None and traced_seq is None:
         raise ConfigError("--seq-len: which length was traced? give --old-seq-len (no capture.json beside the trace "
                           "records a sequence length: none there, not a sequence model, or captured before 2026-11-27)")
@@ -138,7 +138,7 @@ def replay(
         rep = replay_paths(paths, options, step=_step(step), link_et=not no_et)
         whatif = _whatifs(rep, options, straggler=straggler, network=network, family=family, user_models=user_models,
                           resize=(traced_batch, batch) if batch is not None and traced_batch else None,
-                          resize_seq=(traced_seq, seq_len, _manifest_batch(paths)) if seq_len is not None and traced_seq else None,
+                          resize_seq=(traced_seq, seq_len, _manifest_batch(paths, strict=False)) if seq_len is not None and traced_seq else None,
                           resize_hidden=(old_hidden or _manifest_field(paths, "hidden"), hidden, scale_heads) if hidden is not None else None)  # fmt: skip
     if timeline is not None:  # after the what-ifs: a refused one leaves no file behind
         from trainsim.sim.timeline import write_timeline
@@ -185,10 +185,10 @@ def replay(
     _print_table(doc, rep)
 
 
-def _manifest_batch(paths: list[Path]) -> int | None:
+def _manifest_batch(paths: list[Path], *, strict: bool = True) -> int | None:
     """The per-rank batch a ``trainsim capture`` folder records (the folder given, or the one
     holding the first trace file), else None."""
-    return _manifest_field(paths, "batch_size")
+    return _manifest_field(paths, "batch_size", strict=strict)
 
 
 def _manifest(paths: list[Path]) -> dict[str, Any]:
@@ -209,12 +209,29 @@ def _manifest(paths: list[Path]) -> dict[str, Any]:
     return _capture_manifest(paths)
 
 
-def _manifest_field(paths: list[Path], key: str) -> int | None:
-    """An integer a ``trainsim capture`` folder's capture.json records, else None."""
-    try:
-        return int(_manifest(paths)[key])
-    except (ValueError, KeyError, TypeError):
+def _manifest_field(paths: list[Path], key: str, *, strict: bool = True) -> int | None:
+    """A positive integer a ``trainsim capture`` folder's capture.json records (None where it
+    records none); any other value is an error naming the file and key (a what-if would have
+    resized from it), or None when not ``strict`` (the user gave the traced value)."""
+    from trainsim.errors import ConfigError
+    from trainsim.sim.replay import _is_workload_ir
+
+    v = _manifest(paths).get(key)
+    if v is None:
         return None
+    if not isinstance(v, bool) and isinstance(v, int | float) and v >= 1 and float(v).is_integer():
+        return int(v)
+    if not strict:
+        return None
+    if len(paths) == 1 and _is_workload_ir(paths[0]):
+        where = f"{paths[0]}: metadata.capture.{key}"
+    else:
+        from trainsim.capture.manifest import MANIFEST_NAME
+
+        first = paths[0]
+        where = f"{(first if first.is_dir() else first.parent) / MANIFEST_NAME}: {key}"
+    raise ConfigError(f"{where} must be a positive integer, got {v!r} (fix or remove it, or give the traced value "
+                      "with --old-batch/--old-seq-len/--old-hidden)")  # fmt: skip
 
 
 def _example_max_seq(paths: list[Path]) -> tuple[str, int] | None:
