@@ -59,3 +59,48 @@ def test_a_capture_manifest_batch_that_is_not_a_positive_integer_is_named(tmp_pa
     assert f"{tmp_path / 'run' / 'capture.json'}: batch_size must be a positive integer, got {value!r}" in str(res.exception)
     res = CliRunner().invoke(app, ["replay", str(trace), "--batch", "8", "--old-batch", "4"])
     assert "batch_size" not in str(res.exception)  # the traced batch given: the manifest's is not needed
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    _register()
+    return CliRunner().invoke(app, list(args))
+
+
+LINEAR = Path(__file__).resolve().parents[2] / "shared/data/traces/param_linear_2080ti/linear_kineto.json.gz"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_export_kernels_replaces_only_an_earlier_export(tmp_path, suffix):
+    mine = tmp_path / f"data{suffix}"
+    mine.write_text("mp,b,l,dim,F_dur(us)\n1,2,3,4,5\n" if suffix == ".csv" else '{"a": 1}\n', encoding="utf-8")
+    res = _cli("analyze", str(LINEAR), "--export-kernels", str(mine))
+    assert res.exit_code == 1 and "exists and is not a kernel-samples export trainsim wrote" in str(res.exception)
+    assert mine.read_text(encoding="utf-8").startswith(("mp,b", '{"a"'))  # untouched
+    out = tmp_path / f"k{suffix}"
+    for _ in range(2):  # written, then replaced (an earlier export)
+        res = _cli("analyze", str(LINEAR), "--export-kernels", str(out))
+        assert res.exit_code == 0, res.output
+    res = _cli("analyze", str(LINEAR), "--export-kernels", str(tmp_path))
+    assert res.exit_code == 1
+
+
+def test_fit_output_replaces_only_a_kernel_model_artifact(tmp_path):
+    from tests.test_fit_review_cli import _data, _device_file
+
+    path = _data(tmp_path)
+    _device_file(tmp_path / "b2.device.yaml", ["Review Test CPU"])
+    theirs = tmp_path / "mine.npz"
+    import numpy as np
+
+    np.savez(theirs, x=np.arange(3))
+    res = _cli("fit", str(path), "--kinds", "poly", "-o", str(theirs))
+    assert res.exit_code == 1 and "exists and is not a kernel model artifact trainsim wrote" in str(res.exception)
+    assert np.load(theirs)["x"].tolist() == [0, 1, 2]
+    ours = tmp_path / "ours.npz"
+    for _ in range(2):  # written, then replaced
+        res = _cli("fit", str(path), "--kinds", "poly", "-o", str(ours))
+        assert res.exit_code == 0, res.output

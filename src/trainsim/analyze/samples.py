@@ -52,14 +52,51 @@ def kernel_samples(w: Workload) -> Iterator[dict[str, Any]]:
                 }  # fmt: skip
 
 
-def export_kernel_samples(w: Workload, path: str | Path) -> int:
-    """Write the samples as CSV (``.csv``), JSON lines (``.jsonl``) or Parquet (``.parquet``,
-    needs pyarrow); returns the row count."""
-    p = Path(path)
+_MARK = ("device", "rank", "family", "kernel", "op", "stream", "duration_s")  # what every export version opens with
+
+
+def samples_target(path: str | Path, flag: str = "--export-kernels") -> None:
+    """Refuse a samples path of the wrong suffix, or one that holds a file other than an empty
+    one or an earlier kernel-samples export (a user's CSV or Parquet would be replaced)."""
+    p = Path(path).expanduser()
     if p.suffix.lower() not in (".csv", ".jsonl", ".parquet"):
         raise ConfigError(
             f"{p}: kernel samples are written as .csv, .jsonl or .parquet, got {p.suffix or 'no suffix'!r}"
         )
+    if p.is_dir():
+        raise ConfigError(f"{flag} {path}: a folder; give a file path (e.g. {p / 'kernels.csv'})")
+    if not p.is_file() or p.stat().st_size == 0:
+        return
+    if not _is_samples_export(p):
+        raise ConfigError(f"{flag} {path}: exists and is not a kernel-samples export trainsim wrote; "
+                          "remove it or write elsewhere")  # fmt: skip
+
+
+def _is_samples_export(p: Path) -> bool:
+    try:
+        if p.suffix.lower() == ".parquet":
+            import pyarrow.parquet as pq
+
+            names: list[str] = list(pq.read_schema(p).names)
+        else:
+            with p.open("r", encoding="utf-8", errors="replace") as f:
+                first = f.readline()
+            if p.suffix.lower() == ".jsonl":
+                doc = json.loads(first)
+                names = list(doc) if isinstance(doc, dict) else []
+            else:
+                names = next(csv.reader([first]), [])
+    except (OSError, ValueError, ImportError):  # unreadable as an export of that format: not one
+        return False
+    return tuple(names[: len(_MARK)]) == _MARK
+
+
+def export_kernel_samples(w: Workload, path: str | Path) -> int:
+    """Write the samples as CSV (``.csv``), JSON lines (``.jsonl``) or Parquet (``.parquet``,
+    needs pyarrow); returns the row count. An existing file is replaced only when it is an
+    earlier export (:func:`samples_target`)."""
+    p = Path(path)
+    samples_target(p)
     rows = list(kernel_samples(w))
     if p.suffix.lower() == ".parquet":
         try:

@@ -41,6 +41,10 @@ def analyze(
                       (save_workload, "--save-workload")))  # fmt: skip
     json_target(overhead_db, "--overhead-db", "overhead database")
     json_target(save_workload, "--save-workload", "workload")
+    if export_kernels is not None:  # before the analysis: a refused path costs nothing
+        from trainsim.analyze.samples import samples_target
+
+        samples_target(export_kernels)
     if time_unit not in ("auto", "us", "ns"):
         raise ConfigError(f"--time-unit must be auto, us or ns, got {time_unit!r}")
     a = analyze_paths(

@@ -134,6 +134,11 @@ def fit_cmd(
             raise ConfigError(f"--output {output}: kernel model artifacts are .npz files")
         not_an_input(output, datasets, "--output")
         output_path(output)
+        from trainsim.kernels.registry import is_kernel_artifact
+
+        if output.is_file() and output.stat().st_size and not is_kernel_artifact(output):
+            raise ConfigError(f"--output {output}: exists and is not a kernel model artifact trainsim wrote; "
+                              "remove it or write elsewhere")  # fmt: skip
     if folds < 1:
         raise ConfigError(f"--folds must be at least 1, got {folds}")
     _register_bench_ops()

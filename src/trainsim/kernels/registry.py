@@ -146,6 +146,16 @@ def read_artifact(data: bytes | Path | str, origin: str = "") -> KernelModel:
         raise ConfigError(f"{where}: {e}") from None
 
 
+def is_kernel_artifact(path: Path | str) -> bool:
+    """Whether ``path`` looks like an artifact ``trainsim fit`` wrote (a zip holding its manifest),
+    without loading it: a cheap check before replacing a file."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return f"{_MANIFEST}.npy" in z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
 def load_model(path: Path | str) -> KernelModel:
     return read_artifact(Path(path))
 
