@@ -64,7 +64,7 @@ def samples_target(path: str | Path, flag: str = "--export-kernels") -> None:
             f"{p}: kernel samples are written as .csv, .jsonl or .parquet, got {p.suffix or 'no suffix'!r}"
         )
     if p.is_dir():
-        raise ConfigError(f"{flag} {path}: a folder; give a file path (e.g. {p / 'kernels.csv'})")
+        raise ConfigError(f"{flag} {path}: is a folder; give a file path")
     if not p.is_file() or p.stat().st_size == 0:
         return
     if not _is_samples_export(p):
