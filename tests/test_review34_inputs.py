@@ -104,3 +104,39 @@ def test_fit_output_replaces_only_a_kernel_model_artifact(tmp_path):
     for _ in range(2):  # written, then replaced
         res = _cli("fit", str(path), "--kinds", "poly", "-o", str(ours))
         assert res.exit_code == 0, res.output
+
+
+def test_a_damaged_kernel_artifact_is_named_at_load_or_at_its_first_query(tmp_path):
+    import io
+
+    import numpy as np
+
+    from trainsim.errors import ModelError
+    from trainsim.kernels.model import KernelQuery
+    from trainsim.kernels.registry import read_artifact
+
+    packed = sorted((Path(__file__).resolve().parents[1] / "src/trainsim/kernels/data").glob("*.npz"))[0]
+    with np.load(packed, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    manifest = json.loads(arrays["manifest.json"].tobytes())
+
+    def save(name: str, arrs: dict) -> Path:
+        buf = io.BytesIO()
+        np.savez(buf, **arrs)
+        p = tmp_path / name
+        p.write_bytes(buf.getvalue())
+        return p
+
+    split = next(k for k in arrays if k.endswith("/split"))
+    bad = save("split2d.npz", {**arrays, split: arrays[split].reshape(-1, 1)})
+    with pytest.raises(ConfigError, match=r"split2d.npz: .*array 'split' must be one-dimensional"):
+        read_artifact(bad)
+    entry = manifest["entries"][0]
+    entry["columns"] = ["__import__", *entry["columns"][1:]]
+    doc = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
+    model = read_artifact(save("cols.npz", {**arrays, "manifest.json": doc}))
+    first = next(iter(model.entries.values()))  # the manifest's first entry, the one edited
+    q = KernelQuery(first.family, first.key, {k: float(np.sqrt(lo * hi)) for k, (lo, hi) in first.ranges.items()})
+    with pytest.raises(ModelError, match=r"cols.npz: entry .* reads column '__import__'"):
+        model.predict(q)
+

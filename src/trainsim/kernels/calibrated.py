@@ -126,6 +126,7 @@ class LearnedKernelModel(KernelModel):
             raise ModelError(f"learned kernel model {dataset}: an entry appears twice")
         self.provenance_info = dict(provenance or {})
         self.name = name or f"learned:{dataset}"
+        self.origin: str | None = None  # the artifact it was read from (read_artifact sets it)
 
     def supports(self, q: KernelQuery) -> bool:
         e = self.entries.get(q.key)
@@ -139,7 +140,10 @@ class LearnedKernelModel(KernelModel):
         e = self.entries.get(q.key)
         if e is None:
             raise ModelError(f"{self.name} has no model for {q.key.label}")
-        t, outside = e.predict(inputs, self.spec)
+        try:
+            t, outside = e.predict(inputs, self.spec)
+        except ModelError as err:  # a damaged or hand-edited artifact shows at its first query: name it
+            raise ModelError(f"{self.origin}: {err}" if self.origin else str(err)) from None
         return t, f"calibrated:{self.dataset}" + (";extrapolated" if outside else "")
 
     def domain(self) -> list[tuple[KernelFamily, EntryKey, dict[str, tuple[float, float]]]]:

@@ -141,9 +141,12 @@ def read_artifact(data: bytes | Path | str, origin: str = "") -> KernelModel:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"{where}: manifest is not JSON ({e})") from None
     try:
-        return model_from_artifact(manifest, arrays)
+        model = model_from_artifact(manifest, arrays)
     except ModelError as e:
         raise ConfigError(f"{where}: {e}") from None
+    if isinstance(model, LearnedKernelModel):
+        model.origin = where
+    return model
 
 
 def is_kernel_artifact(path: Path | str) -> bool:

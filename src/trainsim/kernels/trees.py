@@ -78,6 +78,10 @@ class TreeEnsemble:
             level = np.concatenate((inner + 1, self.right[inner]))
 
     def _validate(self) -> None:
+        arrays = {"feature": self.feature, "split": self.split, "right": self.right, "roots": self.roots}
+        flat = [k for k, a in arrays.items() if np.ndim(a) != 1]
+        if flat:
+            raise ModelError(f"tree ensemble: array {flat[0]!r} must be one-dimensional, got shape {np.shape(arrays[flat[0]])}")
         n = self.feature.size
         if not (self.split.size == self.right.size == n):
             raise ModelError("tree ensemble: node arrays differ in length")
