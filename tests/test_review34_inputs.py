@@ -140,3 +140,26 @@ def test_a_damaged_kernel_artifact_is_named_at_load_or_at_its_first_query(tmp_pa
     with pytest.raises(ModelError, match=r"cols.npz: entry .* reads column '__import__'"):
         model.predict(q)
 
+
+
+def test_a_damaged_saved_workload_is_one_line(tmp_path):
+    from trainsim.errors import GraphError
+    from trainsim.ir import load_workload
+
+    saved = tmp_path / "wl.json"
+    assert _cli("analyze", str(LINEAR), "--save-workload", str(saved)).exit_code == 0
+    doc = json.loads(saved.read_text(encoding="utf-8"))
+    assert load_workload(saved).ranks
+    edits = {"no ranks": (lambda d: d.update(ranks=[]), "no ranks"),
+             "string start": (lambda d: d["ranks"][0]["ops"][0].update(start_s="x"), "start_s must be a number of seconds or null, got 'x'"),
+             "infinite step": (lambda d: d["ranks"][0].update(step_end_s=float("inf")), "step_end_s must be a number")}  # fmt: skip
+    for what, (edit, said) in edits.items():
+        d = json.loads(json.dumps(doc))
+        edit(d)
+        bad = tmp_path / f"{what.replace(' ', '_')}.json"
+        bad.write_text(json.dumps(d), encoding="utf-8")
+        with pytest.raises(GraphError) as e:
+            load_workload(bad)
+        assert said in str(e.value) and str(bad) in str(e.value), what
+        res = _cli("replay", str(bad))
+        assert res.exit_code == 1 and said in str(res.exception), (what, res.output)

@@ -7,6 +7,7 @@ document carries ``schema_version`` so future readers can migrate old files.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -93,11 +94,20 @@ def _c_in(d: dict[str, Any] | None) -> Collective | None:
     )  # fmt: skip
 
 
+def _time(d: dict[str, Any], key: str) -> float | None:
+    """A saved time (seconds) or None; anything else is the error (a string would reach the
+    simulator's arithmetic)."""
+    v = d.get(key)
+    if v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)):
+        return v
+    raise GraphError(f"{key} must be a number of seconds or null, got {v!r}")
+
+
 def _k_in(d: dict[str, Any]) -> Kernel:
     return Kernel(
         id=d["id"], name=d["name"], family=KernelFamily(d["family"]), stream=d["stream"],
-        start_s=d.get("start_s"), duration_s=d.get("duration_s"),
-        launch_start_s=d.get("launch_start_s"), launch_duration_s=d.get("launch_duration_s"),
+        start_s=_time(d, "start_s"), duration_s=_time(d, "duration_s"),
+        launch_start_s=_time(d, "launch_start_s"), launch_duration_s=_time(d, "launch_duration_s"),
         features=dict(d.get("features", {})), collective=_c_in(d.get("collective")),
         predicted_s=d.get("predicted_s"), provenance=d.get("provenance", ""),
     )  # fmt: skip
@@ -105,7 +115,7 @@ def _k_in(d: dict[str, Any]) -> Kernel:
 
 def _s_in(d: dict[str, Any]) -> SyncPoint:
     return SyncPoint(
-        kind=SyncKind(d["kind"]), start_s=d.get("start_s"), duration_s=d.get("duration_s"),
+        kind=SyncKind(d["kind"]), start_s=_time(d, "start_s"), duration_s=_time(d, "duration_s"),
         stream=d.get("stream"), wait_on_stream=d.get("wait_on_stream"),
         wait_on_kernel=d.get("wait_on_kernel"),
     )  # fmt: skip
@@ -114,7 +124,7 @@ def _s_in(d: dict[str, Any]) -> SyncPoint:
 def _o_in(d: dict[str, Any]) -> Op:
     return Op(
         id=d["id"], name=d["name"], thread=d["thread"], category=OpCategory(d["category"]),
-        start_s=d.get("start_s"), duration_s=d.get("duration_s"),
+        start_s=_time(d, "start_s"), duration_s=_time(d, "duration_s"),
         kernels=tuple(_k_in(k) for k in d.get("kernels", ())),
         syncs=tuple(_s_in(s) for s in d.get("syncs", ())),
         inputs=tuple(_t_in(t) for t in d.get("inputs", ())),
@@ -144,9 +154,11 @@ def workload_from_dict(doc: dict[str, Any]) -> Workload:
             ranks.append(RankGraph(
                 rank=r["rank"], ops=tuple(ops),
                 streams=tuple(r.get("streams", ())), represents=r.get("represents", 1),
-                device=r.get("device", ""), step_start_s=r.get("step_start_s"),
-                step_end_s=r.get("step_end_s"), metadata=dict(r.get("metadata", {})),
+                device=r.get("device", ""), step_start_s=_time(r, "step_start_s"),
+                step_end_s=_time(r, "step_end_s"), metadata=dict(r.get("metadata", {})),
             ))  # fmt: skip
+        if not ranks:
+            raise GraphError("no ranks (a saved workload holds at least one)")
         where = "process_groups"
         groups = {k: tuple(v) for k, v in doc.get("process_groups", {}).items()}
     except KeyError as e:
