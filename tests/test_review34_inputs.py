@@ -163,3 +163,20 @@ def test_a_damaged_saved_workload_is_one_line(tmp_path):
         assert said in str(e.value) and str(bad) in str(e.value), what
         res = _cli("replay", str(bad))
         assert res.exit_code == 1 and said in str(res.exception), (what, res.output)
+
+
+def test_a_fit_csv_with_a_bad_input_or_unknown_header_names_the_line_or_the_format(tmp_path):
+    from trainsim.errors import TraceFormatError
+    from trainsim.kernels.readers import read_kernel_dataset
+
+    good = "b,l,dim,F_dur(us),B_dur(us)\n2,1024,5632,54.8,167.8\n"
+    d = tmp_path / "neg"
+    d.mkdir()
+    (d / "NVIDIAA100-SXM4-80GB_layernorm_fp16.csv").write_text(good + "-2,1024,5632,54.8,167.8\n", encoding="utf-8")
+    with pytest.raises(TraceFormatError, match=r"layernorm_fp16.csv: line 3: input 'b' of layernorm must be a positive number, got -2.0"):
+        read_kernel_dataset([d])
+    d = tmp_path / "hdr"
+    d.mkdir()
+    (d / "NVIDIAA100-SXM4-80GB_layernorm_fp16.csv").write_text("b,l,dim,Fdur,Bdur\n2,1024,5632,54.8,167.8\n", encoding="utf-8")
+    with pytest.raises(TraceFormatError, match=r"1 file\(s\) of no known format skipped, e.g. .*\(header 'b,l,dim,Fdur,Bdur'\); expected paper 001"):
+        read_kernel_dataset([d])

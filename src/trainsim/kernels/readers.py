@@ -94,6 +94,12 @@ def _sample(path: Path, lineno: int, *, op: str, phase: Phase, dtype: str, featu
     if unknown:
         raise TraceFormatError(path, f"line {lineno}: {op} has no input(s) {unknown} "
                                f"(inputs: {', '.join(spec.inputs)})")  # fmt: skip
+    for name, v in features.items():  # as the fit's inputs are checked, but here with the line
+        if name in spec.flags:
+            if v not in (0, 1):
+                raise TraceFormatError(path, f"line {lineno}: input {name!r} of {op} is a 0/1 flag, got {v!r}")
+        elif not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+            raise TraceFormatError(path, f"line {lineno}: input {name!r} of {op} must be a positive number, got {v!r}")
     if not (duration_s > 0 and duration_s < float("inf")):
         raise TraceFormatError(
             path, f"line {lineno}: duration must be positive, got {duration_s!r}"
@@ -353,6 +359,7 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
     keep = set(ops) if ops is not None else None
     seen: set[str] = set()  # every operator the inputs hold (for an --op that matches none)
     ds = KernelDataset(name or dataset_name(plist))
+    passed: list[Path] = []  # files inside folders of no known format (said when nothing is read)
     for path, explicit in _expand(plist):
         try:
             fmt = sniff_format(path)
@@ -368,6 +375,7 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
                             "no operator inputs): `trainsim fit` reads operator measurements, as `trainsim bench` "
                             "writes them (docs/kernels.md, Datasets)")  # fmt: skip
                 raise TraceFormatError(path, what)
+            passed.append(path)
             continue
         if keep is not None and fmt.name == "seed001-op":
             m = _SEED001_NAME.match(path.stem)
@@ -394,8 +402,23 @@ def read_kernel_dataset(paths: Iterable[Path | str], *, name: str | None = None,
         raise TraceFormatError(plist[0], f"no rows of operator(s) {', '.join(sorted(keep))}; the data hold "
                                          f"{', '.join(sorted(seen))}")  # fmt: skip
     if not ds.samples:
-        raise TraceFormatError(plist[0], "no kernel measurements found")
+        why = ""
+        if passed:
+            first = _first_line(passed[0])
+            why = (f": {len(passed)} file(s) of no known format skipped, e.g. {passed[0].name}"
+                   + (f" (header {first!r})" if first else "")
+                   + "; expected paper 001's operator CSVs (<GPU>_<op>_<dtype>.csv with inputs, then F_dur(us),"
+                   "B_dur(us) or dur(us)) or the JSONL rows `trainsim bench` writes")  # fmt: skip
+        raise TraceFormatError(plist[0], f"no kernel measurements found{why}")
     return ds
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return f.readline().strip()[:80]
+    except OSError:
+        return ""
 
 
 def family_of(op: str, phase: Phase) -> KernelFamily:
