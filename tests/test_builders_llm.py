@@ -1213,6 +1213,10 @@ def test_plan_and_config_features_that_are_not_modelled_are_said(tmp_path: Path)
     assert full.iteration_time_s == windowed.iteration_time_s  # not modelled: the note is the difference
     short = predict_llm(str(path), replace(plan, seq_len=4096), "dgx-a100")
     assert not [w for w in short.warnings if "sliding window" in w]
+    for bad in ("x", -1, True):  # review 2026-12-02: accepted, and the note silently dropped
+        path.write_text(json.dumps({**cfg, "sliding_window": bad}))
+        with pytest.raises(ConfigError, match="field 'sliding_window' must be a positive integer"):
+            predict_llm(str(path), plan, "dgx-a100")
     inter = _predict(Plan(tp=2, pp=2, dp=2, global_batch=16, schedule="interleaved", vpp=1))
     assert any("is the 1F1B schedule" in w for w in inter.warnings)
     assert not any("1F1B" in w for w in _predict(Plan(tp=2, pp=2, dp=2, global_batch=16, schedule="interleaved", vpp=2)).warnings)

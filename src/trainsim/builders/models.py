@@ -417,6 +417,8 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
     if kw.get("head_dim") and hidden % heads == 0 and kw["head_dim"] == hidden // heads:
         kw["head_dim"] = 0
     window = doc.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ConfigError(f"{path}: field 'sliding_window' must be a positive integer (tokens) or null, got {window!r}")
     if isinstance(window, int) and not isinstance(window, bool) and window > 0 and doc.get("use_sliding_window", True) is not False:
         kw["sliding_window"] = window  # Qwen2 configs carry a window with use_sliding_window false
     name = doc.get("_name_or_path")
