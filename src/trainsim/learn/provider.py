@@ -110,7 +110,8 @@ def search_model(family: str, **overrides: Any) -> PipelineModel:
         raise ConfigError(f"--experts/--group-size apply to the moe family, not {family!r}")
     for k, v in given.items():
         if any(x < 1 for x in (v if k == "shards" else (v,))):
-            raise ConfigError(f"--{k.replace('_', '-')} {v}: must be at least 1")
+            shown = ",".join(map(str, v)) if k == "shards" else v
+            raise ConfigError(f"--{k.replace('_', '-')} {shown}: must be at least 1")
     m = replace(SEARCH_MODELS[family], **given)
     if m.max_stage_layers > m.layers:
         m = replace(m, max_stage_layers=m.layers)
