@@ -359,6 +359,10 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(
             f"some collectives on {r.system.name} are spec-based (link rates at 100 % efficiency): optimistic"
         )
+    from trainsim.comm.registry import shadowed_note
+
+    if (shadowed := shadowed_note(r.system)) is not None:  # a YAML copy of a catalog system, edited
+        out.append(shadowed)
     if r.device.peak_flops_per_s(r.plan.dtype) is None:
         trains = next((d for d in ("bf16", "fp16") if d != r.plan.dtype and r.device.peak_flops_per_s(d)), None)
         out.append(f"{r.device.name} has no {r.plan.dtype} tensor cores: its matrix math is costed at the "

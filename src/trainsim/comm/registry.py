@@ -146,10 +146,41 @@ def models_for(system: SystemSpec | str) -> list[CommModel]:
 def _models_for(spec: SystemSpec, _user_env: str) -> tuple[CommModel, ...]:
     """Cached per system and user artifacts (a search asks for every plan's collectives)."""
     every = (*user_models(), *shipped_models())
-    calibrated: list[CommModel] = [m for m in every if m.system is not None and m.system.name == spec.name]
+    calibrated: list[CommModel] = [m for m in every if m.system is not None and same_system(m.system, spec)]
     twins: list[CommModel] = [_as_twin(m) for m in every
-                              if m.system is not None and m.system.name != spec.name and network_twins(m.system, spec)]  # fmt: skip
+                              if m.system is not None and not same_system(m.system, spec) and network_twins(m.system, spec)]  # fmt: skip
     return (*calibrated, *twins, HierarchicalModel(spec))
+
+
+_DOCUMENTARY = {"aliases", "description", "sources"}  # what no collective's time depends on
+
+
+def same_system(a: SystemSpec, b: SystemSpec) -> bool:
+    """Whether ``a`` and ``b`` are one system: the same name and the same spec, documentation
+    (aliases, description, sources) aside. A YAML copy of a catalog system that keeps its name
+    but edits its tiers is another network, and its measurements do not stand for it."""
+    return a.name == b.name and a.model_dump(exclude=_DOCUMENTARY) == b.model_dump(exclude=_DOCUMENTARY)
+
+
+def shadowed_note(system: SystemSpec) -> str | None:
+    """Why calibrated models measured on a system of ``system``'s name do not answer for it
+    (its spec differs from theirs, and not as a network twin), else None."""
+    return _shadowed_note(system, os.environ.get(USER_MODELS_ENV, ""))
+
+
+@lru_cache(maxsize=64)
+def _shadowed_note(system: SystemSpec, _user_env: str) -> str | None:
+    spec_models = [m for m in (*user_models(), *shipped_models()) if m.system is not None
+                   and m.system.name == system.name and not same_system(m.system, system)
+                   and not network_twins(m.system, system)]  # fmt: skip
+    if not spec_models:
+        return None
+    assert spec_models[0].system is not None
+    theirs, mine = spec_models[0].system.model_dump(exclude=_DOCUMENTARY), system.model_dump(exclude=_DOCUMENTARY)
+    fields = ", ".join(k for k in mine if mine[k] != theirs.get(k))
+    names = ", ".join(m.dataset for m in spec_models)
+    return (f"the comm models calibrated on {system.name} ({names}) do not answer for this system: it keeps "
+            f"that name, but its {fields} differ from theirs")  # fmt: skip
 
 
 def network_twins(a: SystemSpec, b: SystemSpec) -> bool:
