@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from trainsim.comm import predict_collective
@@ -43,3 +45,55 @@ def test_an_edited_catalog_system_keeping_its_name_is_not_answered_by_its_measur
     doc_only = get_system(_azure_copy(tmp_path, "doc_only.yaml", description="mine", aliases=[]))
     assert predict_collective("all_reduce", 2**30, 16, system=doc_only).provenance == catalog.provenance
     assert shadowed_note(doc_only) is None
+
+
+def _with_nan(src: Path, dest: Path, line: int, column: int, sep: str | None = ",") -> Path:
+    """A copy of ``src`` whose ``line`` (1-based) has ``nan`` in field ``column``."""
+    lines = src.read_text(encoding="utf-8").splitlines()
+    fields = lines[line - 1].split(sep)
+    fields[column] = "nan"
+    lines[line - 1] = (sep or " ").join(fields)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return dest
+
+
+@pytest.mark.parametrize(("rel", "column", "why"), [
+    ("comm/nccl_tests_allreduce_a100_40gb_azure/nccl_16.log", 4, "time is not a finite number"),
+    ("calibration/a100-sxm4-80gb_perlmutter/nccl/NVIDIAA100-SXM4-80GB_allgather_large_fp16_1_2.csv", 3,
+     "expected 4 finite numbers"),
+    ("calibration/a100-sxm4-80gb_perlmutter/nccl/NVIDIAA100-SXM4-80GB_allgather_large_fp16_1_2.csv", 0,
+     "expected 4 finite numbers"),
+    ("comm/vtrain_allreduce_lut_a100/AR_GPU4_1M_1024M_LUT", 3, "expected finite numbers"),
+])  # fmt: skip
+def test_a_nan_measurement_is_refused_with_its_line(shared_data, tmp_path, rel, column, why) -> None:
+    """NaN passed the readers' ``<= 0`` checks: the fit said ``samples 25, dropped 0`` and the
+    fitter dropped the row silently. Now the reader names the file and line."""
+    from trainsim.comm import read_comm_dataset
+    from trainsim.errors import TraceFormatError
+
+    src = shared_data / rel
+    lines = src.read_text(encoding="utf-8").splitlines()
+    # the second data row (nccl-tests: a line starting with a size after its MPI prefix)
+    line = next(i for i, x in enumerate(lines, 1) if x.split(">:")[-1].strip()[:1].isdigit()) + 1
+    sep = None if src.suffix == ".log" else ","
+    if sep is None:  # nccl-tests: drop the MPI prefix so the columns split on blanks
+        lines[line - 1] = lines[line - 1].split(">:")[-1]
+        src = tmp_path / "plain" / src.name
+        src.parent.mkdir()
+        src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bad = _with_nan(src, tmp_path / "bad" / src.name, line, column, sep)
+    with pytest.raises(TraceFormatError, match=rf"{bad.name}: line {line}: {why}"):
+        read_comm_dataset([bad])
+
+
+def test_a_nan_in_bench_jsonl_is_refused(tmp_path) -> None:
+    from trainsim.comm import read_comm_dataset
+    from trainsim.errors import TraceFormatError
+
+    row = {"schema": "trainsim.comm-bench/1", "kind": "all_reduce", "nbytes": 1024, "nodes": 1,
+           "gpus_per_node": 2, "duration_s": float("nan")}  # fmt: skip
+    path = tmp_path / "bench.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    with pytest.raises(TraceFormatError, match=r"line 1: .*duration_s nan is not a finite number"):
+        read_comm_dataset([path])

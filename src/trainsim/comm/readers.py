@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -184,11 +185,16 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None,
             size = int(tok[i_size])
             oop = float(tok[t_cols[0]])
             ip = float(tok[t_cols[1]]) if len(t_cols) > 1 and len(tok) > t_cols[1] else None
-            ratio = float(tok[i_bus]) / float(tok[i_alg]) if float(tok[i_alg]) > 0 else 0.0
+            alg, bus = float(tok[i_alg]), float(tok[i_bus])
+            ratio = bus / alg if alg > 0 else 0.0
         except (IndexError, ValueError):
             raise TraceFormatError(
                 path, f"line {lineno}: cannot read size/time/algbw/busbw from {' '.join(tok)!r}"
             ) from None
+        bad = next((c for c, v in (("time", oop), ("in-place time", ip), ("algbw", alg), ("busbw", bus))
+                    if v is not None and not math.isfinite(v)), None)  # fmt: skip
+        if bad is not None:
+            raise TraceFormatError(path, f"line {lineno}: {bad} is not a finite number in {' '.join(tok)!r}")
         if oop <= 0 or size < 0:
             raise TraceFormatError(
                 path, f"line {lineno}: non-positive time {oop} us or negative size"
@@ -279,6 +285,8 @@ def read_seed001_csv(path: Path, *, timing: str = "min", kind: C | None = None) 
                 raise TraceFormatError(
                     path, f"line {lineno}: expected 4 numbers, got {row}"
                 ) from None
+            if not all(map(math.isfinite, (shape, nodes, gpn, dur_us))):
+                raise TraceFormatError(path, f"line {lineno}: expected 4 finite numbers, got {row}")
             if shape <= 0 or dur_us <= 0 or nodes < 1 or gpn < 1:
                 raise TraceFormatError(path, f"line {lineno}: non-positive value in {row}")
             samples.append(
@@ -353,6 +361,8 @@ def read_vtrain_lut(path: Path, *, timing: str = "min", kind: C | None = None) -
                 raise TraceFormatError(
                     path, f"line {lineno}: expected numbers, got {row}"
                 ) from None
+            if not times or not all(map(math.isfinite, (size, *times))):
+                raise TraceFormatError(path, f"line {lineno}: expected finite numbers, got {row}")
             t_ns = min(times) if timing == "min" else times[0]
             if t_ns <= 0:
                 raise TraceFormatError(path, f"line {lineno}: non-positive time {t_ns} ns")
@@ -381,6 +391,9 @@ def read_bench_jsonl(path: Path, *, timing: str = "min", kind: C | None = None) 
                 if row.get("schema") != BENCH_SCHEMA:
                     raise ValueError(f"schema {row.get('schema')!r}")
                 k = C(row["kind"])
+                for f in ("nbytes", "duration_s"):
+                    if not math.isfinite(float(row[f])):
+                        raise ValueError(f"{f} {row[f]!r} is not a finite number")
                 samples.append(CommSample(k, float(row["nbytes"]), int(row["nodes"]), int(row["gpus_per_node"]),
                                           float(row["duration_s"]), f"{path}:{lineno}", row.get("backend", "")))  # fmt: skip
                 device = row.get("device", device)
