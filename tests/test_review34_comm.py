@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,37 @@ def test_a_nan_in_bench_jsonl_is_refused(tmp_path) -> None:
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     with pytest.raises(TraceFormatError, match=r"line 1: .*duration_s nan is not a finite number"):
         read_comm_dataset([path])
+
+
+def test_two_concatenated_nccl_tests_logs_read_as_their_two_runs(shared_data, tmp_path) -> None:
+    """``cat nccl_16.log nccl_8.log`` became one 2x8 case of 48 samples, the 8-GPU rows mixed in.
+    A header after results starts the next run: the two cases, as the two files give them."""
+    from trainsim.comm import read_comm_dataset
+    from trainsim.comm.samples import CaseKey
+    from trainsim.ir.kinds import CollectiveKind as C
+
+    azure = shared_data / "comm/nccl_tests_allreduce_a100_40gb_azure"
+    two = tmp_path / "two.log"
+    two.write_bytes((azure / "nccl_16.log").read_bytes() + (azure / "nccl_8.log").read_bytes())
+    ds, apart = read_comm_dataset([two]), read_comm_dataset([azure / "nccl_16.log", azure / "nccl_8.log"])
+    assert ds.cases() == apart.cases() == [CaseKey(C.ALL_REDUCE, 1, 8), CaseKey(C.ALL_REDUCE, 2, 8)]
+    for key in ds.cases():
+        assert all((a == b).all() for a, b in zip(ds.arrays(key), apart.arrays(key), strict=True))
+    assert not ds.warnings
+
+
+def test_a_log_whose_results_failed_validation_warns(shared_data, tmp_path) -> None:
+    """``# Out of bounds values : 5 FAILED`` was ignored: its times are fitted, with a warning."""
+    from trainsim.comm import read_comm_dataset
+
+    log = (shared_data / "comm/nccl_tests_allreduce_a100_40gb_azure/nccl_16.log").read_text(encoding="utf-8")
+    failed = tmp_path / "nccl_16.log"
+    failed.write_text(log.replace("# Avg bus bandwidth", "# Out of bounds values : 5 FAILED\n[1,0]<stdout>:# Avg bus bandwidth"),
+                      encoding="utf-8")  # fmt: skip
+    ds = read_comm_dataset([failed])
+    assert len(ds) == 25
+    (w,) = ds.warnings
+    assert str(failed) in w and "Out of bounds values : 5 FAILED" in w
+    p = subprocess.run([sys.executable, "-m", "trainsim", "fit-comm", str(failed), "--format", "json"],
+                       capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert p.returncode == 0 and f"warning: {failed}: nccl-tests' check of the results failed" in p.stderr

@@ -71,6 +71,8 @@ def fit_comm_cmd(
     ds = read_comm_dataset(
         datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None
     )
+    for w in ds.warnings:
+        log(f"warning: {w}")
     spec = get_system(system) if system else guess_system(ds)
     if system and spec is not None and get_device(spec.device).sm_count is not None and any(
             x.series == "gloo" for x in ds.samples):  # fmt: skip

@@ -24,7 +24,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainsim.comm.samples import CaseKey, CommDataset, CommSample
@@ -65,6 +65,7 @@ def kind_from_word(word: str) -> C | None:
 class FileRead:
     samples: list[CommSample]
     device: str | None = None
+    warnings: tuple[str, ...] = ()  # odd but usable input, for the caller to say
 
 
 # --- nccl-tests ------------------------------------------------------------------------------
@@ -114,71 +115,120 @@ def _bus_factor(kind: C, nranks: int) -> float | None:
     return None
 
 
-def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None,
-                    fallback: C | None = None) -> FileRead:  # fmt: skip
-    """``kind``: the caller's --kind, checked against what the log says of itself; ``fallback``:
-    a kind to take only when the log leaves it open (the other logs' one), checked against nothing."""
-    given = kind
-    first_ratio: float | None = None
-    ranks: dict[int, str] = {}
-    device = None
-    per_proc = 1
-    columns: list[str] = []
-    rows: list[tuple[int, list[str]]] = []
-    max_bytes, summary = None, False  # the header's maxBytes; the "# Avg bus bandwidth" footer
+@dataclass(slots=True)
+class _Run:
+    """One nccl-tests run of a log: its header and its result rows (a log may hold several,
+    one after the other: ``cat``-ed logs, or a job that ran the tests in turn)."""
+
+    line: int  # where its header starts
+    ranks: dict[int, str] = field(default_factory=dict)
+    device: str | None = None
+    per_proc: int = 1
+    kind: C | None = None  # its "Collective test starting" line's
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple[int, list[str]]] = field(default_factory=list)
+    max_bytes: int | None = None  # the header's maxBytes
+    summary: bool = False  # the "# Avg bus bandwidth" footer
+    failed: str | None = None  # its "# Out of bounds values : N FAILED" line
+
+
+def _nccl_runs(path: Path) -> list[_Run]:
+    runs = [_Run(1)]
     with path.open(encoding="utf-8", errors="replace") as fh:
         for lineno, raw in enumerate(fh, 1):
             line = _PREFIX.sub("", raw.rstrip("\r\n"))
             s = line.strip()
             if not s:
                 continue
+            run = runs[-1]
             if s.startswith("#"):
+                header = _NGPUS.search(s) or _RANK.match(s) or _STARTING.search(s)
+                if header and run.rows:  # a header after results: the next run
+                    run = _Run(lineno)
+                    runs.append(run)
                 if m := _MAX_BYTES.search(s):
-                    max_bytes = int(m.group(1))
+                    run.max_bytes = int(m.group(1))
                 if s.startswith("# Avg bus bandwidth"):
-                    summary = True
+                    run.summary = True
+                if s.startswith("# Out of bounds values") and "FAILED" in s:
+                    run.failed = s.lstrip("# ")
                 if m := _NGPUS.search(s):
-                    per_proc = int(m.group(1)) * int(m.group(2))
+                    run.per_proc = int(m.group(1)) * int(m.group(2))
                 elif m := _RANK.match(s):
-                    ranks[int(m.group(1))] = m.group(2)
-                    device = m.group(3)
+                    run.ranks[int(m.group(1))] = m.group(2)
+                    run.device = m.group(3)
                 elif m := _STARTING.search(s):
-                    kind = kind or kind_from_word(m.group(1))
+                    run.kind = run.kind or kind_from_word(m.group(1))
                 elif "size" in s and "count" in s and "type" in s:
-                    columns = s.lstrip("#").split()
+                    run.columns = s.lstrip("#").split()
                 continue
             if not s[0].isdigit():
                 continue
-            if not columns:
+            if not run.columns:
                 raise TraceFormatError(path, f"line {lineno}: data row before the column header")
-            rows.append((lineno, s.split()))
-    if not rows:
+            run.rows.append((lineno, s.split()))
+    return runs
+
+
+def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None,
+                    fallback: C | None = None) -> FileRead:  # fmt: skip
+    """``kind``: the caller's --kind, checked against what the log says of itself; ``fallback``:
+    a kind to take only when the log leaves it open (the other logs' one), checked against nothing.
+
+    A log of several runs (a header after results starts the next) reads as those runs, each
+    with its own ranks, hosts and collective, as if they were files of their own."""
+    runs = _nccl_runs(path)
+    if not any(r.rows for r in runs):
         raise TraceFormatError(
             path,
             "no nccl-tests result rows found (expected lines of size, count, type, ... time, algbw, busbw)",
         )
+    if len(runs) > 1 and (empty := next((r for r in runs if not r.rows), None)) is not None:
+        raise TraceFormatError(path, f"line {empty.line}: this log holds {len(runs)} nccl-tests runs, and the one "
+                                     "whose header starts here has no result rows (it failed?): remove it, or "
+                                     "split the log into one file per run")  # fmt: skip
+    devices = {r.device for r in runs if r.device}
+    if len({_norm_device(d) for d in devices}) > 1:
+        raise TraceFormatError(path, f"its runs were measured on {' and '.join(sorted(devices))}: fit one system "
+                                     "at a time (split the log)")  # fmt: skip
+    samples: list[CommSample] = []
+    warnings: list[str] = []
+    for run in runs:
+        where = f"the run at line {run.line}: " if len(runs) > 1 else ""
+        samples.extend(_run_samples(path, run, where, timing=timing, given=kind, fallback=fallback))
+        if run.failed:  # nccl-tests checks the results apart from timing them: the times may hold
+            warnings.append(f"{path}: {where}nccl-tests' check of the results failed ({run.failed}): its times "
+                            "are fitted all the same, but that NCCL setup computed wrong values")  # fmt: skip
+    return FileRead(samples, next(iter(sorted(devices)), None), tuple(warnings))
+
+
+def _run_samples(path: Path, run: _Run, where: str, *, timing: str, given: C | None,
+                 fallback: C | None) -> list[CommSample]:  # fmt: skip
+    """One run's rows as samples (``where``: which run, in a log of several)."""
+    rows, columns, kind = run.rows, run.columns, given or run.kind
     largest = max((int(tok[0]) for _, tok in rows if tok[0].isdigit()), default=0)
-    if not summary and max_bytes is not None and largest < max_bytes:
-        raise TraceFormatError(path, f"the log ends at {largest:,} bytes, before its header's maxBytes {max_bytes:,}, "
-                                     "and has no '# Avg bus bandwidth' summary: truncated (re-run, or trim the header's "
-                                     "maxBytes to what was measured)")  # fmt: skip
-    nranks = len(ranks) or per_proc
-    nodes = len(set(ranks.values())) or 1
+    if not run.summary and run.max_bytes is not None and largest < run.max_bytes:
+        raise TraceFormatError(path, f"{where}the log ends at {largest:,} bytes, before its header's maxBytes "
+                                     f"{run.max_bytes:,}, and has no '# Avg bus bandwidth' summary: truncated (re-run, "
+                                     "or trim the header's maxBytes to what was measured)")  # fmt: skip
+    nranks = len(run.ranks) or run.per_proc
+    nodes = len(set(run.ranks.values())) or 1
     # nccl-tests' binaries name the collective (all_gather_perf), which a saved log's name often
     # keeps: it decides what the bus-bandwidth factor leaves open (all_gather or all_to_all)
     name_kind = kind_from_word(path.name.split(".")[0])
     if nranks % nodes:
-        raise TraceFormatError(path, f"{nranks} ranks do not split evenly over {nodes} hosts")
+        raise TraceFormatError(path, f"{where}{nranks} ranks do not split evenly over {nodes} hosts")
     t_cols = [i for i, c in enumerate(columns) if c == "time"]
     try:
         i_size, i_alg, i_bus = columns.index("size"), columns.index("algbw"), columns.index("busbw")
     except ValueError as e:
         raise TraceFormatError(
-            path, f"column header lacks {e.args[0].split()[0]}: {' '.join(columns)}"
+            path, f"{where}column header lacks {e.args[0].split()[0]}: {' '.join(columns)}"
         ) from None
     if not t_cols:
-        raise TraceFormatError(path, f"column header has no 'time' column: {' '.join(columns)}")
+        raise TraceFormatError(path, f"{where}column header has no 'time' column: {' '.join(columns)}")
     i_redop = columns.index("redop") if "redop" in columns else None
+    first_ratio: float | None = None
     parsed: list[tuple[int, float, float, float | None]] = []
     for lineno, tok in rows:
         try:
@@ -206,9 +256,9 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None,
         parsed.append((lineno, size, oop, ip))
     want = _bus_factor(given, nranks) if given is not None and nranks > 1 else None
     if given is not None and want is not None and first_ratio and abs(first_ratio - want) > 0.1 * want:
-        raise TraceFormatError(path, f"--kind {given.value} contradicts the log: its busbw/algbw is {first_ratio:.2f}, "
-                                     f"not {given.value}'s {want:.2f} over {nranks} ranks; drop --kind or give the "
-                                     "collective it measured")  # fmt: skip
+        raise TraceFormatError(path, f"{where}--kind {given.value} contradicts the log: its busbw/algbw is "
+                                     f"{first_ratio:.2f}, not {given.value}'s {want:.2f} over {nranks} ranks; drop "
+                                     "--kind or give the collective it measured")  # fmt: skip
     if kind is None:
         kind = name_kind or fallback
     redop = rows[0][1][i_redop].lower() if i_redop is not None and len(rows[0][1]) > i_redop else ""
@@ -216,14 +266,14 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None,
     if (given is not None and given not in (C.SEND, C.RECV) and redop in (*_REAL_OPS, "none", "n/a")
             and (redop in ("none", "n/a")) == (given in _REDUCING)):  # fmt: skip
         does = "reduces (redop " + redop + ")" if redop not in ("none", "n/a") else "does not reduce (redop none)"
-        raise TraceFormatError(path, f"--kind {given.value} contradicts the log: it {does}; drop --kind or give the "
-                                     "collective it measured")  # fmt: skip
+        raise TraceFormatError(path, f"{where}--kind {given.value} contradicts the log: it {does}; drop --kind or "
+                                     "give the collective it measured")  # fmt: skip
     if kind is None:
-        raise TraceFormatError(path, "cannot tell which collective this log measured (no 'Collective test starting' line, "
+        raise TraceFormatError(path, f"{where}cannot tell which collective this log measured (no 'Collective test starting' line, "
                                "no collective in the file name, ambiguous bus-bandwidth factor); give the collective (--kind all_reduce, ...; kind= in Python)")  # fmt: skip
     use_min = timing == "min" and nranks > 1
     gpn = nranks // nodes
-    samples = [
+    return [
         CommSample(
             kind,
             float(size),
@@ -234,7 +284,6 @@ def read_nccl_tests(path: Path, *, timing: str = "min", kind: C | None = None,
         )
         for ln, size, oop, ip in parsed
     ]
-    return FileRead(samples, device)
 
 
 # --- paper 001 CSVs --------------------------------------------------------------------------
@@ -503,6 +552,7 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
             raise
         _check_same_setup(path, got, sources, ds.device)
         ds.extend(got.samples)
+        ds.warnings.extend(got.warnings)
         ds.device = ds.device or got.device
         ds.formats.add(fmt.name)
     if deferred:
@@ -514,6 +564,7 @@ def read_comm_dataset(paths: Iterable[Path | str], *, name: str | None = None, t
         for path in deferred:
             got = read_nccl_tests(path, timing=timing, fallback=next(iter(kinds)))
             ds.extend(got.samples)
+            ds.warnings.extend(got.warnings)
             ds.formats.add("nccl-tests")
     if not ds.samples:
         raise TraceFormatError(plist[0], "no collective measurements found")

@@ -55,6 +55,7 @@ class CommDataset:
     device: str | None = None  # device name as the data states it
     system_hint: str | None = None  # text that may name a catalog system (folder names)
     formats: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)  # odd but usable input the readers met
 
     def __len__(self) -> int:
         return len(self.samples)
