@@ -133,3 +133,21 @@ def test_a_log_whose_results_failed_validation_warns(shared_data, tmp_path) -> N
     p = subprocess.run([sys.executable, "-m", "trainsim", "fit-comm", str(failed), "--format", "json"],
                        capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert p.returncode == 0 and f"warning: {failed}: nccl-tests' check of the results failed" in p.stderr
+
+
+@pytest.mark.parametrize(("field", "value"), [("log_s", 1e300), ("log_s", -1e3), ("log2_bytes", 1e6)])
+def test_a_comm_artifact_with_implausible_knots_is_refused_at_load(tmp_path, field, value) -> None:
+    """An artifact edited so every ``log_s`` was 1e300 loaded, and predict said ``iteration time
+    inf ms`` after a numpy overflow warning. Its knots are checked at load, naming file and field."""
+    from trainsim.comm.registry import load_model
+    from trainsim.errors import ConfigError
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "src/trainsim/comm/data/azure_nd_a100_v4_allreduce.json")
+                     .read_text(encoding="utf-8"))  # fmt: skip
+    case = next(c for c in doc["cases"] if c["family"] == "monotone")
+    case["params"][field] = [value] * len(case["params"][field])
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    label = f"{case['kind']} {case['nodes']}x{case['gpus_per_node']}"
+    with pytest.raises(ConfigError, match=rf"x\.json: comm model artifact: {label} case: monotone curve: field {field}: "):
+        load_model(path)

@@ -78,7 +78,11 @@ class FittedCase:
                 if getattr(key, name) < 1:
                     raise ModelError(f"comm model artifact: {key.kind.value} case: field {name} must "
                                      f"be a positive integer, got {d[name]!r}")  # fmt: skip
-            return cls(key, d["family"], family(d["family"]).load(d["params"]), int(d["samples"]),
+            try:
+                curve = family(d["family"]).load(d["params"])
+            except ModelError as e:
+                raise ModelError(f"comm model artifact: {key.label} case: {e}") from None
+            return cls(key, d["family"], curve, int(d["samples"]),
                        float(d["min_bytes"]), float(d["max_bytes"]), d.get("heldout_gmae_pct"),
                        d.get("heldout_mape_pct"), dict(d.get("candidates_heldout_gmae_pct", {})),
                        int(d.get("excluded_samples", 0)))  # fmt: skip

@@ -37,6 +37,9 @@ from trainsim.comm.piecewise import PiecewiseCurve, fit_piecewise
 from trainsim.errors import ModelError
 
 MAX_KNOTS = 64
+# What a stored knot may hold: a message of 1 B to 16 EiB, a time of 1 ps to ~12 days (ln s)
+_KNOT_RANGES = {"log2_bytes": (0.0, 64.0, "a size of 1 B to 16 EiB (log2 bytes"),
+                "log_s": (math.log(1e-12), math.log(1e6), "a time of 1 ps to 12 days (ln seconds")}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +88,11 @@ class MonotoneCurve:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MonotoneCurve:
         try:
-            return cls(tuple(float(v) for v in d["log2_bytes"]), tuple(float(v) for v in d["log_s"]),
-                       PiecewiseCurve.from_dict(d["base"]))  # fmt: skip
+            knots = {k: tuple(float(v) for v in d[k]) for k in _KNOT_RANGES}
+            for k, (lo, hi, what) in _KNOT_RANGES.items():  # an edited artifact: inf ms, an overflow
+                if (bad := next((v for v in knots[k] if not lo <= v <= hi), None)) is not None:
+                    raise ModelError(f"monotone curve: field {k}: {bad!r} is not {what} {lo:.3g} to {hi:.3g})")
+            return cls(knots["log2_bytes"], knots["log_s"], PiecewiseCurve.from_dict(d["base"]))
         except KeyError as e:
             raise ModelError(f"monotone curve misses parameter {e.args[0]!r}") from None
         except (TypeError, ValueError) as e:
