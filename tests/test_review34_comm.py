@@ -151,3 +151,27 @@ def test_a_comm_artifact_with_implausible_knots_is_refused_at_load(tmp_path, fie
     label = f"{case['kind']} {case['nodes']}x{case['gpus_per_node']}"
     with pytest.raises(ConfigError, match=rf"x\.json: comm model artifact: {label} case: monotone curve: field {field}: "):
         load_model(path)
+
+
+def test_fit_comm_never_replaces_a_file_that_is_not_a_comm_model(shared_data, tmp_path) -> None:
+    """``fit-comm nccl_16.log -o ow/config.json`` replaced a HuggingFace config.json: only the
+    inputs were guarded. An existing file must be empty or a comm model a fit wrote (the
+    documented ``-o src/trainsim/comm/data/...json`` refit replaces the shipped artifact)."""
+    log = shared_data / "comm/nccl_tests_allreduce_a100_40gb_azure/nccl_16.log"
+    config = tmp_path / "config.json"
+    config.write_text('{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}\n', encoding="utf-8")
+    before = config.read_bytes()
+
+    def fit(out: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "trainsim", "fit-comm", str(log), "-o", str(out), "--format", "json"],
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+
+    p = fit(config)
+    assert p.returncode == 1 and config.read_bytes() == before
+    assert p.stderr.strip() == (f"trainsim: error: --output {config}: exists and is not a comm model trainsim wrote; "
+                                "remove it or write elsewhere")  # fmt: skip
+    model = tmp_path / "model.json"
+    assert fit(model).returncode == 0
+    p = fit(model)  # a previous fit's artifact is replaced
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["artifact"] == str(model)

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, log, not_an_input
+from trainsim.cli.output import Format, emit_json, json_target, log, not_an_input
 
 hw_app = typer.Typer(name="hw", help="Hardware catalog: devices and systems.", no_args_is_help=True)
 app.add_typer(hw_app, name="hw")
@@ -67,6 +67,7 @@ def fit_comm_cmd(
         if output.suffix != ".json":
             raise ConfigError(f"--output {output}: collective model artifacts are .json files")
         not_an_input(output, datasets, "--output")
+        json_target(output, "--output", "comm model")  # a previous fit's artifact only
         output_path(output)
     ds = read_comm_dataset(
         datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None

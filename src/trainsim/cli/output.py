@@ -77,13 +77,16 @@ def distinct_outputs(outputs: Iterable[tuple[Path | None, str]]) -> None:
 
 # the top-level key that tells each replaceable trainsim JSON artifact from the others
 _ARTIFACT_KEYS = {"workload": b'"process_groups"', "overhead database": b'"per_op"'}
+# artifacts that name their own schema (no schema_version): the mark alone tells them
+_SCHEMA_MARKS = {"comm model": b'"trainsim.comm-model/'}  # `fit-comm -o`
 
 
 def json_target(output: Path | None, flag: str, kind: str) -> None:
     """Refuse to replace an existing file unless it is empty or the trainsim artifact ``kind``
     (a key of :data:`_ARTIFACT_KEYS`) an earlier run wrote: ``schema_version`` and the kind's
     own key near its start (a profiler trace's key is ``schemaVersion``), so a saved workload
-    never replaces an overhead database or a device file, nor the reverse."""
+    never replaces an overhead database or a device file, nor the reverse. A kind of
+    :data:`_SCHEMA_MARKS` (a comm model) is told by its schema mark instead."""
     from trainsim.errors import ConfigError
 
     if output is None:
@@ -93,7 +96,11 @@ def json_target(output: Path | None, flag: str, kind: str) -> None:
         return  # an empty file (mktemp's)
     from trainsim.ir.serialize import is_trainsim_json
 
-    if not (is_trainsim_json(head) and _ARTIFACT_KEYS[kind] in head):
+    if kind in _SCHEMA_MARKS:
+        mine = head.lstrip().startswith(b"{") and _SCHEMA_MARKS[kind] in head
+    else:
+        mine = is_trainsim_json(head) and _ARTIFACT_KEYS[kind] in head
+    if not mine:
         an = "an" if kind[0] in "aeiou" else "a"
         raise ConfigError(f"{flag} {output}: exists and is not {an} {kind} trainsim wrote; remove it or write elsewhere")
 
