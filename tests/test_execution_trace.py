@@ -244,6 +244,37 @@ def test_malformed_tensor_value_names_node_and_argument():
     assert "node 5 (aten::add)" in str(err.value) and "inputs.values[1]" in str(err.value)
 
 
+def _tree_doc(parents: dict[int, int]) -> bytes:
+    """A 1.0.1 document of bare ``aten::relu`` nodes with these parents (root 1 its own)."""
+    nodes = [{"id": 1, "name": "[pytorch|profiler|execution_graph|process]", "parent": 1}]
+    nodes += [{"id": i, "name": "aten::relu", "parent": p} for i, p in parents.items()]
+    return json.dumps({"schema": "1.0.1", "pid": 1, "nodes": nodes}).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (_tree_doc({2: 1, 10: 4, 4: 10}), "node 10's parent chain loops (10 → 4 → 10)"),
+        (_tree_doc({2: 3, 3: 2, 5: 2}), "parent chain loops (2 → 3 → 2)"),
+        (_tree_doc({4: 2, 2: 3, 3: 2}), "node 2's parent chain loops (2 → 3 → 2)"),  # leads into one
+        (_tree_doc({2: 1, 3: 2}).replace(b'"id": 3', b'"id": 2'), "node id 2 appears twice"),
+        (json.dumps({"schema": "1.0.1", "pid": 1, "nodes": []}).encode(), "'nodes' is empty"),
+        (_tree_doc({}), "'nodes' holds only process/thread roots (1)"),
+    ],
+)  # fmt: skip
+def test_impossible_node_trees_rejected(data, needle):
+    """A parent loop made the linker's subtree walk run forever; no node or duplicate ids gave
+    a link rate of 0 % without a word."""
+    with pytest.raises(TraceFormatError) as err:
+        parse_execution_trace("bad_et.json", data)
+    assert str(err.value).startswith("bad_et.json: ") and needle in str(err.value)
+
+
+def test_a_deep_tree_parses():
+    chain = {i: i - 1 for i in range(2, 20_000)}  # nesting depth 20 000: no recursion
+    assert len(parse_execution_trace("deep.json", _tree_doc(chain)).nodes) == 19_999
+
+
 def test_mismatched_type_and_value_lists_rejected():
     doc = _flat_doc("1.0.1")
     doc["nodes"][0]["input_types"].pop()

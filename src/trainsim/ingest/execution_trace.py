@@ -525,7 +525,34 @@ def parse_execution_trace(name: str | Path, data: bytes) -> ExecutionTrace:
         raise TraceFormatError(name, f"field 'nodes' has a wrong type: {where}") from e
     except msgspec.DecodeError as e:
         raise TraceFormatError(name, f"invalid JSON in 'nodes' ({e})") from e
+    _check_tree(name, nodes)
     return ExecutionTrace(name, head.schema, head.pid, tuple(nodes), tuple(sorted(devices)))
+
+
+def _check_tree(name: str, nodes: list[EtNode]) -> None:
+    """Operators exist, node ids are unique and every parent chain ends (at a root, its own
+    parent, or an id not in the file): the tree walks of linking would otherwise never end."""
+    if not any(not n.is_root for n in nodes):
+        held = f"holds only process/thread roots ({len(nodes)})" if nodes else "is empty"
+        raise TraceFormatError(name, f"'nodes' {held}: the execution trace recorded no operator")
+    parent: dict[int, int] = {}
+    for n in nodes:
+        if n.id in parent:
+            raise TraceFormatError(name, f"node id {n.id} appears twice in 'nodes'")
+        parent[n.id] = n.parent
+    done: set[int] = set()
+    for start in parent:
+        path: dict[int, None] = {}  # the chain walked from ``start``, in order
+        nid = start
+        while nid in parent and nid not in done and parent[nid] != nid:
+            if nid in path:
+                walked = list(path)
+                chain = [*walked[walked.index(nid) :], nid]
+                shown = " → ".join(map(str, chain if len(chain) <= 8 else [*chain[:4], "…", *chain[-3:]]))
+                raise TraceFormatError(name, f"node {nid}'s parent chain loops ({shown})")
+            path[nid] = None
+            nid = parent[nid]
+        done.update(path)
 
 
 def load_execution_trace(path: str | Path) -> ExecutionTrace:
