@@ -153,6 +153,7 @@ def test_shared_trace(case: Case):
     if expect.collectives is not None:
         assert (loaded.match.matched, loaded.match.instances) == expect.collectives
     assert not check_invariants(loaded), check_invariants(loaded)
+    assert loaded.warnings == []  # ranks of one job: their steps meet, one device
 
 
 @pytest.mark.parametrize("paths", [(SAMPLED.format(0),), (SAMPLED.format(0), SAMPLED.format(1))])

@@ -30,7 +30,7 @@ class Analysis:
     written: dict[str, str] = field(default_factory=dict)
 
     def warnings(self) -> list[str]:
-        out = []
+        out = list(self.loaded.warnings)
         for r in self.workload.ranks:
             if r.metadata.get("sampled"):
                 cov = r.metadata.get("event_coverage") or 0.0

@@ -46,6 +46,7 @@ class LoadedTraces:
     match: CollectiveMatch
     et_blobs: list[TraceBlob]
     skipped: list[str]
+    warnings: list[str] = field(default_factory=list)  # odd but usable input, one line each
 
 
 def _explain_unknown(blob: TraceBlob) -> str:
@@ -143,8 +144,10 @@ def build_workload(
         steps[r] = find_steps(traces[r])
     which = _common_step(steps, step)
     for r in sorted(traces):
+        chosen[r] = _pick(steps[r], which, traces[r])
+    warnings = _check_windows_meet(traces, chosen)
+    for r in sorted(traces):
         t = traces[r]
-        chosen[r] = _pick(steps[r], which, t)
         builder = RankBuilder(t, origin=origin_s / t.unit_to_s, world=world)
         i = steps[r].index(chosen[r])
         previous = steps[r][i - 1] if i > 0 else None
@@ -167,7 +170,7 @@ def build_workload(
         metadata={
             "source": "kineto",
             "files": [traces[r].source for r in sorted(traces)],
-            "device": _device(traces),
+            "device": _device(traces, warnings),
             "time_origin_us": origin_s * 1e6,
             "world_size": world_size,
             "time_unit": "s",
@@ -176,15 +179,69 @@ def build_workload(
     return LoadedTraces(
         workload=workload, traces=traces, steps=steps, chosen=chosen, origin=origin_s,
         match=match_collectives(workload), et_blobs=et_blobs or [], skipped=skipped or [],
+        warnings=warnings,
     )  # fmt: skip
 
 
-def _device(traces: dict[int, KinetoTrace]) -> str:
-    """The first named device; "cpu" when no trace shows a device at all (a CPU-only job)."""
-    named = next((t.device_name for t in traces.values() if t.device_name), "")
+# The ranks' steps of one job overlap in time: their collectives wait for each other. Hosts'
+# clocks may disagree by milliseconds to seconds, and ranks choose iterations on their own
+# when there are no markers, so a gap of a few steps is noted; one of a minute and a hundred
+# steps is another run's (or another day's) trace.
+RANK_GAP_NOTE_STEPS = 5.0
+RANK_GAP_ERROR_STEPS, RANK_GAP_ERROR_S = 100.0, 60.0
+
+
+def _check_windows_meet(traces: dict[int, KinetoTrace], chosen: dict[int, StepWindow]) -> list[str]:
+    """Warnings (or a TraceMismatchError) when the ranks' chosen step windows lie apart."""
+    if len(chosen) < 2:
+        return []
+    spans = {r: (w.start * traces[r].unit_to_s, w.end * traces[r].unit_to_s) for r, w in chosen.items()}
+    first_end = min(spans, key=lambda r: spans[r][1])
+    last_start = max(spans, key=lambda r: spans[r][0])
+    gap_s = spans[last_start][0] - spans[first_end][1]
+    longest_s = max(b - a for a, b in spans.values())
+    if gap_s <= RANK_GAP_NOTE_STEPS * longest_s:
+        return []
+    # the odd rank: the one farthest from the others' middle
+    centres = sorted((a + b) / 2 for a, b in spans.values())
+    middle = centres[len(centres) // 2]
+    odd = max(spans, key=lambda r: abs(sum(spans[r]) / 2 - middle))
+    other = first_end if odd == last_start else last_start
+    apart = (f"rank {odd}'s step {chosen[odd].number} lies {_span(gap_s)} away from rank {other}'s "
+             f"(no overlap; steps last at most {_span(longest_s)})")  # fmt: skip
+    if gap_s > max(RANK_GAP_ERROR_S, RANK_GAP_ERROR_STEPS * longest_s):
+        raise TraceMismatchError(traces[odd].source, f"{apart}: a trace of another run or time, not "
+                                 "this job's; pass the rank traces of one capture")  # fmt: skip
+    return [f"{apart}: hosts' clocks disagree, or the traces are of different runs; the measured step "
+            "(earliest rank start → latest rank end) includes the gap"]  # fmt: skip
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1.0 else f"{seconds:.3g} s" if seconds < 1e3 else f"{seconds:,.0f} s"
+
+
+def _device(traces: dict[int, KinetoTrace], warnings: list[str]) -> str:
+    """The first named device; "cpu" when no trace shows a device at all (a CPU-only job).
+    Ranks naming different devices add a line to ``warnings``."""
+    names: dict[str, list[int]] = defaultdict(list)
+    for r in sorted(traces):
+        if traces[r].device_name:
+            names[traces[r].device_name].append(r)
+    if len(names) > 1:
+        shown = "; ".join(f"rank{'s' * (len(rs) > 1)} {_ranks_text(rs)}: {n}" for n, rs in names.items())
+        warnings.append(f"ranks report different devices ({shown}): traces of different machines or jobs, or "
+                        f"a mixed cluster; the workload is labelled {next(iter(names))!r}")  # fmt: skip
+    named = next(iter(names), "")
     if named or any(t.records_device for t in traces.values()):
         return named
     return "cpu"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """``0-6`` for a run of consecutive ranks, else ``0, 2, 5`` (the first eight)."""
+    if len(ranks) > 2 and ranks[-1] - ranks[0] == len(ranks) - 1:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
 
 
 def _pick(steps: list[StepWindow], which: str | int, t: KinetoTrace) -> StepWindow:

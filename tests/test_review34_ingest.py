@@ -1,0 +1,64 @@
+"""Review 34 (fuzzing of ingestion): inputs that used to load silently into wrong answers, or
+hang or crash, now give a one-line error or a warning."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from trainsim.analyze.report import analyze_paths
+from trainsim.errors import TraceMismatchError
+from trainsim.ingest import load_traces
+
+
+def _write_ranks(folder: Path, docs: dict[int, dict]) -> Path:
+    folder.mkdir()
+    for r, d in docs.items():
+        (folder / f"worker{r}_step_12.pt.trace.json").write_text(json.dumps(d))
+    return folder
+
+
+def _shifted(dlrm_raw: dict[int, dict], rank: int, by_us: float) -> dict[int, dict]:
+    docs = dict(dlrm_raw)
+    docs[rank] = copy.deepcopy(dlrm_raw[rank])
+    for e in docs[rank]["traceEvents"]:
+        if "ts" in e:
+            e["ts"] += by_us
+    return docs
+
+
+# -- ranks of different times, runs or machines ------------------------------------------------
+
+
+def test_a_rank_an_hour_off_is_another_runs_trace(tmp_path, dlrm_raw):
+    """Rank 7 an hour later gave 'measured step 3600019.9 ms' and a replay of +0.00 %."""
+    folder = _write_ranks(tmp_path / "t", _shifted(dlrm_raw, 7, 3600e6))
+    with pytest.raises(TraceMismatchError) as info:
+        load_traces([folder])
+    assert info.value.path.endswith("worker7_step_12.pt.trace.json")
+    assert "rank 7's step 10 lies 3,600 s away" in info.value.problem
+    assert "another run or time" in info.value.problem
+
+
+def test_ranks_half_a_second_apart_are_noted(tmp_path, dlrm_raw):
+    """Hosts' clocks may disagree: usable, but the measured step includes the gap."""
+    folder = _write_ranks(tmp_path / "t", _shifted(dlrm_raw, 7, 0.5e6))
+    a = analyze_paths([folder])
+    (line,) = [w for w in a.warnings() if "away from" in w]
+    assert line.startswith("rank 7's step 10 lies 488 ms away from rank 1's") and "clocks" in line
+
+
+def test_ranks_on_different_devices_are_noted(tmp_path, dlrm_raw):
+    docs = dict(dlrm_raw)
+    docs[7] = copy.deepcopy(dlrm_raw[7])
+    docs[7]["deviceProperties"][0]["name"] = "NVIDIA A100-SXM4-40GB"
+    a = analyze_paths([_write_ranks(tmp_path / "t", docs)])
+    assert ("ranks report different devices (ranks 0-6: Tesla V100-SXM2-32GB; rank 7: NVIDIA A100-SXM4-40GB)"
+            in " ".join(a.warnings()))  # fmt: skip
+
+
+def test_one_jobs_ranks_load_without_a_note(dlrm_loaded):
+    assert dlrm_loaded.warnings == []
