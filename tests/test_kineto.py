@@ -208,6 +208,11 @@ def _bad_kernel(**args: Any) -> dict[str, Any]:
     return {**_x("kernel", "k", EPOCH_US + 30, 1, correlation=99, **args), "pid": 0}
 
 
+def _stream7(name: str, at_us: float, dur: float, corr: int) -> dict[str, Any]:
+    """A kernel on stream 7, ``at_us`` after the base op starts (no runtime call launched it)."""
+    return {**_x("kernel", name, EPOCH_US + at_us, dur, correlation=corr, stream=7), "pid": 0}
+
+
 BAD_DOCUMENTS: list[tuple[str, bytes, str]] = [
     ("array", b"[]", "expected an object with 'traceEvents'"),
     ("number", b"3", "expected an object with 'traceEvents'"),
@@ -265,6 +270,13 @@ BAD_DOCUMENTS: list[tuple[str, bytes, str]] = [
     ("world size 0", _doc(distributedInfo={"rank": 0, "world_size": 0}), "world_size is 0"),
     ("absurd world size", _doc(distributedInfo={"rank": 0, "world_size": 10**20}), "world_size is"),
     ("rank beyond world size", _doc(distributedInfo={"rank": 8, "world_size": 8}), "rank is 8"),
+    # review 34: impossible content that replayed as a plausible step
+    ("kernel twice", _doc(json.loads(_doc())["traceEvents"][2]),
+     f"device activities overlap on stream 7 (1 pair; first 'volta_sgemm_128x64_nn' at ts={EPOCH_US + 20} dur=3.0 twice)"),
+    ("kernels overlap", _doc(_stream7("a", 100, 50, 8), _stream7("b", 120, 50, 9)),
+     "overlap on stream 7 (1 pair; first 'a' at ts="),
+    ("correlation reused", _doc(_x("cuda_runtime", "cudaLaunchKernel", EPOCH_US + 30, 1, correlation=7)),
+     f"correlation id 7 is used by 2 runtime calls, e.g. 'cudaLaunchKernel' at ts={EPOCH_US + 30}"),
 ]
 
 
@@ -313,3 +325,18 @@ def test_a_trace_whose_events_have_no_duration_is_refused():
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": EPOCH_US + i} for i in range(3)]
     with pytest.raises(TraceFormatError, match="no 'X' event has a duration"):
         decode_kineto("t.json", json.dumps({"traceEvents": events}).encode())
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        # a shipped A100 trace: a copy starts 2 µs before the kernel ahead of it ends
+        (_stream7("reduce_kernel", 100, 35, 8), _stream7("Memcpy DtoH", 133, 7, 9)),
+        # one launch (a CUDA graph) may run its branches side by side on the launch stream
+        (_stream7("branch_a", 100, 50, 8), _stream7("branch_b", 100, 40, 8)),
+        # other streams, other devices
+        (_stream7("a", 100, 50, 8), {**_stream7("b", 100, 50, 9), "pid": 1}),
+    ],
+)
+def test_device_activities_that_a_stream_can_hold_are_accepted(events):
+    assert len(decode_kineto("t.json", _doc(*events)).gpu) == 3

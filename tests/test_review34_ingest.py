@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainsim.analyze.report import analyze_paths
-from trainsim.errors import TraceMismatchError
+from trainsim.errors import TraceFormatError, TraceMismatchError
 from trainsim.ingest import load_traces
 
 
@@ -62,3 +62,52 @@ def test_ranks_on_different_devices_are_noted(tmp_path, dlrm_raw):
 
 def test_one_jobs_ranks_load_without_a_note(dlrm_loaded):
     assert dlrm_loaded.warnings == []
+
+
+# -- impossible trace content --------------------------------------------------------------------
+
+
+def _rank0(dlrm_raw: dict[int, dict]) -> dict:
+    return copy.deepcopy(dlrm_raw[0])
+
+
+def _load_one(tmp_path: Path, doc: dict) -> None:
+    path = tmp_path / "worker0_step_12.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    load_traces([path], step="last")
+
+
+def test_a_step_marked_twice_is_an_error(tmp_path, dlrm_raw):
+    """A second ProfilerStep#10 of 100 µs made `analyze --step last` report 0.000 ms."""
+    doc = _rank0(dlrm_raw)
+    (step,) = [e for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#10"]
+    doc["traceEvents"].append({**step, "ts": step["ts"] + 50, "dur": 100})
+    with pytest.raises(TraceFormatError, match=r"ProfilerStep#10 appears twice \(ts=\d+ dur=14455, ts=\d+ dur=100\)"):
+        _load_one(tmp_path, doc)
+
+
+def test_annotations_renamed_to_a_step_are_an_error(tmp_path, dlrm_raw):
+    doc = _rank0(dlrm_raw)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "user_annotation":
+            e["name"] = "ProfilerStep#10"
+    with pytest.raises(TraceFormatError, match=r"ProfilerStep#10 appears 40 times \(.{100,160}\): each step is marked once"):
+        _load_one(tmp_path, doc)
+
+
+def test_every_kernel_twice_is_an_error(tmp_path, dlrm_raw):
+    """Replay predicted +33 % for a trace whose kernels were all exported twice."""
+    doc = _rank0(dlrm_raw)
+    doc["traceEvents"] += [copy.deepcopy(e) for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    with pytest.raises(TraceFormatError, match=r"overlap on streams 7, 24, 84 \(245 pairs; first .* twice\)"):
+        _load_one(tmp_path, doc)
+
+
+def test_one_correlation_id_for_every_launch_is_an_error(tmp_path, dlrm_raw):
+    """Every correlation 1 made replay predict 3050 ms for a 14 ms step."""
+    doc = _rank0(dlrm_raw)
+    for e in doc["traceEvents"]:
+        if "correlation" in e.get("args", {}):
+            e["args"]["correlation"] = 1
+    with pytest.raises(TraceFormatError, match="correlation id 1 is used by 525 runtime calls"):
+        _load_one(tmp_path, doc)

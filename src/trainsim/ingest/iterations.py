@@ -51,8 +51,28 @@ def find_steps(trace: KinetoTrace) -> list[StepWindow]:
             marked.append(StepWindow(int(m.group(1)), float(e.ts), float(e.ts) + e.dur, True))  # type: ignore[arg-type]
     if marked:
         marked.sort(key=lambda w: w.start)
+        _check_marked_once(trace, marked)
         return marked
     return detect_repeating_steps(trace)
+
+
+def _check_marked_once(trace: KinetoTrace, marked: list[StepWindow]) -> None:
+    """The profiler marks each step once: a number twice is a corrupt or merged trace (the
+    selectors would pick either window, e.g. a 100 µs one)."""
+    counts = Counter(w.number for w in marked)
+    if counts.most_common(1)[0][1] < 2:
+        return
+    number, n = counts.most_common(1)[0]
+    at = ", ".join(f"ts={w.start:.0f} dur={w.end - w.start:.0f}" for w in marked if w.number == number)
+    more = len([k for k, c in counts.items() if c > 1]) - 1
+    also = f"; {more} other step number{'s' * (more > 1)} too" if more else ""
+    times = "twice" if n == 2 else f"{n} times"
+    raise TraceFormatError(trace.source, f"ProfilerStep#{number} appears {times} ({_cut(at)}{also}): each step "
+                                         "is marked once; a corrupt or merged trace")  # fmt: skip
+
+
+def _cut(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _main_thread_events(trace: KinetoTrace) -> list[Event]:

@@ -149,6 +149,10 @@ COMPLETE_COVERAGE = 0.9  # below this share of 'Ev Idx' indices, events were rem
 MAX_TIME_RANGE_S = 3600.0  # events farther than this from the trace's median are corrupt
 MAX_WORLD_SIZE = 1 << 20  # ranks in one job; larger values are corrupt
 LAUNCH_SKEW_S = 100e-6  # a device activity may appear to start this much before its launch
+# Activities of one stream run one after another; they may seem to overlap by a few µs (a
+# shipped A100 trace: a copy starts 2 µs before the kernel ahead of it ends), never by more
+# than this and half the shorter one, unless one launch made both (a CUDA graph's branches).
+STREAM_OVERLAP_S = 5e-6
 
 
 @dataclass(slots=True)
@@ -387,14 +391,26 @@ def _check_device_events(
     """Streams become ints (ROCm writes hex strings); launch dimensions are sizes; and a device
     activity cannot start before the runtime call that launched it (a corrupt timestamp)."""
     launch_ts: dict[int, float] = {}
+    reused: dict[int, list[Event]] = {}  # correlation id -> the runtime calls after the first
     for e in runtime:  # sorted by ts: setdefault keeps the earliest call per correlation
         a = e.args
         if a is not None:
             if _needs_check(a):
                 _check_device_args(name, e, a)
             if a.correlation is not None:
+                if a.correlation in launch_ts and a.correlation:  # 0: no id
+                    reused.setdefault(a.correlation, []).append(e)
                 launch_ts.setdefault(a.correlation, e.ts)  # type: ignore[arg-type]
+    if reused:
+        corr, again = max(reused.items(), key=lambda kv: len(kv[1]))
+        more = f" (and {len(reused) - 1} other ids used more than once)" if len(reused) > 1 else ""
+        raise TraceFormatError(name, f"correlation id {corr} is used by {len(again) + 1} runtime calls{more}, "
+                                     f"e.g. {_short(again[0].name)!r} at ts={again[0].ts}: each call has "
+                                     "its own id; corrupt correlation ids")  # fmt: skip
     slack = LAUNCH_SKEW_S / unit_to_s
+    overlap_slack = STREAM_OVERLAP_S / unit_to_s
+    last: dict[tuple[int | str, int], Event] = {}  # (pid, stream) -> its activity ending last
+    overlaps: list[tuple[Event, Event]] = []
     for g in gpu:
         a = g.args
         if a is None:
@@ -409,9 +425,49 @@ def _check_device_events(
                 f"ts={g.ts}, before the runtime call that launched it (ts={t0}): corrupt "
                 "timestamp or correlation id",
             )
+        if type(a.stream) is int:
+            key = (g.pid, a.stream)
+            p = last.get(key)
+            if p is not None and _overlap(p, g, overlap_slack):
+                overlaps.append((p, g))
+            if p is None or g.ts + g.dur > p.ts + p.dur:  # type: ignore[operator]
+                last[key] = g
+    if overlaps:
+        _overlap_error(name, overlaps)
     for e in sync:
         if e.args is not None:
             _check_device_args(name, e, e.args)
+
+
+def _overlap(p: Event, g: Event, slack: float) -> bool:
+    """Whether ``g`` (starting no earlier than ``p``, on its stream) overlaps ``p`` more than
+    clock rounding explains: the same event twice, or by over ``slack`` and half the shorter
+    one from another launch (one launch may run a CUDA graph's branches side by side)."""
+    if g.ts == p.ts and g.dur == p.dur and g.name == p.name:
+        return True
+    over = min(p.ts + p.dur, g.ts + g.dur) - g.ts  # type: ignore[operator]
+    if over <= max(slack, 0.5 * min(p.dur, g.dur)):
+        return False
+    pc, gc = p.args.correlation if p.args else None, g.args.correlation if g.args else None
+    return pc is None or pc != gc
+
+
+def _overlap_error(name: str, overlaps: list[tuple[Event, Event]]) -> None:
+    streams = sorted({g.args.stream for _, g in overlaps if g.args is not None})
+    where = f"stream {streams[0]}" if len(streams) == 1 else f"streams {', '.join(map(str, streams[:5]))}"
+    p, g = overlaps[0]
+    first = f"{_short(p.name)!r} at ts={p.ts} dur={p.dur}"
+    first += " twice" if (p.ts, p.dur, p.name) == (g.ts, g.dur, g.name) else f" and {_short(g.name)!r} at ts={g.ts} dur={g.dur}"
+    raise TraceFormatError(name, f"device activities overlap on {where} ({len(overlaps)} pair{'s' * (len(overlaps) > 1)}; "
+                                 f"first {first}): a stream runs one activity at a time; duplicated or corrupt events")  # fmt: skip
+
+
+MAX_NAME_IN_MESSAGE = 120  # kernel names run to thousands of characters (templates)
+
+
+def _short(name: str) -> str:
+    """An event name cut for an error message."""
+    return name if len(name) <= MAX_NAME_IN_MESSAGE else name[: MAX_NAME_IN_MESSAGE - 1] + "…"
 
 
 def _needs_check(a: Args) -> bool:
