@@ -275,6 +275,10 @@ BAD_DOCUMENTS: list[tuple[str, bytes, str]] = [
      f"device activities overlap on stream 7 (1 pair; first 'volta_sgemm_128x64_nn' at ts={EPOCH_US + 20} dur=3.0 twice)"),
     ("kernels overlap", _doc(_stream7("a", 100, 50, 8), _stream7("b", 120, 50, 9)),
      "overlap on stream 7 (1 pair; first 'a' at ts="),
+    ("kernel without ts", _doc({k: v for k, v in _stream7("k", 100, 5, 8).items() if k != "ts"}),
+     "1 kernel event lacks 'ts', e.g. 'k'"),
+    ("kernels without dur", _doc(*({k: v for k, v in _stream7(f"k{i}", 100 * i, 5, i).items() if k != "dur"} for i in (8, 9))),
+     "2 kernel events lack 'dur', e.g. 'k8'"),
     ("correlation reused", _doc(_x("cuda_runtime", "cudaLaunchKernel", EPOCH_US + 30, 1, correlation=7)),
      f"correlation id 7 is used by 2 runtime calls, e.g. 'cudaLaunchKernel' at ts={EPOCH_US + 30}"),
 ]
@@ -340,3 +344,9 @@ def test_a_trace_whose_events_have_no_duration_is_refused():
 )
 def test_device_activities_that_a_stream_can_hold_are_accepted(events):
     assert len(decode_kineto("t.json", _doc(*events)).gpu) == 3
+
+
+def test_events_of_unused_categories_may_lack_times():
+    """Only the roles trainsim reads must be timed; a python_function without ts is skipped."""
+    t = decode_kineto("t.json", _doc({"ph": "X", "cat": "python_function", "name": "f", "pid": 1, "tid": 1}))
+    assert t.counts.get("python_function") is None and len(t.cpu) == 1

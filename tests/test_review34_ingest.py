@@ -111,3 +111,16 @@ def test_one_correlation_id_for_every_launch_is_an_error(tmp_path, dlrm_raw):
             e["args"]["correlation"] = 1
     with pytest.raises(TraceFormatError, match="correlation id 1 is used by 525 runtime calls"):
         _load_one(tmp_path, doc)
+
+
+@pytest.mark.parametrize("field", ["ts", "dur"])
+def test_kernels_without_times_are_an_error(tmp_path, shared_data, field):
+    """Without 'ts' the 4 kernels were dropped ('a CPU-only capture'); without 'dur', busy 0 s."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((shared_data / "traces/hta_misc/benchmark_simple_add_trace.json.gz").read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            del e[field]
+    with pytest.raises(TraceFormatError, match=f"4 kernel events lack '{field}'"):
+        _load_one(tmp_path, doc)

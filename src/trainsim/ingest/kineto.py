@@ -20,7 +20,7 @@ length; they share its types and its one pass over the events, so they stay here
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Annotated, Any, Union
@@ -113,7 +113,7 @@ class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     pid: int | str = 0
     tid: int | str = 0
     ts: RawTime | None = None
-    dur: RawTime = 0.0
+    dur: RawTime = -1.0  # -1: absent from the file (decode_kineto refuses that; the file's are >= 0)
     args: Args | None = None
 
 
@@ -230,19 +230,26 @@ def decode_kineto(name: str, data: bytes, *, time_unit: str | None = None) -> Ki
     """Decode one Kineto JSON document. Raises TraceFormatError naming the file and field."""
     with gc_paused():
         doc = _decode_document(name, data)
-        by_cat = _complete_events_by_category(doc)
+        by_cat, untimed = _complete_events_by_category(doc)
         lists = [_join(by_cat, cats) for cats in _ROLES]
         cpu, runtime, gpu, sync = lists
         if not (cpu or runtime or gpu):
+            if untimed:
+                _untimed_error(name, untimed)
             raise TraceFormatError(
                 name,
                 "trace holds no CPU op, runtime or GPU events (no 'X' events with category "
                 "cpu_op, user_annotation, cuda_runtime or kernel)",
             )
-        if not any(e.dur for lst in (cpu, runtime, gpu) for e in lst):
+        if not any(e.dur > 0 for lst in (cpu, runtime, gpu) for e in lst):
             raise TraceFormatError(name, "no 'X' event has a duration ('dur' missing or 0 everywhere): "
                                          "not a complete profiler trace")  # fmt: skip
         times = [_sort_by_time(lst) for lst in lists]
+        for lst, (_, dur) in zip(lists, times, strict=True):
+            if lst and dur.min() < 0:  # the default of an absent 'dur'
+                untimed += [(e, "dur") for e in lst if e.dur < 0]
+        if untimed:
+            _untimed_error(name, untimed)
         unit_to_s = _unit_to_s(name, cpu or runtime or gpu, time_unit)
         _check_time_range(name, lists, times, unit_to_s)
         _check_device_events(name, runtime, gpu, sync, unit_to_s)
@@ -298,16 +305,36 @@ def _decode_document(name: str, data: bytes) -> _Doc:
     return doc
 
 
-def _complete_events_by_category(doc: _Doc) -> dict[str, list[Event]]:
+_KEPT_CATS = frozenset().union(*_ROLES)
+
+
+def _complete_events_by_category(doc: _Doc) -> tuple[dict[str, list[Event]], list[tuple[Event, str]]]:
+    """The 'X' events with a start time by category, and (event, "ts") for those of the kept
+    roles that lack one (a real trace has 'ts' and 'dur' on every one)."""
     by_cat: dict[str, list[Event]] = {}
+    untimed: list[tuple[Event, str]] = []
     for e in doc.traceEvents or ():
-        if type(e) is Event and e.ts is not None:
+        if type(e) is Event:
+            if e.ts is None:
+                if e.cat in _KEPT_CATS:
+                    untimed.append((e, "ts"))
+                continue
             lst = by_cat.get(e.cat)
             if lst is None:
                 by_cat[e.cat] = lst = []
             lst.append(e)
     doc.traceEvents = None  # the other phases' placeholders are garbage now
-    return by_cat
+    return by_cat, untimed
+
+
+def _untimed_error(name: str, untimed: list[tuple[Event, str]]) -> None:
+    groups = Counter((e.cat, field) for e, field in untimed)
+    (cat, missing), n = groups.most_common(1)[0]
+    first = next(e for e, f in untimed if (e.cat, f) == (cat, missing))
+    more = f" (and {len(untimed) - n} other events lack 'ts' or 'dur')" if len(untimed) > n else ""
+    lack = "events lack" if n > 1 else "event lacks"
+    raise TraceFormatError(name, f"{n} {cat} {lack} '{missing}'{more}, e.g. {_short(first.name)!r}: "
+                                 "every complete ('X') event has a start time and a duration; a cut or edited trace")  # fmt: skip
 
 
 def _join(by_cat: dict[str, list[Event]], cats: frozenset[str]) -> list[Event]:
