@@ -117,7 +117,7 @@ def test_operator_shapes_are_decoded_on_access():
         (4.2e12, "ms", None, 1e-6),  # µs since boot (ROCm, Triton traces)
         (EPOCH_US * 1000, None, None, 1e-9),  # epoch ns
         (EPOCH_US, None, "ns", 1e-9),  # explicit override wins
-        (EPOCH_US, None, "ms", 1e-3),
+        (EPOCH_US / 1000, None, "ms", 1e-3),  # epoch ms (epoch µs read as ms is refused: 0.25 ms steps)
     ],
 )
 def test_time_unit_detection(t0, display, override, unit_to_s):
@@ -235,6 +235,8 @@ BAD_DOCUMENTS: list[tuple[str, bytes, str]] = [
     ("negative ts", _doc(_x("cpu_op", "a", -EPOCH_US, 3)), "$.traceEvents[5].ts"),
     ("far timestamp", _doc(_x("cpu_op", "a", EPOCH_US * 5, 3)), "outside the trace's time range"),
     ("huge duration", _doc(_x("cpu_op", "a", EPOCH_US, 1e12)), "outside the trace's time range"),
+    # review 34: at 1e20 float64 steps are 16 µs: read as ns, a 19.7 s step became 19.7 ms
+    ("timestamps past float64 µs", _doc(t0=1e20), "timestamps reach 1e+20 ns: so large that float64 values there lie 16.4 µs apart"),
     (
         "kernel before launch",
         _doc(

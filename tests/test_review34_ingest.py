@@ -91,7 +91,7 @@ def test_annotations_renamed_to_a_step_are_an_error(tmp_path, dlrm_raw):
     for e in doc["traceEvents"]:
         if e.get("cat") == "user_annotation":
             e["name"] = "ProfilerStep#10"
-    with pytest.raises(TraceFormatError, match=r"ProfilerStep#10 appears 40 times \(.{100,160}\): each step is marked once"):
+    with pytest.raises(TraceFormatError, match=r"ProfilerStep#10 appears 40 times \(.{100,120}\): each step is marked once"):
         _load_one(tmp_path, doc)
 
 
@@ -124,3 +124,58 @@ def test_kernels_without_times_are_an_error(tmp_path, shared_data, field):
             del e[field]
     with pytest.raises(TraceFormatError, match=f"4 kernel events lack '{field}'"):
         _load_one(tmp_path, doc)
+
+
+# -- messages and limits ---------------------------------------------------------------------------
+
+LONG = "void cutlass::Kernel<" + "cutlass_80_tensorop_s1688gemm_" * 180 + ">"  # ~5,400 characters
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda k: k["args"].update(stream="seven"),
+        lambda k: k.update(ts=k["ts"] * 5),  # far outside the trace's time range
+        lambda k: k["args"].update(grid=["a", 1, 1]),
+        lambda k: k["args"].update({"Process Group Ranks": list(range(2000)) * 2}),
+    ],
+)
+def test_messages_cut_long_names_and_values(tmp_path, dlrm_raw, change):
+    """A message about one event embedded its whole 5,300-character kernel name."""
+    doc = _rank0(dlrm_raw)
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["name"] = LONG
+    change(kernel)
+    with pytest.raises(TraceFormatError) as info:
+        _load_one(tmp_path, doc)
+    assert "void cutlass::Kernel<cutlass_80" in info.value.problem and "…" in info.value.problem
+    assert len(info.value.problem) < 500
+
+
+def _no_memory(*args, **kwargs):
+    raise MemoryError
+
+
+def test_a_gzip_too_large_for_memory_is_one_line(tmp_path, monkeypatch):
+    """A 3 MB gzip expanding to 3.3 GB under `ulimit -v 6000000` gave a MemoryError traceback."""
+    import gzip
+
+    from trainsim.ingest import sources
+
+    path = tmp_path / "bomb.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * 5_000_000 + b"]}"))
+    monkeypatch.setattr(sources.gzip, "decompress", _no_memory)
+    with pytest.raises(TraceFormatError) as info:
+        load_traces([path])
+    assert info.value.path == str(path)
+    assert info.value.problem.startswith("too large to load in this memory (its gzip trailer records 0.01 GB uncompressed)")
+
+
+def test_json_too_large_to_decode_is_one_line(tmp_path, monkeypatch):
+    import msgspec
+
+    path = tmp_path / "rank0.json"
+    path.write_text('{"traceEvents": []}')
+    monkeypatch.setattr(msgspec.json, "decode", _no_memory)
+    with pytest.raises(TraceFormatError, match=r"rank0.json: too large to load in this memory \(0.00 GB of JSON\)"):
+        load_traces([path])

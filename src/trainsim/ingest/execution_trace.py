@@ -32,6 +32,8 @@ import msgspec
 from trainsim.errors import TraceFormatError, UnsupportedSchemaError
 from trainsim.gcpause import gc_paused
 from trainsim.ingest.collectives import dtype_bytes, kind_from_name
+from trainsim.ingest.kineto import short_text
+from trainsim.ingest.sources import too_large
 from trainsim.ir.graph import TensorMeta
 from trainsim.ir.kinds import CollectiveKind
 
@@ -434,7 +436,7 @@ def _flat_nodes(raw: bytes, devices: set[str]) -> list[EtNode]:
             outs = _decode_args(n.outputs, n.output_shapes, n.output_types, devices, "outputs")
             comm = _comm_from_inputs(n, n.inputs, n.input_types) if n.name == COMM_OP else None
         except _BadValue as e:
-            raise _BadValue(f"node {n.id} ({n.name}): {e}") from None
+            raise _BadValue(f"node {n.id} ({short_text(n.name)}): {e}") from None
         out.append(EtNode(n.id, n.name, n.parent, n.rf_id, n.tid, n.op_schema, ins, outs, comm))
     return out
 
@@ -461,7 +463,7 @@ def _attr_nodes(raw: bytes, devices: set[str], *, comm_attrs: bool) -> list[EtNo
                     else _comm_from_inputs(n, i.values, i.types)
                 )
         except _BadValue as e:
-            raise _BadValue(f"node {n.id} ({n.name}): {e}") from None
+            raise _BadValue(f"node {n.id} ({short_text(n.name)}): {e}") from None
         out.append(
             EtNode(n.id, n.name, n.ctrl_deps, rf_id, tid, str(schema or ""), ins, outs, comm)
         )
@@ -498,6 +500,8 @@ def parse_execution_trace(name: str | Path, data: bytes) -> ExecutionTrace:
         raise TraceFormatError(name, f"not a PyTorch execution trace ({e})") from e
     except msgspec.DecodeError as e:
         raise TraceFormatError(name, f"invalid or truncated JSON ({e})") from e
+    except MemoryError:
+        raise too_large(name, f"{len(data) / 1e9:.2f} GB of JSON") from None
     if not head.nodes:
         raise TraceFormatError(name, "no 'nodes' list: not a PyTorch execution trace")
     if not isinstance(head.schema, str):
@@ -525,6 +529,8 @@ def parse_execution_trace(name: str | Path, data: bytes) -> ExecutionTrace:
         raise TraceFormatError(name, f"field 'nodes' has a wrong type: {where}") from e
     except msgspec.DecodeError as e:
         raise TraceFormatError(name, f"invalid JSON in 'nodes' ({e})") from e
+    except MemoryError:
+        raise too_large(name, f"{len(data) / 1e9:.2f} GB of JSON") from None
     _check_tree(name, nodes)
     return ExecutionTrace(name, head.schema, head.pid, tuple(nodes), tuple(sorted(devices)))
 

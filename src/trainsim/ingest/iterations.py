@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from trainsim.errors import TraceFormatError
-from trainsim.ingest.kineto import Event, KinetoTrace
+from trainsim.ingest.kineto import Event, KinetoTrace, short_text
 
 WHOLE_TRACE = "<whole trace: no markers, no repetition>"
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -67,12 +67,8 @@ def _check_marked_once(trace: KinetoTrace, marked: list[StepWindow]) -> None:
     more = len([k for k, c in counts.items() if c > 1]) - 1
     also = f"; {more} other step number{'s' * (more > 1)} too" if more else ""
     times = "twice" if n == 2 else f"{n} times"
-    raise TraceFormatError(trace.source, f"ProfilerStep#{number} appears {times} ({_cut(at)}{also}): each step "
+    raise TraceFormatError(trace.source, f"ProfilerStep#{number} appears {times} ({short_text(at)}{also}): each step "
                                          "is marked once; a corrupt or merged trace")  # fmt: skip
-
-
-def _cut(text: str, limit: int = 160) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _main_thread_events(trace: KinetoTrace) -> list[Event]:

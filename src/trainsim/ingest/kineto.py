@@ -30,6 +30,7 @@ import numpy as np
 
 from trainsim.errors import ConfigError, TraceFormatError
 from trainsim.gcpause import gc_paused
+from trainsim.ingest.sources import too_large
 from trainsim.ir.serialize import is_trainsim_timeline
 
 MAX_COUNT = 1 << 48  # bytes or elements of one tensor or message; more is a corrupt value
@@ -147,6 +148,7 @@ _ROLES = (CPU_CATS, RUNTIME_CATS, GPU_CATS, frozenset({SYNC_CAT}))  # KinetoTrac
 TIME_UNITS_S = {"us": 1e-6, "ns": 1e-9, "ms": 1e-3}
 COMPLETE_COVERAGE = 0.9  # below this share of 'Ev Idx' indices, events were removed (sampled)
 MAX_TIME_RANGE_S = 3600.0  # events farther than this from the trace's median are corrupt
+MAX_RESOLUTION_S = 1e-6  # float64 timestamps must still tell microseconds apart (epoch ns: 0.26 µs)
 MAX_WORLD_SIZE = 1 << 20  # ranks in one job; larger values are corrupt
 LAUNCH_SKEW_S = 100e-6  # a device activity may appear to start this much before its launch
 # Activities of one stream run one after another; they may seem to overlap by a few µs (a
@@ -300,6 +302,8 @@ def _decode_document(name: str, data: bytes) -> _Doc:
         raise TraceFormatError(name, f"invalid or truncated JSON ({e})") from e
     except UnicodeDecodeError as e:  # older msgspec raises it for invalid UTF-8 inside a string
         raise TraceFormatError(name, f"invalid UTF-8 in a JSON string at byte {e.start}") from e
+    except MemoryError:
+        raise too_large(name, f"{len(data) / 1e9:.2f} GB of JSON") from None
     if doc.traceEvents is None:
         raise TraceFormatError(name, "JSON has no 'traceEvents' list (expected a Kineto trace)")
     return doc
@@ -333,7 +337,7 @@ def _untimed_error(name: str, untimed: list[tuple[Event, str]]) -> None:
     first = next(e for e, f in untimed if (e.cat, f) == (cat, missing))
     more = f" (and {len(untimed) - n} other events lack 'ts' or 'dur')" if len(untimed) > n else ""
     lack = "events lack" if n > 1 else "event lacks"
-    raise TraceFormatError(name, f"{n} {cat} {lack} '{missing}'{more}, e.g. {_short(first.name)!r}: "
+    raise TraceFormatError(name, f"{n} {cat} {lack} '{missing}'{more}, e.g. {short_text(first.name)!r}: "
                                  "every complete ('X') event has a start time and a duration; a cut or edited trace")  # fmt: skip
 
 
@@ -379,8 +383,16 @@ def _check_time_range(
     times: list[tuple[np.ndarray, np.ndarray]],
     unit_to_s: float,
 ) -> None:
-    """Reject an event far from the bulk of the trace: a corrupt digit in a timestamp."""
+    """Reject timestamps too large to resolve a microsecond, and an event far from the bulk of
+    the trace: a corrupt digit in a timestamp."""
     all_ts = np.concatenate([ts for ts, _ in times])
+    top = float(all_ts.max())
+    resolution_s = float(np.spacing(top)) * unit_to_s  # float64 steps between timestamps there
+    if resolution_s > MAX_RESOLUTION_S:
+        unit = next((u for u, s in TIME_UNITS_S.items() if s == unit_to_s), f"x {unit_to_s:g} s")
+        raise TraceFormatError(name, f"timestamps reach {top:.3g} {unit}: so large that float64 values there lie "
+                                     f"{resolution_s * 1e6:.3g} µs apart, too coarse for the trace's times; no clock "
+                                     "writes such values (corrupt or shifted timestamps)")  # fmt: skip
     median = float(np.median(all_ts))
     spread = float(np.median(np.abs(all_ts - median)))  # robust to up to half the events
     half = max(MAX_TIME_RANGE_S / unit_to_s, 20 * spread)
@@ -393,7 +405,7 @@ def _check_time_range(
             bad = lst[i]
             raise TraceFormatError(
                 name,
-                f"event {bad.name!r} ({bad.cat}) at ts={bad.ts} dur={bad.dur} lies outside the "
+                f"event {short_text(bad.name)!r} ({bad.cat}) at ts={bad.ts} dur={bad.dur} lies outside the "
                 f"trace's time range [{lo:.0f}, {hi:.0f}]: corrupt timestamp or duration",
             )
 
@@ -432,7 +444,7 @@ def _check_device_events(
         corr, again = max(reused.items(), key=lambda kv: len(kv[1]))
         more = f" (and {len(reused) - 1} other ids used more than once)" if len(reused) > 1 else ""
         raise TraceFormatError(name, f"correlation id {corr} is used by {len(again) + 1} runtime calls{more}, "
-                                     f"e.g. {_short(again[0].name)!r} at ts={again[0].ts}: each call has "
+                                     f"e.g. {short_text(again[0].name)!r} at ts={again[0].ts}: each call has "
                                      "its own id; corrupt correlation ids")  # fmt: skip
     slack = LAUNCH_SKEW_S / unit_to_s
     overlap_slack = STREAM_OVERLAP_S / unit_to_s
@@ -448,7 +460,7 @@ def _check_device_events(
         if t0 is not None and g.ts < t0 - slack:  # type: ignore[operator]
             raise TraceFormatError(
                 name,
-                f"device activity {g.name[:60]!r} (correlation {a.correlation}) starts at "
+                f"device activity {short_text(g.name)!r} (correlation {a.correlation}) starts at "
                 f"ts={g.ts}, before the runtime call that launched it (ts={t0}): corrupt "
                 "timestamp or correlation id",
             )
@@ -483,18 +495,18 @@ def _overlap_error(name: str, overlaps: list[tuple[Event, Event]]) -> None:
     streams = sorted({g.args.stream for _, g in overlaps if g.args is not None})
     where = f"stream {streams[0]}" if len(streams) == 1 else f"streams {', '.join(map(str, streams[:5]))}"
     p, g = overlaps[0]
-    first = f"{_short(p.name)!r} at ts={p.ts} dur={p.dur}"
-    first += " twice" if (p.ts, p.dur, p.name) == (g.ts, g.dur, g.name) else f" and {_short(g.name)!r} at ts={g.ts} dur={g.dur}"
+    first = f"{short_text(p.name)!r} at ts={p.ts} dur={p.dur}"
+    first += " twice" if (p.ts, p.dur, p.name) == (g.ts, g.dur, g.name) else f" and {short_text(g.name)!r} at ts={g.ts} dur={g.dur}"
     raise TraceFormatError(name, f"device activities overlap on {where} ({len(overlaps)} pair{'s' * (len(overlaps) > 1)}; "
                                  f"first {first}): a stream runs one activity at a time; duplicated or corrupt events")  # fmt: skip
 
 
-MAX_NAME_IN_MESSAGE = 120  # kernel names run to thousands of characters (templates)
+MAX_TEXT_IN_MESSAGE = 120  # kernel names run to thousands of characters (templates)
 
 
-def _short(name: str) -> str:
-    """An event name cut for an error message."""
-    return name if len(name) <= MAX_NAME_IN_MESSAGE else name[: MAX_NAME_IN_MESSAGE - 1] + "…"
+def short_text(text: str, limit: int = MAX_TEXT_IN_MESSAGE) -> str:
+    """An event name, or a value's text, cut for a one-line message."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _needs_check(a: Args) -> bool:
@@ -524,7 +536,7 @@ def _check_device_args(name: str, e: Event, a: Args) -> None:
             if bad:
                 raise TraceFormatError(
                     name,
-                    f"kernel {e.name[:60]!r} at ts={e.ts}: '{label}' {dims!r} is not a list of sizes",
+                    f"kernel {short_text(e.name)!r} at ts={e.ts}: '{label}' {short_text(repr(dims))} is not a list of sizes",
                 )
     if a.in_split is not None or a.out_split is not None:
         _check_comm_args(name, e, a, None)
@@ -538,7 +550,7 @@ def _stream_id(name: str, e: Event, value: object) -> int:
             pass
     raise TraceFormatError(
         name,
-        f"event {e.name!r} at ts={e.ts}: 'stream' is {value!r}; expected an integer or a hex "
+        f"event {short_text(e.name)!r} at ts={e.ts}: 'stream' is {short_text(repr(value))}; expected an integer or a hex "
         "string such as '0x0'",
     )
 
@@ -558,7 +570,7 @@ def _check_cpu_args(
         dims = a.input_dims_json
         if dims and b"-" in bytes(dims) and _has_negative(a.input_dims):
             raise TraceFormatError(
-                name, f"event {e.name!r} at ts={e.ts}: negative size in 'Input Dims' {a.input_dims}"
+                name, f"event {short_text(e.name)!r} at ts={e.ts}: negative size in 'Input Dims' {short_text(str(a.input_dims))}"
             )
         if a.in_split is not None or a.out_split is not None or a.pg_ranks is not None:
             _check_comm_args(name, e, a, world_size)
@@ -598,25 +610,25 @@ def _int_list(value: Any) -> list[Any] | None:
 
 
 def _check_comm_args(name: str, e: Event, a: Args, world_size: int | None) -> None:
-    where = f"event {e.name!r} at ts={e.ts}"
+    where = f"event {short_text(e.name)!r} at ts={e.ts}"
     for label, value in (("In split size", a.in_split), ("Out split size", a.out_split)):
         splits = _int_list(value)
         if splits and not all(type(s) is int and 0 <= s <= MAX_COUNT for s in splits):
             raise TraceFormatError(
-                name, f"{where}: '{label}' {value!r} holds a negative or non-integer size"
+                name, f"{where}: '{label}' {short_text(repr(value))} holds a negative or non-integer size"
             )
     ranks = _int_list(a.pg_ranks)
     if not ranks:
         return
     if not all(type(r) is int and r >= 0 for r in ranks):
         raise TraceFormatError(
-            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} holds a non-rank value"
+            name, f"{where}: 'Process Group Ranks' {short_text(repr(a.pg_ranks))} holds a non-rank value"
         )
     if len(set(ranks)) != len(ranks):
         raise TraceFormatError(
-            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} lists a rank twice"
+            name, f"{where}: 'Process Group Ranks' {short_text(repr(a.pg_ranks))} lists a rank twice"
         )
     if world_size is not None and max(ranks) >= world_size:
         raise TraceFormatError(
-            name, f"{where}: 'Process Group Ranks' {a.pg_ranks!r} exceeds world_size {world_size}"
+            name, f"{where}: 'Process Group Ranks' {short_text(repr(a.pg_ranks))} exceeds world_size {world_size}"
         )

@@ -66,6 +66,22 @@ def _gunzip(label: str, raw: bytes) -> bytes:
         return gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; CRC errors too
         raise TraceFormatError(label, f"corrupt or truncated gzip data ({e})") from e
+    except MemoryError:
+        raise too_large(label, _gzip_size(raw)) from None
+
+
+def too_large(label: object, size: str = "") -> TraceFormatError:
+    """The error for a file whose contents do not fit in this machine's memory; ``size`` says
+    how large they are, where known."""
+    return TraceFormatError(label, f"too large to load in this memory{f' ({size})' if size else ''}; load it on "
+                                   "a machine with more memory, or profile fewer steps")  # fmt: skip
+
+
+def _gzip_size(raw: bytes) -> str:
+    """The uncompressed size the gzip trailer records (its last member's, modulo 4 GiB: left
+    out where it cannot be the size, less than the compressed data)."""
+    size = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
+    return f"its gzip trailer records {size / 1e9:.2f} GB uncompressed" if size >= len(raw) else ""
 
 
 def _as_json(label: str, data: bytes) -> bytes:
@@ -109,6 +125,8 @@ def _read_archive(path: Path, raw: bytes, skipped: list[str] | None = None) -> l
             while tar.fileobj is not None and tar.fileobj.read(1 << 20):
                 pass
             return blobs
+    except MemoryError:
+        raise too_large(path) from None
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         body = _head(raw)
         if body is not None and body[257:262] != b"ustar" and not _looks_like_old_tar(body):
