@@ -49,6 +49,10 @@ def test_ranks_half_a_second_apart_are_noted(tmp_path, dlrm_raw):
     a = analyze_paths([folder])
     (line,) = [w for w in a.warnings() if "away from" in w]
     assert line.startswith("rank 7's step 10 lies 488 ms away from rank 1's") and "clocks" in line
+    from trainsim.sim import SimOptions
+    from trainsim.sim.replay import replay_paths
+
+    assert line in replay_paths([folder], SimOptions()).to_dict()["input_warnings"]  # replay says it too
 
 
 def test_ranks_on_different_devices_are_noted(tmp_path, dlrm_raw):

@@ -170,7 +170,7 @@ def replay(
     from trainsim.ingest.link import low_link_warnings, pid_mismatch_warnings
     from trainsim.ingest.multirank import skipped_note
 
-    for line in [*pid_mismatch_warnings(doc.get("et_link") or {}), *low_link_warnings(doc.get("et_link") or {})]:
+    for line in [*rep.notes, *pid_mismatch_warnings(doc.get("et_link") or {}), *low_link_warnings(doc.get("et_link") or {})]:
         stderr.print(f"[yellow]warning:[/] {line}")
     skipped = skipped_note(rep.skipped)
     if skipped:  # as `analyze` notes it

@@ -31,6 +31,7 @@ class Replay:
     whatif: dict[str, Any] = field(default_factory=dict)
     sampled: bool = False  # a sampled trace: its measured step is incomplete
     skipped: tuple[str, ...] = ()  # input files not read, each "<name>: <why>"
+    notes: tuple[str, ...] = ()  # odd but usable input (ingestion's warnings), one line each
 
     @property
     def measured_step_s(self) -> float | None:
@@ -69,6 +70,7 @@ class Replay:
             "whatif": self.whatif,
             "sampled_trace": self.sampled,
             "skipped_inputs": list(self.skipped),
+            "input_warnings": list(self.notes),
             "diagnostics": sim["diagnostics"],
             "provenance": _provenance(o.kernels.value, sim["diagnostics"], _model_kinds(res)),
             "collective_system": _system(res),
@@ -128,6 +130,7 @@ class Loaded:
     et_link: dict[str, Any]
     sampled: bool  # some trace records only a sample of its events: no complete step
     skipped: tuple[str, ...] = ()  # input files not read, each "<name>: <why>"
+    notes: tuple[str, ...] = ()  # odd but usable input (LoadedTraces.warnings)
 
 
 def load_for_replay(
@@ -158,7 +161,7 @@ def load_for_replay(
                 str(r): (s.to_dict() if hasattr(s, "to_dict") else str(s)) for r, s in stats.items()
             }
     sampled = any(getattr(t, "is_sampled", False) for t in loaded.traces.values())
-    return Loaded(workload, loaded.match.to_dict(), et_link, sampled, tuple(loaded.skipped))
+    return Loaded(workload, loaded.match.to_dict(), et_link, sampled, tuple(loaded.skipped), tuple(loaded.warnings))
 
 
 def _is_workload_ir(path: Path) -> bool:
@@ -185,5 +188,5 @@ def replay_paths(
     files = tuple(str(f) for f in workload.metadata.get("files", paths))
     return Replay(
         files, workload, result, loaded.collectives, loaded.et_link, sampled=loaded.sampled,
-        skipped=loaded.skipped,
+        skipped=loaded.skipped, notes=loaded.notes,
     )
