@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import signal
 import struct
 import sys
 import threading
@@ -27,9 +28,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
-from multiprocessing import get_context
+from multiprocessing import forkserver, get_context
 from typing import Any
 
 from trainsim.builders.costs import OpCoster
@@ -328,7 +329,8 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
             pool = _pool(n)
             futs: list[Future[list[Screened]]] = []
             try:
-                futs = [pool.submit(screen_plans, model, system, ch, env) for ch in chunks]
+                with _children_ignore_interrupts():  # the submits start the workers
+                    futs = [pool.submit(screen_plans, model, system, ch, env) for ch in chunks]
                 for fut in as_completed(futs):
                     res = fut.result()
                     out.extend(res)
@@ -338,6 +340,9 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
                 _drop_pool()  # a worker died (killed, out of memory, an interrupt while idle)
                 if attempt == 2 or out:  # only a pool found broken before any result is retried
                     raise
+            except KeyboardInterrupt:
+                _kill_pool()
+                raise
             except BaseException:
                 for f in futs:
                     f.cancel()
@@ -362,8 +367,37 @@ def _pool(n: int) -> ProcessPoolExecutor:
     if pool is None:
         _drop_pool()
         pool = _POOL[n] = ProcessPoolExecutor(max_workers=n, mp_context=get_context("forkserver"),
-                                              initializer=_watch_parent, initargs=(os.getpid(),))  # fmt: skip
+                                              initializer=_init_worker, initargs=(os.getpid(),))  # fmt: skip
     return pool
+
+
+@contextmanager
+def _children_ignore_interrupts() -> Iterator[None]:
+    """For the block: the processes started in it ignore SIGINT, and a Ctrl-C is held until it
+    ends. Ctrl-C reaches the whole process group: screening processes it interrupted printed
+    tracebacks from wherever they were (an import, a semaphore of a program already gone), and
+    the search answers it alone (:func:`_kill_pool`). The forkserver, which forks every worker,
+    is started here with SIGINT ignored, which its workers inherit (through fork and exec)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers are the main thread's, and so are Ctrl-Cs
+        return
+    held: list[int] = []
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+        signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
+    if held and callable(old):
+        old(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
+
+
+def _init_worker(pid: int) -> None:
+    """A worker's initializer: Ctrl-C is the search's to answer (a forkserver that another
+    library started passes it on), and the worker ends with the search (:func:`_watch_parent`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_parent(pid)
 
 
 def _watch_parent(pid: int, period_s: float = 2.0) -> None:
@@ -386,6 +420,18 @@ def _watch_parent(pid: int, period_s: float = 2.0) -> None:
 def _drop_pool() -> None:
     for pool in _POOL.values():
         pool.shutdown(wait=False, cancel_futures=True)
+    _POOL.clear()
+
+
+def _kill_pool() -> None:
+    """An interrupted search's pool: its workers killed, not joined, and the pool dropped. Its
+    futures are left to the pool's own thread, which fails them once it sees the workers gone:
+    cancelling them as it did so raised InvalidStateError in that thread (Python 3.11), which then
+    never closed the call queue, and the exit hung joining the queue's feeder (review finding)."""
+    for pool in _POOL.values():
+        for p in list((pool._processes or {}).values()):
+            with suppress(OSError):
+                p.kill()
     _POOL.clear()
 
 
