@@ -76,10 +76,10 @@ def search(
     top_k: int = typer.Option(10, "--top-k", min=1, help="Plans to report."),
     simulate_top: int = typer.Option(32, "--simulate-top", min=1, help="Best screened plans to simulate before ranking."),
     memory_headroom: str | None = typer.Option(None, "--memory-headroom", help="Memory to keep free on each GPU (a fraction 0.1, a percentage 10% or an amount 6GiB): plans that leave less are infeasible. Default: none (see `trainsim predict --help`)."),
-    workers: int | None = typer.Option(None, "--workers", min=1, help="Local screening processes (default: every core)."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Local screening processes (default: every core this process may use; not with --scheduler)."),
     kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
     comm_models: list[Path] | None = typer.Option(None, "--comm-models", help="A `trainsim fit-comm` .json artifact of this system, answering before the shipped comm models (repeatable)."),
-    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address (tcp://host:port) to screen on a cluster."),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address (tcp://host:port) to screen on a cluster; its workers need this trainsim (the same source)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Screen every plan of the space with the closed form, simulate the best, rank them."""
@@ -97,6 +97,10 @@ def search(
     from trainsim.hardware import get_device
 
     headroom = headroom_bytes(memory_headroom, get_device(sysspec.device).memory_bytes)
+    if scheduler and scheduler.startswith("inproc://"):
+        raise ConfigError(f"--scheduler {scheduler}: an in-process scheduler lives in the Python program that made it "
+                          "(a LocalCluster(processes=False)), which a command cannot reach; give a tcp:// address, "
+                          "or search from that program (trainsim.search.llm.search_llm)")  # fmt: skip
     if scheduler and (kernel_models or comm_models):
         raise ConfigError("--kernel-models/--comm-models are local files the Dask workers cannot read; "
                           "screen locally (drop --scheduler) or install the artifacts on the workers")  # fmt: skip

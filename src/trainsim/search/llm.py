@@ -25,10 +25,10 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass
 from multiprocessing import forkserver, get_context
 from typing import Any
@@ -49,7 +49,9 @@ from trainsim.search.space import PlanSpace, reason_key
 
 OBJECTIVES = ("time", "time-to-train", "cost")
 MEMORY_REASON = "does not fit in GPU memory"
-_CHUNK = 256
+_CHUNK = 256  # plans per chunk at most (a task's overhead is a few ms; a chunk of 256 ~0.2 s)
+_MIN_CHUNK = 32
+_CHUNKS_PER_WORKER = 4  # a worker left with a slow chunk holds the search up by 1/4 of its share
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,9 +182,20 @@ def scheduler_address(text: str) -> str:
     return f"{scheme}://{rest}"
 
 
-def _chunks(items: list[tuple[int, Plan]], n: int) -> Iterable[list[tuple[int, Plan]]]:
-    for k in range(0, len(items), n):
-        yield items[k : k + n]
+def _chunks(items: list[tuple[int, Plan]], workers: int) -> list[list[tuple[int, Plan]]]:
+    """``items`` in chunks for ``workers`` to share: about :data:`_CHUNKS_PER_WORKER` each, of
+    :data:`_MIN_CHUNK` to :data:`_CHUNK` plans (a fixed 256 gave GPT-3 175B's 2,000 plans eight
+    tasks: at most eight workers busy)."""
+    size = math.ceil(len(items) / max(workers * _CHUNKS_PER_WORKER, 1))
+    size = max(min(size, _CHUNK), min(_MIN_CHUNK, _CHUNK), 1)
+    return [items[k : k + size] for k in range(0, len(items), size)]
+
+
+def _cores() -> int:
+    """The cores this process may run on (taskset, a cgroup's cpuset), not the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 CONNECT_DEADLINE_S = 20.0  # to reach the scheduler and finish its handshake
@@ -255,11 +268,12 @@ def _dask_header(head: bytes) -> bool:
     return 1 <= frames <= 64 and 8 + 8 * frames <= total <= 1 << 20
 
 
-def _connect(client_cls: Any, scheduler: str) -> Any:
+def _connect(client_cls: Any, scheduler: str, say: Callable[[str], None]) -> Any:
     """A Dask client of ``scheduler`` with at least one worker, or a one-line ConfigError. A TCP
     address must first speak (:func:`_probe_tcp`); the connection itself (handshake included) then
     runs in a daemon thread, since a port held by another service can also stall the handshake or
-    answer garbage; both within :data:`CONNECT_DEADLINE_S` in all."""
+    answer garbage; both within :data:`CONNECT_DEADLINE_S` in all. ``say`` hears of the wait for
+    a first worker."""
     import threading
 
     deadline = time.monotonic() + CONNECT_DEADLINE_S
@@ -278,6 +292,9 @@ def _connect(client_cls: Any, scheduler: str) -> Any:
     if t.is_alive():
         raise ConfigError(f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_DEADLINE_S:.0f} s "
                           "(is it a Dask scheduler's address, not its dashboard's?)")  # fmt: skip
+    if "error" in box and scheduler.startswith("inproc://"):  # nothing was sent: there is nothing there
+        raise ConfigError(f"--scheduler {scheduler}: no in-process scheduler of that address in this program "
+                          "(inproc:// reaches a LocalCluster(processes=False) made in this Python process)") from None  # fmt: skip
     if isinstance(box.get("error"), _NOT_DASK):
         raise ConfigError(f"--scheduler {scheduler}: the address did not answer as a Dask scheduler (what it "
                           "sent is not Dask's protocol; is it another service's port?)") from None  # fmt: skip
@@ -286,37 +303,146 @@ def _connect(client_cls: Any, scheduler: str) -> Any:
         raise ConfigError(f"--scheduler {scheduler}: cannot use it as a Dask scheduler ({first})") from None
     client = box["client"]
     try:
+        if not client.scheduler_info()["workers"]:
+            say(f"connected to {scheduler}; waiting up to {WORKERS_DEADLINE_S:.0f} s for a worker")
         client.wait_for_workers(1, timeout=WORKERS_DEADLINE_S)
     except Exception:
         client.close()
         raise ConfigError(f"--scheduler {scheduler}: the scheduler has no workers after {WORKERS_DEADLINE_S:.0f} s "
                           f"(start some: dask worker {scheduler})") from None  # fmt: skip
+    except BaseException:
+        _close_now(client)
+        raise
     return client
 
 
-def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, Plan]], *, workers: int | None,
-                   scheduler: str | None, tick: Callable[[int], None]) -> list[Screened]:  # fmt: skip
-    chunks = list(_chunks(items, _CHUNK))
-    out: list[Screened] = []
-    if scheduler:
+def _source_probe() -> Callable[[], tuple[str, str] | None]:
+    """A function giving where the ``trainsim`` package is and a digest of its ``.py`` files, or
+    None where it is not importable. Made here, a local function, so that cloudpickle ships its
+    code to a Dask worker (by value): it runs there without importing trainsim, which may be
+    missing or another version (every commit is 0.1.0: the source tells them apart)."""
+
+    def probe() -> tuple[str, str] | None:
+        import hashlib
+        import importlib.util
+        from pathlib import Path
+
+        spec = importlib.util.find_spec("trainsim")  # the imported package's, once imported
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        root = Path(next(iter(spec.submodule_search_locations)))
+        digest = hashlib.sha256()
+        for f in sorted(root.rglob("*.py")):
+            digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+        return str(root), digest.hexdigest()
+
+    return probe
+
+
+_OUR_SOURCE: list[tuple[str, str]] = []  # this process's trainsim, digested once
+
+
+@dataclass(slots=True)
+class _Dask:
+    client: Any
+    scheduler: str
+    checked: set[str]  # the workers whose trainsim is this process's
+
+
+def _check_workers(dask: _Dask) -> int:
+    """The number of workers the scheduler has, or a ConfigError naming those (not yet checked)
+    whose trainsim is missing or not this process's: their screening failed on every plan, or
+    answered other numbers, with exit 0 (review finding)."""
+    info = dask.client.scheduler_info()["workers"]
+    new = [w for w in info if w not in dask.checked]
+    if not new:
+        return len(info)
+    if not _OUR_SOURCE:
+        ours = _source_probe()()
+        assert ours is not None, "this process runs trainsim"
+        _OUR_SOURCE.append(ours)
+    root, digest = _OUR_SOURCE[0]
+    answers = dask.client.run(_source_probe(), workers=new, on_error="return")
+    bad = []
+    for w, a in answers.items():
+        name = info.get(w, {}).get("name", w)
+        who = w if str(name) == w else f"{name} ({w})"
+        if isinstance(a, OSError):  # gone since
+            continue
+        if isinstance(a, BaseException):
+            bad.append(f"{who}: the check failed, {type(a).__name__}: {(str(a).splitlines() or [''])[0]}")
+        elif a is None:
+            bad.append(f"{who}: no trainsim importable")
+        elif a[1] != digest:
+            bad.append(f"{who}: another trainsim source, {a[0]}")
+    dask.checked.update(new)
+    if bad:
+        more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise ConfigError(f"--scheduler {dask.scheduler}: {len(bad)} of {len(answers)} Dask workers do not run this "
+                          f"trainsim ({'; '.join(bad[:3])}{more}); they need the same source as {root}")  # fmt: skip
+    return len(info)
+
+
+@contextmanager
+def _quiet_dask_logs() -> Iterator[None]:
+    """Dask's and tornado's loggers silent for the block, as they were after it: what they log of
+    a scheduler or worker lost (tracebacks, reconnection attempts) the search says in one line."""
+    import logging
+
+    names = ["distributed", "tornado", "asyncio",
+             *(n for n in logging.root.manager.loggerDict if n.startswith(("distributed.", "tornado.")))]  # fmt: skip
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _close_now(client: Any) -> None:
+    """Close ``client`` on an interrupt, waiting at most a second for the scheduler."""
+    with suppress(BaseException):  # a second Ctrl-C, a scheduler gone
+        client.close(timeout=1)
+
+
+@contextmanager
+def _dask_client(scheduler: str, say: Callable[[str], None]) -> Iterator[_Dask]:
+    """A client of ``scheduler`` whose workers run this trainsim (:func:`_check_workers`),
+    closed after the block; Dask's logging quiet meanwhile."""
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise ConfigError(
+            "--scheduler needs dask.distributed: pip install 'trainsim[search]' (or dask[distributed])"
+        ) from None
+    with _quiet_dask_logs():
+        client = _connect(Client, scheduler, say)
         try:
-            from dask.distributed import Client
-            from dask.distributed import as_completed as dask_completed
-        except ImportError:
-            raise ConfigError(
-                "--scheduler needs dask.distributed: pip install 'trainsim[search]' (or dask[distributed])"
-            ) from None
-        client = _connect(Client, scheduler)
-        with client:  # the workers' own environment: local artifacts are refused with --scheduler
-            futures = client.map(
-                screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False
-            )
-            for fut in dask_completed(futures):
-                res = fut.result()
-                out.extend(res)
-                tick(len(res))
-        return out
-    n = workers if workers is not None else (os.cpu_count() or 1)
+            dask = _Dask(client, scheduler, set())
+            _check_workers(dask)
+            yield dask
+        except KeyboardInterrupt:
+            _close_now(client)
+            raise
+        except BaseException:
+            with suppress(Exception):
+                client.close(timeout=5)
+            raise
+        else:
+            client.close()
+
+
+def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, Plan]], *, workers: int | None,
+                   dask: _Dask | None, tick: Callable[[int], None]) -> list[Screened]:  # fmt: skip
+    out: list[Screened] = []
+    if dask is not None:
+        return _screen_on_dask(dask, model, system, _chunks(items, _dask_threads(dask)), tick)
+    n = workers if workers is not None else _cores()
+    chunks = _chunks(items, n)
+    n = min(n, len(chunks))  # no process without a chunk to screen
     if n <= 1 or len(chunks) <= 1:
         for ch in chunks:
             res = screen_plans(model, system, ch)
@@ -348,6 +474,68 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
                     f.cancel()
                 raise
     raise AssertionError("unreachable")
+
+
+def _screen_on_dask(dask: _Dask, model: ModelSpec, system: SystemSpec, chunks: list[list[tuple[int, Plan]]],
+                    tick: Callable[[int], None]) -> list[Screened]:  # fmt: skip
+    """The chunks screened on the Dask workers (the workers' own environment: local artifacts
+    are refused with --scheduler). One-line ConfigErrors for a scheduler lost, workers all gone
+    for :data:`WORKERS_DEADLINE_S`, a worker's exception and a chunk that kept killing workers."""
+    from concurrent.futures import CancelledError
+
+    from dask.distributed import wait
+
+    total = sum(map(len, chunks))
+    out: list[Screened] = []
+    where = f"--scheduler {dask.scheduler}"
+    try:
+        pending = set(dask.client.map(screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False))
+        alone_since: float | None = None
+        while pending:
+            try:
+                done, pending = wait(list(pending), timeout=1.0, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                done = set()
+            for fut in done:
+                if fut.status == "error":
+                    raise _worker_failure(where, fut.exception())
+                res = fut.result()
+                out.extend(res)
+                tick(len(res))
+            if not pending:
+                break
+            if _check_workers(dask):  # those that joined are checked too
+                alone_since = None
+            elif alone_since is None:
+                alone_since = time.monotonic()
+            elif time.monotonic() - alone_since > WORKERS_DEADLINE_S:
+                raise ConfigError(f"{where}: all Dask workers left mid-search ({len(out):,} of {total:,} plans "
+                                  "screened); see their logs")  # fmt: skip
+    except (OSError, CancelledError) as e:  # the worker's own errors are _worker_failure's
+        why = "" if isinstance(e, CancelledError) else f"; {(str(e).splitlines() or [''])[0] or type(e).__name__}"
+        raise ConfigError(f"{where}: lost the scheduler mid-search ({len(out):,} of {total:,} plans screened{why})") from e
+    return out
+
+
+def _dask_threads(dask: _Dask) -> int:
+    """The threads of the scheduler's workers (each screens one chunk at a time)."""
+    return sum(w.get("nthreads", 1) for w in dask.client.scheduler_info()["workers"].values()) or 1
+
+
+def _worker_failure(where: str, e: BaseException) -> ConfigError:
+    """One line for a chunk that failed on a Dask worker (its traceback: ``--debug``)."""
+    from distributed.scheduler import KilledWorker
+
+    if isinstance(e, KilledWorker):
+        import dask
+
+        tries = int(dask.config.get("distributed.scheduler.allowed-failures")) + 1
+        err = ConfigError(f"{where}: Dask workers died {tries} times running a chunk of plans; see the worker logs")
+    else:
+        first = (str(e).splitlines() or [""])[0]
+        err = ConfigError(f"{where}: a Dask worker failed screening: {type(e).__name__}: {first}")
+    err.__cause__ = e
+    return err
 
 
 # The screening processes are kept between searches of one program (a notebook, a sweep of
@@ -447,6 +635,9 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     check_objective(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)
     if scheduler is not None:
         scheduler = scheduler_address(scheduler)
+    if scheduler is not None and workers is not None:
+        raise ConfigError(f"--workers {workers} and --scheduler {scheduler}: --workers counts local screening "
+                          "processes, which a search on a Dask cluster does not start; give one of them")  # fmt: skip
     sys_spec = get_system(system) if isinstance(system, str) else system
     check_job_placement(space.gpus, sys_spec)  # every plan has all the GPUs: one error, not one per plan
     capacity = get_device(sys_spec.device).memory_bytes
@@ -474,15 +665,15 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
         else:
             items.append((len(items), plan))
     enumerated = sum(infeasible.values()) + len(items)
-    _bar, tick, stop = _progress(len(items), progress)
     t1 = time.perf_counter()
-    try:
-        screened = _run_screening(
-            model, sys_spec, items, workers=workers, scheduler=scheduler, tick=tick
-        )
-    finally:
-        stop()
+    with _dask_client(scheduler, _say if progress else _quiet) if scheduler else nullcontext() as dask:
+        _bar, tick, stop = _progress(len(items), progress)  # once the workers are there
+        try:
+            screened = _run_screening(model, sys_spec, items, workers=workers, dask=dask, tick=tick)
+        finally:
+            stop()
     t2 = time.perf_counter()
+    screened.sort(key=lambda s: s.index)  # in the order enumerated, however the chunks came back
     ok = []
     for s in screened:
         if s.error:
@@ -538,6 +729,14 @@ def search_notes(model: ModelSpec, space: PlanSpace) -> list[str]:
         notes.append("selective recompute is not searched beside none with flash attention: flash keeps no "
                      "attention scores for it to drop, so it is the none plan's memory with more time")  # fmt: skip
     return notes
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _quiet(line: str) -> None:
+    pass
 
 
 def _progress(total: int, enabled: bool) -> tuple[Any, Callable[[int], None], Callable[[], None]]:
