@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from trainsim.bench.dataset import append_row, complete_lines, repair_tail
-from trainsim.errors import ConfigError, TraceFormatError, TrainsimError
+from trainsim.errors import ConfigError, GraphError, TraceFormatError, TrainsimError
 from trainsim.learn.graphs import StageGraph
 from trainsim.learn.stages import (
     MALLOC_ENV,
@@ -225,26 +225,54 @@ def _dataset_folder(folder: Path | str) -> Path:
     return folder
 
 
+def _stages_file(folder: Path | str) -> Path:
+    """``folder/stages.jsonl`` (``folder`` checked): a one-line error where it is a folder."""
+    path = _dataset_folder(folder) / "stages.jsonl"
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder; a stage dataset's stages.jsonl is a file of rows (JSON lines)")
+    return path
+
+
 _TORN_SAID: set[str] = set()  # files whose torn last line was warned of (once per process)
 
 
 def read_rows(folder: Path | str) -> list[StageRow]:
-    """Every complete row of ``folder/stages.jsonl`` (a torn last line is skipped)."""
-    path = _dataset_folder(folder) / "stages.jsonl"
+    """Every complete row of ``folder/stages.jsonl`` (a torn last line is skipped).
+
+    A stage id appears once (a resumed collection skips the ids it holds): a file with an id
+    twice (e.g. two folders merged by hand) is refused, since which measurement is the stage's
+    (and which split a predictor put it in) would be a guess."""
+    path = _stages_file(folder)
     if not path.exists():
         return []
     out = []
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(path, f"unreadable ({e.strerror or e})") from None
     if raw[raw.rfind(b"\n") + 1 :].strip() and str(path) not in _TORN_SAID:  # a count one short is a mystery
         _TORN_SAID.add(str(path))
         print(f"warning: {path}: its last line is incomplete (an interrupted collection) and is skipped; "
               "`trainsim stages collect` on the folder cuts it and resumes", file=sys.stderr)  # fmt: skip
+    line_of: dict[str, int] = {}
     for lineno, d in complete_lines(path, raw):
         if not isinstance(d, dict) or d.get("schema") != STAGE_SCHEMA:
             raise TraceFormatError(path, f"line {lineno}: not a {STAGE_SCHEMA} row")
+        sid, latency = d.get("id"), d.get("latency_s")
+        if not isinstance(sid, str) or not sid:
+            raise TraceFormatError(path, f"line {lineno}: id must be a stage id (text), got {sid!r}")
+        if sid in line_of:
+            raise TraceFormatError(path, f"line {lineno}: stage {sid} is on line {line_of[sid]} already; "
+                                   "a stage appears once (two folders merged?): keep one of the two rows")  # fmt: skip
+        line_of[sid] = lineno
+        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 < latency < math.inf:
+            raise TraceFormatError(path, f"line {lineno}: latency_s must be a positive number, got {latency!r}")
         try:
-            out.append(StageRow(d["id"], d["family"], StageSpec.from_dict(d["spec"]), float(d["latency_s"]),
-                                float(d.get("rel_iqr", 0.0)), d["graph"], d))  # fmt: skip
+            spec = StageSpec.from_dict(d.get("spec"))
+        except ConfigError as e:
+            raise TraceFormatError(path, f"line {lineno}: spec: {e}") from None
+        try:
+            out.append(StageRow(sid, d["family"], spec, float(latency), float(d.get("rel_iqr", 0.0)), d["graph"], d))
         except (KeyError, TypeError, ValueError) as e:
             raise TraceFormatError(path, f"line {lineno}: malformed row ({type(e).__name__}: {e})") from None
     return out
@@ -257,6 +285,10 @@ def load_graph(folder: Path | str, digest: str) -> StageGraph:
     except FileNotFoundError:
         raise TraceFormatError(
             path, "graph file missing; run `trainsim stages collect` on the folder again (same options) to rebuild it"
+        ) from None
+    except GraphError as e:  # read, but not a stage graph (another schema, a cycle, a dangling edge)
+        raise TraceFormatError(
+            path, f"{e}; run `trainsim stages collect` on the folder again (same options) to rebuild it"
         ) from None
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise TraceFormatError(
@@ -401,8 +433,8 @@ def collect(folder: Path | str, items: Sequence[tuple[str, StageSpec]], *, warmu
     from trainsim.learn.stages import measure_stage
 
     folder = _dataset_folder(folder)
+    path = _stages_file(folder)
     output_folder(folder / "graphs")  # creatable, or a one-line error
-    path = folder / "stages.jsonl"
     repair_tail(path)
     done = {r.id: r for r in read_rows(folder)}
     held, wanted = {r.family for r in done.values()}, {s.family for _, s in items}
@@ -502,7 +534,7 @@ def rebuild_graphs(folder: Path | str, *, log: Callable[[str], None] | None = No
     from trainsim.ir.serialize import write_text_atomic
 
     folder = Path(folder)
-    path = folder / "stages.jsonl"
+    path = _stages_file(folder)
     repair_tail(path)
     rows = read_rows(folder)
     lines = []

@@ -96,8 +96,9 @@ class StageGraph:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StageGraph:
-        if d.get("schema") != GRAPH_SCHEMA:
-            raise GraphError(f"not a {GRAPH_SCHEMA} document (schema {d.get('schema')!r})")
+        if not isinstance(d, dict) or d.get("schema") != GRAPH_SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise GraphError(f"not a {GRAPH_SCHEMA} document (schema {got!r})")
         g = cls(list(d["op"]), list(d["kind"]), [tuple(s) for s in d["shape"]], list(d["dtype"]),
                 list(d["edges"][0]), list(d["edges"][1]))  # fmt: skip
         n = g.num_nodes
@@ -118,6 +119,10 @@ class StageGraph:
             raise GraphError("stage graph edge refers to a missing node")
         if any(k not in KINDS for k in self.kind):
             raise GraphError(f"stage graph node kind outside {KINDS}")
+        if n == 0:
+            raise GraphError("stage graph has no nodes")
+        if not all(0.0 <= f < math.inf for f in self.flops):  # features take log2(1 + flops)
+            raise GraphError("stage graph flops must be finite and >= 0")
         topo_order(self)
 
     def counts(self) -> dict[str, int]:

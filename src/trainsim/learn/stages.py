@@ -38,7 +38,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from trainsim.errors import ConfigError
@@ -76,6 +76,9 @@ class StageSpec:
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ConfigError(f"stage family must be one of {FAMILIES}, got {self.family!r}")
+        for name in ("hidden", "heads", "seq", "micro_batch", "shard", "vocab", "ffn_mult"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.layers < 0 or (self.layers == 0 and not (self.embed or self.head)):
             raise ConfigError(f"a stage needs layers >= 1 or an embedding/head, got {self}")
         if self.hidden % self.heads or self.heads % self.shard:
@@ -136,11 +139,24 @@ class StageSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> StageSpec:
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
+    def from_dict(cls, d: Any) -> StageSpec:
+        """A spec from its :meth:`to_dict` (one-line :class:`ConfigError` naming a bad field)."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"a stage spec is an object of fields, got {type(d).__name__}")
+        types = {f.name: f.type for f in fields(cls)}
+        unknown = set(d) - set(types)
         if unknown:
             raise ConfigError(f"unknown stage fields {sorted(unknown)}")
+        missing = [f.name for f in fields(cls) if f.name not in d and f.default is MISSING]
+        if missing:
+            raise ConfigError(f"stage fields {missing} missing")
+        for name, value in d.items():
+            want = types[name]
+            ok = (isinstance(value, bool) if want == "bool" else isinstance(value, str) if want == "str"
+                  else not isinstance(value, bool) and isinstance(value, int if want == "int" else (int, float)))  # fmt: skip
+            if not ok or (want == "float" and not math.isfinite(value)):
+                what = {"bool": "true or false", "str": "text", "int": "an integer"}.get(str(want), "a finite number")
+                raise ConfigError(f"{name} must be {what}, got {value!r}")
         return cls(**d)
 
     def key(self) -> str:

@@ -1,0 +1,170 @@
+"""Review 34 (fuzzing ``trainsim stages``): stage datasets and predictors that are damaged or
+edited by hand are one-line errors naming the file and field, never NaN answers, tracebacks or
+a replaced file of the user's."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trainsim.errors import ConfigError, TraceFormatError
+from trainsim.learn.dataset import STAGE_SCHEMA, collect, load_graph, read_rows
+from trainsim.learn.graphs import StageGraph
+from trainsim.learn.stages import StageSpec
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_geometric")
+
+
+def _chain(n_ops: int, width: int) -> StageGraph:
+    g = StageGraph()
+    prev = g.add_node("input", "input", (16, width), "float32")
+    for i in range(n_ops):
+        node = g.add_node("dot_general" if i % 2 == 0 else "add", "operator", (16, width), "float32", flops=1e6 * width)
+        g.add_edge(prev, node)
+        prev = node
+    g.add_edge(prev, g.add_node("output", "output", (16, width), "float32"))
+    return g
+
+
+def _write_graph(folder, doc) -> str:
+    data = json.dumps(doc).encode()
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    (folder / "graphs").mkdir(parents=True, exist_ok=True)
+    (folder / "graphs" / f"{digest}.json.gz").write_bytes(gzip.compress(data))
+    return digest
+
+
+def _row(i: int, digest: str, **over) -> dict:
+    spec = StageSpec("gpt", hidden=64, heads=2, seq=16 * (1 + i), micro_batch=1, layers=1 + i % 3, vocab=128)
+    return {"schema": STAGE_SCHEMA, "id": f"s-{i}", "family": "gpt", "spec": spec.to_dict(),
+            "latency_s": 1e-3 * (1 + i % 4) * (1 + i % 3), "graph": digest, "graph_forward": digest} | over  # fmt: skip
+
+
+def _dataset(folder: Path, n: int = 10, **first: object) -> Path:
+    """``n`` stages of chain graphs (no jax: rows and graph files written as collect writes them);
+    ``first`` overrides fields of the first row."""
+    rows = [_row(i, _write_graph(folder, _chain(1 + i % 4, 8 * (1 + i % 3)).to_json())) for i in range(n)]
+    rows[0] |= first
+    (folder / "stages.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def _run(*args: str):
+    from trainsim.cli.main import _register, app
+
+    _register()
+    return CliRunner().invoke(app, ["stages", *args])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A dataset and a GCN predictor trained on it (one epoch)."""
+    root = tmp_path_factory.mktemp("r34")
+    ds = _dataset(root / "ds")
+    res = _run("train", str(ds), "--out", str(root / "pred"), "--model", "gcn", "--epochs", "1", "--fraction", "0.5")
+    assert res.exit_code == 0, res.output
+    return ds, root / "pred"
+
+
+# --- finding 1: latencies and stage ids --------------------------------------------------------
+
+
+@pytest.mark.parametrize("latency", [-1.0, 0.0, math.nan, math.inf, "fast", None, True])
+def test_a_stage_latency_must_be_a_positive_number(tmp_path, latency):
+    folder = _dataset(tmp_path / "ds", n=3, latency_s=latency)
+    with pytest.raises(TraceFormatError, match=r"stages.jsonl: line 1: latency_s must be a positive number, got "):
+        read_rows(folder)
+
+
+def test_train_and_predict_refuse_a_non_positive_latency(trained, tmp_path):
+    _, pred = trained
+    for value in (-1.0, 0.0, math.nan):  # were: MRE nan and a NaN-scaled predictor; -100 %; ZeroDivisionError
+        ds = _dataset(tmp_path / f"ds{value}", latency_s=value)
+        for args in (("train", str(ds), "--out", str(tmp_path / "p"), "--model", "gcn", "--epochs", "1"),
+                     ("predict", str(pred), str(ds))):  # fmt: skip
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                res = _run(*args)
+            assert res.exit_code == 1 and isinstance(res.exception, TraceFormatError), (args, res.output)
+            assert f"line 1: latency_s must be a positive number, got {value!r}" in str(res.exception)
+        assert not (tmp_path / "p").exists()
+
+
+def test_a_stage_id_twice_is_refused(tmp_path):
+    """A resumed collection never writes an id twice; a hand-merged file would have counted the
+    stage twice (and a predictor's split by id would be a guess)."""
+    folder = _dataset(tmp_path / "ds", n=4)
+    lines = (folder / "stages.jsonl").read_text().splitlines(keepends=True)
+    again = json.loads(lines[1]) | {"latency_s": 0.5}
+    (folder / "stages.jsonl").write_text("".join(lines) + json.dumps(again) + "\n")
+    with pytest.raises(TraceFormatError, match=r"line 5: stage s-1 is on line 2 already"):
+        read_rows(folder)
+
+
+# --- finding 3: a folder where stages.jsonl belongs -------------------------------------------
+
+
+def test_stages_jsonl_that_is_a_folder_is_a_one_line_error(tmp_path):
+    folder = tmp_path / "ds"
+    (folder / "stages.jsonl").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"stages.jsonl: is a folder"):
+        read_rows(folder)
+    with pytest.raises(ConfigError, match=r"stages.jsonl: is a folder"):
+        collect(folder, [])
+
+
+# --- finding 4a: row and graph errors name the file, line and field ----------------------------
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"evil": 1}, "spec: unknown stage fields ['evil']"),
+    ({"hidden": "x"}, "spec: hidden must be an integer, got 'x'"),
+    ({"heads": 0}, "spec: heads must be at least 1, got 0"),
+    ({"embed": "yes"}, "spec: embed must be true or false, got 'yes'"),
+    ({"family": "moe", "experts": 0}, "spec: MoE stages need experts >= 2"),
+])  # fmt: skip
+def test_a_bad_spec_field_is_named_with_its_file_and_line(tmp_path, spec, message):
+    folder = _dataset(tmp_path / "ds", n=2)
+    lines = (folder / "stages.jsonl").read_text().splitlines(keepends=True)
+    row = json.loads(lines[1])
+    row["spec"] |= spec
+    (folder / "stages.jsonl").write_text(lines[0] + json.dumps(row) + "\n")
+    with pytest.raises(TraceFormatError) as e:
+        read_rows(folder)
+    assert str(e.value).startswith(f"{folder / 'stages.jsonl'}: line 2: ") and message in str(e.value)
+
+
+def _damaged(doc: dict, what: str) -> dict:
+    if what == "cycle":
+        doc["edges"] = [doc["edges"][0] + [doc["edges"][1][-1]], doc["edges"][1] + [doc["edges"][0][0]]]
+    elif what == "edge":
+        doc["edges"][1][0] = 999
+    elif what == "schema":
+        doc["schema"] = "x/9"
+    elif what == "empty":
+        doc |= {"op": [], "kind": [], "shape": [], "dtype": [], "edges": [[], []], "flops": [], "contract": []}
+    elif what == "flops":
+        doc["flops"][1] = math.nan
+    return doc
+
+
+@pytest.mark.parametrize(("what", "message"), [
+    ("cycle", "stage graph has a cycle"), ("edge", "edge refers to a missing node"),
+    ("schema", "not a trainsim.stage-graph/1 document (schema 'x/9')"), ("empty", "stage graph has no nodes"),
+    ("flops", "stage graph flops must be finite"),
+])  # fmt: skip
+def test_a_damaged_stage_graph_names_its_file(tmp_path, what, message):
+    folder = tmp_path / "ds"
+    digest = _write_graph(folder, _damaged(_chain(3, 8).to_json(), what))
+    with pytest.raises(TraceFormatError) as e:
+        load_graph(folder, digest)
+    assert str(e.value).startswith(f"{folder / 'graphs' / digest}.json.gz: ") and message in str(e.value)
+    assert "run `trainsim stages collect` on the folder again" in str(e.value)  # which rebuilds it
