@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from trainsim.errors import ConfigError, TraceFormatError
+from trainsim.errors import ConfigError, ModelError, TraceFormatError
 from trainsim.learn.dataset import STAGE_SCHEMA, collect, load_graph, read_rows
 from trainsim.learn.graphs import StageGraph
 from trainsim.learn.stages import StageSpec
@@ -168,3 +168,106 @@ def test_a_damaged_stage_graph_names_its_file(tmp_path, what, message):
         load_graph(folder, digest)
     assert str(e.value).startswith(f"{folder / 'graphs' / digest}.json.gz: ") and message in str(e.value)
     assert "run `trainsim stages collect` on the folder again" in str(e.value)  # which rebuilds it
+
+
+# --- findings 2, 3, 4b: a predictor's weights and config are checked at load -------------------
+
+
+def test_predictor_weights_that_are_a_folder_is_a_one_line_error(trained, tmp_path):
+    import shutil
+
+    _, pred = trained
+    bad = tmp_path / "bad"
+    shutil.copytree(pred, bad)
+    (bad / "predictor.safetensors").unlink()
+    (bad / "predictor.safetensors").mkdir()
+    res = _run("predict", str(bad), str(trained[0]))
+    assert res.exit_code == 1 and "predictor.safetensors: is a folder" in str(res.exception)
+
+
+def _edited(pred, tmp_path, name, *, doc=None, tensors=None):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / name
+    shutil.copytree(pred, out)
+    if doc is not None:
+        d = json.loads((out / "predictor.json").read_text())
+        doc(d)
+        (out / "predictor.json").write_text(json.dumps(d))
+    if tensors is not None:
+        t = load_file(out / "predictor.safetensors")
+        tensors(t)
+        save_file(t, out / "predictor.safetensors")
+    return out
+
+
+def _set_first(t, value):
+    t["convs.0.lin.weight"][0, 0] = value
+
+
+def test_weights_or_scaling_that_are_not_finite_are_refused_at_load(trained, tmp_path):
+    """Were: predictions of nan, and a search saying no pipeline fits."""
+    from trainsim.learn.train import Predictor
+
+    ds, pred = trained
+    for value in (math.nan, math.inf):
+        bad = _edited(pred, tmp_path, f"w{value}", tensors=lambda t, v=value: _set_first(t, v))
+        with pytest.raises(ModelError, match=r"predictor.safetensors: tensor convs.0.lin.weight holds NaN or infinite"):
+            Predictor.load(bad)
+    res = _run("predict", str(bad), str(ds))
+    assert res.exit_code == 1 and "tensor convs.0.lin.weight holds NaN or infinite" in str(res.exception)
+    bad = _edited(pred, tmp_path, "mean", doc=lambda d: d["target"].update(mean=math.nan))
+    with pytest.raises(ModelError, match=r"predictor.json: target.mean must be a finite number, got nan"):
+        Predictor.load(bad)
+    res = _run("search", "--predictor", str(bad))
+    assert res.exit_code == 1 and "target.mean must be a finite number" in str(res.exception)
+
+
+def test_finite_but_absurd_weights_are_an_error_not_an_overflow(trained, tmp_path):
+    """Finite weights can still put a prediction past e^709: was inf with numpy's "overflow
+    encountered in exp" (and a search that "fits no pipeline"); the check is on the log latency."""
+    ds, pred = trained
+
+    def huge(t):
+        t["readout.mlp.4.weight"][:] = 1e30
+
+    bad = _edited(pred, tmp_path, "huge", tensors=huge)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        res = _run("predict", str(bad), str(ds))
+    assert res.exit_code == 1 and isinstance(res.exception, ModelError), res.output
+    assert "outside any float: its weights or target scaling are damaged" in str(res.exception)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.update(op_vocab=d["op_vocab"][:-1]), "op_vocab's 1 operators make 27 node features, the model reads model.in_dim 28"),
+    (lambda d: d.update(op_vocab="dot_general"), "op_vocab must be a list of operator names"),
+    (lambda d: d["model"].update(hidden=4096), "tensor convs.0.bias: the weights hold [256], the model config gives [4096]"),
+    (lambda d: d["model"].update(layers=50), "model.layers 50 needs more tensors than the"),
+    (lambda d: d["model"].update(hidden="x"), "model.hidden must be a positive integer, got 'x'"),
+])  # fmt: skip
+def test_a_config_that_does_not_match_its_weights_names_what_differs(trained, tmp_path, edit, message):
+    """Were: a RuntimeError traceback from the first matmul, or "Error(s) in loading state_dict
+    for GNN:" after allocating the edited config's model."""
+    from trainsim.learn.train import Predictor
+
+    _, pred = trained
+    bad = _edited(pred, tmp_path, "bad", doc=edit)
+    with pytest.raises(ModelError) as e:
+        Predictor.load(bad)
+    assert message in str(e.value)
+
+
+def test_a_shape_mismatch_is_found_before_the_model_is_built(trained, tmp_path, monkeypatch):
+    from trainsim.learn import train
+
+    _, pred = trained
+    bad = _edited(pred, tmp_path, "bad", doc=lambda d: d["model"].update(hidden=4096))
+    built = []
+    real = train.build_model
+    monkeypatch.setattr(train, "build_model", lambda cfg: built.append(torch.empty(0).device) or real(cfg))
+    with pytest.raises(ModelError, match="the model config gives"):
+        train.Predictor.load(bad)
+    assert [d.type for d in built] == ["meta"]  # shapes only: the edited config's model is never allocated

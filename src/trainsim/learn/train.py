@@ -54,6 +54,7 @@ from trainsim.learn.models import (
 
 PREDICTOR_SCHEMA = "trainsim.predtop-predictor/1"
 STOP_MODES = ("each", "common")
+_MAX_LOG_S = 700.0  # |ln latency| a prediction may reach (np.exp overflows past 709.78)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +153,14 @@ class Predictor:
         out = np.zeros(len(tensors))
         with torch.no_grad():
             for ids in _eval_chunks(tensors, batch_size, padded=padded):
-                y = self.model(collate([tensors[i] for i in ids], padded=padded)).numpy()
+                y = self.model(collate([tensors[i] for i in ids], padded=padded)).numpy().astype(np.float64)
                 off = np.array([tensors[i].log_work for i in ids]) if self.per_work else 0.0
-                out[ids] = np.exp(y * self.target_std + self.target_mean + off)
+                log_s = y * self.target_std + self.target_mean + off
+                if not np.all(np.abs(log_s) < _MAX_LOG_S):  # e^710 overflows: finite but absurd weights
+                    worst = float(log_s[~(np.abs(log_s) < _MAX_LOG_S)][0])
+                    raise ModelError(f"the predictor gives a stage a latency of e^{worst:.3g} s, outside any float: "
+                                     "its weights or target scaling are damaged (train it again)")  # fmt: skip
+                out[ids] = np.exp(log_s)
         return out
 
     def predict(self, graphs: Sequence[StageGraph]) -> np.ndarray:
@@ -182,9 +188,13 @@ class Predictor:
 
     @classmethod
     def load(cls, folder: Path | str) -> Predictor:
-        """Load without executing code: JSON config + safetensors weights."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load as load_bytes
+        """Load without executing code: JSON config + safetensors weights.
+
+        Checked before the weights are read: the architecture's fields, the operator vocabulary
+        against the input width, the target scaling, and every tensor's shape in the weights'
+        header against the architecture (the model is built on the meta device first: a config
+        that is not these weights' allocates nothing); then every weight must be finite."""
+        from safetensors import SafetensorError, safe_open
 
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
@@ -198,23 +208,81 @@ class Predictor:
             raise ConfigError(f"{meta}: unreadable predictor JSON ({e})") from None
         if not isinstance(doc, dict) or doc.get("schema") != PREDICTOR_SCHEMA:
             raise ModelError(f"{meta} is not a {PREDICTOR_SCHEMA} document")
+        if weights.is_dir():
+            raise ConfigError(f"{weights}: is a folder; a predictor's weights are the file `trainsim stages train` writes")
         try:
             cfg = ModelConfig(**doc["model"])
+            _check_config(cfg, meta)
+            op_vocab, inputs = doc["op_vocab"], bool(doc.get("input_features", False))
+            if not isinstance(op_vocab, list) or not all(isinstance(o, str) for o in op_vocab):
+                raise ModelError(f"{meta}: op_vocab must be a list of operator names, got {op_vocab!r:.60}")
+            if (width := len(feature_names(op_vocab, inputs=inputs))) != cfg.in_dim:
+                raise ModelError(f"{meta}: op_vocab's {len(op_vocab)} operators make {width} node features, "
+                                 f"the model reads model.in_dim {cfg.in_dim}: the file was edited or mixed up")  # fmt: skip
+            mean, std = (_finite(doc["target"], k, meta) for k in ("mean", "std"))
+            if std <= 0:
+                raise ModelError(f"{meta}: target.std must be positive, got {std!r}")
+            with safe_open(str(weights), framework="pt") as f:  # the header first, then the tensors
+                _check_shapes(cfg, {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()})  # noqa: SIM118
+                state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+            bad = next((k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+            if bad is not None:
+                raise ModelError(f"{weights}: tensor {bad} holds NaN or infinite values: the weights are damaged "
+                                 "(train the predictor again)")  # fmt: skip
             model = build_model(cfg)
-            state = load_bytes(weights.read_bytes())
             model.load_state_dict(state)
             hist = History(**doc["history"]) if doc.get("history") else None
-            return cls(cfg, list(doc["op_vocab"]), float(doc["target"]["mean"]), float(doc["target"]["std"]),
-                       model, pruned=bool(doc.get("pruned", True)), history=hist, part=str(doc.get("part", "train")),
-                       input_features=bool(doc.get("input_features", False)),
+            return cls(cfg, list(op_vocab), mean, std, model, pruned=bool(doc.get("pruned", True)), history=hist,
+                       part=str(doc.get("part", "train")), input_features=inputs,
                        per_work=doc["target"].get("transform") == "log-per-flop", meta=doc.get("meta", {}))  # fmt: skip
         except FileNotFoundError:
             raise ConfigError(f"{folder}: no predictor.safetensors beside predictor.json") from None
         except SafetensorError as e:
             raise ConfigError(f"{weights}: not a readable safetensors file ({e})") from None
-        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        except OSError as e:
+            raise ConfigError(f"{weights}: unreadable ({e.strerror or e})") from None
+        except KeyError as e:
+            raise ModelError(f"{meta}: no field {e} (a predictor.json `trainsim stages train` writes has it)") from None
+        except (TypeError, ValueError, RuntimeError, AttributeError) as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ModelError(f"{folder}: predictor.json and its weights do not agree ({msg})") from None
+
+
+def _check_config(cfg: ModelConfig, meta: Path) -> None:
+    """The architecture's sizes as a model needs them (one line naming the field)."""
+    for name in ("in_dim", "hidden", "layers", "heads", "members"):
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ModelError(f"{meta}: model.{name} must be a positive integer, got {v!r}")
+    if isinstance(cfg.work_col, bool) or not isinstance(cfg.work_col, int) or not -1 <= cfg.work_col < cfg.in_dim:
+        raise ModelError(f"{meta}: model.work_col must be -1 or a feature column below {cfg.in_dim}, got {cfg.work_col!r}")
+
+
+def _finite(target: Any, key: str, meta: Path) -> float:
+    v = target[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ModelError(f"{meta}: target.{key} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def _check_shapes(cfg: ModelConfig, held: dict[str, tuple[int, ...]]) -> None:
+    """The tensors ``cfg``'s model has against those a weights file ``held`` (its header):
+    a ValueError naming the first that differs. A model of more layers than the file has
+    tensors is refused before it is built (each layer has weights)."""
+    if cfg.layers * cfg.members > len(held):
+        raise ValueError(f"model.layers {cfg.layers}"
+                         + (f" × model.members {cfg.members}" if cfg.members > 1 else "")
+                         + f" needs more tensors than the {len(held)} the weights hold")  # fmt: skip
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        want = {k: tuple(v.shape) for k, v in build_model(cfg).state_dict().items()}
+    for k, shape in want.items():
+        if k not in held:
+            raise ValueError(f"the model has tensor {k} {list(shape)}, the weights lack it")
+        if held[k] != shape:
+            raise ValueError(f"tensor {k}: the weights hold {list(held[k])}, the model config gives {list(shape)}")
+    extra = sorted(set(held) - set(want))
+    if extra:
+        raise ValueError(f"the weights hold tensor {extra[0]}, which the model does not have")
 
 
 def predictor_folder(folder: Path | str, what: str = "") -> Path:
