@@ -271,3 +271,26 @@ def test_a_shape_mismatch_is_found_before_the_model_is_built(trained, tmp_path, 
     with pytest.raises(ModelError, match="the model config gives"):
         train.Predictor.load(bad)
     assert [d.type for d in built] == ["meta"]  # shapes only: the edited config's model is never allocated
+
+
+# --- finding 5: --out never replaces a file that is not a trainsim predictor ---------------------
+
+
+def test_train_refuses_to_replace_a_foreign_predictor_file_and_replaces_its_own(trained, tmp_path):
+    ds, _ = trained
+    args = ("--model", "gcn", "--epochs", "1", "--fraction", "0.5")
+    for name, content in (("predictor.json", '{"my": "notes"}\n'), ("predictor.safetensors", "weights of mine")):
+        out = tmp_path / name
+        out.mkdir()
+        (out / name).write_text(content)
+        res = _run("train", str(ds), "--out", str(out), *args)
+        assert res.exit_code == 1 and f"{name} is not a predictor `trainsim stages train` wrote" in str(res.exception)
+        assert (out / name).read_text() == content and len(list(out.iterdir())) == 1
+    (tmp_path / "dir" / "predictor.safetensors").mkdir(parents=True)  # was found after the training
+    res = _run("train", str(ds), "--out", str(tmp_path / "dir"), *args)
+    assert res.exit_code == 1 and "predictor.safetensors is not a predictor" in str(res.exception)
+    own = tmp_path / "own"
+    for _ in range(2):  # a predictor of its own is replaced in place (the documented behaviour)
+        assert _run("train", str(ds), "--out", str(own), *args).exit_code == 0
+    (own / "predictor.json").unlink()  # a first save interrupted between its two files
+    assert _run("train", str(ds), "--out", str(own), *args).exit_code == 0

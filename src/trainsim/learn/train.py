@@ -53,6 +53,7 @@ from trainsim.learn.models import (
 )
 
 PREDICTOR_SCHEMA = "trainsim.predtop-predictor/1"
+PRODUCER = "trainsim"  # the weights' header metadata: a predictor's own weights (predictor_folder)
 STOP_MODES = ("each", "common")
 _MAX_LOG_S = 700.0  # |ln latency| a prediction may reach (np.exp overflows past 709.78)
 
@@ -177,7 +178,7 @@ class Predictor:
 
         folder = predictor_folder(folder)
         state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
-        write_bytes_atomic(folder / "predictor.safetensors", save_bytes(state))
+        write_bytes_atomic(folder / "predictor.safetensors", save_bytes(state, metadata={"producer": PRODUCER}))
         doc = {"schema": PREDICTOR_SCHEMA, "model": self.config.to_dict(), "op_vocab": self.op_vocab,
                "features": feature_names(self.op_vocab, inputs=self.input_features),
                "input_features": self.input_features, "target": {"transform": "log-per-flop" if self.per_work else "log", "mean": self.target_mean,
@@ -287,10 +288,44 @@ def _check_shapes(cfg: ModelConfig, held: dict[str, tuple[int, ...]]) -> None:
 
 def predictor_folder(folder: Path | str, what: str = "") -> Path:
     """``folder`` checked (and created) as where a predictor is written: one-line errors
-    (``what``: the option to name, e.g. ``"--out "``)."""
+    (``what``: the option to name, e.g. ``"--out "``). A predictor there is replaced in place;
+    a ``predictor.json`` or ``predictor.safetensors`` that is not a predictor's is refused
+    (:func:`_foreign`): nothing a user has is overwritten."""
     from trainsim.ir.serialize import output_folder
 
-    return output_folder(folder, what)
+    out = output_folder(folder, what)
+    foreign = _foreign(out)
+    if foreign is not None:
+        raise ConfigError(f"{what}{out}: {foreign} is not a predictor `trainsim stages train` wrote; "
+                          "remove it or write the predictor elsewhere")  # fmt: skip
+    return out
+
+
+def _foreign(folder: Path) -> str | None:
+    """The file of ``folder`` a predictor would replace that is not a trainsim predictor's, or None.
+
+    A ``predictor.json`` must be a :data:`PREDICTOR_SCHEMA` document (its weights beside it
+    are then its own); weights without one (a first save interrupted between the two files)
+    must carry the producer mark :meth:`Predictor.save` writes in their header."""
+    meta, weights = folder / "predictor.json", folder / "predictor.safetensors"
+    if weights.is_dir():
+        return weights.name
+    if meta.exists():
+        try:
+            doc = json.loads(meta.read_bytes())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return meta.name
+        return None if isinstance(doc, dict) and doc.get("schema") == PREDICTOR_SCHEMA else meta.name
+    if weights.exists():
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(weights), framework="pt") as f:
+                mark = (f.metadata() or {}).get("producer")
+        except (OSError, SafetensorError):
+            return weights.name
+        return None if mark == PRODUCER else weights.name
+    return None
 
 
 def _eval_chunks(tensors: Sequence[GraphTensors], batch_size: int, *, padded: bool) -> list[list[int]]:
