@@ -294,3 +294,11 @@ def test_train_refuses_to_replace_a_foreign_predictor_file_and_replaces_its_own(
         assert _run("train", str(ds), "--out", str(own), *args).exit_code == 0
     (own / "predictor.json").unlink()  # a first save interrupted between its two files
     assert _run("train", str(ds), "--out", str(own), *args).exit_code == 0
+
+
+def test_a_row_naming_a_graph_outside_the_folder_is_refused(tmp_path):
+    from trainsim.errors import TraceFormatError
+    from trainsim.learn.dataset import load_graph
+
+    with pytest.raises(TraceFormatError, match=r"graph '../../../etc/passwd' is not a graph digest"):
+        load_graph(tmp_path, "../../../etc/passwd")

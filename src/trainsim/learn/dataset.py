@@ -49,6 +49,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -278,7 +279,13 @@ def read_rows(folder: Path | str) -> list[StageRow]:
     return out
 
 
+_DIGEST = re.compile(r"[0-9a-f]{16}")  # a graph file's name: the first 16 hex digits of its sha256
+
+
 def load_graph(folder: Path | str, digest: str) -> StageGraph:
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):  # a row names it: never a path
+        raise TraceFormatError(Path(folder) / "stages.jsonl", f"graph {digest!r} is not a graph digest "
+                               "(16 hex digits); the row was edited or damaged")  # fmt: skip
     path = Path(folder) / "graphs" / f"{digest}.json.gz"
     try:
         return StageGraph.from_json(json.loads(gzip.decompress(path.read_bytes())))
