@@ -103,7 +103,7 @@ def test_every_kernel_twice_is_an_error(tmp_path, dlrm_raw):
     """Replay predicted +33 % for a trace whose kernels were all exported twice."""
     doc = _rank0(dlrm_raw)
     doc["traceEvents"] += [copy.deepcopy(e) for e in doc["traceEvents"] if e.get("cat") == "kernel"]
-    with pytest.raises(TraceFormatError, match=r"overlap on streams 7, 24, 84 \(245 pairs; first .* twice\)"):
+    with pytest.raises(TraceFormatError, match=r"exported twice on streams 7, 24, 84 \(245 pairs; first .* twice\)"):
         _load_one(tmp_path, doc)
 
 

@@ -151,10 +151,6 @@ MAX_TIME_RANGE_S = 3600.0  # events farther than this from the trace's median ar
 MAX_RESOLUTION_S = 1e-6  # float64 timestamps must still tell microseconds apart (epoch ns: 0.26 µs)
 MAX_WORLD_SIZE = 1 << 20  # ranks in one job; larger values are corrupt
 LAUNCH_SKEW_S = 100e-6  # a device activity may appear to start this much before its launch
-# Activities of one stream run one after another; they may seem to overlap by a few µs (a
-# shipped A100 trace: a copy starts 2 µs before the kernel ahead of it ends), never by more
-# than this and half the shorter one, unless one launch made both (a CUDA graph's branches).
-STREAM_OVERLAP_S = 5e-6
 
 
 @dataclass(slots=True)
@@ -447,7 +443,6 @@ def _check_device_events(
                                      f"e.g. {short_text(again[0].name)!r} at ts={again[0].ts}: each call has "
                                      "its own id; corrupt correlation ids")  # fmt: skip
     slack = LAUNCH_SKEW_S / unit_to_s
-    overlap_slack = STREAM_OVERLAP_S / unit_to_s
     last: dict[tuple[int | str, int], Event] = {}  # (pid, stream) -> its activity ending last
     overlaps: list[tuple[Event, Event]] = []
     for g in gpu:
@@ -467,7 +462,7 @@ def _check_device_events(
         if type(a.stream) is int:
             key = (g.pid, a.stream)
             p = last.get(key)
-            if p is not None and _overlap(p, g, overlap_slack):
+            if p is not None and _twice(p, g):
                 overlaps.append((p, g))
             if p is None or g.ts + g.dur > p.ts + p.dur:  # type: ignore[operator]
                 last[key] = g
@@ -478,27 +473,27 @@ def _check_device_events(
             _check_device_args(name, e, e.args)
 
 
-def _overlap(p: Event, g: Event, slack: float) -> bool:
-    """Whether ``g`` (starting no earlier than ``p``, on its stream) overlaps ``p`` more than
-    clock rounding explains: the same event twice, or by over ``slack`` and half the shorter
-    one from another launch (one launch may run a CUDA graph's branches side by side)."""
-    if g.ts == p.ts and g.dur == p.dur and g.name == p.name:
-        return True
-    over = min(p.ts + p.dur, g.ts + g.dur) - g.ts  # type: ignore[operator]
-    if over <= max(slack, 0.5 * min(p.dur, g.dur)):
+def _twice(p: Event, g: Event) -> bool:
+    """Whether ``g`` (starting no earlier than ``p``, on its stream) is ``p`` exported twice:
+    the same activity, time, duration and launch (correlation id). Activities of one stream may
+    genuinely overlap (Hopper's programmatic dependent launch starts a kernel before the one
+    ahead of it ends; one launch may run a CUDA graph's branches side by side), and two
+    back-to-back sub-microsecond launches of one kernel round to the same integer-µs time with
+    ``dur`` 0 in older traces, each with its own id: none of those is refused."""
+    if not (g.ts == p.ts and g.dur == p.dur and g.name == p.name) or not g.dur:
         return False
     pc, gc = p.args.correlation if p.args else None, g.args.correlation if g.args else None
-    return pc is None or pc != gc
+    return pc is not None and pc == gc
 
 
 def _overlap_error(name: str, overlaps: list[tuple[Event, Event]]) -> None:
     streams = sorted({g.args.stream for _, g in overlaps if g.args is not None})
     where = f"stream {streams[0]}" if len(streams) == 1 else f"streams {', '.join(map(str, streams[:5]))}"
-    p, g = overlaps[0]
-    first = f"{short_text(p.name)!r} at ts={p.ts} dur={p.dur}"
-    first += " twice" if (p.ts, p.dur, p.name) == (g.ts, g.dur, g.name) else f" and {short_text(g.name)!r} at ts={g.ts} dur={g.dur}"
-    raise TraceFormatError(name, f"device activities overlap on {where} ({len(overlaps)} pair{'s' * (len(overlaps) > 1)}; "
-                                 f"first {first}): a stream runs one activity at a time; duplicated or corrupt events")  # fmt: skip
+    p, _ = overlaps[0]
+    raise TraceFormatError(name, f"device activities exported twice on {where} ({len(overlaps)} "
+                                 f"pair{'s' * (len(overlaps) > 1)}; first {short_text(p.name)!r} at ts={p.ts} "
+                                 f"dur={p.dur}, correlation {p.args.correlation if p.args else None}, twice): "
+                                 "duplicated events")  # fmt: skip
 
 
 MAX_TEXT_IN_MESSAGE = 120  # kernel names run to thousands of characters (templates)
