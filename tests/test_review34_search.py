@@ -44,7 +44,11 @@ def _gone(sid: int, within_s: float) -> list[int]:
 def test_ctrl_c_of_a_local_search_is_one_line_and_exit_130(after_s):
     """Review finding: Ctrl-C (SIGINT to the whole process group) hung 7 times in 10, once for
     656 s, after tracebacks from the pool's thread, the forkserver or a starting worker."""
-    proc = subprocess.Popen([*TRAINSIM, "search", *BIG, "--workers", "2"], stdout=subprocess.DEVNULL,
+    # Ctrl-C's default action in the search, whatever this test runs under: a job a shell put in
+    # the background (CI's) starts with SIGINT ignored, which Python, and so the search, respects
+    script = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "from trainsim.cli.main import app_entry\nsys.argv[0] = 'trainsim'\napp_entry()\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", script, "search", *BIG, "--workers", "2"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     try:
         time.sleep(after_s)
@@ -110,6 +114,27 @@ class _Cluster:
                            "--no-nanny"], env=env)  # fmt: skip
         self._wait_for(name, "Registered to:")
 
+    def wait_for_workers(self, n: int, within_s: float = 60) -> None:
+        """Until the scheduler has exactly ``n`` workers (killed ones take it a moment to drop)."""
+        from distributed import Client
+
+        deadline = time.monotonic() + within_s
+        with Client(self.address, timeout="10s") as c:
+            while len(c.scheduler_info()["workers"]) != n:
+                assert time.monotonic() < deadline, "the scheduler kept killed workers"
+                time.sleep(0.2)
+
+    def wait_for_processing(self, within_s: float = 120) -> None:
+        """Until a task runs on a worker (a search past its connect and checks), whatever the load."""
+        from distributed import Client
+
+        deadline = time.monotonic() + within_s
+        with Client(self.address, timeout="10s") as c:
+            while not c.run_on_scheduler(lambda dask_scheduler: any(
+                    ts.state == "processing" for ts in dask_scheduler.tasks.values())):  # fmt: skip
+                assert time.monotonic() < deadline, "no task started on the workers"
+                time.sleep(0.2)
+
     def kill(self, name: str) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.procs[name].pid, signal.SIGKILL)
@@ -155,7 +180,7 @@ def test_workers_without_this_trainsim_are_refused_by_name(cluster, tmp_path):
     assert "bare (tcp://127.0.0.1:" in line and "no trainsim importable" in line and "same (" not in line
     cluster.kill("old")
     cluster.kill("bare")
-    time.sleep(1)
+    cluster.wait_for_workers(1)
     res = _search(cluster.address, *SMALL)
     assert res.returncode == 0, res.stderr
     local = subprocess.run([*TRAINSIM, "search", *SMALL, "--workers", "1", "--format", "json"], capture_output=True,
@@ -176,7 +201,7 @@ def test_losing_the_scheduler_or_every_worker_mid_search_is_one_line(cluster, lo
     proc = subprocess.Popen([sys.executable, "-c", script, "search", *BIG, "--scheduler", cluster.address,
                              "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        time.sleep(6)  # connected, screening: the 21,248 plans take one worker ~30 s
+        cluster.wait_for_processing()  # screening: the 21,248 plans take one worker ~30 s
         cluster.kill("scheduler" if lost == "scheduler" else "w1")
         out, err = proc.communicate(timeout=30)
     finally:

@@ -349,6 +349,35 @@ class _Dask:
     checked: set[str]  # the workers whose trainsim is this process's
 
 
+CHECK_DEADLINE_S = 15.0  # for the workers' answers to the source check
+
+
+def _run_bounded(dask: _Dask, workers: list[str]) -> dict[str, Any]:
+    """``client.run`` of the source probe on ``workers``, within :data:`CHECK_DEADLINE_S`: a
+    worker killed while it runs can leave the call waiting for good (review finding). Those
+    still registered but silent by then are a one-line error."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["answers"] = dask.client.run(_source_probe(), workers=workers, on_error="return")
+        except BaseException as e:  # OSError: the scheduler is gone; the caller's loop says so
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="trainsim-dask-check", daemon=True)
+    t.start()
+    t.join(CHECK_DEADLINE_S)
+    if "error" in box:
+        raise box["error"]
+    if "answers" in box:
+        return dict(box["answers"])
+    still = [w for w in workers if w in dask.client.scheduler_info()["workers"]]
+    if still:
+        raise ConfigError(f"--scheduler {dask.scheduler}: Dask workers {', '.join(still[:3])} did not answer which "
+                          f"trainsim they run within {CHECK_DEADLINE_S:.0f} s; see their logs")  # fmt: skip
+    return {}
+
+
 def _check_workers(dask: _Dask) -> int:
     """The number of workers the scheduler has, or a ConfigError naming those (not yet checked)
     whose trainsim is missing or not this process's: their screening failed on every plan, or
@@ -362,7 +391,7 @@ def _check_workers(dask: _Dask) -> int:
         assert ours is not None, "this process runs trainsim"
         _OUR_SOURCE.append(ours)
     root, digest = _OUR_SOURCE[0]
-    answers = dask.client.run(_source_probe(), workers=new, on_error="return")
+    answers = _run_bounded(dask, new)
     bad = []
     for w, a in answers.items():
         name = info.get(w, {}).get("name", w)
@@ -549,7 +578,9 @@ _POOL_LOCK = threading.Lock()
 
 
 def _pool(n: int) -> ProcessPoolExecutor:
-    pool = _POOL.get(n)
+    """The kept pool when it has at least ``n`` workers (a search of fewer chunks than a
+    previous one submits fewer, without restarting the workers), else a new one of ``n``."""
+    pool = next((p for k, p in _POOL.items() if k >= n), None)
     if pool is not None and getattr(pool, "_broken", False):
         pool = None
     if pool is None:
@@ -579,6 +610,8 @@ def _children_ignore_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
     if held and callable(old):
         old(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
+    elif held and old == signal.SIG_DFL:  # an embedding program's default action: deliver it again
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _init_worker(pid: int) -> None:
