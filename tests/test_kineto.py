@@ -275,6 +275,8 @@ BAD_DOCUMENTS: list[tuple[str, bytes, str]] = [
     # review 34: impossible content that replayed as a plausible step
     ("kernel twice", _doc(json.loads(_doc())["traceEvents"][2]),
      f"device activities exported twice on stream 7 (1 pair; first 'volta_sgemm_128x64_nn' at ts={EPOCH_US + 20} dur=3.0"),
+    ("kernel twice under a longer one", _doc(_stream7("a", 100, 100, 8), _stream7("b", 110, 10, 9), _stream7("b", 110, 10, 9)),
+     "device activities exported twice on stream 7 (1 pair; first 'b' at ts="),
     ("kernel without ts", _doc({k: v for k, v in _stream7("k", 100, 5, 8).items() if k != "ts"}),
      "1 kernel event lacks 'ts', e.g. 'k'"),
     ("kernels without dur", _doc(*({k: v for k, v in _stream7(f"k{i}", 100 * i, 5, i).items() if k != "dur"} for i in (8, 9))),

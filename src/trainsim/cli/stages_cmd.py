@@ -32,22 +32,27 @@ stages_app = typer.Typer(
 app.add_typer(stages_app, name="stages")
 
 
-def _model_options() -> dict[str, Any]:
-    """The search model's fields as options (None: the family's fixed model keeps its value)."""
-    def opt(flag: str, what: str) -> Any:
-        return typer.Option(None, flag, min=1, help=f"Search model: {what} (default: the family's fixed model's).")
-
-    return {"layers": opt("--layers", "layers to pipeline"), "hidden": opt("--hidden", "hidden size"),
-            "heads": opt("--heads", "attention heads"), "seq": opt("--seq", "sequence length"),
-            "micro_batch": opt("--micro-batch", "sequences per micro-batch"), "vocab": opt("--vocab", "vocabulary"),
-            "experts": opt("--experts", "experts (moe)"), "group_size": opt("--group-size", "tokens per gating group (moe)"),
-            "max_stage_layers": opt("--max-stage-layers", "most layers one stage holds"),
-            "shards": typer.Option(None, "--shards", help="Search model: devices a stage may use, comma-separated "
-                                   "(default 1,2,4)")}  # fmt: skip
+# The search model's fields as options (None: the family's fixed model keeps its value), by field
+_MODEL_HELP = {"layers": "layers to pipeline", "hidden": "hidden size", "heads": "attention heads",
+               "seq": "sequence length", "micro_batch": "sequences per micro-batch", "vocab": "vocabulary",
+               "experts": "experts (moe)", "group_size": "tokens per gating group (moe)",
+               "max_stage_layers": "most layers one stage holds"}  # fmt: skip
 
 
-def _overrides(values: dict[str, Any]) -> dict[str, Any]:
-    """The given search-model options (``--shards`` parsed), by field."""
+def _model_opt(field: str) -> Any:
+    """The option of one search-model field, as `stages collect` and `stages search` take it."""
+    flag = f"--{field.replace('_', '-')}"
+    if field == "shards":
+        return typer.Option(None, flag, help="Search model: devices a stage may use, comma-separated (default 1,2,4)")
+    return typer.Option(None, flag, min=1, help=f"Search model: {_MODEL_HELP[field]} (default: the family's fixed model's).")
+
+
+def _overrides(scope: dict[str, Any]) -> dict[str, Any]:
+    """The search-model options given, by field (``--shards`` parsed), from a command's
+    ``locals()``."""
+    from trainsim.learn.provider import MODEL_FLAGS
+
+    values = {k: scope[k] for k in MODEL_FLAGS}
     out = {k: v for k, v in values.items() if v is not None}
     if "shards" in out:
         from trainsim.errors import ConfigError
@@ -78,16 +83,16 @@ def collect(
     search_set: bool = typer.Option(False, "--search-set", help="Measure every candidate stage of the family's search model instead."),
     protocol: bool = typer.Option(False, "--protocol", help="Measure 003's protocol sets instead: every stage of one model under each 003 Table III configuration (docs/predtop.md)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table (a summary line) or json (the counts); on stdout either way."),
-    layers: int | None = _model_options()["layers"],
-    hidden: int | None = _model_options()["hidden"],
-    heads: int | None = _model_options()["heads"],
-    seq: int | None = _model_options()["seq"],
-    micro_batch: int | None = _model_options()["micro_batch"],
-    vocab: int | None = _model_options()["vocab"],
-    experts: int | None = _model_options()["experts"],
-    group_size: int | None = _model_options()["group_size"],
-    max_stage_layers: int | None = _model_options()["max_stage_layers"],
-    shards: str | None = _model_options()["shards"],
+    layers: int | None = _model_opt("layers"),
+    hidden: int | None = _model_opt("hidden"),
+    heads: int | None = _model_opt("heads"),
+    seq: int | None = _model_opt("seq"),
+    micro_batch: int | None = _model_opt("micro_batch"),
+    vocab: int | None = _model_opt("vocab"),
+    experts: int | None = _model_opt("experts"),
+    group_size: int | None = _model_opt("group_size"),
+    max_stage_layers: int | None = _model_opt("max_stage_layers"),
+    shards: str | None = _model_opt("shards"),
 ) -> None:  # fmt: skip
     """Measure stage latencies on this CPU (one core, single-threaded XLA; restarts itself with that environment).
 
@@ -104,9 +109,7 @@ def collect(
     if count is not None and (search_set or protocol):
         raise ConfigError(f"--count is for random stages; {'--search-set' if search_set else '--protocol'} "
                           "measures a fixed set (drop --count)")  # fmt: skip
-    model = _overrides({"layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "micro_batch": micro_batch,
-                        "vocab": vocab, "experts": experts, "group_size": group_size,
-                        "max_stage_layers": max_stage_layers, "shards": shards})  # fmt: skip
+    model = _overrides(locals())
     if model and not search_set:
         raise ConfigError(f"--{next(iter(model)).replace('_', '-')} sets the search model: it goes with --search-set")
     if model:  # refused here, before the collector restarts itself, when a candidate stage is invalid
@@ -309,16 +312,16 @@ def search(
     predictor: Path | None = typer.Option(None, "--predictor", help="Predict stage latencies with this predictor (nothing measured)."),
     measured: Path | None = typer.Option(None, "--measured", help="Look stage latencies up in this measured dataset (full profiling)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
-    layers: int | None = _model_options()["layers"],
-    hidden: int | None = _model_options()["hidden"],
-    heads: int | None = _model_options()["heads"],
-    seq: int | None = _model_options()["seq"],
-    micro_batch: int | None = _model_options()["micro_batch"],
-    vocab: int | None = _model_options()["vocab"],
-    experts: int | None = _model_options()["experts"],
-    group_size: int | None = _model_options()["group_size"],
-    max_stage_layers: int | None = _model_options()["max_stage_layers"],
-    shards: str | None = _model_options()["shards"],
+    layers: int | None = _model_opt("layers"),
+    hidden: int | None = _model_opt("hidden"),
+    heads: int | None = _model_opt("heads"),
+    seq: int | None = _model_opt("seq"),
+    micro_batch: int | None = _model_opt("micro_batch"),
+    vocab: int | None = _model_opt("vocab"),
+    experts: int | None = _model_opt("experts"),
+    group_size: int | None = _model_opt("group_size"),
+    max_stage_layers: int | None = _model_opt("max_stage_layers"),
+    shards: str | None = _model_opt("shards"),
 ) -> None:  # fmt: skip
     """Best pipeline plan (003 Eq. 4) with predicted or measured stage latencies.
 
@@ -341,9 +344,7 @@ def search(
         raise ConfigError("give exactly one of --predictor DIR or --measured DIR")
     if family not in SEARCH_MODELS:
         raise ConfigError(f"--family must be one of {sorted(SEARCH_MODELS)}, got {family!r}")
-    given = _overrides({"layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "micro_batch": micro_batch,
-                        "vocab": vocab, "experts": experts, "group_size": group_size,
-                        "max_stage_layers": max_stage_layers, "shards": shards})  # fmt: skip
+    given = _overrides(locals())
     m = search_model(family, **given)
     own = not is_default(m)
     provider: MeasuredStages | PredictedStages

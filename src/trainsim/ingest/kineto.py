@@ -443,8 +443,13 @@ def _check_device_events(
                                      f"e.g. {short_text(again[0].name)!r} at ts={again[0].ts}: each call has "
                                      "its own id; corrupt correlation ids")  # fmt: skip
     slack = LAUNCH_SKEW_S / unit_to_s
-    last: dict[tuple[int | str, int], Event] = {}  # (pid, stream) -> its activity ending last
-    overlaps: list[tuple[Event, Event]] = []
+    # An activity exported twice: the same stream, name, time, duration and launch (correlation
+    # id). Activities of one stream may genuinely overlap (Hopper's programmatic dependent launch
+    # starts a kernel before the one ahead of it ends; one launch may run a CUDA graph's branches
+    # side by side), and older integer-µs traces round two back-to-back sub-µs launches of one
+    # kernel to one time with dur 0, each with its own id: none of those is refused.
+    seen: set[tuple[int | str, int, float | None, float, str, int]] = set()
+    twice: list[Event] = []
     for g in gpu:
         a = g.args
         if a is None:
@@ -459,40 +464,26 @@ def _check_device_events(
                 f"ts={g.ts}, before the runtime call that launched it (ts={t0}): corrupt "
                 "timestamp or correlation id",
             )
-        if type(a.stream) is int:
-            key = (g.pid, a.stream)
-            p = last.get(key)
-            if p is not None and _twice(p, g):
-                overlaps.append((p, g))
-            if p is None or g.ts + g.dur > p.ts + p.dur:  # type: ignore[operator]
-                last[key] = g
-    if overlaps:
-        _overlap_error(name, overlaps)
+        if type(a.stream) is int and g.dur and a.correlation is not None:
+            key = (g.pid, a.stream, g.ts, g.dur, g.name, a.correlation)
+            if key in seen:
+                twice.append(g)
+            else:
+                seen.add(key)
+    if twice:
+        _twice_error(name, twice)
     for e in sync:
         if e.args is not None:
             _check_device_args(name, e, e.args)
 
 
-def _twice(p: Event, g: Event) -> bool:
-    """Whether ``g`` (starting no earlier than ``p``, on its stream) is ``p`` exported twice:
-    the same activity, time, duration and launch (correlation id). Activities of one stream may
-    genuinely overlap (Hopper's programmatic dependent launch starts a kernel before the one
-    ahead of it ends; one launch may run a CUDA graph's branches side by side), and two
-    back-to-back sub-microsecond launches of one kernel round to the same integer-µs time with
-    ``dur`` 0 in older traces, each with its own id: none of those is refused."""
-    if not (g.ts == p.ts and g.dur == p.dur and g.name == p.name) or not g.dur:
-        return False
-    pc, gc = p.args.correlation if p.args else None, g.args.correlation if g.args else None
-    return pc is not None and pc == gc
-
-
-def _overlap_error(name: str, overlaps: list[tuple[Event, Event]]) -> None:
-    streams = sorted({g.args.stream for _, g in overlaps if g.args is not None})
+def _twice_error(name: str, twice: list[Event]) -> None:
+    streams = sorted({g.args.stream for g in twice if g.args is not None})
     where = f"stream {streams[0]}" if len(streams) == 1 else f"streams {', '.join(map(str, streams[:5]))}"
-    p, _ = overlaps[0]
-    raise TraceFormatError(name, f"device activities exported twice on {where} ({len(overlaps)} "
-                                 f"pair{'s' * (len(overlaps) > 1)}; first {short_text(p.name)!r} at ts={p.ts} "
-                                 f"dur={p.dur}, correlation {p.args.correlation if p.args else None}, twice): "
+    g = twice[0]
+    raise TraceFormatError(name, f"device activities exported twice on {where} ({len(twice)} "
+                                 f"pair{'s' * (len(twice) > 1)}; first {short_text(g.name)!r} at ts={g.ts} "
+                                 f"dur={g.dur}, correlation {g.args.correlation if g.args else None}, twice): "
                                  "duplicated events")  # fmt: skip
 
 

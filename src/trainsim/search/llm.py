@@ -30,6 +30,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass
+from functools import cache
 from multiprocessing import forkserver, get_context
 from typing import Any
 
@@ -339,7 +340,12 @@ def _source_probe() -> Callable[[], tuple[str, str] | None]:
     return probe
 
 
-_OUR_SOURCE: list[tuple[str, str]] = []  # this process's trainsim, digested once
+@cache
+def _our_source() -> tuple[str, str]:
+    """This process's trainsim, where it is and its digest (read once)."""
+    ours = _source_probe()()
+    assert ours is not None, "this process runs trainsim"
+    return ours
 
 
 @dataclass(slots=True)
@@ -386,11 +392,7 @@ def _check_workers(dask: _Dask) -> int:
     new = [w for w in info if w not in dask.checked]
     if not new:
         return len(info)
-    if not _OUR_SOURCE:
-        ours = _source_probe()()
-        assert ours is not None, "this process runs trainsim"
-        _OUR_SOURCE.append(ours)
-    root, digest = _OUR_SOURCE[0]
+    root, digest = _our_source()
     answers = _run_bounded(dask, new)
     bad = []
     for w, a in answers.items():
