@@ -50,19 +50,11 @@ def _model_opt(field: str) -> Any:
 def _overrides(scope: dict[str, Any]) -> dict[str, Any]:
     """The search-model options given, by field (``--shards`` parsed), from a command's
     ``locals()``."""
-    from trainsim.learn.provider import MODEL_FLAGS
+    from trainsim.learn.provider import MODEL_FLAGS, parse_shards
 
-    values = {k: scope[k] for k in MODEL_FLAGS}
-    out = {k: v for k, v in values.items() if v is not None}
+    out = {k: scope[k] for k in MODEL_FLAGS if scope[k] is not None}
     if "shards" in out:
-        from trainsim.errors import ConfigError
-
-        try:
-            out["shards"] = [int(x) for x in str(out["shards"]).split(",") if x.strip()]
-        except ValueError:
-            raise ConfigError(f"--shards {values['shards']!r}: expected comma-separated integers, e.g. 1,2,4") from None
-        if not out["shards"]:
-            raise ConfigError("--shards: give at least one device count, e.g. 1,2,4")
+        out["shards"] = parse_shards(out["shards"])
     return out
 
 

@@ -111,8 +111,9 @@ def _read_archive(path: Path, raw: bytes, skipped: list[str] | None = None) -> l
                     path, f"archive holds no .json or .json.gz trace files (it holds: {names})"
                 )
             if skipped is not None:
+                read = {m.name for m in kept}
                 skipped += [f"{path}:{m.name}: {_NOT_A_TRACE_NAME}" for m in sorted(members, key=lambda m: m.name)
-                            if m not in kept and not Path(m.name).name.startswith(".")]  # fmt: skip
+                            if m.name not in read and not Path(m.name).name.startswith(".")]  # fmt: skip
             blobs = []
             for m in sorted(kept, key=lambda m: m.name):
                 f = tar.extractfile(m)
@@ -161,7 +162,8 @@ def read_path(path: str | Path, skipped: list[str] | None = None) -> list[TraceB
         if not files:
             raise TraceFormatError(p, "folder holds no .json, .json.gz or .tar.gz trace files")
         if skipped is not None:
-            skipped += [f"{f}: {_NOT_A_TRACE_NAME}" for f in every if f not in files]
+            read = set(files)
+            skipped += [f"{f}: {_NOT_A_TRACE_NAME}" for f in every if f not in read]
         out: list[TraceBlob] = []
         for f in files:
             out.extend(read_path(f, skipped))

@@ -599,7 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for name in MODEL_FLAGS:  # --search: the search model's fields (default: SEARCH_MODELS[family])
         ap.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
-                        type=_int_list if name == "shards" else int)  # fmt: skip
+                        type=str if name == "shards" else int)  # fmt: skip
     ap.add_argument("--min-total-s", type=float, default=1.0)
     ap.add_argument("--format", choices=("table", "json"), default="json")
     ap.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)  # `trainsim --debug stages collect`
@@ -619,15 +619,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             kept = f"the stages measured in {args.folder} are kept"
         print(f"trainsim: interrupted: {kept}; run the same command again to resume", file=sys.stderr, flush=True)
         return 130
-
-
-def _int_list(text: str) -> list[int]:
-    import argparse
-
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 1,2,4; got {text!r}") from None
 
 
 def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
@@ -655,9 +646,18 @@ def _collect_main(args: Any, argv: Sequence[str] | None) -> int:
                    "max_stage_layers": m.max_stage_layers, "hidden": m.hidden, "seq": m.seq,
                    "micro_batch": m.micro_batch}  # fmt: skip
     elif args.search:
-        from trainsim.learn.provider import is_default, model_tag, search_candidates, search_model
+        from trainsim.learn.provider import (
+            is_default,
+            model_tag,
+            parse_shards,
+            search_candidates,
+            search_model,
+        )
 
-        model = search_model(args.family, **{k: getattr(args, k) for k in MODEL_FLAGS})
+        fields = {k: getattr(args, k) for k in MODEL_FLAGS}
+        if fields["shards"] is not None:
+            fields["shards"] = parse_shards(fields["shards"])
+        model = search_model(args.family, **fields)
         items = search_candidates(args.family, model)
         sampler = {"kind": "search-candidates", "family": args.family}
         if not is_default(model):  # its own model: a folder of its own (ids carry the tag)

@@ -94,6 +94,17 @@ MODEL_FLAGS = ("layers", "hidden", "heads", "seq", "micro_batch", "vocab", "expe
                "max_stage_layers", "shards")  # fmt: skip
 
 
+def parse_shards(text: str) -> list[int]:
+    """``--shards`` as given (``"1,2,4"``): the device counts a stage may use."""
+    try:
+        out = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--shards {text!r}: expected comma-separated integers, e.g. 1,2,4") from None
+    if not out:
+        raise ConfigError("--shards: give at least one device count, e.g. 1,2,4")
+    return out
+
+
 def search_model(family: str, **overrides: Any) -> PipelineModel:
     """:data:`SEARCH_MODELS`'s ``family`` model with the given fields replaced (None: kept).
 
