@@ -302,3 +302,34 @@ def test_a_row_naming_a_graph_outside_the_folder_is_refused(tmp_path):
 
     with pytest.raises(TraceFormatError, match=r"graph '../../../etc/passwd' is not a graph digest"):
         load_graph(tmp_path, "../../../etc/passwd")
+
+
+# --- session 35: what still loaded without a word ----------------------------------------------
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["shape"].__setitem__(1, [-4, 8]), "node 1's shape [-4, 8] must be whole numbers >= 0"),
+    (lambda d: d["shape"].__setitem__(1, [2.5, 8]), "node 1's shape [2.5, 8] must be whole numbers >= 0"),
+    (lambda d: d["contract"].__setitem__(1, -1), "contract sizes must be >= 0"),
+])  # fmt: skip
+def test_a_stage_graph_with_negative_or_fractional_dimensions_is_refused(tmp_path, edit, message):
+    """A negative dimension had read as 1 (the features clamp each dimension at 1 before log2)."""
+    doc = _chain(3, 8).to_json()
+    edit(doc)
+    folder = tmp_path / "ds"
+    digest = _write_graph(folder, doc)
+    with pytest.raises(TraceFormatError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_graph(folder, digest)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int64"])
+def test_predictor_weights_of_another_dtype_are_refused_at_load(trained, tmp_path, dtype):
+    """float16 or integer weights had been cast to float32 by load_state_dict without a word."""
+    from trainsim.learn.train import Predictor
+
+    def cast(t):
+        t["convs.0.lin.weight"] = t["convs.0.lin.weight"].to(getattr(torch, dtype))
+
+    bad = _edited(trained[1], tmp_path, f"w-{dtype}", tensors=cast)
+    with pytest.raises(ModelError, match=f"tensor convs.0.lin.weight is {dtype}, expected float32"):
+        Predictor.load(bad)

@@ -163,6 +163,8 @@ def replay(
         stderr.print(
             f"collectives: comm models of system {cs['name']} ({cs['source']}; --system to choose)"
         )
+        if cs.get("note"):  # an edited YAML copy of a catalog system (as predict notes it)
+            stderr.print(f"note: {cs['note']}")
     if rep.sampled:
         stderr.print(
             "[yellow]warning:[/] a sampled trace (a fraction of its events recorded): the step is incomplete"

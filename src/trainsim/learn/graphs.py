@@ -123,6 +123,13 @@ class StageGraph:
             raise GraphError("stage graph has no nodes")
         if not all(0.0 <= f < math.inf for f in self.flops):  # features take log2(1 + flops)
             raise GraphError("stage graph flops must be finite and >= 0")
+        # features take log2 of each dimension, clamped at 1: a negative one would read as 1
+        bad = next((i for i, s in enumerate(self.shape)
+                    if any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in s)), None)  # fmt: skip
+        if bad is not None:
+            raise GraphError(f"stage graph node {bad}'s shape {list(self.shape[bad])} must be whole numbers >= 0")
+        if any(c < 0 for c in self.contract):
+            raise GraphError("stage graph contract sizes must be >= 0")
         topo_order(self)
 
     def counts(self) -> dict[str, int]:

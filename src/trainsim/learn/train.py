@@ -231,6 +231,12 @@ class Predictor:
                 raise ModelError(f"{weights}: tensor {bad} holds NaN or infinite values: the weights are damaged "
                                  "(train the predictor again)")  # fmt: skip
             model = build_model(cfg)
+            own = model.state_dict()  # a tensor of another dtype would be cast silently by load_state_dict
+            odd = next((k for k, v in state.items() if k in own and v.dtype != own[k].dtype), None)
+            if odd is not None:
+                raise ModelError(f"{weights}: tensor {odd} is {str(state[odd].dtype).removeprefix('torch.')}, "
+                                 f"expected {str(own[odd].dtype).removeprefix('torch.')} (as `trainsim stages train` "
+                                 "writes it): the weights were converted or damaged")  # fmt: skip
             model.load_state_dict(state)
             hist = History(**doc["history"]) if doc.get("history") else None
             return cls(cfg, list(op_vocab), mean, std, model, pruned=bool(doc.get("pruned", True)), history=hist,

@@ -684,6 +684,10 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
         raise ConfigError(f"--ep {','.join(map(str, space.ep))}: expert parallelism needs a mixture-of-experts "
                           f"model; {model.name} is dense (leave --ep out)")  # fmt: skip
     notes = search_notes(model, space)
+    from trainsim.comm.registry import shadowed_note
+
+    if (shadowed := shadowed_note(sys_spec)) is not None:  # a YAML copy of a catalog system, edited (as predict notes)
+        notes.append(shadowed)
     t0 = time.perf_counter()
     infeasible: Counter[str] = Counter()
     examples: dict[str, str] = {}  # reason -> its first full message (the reason drops numbers)

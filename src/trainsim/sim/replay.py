@@ -118,7 +118,12 @@ def kernel_model_coverage(diagnostics: dict[str, int]) -> float | None:
 def _system(res: SimResult) -> dict[str, str] | None:
     """The catalog system whose comm models timed the collectives (``--kernels model``)."""
     cs = res.program.collective_system
-    return None if cs is None else {"name": cs.spec.name, "source": cs.source}
+    if cs is None:
+        return None
+    from trainsim.comm.registry import shadowed_note
+
+    note = shadowed_note(cs.spec)  # its calibrated models skipped: an edited copy of a catalog system
+    return {"name": cs.spec.name, "source": cs.source, **({"note": note} if note else {})}
 
 
 @dataclass(frozen=True, eq=False)
