@@ -539,8 +539,9 @@ class LayerCoster:
             # (Megatron's sequential experts) over the tokens routed to it from the ep ranks,
             # tokens x top_k x ep / num_experts of them; the same FLOPs as top_k dense passes,
             # at the smaller GEMMs' efficiency
+            # (x plan.moe_load on the rank routed the most, which sets the pace: Plan.moe_imbalance)
             ffn, copies = m.expert_ffn, m.num_experts / self.plan.ep
-            per_expert = self.tokens * m.top_k * self.plan.ep / m.num_experts
+            per_expert = self.tokens * m.top_k * self.plan.ep / m.num_experts * self.plan.moe_load
             seq_e = max(1.0, round(per_expert / b))  # the expert GEMM's rows, as b x l
         else:
             ffn, copies, per_expert, seq_e = m.ffn, 1.0, float(self.tokens), seq

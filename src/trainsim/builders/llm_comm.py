@@ -171,7 +171,8 @@ class PlanComm:
         m, ep = self.model, self.plan.ep
         if not m.is_moe or ep <= 1:
             return []
-        nbytes = self._tokens() * m.top_k * m.hidden * self.act_bytes / self.plan.tp
+        # the busiest rank's share, which an all-to-all's time follows (Plan.moe_imbalance)
+        nbytes = self._tokens() * m.top_k * m.hidden * self.act_bytes / self.plan.tp * self.plan.moe_load
         a2a = self.cost("ep_all_to_all", "all_to_all", nbytes, ep, self.plan.tp * self.plan.cp)
         return [a2a, a2a]
 

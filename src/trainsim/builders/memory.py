@@ -22,8 +22,9 @@ Approximations (each also noted where it is used):
   (Korthikanti §4.1). ``dropout=False`` drops the masks (LLaMA-style training uses none).
 * Gradients of activations during backward, the optimizer step's temporaries and allocator
   fragmentation are not modelled; leave headroom when using :func:`fits`.
-* MoE routing is assumed balanced and dropless: each rank processes ``top_k`` copies of its own
-  tokens on average, whatever ``ep`` is.
+* MoE routing is dropless, and balanced unless ``plan.moe_imbalance`` says by how much the busiest
+  expert-parallel rank is over the mean: each rank processes ``top_k`` copies of its own tokens on
+  average, whatever ``ep`` is, and that rank ``moe_imbalance`` times as many.
 """
 
 from __future__ import annotations
@@ -303,8 +304,9 @@ def _layer_activation_terms(
     q = model.q_width / t
     c = 3 if model.gated else 2
     if model.is_moe:
-        mlp_width = model.top_k * model.expert_ffn / t
-        dispatched = model.top_k * e * s * b * h
+        load = plan.moe_load  # the busiest expert-parallel rank's tokens over the mean (Plan.moe_imbalance)
+        mlp_width = model.top_k * model.expert_ffn / t * load
+        dispatched = model.top_k * e * s * b * h * load
     else:
         mlp_width, dispatched = model.ffn / t, 0.0
     seq_shaped = (4 * e * s * b * h + 2 * mk * s * b * h + dispatched) / sp_div

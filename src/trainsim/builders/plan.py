@@ -49,10 +49,19 @@ moments, the step timed by paper 001's optimizer operator) or ``sgd`` (``torch.o
 without momentum, as the ``capture`` examples train: the weights updated in place, no optimizer
 state; the step one element-wise pass over the parameters: read weight and gradient, write the
 weight, timed as the device's element-wise add of that many elements).
+``moe_imbalance`` (MoE with ``ep`` > 1): the tokens the busiest expert-parallel rank is routed,
+over the mean (1: balanced routing, the default). That rank sets the layer's pace, since the
+combine all-to-all waits for it: its expert GEMMs and activation run on that many times the mean
+tokens, the all-to-all moves that many times the mean bytes to and from it, and its experts'
+activations take that much more memory. Measure it from the router's per-expert token counts
+(Megatron-core logs them with ``--moe-per-layer-logging``), summed over each rank's experts;
+a token-dropping capacity factor bounds it. With ``ep`` 1 every expert is on each rank and the
+rank's work is the mean whatever the routing: it changes nothing there.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -107,6 +116,13 @@ class Plan:
     optimizer: Optimizer = "adam"  # mixed-precision Adam, or plain SGD on the weights (see above)
     first_stage_layers: int = 0  # 0: an even share (see above)
     last_stage_layers: int = 0
+    moe_imbalance: float = 1.0  # the busiest EP rank's routed tokens over the mean (see above)
+
+    @property
+    def moe_load(self) -> float:
+        """How many times the mean tokens the pace-setting rank's experts run: ``moe_imbalance``
+        with expert parallelism, 1 without (each rank then holds every expert)."""
+        return self.moe_imbalance if self.ep > 1 else 1.0
 
     @property
     def gpus(self) -> int:
@@ -163,6 +179,8 @@ class Plan:
             parts.append(f"last{self.last_stage_layers}")
         if self.optimizer != "adam":
             parts.append(self.optimizer)
+        if self.moe_imbalance != 1.0:
+            parts.append(f"imb{self.moe_imbalance:g}")
         # precision and attention kernels change the time as much as the degrees: two plans that
         # differ only there had one label (`--dtype fp16` and `--attention unfused` read alike)
         if self.dtype != "bf16":
@@ -311,6 +329,15 @@ class Plan:
                 raise ConfigError(
                     f"plan: ep {self.ep} must divide dp {self.dp} (experts split the data-parallel ranks)"
                 )
+        imb = self.moe_imbalance
+        if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not 1.0 <= imb < math.inf:
+            raise ConfigError(f"plan: moe_imbalance (the busiest expert-parallel rank's tokens over the mean) must be "
+                              f"a number >= 1, got {imb!r}")  # fmt: skip
+        if imb != 1.0 and not model.is_moe:
+            raise ConfigError(f"plan: moe_imbalance {imb:g} needs a mixture-of-experts model; {model.name} is dense")
+        if self.ep > 1 and imb > self.ep:
+            raise ConfigError(f"plan: moe_imbalance {imb:g} is more than ep {self.ep}: the busiest of {self.ep} "
+                              f"expert-parallel ranks gets at most all the tokens, {self.ep}x the mean")  # fmt: skip
         if self.batch % (self.micro_batch * self.dp):
             raise ConfigError(
                 f"plan: global batch {self.batch} is not a multiple of micro_batch×dp = {self.micro_batch * self.dp}"

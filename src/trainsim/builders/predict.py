@@ -132,7 +132,20 @@ def default_seq_note(model: ModelSpec) -> str | None:
 
 MOE_BALANCED_NOTE = ("expert routing is taken as balanced (each expert gets tokens x top_k / experts of them) "
                      "with one GEMM pair per local expert and the token permutation as memory-bound passes; "
-                     "uneven routing makes the busiest expert set the pace, so MoE times are lower bounds")
+                     "uneven routing makes the busiest expert set the pace, so MoE times are lower bounds "
+                     "(--moe-imbalance gives the busiest expert-parallel rank's load)")
+
+
+def moe_note(plan: Plan) -> str:
+    """What the prediction assumes of an MoE model's routing under ``plan``."""
+    if plan.moe_imbalance == 1.0:
+        return MOE_BALANCED_NOTE
+    if plan.ep <= 1:
+        return (f"--moe-imbalance {plan.moe_imbalance:g} changes nothing at ep 1: every rank holds every expert, so "
+                "its work is the mean whatever the routing (the experts' GEMMs differ in size, which is not modelled)")
+    return (f"the busiest of the {plan.ep} expert-parallel ranks is routed {plan.moe_imbalance:g}x the mean tokens "
+            "(--moe-imbalance): its expert GEMMs, activation, all-to-all bytes and expert activations are scaled by "
+            "that, and it sets the layer's pace")
 
 
 def _provenance(stages: list[StageCost]) -> dict[str, Any]:
@@ -300,7 +313,7 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(f"tensor parallelism (tp {r.plan.tp}) spans nodes of {r.system.gpus_per_node} GPUs: its "
                    "all-reduces cross the inter-node network in every layer")  # fmt: skip
     if r.model.is_moe:
-        out.append(MOE_BALANCED_NOTE)
+        out.append(moe_note(r.plan))
     dp_s = r.breakdown.get("exposed_dp_communication_s", 0.0)
     if r.plan.dtype == "bf16" and r.plan.dp * r.plan.cp > 1 and dp_s > 0.1 * r.iteration_time_s:
         out.append(f"bf16: gradients are kept and reduced in fp32 here, 4 bytes a parameter, as Megatron does (it "

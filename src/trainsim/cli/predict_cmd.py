@@ -51,6 +51,7 @@ def predict(
     partition: str = typer.Option("even", "--partition", help="Layers per pipeline stage: even (Megatron) or 001 (GPT-NeoX's DeepSpeed pipeline, paper 001 Eq. 3–5: embedding and head count as layers of the end stages)."),
     first_stage_layers: int = typer.Option(0, "--first-stage-layers", min=0, help="Layers of the first pipeline stage, the others splitting the rest evenly (Megatron-core's --decoder-first-pipeline-num-layers; 0: an even share)."),
     last_stage_layers: int = typer.Option(0, "--last-stage-layers", min=0, help="Layers of the last pipeline stage (Megatron-core's --decoder-last-pipeline-num-layers; 0: an even share)."),
+    moe_imbalance: float = typer.Option(1.0, "--moe-imbalance", help="MoE with --ep > 1: the tokens the busiest expert-parallel rank is routed, over the mean (1: balanced, the default; from the router's per-expert token counts summed over each rank's experts). That rank's expert GEMMs, all-to-all bytes and expert activations scale by it, and it sets the pace."),
     optimizer: str = typer.Option("adam", "--optimizer", help="adam (mixed-precision Adam, Megatron's) or sgd (plain SGD on the weights, no state: one element-wise pass over the parameters)."),
     impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators), neox (GPT-NeoX: the same with its unfused RMSNorm module, as paper 001 measured it) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
@@ -92,7 +93,8 @@ def predict(
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                     attention_dropout=attention_dropout, wgrad_fusion=wgrad_fusion,
                     overlap_grad_reduce=overlap_grad_reduce, hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
-                    optimizer=optimizer, first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)  # type: ignore[arg-type]  # fmt: skip
+                    optimizer=optimizer, first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,  # type: ignore[arg-type]
+                    moe_imbalance=moe_imbalance)  # fmt: skip
         if overlap_note:
             plan.validate(spec, gpus=gpus)  # a plan that cannot run gets its error, not this note first
             stderr.print("[yellow]note:[/] --impl hf: data-parallel gradients are reduced during the backward, as "

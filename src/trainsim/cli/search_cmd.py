@@ -62,6 +62,7 @@ def search(
     micro_batch: str = typer.Option("1,2,4,8", "--micro-batch", help="Micro-batch sizes to try."),
     zero: str = typer.Option("0,1,2,3", "--zero", help="ZeRO stages to try."),
     dist_optimizer: bool = typer.Option(False, "--dist-optimizer", help="ZeRO-1 plans use Megatron-LM's distributed optimizer (gradients reduce-scattered); see `trainsim predict --help`."),
+    moe_imbalance: float = typer.Option(1.0, "--moe-imbalance", help="MoE: the tokens the busiest expert-parallel rank is routed, over the mean, in every plan with ep > 1 (not searched; 1: balanced); see `trainsim predict --help`."),
     recompute: str | None = typer.Option(None, "--recompute", help="Recompute modes to try (default: none, full, and selective where the attention keeps scores: not with flash)."),
     schedule: str = typer.Option("1f1b,interleaved", "--schedule", help="Pipeline schedules to try."),
     vpp: str = typer.Option("2,4", "--vpp", help="Chunks per stage for the interleaved schedule."),
@@ -131,6 +132,7 @@ def search(
             schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
             sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
             wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce, dist_optimizer=dist_optimizer,
+            moe_imbalance=moe_imbalance,
         )  # fmt: skip
         r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
                        workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price,

@@ -683,6 +683,12 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     if not model.num_experts and any(e > 1 for e in space.ep):
         raise ConfigError(f"--ep {','.join(map(str, space.ep))}: expert parallelism needs a mixture-of-experts "
                           f"model; {model.name} is dense (leave --ep out)")  # fmt: skip
+    f = space.moe_imbalance
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1.0 <= f < math.inf:
+        raise ConfigError(f"--moe-imbalance (the busiest expert-parallel rank's tokens over the mean) must be a "
+                          f"number >= 1, got {f!r}")  # fmt: skip
+    if f != 1.0 and not model.is_moe:
+        raise ConfigError(f"--moe-imbalance {f:g} needs a mixture-of-experts model; {model.name} is dense")
     notes = search_notes(model, space)
     from trainsim.comm.registry import shadowed_note
 
@@ -761,7 +767,11 @@ def search_notes(model: ModelSpec, space: PlanSpace) -> list[str]:
     """What the user should know of the space before reading the ranking (as predict's notes)."""
     from trainsim.builders.predict import MOE_BALANCED_NOTE, default_seq_note
 
-    notes = [MOE_BALANCED_NOTE] if model.is_moe else []
+    notes = [MOE_BALANCED_NOTE] if model.is_moe and space.moe_imbalance == 1.0 else []
+    if model.is_moe and space.moe_imbalance != 1.0:
+        notes.append(f"the busiest expert-parallel rank of every plan with ep > 1 is routed {space.moe_imbalance:g}x "
+                     "the mean tokens (--moe-imbalance), whatever its ep; plans with ep 1 hold every expert on each "
+                     "rank and keep the mean")  # fmt: skip
     if space.seq_len == 0 and (note := default_seq_note(model)):
         notes.append(note)
     if space.attention == "flash" and {"none", "selective"} <= set(space.recompute):

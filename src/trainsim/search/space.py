@@ -56,6 +56,7 @@ class PlanSpace:
     wgrad_fusion: bool = False
     overlap_grad_reduce: bool = False
     dist_optimizer: bool = False  # ZeRO-1 plans as Megatron-LM's distributed optimizer (Plan.dist_optimizer)
+    moe_imbalance: float = 1.0  # every MoE plan's busiest-EP-rank load (Plan.moe_imbalance), not searched
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     def dims(self, model: ModelSpec, gpus_per_node: int) -> dict[str, tuple[object, ...]]:
@@ -105,7 +106,7 @@ class PlanSpace:
                     "schedule": sched, "vpp": v, "recompute": rc, "dtype": self.dtype,
                     "attention": self.attention, "attention_dropout": self.attention_dropout,
                     "wgrad_fusion": self.wgrad_fusion, "overlap_grad_reduce": self.overlap_grad_reduce,
-                    "dist_optimizer": self.dist_optimizer and zero == 1,
+                    "dist_optimizer": self.dist_optimizer and zero == 1, "moe_imbalance": self.moe_imbalance,
                 }  # fmt: skip
                 plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
