@@ -56,7 +56,18 @@ from functools import partial
 from pathlib import Path
 from typing import get_args
 
-from trainsim.builders.plan import Attention, Plan, Recompute
+from trainsim.builders.plan import (
+    ATTENTION,
+    DTYPES,
+    IMPLS,
+    OPTIMIZERS,
+    PARTITIONS,
+    RECOMPUTE,
+    SCHEDULES,
+    Attention,
+    Plan,
+    Recompute,
+)
 from trainsim.builders.spec import Activation, ModelSpec, Norm
 from trainsim.errors import ConfigError, TraceFormatError
 from trainsim.hardware import get_system
@@ -67,6 +78,7 @@ __all__ = [
     "LLMCase",
     "ground_truth_files",
     "read_cases",
+    "read_runs",
     "read_seed001",
     "read_vtrain",
 ]
@@ -478,6 +490,99 @@ SHIPPED_TAGS: dict[str, Callable[[], list[LLMCase]]] = {
 }  # fmt: skip
 
 
+# --- a user's own measured runs -------------------------------------------------------------
+
+# Plan fields a runs CSV may set, by how a cell is read (a test checks that this covers Plan)
+RUN_INT_FIELDS: dict[str, int] = {  # field -> least value
+    "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "zero": 0, "micro_batch": 1, "global_batch": 1, "seq_len": 1,
+    "vpp": 1, "first_stage_layers": 0, "last_stage_layers": 0,
+}  # fmt: skip
+RUN_BOOL_FIELDS = ("sp", "dist_optimizer", "wgrad_fusion", "overlap_grad_reduce")
+RUN_FLOAT_FIELDS = ("attention_dropout", "hidden_dropout", "moe_imbalance")
+RUN_CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
+    "schedule": SCHEDULES, "recompute": RECOMPUTE, "dtype": DTYPES, "attention": ATTENTION, "impl": IMPLS,
+    "partition": PARTITIONS, "optimizer": OPTIMIZERS,
+}  # fmt: skip
+RUN_COLUMNS = ("id", "model", "system", "gpus", "iteration_ms", "iteration_s")
+
+
+def read_runs(path: Path | str, *, tag: str | None = None) -> list[LLMCase]:
+    """Measured iterations of one's own, one per CSV row (docs/llm.md, *Your own measurements*).
+
+    Columns: ``model`` (a catalog name, or a config.json / YAML path), ``system`` (a catalog name
+    or YAML path; relative paths from the CSV's folder), the measured time as ``iteration_ms`` or
+    ``iteration_s``, and optionally ``id`` (a label for the row), ``gpus`` and any field of
+    :class:`~trainsim.builders.plan.Plan` by its name (``tp``, ``pp``, ``dp``, ``micro_batch``,
+    ``global_batch``, ``recompute``, ``zero``, ``dtype``, ``attention``, ...). An empty cell, or a
+    column left out, is ``trainsim predict``'s default; ``dp`` defaults to ``gpus / (tp×cp×pp)``.
+    Another column is an error (a misspelt field would be ignored otherwise)."""
+    from trainsim.builders.models import get_model
+
+    path = Path(path)
+    tag = tag or path.stem
+    fields = {*RUN_INT_FIELDS, *RUN_BOOL_FIELDS, *RUN_FLOAT_FIELDS, *RUN_CHOICE_FIELDS}
+    models: dict[str, ModelSpec] = {}
+    systems: dict[str, str] = {}
+    out: list[LLMCase] = []
+    seen: dict[str, int] = {}
+
+    def ref(r: _Row, column: str) -> str:
+        """A catalog name as given; a path (one with a separator or suffix) from the CSV's folder."""
+        v = r.text(column)
+        p = Path(v).expanduser()
+        if not p.is_absolute() and (path.parent / p).exists():
+            return str(path.parent / p)
+        return v
+
+    for r in _rows(path, ("model", "system")):
+        if r.index == 1:
+            unknown = [c for c in r.values if c and c not in fields and c not in RUN_COLUMNS]
+            if unknown:
+                raise TraceFormatError(path, f"line 1: unknown column {unknown[0]!r}: expected model, system, "
+                                             "iteration_ms or iteration_s, and optionally id, gpus or plan fields "
+                                             f"({', '.join(sorted(fields))})")  # fmt: skip
+            times = [c for c in ("iteration_ms", "iteration_s") if c in r.values]
+            if len(times) != 1:
+                raise TraceFormatError(path, "line 1: give the measured time as one column, iteration_ms or "
+                                             f"iteration_s (found {', '.join(times) or 'neither'})")  # fmt: skip
+        given = {c: v for c, v in r.values.items() if v.strip()}
+        measured = r.number("iteration_ms") * 1e-3 if "iteration_ms" in r.values else r.number("iteration_s")
+        kw: dict[str, object] = {}
+        for c in given:
+            if c in RUN_INT_FIELDS:
+                kw[c] = r.integer(c, minimum=RUN_INT_FIELDS[c])
+            elif c in RUN_BOOL_FIELDS:
+                kw[c] = r.boolean(c)
+            elif c in RUN_FLOAT_FIELDS:
+                kw[c] = r.number(c, positive=False)
+            elif c in RUN_CHOICE_FIELDS:
+                kw[c] = r.choice(c, RUN_CHOICE_FIELDS[c])
+        gpus = r.integer("gpus") if "gpus" in given else None
+        if "dp" not in kw:
+            base = int(kw.get("tp", 1)) * int(kw.get("cp", 1)) * int(kw.get("pp", 1))  # type: ignore[call-overload]
+            if gpus is not None and gpus % base:
+                raise r.fail(f"{gpus} GPUs is not a multiple of tp×cp×pp = {base}", "gpus")
+            kw["dp"] = gpus // base if gpus is not None else 1
+        try:
+            name = ref(r, "model")
+            if name not in models:
+                models[name] = get_model(name)
+            sys_ref = ref(r, "system")
+            if sys_ref not in systems:
+                get_system(sys_ref)  # a one-line error here, naming the row
+                systems[sys_ref] = sys_ref
+        except (ConfigError, TraceFormatError) as e:
+            raise r.fail(str(e)) from None
+        plan = Plan(**kw)  # type: ignore[arg-type]
+        _validated(r, models[name], plan, gpus if gpus is not None else plan.gpus)
+        label = r.text("id") if "id" in given else str(r.index)
+        if label in seen:
+            raise r.fail(f"id {label!r} is row {seen[label]}'s too", "id")
+        seen[label] = r.index
+        out.append(LLMCase(f"{tag}:{label}", str(path), r.index, models[name], plan, systems[sys_ref], measured, {}))
+    return out
+
+
 def _tag_of(path: Path) -> str:
     return next((t for t, name in FILES.items() if path.name == name), path.stem)
 
@@ -512,15 +617,22 @@ def read_cases(root: Path | str, tags: Iterable[str] | None = None) -> list[LLMC
     set then row order."""
     known = [*FILES, *SHIPPED_TAGS]
     chosen = known if tags is None else list(dict.fromkeys(tags))
-    unknown = [t for t in chosen if t not in known]
+    runs = {t for t in chosen if t not in known and (t.lower().endswith(".csv") or Path(t).expanduser().is_file())}
+    unknown = [t for t in chosen if t not in known and t not in runs]
     if not chosen:
         raise ConfigError(f"no ground-truth tag given; known: {', '.join(known)}")
     if unknown:
         raise ConfigError(
-            f"unknown ground-truth tag(s) {', '.join(unknown)}; known: {', '.join(known)}"
+            f"unknown ground-truth tag(s) {', '.join(unknown)}; known: {', '.join(known)}, or a CSV of your own "
+            "measured runs (docs/llm.md)"
         )
     out: list[LLMCase] = []
     for tag in chosen:
+        if tag in runs:
+            own = Path(tag).expanduser()
+            name = own.stem if own.stem not in known else f"runs-{own.stem}"
+            out.extend(read_runs(own, tag=name))
+            continue
         if tag in SHIPPED_TAGS:
             out.extend(SHIPPED_TAGS[tag]())
             continue
