@@ -78,3 +78,17 @@ def test_a_bad_row_names_its_file_line_and_column(tmp_path: Path, text: str, mes
     with pytest.raises(TraceFormatError) as e:
         read_runs(p)
     assert str(e.value).startswith(str(p)) and message in str(e.value)
+
+
+def test_validate_search_ranks_the_runs_of_one_model_gpus_batch_and_system(tmp_path: Path) -> None:
+    from trainsim.validate.search_suite import run_search_suite
+
+    p = _csv(tmp_path, "model,system,gpus,tp,pp,micro_batch,global_batch,iteration_s\n"
+                       "llama2-7b,dgx-a100,16,1,1,1,64,9.0\n"
+                       "llama2-7b,dgx-a100,16,2,1,2,64,8.0\n"
+                       "llama2-7b,dgx-a100,16,4,1,4,64,11.0\n"
+                       "llama2-7b,dgx-h100,16,2,1,2,64,4.0\n")  # another cluster: not in the group  # fmt: skip
+    doc = run_search_suite(DATA, files=str(p))
+    (g,) = doc["cases"]
+    assert g["file"] == "my_runs" and g["plans"] == 3 and g["measured_best_s"] == 8.0
+    assert g["spearman"] is not None

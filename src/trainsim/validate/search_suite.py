@@ -39,12 +39,12 @@ def run_search_suite(data_dir: Path, *, files: str | None = None) -> dict[str, A
     # default: the measured files, whose groups hold different plans (the shipped H100 captures
     # repeat one plan per batch: nothing to rank)
     cases = read_cases(Path(data_dir) / "ground_truth", parse_tags(files) or list(FILES))
-    groups: dict[tuple[str, str, int, int], list[LLMCase]] = {}
-    for c in cases:
-        groups.setdefault((_file(c), c.model.name, c.plan.gpus, c.plan.batch), []).append(c)
+    groups: dict[tuple[str, str, int, int, str], list[LLMCase]] = {}
+    for c in cases:  # the system too: a file of one's own runs may hold several clusters
+        groups.setdefault((_file(c), c.model.name, c.plan.gpus, c.plan.batch, c.system), []).append(c)
     costers: dict[str, OpCoster] = {}
     out_groups: list[dict[str, Any]] = []
-    for (fname, model, gpus, gb), cs in sorted(groups.items()):
+    for (fname, model, gpus, gb, _), cs in sorted(groups.items()):
         if len(cs) < 2:
             continue
         preds = []
