@@ -88,6 +88,17 @@ def _sum(ops: Iterable[OpCost]) -> float:
     return sum(o.seconds for o in ops)
 
 
+UNCOUNTED_DISPATCH = frozenset({"hidden_dropout"})  # dispatched within HostModel's per-layer counts
+
+
+def _spread(cpu_s: float, ops: list[OpCost]) -> list[float]:
+    """A layer pass's dispatch time ``cpu_s`` spread evenly over its operators, those of
+    :data:`UNCOUNTED_DISPATCH` left out (they get 0): see :func:`stage_costs`."""
+    counted = sum(o.name not in UNCOUNTED_DISPATCH for o in ops)
+    share = cpu_s / counted if counted else 0.0
+    return [0.0 if o.name in UNCOUNTED_DISPATCH else share for o in ops]
+
+
 # Where Megatron issues a layer's TP collectives: (before/after, operator) per collective, for
 # the collective lists :meth:`PlanComm.tp_layer` returns, in the pass's own order (the backward
 # runs the layer's operators in reverse). Forward: an all-reduce after each row-parallel GEMM,
@@ -163,13 +174,17 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     layer_comm_f, layer_comm_b = ep_f + cp_f, ep_b + cp_b
     full_rc = plan.recompute == "full"
     re_comm = layer_comm_f if full_rc else 0.0
-    # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts)
-    cpu_f, cpu_b = host.layer_s("fwd") / len(lf), host.layer_s("bwd") / len(lb)
-    cpu_sel = cpu_f
+    # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts,
+    # taken from HF GPT-2's trace, whose layers run their dropouts: --hidden-dropout's passes
+    # are dispatched within that count and get no share of their own, so that adding them
+    # only adds GPU work; spread over them too, they had taken CPU time off the other
+    # operators, and a CPU-bound pass or the selective recompute came out faster with them)
+    cpu_f, cpu_b = _spread(host.layer_s("fwd"), lf), _spread(host.layer_s("bwd"), lb)
+    cpu_sel = max(cpu_f)  # the attention core's operators (selective recompute): the counted share
     # the backward runs the layer's operators in reverse
-    lb = lb[::-1]
-    lf_tp, cpu_f_tp = with_tp_comm(lf, [cpu_f] * len(lf), tpf, "fwd", host)
-    lb_tp, cpu_b_tp = with_tp_comm(lb, [cpu_b] * len(lb), tpb, "bwd", host)
+    lb, cpu_b = lb[::-1], cpu_b[::-1]
+    lf_tp, cpu_f_tp = with_tp_comm(lf, cpu_f, tpf, "fwd", host)
+    lb_tp, cpu_b_tp = with_tp_comm(lb, cpu_b, tpb, "bwd", host)
     if plan.recompute == "full":
         re_ops, re_cpu = lf_tp, cpu_f_tp
     elif plan.recompute == "selective":
@@ -218,7 +233,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             tp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
             if (tpf or tpb) and tp_shares:
                 f_bare = flow_shop_s(lf, cpu_f, n)
-                b_bare = flow_shop_s(lb + acc, [cpu_b] * len(lb) + acc_cpu, n)
+                b_bare = flow_shop_s(lb + acc, cpu_b + acc_cpu, n)
                 tp_x = (f - n * layer_comm_f - f_bare, b - n * layer_comm_b - b_bare,  # full recompute: the forward again
                         (r - n * re_comm - f_bare) if plan.recompute == "full" else 0.0)  # fmt: skip
             z3f = z3b = 0.0
