@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +251,12 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     else:
         iteration, method = cf["001_eq7"], "closed-form-001"
         crit = 0
+    crit_stage = stages[crit]
+    if not simulate and crit_stage.embedding_comm is not None:
+        # 001 Eq. 7 synchronises the first stage's gradients by its DP all-reduce alone (001
+        # §III-D): the tied-embedding all-reduce is not in its time, so not in its breakdown
+        # either (counted there, the parts had summed to more than the iteration)
+        crit_stage = replace(crit_stage, embedding_comm=None)
     t3 = time.perf_counter()
     tokens = plan.batch * plan.seq(spec)
     flops = (
@@ -264,7 +270,7 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     prov = _provenance(stages)
     r = LLMPrediction(
         spec, plan, sys, device, iteration, method, cf, tokens / iteration, mfu, memory,
-        _breakdown(stages[crit], plan, iteration), stages, prov,
+        _breakdown(crit_stage, plan, iteration), stages, prov,
         {"costs": t1 - t0, "closed_form": t2 - t1, "simulation": t3 - t2}, sim,
         memory_headroom_bytes=memory_headroom_bytes, system_ref=system_ref or (system if isinstance(system, str) else sys.name),
     )  # fmt: skip
