@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 
 from trainsim.builders.llm import stage_costs
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.predict import predict_llm
-from trainsim.hardware import get_system
+from trainsim.hardware import get_device, get_system
 
 # --hidden-dropout adds unfused dropout passes: more GPU work, the same dispatch (HostModel's
 # per-layer counts already hold HF's dropouts). Spread over them too, the layer's dispatch time
@@ -64,3 +66,45 @@ def test_closed_form_breakdown_sums_to_its_iteration() -> None:
     sim = predict_llm("megatron-gpt-7.5b", plan, "perlmutter")
     sim_parts = {k: v for k, v in sim.breakdown.items() if k != "stage"}
     assert sum(sim_parts.values()) == pytest.approx(sim.iteration_time_s, rel=1e-12)
+
+
+# Ring attention (context parallelism): the K/V exchange overlaps the attention's blocks. Its
+# unhidden part had been added after the pass, hidden by attention GPU time that the pass's CPU
+# dispatch may already have hidden: an attention dropout made this plan faster (0.7937 ->
+# 0.7829 s), and faster GPUs made the next one slower (2.674 -> 2.713 s at 2x -> 4x FLOP/s).
+_CP_PLAN = Plan(pp=4, dp=32, cp=4, micro_batch=2, global_batch=1024, seq_len=1024, dtype="fp16",
+                recompute="selective", attention="unfused")  # fmt: skip
+
+
+def test_attention_dropout_never_makes_a_context_parallel_plan_faster() -> None:
+    without = predict_llm("llama2-7b", _CP_PLAN, "vista")
+    with_dropout = predict_llm("llama2-7b", replace(_CP_PLAN, attention_dropout=0.1), "vista")
+    assert without.breakdown["cp_communication_s"] > 0  # the ring is not all hidden: the case
+    assert with_dropout.iteration_time_s >= without.iteration_time_s
+    for r in (without, with_dropout):
+        parts = {k: v for k, v in r.breakdown.items() if k != "stage"}
+        assert all(v >= 0 for v in parts.values())
+        assert sum(parts.values()) == pytest.approx(r.iteration_time_s, rel=1e-9)
+
+
+def _faster_vista(tmp_path: Path, flops: float) -> str:
+    """A copy of vista whose GPU (renamed: no calibrated kernels, rooflines) has ``flops`` x
+    the tensor-core peaks."""
+    sys = get_system("vista")
+    dev = get_device(sys.device).model_dump(mode="json", exclude_none=True)
+    dev["peak_tflops"] = {k: v * flops for k, v in dev["peak_tflops"].items()}
+    if "measured_gemm_bf16_tflops" in dev:
+        dev["measured_gemm_bf16_tflops"] *= flops
+    dev["name"], dev["aliases"] = "review35-gpu", []
+    (tmp_path / f"dev{flops}.yaml").write_text(yaml.safe_dump(dev))
+    doc = sys.model_dump(mode="json", exclude_none=True)
+    doc["device"] = f"dev{flops}.yaml"
+    path = tmp_path / f"sys{flops}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_faster_gpus_never_make_a_context_parallel_plan_slower(tmp_path: Path) -> None:
+    plan = Plan(dp=1, cp=2, zero=1, micro_batch=1, global_batch=16, seq_len=4096, recompute="full")
+    times = [predict_llm("llama3-8b", plan, _faster_vista(tmp_path, f)).iteration_time_s for f in (1.0, 2.0, 4.0, 8.0)]
+    assert times == sorted(times, reverse=True), times

@@ -69,8 +69,8 @@ class StageCost:
     comm: list[CommCost] = field(default_factory=list)  # one micro-batch, TP/CP/EP
     zero3_exposed_fwd_s: float = 0.0  # ZeRO-3 gathers/scatters compute cannot hide, per micro-batch
     zero3_exposed_bwd_s: float = 0.0
-    # per micro-batch, (forward, backward, recompute): expert all-to-alls, and the part of the
-    # context-parallel ring its attention does not hide (both added to the passes)
+    # per micro-batch, (forward, backward, recompute): expert all-to-alls (added to the passes),
+    # and what the context-parallel ring adds to them (the part its attention does not hide)
     ep_comm_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     cp_comm_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
@@ -89,6 +89,23 @@ def _sum(ops: Iterable[OpCost]) -> float:
 
 
 UNCOUNTED_DISPATCH = frozenset({"hidden_dropout"})  # dispatched within HostModel's per-layer counts
+
+
+def _with_ring(ops: list[OpCost], ring: CommCost | None) -> list[OpCost]:
+    """A layer pass's operators with the attention core lasting as long as the context-parallel
+    ring ``ring`` when the ring is the longer (its K/V exchange overlaps their block
+    computations): the wait goes on the core's first operator, so that the pass's flow shop is
+    never shorter for longer operators or a longer ring; with no attention operator to overlap,
+    the ring ends the pass."""
+    if ring is None:
+        return ops
+    attn = sum(o.seconds for o in ops if o.category == "attention")
+    if ring.seconds <= attn:
+        return ops
+    if attn <= 0.0:  # pragma: no cover - every layer has an attention core
+        return [*ops[:-1], replace(ops[-1], seconds=ops[-1].seconds + ring.seconds)]
+    i = next(j for j, o in enumerate(ops) if o.category == "attention")
+    return [*ops[:i], replace(ops[i], seconds=ops[i].seconds + ring.seconds - attn), *ops[i + 1:]]
 
 
 def _spread(cpu_s: float, ops: list[OpCost]) -> list[float]:
@@ -164,14 +181,15 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     epf, epb = comm.ep_layer("fwd"), comm.ep_layer("bwd")
     cpf, cpb = comm.cp_layer("fwd"), comm.cp_layer("bwd")
 
-    def exposed_cp(c: CommCost | None, ops: list[OpCost]) -> float:
-        attn = sum(o.seconds for o in ops if o.category == "attention")
-        return max(0.0, c.seconds - attn) if c else 0.0
-
-    # TP collectives run inside the pass (below); expert all-to-alls and CP's exposed ring add
+    # TP collectives and CP's ring run inside the pass (below); expert all-to-alls add
     ep_f, ep_b = float(sum(c.seconds for c in epf)), float(sum(c.seconds for c in epb))
-    cp_f, cp_b = exposed_cp(cpf, lf), exposed_cp(cpb, lb)
-    layer_comm_f, layer_comm_b = ep_f + cp_f, ep_b + cp_b
+    layer_comm_f, layer_comm_b = ep_f, ep_b
+    # ring attention: the K/V exchange overlaps the attention's block computations, so on the
+    # GPU the attention core lasts as long as the longer of the two (the wait on its first
+    # operator, inside the pass's flow shop). Added after the flow shop, the ring's unhidden
+    # part had been hidden by attention time that a dispatch-bound pass's CPU already hid, so
+    # faster attention kernels (or an attention dropout) could make the iteration slower (faster).
+    lf_t, lb_t = _with_ring(lf, cpf), _with_ring(lb, cpb)
     full_rc = plan.recompute == "full"
     re_comm = layer_comm_f if full_rc else 0.0
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts,
@@ -183,8 +201,9 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     cpu_sel = max(cpu_f)  # the attention core's operators (selective recompute): the counted share
     # the backward runs the layer's operators in reverse
     lb, cpu_b = lb[::-1], cpu_b[::-1]
-    lf_tp, cpu_f_tp = with_tp_comm(lf, cpu_f, tpf, "fwd", host)
-    lb_tp, cpu_b_tp = with_tp_comm(lb, cpu_b, tpb, "bwd", host)
+    lb_t = lb_t[::-1]
+    lf_tp, cpu_f_tp = with_tp_comm(lf_t, cpu_f, tpf, "fwd", host)
+    lb_tp, cpu_b_tp = with_tp_comm(lb_t, cpu_b, tpb, "bwd", host)
     if plan.recompute == "full":
         re_ops, re_cpu = lf_tp, cpu_f_tp
     elif plan.recompute == "selective":
@@ -210,7 +229,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     out = []
     layers = stage_layers(model, plan)
     # stages of equal depth share their passes
-    per_n: dict[int, tuple[float, float, float, float, float, tuple[float, float, float]]] = {}
+    per_n: dict[int, tuple[float, float, float, float, float, tuple[float, float, float], tuple[float, float, float]]] = {}
     fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
     shard = plan.dp * plan.cp if plan.zero >= 1 else 1
     layer_comm = [*tpf, *tpb, *epf, *epb, *([cpf] if cpf else []), *([cpb] if cpb else [])]
@@ -232,10 +251,16 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             # what the TP collectives add to each pass (dispatch included): the breakdown's share
             tp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
             if (tpf or tpb) and tp_shares:
-                f_bare = flow_shop_s(lf, cpu_f, n)
-                b_bare = flow_shop_s(lb + acc, cpu_b + acc_cpu, n)
+                f_bare = flow_shop_s(lf_t, cpu_f, n)
+                b_bare = flow_shop_s(lb_t + acc, cpu_b + acc_cpu, n)
                 tp_x = (f - n * layer_comm_f - f_bare, b - n * layer_comm_b - b_bare,  # full recompute: the forward again
                         (r - n * re_comm - f_bare) if plan.recompute == "full" else 0.0)  # fmt: skip
+            # what the CP ring adds to each pass (the part its attention does not hide)
+            cp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
+            if (cpf or cpb) and tp_shares:
+                cf = flow_shop_s(lf_t, cpu_f, n) - flow_shop_s(lf, cpu_f, n)
+                cb = flow_shop_s(lb_t + acc, cpu_b + acc_cpu, n) - flow_shop_s(lb + acc, cpu_b + acc_cpu, n)
+                cp_x = (cf, cb, cf if full_rc else 0.0)
             z3f = z3b = 0.0
             if z3 is not None:
                 # ZeRO-3/FSDP with one-layer prefetch: each layer's weight all-gather runs on the
@@ -251,8 +276,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 b = ag + max(b, (n - 1) * (ag + rs)) + rs
                 r = max(r, n * ag) if plan.recompute == "full" else r
                 z3f, z3b = f - f0, b - b0
-            passes = per_n[n] = (f, r, b, z3f, z3b, tp_x)
-        f, recompute, b, z3f, z3b, tp_x = passes
+            passes = per_n[n] = (f, r, b, z3f, z3b, tp_x, cp_x)
+        f, recompute, b, z3f, z3b, tp_x, cp_x = passes
         fwd = f + (flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0)
         bwd = (
             b
@@ -265,7 +290,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st = StageCost(s, n, params, fwd, bwd, recompute)
         st.zero3_exposed_fwd_s, st.zero3_exposed_bwd_s = z3f, z3b
         st.ep_comm_s = (n * ep_f, n * ep_b, n * ep_f if full_rc else 0.0)
-        st.cp_comm_s = (n * cp_f, n * cp_b, n * cp_f if full_rc else 0.0)
+        st.cp_comm_s = cp_x
         st.tp_comm_fwd_s, st.tp_comm_bwd_s, st.tp_comm_recompute_s = tp_x
         # ZeRO shards experts over the expert-data-parallel group only (dp·cp/ep ranks)
         st.optimizer_s = lc.optimizer(dense / shard + expert / max(shard // plan.ep, 1), n).seconds
