@@ -22,7 +22,7 @@ def validate(
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
     overheads: str | None = typer.Option(None, "--overheads", help="replay: host gaps from stats (default), trace, or shared (leave-one-out)."),
     kernels: str | None = typer.Option(None, "--kernels", help="replay: kernel durations measured (default) or model."),
-    files: str | None = typer.Option(None, "--files", help="llm: ground-truth sets (vtrain-multi, vtrain-single, seed001, and the shipped h100-gpt2, h100-llama, h100-llama13, h100-llama70), or a CSV of your own measured runs (columns model, system, iteration_ms, plan fields: docs/llm.md); comma-separated."),
+    files: str | None = typer.Option(None, "--files", help="llm, search: ground-truth sets (vtrain-multi, vtrain-single, seed001, and the shipped h100-gpt2, h100-llama, h100-llama13, h100-llama70), or a CSV of your own measured runs (columns model, system, iteration_ms, plan fields: docs/llm.md); comma-separated."),
     limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file; shard: only the first N table sets; cpu-e2e, gpu-e2e: only the first N models."),
     sets: int | None = typer.Option(None, "--sets", help="shard: random table sets to measure (default 10)."),
     repeats: int | None = typer.Option(None, "--repeats", help="shard: measurement repeats per sharder (interleaved); cpu-e2e: captures per configuration."),
