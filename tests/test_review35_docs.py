@@ -168,3 +168,67 @@ def test_validate_files_help_names_every_ground_truth_set() -> None:
     help_text = next(p.help for p in validate.params if p.name == "files")
     for tag in (*FILES, *SHIPPED_TAGS):
         assert re.search(rf"\b{re.escape(tag)}\b(?!\d)", help_text), tag
+
+
+def _fenced_after(doc: str, marker: str) -> list[str]:
+    """The lines of the first fenced block after ``marker`` in ``doc``."""
+    text = (ROOT / "docs" / doc).read_text(encoding="utf-8")
+    rest = text[text.index(marker) :]
+    a = rest.index("```")
+    a = rest.index("\n", a) + 1
+    return rest[a : rest.index("```", a)].strip().splitlines()
+
+
+def _run(args: list[str]) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, "-m", "trainsim", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+    )
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_predtop_doc_prints_the_shipped_protocol_rows_as_written(tmp_path: Path) -> None:
+    """predtop.md left out --protocol: the command as written trained the broad-set suite
+    (minutes) instead of printing the shipped rows (a second)."""
+    mkdir, cmd = _fenced_after("predtop.md", "To print the shipped rows' tables without training")
+    assert "docs/results/predtop_protocol_cases.jsonl DIR/protocol_cases.jsonl" in mkdir
+    (tmp_path / "protocol_cases.jsonl").write_bytes(
+        (ROOT / "docs/results/predtop_protocol_cases.jsonl").read_bytes()
+    )
+    args = shlex.split(cmd.replace("DIR", str(tmp_path)))
+    assert args[0] == "trainsim"
+    rc, out = _run(args[1:])
+    assert rc == 0, out
+    # the README's acceptance figures (its PredTOP table's first row)
+    assert "DAG Transformer at 30 % training: moe 3.34 %, gpt 2.29 %" in out
+    assert not (tmp_path / "cases.jsonl").exists()  # nothing was trained
+
+
+def test_simulator_doc_h100_resize_example_prints_what_it_says(tmp_path: Path) -> None:
+    """simulator.md named captures/... without saying where they come from, and quoted
+    29.091 ms (+94.27 %) where the command prints 29.099 ms (+94.32 %)."""
+    import tarfile
+
+    lines = _fenced_after("simulator.md", "or each traced head count → its new count).")
+    untar = lines[0].removeprefix("$ ").split("#")[0].split()
+    assert untar[:2] == ["tar", "xJf"] and untar[3:] == ["-C", "/tmp"]
+    with tarfile.open(ROOT / untar[2]) as tf:
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+
+            tf.extractall(tmp_path, filter="data")
+        else:
+            tf.extractall(tmp_path)
+    replay = lines[1].removeprefix("$ ").split("#")[0].replace("/tmp/", f"{tmp_path}/")
+    quoted = re.search(
+        r"\): ([\d.]+ ms \([+-][\d.]+ % against the replayed step\))", "\n".join(lines[2:])
+    )
+    assert quoted is not None
+    rc, out = _run(shlex.split(replay)[1:])
+    assert rc == 0, out
+    assert quoted.group(1) in " ".join(out.split()), out[-600:]
