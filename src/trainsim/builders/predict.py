@@ -376,7 +376,9 @@ def _warnings(r: LLMPrediction) -> list[str]:
                    "carried beyond the measurements")  # fmt: skip
     if any(k.startswith("spec-based") for k in comm):
         out.append(
-            f"some collectives on {r.system.name} are spec-based (link rates at 100 % efficiency): optimistic"
+            f"some collectives on {r.system.name} are spec-based (the stated link rates at 100 % efficiency, "
+            "NCCL's ring and tree steps at the stated latencies; no measurement): usually optimistic for large messages, "
+            "and less certain either way for small ones, whose many steps' latencies add up"
         )
     from trainsim.comm.registry import shadowed_note
 
