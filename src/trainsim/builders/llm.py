@@ -88,7 +88,7 @@ def _sum(ops: Iterable[OpCost]) -> float:
     return sum(o.seconds for o in ops)
 
 
-UNCOUNTED_DISPATCH = frozenset({"hidden_dropout"})  # dispatched within HostModel's per-layer counts
+UNCOUNTED_DISPATCH = frozenset({"hidden_dropout", "attention_dropout"})  # dispatched within HostModel's per-layer counts
 
 
 def _with_ring(ops: list[OpCost], ring: CommCost | None) -> list[OpCost]:
