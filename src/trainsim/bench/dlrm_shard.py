@@ -69,7 +69,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from trainsim.capture.distributed import stop_processes
+from trainsim.capture.distributed import exit_with_parent, stop_processes
 from trainsim.errors import CaptureError, ConfigError
 
 _TAIL_CHARS = 2000
@@ -346,7 +346,7 @@ def _spawn(job: dict[str, Any], world: int, timeout_s: float) -> list[dict[str, 
         work = Path(tmp)
         (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
         port = free_port()
-        procs = [ctx.Process(target=_worker, args=(rank, world, port, tmp, env),
+        procs = [ctx.Process(target=_worker, args=(rank, world, port, tmp, env), kwargs={"parent": os.getpid()},
                              name=f"trainsim-shard-rank{rank}") for rank in range(world)]  # fmt: skip
         try:
             for p in procs:
@@ -398,9 +398,11 @@ def _log_tail(work: Path, rank: int) -> str:
 # Rank side
 
 
-def _worker(rank: int, world: int, port: int, work_dir: str, env: dict[str, str]) -> None:
-    """Entry point of one rank (forked by the forkserver or spawned)."""
+def _worker(rank: int, world: int, port: int, work_dir: str, env: dict[str, str], *, parent: int) -> None:
+    """Entry point of one rank (forked by the forkserver or spawned); it ends with process
+    ``parent`` (:func:`~trainsim.capture.distributed.exit_with_parent`)."""
     work = Path(work_dir)
+    exit_with_parent(parent, work)
     fd = os.open(work / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -119,7 +119,8 @@ def _run_spawned(spec: CaptureSpec) -> list[RankCapture]:
         work = Path(tmp)
         procs = [
             ctx.Process(
-                target=_worker, args=(spec, rank, port, str(work), env), name=f"trainsim-rank{rank}"
+                target=_worker, args=(spec, rank, port, str(work), env), kwargs={"parent": os.getpid()},
+                name=f"trainsim-rank{rank}",
             )
             for rank in range(spec.nproc)
         ]
@@ -168,6 +169,30 @@ def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:
                     f"capture worker for rank {rank} of {spec.nproc} failed (exit code {code}) "
                     f"while recording {spec.model!r}; its log ends with:\n{_log_tail(work, rank)}"
                 )
+
+
+def exit_with_parent(pid: int, work: Path, period_s: float = 1.0) -> None:
+    """In a rank: end this process once process ``pid`` (the one that started the ranks) is gone.
+
+    A parent that is killed (SIGKILL, the OOM killer) runs no ``finally``: its ranks, children
+    of the forkserver rather than of it, would go on measuring for minutes (or wait in
+    ``init_process_group`` for a peer never started, until the timeout), on the cores a rerun
+    measures on, and write their traces after a rerun has started. A daemon thread polls for
+    ``pid``; when it is gone the rank removes ``work`` (the run's scratch folder, which the dead
+    parent would have removed) and exits at once."""
+    import shutil
+    import threading
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(pid, 0)
+            except (ProcessLookupError, PermissionError):  # gone (or its pid reused by another user)
+                shutil.rmtree(work, ignore_errors=True)
+                os._exit(1)
+            time.sleep(period_s)
+
+    threading.Thread(target=watch, name="trainsim-parent-watch", daemon=True).start()
 
 
 def stop_processes(procs: list[Any]) -> None:
@@ -221,9 +246,11 @@ def _redirect_output(log: Path) -> None:
     os.close(fd)
 
 
-def _worker(spec: CaptureSpec, rank: int, port: int, work_dir: str, env: dict[str, str]) -> None:
-    """Entry point of one rank, in a process forked by the forkserver or spawned afresh."""
+def _worker(spec: CaptureSpec, rank: int, port: int, work_dir: str, env: dict[str, str], *, parent: int) -> None:
+    """Entry point of one rank, in a process forked by the forkserver or spawned afresh; it ends
+    with process ``parent`` (:func:`exit_with_parent`)."""
     work = Path(work_dir)
+    exit_with_parent(parent, work)
     _redirect_output(_log_path(work, rank))
     faulthandler.enable(all_threads=True)  # a crash in torch's C++ leaves its Python stack in the log
     os.environ.clear()
