@@ -15,8 +15,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from trainsim.validate import shard_suite
+from trainsim.validate.shard_suite import read_rows
 
 # the CLI with Python's own Ctrl-C handler, whatever this test runs under (a background job,
 # as CI's, starts with SIGINT ignored)
@@ -111,3 +115,85 @@ def test_ctrl_c_of_stages_collect_is_its_line_and_exit_130(after_s: float, tmp_p
     assert "Fatal Python error" not in err and "Traceback" not in err
     kept = [json.loads(x)["id"] for x in (folder / "stages.jsonl").read_text().splitlines()]
     assert f"{len(kept)} stages in {folder} are kept" in last and kept
+
+
+# --- the shard suite: a set's rows are written together -------------------------------------------
+
+
+@pytest.fixture
+def tiny_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny table sets instead of 000-sized ones (measured for real on 2 gloo ranks)."""
+    from trainsim.builders.dlrm import DLRMSpec, TableSpec
+
+    def table_set(index: int, *, seed: int, world: int, heavy: bool, batch: int, bottom_mlp: Any,
+                  top_mlp: Any) -> DLRMSpec:  # fmt: skip
+        tabs = tuple(TableSpec(f"t{i}", 500 + 700 * i + 100 * index, 8 * (1 + i % 2), 1.0 + i + index, None)
+                     for i in range(3))  # fmt: skip
+        return DLRMSpec(tabs, batch=64, bottom_mlp=(8,), top_mlp=(8, 1))
+
+    monkeypatch.setattr(shard_suite, "table_set", table_set)
+
+
+def _suite(path: Path) -> dict[str, Any]:
+    pytest.importorskip("torch")
+    from trainsim.bench.dlrm_shard import backend_available
+
+    return shard_suite.run_shard_suite(path.parent, sets=1, repeats=1, steps=2, warmup=0, kernel_models=None,
+                                       resume=str(path), backend=backend_available(), progress=False)  # fmt: skip
+
+
+def _measured(doc: dict[str, Any]) -> int:
+    return int(doc["summary"]["rows_measured_now"])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("tiny_sets")
+def test_a_ctrl_c_while_a_set_is_written_keeps_all_its_rows_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review finding: a set's rows were appended one by one (a write and an fsync each); a
+    Ctrl-C between two kept some of them, and the resume measured the rest alone, outside the
+    interleaved repeats that make a set's sharders comparable. The interrupt is raised here in
+    the first fsync of the results file (where a Ctrl-C's handler would run); the measurement
+    before it is real."""
+    path = tmp_path / "shard.jsonl"
+    calls = {"n": 0}
+    real = os.fsync
+
+    def interrupted_fsync(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", interrupted_fsync)
+    with pytest.raises(KeyboardInterrupt):
+        _suite(path)
+    monkeypatch.setattr(os, "fsync", real)
+    assert calls["n"] == 1
+    kept = read_rows(path)
+    again = _suite(path)
+    # every sharder's row of the set was kept: the resume measures nothing, reads them all back
+    assert kept and _measured(again) == 0, f"{len(kept)} rows kept, {_measured(again)} measured again"
+    assert again["summary"]["rows_from_file"] == len(kept) and again["cases"][0]["status"] == "ok"
+    assert len(read_rows(path)) == len(kept)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("tiny_sets")
+def test_a_set_whose_write_was_cut_short_is_measured_again_whole(tmp_path: Path) -> None:
+    """A process killed inside the set's write (a short write) leaves some of its rows: they
+    are not taken as measured; the resume measures every assignment of the set together."""
+    path = tmp_path / "shard.jsonl"
+    first = _suite(path)
+    n = _measured(first)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert n >= 2 and len(lines) >= n
+    path.write_text("".join(lines[:1]) + lines[1][:40], encoding="utf-8")  # 1 row and a torn one
+    assert read_rows(path) == []  # the set's write is not whole: none of it counts
+    again = _suite(path)
+    assert _measured(again) == n  # all of the set's measured rows, together
+    rows = read_rows(path)
+    assert len({r["write_id"] for r in rows}) == 1 and len(rows) == len(lines)
+    assert all(r["batch"] == 64 for r in rows)  # the set's batch size, beside its write's id
+    assert again["cases"][0]["status"] == "ok"

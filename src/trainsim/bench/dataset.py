@@ -42,7 +42,15 @@ KERNEL_BENCH_SCHEMA = "trainsim.kernel-bench/1"  # = trainsim.kernels.readers.SC
 
 def append_row(path: Path, row: Mapping[str, Any]) -> None:
     """Append one row durably: a single ``write`` on an ``O_APPEND`` descriptor, then ``fsync``."""
-    data = (json.dumps(row, separators=(",", ":")) + "\n").encode()
+    append_rows(path, [row])
+
+
+def append_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Append rows durably and together: one ``write`` of all their lines, then ``fsync``; a
+    Ctrl-C (a Python exception, raised between calls) cannot land between two of them."""
+    data = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows).encode()
+    if not data:
+        return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         view = memoryview(data)
@@ -222,6 +230,7 @@ __all__ = [
     "KERNEL_BENCH_SCHEMA",
     "agreement",
     "append_row",
+    "append_rows",
     "iter_rows",
     "noise_floor",
     "relative_iqr",

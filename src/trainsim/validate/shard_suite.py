@@ -33,10 +33,11 @@ success rate, regret (mean, median, max), median ρ, the error of every (set, sh
 prediction (median / MAPE / max), and, as a baseline, how often always choosing one fixed
 sharder would have met the criterion.
 
-Measurements are appended, one JSON line per (set, sharder) with a single ``write`` + ``fsync``,
-to ``resume`` (default ``~/.cache/trainsim/shard_suite.jsonl``). A set's rows are written once
-all of its assignments' interleaved repeats are measured (one ``measure_assignments`` call),
-so an interrupted set is lost and measured again on resume (on Ctrl-C the suite says how many
+Measurements are appended, one JSON line per (set, sharder), a set's lines in a single ``write``
++ ``fsync``, to ``resume`` (default ``~/.cache/trainsim/shard_suite.jsonl``). A set's rows are
+written once all of its assignments' interleaved repeats are measured (one ``measure_assignments``
+call), so an interrupted set is lost and measured again on resume (a write the process was killed
+in, which kept some of the set's rows, reads as none: ``write_id``/``write_rows``) (on Ctrl-C the suite says how many
 sets the file holds). A row is reused when its set key (the tables, batch, MLPs and measurement
 settings) and its assignment match; so a rerun measures nothing twice (a torn last line is cut
 off). The summary counts this run's rows by origin: ``rows_measured_now``, ``rows_from_file``
@@ -56,6 +57,7 @@ import math
 import random
 import statistics
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,7 +118,14 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             continue  # a line damaged by hand; never fatal, the row is re-measured
         if isinstance(row, dict) and row.get("schema") == SCHEMA:
             out.append(row)
-    return out
+    # a set's measured rows are written together, each naming its write (``write_id``) and how
+    # many rows it holds: one that lost some of them (the process killed inside that write) is
+    # measured again whole rather than completed by a measurement that was not interleaved
+    held: dict[str, int] = {}
+    for row in out:
+        if row.get("write_id"):
+            held[row["write_id"]] = held.get(row["write_id"], 0) + 1
+    return [r for r in out if not r.get("write_id") or held[r["write_id"]] >= int(r.get("write_rows") or 0)]
 
 
 def _locked(path: Path) -> contextlib.AbstractContextManager[None]:
@@ -429,7 +438,7 @@ def run_shard_suite(
     predict and report from the results file only (sets without rows are ``incomplete``).
     ``kernel_models``: ``"auto"`` (fit the shipped CPU sample, cached), None (spec-based), or a
     ``trainsim fit`` artifact."""
-    from trainsim.bench.dataset import append_row, check_appendable, repair_tail
+    from trainsim.bench.dataset import append_row, append_rows, check_appendable, repair_tail
     from trainsim.bench.dlrm_shard import (
         ShardRun,
         measure_assignments,
@@ -515,6 +524,7 @@ def run_shard_suite(
                     _log(f"set {i}: {len(spec.tables)} tables, measuring {len(todo)} assignments "
                          f"x {repeats} repeats ({time.monotonic() - t_start:.0f} s so far)")  # fmt: skip
                 res = measure_assignments(spec, todo, world=world, run=run)
+                new: list[dict[str, Any]] = []
                 for n in names:
                     a = preds[n].get("assignment")
                     if a is None or n in rows:
@@ -530,9 +540,13 @@ def run_shard_suite(
                            "assignment_key": ak, "assignment": list(a), "tables": len(spec.tables),
                            "batch": spec.batch, **md, "measure": info, "same_as": first if first != n else None,
                            "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
-                    append_row(path, row)
+                    new.append(row)
                     rows[n] = row
-                    count["measured_now"] += 1
+                write_id = f"{set_key}-{uuid.uuid4().hex[:12]}"
+                for row in new:
+                    row.update(write_id=write_id, write_rows=len(new))
+                append_rows(path, new)  # the set's rows at once: a Ctrl-C keeps all of them or none
+                count["measured_now"] += len(new)
             cases.append(_case(i, spec, preds, rows, pred_note))
             if progress and cases[-1].get("status") == "ok":
                 c = cases[-1]
@@ -581,7 +595,8 @@ def _interrupt_note(path: Path, n_sets: int, cases: list[dict[str, Any]]) -> Ite
 
 
 def _copy_row(row: dict[str, Any], sharder: str) -> dict[str, Any]:
-    return {**row, "sharder": sharder, "same_as": row.get("same_as") or row["sharder"],
+    """Another sharder's row for an identical assignment (a write of its own: no batch)."""
+    return {**row, "write_id": None, "write_rows": None, "sharder": sharder, "same_as": row.get("same_as") or row["sharder"],
             "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
 
 
