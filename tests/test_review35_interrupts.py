@@ -85,6 +85,45 @@ def test_ranks_end_when_the_command_is_killed(command: str, tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("command", "after_s"), [("capture", 0.3), ("capture", 1.0), ("shard", 0.3), ("shard", 0.7)])
+def test_ctrl_c_while_the_ranks_start_is_one_line(command: str, after_s: float, tmp_path: Path) -> None:
+    """Review finding: a Ctrl-C (to the whole process group, as a terminal sends it) while the
+    forkserver still imported torch printed the server's KeyboardInterrupt traceback under the
+    command's own line; and a rank the server forked after the command had given up printed a
+    FileNotFoundError traceback for its removed scratch folder."""
+    pytest.importorskip("torch")
+    args, started = ((["capture", "--model", "gpt2", "--nproc", "2", "--steps", "30", "--out", str(tmp_path / "cap")],
+                      "capturing ") if command == "capture" else
+                     (["validate", "shard", "--sets", "1", "--repeats", "1", "--resume", str(tmp_path / "s.jsonl")],
+                      "measuring "))  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", _CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    lines = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if started in line:
+                break
+        time.sleep(after_s)
+        os.killpg(proc.pid, signal.SIGINT)
+        # until every writer of the pipe is gone: the forkserver's and the ranks' words too
+        rest = proc.communicate(timeout=60)[1]
+        err = "".join(lines) + rest
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and err.strip().splitlines()[-1] == "trainsim: interrupted", err
+        deadline = time.monotonic() + 10
+        while _procs(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _procs(proc.pid), f"processes outlived the interrupted command: {_procs(proc.pid)}"
+    finally:
+        for pid in _procs(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("after_s", [0.2, 0.7])
 def test_ctrl_c_of_stages_collect_is_its_line_and_exit_130(after_s: float, tmp_path: Path) -> None:
     """Review finding: Ctrl-C of `trainsim stages collect` printed its line, then the process died

@@ -69,7 +69,11 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from trainsim.capture.distributed import exit_with_parent, stop_processes
+from trainsim.capture.distributed import (
+    exit_with_parent,
+    start_forkserver_deaf_to_ctrl_c,
+    stop_processes,
+)
 from trainsim.errors import CaptureError, ConfigError
 
 _TAIL_CHARS = 2000
@@ -334,6 +338,7 @@ def _context() -> Any:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(_PRELOAD))  # takes effect only when the server starts
+    start_forkserver_deaf_to_ctrl_c()
     return ctx
 
 
@@ -403,7 +408,10 @@ def _worker(rank: int, world: int, port: int, work_dir: str, env: dict[str, str]
     ``parent`` (:func:`~trainsim.capture.distributed.exit_with_parent`)."""
     work = Path(work_dir)
     exit_with_parent(parent, work)
-    fd = os.open(work / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        fd = os.open(work / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:  # the run was given up (Ctrl-C) before the forkserver forked this rank
+        os._exit(1)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)

@@ -147,7 +147,31 @@ def _context(spec: CaptureSpec) -> Any:
     ctx = mp.get_context("forkserver")
     # Takes effect only when the server starts (the first capture of this process).
     ctx.set_forkserver_preload([*_PRELOAD, example_info(spec.model).module])
+    start_forkserver_deaf_to_ctrl_c()
     return ctx
+
+
+def start_forkserver_deaf_to_ctrl_c() -> None:
+    """Start multiprocessing's forkserver (if it is not running) with SIGINT ignored.
+
+    A Ctrl-C reaches the whole process group: a forkserver still importing its preloads (torch:
+    seconds, on the first set or capture) printed its KeyboardInterrupt traceback to the
+    terminal, under the command's own interrupt line. Started with SIGINT ignored, the server and
+    the ranks it forks (which inherit it) leave the interrupt to the command, which stops them
+    (:func:`stop_processes`). A Ctrl-C in the few milliseconds the server takes to start is not
+    seen by the command either; a second one is."""
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()  # signal dispositions are the main thread's to change
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
 
 
 def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:
@@ -251,7 +275,10 @@ def _worker(spec: CaptureSpec, rank: int, port: int, work_dir: str, env: dict[st
     with process ``parent`` (:func:`exit_with_parent`)."""
     work = Path(work_dir)
     exit_with_parent(parent, work)
-    _redirect_output(_log_path(work, rank))
+    try:
+        _redirect_output(_log_path(work, rank))
+    except FileNotFoundError:  # the run was given up (Ctrl-C) before the forkserver forked this rank
+        os._exit(1)
     faulthandler.enable(all_threads=True)  # a crash in torch's C++ leaves its Python stack in the log
     os.environ.clear()
     os.environ.update(env)
