@@ -19,6 +19,7 @@ from scipy.stats import spearmanr
 
 from trainsim.builders.costs import OpCoster
 from trainsim.builders.predict import predict_llm
+from trainsim.builders.spec import ModelSpec
 from trainsim.hardware import get_device, get_system
 from trainsim.validate.llm_cases import FILES, LLMCase, parse_tags, read_cases
 
@@ -39,14 +40,27 @@ def run_search_suite(data_dir: Path, *, files: str | None = None) -> dict[str, A
     # default: the measured files, whose groups hold different plans (the shipped H100 captures
     # repeat one plan per batch: nothing to rank)
     cases = read_cases(Path(data_dir) / "ground_truth", parse_tags(files) or list(FILES))
-    groups: dict[tuple[str, str, int, int, str], list[LLMCase]] = {}
-    for c in cases:  # the system too: a file of one's own runs may hold several clusters
-        groups.setdefault((_file(c), c.model.name, c.plan.gpus, c.plan.batch, c.system), []).append(c)
+    # the system too: a file of one's own runs may hold several clusters; and the model itself,
+    # not its name: two config files may name different models alike (the k-th of a name is k)
+    variant: dict[ModelSpec, int] = {}
+    named: dict[str, int] = {}
+    for c in cases:
+        if c.model not in variant:
+            variant[c.model] = named[c.model.name] = named.get(c.model.name, 0) + 1
+    groups: dict[tuple[str, str, int, int, int, str], list[LLMCase]] = {}
+    for c in cases:
+        key = (_file(c), c.model.name, c.plan.gpus, c.plan.batch, variant[c.model], c.system)
+        groups.setdefault(key, []).append(c)
+    # a file whose groups differ only in system or model config: the table says which
+    systems = {f: len({k[5] for k in groups if k[0] == f}) for f in {k[0] for k in groups}}
     costers: dict[str, OpCoster] = {}
     out_groups: list[dict[str, Any]] = []
-    for (fname, model, gpus, gb, _), cs in sorted(groups.items()):
+    for (fname, name, gpus, gb, k, system_name), cs in sorted(groups.items()):
         if len(cs) < 2:
             continue
+        model = name if named[name] == 1 else f"{name} (config {k} of {named[name]} so named)"
+        if systems[fname] > 1:
+            model = f"{model} on {system_name}"
         preds = []
         for c in cs:
             system = get_system(c.system)
