@@ -42,3 +42,17 @@ def test_a_file_of_one_model_and_system_keeps_its_plain_model_name(tmp_path: Pat
                     "gpt3-1.3b,dgx-a100,8,2,64,1000\ngpt3-1.3b,dgx-a100,8,1,64,900\n", encoding="utf-8")  # fmt: skip
     (g,) = run_search_suite(DATA, files=str(runs))["cases"]
     assert g["model"] == "gpt3-1.3b" and g["plans"] == 2
+
+
+def test_two_runs_files_of_one_stem_are_two_sets_with_distinct_ids(tmp_path: Path) -> None:
+    from trainsim.validate.llm_cases import read_cases
+
+    for folder, ms in (("a", 1000), ("b", 2000)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "runs.csv").write_text(f"model,system,iteration_ms\ngpt3-1.3b,dgx-a100,{ms}\n",
+                                                    encoding="utf-8")  # fmt: skip
+    cases = read_cases(
+        DATA / "ground_truth", [str(tmp_path / "a" / "runs.csv"), str(tmp_path / "b" / "runs.csv")]
+    )
+    # before, both were "runs:1" in one group "runs"
+    assert [(c.id, c.measured_s) for c in cases] == [("runs:1", 1.0), ("runs-2:1", 2.0)]

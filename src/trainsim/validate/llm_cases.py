@@ -627,10 +627,16 @@ def read_cases(root: Path | str, tags: Iterable[str] | None = None) -> list[LLMC
             "measured runs (docs/llm.md)"
         )
     out: list[LLMCase] = []
+    named: set[str] = set()
     for tag in chosen:
         if tag in runs:
             own = Path(tag).expanduser()
-            name = own.stem if own.stem not in known else f"runs-{own.stem}"
+            name = base_name = own.stem if own.stem not in known else f"runs-{own.stem}"
+            k = 1
+            while name in named:  # two files of one stem (a/runs.csv, b/runs.csv): runs, runs-2
+                k += 1
+                name = f"{base_name}-{k}"
+            named.add(name)
             out.extend(read_runs(own, tag=name))
             continue
         if tag in SHIPPED_TAGS:
