@@ -76,6 +76,7 @@ def test_an_impossible_load_is_a_one_line_error(model, f, message):
 def test_the_label_names_it_only_when_given():
     assert "imb" not in BASE.label()
     assert replace(BASE, moe_imbalance=1.25).label().endswith("-imb1.25")
+    assert "imb" not in replace(BASE, ep=1, moe_imbalance=1.25).label()  # changes nothing at ep 1
 
 
 def test_search_applies_it_to_every_expert_parallel_plan():

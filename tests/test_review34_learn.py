@@ -310,7 +310,8 @@ def test_a_row_naming_a_graph_outside_the_folder_is_refused(tmp_path):
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d: d["shape"].__setitem__(1, [-4, 8]), "node 1's shape [-4, 8] must be whole numbers >= 0"),
     (lambda d: d["shape"].__setitem__(1, [2.5, 8]), "node 1's shape [2.5, 8] must be whole numbers >= 0"),
-    (lambda d: d["contract"].__setitem__(1, -1), "contract sizes must be >= 0"),
+    (lambda d: d["contract"].__setitem__(1, -1), "contract sizes must be whole numbers >= 0"),
+    (lambda d: d["contract"].__setitem__(1, 2.5), "contract sizes must be whole numbers >= 0"),
 ])  # fmt: skip
 def test_a_stage_graph_with_negative_or_fractional_dimensions_is_refused(tmp_path, edit, message):
     """A negative dimension had read as 1 (the features clamp each dimension at 1 before log2)."""

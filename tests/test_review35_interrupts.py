@@ -236,3 +236,18 @@ def test_a_set_whose_write_was_cut_short_is_measured_again_whole(tmp_path: Path)
     assert len({r["write_id"] for r in rows}) == 1 and len(rows) == len(lines)
     assert all(r["batch"] == 64 for r in rows)  # the set's batch size, beside its write's id
     assert again["cases"][0]["status"] == "ok"
+
+
+def test_an_edited_write_field_reads_as_a_damaged_write_not_an_error(tmp_path: Path) -> None:
+    """read_rows is never fatal: a write_id or write_rows edited into another type had raised
+    (int("x") / an unhashable id); such a row now reads as part of a damaged write."""
+    from trainsim.validate.shard_suite import SCHEMA
+
+    path = tmp_path / "shard.jsonl"
+    base = {"schema": SCHEMA, "sharder": "table_wise"}
+    rows = [{**base, "write_id": "w1", "write_rows": 2}, {**base, "write_id": "w1", "write_rows": 2},
+            {**base, "write_id": "w2", "write_rows": "x"}, {**base, "write_id": ["w3"], "write_rows": 1},
+            {**base, "write_id": None, "write_rows": None}]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    got = read_rows(path)
+    assert [r["write_id"] for r in got] == ["w1", "w1", None]

@@ -179,7 +179,7 @@ class Plan:
             parts.append(f"last{self.last_stage_layers}")
         if self.optimizer != "adam":
             parts.append(self.optimizer)
-        if self.moe_imbalance != 1.0:
+        if self.moe_load != 1.0:  # at ep 1 it changes nothing (Plan.moe_imbalance): not in the label
             parts.append(f"imb{self.moe_imbalance:g}")
         # precision and attention kernels change the time as much as the degrees: two plans that
         # differ only there had one label (`--dtype fp16` and `--attention unfused` read alike)

@@ -103,7 +103,7 @@ class StageGraph:
                 list(d["edges"][0]), list(d["edges"][1]))  # fmt: skip
         n = g.num_nodes
         g.flops = [float(x) for x in d.get("flops", [0.0] * n)]
-        g.contract = [int(x) for x in d.get("contract", [0] * n)]
+        g.contract = list(d.get("contract", [0] * n))  # check() refuses a fractional or negative one
         g.check()
         return g
 
@@ -128,8 +128,8 @@ class StageGraph:
                     if any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in s)), None)  # fmt: skip
         if bad is not None:
             raise GraphError(f"stage graph node {bad}'s shape {list(self.shape[bad])} must be whole numbers >= 0")
-        if any(c < 0 for c in self.contract):
-            raise GraphError("stage graph contract sizes must be >= 0")
+        if any(not isinstance(c, int) or isinstance(c, bool) or c < 0 for c in self.contract):
+            raise GraphError("stage graph contract sizes must be whole numbers >= 0")
         topo_order(self)
 
     def counts(self) -> dict[str, int]:

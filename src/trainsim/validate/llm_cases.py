@@ -510,7 +510,7 @@ def read_runs(path: Path | str, *, tag: str | None = None) -> list[LLMCase]:
     """Measured iterations of one's own, one per CSV row (docs/llm.md, *Your own measurements*).
 
     Columns: ``model`` (a catalog name, or a config.json / YAML path), ``system`` (a catalog name
-    or YAML path; relative paths from the CSV's folder), the measured time as ``iteration_ms`` or
+    or YAML path; a relative path in the CSV's folder first, then the working directory), the measured time as ``iteration_ms`` or
     ``iteration_s``, and optionally ``id`` (a label for the row), ``gpus`` and any field of
     :class:`~trainsim.builders.plan.Plan` by its name (``tp``, ``pp``, ``dp``, ``micro_batch``,
     ``global_batch``, ``recompute``, ``zero``, ``dtype``, ``attention``, ...). An empty cell, or a

@@ -121,11 +121,20 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     # a set's measured rows are written together, each naming its write (``write_id``) and how
     # many rows it holds: one that lost some of them (the process killed inside that write) is
     # measured again whole rather than completed by a measurement that was not interleaved
+    # (a write_id or write_rows edited into another type reads as a damaged write: re-measured)
+    def whole(r: dict[str, Any]) -> bool | None:  # None: not part of a write
+        wid, n = r.get("write_id"), r.get("write_rows")
+        if not wid:
+            return None
+        if not isinstance(wid, str) or isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            return False
+        return held.get(wid, 0) >= n
+
     held: dict[str, int] = {}
     for row in out:
-        if row.get("write_id"):
+        if isinstance(row.get("write_id"), str) and row["write_id"]:
             held[row["write_id"]] = held.get(row["write_id"], 0) + 1
-    return [r for r in out if not r.get("write_id") or held[r["write_id"]] >= int(r.get("write_rows") or 0)]
+    return [r for r in out if whole(r) is not False]
 
 
 def _locked(path: Path) -> contextlib.AbstractContextManager[None]:
