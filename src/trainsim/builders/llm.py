@@ -189,7 +189,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     # operator, inside the pass's flow shop). Added after the flow shop, the ring's unhidden
     # part had been hidden by attention time that a dispatch-bound pass's CPU already hid, so
     # faster attention kernels (or an attention dropout) could make the iteration slower (faster).
-    lf_t, lb_t = _with_ring(lf, cpf), _with_ring(lb, cpb)
+    lf_t = _with_ring(lf, cpf)
     full_rc = plan.recompute == "full"
     re_comm = layer_comm_f if full_rc else 0.0
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts,
@@ -201,7 +201,10 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     cpu_sel = max(cpu_f)  # the attention core's operators (selective recompute): the counted share
     # the backward runs the layer's operators in reverse
     lb, cpu_b = lb[::-1], cpu_b[::-1]
-    lb_t = lb_t[::-1]
+    # the backward's ring wait on its attention core's first operator in the order it runs
+    # (reversed): on the last, an attention dropout's backward moved GPU time ahead of the
+    # wait and a CPU-bound backward came out faster with the dropout
+    lb_t = _with_ring(lb, cpb)
     lf_tp, cpu_f_tp = with_tp_comm(lf_t, cpu_f, tpf, "fwd", host)
     lb_tp, cpu_b_tp = with_tp_comm(lb_t, cpu_b, tpb, "bwd", host)
     if plan.recompute == "full":
