@@ -42,7 +42,7 @@ def test_attention_dropout_takes_no_share_of_the_layers_dispatch() -> None:
     """The attention dropout is dispatched within HostModel's per-layer counts (HF GPT-2's
     attention runs its dropout), as the hidden dropout is: spread over it too, the layer's
     dispatch was taken off the other operators and this context-parallel plan came out 0.04 %
-    faster with the dropout (0.88211 -> 0.88176 s before 2026-12-03)."""
+    faster with the dropout (0.88211 -> 0.88176 s before session 35)."""
     plan = Plan(cp=4, pp=4, dp=8, micro_batch=1, global_batch=64, seq_len=4096, recompute="full",
                 attention="fused", dtype="fp16")  # fmt: skip
     without = predict_llm("llama2-7b", plan, "vista")
