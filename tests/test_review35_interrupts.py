@@ -42,6 +42,22 @@ def _procs(sid: int) -> dict[int, tuple[int, str]]:
     return out
 
 
+def _assert_session_gone(sid: int, what: str) -> None:
+    """Every process of session ``sid`` ends within 10 s (the command was ``what``)."""
+    deadline = time.monotonic() + 10
+    while _procs(sid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _procs(sid), f"processes outlived the {what} command: {_procs(sid)}"
+
+
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    """Leave nothing of a test's command behind, whatever the test found."""
+    for pid in _procs(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
 def _ranks(sid: int) -> list[int]:
     """The processes the session's forkserver forked (the ranks)."""
     procs = _procs(sid)
@@ -72,16 +88,10 @@ def test_ranks_end_when_the_command_is_killed(command: str, tmp_path: Path) -> N
         time.sleep(1.0)  # inside init_process_group or measuring
         proc.kill()
         proc.wait()
-        deadline = time.monotonic() + 10
-        while _procs(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _procs(proc.pid), f"processes outlived the killed command: {_procs(proc.pid)}"
+        _assert_session_gone(proc.pid, "killed")
         assert not list(scratch.glob("trainsim-*")), "a rank's scratch folder was left behind"
     finally:
-        for pid in _procs(proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait()
+        _kill_session(proc)
 
 
 @pytest.mark.slow
@@ -112,15 +122,9 @@ def test_ctrl_c_while_the_ranks_start_is_one_line(command: str, after_s: float, 
         err = "".join(lines) + rest
         assert proc.returncode == 130, err
         assert "Traceback" not in err and err.strip().splitlines()[-1] == "trainsim: interrupted", err
-        deadline = time.monotonic() + 10
-        while _procs(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _procs(proc.pid), f"processes outlived the interrupted command: {_procs(proc.pid)}"
+        _assert_session_gone(proc.pid, "interrupted")
     finally:
-        for pid in _procs(proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait()
+        _kill_session(proc)
 
 
 @pytest.mark.slow

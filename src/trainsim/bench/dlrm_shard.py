@@ -69,12 +69,9 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from trainsim.capture.distributed import (
-    exit_with_parent,
-    start_forkserver_deaf_to_ctrl_c,
-    stop_processes,
-)
+from trainsim.capture.distributed import start_forkserver_deaf_to_ctrl_c, stop_processes
 from trainsim.errors import CaptureError, ConfigError
+from trainsim.lifetime import exit_with_parent
 
 _TAIL_CHARS = 2000
 _PRELOAD = ("torch", "torch.distributed", "numpy", "trainsim.bench.reuse")
@@ -405,7 +402,7 @@ def _log_tail(work: Path, rank: int) -> str:
 
 def _worker(rank: int, world: int, port: int, work_dir: str, env: dict[str, str], *, parent: int) -> None:
     """Entry point of one rank (forked by the forkserver or spawned); it ends with process
-    ``parent`` (:func:`~trainsim.capture.distributed.exit_with_parent`)."""
+    ``parent`` (:func:`~trainsim.lifetime.exit_with_parent`)."""
     work = Path(work_dir)
     exit_with_parent(parent, work)
     try:

@@ -83,6 +83,16 @@ Optimizer = Literal["adam", "sgd"]
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 
 
+def check_moe_imbalance(value: object, model: ModelSpec, name: str = "plan: moe_imbalance") -> None:
+    """``value`` as :attr:`Plan.moe_imbalance` of ``model`` (named ``name`` in the error): a
+    number >= 1, and 1 for a dense model (a search checks it once for all its plans)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1.0 <= value < math.inf:
+        raise ConfigError(f"{name} (the busiest expert-parallel rank's tokens over the mean) must be a number >= 1, "
+                          f"got {value!r}")  # fmt: skip
+    if value != 1.0 and not model.is_moe:
+        raise ConfigError(f"{name} {value:g} needs a mixture-of-experts model; {model.name} is dense")
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A parallelization and batching plan (see the module docstring)."""
@@ -330,11 +340,7 @@ class Plan:
                     f"plan: ep {self.ep} must divide dp {self.dp} (experts split the data-parallel ranks)"
                 )
         imb = self.moe_imbalance
-        if isinstance(imb, bool) or not isinstance(imb, (int, float)) or not 1.0 <= imb < math.inf:
-            raise ConfigError(f"plan: moe_imbalance (the busiest expert-parallel rank's tokens over the mean) must be "
-                              f"a number >= 1, got {imb!r}")  # fmt: skip
-        if imb != 1.0 and not model.is_moe:
-            raise ConfigError(f"plan: moe_imbalance {imb:g} needs a mixture-of-experts model; {model.name} is dense")
+        check_moe_imbalance(imb, model)
         if self.ep > 1 and imb > self.ep:
             raise ConfigError(f"plan: moe_imbalance {imb:g} is more than ep {self.ep}: the busiest of {self.ep} "
                               f"expert-parallel ranks gets at most all the tokens, {self.ep}x the mean")  # fmt: skip

@@ -25,6 +25,7 @@ from typing import Any
 from trainsim.capture.examples import example_info
 from trainsim.capture.manifest import CaptureSpec, RankCapture, write_atomic
 from trainsim.errors import CaptureError
+from trainsim.lifetime import exit_with_parent
 
 _TAIL_CHARS = 2000
 _PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "trainsim.capture.recorder")
@@ -195,30 +196,6 @@ def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:
                 )
 
 
-def exit_with_parent(pid: int, work: Path, period_s: float = 1.0) -> None:
-    """In a rank: end this process once process ``pid`` (the one that started the ranks) is gone.
-
-    A parent that is killed (SIGKILL, the OOM killer) runs no ``finally``: its ranks, children
-    of the forkserver rather than of it, would go on measuring for minutes (or wait in
-    ``init_process_group`` for a peer never started, until the timeout), on the cores a rerun
-    measures on, and write their traces after a rerun has started. A daemon thread polls for
-    ``pid``; when it is gone the rank removes ``work`` (the run's scratch folder, which the dead
-    parent would have removed) and exits at once."""
-    import shutil
-    import threading
-
-    def watch() -> None:
-        while True:
-            try:
-                os.kill(pid, 0)
-            except (ProcessLookupError, PermissionError):  # gone (or its pid reused by another user)
-                shutil.rmtree(work, ignore_errors=True)
-                os._exit(1)
-            time.sleep(period_s)
-
-    threading.Thread(target=watch, name="trainsim-parent-watch", daemon=True).start()
-
-
 def stop_processes(procs: list[Any]) -> None:
     """Terminate, then kill, every started process (rank workers of a failed or finished run)."""
     procs = [p for p in procs if p.pid is not None]  # started
@@ -272,7 +249,7 @@ def _redirect_output(log: Path) -> None:
 
 def _worker(spec: CaptureSpec, rank: int, port: int, work_dir: str, env: dict[str, str], *, parent: int) -> None:
     """Entry point of one rank, in a process forked by the forkserver or spawned afresh; it ends
-    with process ``parent`` (:func:`exit_with_parent`)."""
+    with process ``parent`` (:func:`trainsim.lifetime.exit_with_parent`)."""
     work = Path(work_dir)
     exit_with_parent(parent, work)
     try:

@@ -38,7 +38,7 @@ from trainsim.builders.costs import OpCoster
 from trainsim.builders.llm import closed_form_001, stage_costs
 from trainsim.builders.llm_comm import check_job_placement
 from trainsim.builders.memory import memory_per_gpu
-from trainsim.builders.plan import Plan
+from trainsim.builders.plan import Plan, check_moe_imbalance
 from trainsim.builders.predict import predict_llm
 from trainsim.builders.spec import ModelSpec
 from trainsim.comm.registry import USER_MODELS_ENV as USER_COMM_MODELS_ENV
@@ -46,6 +46,7 @@ from trainsim.envvars import restored_environ
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import SystemSpec, get_device, get_system
 from trainsim.kernels.registry import USER_MODELS_ENV as USER_KERNEL_MODELS_ENV
+from trainsim.lifetime import exit_with_parent
 from trainsim.search.space import PlanSpace, reason_key
 
 OBJECTIVES = ("time", "time-to-train", "cost")
@@ -574,7 +575,7 @@ def _worker_failure(where: str, e: BaseException) -> ConfigError:
 # once, not once per search. One pool, used by one search at a time (_POOL_LOCK: a thread
 # asking for another size waits instead of shutting down a pool in use); replaced when broken
 # or resized; shut down at exit. Each worker exits by itself when this process is gone (killed:
-# no atexit), see _watch_parent.
+# no atexit), see _init_worker (trainsim.lifetime.exit_with_parent).
 _POOL: dict[int, ProcessPoolExecutor] = {}  # at most one: workers -> pool
 _POOL_LOCK = threading.Lock()
 
@@ -618,26 +619,9 @@ def _children_ignore_interrupts() -> Iterator[None]:
 
 def _init_worker(pid: int) -> None:
     """A worker's initializer: Ctrl-C is the search's to answer (a forkserver that another
-    library started passes it on), and the worker ends with the search (:func:`_watch_parent`)."""
+    library started passes it on), and the worker ends with the search (:func:`trainsim.lifetime.exit_with_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_parent(pid)
-
-
-def _watch_parent(pid: int, period_s: float = 2.0) -> None:
-    """A worker's initializer: a daemon thread ends the worker once process ``pid`` (the
-    search's) no longer exists, so a hard-killed program leaves no screening processes."""
-
-    def watch() -> None:
-        while True:
-            time.sleep(period_s)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                os._exit(0)
-            except PermissionError:  # pid reused by another user's process: ours is gone
-                os._exit(0)
-
-    threading.Thread(target=watch, name="trainsim-parent-watch", daemon=True).start()
+    exit_with_parent(pid, period_s=2.0, status=0)
 
 
 def _drop_pool() -> None:
@@ -683,12 +667,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     if not model.num_experts and any(e > 1 for e in space.ep):
         raise ConfigError(f"--ep {','.join(map(str, space.ep))}: expert parallelism needs a mixture-of-experts "
                           f"model; {model.name} is dense (leave --ep out)")  # fmt: skip
-    f = space.moe_imbalance
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1.0 <= f < math.inf:
-        raise ConfigError(f"--moe-imbalance (the busiest expert-parallel rank's tokens over the mean) must be a "
-                          f"number >= 1, got {f!r}")  # fmt: skip
-    if f != 1.0 and not model.is_moe:
-        raise ConfigError(f"--moe-imbalance {f:g} needs a mixture-of-experts model; {model.name} is dense")
+    check_moe_imbalance(space.moe_imbalance, model, "--moe-imbalance")  # once, not as every plan's error
     notes = search_notes(model, space)
     from trainsim.comm.registry import shadowed_note
 

@@ -522,7 +522,7 @@ def read_runs(path: Path | str, *, tag: str | None = None) -> list[LLMCase]:
     tag = tag or path.stem
     fields = {*RUN_INT_FIELDS, *RUN_BOOL_FIELDS, *RUN_FLOAT_FIELDS, *RUN_CHOICE_FIELDS}
     models: dict[str, ModelSpec] = {}
-    systems: dict[str, str] = {}
+    systems: set[str] = set()  # checked once each
     out: list[LLMCase] = []
     seen: dict[str, int] = {}
 
@@ -570,7 +570,7 @@ def read_runs(path: Path | str, *, tag: str | None = None) -> list[LLMCase]:
             sys_ref = ref(r, "system")
             if sys_ref not in systems:
                 get_system(sys_ref)  # a one-line error here, naming the row
-                systems[sys_ref] = sys_ref
+                systems.add(sys_ref)
         except (ConfigError, TraceFormatError) as e:
             raise r.fail(str(e)) from None
         plan = Plan(**kw)  # type: ignore[arg-type]
@@ -579,7 +579,7 @@ def read_runs(path: Path | str, *, tag: str | None = None) -> list[LLMCase]:
         if label in seen:
             raise r.fail(f"id {label!r} is row {seen[label]}'s too", "id")
         seen[label] = r.index
-        out.append(LLMCase(f"{tag}:{label}", str(path), r.index, models[name], plan, systems[sys_ref], measured, {}))
+        out.append(LLMCase(f"{tag}:{label}", str(path), r.index, models[name], plan, sys_ref, measured, {}))
     return out
 
 

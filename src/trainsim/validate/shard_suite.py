@@ -58,6 +58,7 @@ import random
 import statistics
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -122,19 +123,15 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     # many rows it holds: one that lost some of them (the process killed inside that write) is
     # measured again whole rather than completed by a measurement that was not interleaved
     # (a write_id or write_rows edited into another type reads as a damaged write: re-measured)
-    def whole(r: dict[str, Any]) -> bool | None:  # None: not part of a write
-        wid, n = r.get("write_id"), r.get("write_rows")
-        if not wid:
-            return None
-        if not isinstance(wid, str) or isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            return False
-        return held.get(wid, 0) >= n
+    held = Counter(r["write_id"] for r in out if isinstance(r.get("write_id"), str) and r["write_id"])
 
-    held: dict[str, int] = {}
-    for row in out:
-        if isinstance(row.get("write_id"), str) and row["write_id"]:
-            held[row["write_id"]] = held.get(row["write_id"], 0) + 1
-    return [r for r in out if whole(r) is not False]
+    def kept(r: dict[str, Any]) -> bool:
+        wid, n = r.get("write_id"), r.get("write_rows")
+        if not wid:  # not part of a set's write (older files, copied rows)
+            return True
+        return isinstance(wid, str) and isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= held[wid]
+
+    return [r for r in out if kept(r)]
 
 
 def _locked(path: Path) -> contextlib.AbstractContextManager[None]:
