@@ -341,10 +341,13 @@ def _load(sample: str) -> BenchCalibration | None:
 
 
 def bench_calibration(device: DeviceSpec) -> BenchCalibration | None:
-    """The shipped bench calibration of ``device`` (matched by its name or aliases), or None."""
+    """The shipped bench calibration of ``device`` (matched by its name or aliases, or those of
+    the catalog device of its name: a YAML copy of the part that drops its aliases), or None."""
     from trainsim.bench.samples import cuda_sample
+    from trainsim.hardware import find_device
 
-    sample = cuda_sample((device.name, *device.aliases))
+    catalog = find_device(device.name)
+    sample = cuda_sample((device.name, *device.aliases, *(catalog.aliases if catalog is not None else ())))
     return _load(sample) if sample else None
 
 

@@ -31,6 +31,7 @@ from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ModelError
 from trainsim.hardware import DeviceSpec, get_device, list_devices
 from trainsim.kernels import predict_query, query
+from trainsim.kernels.rescaled import RESCALED, edited_catalog_device, roofline_ratio, same_roofline
 
 _SEED001_VOCAB = 50257  # the vocabulary paper 001 benchmarked linear_final / cross-entropy with
 FLASH_BWD_WORK = 2.5  # FlashAttention-2 §3.2: backward = 5 of the forward's 2 products (+ recompute)
@@ -99,6 +100,7 @@ class OpCoster:
         # only 001 data of another sibling would (an H200 from the H100's own sample)
         self.bench_device: DeviceSpec | None = None
         self._bench_note = ""
+        cal: BenchCalibration | None = None
         if bench:
             source: DeviceSpec | None = self.device
             cal = bench_calibration(self.device)
@@ -108,6 +110,12 @@ class OpCoster:
                     self._bench_note = f";transferred-from:{source.name}"
             if cal is not None:
                 self._bench, self.bench_device = BenchTranslator(cal), source
+        # an edited YAML copy of a catalog device (its peaks or bandwidth): the bench sample
+        # measured the catalog part, so its answers move by the roofline ratio, as the learned
+        # models' do in kernels.registry.models_for (trainsim.kernels.rescaled)
+        # (not when this device is the very device file the sample measured)
+        self._edited_from = (edited_catalog_device(self.device) if cal is not None and not self._bench_note
+                             and not same_roofline(cal.device, self.device) else None)  # fmt: skip
         self._shaped: dict[tuple[object, ...], tuple[OpCost, ...]] = {}
 
     SHAPED_MAX = 4096  # layer / embedding / head operator lists kept (oldest dropped first)
@@ -166,6 +174,10 @@ class OpCoster:
             own = self._bench.time(bench_op or op, phase, dtype, {**inputs, **dict(extra)})
             if own is not None and self._bench_note:  # a sibling's sample: memory_bound() scales it
                 own = (own[0], own[1] + self._bench_note)
+            elif own is not None and self._edited_from is not None:  # an edited copy: its roofline
+                ratio = float(roofline_ratio(op, dtype, inputs, self._edited_from, self.device))
+                if ratio != 1.0:
+                    own = (own[0] * ratio, f"{own[1]}{RESCALED}{self.device.name}")
         for dev, note in self._candidates():
             if note and own is not None:
                 return own

@@ -384,6 +384,10 @@ def _warnings(r: LLMPrediction) -> list[str]:
 
     if (shadowed := shadowed_note(r.system)) is not None:  # a YAML copy of a catalog system, edited
         out.append(shadowed)
+    from trainsim.kernels.rescaled import rescaled_note
+
+    if (rescaled := rescaled_note(r.device)) is not None:  # a YAML copy of a catalog device, edited
+        out.append(rescaled)
     if r.device.peak_flops_per_s(r.plan.dtype) is None:
         trains = next((d for d in ("bf16", "fp16") if d != r.plan.dtype and r.device.peak_flops_per_s(d)), None)
         out.append(f"{r.device.name} has no {r.plan.dtype} tensor cores: its matrix math is costed at the "

@@ -155,11 +155,31 @@ def _models_for(spec: SystemSpec, _user_env: str) -> tuple[CommModel, ...]:
 _DOCUMENTARY = {"aliases", "description", "sources"}  # what no collective's time depends on
 
 
+def _device_name(device: str) -> str:
+    """The GPU a system's ``device`` field resolves to, by name: the collectives measured on a
+    network stand for it with a copy of its GPU that edits FLOP/s, memory or link fields (the
+    tiers carry the network's rates; kernels carry a compute edit, trainsim.kernels.rescaled)."""
+    from trainsim.hardware import get_device
+
+    return get_device(device).name
+
+
+def _differing(a: SystemSpec, b: SystemSpec) -> list[str]:
+    """The fields in which ``a`` and ``b`` differ as networks: documentation (aliases,
+    description, sources) aside, and the device by its name and links, not by how it is
+    spelled (a YAML path to a copy of the catalog part is that part, :func:`_device_name`)."""
+    da, db = a.model_dump(exclude=_DOCUMENTARY | {"device"}), b.model_dump(exclude=_DOCUMENTARY | {"device"})
+    out = [k for k in da if da[k] != db.get(k)]
+    if a.device != b.device and _device_name(a.device) != _device_name(b.device):
+        out.append("device")
+    return out
+
+
 def same_system(a: SystemSpec, b: SystemSpec) -> bool:
-    """Whether ``a`` and ``b`` are one system: the same name and the same spec, documentation
-    (aliases, description, sources) aside. A YAML copy of a catalog system that keeps its name
-    but edits its tiers is another network, and its measurements do not stand for it."""
-    return a.name == b.name and a.model_dump(exclude=_DOCUMENTARY) == b.model_dump(exclude=_DOCUMENTARY)
+    """Whether ``a`` and ``b`` are one system: the same name and the same network
+    (:func:`_differing`). A YAML copy of a catalog system that keeps its name but edits its
+    tiers, or names another GPU, is another network, and its measurements do not stand for it."""
+    return a.name == b.name and not _differing(a, b)
 
 
 def shadowed_note(system: SystemSpec) -> str | None:
@@ -176,11 +196,10 @@ def _shadowed_note(system: SystemSpec, _user_env: str) -> str | None:
     if not spec_models:
         return None
     assert spec_models[0].system is not None
-    theirs, mine = spec_models[0].system.model_dump(exclude=_DOCUMENTARY), system.model_dump(exclude=_DOCUMENTARY)
-    fields = ", ".join(k for k in mine if mine[k] != theirs.get(k))
+    fields = _differing(system, spec_models[0].system)
     names = ", ".join(m.dataset for m in spec_models)
     return (f"the comm models calibrated on {system.name} ({names}) do not answer for this system: it keeps "
-            f"that name, but its {fields} differ from theirs")  # fmt: skip
+            f"that name, but differs from theirs in {', '.join(fields)}")  # fmt: skip
 
 
 def network_twins(a: SystemSpec, b: SystemSpec) -> bool:

@@ -36,6 +36,7 @@ from trainsim.kernels.calibrated import LearnedKernelModel
 from trainsim.kernels.embedding import EmbeddingLookupModel
 from trainsim.kernels.features import OPS, op_spec
 from trainsim.kernels.model import KernelModel, KernelPrediction, KernelQuery, query_from_kernel
+from trainsim.kernels.rescaled import RescaledKernelModel, edited_catalog_device, measured_on
 from trainsim.kernels.roofline import RooflineModel
 
 ARTIFACT_SCHEMA = "trainsim.kernel-model/1"
@@ -238,6 +239,13 @@ def models_for(device: DeviceSpec | str) -> list[KernelModel]:
     rest = [m for m in mine if not isinstance(m, LearnedKernelModel)]
     cataloged = any(d.name == spec.name and d == spec for d in list_devices())
     spec_based = _spec_models(spec.name) if cataloged else _build_spec_models(spec)
+    if not cataloged and (source := edited_catalog_device(spec)) is not None:
+        # an edited copy of a catalog device: the measured answers carried to its roofline
+        # (:mod:`trainsim.kernels.rescaled`); the spec-based ones are its own already
+        # (a model measured on this very spec, e.g. a user's artifact fitted on the device file
+        # they give here, answers as it is)
+        learned, rest = ([m if measured_on(m, spec) else RescaledKernelModel(m, source, spec) for m in ms]
+                         for ms in (learned, rest))  # fmt: skip
     return [*learned, *rest, *spec_based]
 
 

@@ -673,6 +673,10 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
 
     if (shadowed := shadowed_note(sys_spec)) is not None:  # a YAML copy of a catalog system, edited (as predict notes)
         notes.append(shadowed)
+    from trainsim.kernels.rescaled import rescaled_note
+
+    if (rescaled := rescaled_note(get_device(sys_spec.device))) is not None:  # an edited device copy (as predict)
+        notes.append(rescaled)
     t0 = time.perf_counter()
     infeasible: Counter[str] = Counter()
     examples: dict[str, str] = {}  # reason -> its first full message (the reason drops numbers)

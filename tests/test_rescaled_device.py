@@ -1,0 +1,120 @@
+"""An edited YAML copy of a catalog device (same name, other peaks or bandwidth): calibrated
+kernel answers are carried to its roofline (trainsim.kernels.rescaled); its system keeps the
+network's calibrated collectives when only compute or memory changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainsim.hardware import get_device, get_system
+from trainsim.kernels import predict_query, query
+from trainsim.kernels.registry import models_for
+from trainsim.kernels.rescaled import RescaledKernelModel, edited_catalog_device, measured_on, rescaled_note
+
+DATA = Path(__file__).resolve().parents[1] / "src/trainsim/hardware/data"
+A100 = "a100-sxm4-80gb"
+GEMM = {"b": 8, "l": 2048, "dim": 4096, "mp": 1}  # linear1: compute-bound on the A100
+NORM = {"b": 8, "l": 2048, "dim": 4096}  # layernorm: memory-bound
+
+
+def _device(tmp_path: Path, src: str, **edits: object) -> Path:
+    doc = yaml.safe_load((DATA / src).read_text(encoding="utf-8"))
+    doc.update(edits)
+    doc["aliases"] = []
+    path = tmp_path / f"dev_{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def _system(tmp_path: Path, src: str, device: Path) -> Path:
+    doc = yaml.safe_load((DATA / src).read_text(encoding="utf-8"))
+    doc["device"] = str(device)
+    doc["aliases"] = []
+    path = tmp_path / f"sys_{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def _twice_the_peaks(tmp_path: Path) -> Path:
+    return _device(tmp_path, "device_a100_sxm4_80gb.yaml",
+                   peak_tflops={"fp32": 39, "tf32": 312, "fp16": 624, "bf16": 624})  # fmt: skip
+
+
+def test_compute_edit_moves_compute_bound_answers_by_the_peak_ratio(tmp_path: Path) -> None:
+    edited = get_device(_twice_the_peaks(tmp_path))
+    assert edited_catalog_device(edited) == get_device(A100)
+    gemm, norm = query("linear1", dtype="fp16", **GEMM), query("layernorm", dtype="fp16", **NORM)
+    base_g, base_n = predict_query(gemm, A100), predict_query(norm, A100)
+    new_g, new_n = predict_query(gemm, edited), predict_query(norm, edited)
+    assert base_g.calibrated and new_g.calibrated  # still the measurements, carried
+    assert new_g.duration_s == pytest.approx(base_g.duration_s / 2, rel=1e-9)
+    assert "spec-rescaled" in new_g.provenance and "spec-rescaled" not in base_g.provenance
+    assert new_n.duration_s == base_n.duration_s  # memory-bound: the bandwidth did not change
+    assert "spec-rescaled" not in new_n.provenance
+
+
+def test_bandwidth_edit_moves_memory_bound_answers(tmp_path: Path) -> None:
+    edited = get_device(_device(tmp_path, "device_a100_sxm4_80gb.yaml", memory_bandwidth_GBps=4078))
+    norm, gemm = query("layernorm", dtype="fp16", **NORM), query("linear1", dtype="fp16", **GEMM)
+    assert predict_query(norm, edited).duration_s == pytest.approx(predict_query(norm, A100).duration_s / 2)
+    assert predict_query(gemm, edited).duration_s == predict_query(gemm, A100).duration_s
+
+
+def test_an_edit_the_roofline_does_not_read_changes_nothing(tmp_path: Path) -> None:
+    edited = get_device(_device(tmp_path, "device_a100_sxm4_80gb.yaml", memory_GB=40))
+    assert edited_catalog_device(edited) is None and rescaled_note(edited) is None
+    assert not any(isinstance(m, RescaledKernelModel) for m in models_for(edited))
+    q = query("linear1", dtype="fp16", **GEMM)
+    assert predict_query(q, edited) == predict_query(q, A100)
+
+
+def test_a_model_measured_on_the_edited_spec_answers_unscaled(tmp_path: Path) -> None:
+    edited = get_device(_twice_the_peaks(tmp_path))
+    learned = next(m for m in models_for(A100) if hasattr(m, "spec"))
+    assert not measured_on(learned, edited) and measured_on(learned, get_device(A100))
+    learned_on_edited = type(learned).from_artifact(*learned.to_artifact())
+    learned_on_edited.spec = edited  # as an artifact fitted on that device file records it
+    assert measured_on(learned_on_edited, edited)
+
+
+def test_predict_on_an_edited_device_is_faster_notes_it_and_keeps_the_networks_measurements(tmp_path: Path) -> None:
+    from trainsim.builders.models import get_model
+    from trainsim.builders.plan import Plan
+    from trainsim.builders.predict import predict_llm
+
+    plan = Plan(dp=8, tp=1, micro_batch=2, global_batch=16)
+    base = predict_llm(get_model("gpt3-1.3b"), plan, "perlmutter")
+    system = get_system(_system(tmp_path, "system_perlmutter.yaml", _twice_the_peaks(tmp_path)))
+    edited = predict_llm(get_model("gpt3-1.3b"), plan, system)
+    assert edited.breakdown["forward_s"] < 0.7 * base.breakdown["forward_s"]
+    assert any("edited copy of the catalog" in n and "fp16 peak 312.0 -> 624.0" in n for n in edited.warnings)
+    assert not any("edited copy" in n for n in base.warnings)
+    # the network did not change: its calibrated collectives still answer (a compute edit
+    # had dropped them: "its device differ from theirs")
+    assert edited.breakdown["exposed_dp_communication_s"] == base.breakdown["exposed_dp_communication_s"]
+    assert not any("do not answer for this system" in n for n in edited.warnings)
+
+
+def test_a_system_naming_an_unedited_device_copy_by_path_is_that_system(tmp_path: Path) -> None:
+    from trainsim.comm.registry import same_system, shadowed_note
+
+    copy = _device(tmp_path, "device_a100_sxm4_80gb.yaml")
+    system = get_system(_system(tmp_path, "system_perlmutter.yaml", copy))
+    assert same_system(system, get_system("perlmutter")) and shadowed_note(system) is None
+    other = get_system(_system(tmp_path, "system_perlmutter.yaml", _device(tmp_path, "device_h100_sxm5.yaml")))
+    note = shadowed_note(other)
+    assert not same_system(other, get_system("perlmutter")) and note is not None and "differs from theirs in device" in note
+
+
+def test_edited_h100_moves_its_bench_sample_answers(tmp_path: Path) -> None:
+    from trainsim.builders.costs import OpCoster
+
+    edited = get_device(_device(tmp_path, "device_h100_sxm5.yaml", memory_bandwidth_GBps=6700))
+    base, new = OpCoster("h100-sxm5-80gb"), OpCoster(edited)
+    t0, p0 = base.time("layernorm", "fwd", "bf16", **NORM)
+    t1, p1 = new.time("layernorm", "fwd", "bf16", **NORM)
+    assert "bench-as" in p0 and "spec-rescaled" in p1 and "spec-rescaled" not in p0
+    assert t1 == pytest.approx(t0 / 2)
