@@ -12,7 +12,12 @@ import yaml
 from trainsim.hardware import get_device, get_system
 from trainsim.kernels import predict_query, query
 from trainsim.kernels.registry import models_for
-from trainsim.kernels.rescaled import RescaledKernelModel, edited_catalog_device, measured_on, rescaled_note
+from trainsim.kernels.rescaled import (
+    RescaledKernelModel,
+    edited_catalog_device,
+    measured_on,
+    rescaled_note,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "src/trainsim/hardware/data"
 A100 = "a100-sxm4-80gb"
@@ -59,7 +64,9 @@ def test_compute_edit_moves_compute_bound_answers_by_the_peak_ratio(tmp_path: Pa
 def test_bandwidth_edit_moves_memory_bound_answers(tmp_path: Path) -> None:
     edited = get_device(_device(tmp_path, "device_a100_sxm4_80gb.yaml", memory_bandwidth_GBps=4078))
     norm, gemm = query("layernorm", dtype="fp16", **NORM), query("linear1", dtype="fp16", **GEMM)
-    assert predict_query(norm, edited).duration_s == pytest.approx(predict_query(norm, A100).duration_s / 2)
+    assert predict_query(norm, edited).duration_s == pytest.approx(
+        predict_query(norm, A100).duration_s / 2
+    )
     assert predict_query(gemm, edited).duration_s == predict_query(gemm, A100).duration_s
 
 
@@ -80,7 +87,9 @@ def test_a_model_measured_on_the_edited_spec_answers_unscaled(tmp_path: Path) ->
     assert measured_on(learned_on_edited, edited)
 
 
-def test_predict_on_an_edited_device_is_faster_notes_it_and_keeps_the_networks_measurements(tmp_path: Path) -> None:
+def test_predict_on_an_edited_device_is_faster_notes_it_and_keeps_the_networks_measurements(
+    tmp_path: Path,
+) -> None:
     from trainsim.builders.models import get_model
     from trainsim.builders.plan import Plan
     from trainsim.builders.predict import predict_llm
@@ -90,11 +99,17 @@ def test_predict_on_an_edited_device_is_faster_notes_it_and_keeps_the_networks_m
     system = get_system(_system(tmp_path, "system_perlmutter.yaml", _twice_the_peaks(tmp_path)))
     edited = predict_llm(get_model("gpt3-1.3b"), plan, system)
     assert edited.breakdown["forward_s"] < 0.7 * base.breakdown["forward_s"]
-    assert any("edited copy of the catalog" in n and "fp16 peak 312.0 -> 624.0" in n for n in edited.warnings)
+    assert any(
+        "edited copy of the catalog" in n and "fp16 peak 312.0 -> 624.0" in n
+        for n in edited.warnings
+    )
     assert not any("edited copy" in n for n in base.warnings)
     # the network did not change: its calibrated collectives still answer (a compute edit
     # had dropped them: "its device differ from theirs")
-    assert edited.breakdown["exposed_dp_communication_s"] == base.breakdown["exposed_dp_communication_s"]
+    assert (
+        edited.breakdown["exposed_dp_communication_s"]
+        == base.breakdown["exposed_dp_communication_s"]
+    )
     assert not any("do not answer for this system" in n for n in edited.warnings)
 
 
@@ -104,9 +119,15 @@ def test_a_system_naming_an_unedited_device_copy_by_path_is_that_system(tmp_path
     copy = _device(tmp_path, "device_a100_sxm4_80gb.yaml")
     system = get_system(_system(tmp_path, "system_perlmutter.yaml", copy))
     assert same_system(system, get_system("perlmutter")) and shadowed_note(system) is None
-    other = get_system(_system(tmp_path, "system_perlmutter.yaml", _device(tmp_path, "device_h100_sxm5.yaml")))
+    other = get_system(
+        _system(tmp_path, "system_perlmutter.yaml", _device(tmp_path, "device_h100_sxm5.yaml"))
+    )
     note = shadowed_note(other)
-    assert not same_system(other, get_system("perlmutter")) and note is not None and "differs from theirs in device" in note
+    assert (
+        not same_system(other, get_system("perlmutter"))
+        and note is not None
+        and "differs from theirs in device" in note
+    )
 
 
 def test_edited_h100_moves_its_bench_sample_answers(tmp_path: Path) -> None:

@@ -235,7 +235,7 @@ def models_for(device: DeviceSpec | str) -> list[KernelModel]:
     then its spec-based models."""
     spec = device if isinstance(device, DeviceSpec) else get_device(device)
     mine = [m for m in (*user_models(), *_shipped_for(spec.name)) if m.device == spec.name]
-    learned = [m for m in mine if isinstance(m, LearnedKernelModel)]
+    learned: list[KernelModel] = [m for m in mine if isinstance(m, LearnedKernelModel)]
     rest = [m for m in mine if not isinstance(m, LearnedKernelModel)]
     cataloged = any(d.name == spec.name and d == spec for d in list_devices())
     spec_based = _spec_models(spec.name) if cataloged else _build_spec_models(spec)

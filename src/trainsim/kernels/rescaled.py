@@ -76,7 +76,9 @@ def roofline_ratio(op: str, dtype: str, inputs: Mapping[str, ArrayLike],
     w = derive(op_spec(op), inputs, dtype)
     r_src = roofline_s(w["flops"], w["bytes"], source, dtype)
     r_tgt = roofline_s(w["flops"], w["bytes"], target, dtype)
-    return np.asarray(np.where(r_src > 0, r_tgt / np.where(r_src > 0, r_src, 1.0), 1.0), dtype=float)
+    return np.asarray(
+        np.where(r_src > 0, r_tgt / np.where(r_src > 0, r_src, 1.0), 1.0), dtype=float
+    )
 
 
 class RescaledKernelModel(KernelModel):
@@ -97,7 +99,9 @@ class RescaledKernelModel(KernelModel):
     def supports(self, q: KernelQuery) -> bool:
         return self.inner.supports(q)
 
-    def predict_many(self, q: KernelQuery, inputs: Mapping[str, ArrayLike]) -> tuple[np.ndarray, str]:
+    def predict_many(
+        self, q: KernelQuery, inputs: Mapping[str, ArrayLike]
+    ) -> tuple[np.ndarray, str]:
         t, prov = self.inner.predict_many(q, inputs)
         ratio = roofline_ratio(q.op, q.key.dtype, inputs, self.source, self.target)
         if np.all(ratio == 1.0):
@@ -110,13 +114,17 @@ class RescaledKernelModel(KernelModel):
     def to_artifact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         from trainsim.errors import ModelError
 
-        raise ModelError(f"{self.name}: a rescaled view of {self.inner.name} is not an artifact; save the inner model")
+        raise ModelError(
+            f"{self.name}: a rescaled view of {self.inner.name} is not an artifact; save the inner model"
+        )
 
 
 def _describe(field: str, old: Any, new: Any) -> str:
     if field == "peak_tflops":  # the precisions that changed, in TFLOP/s
         a, b = old.model_dump(), new.model_dump()
-        return ", ".join(f"{k} peak {a.get(k)} -> {b.get(k)} TFLOP/s" for k in b if a.get(k) != b.get(k))
+        return ", ".join(
+            f"{k} peak {a.get(k)} -> {b.get(k)} TFLOP/s" for k in b if a.get(k) != b.get(k)
+        )
     return f"{field} {old:g} -> {new:g}"
 
 
@@ -125,7 +133,9 @@ def rescaled_note(spec: DeviceSpec) -> str | None:
     catalog = edited_catalog_device(spec)
     if catalog is None:
         return None
-    fields = ", ".join(_describe(f, getattr(catalog, f), getattr(spec, f)) for f in edited_fields(spec, catalog))
+    fields = ", ".join(
+        _describe(f, getattr(catalog, f), getattr(spec, f)) for f in edited_fields(spec, catalog)
+    )
     return (f"device {spec.name} is an edited copy of the catalog's (its {fields}): the kernel models "
             f"measured on the catalog part answer at the efficiency they measured, carried to the edited "
             f"roofline (time x edited roofline / catalog roofline, per operator: ;spec-rescaled in provenance)")  # fmt: skip
