@@ -139,3 +139,20 @@ def test_edited_h100_moves_its_bench_sample_answers(tmp_path: Path) -> None:
     t1, p1 = new.time("layernorm", "fwd", "bf16", **NORM)
     assert "bench-as" in p0 and "spec-rescaled" in p1 and "spec-rescaled" not in p0
     assert t1 == pytest.approx(t0 / 2)
+
+
+def test_hw_show_notes_an_edited_copy(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    _register()
+    path = _twice_the_peaks(tmp_path)
+    table = CliRunner().invoke(app, ["hw", "show", str(path)])
+    assert table.exit_code == 0 and "edited copy of the catalog" in table.output
+    doc = json.loads(CliRunner().invoke(app, ["hw", "show", str(path), "--format", "json"]).stdout)
+    assert len(doc["notes"]) == 1 and "fp16 peak 312.0 -> 624.0" in doc["notes"][0]
+    catalog = json.loads(CliRunner().invoke(app, ["hw", "show", A100, "--format", "json"]).stdout)
+    assert "notes" not in catalog

@@ -244,6 +244,22 @@ def _looks_like_system(path: Path) -> bool:
     return isinstance(doc, dict) and bool(_SYSTEM_KEYS & set(map(str, doc)))
 
 
+def _edit_notes(spec: Any) -> list[str]:
+    """What predict would say about a YAML copy of a catalog device or system that keeps its
+    name but edits it: kernel answers carried to the edited roofline, comm models set aside."""
+    from trainsim.comm.registry import shadowed_note
+    from trainsim.hardware import DeviceSpec, SystemSpec, get_device
+    from trainsim.kernels.rescaled import rescaled_note
+
+    if isinstance(spec, SystemSpec):
+        found = [shadowed_note(spec), rescaled_note(get_device(spec.device))]
+    elif isinstance(spec, DeviceSpec):
+        found = [rescaled_note(spec)]
+    else:  # pragma: no cover - hw show resolves one of the two
+        found = []
+    return [n for n in found if n]
+
+
 @hw_app.command("show")
 def hw_show(
     name: str = typer.Argument(..., metavar="NAME", help="Device or system name, alias, or YAML path."),
@@ -266,8 +282,9 @@ def hw_show(
                 raise sys_err from None  # a missing file or a folder: its own one-line error
             raise ConfigError(f"{sys_err} — and no device of that name either") from None
     doc = spec.model_dump(mode="json")
+    notes = _edit_notes(spec)
     if fmt is Format.JSON:
-        emit_json(doc)
+        emit_json({**doc, "notes": notes} if notes else doc)
         return
     t = Table(title=spec.name, title_justify="left", show_header=False)
     t.add_column("field")
@@ -286,3 +303,5 @@ def hw_show(
             f"source ({src['kind']})", src["title"] + (f" <{src['url']}>" if src.get("url") else "")
         )
     _out().print(t)
+    for n in notes:
+        log(f"note: {n}")
