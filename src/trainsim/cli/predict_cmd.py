@@ -164,8 +164,10 @@ def predict(
                 t.add_row("  " + k.removesuffix("_s").replace("_", " "), f"{v * 1e3:,.1f} ms")
         label = _PROVENANCE.get(str(r.provenance["summary"]), str(r.provenance["summary"]))
         carried = any("extrapolated" in k for part in ("kernels", "collectives") for k in r.provenance.get(part, {}))
-        if r.provenance["summary"] == "calibrated" and carried:
-            label = "calibrated (from measurements, some carried beyond the measured sizes: notes below)"
+        rescaled = any("spec-rescaled" in k for k in r.provenance.get("kernels", {}))
+        if r.provenance["summary"] == "calibrated" and (carried or rescaled):
+            why = [w for w, c in (("beyond the measured sizes", carried), ("to an edited device spec", rescaled)) if c]
+            label = f"calibrated (from measurements, some carried {' and '.join(why)}: notes below)"
         t.add_row("provenance", label)
         from rich.console import Console
 
