@@ -135,3 +135,37 @@ def test_attention_dropout_never_makes_a_ring_bound_backward_faster(cp: int, pp:
     assert with_dropout.iteration_time_s >= without.iteration_time_s * (1 - 1e-12)
     for a, b in zip(without.stages, with_dropout.stages, strict=True):
         assert b.bwd_s >= a.bwd_s * (1 - 1e-12) and b.fwd_s >= a.fwd_s * (1 - 1e-12)
+
+
+# Selective recompute re-runs the attention core with the forward's dispatch shares, and the
+# attention dropout's is 0 (HostModel's per-layer counts hold it, as above). It had taken the
+# counted share there, so a CPU-bound recomputation took one share more per layer with a
+# dropout (gpt2 on perlmutter: 1.834 -> 2.444 ms, 3.3x what the dropout's kernels add).
+_SELECTIVE_CASES = [
+    ("gpt2", "perlmutter", Plan(dp=1, micro_batch=1, global_batch=8, seq_len=512, recompute="selective",
+                                attention="fused", dtype="fp16")),
+    ("gpt3-1.3b", "vista", Plan(cp=2, dp=4, micro_batch=1, global_batch=32, seq_len=1024, recompute="selective",
+                                attention="fused", dtype="fp16")),
+    ("llama2-7b", "dgx-a100", Plan(tp=8, micro_batch=1, global_batch=8, seq_len=1024, recompute="selective",
+                                   attention="unfused")),
+    ("llama3-8b", "vista", Plan(cp=4, pp=2, dp=2, micro_batch=1, global_batch=32, seq_len=8192,
+                                recompute="selective", attention="fused")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "system", "plan"), _SELECTIVE_CASES)
+def test_attention_dropout_adds_no_dispatch_to_the_selective_recompute(
+    model: str, system: str, plan: Plan
+) -> None:
+    """One operator more with no dispatch of its own lengthens a dispatch/GPU flow shop by at
+    most its GPU time: the recomputation grows by no more than the dropout's forward kernels,
+    and no plan gets faster with the dropout."""
+    spec, sys = get_model(model), get_system(system)
+    dropped = replace(plan, attention_dropout=0.1)
+    for a, b in zip(stage_costs(spec, plan, sys), stage_costs(spec, dropped, sys), strict=True):
+        drop = next(o for o in b.layer_ops if o.name == "attention_dropout" and o.phase == "fwd")
+        assert a.recompute_s > 0
+        kernels = b.layers * drop.seconds  # what the dropout's kernels add at most
+        assert a.recompute_s * (1 - 1e-12) <= b.recompute_s <= a.recompute_s + kernels * (1 + 1e-9)
+    with_dropout = predict_llm(spec, dropped, sys).iteration_time_s
+    assert with_dropout >= predict_llm(spec, plan, sys).iteration_time_s * (1 - 1e-12)

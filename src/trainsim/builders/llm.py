@@ -198,7 +198,6 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     # only adds GPU work; spread over them too, they had taken CPU time off the other
     # operators, and a CPU-bound pass or the selective recompute came out faster with them)
     cpu_f, cpu_b = _spread(host.layer_s("fwd"), lf), _spread(host.layer_s("bwd"), lb)
-    cpu_sel = max(cpu_f)  # the attention core's operators (selective recompute): the counted share
     # the backward runs the layer's operators in reverse
     lb, cpu_b = lb[::-1], cpu_b[::-1]
     # the backward's ring wait on its attention core's first operator in the order it runs
@@ -207,13 +206,16 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     lb_t = _with_ring(lb, cpb)
     lf_tp, cpu_f_tp = with_tp_comm(lf_t, cpu_f, tpf, "fwd", host)
     lb_tp, cpu_b_tp = with_tp_comm(lb_t, cpu_b, tpb, "bwd", host)
+    # selective recompute re-runs the attention core's forward (Korthikanti et al. §5): its
+    # operators with the forward's dispatch shares (the attention dropout's is 0, as above:
+    # with the counted share it had, the recomputation's dispatch grew with a dropout the
+    # forward's does not, and a CPU-bound recomputation took one share more per layer)
+    selective = plan.recompute == "selective"
+    sel = [i for i, o in enumerate(lf) if o.category == "attention"] if selective else []
     if plan.recompute == "full":
         re_ops, re_cpu = lf_tp, cpu_f_tp
-    elif plan.recompute == "selective":
-        re_ops = [o for o in lf if o.category == "attention"]
-        re_cpu = [cpu_sel] * len(re_ops)
     else:
-        re_ops, re_cpu = [], []
+        re_ops, re_cpu = [lf[i] for i in sel], [cpu_f[i] for i in sel]
     # gradient accumulation, averaged over the micro-batches: autograd's AccumulateGrad assigns
     # the first micro-batch's gradients (a detach, counted as a view op in HostModel's trace)
     # and adds every later one (a launching op), so (M - 1) / M of the adds and of the extra
