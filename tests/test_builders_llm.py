@@ -1336,6 +1336,43 @@ def test_context_parallel_ring_moves_whole_kv_heads() -> None:
         assert c.bytes == 8192 // 2 * heads * m.d_head * 2 * 2  # tokens/cp × K,V × bf16, one step
 
 
+_RING_CASES = [(2, "fused"), (4, "fused"), (2, "flash"), (4, "unfused")]
+
+
+@pytest.mark.parametrize(("cp", "attention"), _RING_CASES)
+def test_selective_recompute_runs_the_context_parallel_ring_again(cp: int, attention: str) -> None:
+    """Selective recompute re-runs the attention core's forward, and under CP that is ring
+    attention: Megatron-core checkpoints TransformerEngine's attention call, p2p rounds and all,
+    so the K/V blocks go round the ring once more, as in full recompute's forward (a layer's
+    ring runs in the forward, twice in the backward, once in the recomputation). It had run the
+    core without its ring: llama2-7b, vista, cp 2, 12.10 ms of recompute per micro-batch
+    against 16 layers x 0.91 ms of ring, and no recompute share of the ring in the breakdown."""
+    spec, sys = get_model("llama2-7b"), get_system("vista")
+    base = Plan(cp=cp, pp=2, dp=8 // cp, micro_batch=1, global_batch=32, seq_len=4096,
+                attention=attention)  # type: ignore[arg-type]  # fmt: skip
+    ring = PlanComm(spec, base, sys).cp_layer("fwd")
+    assert ring is not None
+    modes = ("selective", "full", "none")
+    r = {rc: predict_llm(spec, replace(base, recompute=rc), sys) for rc in modes}  # type: ignore[arg-type]
+    for st_sel, st_full, st_none in zip(*(r[rc].stages for rc in modes), strict=True):
+        f, b, again = st_sel.cp_comm_s
+        assert f > 0  # the ring is longer than the attention core beside it: the case
+        assert (f, b) == pytest.approx(st_none.cp_comm_s[:2], rel=1e-12)
+        # a ring-bound core lasts as long as its ring: the recomputation at least its layers' rings
+        assert st_sel.recompute_s >= st_sel.layers * ring.seconds
+        assert again == pytest.approx(f, rel=1e-9)  # the forward's unhidden ring, once more
+        assert st_full.cp_comm_s == pytest.approx((f, b, f), rel=1e-9)
+    for res in r.values():
+        parts = {k: v for k, v in res.breakdown.items() if k != "stage"}
+        assert all(v >= 0 for v in parts.values())
+        assert sum(parts.values()) == pytest.approx(res.iteration_time_s, rel=1e-9)
+    ring_s = {rc: res.breakdown["cp_communication_s"] for rc, res in r.items()}
+    assert ring_s["selective"] > ring_s["none"]
+    # without CP nothing rides on the attention core
+    one = stage_costs(spec, replace(base, cp=1, dp=8, recompute="selective"), sys)
+    assert all(st.cp_comm_s == (0.0, 0.0, 0.0) for st in one)
+
+
 @pytest.mark.parametrize("attention", ["flash", "fused", "unfused"])
 def test_context_parallel_attention_meets_every_key(attention: str) -> None:
     """Ring attention: a rank's s/cp queries meet all s keys, cp blocks of (s/cp)^2. So each

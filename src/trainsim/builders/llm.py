@@ -209,13 +209,19 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     # selective recompute re-runs the attention core's forward (Korthikanti et al. §5): its
     # operators with the forward's dispatch shares (the attention dropout's is 0, as above:
     # with the counted share it had, the recomputation's dispatch grew with a dropout the
-    # forward's does not, and a CPU-bound recomputation took one share more per layer)
+    # forward's does not, and a CPU-bound recomputation took one share more per layer), and
+    # with context parallelism the core's ring as well, its wait on the core's first operator
+    # as in the forward: Megatron-core's Attention._checkpointed_attention_forward runs the
+    # core attention (TransformerEngine's DotProductAttention, CP p2p rounds and all) under
+    # tensor_parallel.checkpoint, so the recomputation passes the K/V blocks round the ring
+    # once more (left out until 2026-12-02: a layer's ring ran in the forward and twice in
+    # the backward, not a fourth time); full recompute re-runs the forward, ring included
     selective = plan.recompute == "selective"
     sel = [i for i, o in enumerate(lf) if o.category == "attention"] if selective else []
     if plan.recompute == "full":
         re_ops, re_cpu = lf_tp, cpu_f_tp
     else:
-        re_ops, re_cpu = [lf[i] for i in sel], [cpu_f[i] for i in sel]
+        re_ops, re_cpu = [lf_t[i] for i in sel], [cpu_f[i] for i in sel]
     # gradient accumulation, averaged over the micro-batches: autograd's AccumulateGrad assigns
     # the first micro-batch's gradients (a detach, counted as a view op in HostModel's trace)
     # and adds every later one (a launching op), so (M - 1) / M of the adds and of the extra
@@ -265,7 +271,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             if (cpf or cpb) and tp_shares:
                 cf = flow_shop_s(lf_t, cpu_f, n) - flow_shop_s(lf, cpu_f, n)
                 cb = flow_shop_s(lb_t + acc, cpu_b + acc_cpu, n) - flow_shop_s(lb + acc, cpu_b + acc_cpu, n)
-                cp_x = (cf, cb, cf if full_rc else 0.0)
+                cr = cf if full_rc else 0.0
+                if sel:  # the selective recomputation's ring: its pass less the same without it
+                    bare = [lf[i] for i in sel]
+                    cr = flow_shop_s(re_ops, re_cpu, n) - flow_shop_s(bare, re_cpu, n)
+                cp_x = (cf, cb, cr)
             z3f = z3b = 0.0
             if z3 is not None:
                 # ZeRO-3/FSDP with one-layer prefetch: each layer's weight all-gather runs on the

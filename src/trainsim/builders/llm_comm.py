@@ -14,7 +14,8 @@ Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al.
 * TP with SP: each of those becomes an all-gather plus a reduce-scatter of the same tensor
   (the same bytes moved, no redundant norm/dropout work).
 * CP (ring attention): each rank passes its K/V block around the ring, ``cp - 1`` steps per
-  layer forward (twice in the backward, K/V and their gradients), overlapped with the attention
+  layer forward (twice in the backward, K/V and their gradients; once more in a full or
+  selective recomputation, which re-runs the attention core), overlapped with the attention
   of the block it holds; only the part longer than that attention is exposed.
 * EP (MoE): an all-to-all dispatch and combine of ``top_k`` token copies per layer, forward
   and backward.
