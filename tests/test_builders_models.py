@@ -173,7 +173,7 @@ def test_get_model_reads_a_file_or_a_directory(tmp_path):
 BAD = [
     ("{not json", "not valid JSON"),
     ([1, 2], "JSON object"),
-    ({**LLAMA2_7B, "model_type": "bert"}, "'model_type' is 'bert'; supported: gpt2"),
+    ({**LLAMA2_7B, "model_type": "bert"}, "'model_type' is 'bert'; supported: falcon, gemma2"),
     ({k: v for k, v in LLAMA2_7B.items() if k != "model_type"}, "missing field 'model_type'"),
     ({k: v for k, v in LLAMA2_7B.items() if k != "hidden_size"}, "missing field 'hidden_size'"),
     ({k: v for k, v in LLAMA2_7B.items() if k != "intermediate_size"}, "missing field 'intermediate_size'"),
@@ -269,6 +269,10 @@ def test_tiny_hf_models_have_the_spec_parameter_count(hf, tmp_path, case):
 
 def _config_for(transformers: ModuleType, spec: ModelSpec) -> Any:
     """The HF config describing a catalog entry (GPT-3 and Megatron GPT as GPT-2 configs)."""
+    from tests.test_dense_families import hf_config_for_dense
+
+    if (dense := hf_config_for_dense(transformers, spec)) is not None:  # Qwen3, Gemma, Falcon, ...
+        return dense
     if spec.position == "learned":
         return transformers.GPT2Config(n_embd=spec.hidden, n_layer=spec.layers, n_head=spec.heads,
                                        vocab_size=spec.vocab, n_positions=spec.seq_len)  # fmt: skip

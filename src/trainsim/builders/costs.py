@@ -377,11 +377,14 @@ class LayerCoster:
         launches *= max(1, round(times))
         return OpCost(name, phase, s * scale * times, prov, flops, category, launches)
 
-    def _norm(self, name: str, phase: str) -> OpCost:
-        l_sp = self.l // self.t if self.plan.sp and self.t > 1 else self.l
+    def _norm(self, name: str, phase: str, dim: float | None = None) -> OpCost:
+        """A norm of the ``[b, l, hidden]`` residual stream (÷ t with sequence parallelism), or
+        with ``dim`` of a TP-split ``[b, l, dim]`` tensor (the q/k norms: :meth:`qk_norms`)."""
+        l_sp = self.l // self.t if self.plan.sp and self.t > 1 and dim is None else self.l
+        width = self.model.hidden if dim is None else dim
 
         def norm(op: str) -> OpCost:
-            return self._q(name, op, phase, b=self.b, l=l_sp, dim=self.model.hidden, category="memory")
+            return self._q(name, op, phase, b=self.b, l=l_sp, dim=width, category="memory")
 
         if self.model.norm != "rmsnorm":
             return norm("layernorm")
@@ -411,6 +414,8 @@ class LayerCoster:
         fl = bwd * _gemm_flops(self.tokens, n_qkv, d)
         ops.append(self._q("qkv_proj", "linear1", phase, flops=fl, scale=n_qkv / (3 * d / t),
                            bench={"n": n_qkv}, mp=t, b=b, l=seq, dim=d))  # fmt: skip
+        if not hf:
+            ops.extend(self.qk_norms(phase))
         ops.extend(self.attention_core(phase))
         # output projection, 001 linear2 = [bl, d/mp, d]
         fl = bwd * _gemm_flops(self.tokens, d, m.q_width / t)
@@ -422,14 +427,50 @@ class LayerCoster:
             ops.extend(self.mlp(phase))
             ops.append(self.hf_eager("hf_eager_layer", "layer", phase))
             return ops
+        ops.extend(self.sublayer_output_norm("attention_output_norm", phase))
         ops.extend(self.hidden_dropout(phase))
         l_sp = seq // t if self.plan.sp and t > 1 else seq
         ops.append(self._q("residual_add", "res_add", phase, category="memory", b=b, l=l_sp, dim=d))
-        ops.append(self._norm("post_attention_norm", phase))
+        if m.layer_norms > 1:  # Falcon-7B: the MLP reads the input norm's output
+            ops.append(self._norm("post_attention_norm", phase))
         ops.extend(self.mlp(phase))
+        ops.extend(self.sublayer_output_norm("mlp_output_norm", phase))
         ops.extend(self.hidden_dropout(phase))
         ops.append(self._q("residual_add", "res_add", phase, category="memory", b=b, l=l_sp, dim=d))
         return ops
+
+    def qk_norms(self, phase: str) -> list[OpCost]:
+        """The RMSNorms of one rank's queries and keys after their projection (``qk_norm``):
+        Qwen3/Gemma 3 normalise each head's d_h values, OLMo 2 each token's whole projection.
+        Both are timed as the model's norm on ``[b, l, width]``, width the rank's q (or k)
+        projection: the same bytes; per head the rows are h/t times as many and d_h long, a
+        shape 001 did not sweep (``;qk-norm-as-[b,l,width]``). OLMo 2's norm over the whole
+        projection also needs, with tp > 1, an all-reduce of each token's sum of squares over
+        the TP ranks (b·l values): not modelled (predict says so)."""
+        m, t = self.model, self.t
+        if m.qk_norm == "none":
+            return []
+        out = []
+        for name, width in (("q_norm", m.q_width / t), ("k_norm", m.kv_width_tp(t))):
+            op = self._norm(name, phase, dim=width)
+            out.append(replace(op, provenance=op.provenance + ";qk-norm-as-[b,l,width]"))
+        return out
+
+    def sublayer_output_norm(self, name: str, phase: str) -> list[OpCost]:
+        """Gemma's norm of the attention's (or the MLP's) output before its residual add
+        (``layer_norms`` 4; OLMo 2's two norms sit there too, in place of the input norms: the
+        same operators, already counted): a norm of the residual stream's shape."""
+        return [self._norm(name, phase)] if self.model.layer_norms == 4 else []
+
+    def softcap(self, name: str, phase: str, elements: float, category: str) -> OpCost:
+        """Soft-capping ``cap · tanh(x / cap)`` of ``elements`` values as one fused pass
+        (Gemma 2's logits and attention scores): the forward reads and writes each value, the
+        backward reads the gradient and the saved tanh and writes one, timed as element-wise
+        adds moving the same bytes (an add of n moves 3n). HF's eager code runs three kernels
+        (divide, tanh, multiply) for the forward."""
+        moved = (2.0 if phase == "fwd" else 3.0) * elements
+        op = self._elementwise(name, phase, moved / 3)
+        return replace(op, provenance=op.provenance + ";softcap-as-elementwise", category=category)
 
     def hf_eager(self, name: str, part: str, phase: str) -> OpCost:
         """HuggingFace's eager memory-bound calls of one layer or of the rest of the model
@@ -498,6 +539,10 @@ class LayerCoster:
             return ops
         ops.append(self._q("attention_scores", "baddbmm", phase, flops=core / 2, category="attention",
                            scale=hd_scale, times=cp, bench={"head_dim": m.d_head}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+        if m.attn_softcap and self.plan.impl != "hf":
+            # Gemma 2's cap on the [b, h/t, s, s] scores before the mask and softmax (with
+            # FlashAttention the kernel applies it: not costed, predict notes it)
+            ops.append(self.softcap("attention_softcap", phase, b * h / t * seq * seq * cp, "attention"))
         if self.plan.attention == "fused":
             # 001's fused-softmax data vary heads at mp=1: b(h/mp) is what the kernel sees
             ops.append(self._q("scale_mask_softmax", "ScaledUpperTriangMaskedSoftmax", phase,
@@ -632,7 +677,7 @@ class LayerCoster:
     def _small_tensors(self) -> int:
         """Per layer: norm weights (and LayerNorm biases), linear biases."""
         m = self.model
-        norms = 2 * (2 if m.norm == "layernorm" else 1)
+        norms = m.layer_norms * (2 if m.norm == "layernorm" else 1) + (2 if m.qk_norm != "none" else 0)
         biases = (4 if m.bias else 0) + (1 if m.qkv_bias and not m.bias else 0)
         if m.is_moe:
             biases += 1  # the router's weight: d × experts, small
@@ -724,9 +769,11 @@ class LayerCoster:
                        scale=r, bench={"vocab": v}, mp=t, b=b, l=seq, dim=d)  # fmt: skip
         if self.plan.impl == "hf":  # final norm, loss (its fp32 logits), embedding-side eager calls
             return [proj, self.hf_eager("hf_eager_rest", "rest", phase)]
+        cap = [self.softcap("logit_softcap", phase, self.tokens * v / t, "memory")] if m.logit_softcap else []
         return [
             self._norm("final_norm", phase),
             proj,
+            *cap,
             self._q("cross_entropy", "parallel_cross_entropy_128", phase, category="memory", scale=r,
                     bench={"vocab": v}, mp=t, b=b, l=seq),
         ]  # fmt: skip

@@ -200,13 +200,21 @@ def _mlp_params_per_gpu(model: ModelSpec, ffn: int, tp: int) -> float:
     return mats * d * f + bias
 
 
+def _norm_params_per_gpu(model: ModelSpec, tp: int) -> float:
+    """One layer's norm weights on one GPU: the layer's norms and per-head q/k norms are
+    replicated over TP; OLMo 2's q/k norms over the whole projections are split with them."""
+    if model.qk_norm == "full":
+        return model.layer_norms * model.norm_params() + model.q_width / tp + model.kv_width_tp(tp)
+    return float(model.layer_norm_params())
+
+
 def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int) -> tuple[float, float]:
     """(dense, expert) parameters of one layer on one GPU (Megatron's TP layout, Table II)."""
     d = model.hidden
     q = model.q_width / tp
     kv = model.kv_width_tp(tp)
     attn = d * (q + 2 * kv) + q * d + ((q + 2 * kv) if model.bias or model.qkv_bias else 0) + (d if model.bias else 0)
-    dense = attn + 2 * model.norm_params()  # norms are replicated over TP
+    dense = attn + _norm_params_per_gpu(model, tp)
     if not model.is_moe:
         return dense + _mlp_params_per_gpu(model, model.ffn, tp), 0.0
     router = d * model.num_experts  # replicated
@@ -284,14 +292,17 @@ def _layer_activation_terms(
 
     * sequence-shaped tensors (÷ t only with sequence parallelism): both norm inputs, the QKV
       and MLP inputs (their outputs), two dropout masks — ``10 sbh`` for GPT; an MoE layer also
-      keeps the ``top_k`` dispatched token copies (÷ t with SP: an approximation);
+      keeps the ``top_k`` dispatched token copies (÷ t with SP: an approximation); Gemma's
+      four norms keep 6 sbh-sized copies, Falcon-7B's one 2 (:func:`_norm_activation_copies`);
     * TP-split tensors: Q and K, V, the output-projection input (``2·sb(q + 2 kv) + 2·sbq``,
       ``kv`` per rank replicated when tp > KV heads) and the MLP's activation input and down
       input (``2·c·sbf``, c = 2, or 3 for gated units which keep gate and up) — ``24 sbh / t``
-      for MHA with ``f = 4h``;
+      for MHA with ``f = 4h``; q/k norms (Qwen3, Gemma 3, OLMo 2) keep their inputs too,
+      ``e·sb(q + kv)``;
     * attention scores ``(2 + 1 + 2)·a s² b / t`` (softmax output, dropout mask and output; only
       the softmax output when ``plan.attention_dropout`` is 0 or ``dropout`` is off) — absent
-      with FlashAttention, which keeps the fp32 log-sum-exp instead (``4·a s b / t``).
+      with FlashAttention, which keeps the fp32 log-sum-exp instead (``4·a s b / t``); Gemma 2's
+      soft-capped scores keep their tanh, one more ``e·a s² b / t`` (not with FlashAttention).
 
     Context parallelism divides the local sequence: queries ``s / cp`` against all ``s`` keys.
     """
@@ -309,16 +320,30 @@ def _layer_activation_terms(
         dispatched = model.top_k * e * s * b * h * load
     else:
         mlp_width, dispatched = model.ffn / t, 0.0
-    seq_shaped = (4 * e * s * b * h + 2 * mk * s * b * h + dispatched) / sp_div
+    seq_shaped = (_norm_activation_copies(model) * e * s * b * h + 2 * mk * s * b * h + dispatched) / sp_div
     tp_split = e * s * b * (2 * q + 2 * kv) + c * e * s * b * mlp_width
+    if model.qk_norm != "none":  # the q/k norms' inputs (their outputs are the Q and K above)
+        tp_split += e * s * b * (q + kv)
     heads = model.heads / t
     if plan.attention == "flash":
         scores, tp_split = 0.0, tp_split + LSE_BYTES * heads * s * b
     else:
         attn_mk = mk if plan.attention_dropout > 0 else 0  # no dropout: no mask, no second copy
         scores = (e + attn_mk * (1 + e)) * heads * s * s_full * b
+        if model.attn_softcap:  # Gemma 2's capped scores: the saved tanh, one more copy
+            scores += e * heads * s * s_full * b
     layer_input = e * s * b * h / sp_div
     return seq_shaped + tp_split + scores, scores, layer_input
+
+
+def _norm_activation_copies(model: ModelSpec) -> int:
+    """``[s, b, h]`` tensors one layer's norms keep (:func:`_layer_activation_terms`): 4 for
+    two norms before attention and MLP, each keeping its input and its output (the next GEMM's
+    input; Korthikanti §4.1), as OLMo 2's two after them (their inputs; the GEMMs keep the
+    residual stream); 6 for Gemma's four (the two norms after attention and MLP keep their
+    inputs, their outputs feed residual adds, which keep nothing); 2 for Falcon-7B's one
+    (its output feeds both attention and MLP)."""
+    return {1: 2, 2: 4, 4: 6}[model.layer_norms]
 
 
 def activation_bytes_per_layer(model: ModelSpec, plan: Plan, *, dropout: bool = True) -> float:
@@ -392,6 +417,8 @@ def _stage_activations_bytes(
         vocab_shard = model.padded_vocab(plan.tp) / plan.tp
         e = _act_element_bytes(plan)
         total += n_out * (2 * e * s * b * h / sp_div + LOGITS_BYTES * s * b * vocab_shard)
+        if model.logit_softcap:  # Gemma 2's capped logits: the saved tanh
+            total += n_out * e * s * b * vocab_shard
     return total
 
 

@@ -9,13 +9,19 @@ Catalog numbers come from the publications: GPT-2 (HF configs), GPT-3 (Brown et 
 Table 2.1, ``d_ff = 4 d_model``), Megatron GPT (Narayanan et al. 2021, Table 1: vocabulary 51,200,
 sequence 2048), GPT-NeoX-20B (Black et al. 2022; HF config), LLaMA-1/2/3 (Touvron et al. 2023a/b,
 Llama 3 herd paper, HF configs), Mistral 7B / Mixtral (Jiang et al. 2023/2024, Table 1), Llemma 7B
-(Azerbayev et al. 2023; Code Llama 7B dimensions). ``seq_len`` is the training context.
+(Azerbayev et al. 2023; Code Llama 7B dimensions); Qwen3, Gemma 2/3, Phi-3, OLMo 2, Falcon and
+StarCoder2 from their Hub configs (:func:`_dense_entries`). ``seq_len`` is the training context.
 Two GPT-3 rows of Table 2.1 are inconsistent and are read as their parameter counts require:
 GPT-3 XL has 16 heads of 128 (the table says 24 heads × 128 = 3072 ≠ d_model 2048) and GPT-3 13B
 has d_model 5120 (the table says 5140, which 40 heads of 128 do not fill).
 
 HuggingFace configs: ``gpt2``, ``gpt_bigcode`` (StarCoder; multi-query → one KV head),
-``gpt_neox``, ``llama``, ``mistral``, ``qwen2``, ``mixtral``. A ModelSpec has a ``bias`` flag,
+``gpt_neox``, ``llama``, ``mistral``, ``qwen2``, ``mixtral``, and the dense families ``qwen3``
+(per-head q/k norms), ``phi3``, ``olmo2`` (q/k norms over the projections), ``gemma2``,
+``gemma3_text`` and ``gemma3`` (its ``text_config``; four norms a layer, soft-capping, windows on
+some layers), ``falcon`` (multi-query or GQA, parallel attention with one or two norms) and
+``starcoder2``; each reader's docstring says what it maps. Fields a config leaves out mean what
+its transformers config class defaults them to. A ModelSpec has a ``bias`` flag,
 true when every linear layer has a bias, and ``qkv_bias`` for Qwen2's biases on q/k/v alone;
 other partial biases are dropped: a LLaMA config with only one of ``attention_bias``/``mlp_bias``,
 a GPT-NeoX config with ``attention_bias`` false (its MLP biases). Ignored because they change
@@ -115,7 +121,49 @@ def _entries() -> tuple[ModelSpec, ...]:
         )
         for n, d, nl, h, kv, f, v, s, e, a in _LLAMA
     ]  # fmt: skip
-    return (*gpt, neox, *llama)
+    return (*gpt, neox, *llama, *_dense_entries())
+
+
+def _dense_entries() -> list[ModelSpec]:
+    """Qwen3, Gemma 2/3, Phi-3, OLMo 2, Falcon, StarCoder2 (h4): each the sizes of its HF
+    config on the Hub (= its transformers config class's docs), the context its report trains
+    at; the parameter counts equal transformers' (tests)."""
+    swiglu: dict[str, Any] = {"activation": "swiglu", "norm": "rmsnorm", "position": "rotary", "bias": False}
+    gemma: dict[str, Any] = {**swiglu, "activation": "geglu", "tied_embeddings": True, "layer_norms": 4}
+    falcon: dict[str, Any] = {"activation": "gelu", "position": "rotary", "bias": False, "tied_embeddings": True,
+              "parallel_residual": True}  # fmt: skip
+    return [
+        # Qwen3 technical report (2025): 32,768-token long-context pre-training stage
+        ModelSpec(name="qwen3-8b", hidden=4096, layers=36, heads=32, kv_heads=8, ffn_hidden=12288,  # head_dim 128
+                  vocab=151936, seq_len=32768, qk_norm="head", aliases=("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base"),
+                  **swiglu),
+        # Gemma 2 report (2024): 8,192 context, soft-caps 30 (logits) and 50 (attention), a
+        # 4,096-token window on every other layer
+        ModelSpec(name="gemma2-9b", hidden=3584, layers=42, heads=16, kv_heads=8, head_dim=256,  # ffn 14,336: 4 x hidden
+                  vocab=256000, seq_len=8192, logit_softcap=30.0, attn_softcap=50.0, sliding_window=4096,
+                  sliding_layers=21, aliases=("gemma-2-9b", "google/gemma-2-9b"), **gemma),
+        # Gemma 3 report (2025): pre-trained at 32k, extended to 128k; q/k norms, no soft-caps,
+        # a 1,024-token window on 5 of 6 layers; the language model (the vision tower is not counted)
+        ModelSpec(name="gemma3-12b", hidden=3840, layers=48, heads=16, kv_heads=8, head_dim=256,  # ffn 15,360: 4 x hidden
+                  vocab=262208, seq_len=32768, qk_norm="head", sliding_window=1024, sliding_layers=40,
+                  aliases=("gemma-3-12b", "google/gemma-3-12b-pt"), **gemma),
+        # Phi-3-mini-4k (Abdin et al. 2024): 4k context, 2,047-token window in its config
+        ModelSpec(name="phi3-mini", hidden=3072, layers=32, heads=32, ffn_hidden=8192, vocab=32064, seq_len=4096,
+                  sliding_window=2047, aliases=("phi-3-mini", "microsoft/Phi-3-mini-4k-instruct"), **swiglu),
+        # OLMo 2 7B (OLMo et al. 2024, "2 OLMo 2 Furious"): 4,096 context, q/k norms over the projections
+        ModelSpec(name="olmo2-7b", hidden=4096, layers=32, heads=32, ffn_hidden=11008, vocab=100352, seq_len=4096,
+                  qk_norm="full", aliases=("olmo-2-7b", "allenai/OLMo-2-1124-7B"), **swiglu),
+        # Falcon (Almazrouei et al. 2023): 2,048 context; 7B multi-query with one norm per
+        # layer, 40B GQA (8 KV heads) with two (new_decoder_architecture)
+        ModelSpec(name="falcon-7b", hidden=4544, layers=32, heads=71, kv_heads=1, vocab=65024, seq_len=2048,
+                  layer_norms=1, aliases=("tiiuae/falcon-7b",), **falcon),
+        ModelSpec(name="falcon-40b", hidden=8192, layers=60, heads=128, kv_heads=8, vocab=65024, seq_len=2048,
+                  aliases=("tiiuae/falcon-40b",), **falcon),
+        # StarCoder2 (Lozhkov et al. 2024): 16,384 context, a 4,096-token window
+        ModelSpec(name="starcoder2-7b", hidden=4608, layers=32, heads=36, kv_heads=4, vocab=49152, seq_len=16384,
+                  activation="gelu", position="rotary", tied_embeddings=True, sliding_window=4096,
+                  aliases=("bigcode/starcoder2-7b",)),
+    ]  # fmt: skip
 
 
 def _key(name: str) -> str:
@@ -262,7 +310,7 @@ def read_model_yaml(path: str | Path) -> ModelSpec:
 _HIDDEN = ("hidden_size", "n_embd", "d_model")
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
 _HEADS = ("num_attention_heads", "n_head")
-_FFN = ("intermediate_size", "n_inner", "ffn_dim")
+_FFN = ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
 _SEQ = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
 
 
@@ -368,6 +416,144 @@ def _mixtral_cfg(f: _Fields) -> dict[str, Any]:
     }
 
 
+# --- dense families (h4): Qwen3, Phi-3, OLMo 2, Gemma 2/3, Falcon, StarCoder2 ------------------
+
+# Fields a family's config class defaults when a config.json leaves them out (Hub configs of
+# Gemma 3 give only what differs from Gemma3TextConfig; Falcon-7B's has no context length).
+_GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072,
+}  # fmt: skip
+_SEQ_DEFAULTS: dict[str, int] = {"falcon": 2048}  # FalconConfig.max_position_embeddings
+
+
+def _softcap(f: _Fields, key: str, default: float | None) -> float:
+    """A soft-capping constant: a positive number, null for none (0 here), ``default`` if absent."""
+    v = f.doc.get(key, default)  # an explicit null stays None
+    if v is None:
+        return 0.0
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise ConfigError(f"{f.path}: field {key!r} must be a positive number or null, got {v!r}")
+    return float(v)
+
+
+def _window_layers(f: _Fields, sliding: Callable[[int], bool]) -> int:
+    """How many layers attend within the sliding window: the config's ``layer_types`` where it
+    lists them, else the family's pattern (``sliding(i)`` for layer ``i``, as its config class
+    fills ``layer_types``)."""
+    layers = f.integer(*_LAYERS)
+    types = f.doc.get("layer_types")
+    if types is None:
+        return sum(sliding(i) for i in range(layers))
+    if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
+        raise ConfigError(f"{f.path}: field 'layer_types' must list one attention type per layer ({layers}), "
+                          f"got {types!r}")  # fmt: skip
+    return sum(t == "sliding_attention" for t in types)
+
+
+def _qwen3(f: _Fields) -> dict[str, Any]:
+    """qwen3: as llama, with an RMSNorm over each query and key head (q_norm, k_norm) and head_dim
+    128 unless given (Qwen3Config); a window only with use_sliding_window, on the layers from
+    max_window_layers on."""
+    first = f.integer("max_window_layers", default=28)
+    return {**_llama_like(f), "head_dim": f.integer("head_dim", default=128), "qk_norm": "head",
+            "sliding_layers": _window_layers(f, lambda i: i >= first)}  # fmt: skip
+
+
+def _phi3(f: _Fields) -> dict[str, Any]:
+    """phi3: as llama with fused qkv and gate/up projections (the same shapes), never biased."""
+    return {**_llama_like(f), "bias": False}
+
+
+def _olmo2(f: _Fields) -> dict[str, Any]:
+    """olmo2: as llama, its two norms after attention and after the MLP (the same operators and
+    shapes), and an RMSNorm over the whole query and key projections."""
+    return {**_llama_like(f), "qk_norm": "full"}
+
+
+def _gemma(f: _Fields, *, qk_norm: str, caps: tuple[float | None, float | None], every: int) -> dict[str, Any]:
+    """gemma2 / gemma3_text: GQA with head_dim 256 unless given, gated GeLU-tanh MLP, RMSNorm
+    before and after attention and MLP (four a layer), tied embeddings; soft-capped logits and
+    attention scores (Gemma 2: 30 and 50 unless given); a sliding window (4096 unless given) on
+    all layers but every ``every``-th."""
+    kw = {
+        **_llama_like(f, kv_default=4),
+        "head_dim": f.integer("head_dim", default=256),
+        "activation": f.activation("hidden_activation", "gelu_pytorch_tanh", gated=True),
+        "tied_embeddings": f.flag("tie_word_embeddings", True),
+        "layer_norms": 4,
+        "qk_norm": qk_norm,
+        "logit_softcap": _softcap(f, "final_logit_softcapping", caps[0]),
+        "attn_softcap": _softcap(f, "attn_logit_softcapping", caps[1]),
+        "sliding_layers": _window_layers(f, lambda i: (i + 1) % every != 0),
+    }
+    if "sliding_window" not in f.doc:
+        kw["sliding_window"] = 4096
+    return kw
+
+
+def _gemma2(f: _Fields) -> dict[str, Any]:
+    return _gemma(f, qk_norm="none", caps=(30.0, 50.0), every=2)
+
+
+def _gemma3_text(f: _Fields) -> dict[str, Any]:
+    """gemma3_text: Gemma 2's layer with q/k RMSNorms per head and no soft-capping (unless
+    given); five sliding-window layers to one global (sliding_window_pattern 6)."""
+    every = f.integer("sliding_window_pattern", default=6)
+    return _gemma(f, qk_norm="head", caps=(None, None), every=every)
+
+
+def _gemma3(doc: dict[str, Any], path: Path) -> ModelSpec:
+    """gemma3 (the multimodal checkpoint): its language model, the ``text_config`` with
+    Gemma3TextConfig's defaults for what it leaves out; the vision tower is not modelled."""
+    text = doc.get("text_config") or {}
+    if not isinstance(text, dict):
+        raise ConfigError(f"{path}: field 'text_config' must be an object (the language model's config), got {text!r}")
+    inner = {**_GEMMA3_TEXT_DEFAULTS, "tie_word_embeddings": doc.get("tie_word_embeddings", True),
+             **text, "model_type": "gemma3_text", "_name_or_path": doc.get("_name_or_path")}  # fmt: skip
+    try:
+        return hf_config_from_dict(inner, path)
+    except ConfigError as e:
+        raise ConfigError(f"{e} (in 'text_config')") from None
+
+
+def _falcon(f: _Fields) -> dict[str, Any]:
+    """falcon: LayerNorm, GeLU MLP, rotary (or ALiBi), biases per ``bias`` (default none), tied.
+    Attention as FalconAttention builds it: ``num_kv_heads`` KV heads with
+    new_decoder_architecture (Falcon-40B/180B), else one (multi_query, Falcon-7B) or all. With
+    parallel_attn, attention and MLP read one norm's output (Falcon-7B) or two norms'
+    (num_ln_in_parallel_attn 2, new_decoder_architecture's default); without it, two in sequence."""
+    heads = f.integer(*_HEADS)
+    new = f.flag("new_decoder_architecture", False)
+    if new:
+        kv = f.integer("num_kv_heads", "n_head_kv", default=heads)
+    else:
+        kv = 1 if f.flag("multi_query", True) else heads
+    parallel = f.flag("parallel_attn", True)
+    n_ln = f.integer("num_ln_in_parallel_attn", default=2 if new else 1)
+    return {
+        "kv_heads": kv,
+        "activation": f.activation("activation", "gelu", gated=False),
+        "position": "alibi" if f.flag("alibi", False) else "rotary",
+        "bias": f.flag("bias", False),
+        "tied_embeddings": f.flag("tie_word_embeddings", True),
+        "parallel_residual": parallel,
+        "layer_norms": 2 if not parallel or n_ln == 2 else 1,
+    }
+
+
+def _starcoder2(f: _Fields) -> dict[str, Any]:
+    """starcoder2: GQA (2 KV heads unless given), GeLU-tanh MLP (two matrices), LayerNorm,
+    rotary, biases on every linear layer (use_bias), tied embeddings."""
+    return {
+        "kv_heads": f.integer("num_key_value_heads", default=2),
+        "activation": f.activation("hidden_act", "gelu_pytorch_tanh", gated=False),
+        "position": "rotary",
+        "bias": f.flag("use_bias", True),
+        "tied_embeddings": f.flag("tie_word_embeddings", True),
+    }
+
+
 _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "gpt_bigcode": _gpt2,
@@ -376,8 +562,18 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "mistral": _mistral,
     "qwen2": _qwen2,
     "mixtral": _mixtral_cfg,
+    "qwen3": _qwen3,
+    "phi3": _phi3,
+    "olmo2": _olmo2,
+    "gemma2": _gemma2,
+    "gemma3_text": _gemma3_text,
+    "gemma3": _gemma3_text,  # its text_config, read by _gemma3
+    "falcon": _falcon,
+    "starcoder2": _starcoder2,
 }
-_GATED_TYPES = frozenset({"llama", "mistral", "qwen2", "mixtral"})  # intermediate_size required
+# intermediate_size required
+_GATED_TYPES = frozenset({"llama", "mistral", "qwen2", "mixtral", "qwen3", "phi3", "olmo2", "gemma2", "gemma3_text",
+                          "starcoder2"})  # fmt: skip
 
 
 def read_hf_config(path: str | Path) -> ModelSpec:
@@ -401,12 +597,16 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
     """The ModelSpec of a parsed HuggingFace config (``path`` names it in errors)."""
     mtype = doc.get("model_type")
     reader = _READERS.get(mtype) if isinstance(mtype, str) else None
+    if mtype == "gemma3_text":
+        doc = {**_GEMMA3_TEXT_DEFAULTS, **doc}
     if mtype is None:
         raise ConfigError(f"{path}: missing field 'model_type' (supported: {', '.join(sorted(_READERS))})")
     if reader is None:
         raise ConfigError(
             f"{path}: field 'model_type' is {mtype!r}; supported: {', '.join(sorted(_READERS))}"
         )
+    if mtype == "gemma3":
+        return _gemma3(doc, path)
     f = _Fields(doc, path)
     hidden, heads = f.integer(*_HIDDEN), f.integer(*_HEADS)
     ffn = f.integer(*_FFN) if mtype in _GATED_TYPES else f.integer(*_FFN, default=0)
@@ -429,7 +629,7 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
         return ModelSpec(
             name=name, hidden=hidden, layers=f.integer(*_LAYERS), heads=heads,
             vocab=f.integer("vocab_size"), ffn_hidden=0 if ffn == 4 * hidden else ffn,
-            seq_len=f.integer(*_SEQ), source=str(path), **kw,
+            seq_len=f.integer(*_SEQ, default=_SEQ_DEFAULTS.get(mtype)), source=str(path), **kw,
         )  # fmt: skip
     except ConfigError as e:
         msg = str(e)  # field errors name the file already; ModelSpec's own checks do not

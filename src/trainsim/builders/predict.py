@@ -278,6 +278,24 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     return r
 
 
+def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
+    """What predict says about Qwen3/Gemma/OLMo 2 features it does not cost (builders/costs.py)."""
+    out = []
+    if model.attn_softcap and plan.attention == "flash" and plan.impl != "hf":
+        out.append(f"the model soft-caps its attention scores (cap {model.attn_softcap:g}): costed as plain "
+                   "FlashAttention, whose kernel (FlashAttention-2 >= 2.6) applies the cap; PyTorch's SDPA "
+                   "cannot, and HuggingFace's Gemma 2 then runs eager attention (give --attention unfused)")  # fmt: skip
+    if model.qk_norm == "full" and plan.tp > 1:
+        out.append("the q/k norms over the whole projections (OLMo 2) need each token's sum of squares all-reduced "
+                   f"over the {plan.tp} TP ranks: that small all-reduce is not modelled")  # fmt: skip
+    extra = [n for n, on in (("q/k norms", model.qk_norm != "none"), ("norms after attention and MLP",
+             model.layer_norms == 4), ("soft-capping", bool(model.attn_softcap or model.logit_softcap))) if on]  # fmt: skip
+    if plan.impl == "hf" and extra:
+        out.append(f"--impl hf times the census of HuggingFace's LLaMA modules: this model's {', '.join(extra)} "
+                   "are not in it")  # fmt: skip
+    return out
+
+
 def _warnings(r: LLMPrediction) -> list[str]:
     out = []
     kern = r.provenance["kernels"]
@@ -334,9 +352,12 @@ def _warnings(r: LLMPrediction) -> list[str]:
     seq = r.plan.seq(r.model)
     if r.model.sliding_window and seq > r.model.sliding_window:
         w = r.model.sliding_window / seq  # a window of W keys: N·W − W²/2 of the causal N²/2 scores
-        out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens) is not modelled: attention is "
+        n_win = r.model.sliding_layers  # Gemma: some layers only (0: all)
+        where = f" on {n_win} of its {r.model.layers} layers" if 0 < n_win < r.model.layers else ""
+        out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) is not modelled: attention is "
                    f"costed over all {seq:,} tokens, an over-estimate of its time (a windowed kernel does about "
                    f"{2 * w - w * w:.0%} of the causal work)")  # fmt: skip
+    out.extend(dense_family_notes(r.model, r.plan))
     if r.plan.partition == "001" and r.plan.pp == 1:
         out.append("--partition 001 splits layers over pipeline stages: it changes nothing with pp 1")
     if r.plan.schedule == "interleaved" and r.plan.vpp == 1:

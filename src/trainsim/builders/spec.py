@@ -10,7 +10,8 @@ Catalog entries and HuggingFace ``config.json`` files both become a ModelSpec
 Parameter counts follow the operators the builder emits (001 Table II generalised): per
 layer, attention QKV ``d × (h + 2 h_kv) d_h`` and output ``h d_h × d``, the MLP (two matrices,
 three for gated activations), two norms; plus the embedding, position table, final norm and
-(untied) output projection. The vocabulary is padded as Megatron does (001 Eq. 1–2).
+(untied) output projection. Qwen3/Gemma 3/OLMo 2 add q/k norms (``qk_norm``), Gemma four norms
+a layer and Falcon-7B one (``layer_norms``). The vocabulary is padded as Megatron does (001 Eq. 1–2).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from trainsim.errors import ConfigError
 Activation = Literal["gelu", "swiglu", "geglu", "relu"]
 Norm = Literal["layernorm", "rmsnorm"]
 Position = Literal["learned", "rotary", "alibi", "none"]
+QKNorm = Literal["none", "head", "full"]
 
 GATED: frozenset[str] = frozenset({"swiglu", "geglu"})
 
@@ -51,6 +53,18 @@ class ModelSpec:
     num_experts: int = 0  # 0: dense MLP in every layer
     top_k: int = 0
     moe_ffn_hidden: int = 0  # 0: ffn_hidden
+    # dense-family details (h4)
+    # RMSNorm of the queries and keys after their projections: "head" over each head's d_h
+    # (Qwen3, Gemma 3), "full" over the whole q and k projections (OLMo 2)
+    qk_norm: QKNorm = "none"
+    # norms per layer: 2 (before attention and MLP, or after them as OLMo 2's), 4 (Gemma 2/3:
+    # before and after each), 1 (Falcon-7B: one norm feeds the parallel attention and MLP)
+    layer_norms: int = 2
+    logit_softcap: float = 0.0  # cap · tanh(logits / cap) on the output logits (Gemma 2); 0: none
+    attn_softcap: float = 0.0  # the same on the attention scores (Gemma 2); 0: none
+    # layers of ``sliding_window`` (Gemma 2: every other; Gemma 3: 5 of 6); 0: all. Recorded only
+    # for predict's note, as sliding_window is
+    sliding_layers: int = field(default=0, compare=False)
     source: str = "catalog"  # "catalog", or the config.json path it was read from
     aliases: tuple[str, ...] = field(default=(), compare=False)
     # a config's attention window (Mistral's sliding_window): recorded to say it is not
@@ -76,6 +90,12 @@ class ModelSpec:
             raise ConfigError(
                 f"model {self.name}: heads {self.heads} is not a multiple of kv_heads {self.kv_heads}"
             )
+        if self.layer_norms not in (1, 2, 4):
+            raise ConfigError(f"model {self.name}: layer_norms must be 1, 2 or 4, got {self.layer_norms!r}")
+        for f in ("logit_softcap", "attn_softcap"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
+                raise ConfigError(f"model {self.name}: {f} must be a non-negative number (0: none), got {v!r}")
         if self.num_experts and not 0 < self.top_k <= self.num_experts:
             raise ConfigError(
                 f"model {self.name}: top_k must be in 1..num_experts ({self.num_experts}), got {self.top_k}"
@@ -142,6 +162,17 @@ class ModelSpec:
     def norm_params(self) -> int:
         return 2 * self.hidden if self.norm == "layernorm" else self.hidden
 
+    def qk_norm_params(self) -> int:
+        """The q and k norms' weights: one d_h vector each ("head"), or the projections' widths
+        ("full")."""
+        if self.qk_norm == "head":
+            return 2 * self.d_head
+        return self.q_width + self.kv_width if self.qk_norm == "full" else 0
+
+    def layer_norm_params(self) -> int:
+        """All of one layer's norm weights: ``layer_norms`` norms and the q/k norms."""
+        return self.layer_norms * self.norm_params() + self.qk_norm_params()
+
     def layer_params(self) -> int:
         """One transformer layer; for MoE all experts plus the router."""
         mlp = (
@@ -149,7 +180,7 @@ class ModelSpec:
             if self.is_moe
             else self.mlp_params()
         )
-        return self.attention_params() + mlp + 2 * self.norm_params()
+        return self.attention_params() + mlp + self.layer_norm_params()
 
     def layer_active_params(self) -> int:
         """Parameters one token touches in a layer (MoE: ``top_k`` experts)."""
@@ -159,7 +190,7 @@ class ModelSpec:
             self.attention_params()
             + self.top_k * self.mlp_params(self.expert_ffn)
             + self.hidden * self.num_experts
-            + 2 * self.norm_params()
+            + self.layer_norm_params()
         )
 
     def embedding_params(self, tp: int = 1) -> int:
