@@ -238,6 +238,17 @@ def test_bad_configs_name_the_file_and_field(tmp_path, doc, message):
     assert "\n" not in str(e.value)
 
 
+def test_qwen3_window_only_with_use_sliding_window(tmp_path):
+    """Qwen3 configs carry sliding_window 4096 with use_sliding_window false: no window; with it
+    true, the layers from max_window_layers on."""
+    doc = {**GEMMA2, "model_type": "qwen3", "num_hidden_layers": 36, "sliding_window": 4096}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**doc, "use_sliding_window": False}))
+    assert (read_hf_config(path).sliding_window, read_hf_config(path).sliding_layers) == (0, 0)
+    path.write_text(json.dumps({**doc, "use_sliding_window": True, "max_window_layers": 28}))
+    assert (read_hf_config(path).sliding_window, read_hf_config(path).sliding_layers) == (4096, 8)
+
+
 def test_yaml_spec_checks_the_new_fields(tmp_path):
     p = tmp_path / "m.yaml"
     base = "name: x\nhidden: 64\nlayers: 2\nheads: 4\nvocab: 99\n"

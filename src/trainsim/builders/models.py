@@ -456,8 +456,9 @@ def _qwen3(f: _Fields) -> dict[str, Any]:
     128 unless given (Qwen3Config); a window only with use_sliding_window, on the layers from
     max_window_layers on."""
     first = f.integer("max_window_layers", default=28)
+    windowed = _window_layers(f, lambda i: i >= first) if f.flag("use_sliding_window", False) else 0
     return {**_llama_like(f), "head_dim": f.integer("head_dim", default=128), "qk_norm": "head",
-            "sliding_layers": _window_layers(f, lambda i: i >= first)}  # fmt: skip
+            "sliding_layers": windowed}  # fmt: skip
 
 
 def _phi3(f: _Fields) -> dict[str, Any]:
