@@ -406,10 +406,9 @@ def _store_graph(
     folder: Path, spec: StageSpec, part: str, *, overwrite: bool = False
 ) -> tuple[StageGraph, str]:
     """Build ``spec``'s full ``part`` graph and write it content-addressed under ``folder/graphs``."""
-    from trainsim.learn.graphs import graph_from_jaxpr
-    from trainsim.learn.stages import stage_jaxpr
+    from trainsim.learn.stages import stage_graph
 
-    full = graph_from_jaxpr(stage_jaxpr(spec, part=part))
+    full = stage_graph(spec, part=part)
     doc = full.to_json()
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
     gpath = folder / "graphs" / f"{digest}.json.gz"

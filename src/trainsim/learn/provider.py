@@ -287,11 +287,10 @@ class PredictedStages:
         for s in specs:
             g = self.graphs.get(s.key())
             if g is None:
-                from trainsim.learn.graphs import graph_from_jaxpr
-                from trainsim.learn.stages import stage_jaxpr
+                from trainsim.learn.stages import stage_graph
 
-                part = getattr(self.predictor, "part", "train")
-                g = self.graphs[s.key()] = graph_from_jaxpr(stage_jaxpr(s, part=part))
+                part = getattr(self.predictor, "part", "train")  # as `stages collect` stores it:
+                g = self.graphs[s.key()] = stage_graph(s, part=part)
                 done += 1
                 if progress is not None:
                     progress(done, todo)

@@ -344,6 +344,14 @@ def stage_jaxpr(spec: StageSpec, *, part: str = "train") -> Any:
     return jax.make_jaxpr(fn)(*args)
 
 
+def stage_graph(spec: StageSpec, *, part: str = "train") -> Any:
+    """The stage's full (unpruned) :class:`~trainsim.learn.graphs.StageGraph` of ``part``: what
+    ``stages collect`` stores and a predictor reads (one builder for both; nothing runs)."""
+    from trainsim.learn.graphs import graph_from_jaxpr
+
+    return graph_from_jaxpr(stage_jaxpr(spec, part=part))
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     median_s: float
@@ -405,5 +413,6 @@ __all__ = [
     "measure_stage",
     "single_thread_env",
     "stage_function",
+    "stage_graph",
     "stage_jaxpr",
 ]
