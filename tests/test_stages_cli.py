@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -288,3 +289,53 @@ def test_collect_takes_the_search_models_flags_with_search_set_only(tmp_path):
     res = _run("collect", str(tmp_path / "ds"), "--family", "gpt", "--search-set", "--hidden", "100")
     assert res.exit_code == 1 and "heads must divide hidden" in str(res.exception)
     assert not (tmp_path / "ds").exists()
+
+
+def test_a_described_stage_reads_back_from_its_key_and_takes_the_search_models_shape():
+    from trainsim.errors import ConfigError
+    from trainsim.learn.provider import SEARCH_MODELS, parse_stage
+
+    s = SEARCH_MODELS["moe"].stage(3, 5, 2)
+    assert parse_stage(s.key()) == s  # the dataset's key of a stage is a --stage text
+    short = parse_stage("family=moe,layers=2,first-layer=3,shard=2")  # the rest: the moe search model's
+    assert short == s
+    assert parse_stage("family=gpt, layers=1, micro-batch=4, head=true").micro_batch == 4
+    for text, message in {
+        "layers=2": "give family=",
+        "family=gpt,layers=2,batch=4": "unknown field 'batch'; a stage's fields: family, hidden",
+        "family=gpt,layers=two": "layers must be an integer, got 'two'",
+        "family=gpt,layers=1,embed=yes": "embed must be true or false",
+        "family=gpt,layers=1,experts=8": "experts applies to the moe family",
+        "family=gpt,layers=1,hidden=100": "heads must divide hidden",
+        "family=gpt,layers": "'layers' is not FIELD=VALUE",
+    }.items():
+        with pytest.raises(ConfigError, match=re.escape(f"--stage {text!r}: {message}")):
+            parse_stage(text)
+
+
+def test_predict_a_described_stage(dataset, tmp_path):
+    out = tmp_path / "pred"
+    assert _run("train", str(dataset), "--out", str(out), "--model", "gcn", "--epochs", "1",
+                "--fraction", "0.5").exit_code == 0  # fmt: skip
+    whole = json.loads(_run("predict", str(out), str(dataset), "--format", "json").stdout)["stages"][4]
+    res = _run("predict", str(out), "--stage", STAGES[4][1].key(), "--format", "json")  # measured once
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    one = doc["stages"][0]
+    # its graph traced as collect stored it: the dataset's prediction of that stage, and its split
+    assert one["spec"] == whole["spec"] and one["split"] == whole["split"] != "unseen"
+    assert one["predicted_s"] == pytest.approx(whole["predicted_s"], rel=1e-5)
+    assert one["outside_training"] == "" and one["unseen_ops"] == []
+    assert doc["test_mre_pct"] > 0 and "learned from stage latencies" in doc["provenance"]
+    assert f"test MRE {doc['test_mre_pct']:.2f} % over" in doc["provenance"]
+    # beyond the training stages (1-3 layers, no LM head): said, and still predicted
+    res = _run("predict", str(out), "--stage", "family=gpt,layers=4,hidden=64,heads=2,seq=16,vocab=128,head=true")
+    assert res.exit_code == 0, res.output
+    assert "trained on stages of layers 1-3, without the head; its graph has operators no training stage had" in res.stderr
+    assert "nothing measured" in res.stdout and "unseen" in res.stdout and "+ head" in res.stderr
+    res = _run("predict", str(out), "--stage", "family=moe,layers=1")
+    assert res.exit_code == 1 and "trained on gpt stages, not 'moe'" in str(res.exception)
+    res = _run("predict", str(out), str(dataset), "--stage", "family=gpt,layers=1")
+    assert res.exit_code == 1 and "give a dataset folder or --stage stages, not both" in str(res.exception)
+    res = _run("predict", str(out))
+    assert res.exit_code == 1 and "or --stage FIELD=VALUE" in str(res.exception)

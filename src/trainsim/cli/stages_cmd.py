@@ -3,6 +3,7 @@
     trainsim stages collect DIR --family gpt --count 300     # measure random stages (resumable)
     trainsim stages train DIR --model dag_transformer --out P  # fit a predictor on a dataset
     trainsim stages predict P DIR                              # predict a dataset's stages, with errors
+    trainsim stages predict P --stage family=gpt,layers=2,shard=2  # predict one stage you describe
     trainsim stages search --family gpt --devices 8 --microbatches 16 --predictor P
 
 ``search`` finds the best pipeline plan (003 Eq. 4, every stage cut and submesh) of a search
@@ -184,16 +185,32 @@ def train(
 @stages_app.command("predict")
 def predict(
     predictor: Path = typer.Argument(..., metavar="PREDICTOR", help="A folder written by `trainsim stages train`."),
-    dataset: Path = typer.Argument(..., metavar="DIR", help="Stage dataset folder whose stages to predict."),
+    dataset: Path | None = typer.Argument(None, metavar="DIR", help="Stage dataset folder whose stages to predict (or --stage)."),
+    stage: list[str] | None = typer.Option(None, "--stage", metavar="FIELD=VALUE,...", help="Predict this one stage instead of a dataset (repeatable): family=gpt|moe,layers=N and any other stage field (hidden, heads, seq, micro-batch, shard, first-layer, embed, head, vocab, ffn-mult; moe: experts, group-size, capacity-factor); the shape fields not given are the family's search model's (hidden 512, 8 heads, seq 256, micro-batch 2)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
-    """Predict every stage of a dataset; where it holds measurements, report the error per stage."""
+    """Predict every stage of a dataset; where it holds measurements, report the error per stage.
+
+    With --stage instead of DIR: predict stages you describe, e.g. `--stage
+    family=gpt,layers=2,hidden=768,heads=12,shard=2`; each stage's graph is traced as `stages
+    collect` builds it (nothing runs, nothing is measured)."""
     import numpy as np
 
     from trainsim.errors import ConfigError
     from trainsim.learn.dataset import dataset_host, iter_graphs, read_rows
     from trainsim.learn.train import Predictor, mre_pct
 
+    if dataset is not None and stage:
+        raise ConfigError(f"{dataset} and --stage: give a dataset folder or --stage stages, not both")
+    if dataset is None and not stage:
+        raise ConfigError("give a dataset folder DIR, or --stage FIELD=VALUE,... for a stage you describe")
+    if stage:
+        from trainsim.learn.provider import parse_stage
+
+        specs = [parse_stage(t) for t in stage]  # a bad spec fails before the predictor loads
+        _predict_described(Predictor.load(predictor), predictor, specs, fmt)
+        return
+    assert dataset is not None
     pred = Predictor.load(predictor)
     if not dataset.exists():
         raise ConfigError(f"{dataset}: no such dataset folder (one `trainsim stages collect` writes)")
@@ -254,8 +271,7 @@ def predict(
     shown = cases if len(cases) <= 40 else sorted(cases, key=lambda c: -abs(c["err_pct"]))[:40]
     for c in shown:
         s = c["spec"]
-        layers = "e+" * bool(s.get("embed")) + str(s["layers"]) + "+h" * bool(s.get("head"))  # with embedding, head
-        t.add_row(c["id"], layers, f"{s['hidden']}×{s['seq']}×{s['micro_batch']}", str(s["shard"]), c["split"], f"{c['measured_s'] * 1e3:.2f}", f"{c['predicted_s'] * 1e3:.2f}",
+        t.add_row(c["id"], _layers_cell(s), f"{s['hidden']}×{s['seq']}×{s['micro_batch']}", str(s["shard"]), c["split"], f"{c['measured_s'] * 1e3:.2f}", f"{c['predicted_s'] * 1e3:.2f}",
                   f"{c['err_pct']:+.1f}")  # fmt: skip
     Console().print(t)
     if len(cases) > 40:
@@ -263,6 +279,59 @@ def predict(
     stderr.print("layers: e+ with the embedding, +h with the head and loss; h×s×b: hidden, sequence, micro-batch; "
                  "tp: the stage's shard, its tensor/expert-parallel degree")  # fmt: skip
     stderr.print(f"provenance: {doc['provenance']}")
+
+
+def _predict_described(pred: Any, predictor: Path, specs: list[Any], fmt: Format) -> None:
+    """``stages predict --stage``: the predictor's latency of each described stage, its graph
+    traced as `stages collect` builds it (no dataset, nothing measured)."""
+    from trainsim.errors import ConfigError
+    from trainsim.learn.graphs import PRUNED_OPS
+    from trainsim.learn.provider import PredictedStages, outside_ranges
+
+    fams = _families(pred.meta)
+    other = sorted({s.family for s in specs} - set(fams or {s.family for s in specs}))
+    if other:
+        raise ConfigError(f"{predictor}: trained on {', '.join(fams or [])} stages, not {', '.join(map(repr, other))}; "
+                          "predict with a predictor of that family")  # fmt: skip
+    provider = PredictedStages(pred)
+    with _graph_progress(len(specs) > 1) as progress:
+        got = provider.latencies_s(specs, progress)
+    by_spec = pred.meta.get("split_specs")  # a stage it trained on, validated on or held out is said
+    spec_split = {d: part for part in ("test", "val", "train") for d in (by_spec or {}).get(part, ())}
+    skip = PRUNED_OPS if pred.pruned else frozenset()
+    cases = []
+    for s, v in zip(specs, got, strict=True):
+        g = provider.graphs[s.key()]
+        ops = {o for o, k in zip(g.op, g.kind, strict=True) if k == "operator"} - set(pred.op_vocab) - skip
+        cases.append({"id": s.digest(), "spec": s.to_dict(), "predicted_s": v,
+                      "split": spec_split.get(s.digest(), "unseen") if by_spec else "unknown",
+                      "outside_training": outside_ranges(pred.meta, [s]), "unseen_ops": sorted(ops)})  # fmt: skip
+    doc = {"predictor": str(predictor), "stages": cases, "test_mre_pct": pred.meta.get("test_mre_pct"),
+           "provenance": predictor_provenance(pred)}  # fmt: skip
+    for c in cases:
+        why = [f"the predictor was trained on stages of {c['outside_training']}"] if c["outside_training"] else []
+        why += [f"its graph has operators no training stage had ({', '.join(c['unseen_ops'])})"] if c["unseen_ops"] else []
+        if why:
+            stderr.print(f"warning: stage {c['id']}: {'; '.join(why)}: its latency is extrapolated")
+    if fmt is Format.JSON:
+        emit_json(doc)
+        return
+    t = Table(title=f"{len(cases)} stage{'s' * (len(cases) != 1)} predicted by {pred.config.kind} (nothing measured)")
+    for col in ("stage", "family", "layers", "h×s×b", "tp", "split", "pred ms"):
+        t.add_column(col, justify="left" if col in ("stage", "family") else "right", no_wrap=True)
+    for c in cases:
+        s = c["spec"]
+        t.add_row(c["id"], s["family"], _layers_cell(s), f"{s['hidden']}×{s['seq']}×{s['micro_batch']}", str(s["shard"]),
+                  c["split"], f"{c['predicted_s'] * 1e3:.2f}")  # fmt: skip
+    Console().print(t)
+    for c, s in zip(cases, specs, strict=True):
+        stderr.print(f"{c['id']}: {s}")
+    stderr.print(f"provenance: {doc['provenance']}")
+
+
+def _layers_cell(s: dict[str, Any]) -> str:
+    """A stage's layers as the predict table shows them: e+ with the embedding, +h with the head."""
+    return "e+" * bool(s.get("embed")) + str(s["layers"]) + "+h" * bool(s.get("head"))
 
 
 @contextlib.contextmanager
@@ -284,7 +353,11 @@ def predictor_provenance(pred: Any) -> str:
     """What a stage predictor's answers rest on (DESIGN: every prediction states its provenance)."""
     host = (pred.meta.get("host") or {}).get("cpu")
     where = f"on {host}" if host else "on one CPU core"
-    return f"calibrated: {pred.config.kind} learned from stage latencies measured {where}"
+    test = pred.meta.get("test_mre_pct")  # `stages train` records its held-out error
+    held = len((pred.meta.get("split_specs") or {}).get("test", ()))
+    err = (f"; test MRE {test:.2f} %{f' over {held} held-out stages' if held else ''} when trained"
+           if isinstance(test, (int, float)) else "; no test error recorded")  # fmt: skip
+    return f"calibrated: {pred.config.kind} learned from stage latencies measured {where}{err}"
 
 
 def _families(meta: dict[str, Any]) -> list[str] | None:

@@ -68,23 +68,37 @@ SEARCH_MODELS = {
 }  # fmt: skip
 
 
-_RANGED = ("layers", "shard", "hidden", "seq", "micro_batch")
+# The stage fields a predictor records the [min, max] of (`stages train`; before 2026-12-03 the
+# first five only): the sampled dimensions, then the rest of the shape, then whether a stage
+# carries the embedding or the head (a predictor that never saw an LM head extrapolates one)
+_RANGED = ("layers", "shard", "hidden", "seq", "micro_batch", "heads", "vocab", "ffn_mult", "experts",
+           "group_size", "capacity_factor", "embed", "head")  # fmt: skip
+_PART_WORDS = {"embed": "embedding", "head": "head"}
 
 
-def spec_ranges(rows: Sequence[Any]) -> dict[str, list[int]]:
-    """The [min, max] of each sampled stage dimension over a dataset's rows (a predictor's range)."""
+def spec_ranges(rows: Sequence[Any]) -> dict[str, list[Any]]:
+    """The [min, max] of each stage field of :data:`_RANGED` over a dataset's rows (a
+    predictor's range; booleans as [false, true])."""
     return {k: [min(getattr(r.spec, k) for r in rows), max(getattr(r.spec, k) for r in rows)] for k in _RANGED}
+
+
+def _range_words(k: str, lo: Any, hi: Any) -> str:
+    if k in _PART_WORDS:  # [false, false]: no stage had it; [true, true]: every one
+        return f"{'only with' if lo else 'without'} the {_PART_WORDS[k]}"
+    return f"{k.replace('_', '-')} {lo}-{hi}" if lo != hi else f"{k.replace('_', '-')} {lo}"
 
 
 def outside_ranges(meta: Mapping[str, Any], specs: Sequence[StageSpec]) -> str:
     """The predictor's training ranges that some of ``specs`` leave, in words ("" when none, or
-    when the predictor does not record them)."""
+    when the predictor does not record them; a field this version does not know is skipped)."""
     ranges = meta.get("spec_ranges") or {}
     out = []
     for k, (lo, hi) in ranges.items():
+        if k not in StageSpec.__dataclass_fields__:
+            continue
         vals = [getattr(s, k) for s in specs]
         if min(vals) < lo or max(vals) > hi:
-            out.append(f"{k.replace('_', '-')} {lo}-{hi}" if lo != hi else f"{k.replace('_', '-')} {lo}")
+            out.append(_range_words(k, lo, hi))
     return ", ".join(out)
 
 
@@ -103,6 +117,55 @@ def parse_shards(text: str) -> list[int]:
     if not out:
         raise ConfigError("--shards: give at least one device count, e.g. 1,2,4")
     return out
+
+
+def parse_stage(text: str) -> StageSpec:
+    """One stage as ``stages predict --stage`` takes it: ``FIELD=VALUE,...`` of
+    :class:`StageSpec`'s fields (``-`` or ``_`` in a name; the text :meth:`StageSpec.key`
+    writes reads back as the same stage). ``family`` and ``layers`` are needed; the shape
+    fields not given (hidden, heads, seq, micro_batch, vocab, MoE's experts, group_size,
+    capacity_factor) are the family's search model's, as ``stages search`` defaults them, the
+    rest :class:`StageSpec`'s (first_layer 0, shard 1, no embedding, no head, ffn_mult 4)."""
+    where = f"--stage {text!r}"
+    given: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in str(text).split(","))):
+        name, eq, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not eq or not name or not value.strip():
+            raise ConfigError(f"{where}: {item!r} is not FIELD=VALUE (e.g. family=gpt,layers=2,shard=2)")
+        if name not in StageSpec.__dataclass_fields__:
+            known = ", ".join(StageSpec.__dataclass_fields__)
+            raise ConfigError(f"{where}: unknown field {name!r}; a stage's fields: {known}")
+        if name in given:
+            raise ConfigError(f"{where}: {name} given twice")
+        given[name] = value.strip()
+    missing = [k for k in ("family", "layers") if k not in given]
+    if missing:
+        raise ConfigError(f"{where}: give {' and '.join(f'{k}=' for k in missing)} (e.g. family=gpt,layers=2)")
+    if given["family"] not in SEARCH_MODELS:
+        raise ConfigError(f"{where}: family must be one of {sorted(SEARCH_MODELS)}, got {given['family']!r}")
+    m = SEARCH_MODELS[given["family"]]
+    spec: dict[str, Any] = {k: getattr(m, k) for k in ("hidden", "heads", "seq", "micro_batch", "vocab", "experts",
+                                                         "group_size", "capacity_factor")}  # fmt: skip
+    for name, value in given.items():
+        want = StageSpec.__dataclass_fields__[name].type
+        try:
+            if want == "bool":
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                spec[name] = value.lower() in ("true", "1")
+            else:
+                spec[name] = int(value) if want == "int" else float(value) if want == "float" else value
+        except ValueError:
+            what = {"bool": "true or false", "int": "an integer"}.get(str(want), "a number")
+            raise ConfigError(f"{where}: {name} must be {what}, got {value!r}") from None
+    moe_only = [k for k in ("experts", "group_size", "capacity_factor") if k in given and spec[k]]
+    if spec["family"] != "moe" and moe_only:  # a gpt stage ignores them: a typo, or the wrong family
+        raise ConfigError(f"{where}: {moe_only[0]} applies to the moe family, not {spec['family']!r}")
+    try:
+        return StageSpec.from_dict(spec)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def search_model(family: str, **overrides: Any) -> PipelineModel:
@@ -438,6 +501,7 @@ __all__ = [
     "candidate_id",
     "is_default",
     "model_tag",
+    "parse_stage",
     "pipeline_time_s",
     "run_search_integration",
     "search_candidates",
