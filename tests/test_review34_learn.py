@@ -260,6 +260,23 @@ def test_a_config_that_does_not_match_its_weights_names_what_differs(trained, tm
     assert message in str(e.value)
 
 
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.update(schema="trainsim.predtop-predictor/2"), "a trainsim.predtop-predictor/2 predictor (another trainsim version)"),
+    (lambda d: d["model"].update(dropout=0.1), "model.dropout is not a model field this version knows"),
+    (lambda d: d.update(part="backward"), "part must be one of train, forward, got 'backward'"),
+    (lambda d: d["target"].update(transform="sqrt"), "target.transform must be one of log, log-per-flop, got 'sqrt'"),
+])  # fmt: skip
+def test_a_predictor_another_version_wrote_is_named_as_such(trained, tmp_path, edit, message):
+    """Review 2026-12-03: were "predictor.json and its weights do not agree (ModelConfig.__init__()
+    got an unexpected keyword argument ...)", a KeyError traceback from the dataset's rows (part),
+    and predictions read with the log transform whatever the file said (transform)."""
+    ds, pred = trained
+    bad = _edited(pred, tmp_path, "bad", doc=edit)
+    res = _run("predict", str(bad), str(ds))
+    assert res.exit_code == 1 and isinstance(res.exception, ModelError), res.output
+    assert message in str(res.exception)
+
+
 def test_a_shape_mismatch_is_found_before_the_model_is_built(trained, tmp_path, monkeypatch):
     from trainsim.learn import train
 

@@ -208,7 +208,12 @@ class Predictor:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ConfigError(f"{meta}: unreadable predictor JSON ({e})") from None
         if not isinstance(doc, dict) or doc.get("schema") != PREDICTOR_SCHEMA:
+            got = doc.get("schema") if isinstance(doc, dict) else None
+            if isinstance(got, str) and got.startswith(PREDICTOR_SCHEMA.rpartition("/")[0] + "/"):
+                raise ModelError(f"{meta}: a {got} predictor (another trainsim version); this one reads "
+                                 f"{PREDICTOR_SCHEMA}: train it again with this version")  # fmt: skip
             raise ModelError(f"{meta} is not a {PREDICTOR_SCHEMA} document")
+        _check_version_fields(doc, meta)
         if weights.is_dir():
             raise ConfigError(f"{weights}: is a folder; a predictor's weights are the file `trainsim stages train` writes")
         try:
@@ -253,6 +258,30 @@ class Predictor:
         except (TypeError, ValueError, RuntimeError, AttributeError) as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ModelError(f"{folder}: predictor.json and its weights do not agree ({msg})") from None
+
+
+_TARGETS = ("log", "log-per-flop")
+
+
+def _check_version_fields(doc: dict[str, Any], meta: Path) -> None:
+    """The fields whose values another trainsim version may write differently: a model field,
+    graph part or target transform this version does not know is named, not misread (an
+    unknown transform read as "log", an unknown part a KeyError on the dataset's rows)."""
+    from dataclasses import fields
+
+    from trainsim.learn.stages import PARTS
+
+    again = "(another trainsim version, or an edited file: train it again with this version)"
+    model = doc.get("model")
+    unknown = sorted(set(model) - {f.name for f in fields(ModelConfig)}) if isinstance(model, dict) else []
+    if unknown:
+        raise ModelError(f"{meta}: model.{unknown[0]} is not a model field this version knows {again}")
+    if doc.get("part", "train") not in PARTS:
+        raise ModelError(f"{meta}: part must be one of {', '.join(PARTS)}, got {doc.get('part')!r} {again}")
+    target = doc.get("target")
+    if isinstance(target, dict) and target.get("transform", "log") not in _TARGETS:
+        raise ModelError(f"{meta}: target.transform must be one of {', '.join(_TARGETS)}, "
+                         f"got {target.get('transform')!r} {again}")  # fmt: skip
 
 
 def _check_config(cfg: ModelConfig, meta: Path) -> None:
