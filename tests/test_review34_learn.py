@@ -277,6 +277,24 @@ def test_a_predictor_another_version_wrote_is_named_as_such(trained, tmp_path, e
     assert message in str(res.exception)
 
 
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.update(meta=[1, 2]), "meta must be an object, got list"),
+    (lambda d: d["meta"].update(spec_ranges={"layers": 3}), "meta.spec_ranges must map each stage field to its [min, max]"),
+    (lambda d: d["meta"].update(families="gpt"), "meta.families must be a list of family names"),
+    (lambda d: d["meta"].update(split_specs={"test": "abc"}), "meta.split_ids and split_specs must map each split"),
+    (lambda d: d["meta"].update(host="xeon"), "meta.host must be an object"),
+])  # fmt: skip
+def test_a_predictors_meta_of_another_shape_is_a_one_line_error(trained, tmp_path, edit, message):
+    """Review 2026-12-03: were AttributeError/TypeError tracebacks in predict and search, and
+    families "gpt" read as the families g, p and t."""
+    ds, pred = trained
+    bad = _edited(pred, tmp_path, "bad", doc=edit)
+    for args in (("predict", str(bad), str(ds)), ("search", "--predictor", str(bad))):
+        res = _run(*args)
+        assert res.exit_code == 1 and isinstance(res.exception, ModelError), res.output
+        assert message in str(res.exception)
+
+
 def test_a_shape_mismatch_is_found_before_the_model_is_built(trained, tmp_path, monkeypatch):
     from trainsim.learn import train
 

@@ -282,6 +282,35 @@ def _check_version_fields(doc: dict[str, Any], meta: Path) -> None:
     if isinstance(target, dict) and target.get("transform", "log") not in _TARGETS:
         raise ModelError(f"{meta}: target.transform must be one of {', '.join(_TARGETS)}, "
                          f"got {target.get('transform')!r} {again}")  # fmt: skip
+    _check_meta(doc.get("meta", {}), meta)
+
+
+def _check_meta(info: Any, meta: Path) -> None:
+    """The ``meta`` fields the ``stages`` commands read, of the shape ``stages train`` writes
+    them (were AttributeError/TypeError tracebacks in predict and search when edited)."""
+    if not isinstance(info, dict):
+        raise ModelError(f"{meta}: meta must be an object, got {type(info).__name__}")
+
+    def texts(v: Any) -> bool:
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+    def pair(v: Any) -> bool:
+        return isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)
+
+    bad = None
+    if "families" in info and not texts(info["families"]):
+        bad = "families must be a list of family names"
+    elif not isinstance(info.get("spec_ranges") or {}, dict) or not all(map(pair, (info.get("spec_ranges") or {}).values())):
+        bad = "spec_ranges must map each stage field to its [min, max]"
+    elif any(not isinstance(info.get(k) or {}, dict) or not all(map(texts, (info.get(k) or {}).values()))
+             for k in ("split_ids", "split_specs")):  # fmt: skip
+        bad = "split_ids and split_specs must map each split to a list of stage ids or digests"
+    elif not isinstance(info.get("host") or {}, dict):
+        bad = "host must be an object"
+    elif isinstance(info.get("test_mre_pct"), bool) or not isinstance(info.get("test_mre_pct", 0), (int, float, type(None))):
+        bad = "test_mre_pct must be a number"
+    if bad:
+        raise ModelError(f"{meta}: meta.{bad} (as `trainsim stages train` writes it); the file was edited or damaged")
 
 
 def _check_config(cfg: ModelConfig, meta: Path) -> None:
