@@ -131,6 +131,11 @@ def test_train_refuses_an_out_inside_the_dataset_and_warns_of_a_tiny_test_set(da
     assert res.exit_code == 0 and "only 1 stages were held out to test" in res.stderr  # 10 stages at 0.8
     res = _run("train", str(tmp_path / "nothing"), "--out", str(tmp_path / "q"), "--model", "gcn")
     assert res.exit_code == 1 and not (tmp_path / "q").exists()  # a failed run leaves no empty folder
+    assert "nothing: no such dataset folder" in str(res.exception)  # was "stages.jsonl is missing or empty"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    res = _run("search", "--measured", str(afile))  # was "no such dataset folder" of a file that is there
+    assert res.exit_code == 1 and "afile: is a file; a stage dataset is a folder" in str(res.exception)
     res = _run("predict", str(tmp_path / "p"), str(tmp_path / "nothing"))
     assert res.exit_code == 1 and "no such dataset folder" in str(res.exception)
 

@@ -148,6 +148,8 @@ def train(
     per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
     if out.resolve() == dataset.resolve() or dataset.resolve() in out.resolve().parents:
         raise ConfigError(f"--out {out}: inside the dataset folder {dataset}; give a folder of its own")
+    if not dataset.exists():  # FamilyData would say "stages.jsonl is missing" of a mistyped folder
+        raise ConfigError(f"{dataset}: no such dataset folder (one `trainsim stages collect` writes)")
     existed = out.exists()
     predictor_folder(out, "--out ")  # before training: a wrong --out should not cost the training time
     try:
@@ -426,7 +428,7 @@ def search(
                          "that are extrapolated (collect a larger dataset to cover them)")  # fmt: skip
     else:
         assert measured is not None
-        if not measured.is_dir():
+        if not measured.exists():  # a file is named as one by the dataset reader
             raise ConfigError(f"--measured {measured}: no such dataset folder")
         collect = " ".join(["trainsim stages collect DIR --family", family, "--search-set", *_flags(given)])
         provider = MeasuredStages(measured, name=f"measured ({measured})", collect=collect)
