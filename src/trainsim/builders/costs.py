@@ -409,19 +409,23 @@ class LayerCoster:
         bwd = 2.0 if phase == "bwd" else 1.0  # backward GEMMs: input and weight gradients
         hf = self.plan.impl == "hf"  # norms, rotary, activation, residual adds: HF's eager calls instead
         ops = [] if hf else [self._norm("input_norm", phase)]
-        # QKV projection, 001 linear1 = [bl, d, 3d/mp]
-        n_qkv = m.q_width / t + 2 * m.kv_width_tp(t)
-        fl = bwd * _gemm_flops(self.tokens, n_qkv, d)
-        ops.append(self._q("qkv_proj", "linear1", phase, flops=fl, scale=n_qkv / (3 * d / t),
-                           bench={"n": n_qkv}, mp=t, b=b, l=seq, dim=d))  # fmt: skip
+        if m.mla:
+            ops.extend(self.mla_projections(phase))
+        else:
+            # QKV projection, 001 linear1 = [bl, d, 3d/mp]
+            n_qkv = m.q_width / t + 2 * m.kv_width_tp(t)
+            fl = bwd * _gemm_flops(self.tokens, n_qkv, d)
+            ops.append(self._q("qkv_proj", "linear1", phase, flops=fl, scale=n_qkv / (3 * d / t),
+                               bench={"n": n_qkv}, mp=t, b=b, l=seq, dim=d))  # fmt: skip
         if not hf:
             ops.extend(self.qk_norms(phase))
         ops.extend(self.attention_core(phase))
-        # output projection, 001 linear2 = [bl, d/mp, d]
-        fl = bwd * _gemm_flops(self.tokens, d, m.q_width / t)
+        # output projection, 001 linear2 = [bl, d/mp, d] (its input: the heads' values)
+        o_in = m.heads * m.v_dim
+        fl = bwd * _gemm_flops(self.tokens, d, o_in / t)
         ops.append(
-            self._q("out_proj", "linear2", phase, flops=fl, scale=m.q_width / d,
-                    bench={"k": m.q_width / t}, mp=t, b=b, l=seq, dim=d)  # fmt: skip
+            self._q("out_proj", "linear2", phase, flops=fl, scale=o_in / d,
+                    bench={"k": o_in / t}, mp=t, b=b, l=seq, dim=d)  # fmt: skip
         )
         if hf:
             ops.extend(self.mlp(phase))
@@ -512,9 +516,10 @@ class LayerCoster:
         # each rank two mirrored chunks, so each rank does 1/cp of it): every s^2-sized operator
         # below runs cp times at the local length seq = s/cp (`cp` copies, FLOPs included)
         cp = self.plan.cp
-        core = bwd * 2 * _gemm_flops(seq, seq, m.d_head) * b * h / t * cp
+        dh = m.core_head_dim  # d_head; MLA: the mean of its q/k and v head widths
+        core = bwd * 2 * _gemm_flops(seq, seq, dh) * b * h / t * cp
         # head_dim other than d/h: scale the d/h-shaped measurements by the head-size ratio
-        hd_scale = m.d_head / (d / h)
+        hd_scale = dh / (d / h)
         ops: list[OpCost] = []
         if m.position == "rotary" and self.plan.impl == "neox":
             ops.append(
@@ -523,7 +528,7 @@ class LayerCoster:
         elif m.position == "rotary" and self.plan.impl == "fused":
             ops.append(self.fused_rotary(phase))
         if self.plan.attention == "flash":
-            kw = {"flops": core, "category": "attention", "scale": hd_scale, "times": cp, "bench": {"head_dim": m.d_head}}
+            kw = {"flops": core, "category": "attention", "scale": hd_scale, "times": cp, "bench": {"head_dim": dh}}
             op = self._q("flash_attention", "flash_atten", phase, **kw, mp=t, b=b, h=h, l=seq, dim=d)  # type: ignore[arg-type]
             if phase == "bwd":
                 # FlashAttention's backward recomputes the scores and takes five products to the
@@ -538,7 +543,7 @@ class LayerCoster:
             ops.append(op)
             return ops
         ops.append(self._q("attention_scores", "baddbmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, times=cp, bench={"head_dim": m.d_head}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+                           scale=hd_scale, times=cp, bench={"head_dim": dh}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
         if m.attn_softcap and self.plan.impl != "hf":
             # Gemma 2's cap on the [b, h/t, s, s] scores before the mask and softmax (with
             # FlashAttention the kernel applies it: not costed, predict notes it)
@@ -585,7 +590,7 @@ class LayerCoster:
                     )
                 )
         ops.append(self._q("attention_values", "bmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, times=cp, bench={"head_dim": m.d_head}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+                           scale=hd_scale, times=cp, bench={"head_dim": dh}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
         return ops
 
     def mlp(self, phase: str) -> list[OpCost]:
@@ -620,23 +625,75 @@ class LayerCoster:
             moved = (1 + m.top_k) * self.tokens * d
             for name in ("moe_permute", "moe_unpermute"):
                 ops.append(self._elementwise(name, phase, moved / 3))  # an add of n moves 3n
-            # router: a [tokens, d] x [d, experts] GEMM and its softmax, tiny
-            fl = bwd * _gemm_flops(self.tokens, m.num_experts, d)
+            # router: a [tokens, d] x [d, experts] GEMM and its softmax, tiny (Qwen2-MoE's
+            # shared-expert gate, a d x 1 linear, one column more)
+            n_router = m.num_experts + (1 if m.shared_expert_gate else 0)
+            fl = bwd * _gemm_flops(self.tokens, n_router, d)
             ops.append(
                 self._q(
                     "router",
                     "linear3",
                     phase,
                     flops=fl,
-                    scale=m.num_experts / (4 * d),
-                    bench={"n": m.num_experts},
+                    scale=n_router / (4 * d),
+                    bench={"n": n_router},
                     mp=1,
                     b=b,
                     l=seq,
                     dim=d,
                 )
             )
+            ops.extend(self.shared_expert(phase))
         return ops
+
+    # --- MoE-family operators (h5): MLA, q/k norms, shared experts ----------------------------
+
+    def _gemm(self, name: str, phase: str, n: float, k: float) -> OpCost:
+        """A ``[tokens, k] x [k, n]`` GEMM of one rank, timed as 001's linear1 (``[bl, d, 3d/mp]``)
+        scaled by the FLOP ratio, or by a bench calibration's GEMM of that exact shape."""
+        t, d = self.t, self.model.hidden
+        fl = (2.0 if phase == "bwd" else 1.0) * _gemm_flops(self.tokens, n, k)
+        return self._q(name, "linear1", phase, flops=fl, scale=n * k / (d * 3 * d / t), bench={"n": n, "k": k},
+                       mp=t, b=self.b, l=self.l, dim=d)  # fmt: skip
+
+    def mla_projections(self, phase: str) -> list[OpCost]:
+        """Multi-head Latent Attention's projections (DeepSeek-V2 §2.1.2-2.1.3) as Megatron-core's
+        MLA runs them under TP: the down projections to the q latent, the joint K/V latent and
+        the shared rotary key (``d -> r_q + r_kv + d_rope``, one GEMM, replicated over TP: it
+        is named ``qkv_proj``, where the TP collectives anchor), RMSNorms on the two latents,
+        then the column-parallel up projections of this rank's ``h / tp`` heads: q
+        (``r_q -> h d_qk``, or ``d -> h d_qk`` without a q latent) and K/V
+        (``r_kv -> h (d_nope + d_v)``). Not modelled: the backward's TP all-reduce is of the
+        latents' gradients (``r_q + r_kv`` wide), costed as the hidden state's."""
+        m, t, d = self.model, self.t, self.model.hidden
+        rq, rkv, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+        h_t = m.heads / t
+        ops = [self._gemm("qkv_proj", phase, rq + rkv + rope, d),
+               replace(self._elementwise("latent_norm", phase, 2 * self.tokens * (rq + rkv) / 3), category="memory")]
+        ops.append(self._gemm("q_up_proj", phase, h_t * m.d_head, rq or d))
+        ops.append(self._gemm("kv_up_proj", phase, h_t * (m.d_head - rope + m.v_dim), rkv))
+        return ops
+
+    def shared_expert(self, phase: str) -> list[OpCost]:
+        """The shared expert(s) (DeepSeekMoE §2, Qwen2-MoE): a dense gated MLP of
+        ``shared_ffn_hidden`` over every token, TP-split like a dense MLP and not expert-
+        parallel, run beside the routed experts (Megatron's shared_experts; its overlap of
+        them with the dispatch all-to-all is not modelled)."""
+        m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
+        if not m.shared_ffn_hidden:
+            return []
+        bwd = 2.0 if phase == "bwd" else 1.0
+        f = m.shared_ffn_hidden
+        up = (2 if m.gated else 1) * f / t
+        return [
+            self._q("shared_up", "linear3", phase, flops=bwd * _gemm_flops(self.tokens, up, d),
+                    scale=up / (4 * d / t), bench={"n": up}, mp=t, b=b, l=seq, dim=d),
+            *([] if self.plan.impl == "hf" else [
+                self._q("shared_activation", "gelu", phase, category="memory",
+                        scale=(1.5 if m.gated else 1.0) * f / (4 * d), mp=t, b=b, l=seq, dim=d)]),
+            self._q("shared_down", "linear4", phase, flops=bwd * _gemm_flops(self.tokens, d, f / t),
+                    scale=f / (4 * d), bench={"k": f / t}, mp=t, b=b, l=seq, dim=d),
+        ]  # fmt: skip
 
     # --- gradient accumulation -------------------------------------------------------------
 
@@ -652,6 +709,8 @@ class LayerCoster:
         # one rank's q and k (Megatron replicates KV heads when tp exceeds their count), each
         # read and written: an add of n elements moves 3n, so each pass is an add of 2/3 its size
         widths = (m.q_width / t, m.kv_width_tp(t))
+        if m.mla:  # MLA rotates only the heads' rotary parts of q and the one shared rotary key
+            widths = (m.heads * m.qk_rope_head_dim / t, m.qk_rope_head_dim)
         calls = [self._elementwise("rotary", phase, 2 * self.tokens * w / 3) for w in widths]
         return OpCost("rotary", phase, sum(c.seconds for c in calls), calls[0].provenance + ";rope-as-fused-elementwise",
                       0.0, "memory", 2)  # fmt: skip
@@ -681,7 +740,14 @@ class LayerCoster:
         biases = (4 if m.bias else 0) + (1 if m.qkv_bias and not m.bias else 0)
         if m.is_moe:
             biases += 1  # the router's weight: d × experts, small
-        return norms + biases
+        return norms + biases + self._moe_family_small_tensors()
+
+    def _moe_family_small_tensors(self) -> int:
+        """MLA's latent norms, attention sinks, router bias, shared-expert gate (the q/k norms
+        are counted with the layer's norms above)."""
+        m = self.model
+        return ((1 + (m.q_lora_rank > 0)) * m.mla + m.attention_sinks + m.router_bias
+                + m.shared_expert_gate)  # fmt: skip
 
     def layer_weights(self) -> list[tuple[str, float]]:
         """One layer's weight matrices on this GPU, (name, elements), in Megatron's fused layout:
@@ -689,11 +755,17 @@ class LayerCoster:
         experts."""
         m, t, d = self.model, self.t, self.model.hidden
         g = 2 if m.gated else 1
-        out = [("qkv", d * (m.q_width / t + 2 * m.kv_width_tp(t))), ("out", m.q_width / t * d)]
+        out = [("qkv", d * (m.q_width / t + 2 * m.kv_width_tp(t))), ("out", m.heads * m.v_dim / t * d)]
+        if m.mla:
+            rq, rkv, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+            out[0:1] = [("qkv_down", d * (rq + rkv + rope)), ("q_up", (rq or d) * m.heads * m.d_head / t),
+                        ("kv_up", rkv * m.heads * (m.d_head - rope + m.v_dim) / t)]  # fmt: skip
         if m.is_moe:
             out += [("expert_up", d * g * m.expert_ffn / t), ("expert_down", m.expert_ffn / t * d)] * (
                 m.num_experts // self.plan.ep
             )
+            if m.shared_ffn_hidden:
+                out += [("shared_up", d * g * m.shared_ffn_hidden / t), ("shared_down", m.shared_ffn_hidden / t * d)]
         else:
             out += [("mlp_up", d * g * m.ffn / t), ("mlp_down", m.ffn / t * d)]
         return out

@@ -313,6 +313,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         if plan.overlap_grad_reduce and plan.zero < 3:  # ZeRO-3 reduces inside the passes already
             layer_dense = _layer_params_per_gpu(model, plan.tp, plan.ep)[0]
             outside = dense - n * layer_dense  # embedding (first stage), final norm and head (last)
+            if model.dense_layers:  # a dense layer's MLP is a layer's too
+                outside -= _dense_layers_dense_params(model, plan, s)
             # the first stage's embedding ends the backward; the rest (a last stage's final norm
             # and head, or its tied copy) starts it; pp 1 has both (memory._stage_params_split)
             end = embedding_params_per_gpu(model, plan) if first else 0.0
@@ -344,6 +346,54 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             st = alike[n, first, last] = _stage(s, n, first, last)
         bp = comm.pp_p2p(s) if plan.pp > 1 else None
         st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
+        out.append(st)
+    if model.dense_layers:  # the stages' passes so far count every layer as an MoE one
+        return _with_dense_layers(out, model, plan, system, coster=coster, host=host, tp_shares=tp_shares)
+    return out
+
+
+def _dense_layers_dense_params(model: ModelSpec, plan: Plan, stage: int) -> float:
+    """What ``stage``'s dense layers add to its dense parameters beyond MoE layers' (h5)."""
+    from trainsim.builders.memory import dense_layer_extra_params, stage_dense_layers
+
+    return stage_dense_layers(model, plan)[stage] * dense_layer_extra_params(model, plan)[0]
+
+
+# --- dense layers among MoE ones (h5: DeepSeek's first_k_dense_replace, Qwen's mlp_only_layers) --
+
+# the per-micro-batch fields that sum a stage's layer passes (with its embedding and head)
+_PASS_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s", "tp_comm_recompute_s",
+                "zero3_exposed_fwd_s", "zero3_exposed_bwd_s", "flops_fwd", "flops_bwd")  # fmt: skip
+
+
+def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, system: SystemSpec, *,
+                       coster: OpCoster, host: HostModel, tp_shares: bool) -> list[StageCost]:  # fmt: skip
+    """Stages holding some of ``model.dense_layers``: each pass is the MoE stage's (every layer
+    an MoE layer; ``stages``) and the same stage of :meth:`ModelSpec.dense_variant` (every layer
+    dense) weighed by the stage's MoE and dense layers, ``(n - n_d) / n`` and ``n_d / n``: the
+    layer passes sum to ``(n - n_d)`` MoE and ``n_d`` dense layers, the embedding and head
+    counted once (both stages have them), the flow shop's start-up shared. Parameters,
+    optimizer and gradient reduction are the stage's own already (:mod:`.memory` counts the
+    dense layers). Not modelled: an overlapped gradient reduction's window is the MoE
+    stage's backward."""
+    from trainsim.builders.memory import stage_dense_layers
+
+    counts = stage_dense_layers(model, plan)
+    if not any(counts):
+        return stages
+    dense = stage_costs(model.dense_variant(), plan, system, coster, host, tp_shares=tp_shares)
+    out = []
+    for moe, dn, nd in zip(stages, dense, counts, strict=True):
+        if not nd:
+            out.append(moe)
+            continue
+        w = nd / moe.layers
+        st = replace(moe, **{f: (1 - w) * getattr(moe, f) + w * getattr(dn, f) for f in _PASS_FIELDS})
+        ef, eb, er = moe.ep_comm_s
+        st.ep_comm_s = ((1 - w) * ef, (1 - w) * eb, (1 - w) * er)  # dense layers have no all-to-all
+        (cf, cb, cr), (df, db, dr) = moe.cp_comm_s, dn.cp_comm_s
+        st.cp_comm_s = ((1 - w) * cf + w * df, (1 - w) * cb + w * db, (1 - w) * cr + w * dr)
+        st.ops = [*moe.ops, *dn.layer_ops]  # the dense layer's operators, for the provenance counts
         out.append(st)
     return out
 

@@ -214,12 +214,74 @@ def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int) -> tuple[float, fl
     q = model.q_width / tp
     kv = model.kv_width_tp(tp)
     attn = d * (q + 2 * kv) + q * d + ((q + 2 * kv) if model.bias or model.qkv_bias else 0) + (d if model.bias else 0)
+    if model.mla or model.attention_sinks:
+        attn = _moe_family_attention_per_gpu(model, tp, attn)
     dense = attn + _norm_params_per_gpu(model, tp)
     if not model.is_moe:
         return dense + _mlp_params_per_gpu(model, model.ffn, tp), 0.0
-    router = d * model.num_experts  # replicated
+    router = model.router_params()  # replicated
     experts = model.num_experts / ep * _mlp_params_per_gpu(model, model.expert_ffn, tp)
-    return dense + router, experts
+    return dense + router + _shared_expert_params_per_gpu(model, tp), experts
+
+
+# --- MoE families (h5): MLA, shared experts, dense layers among MoE ones ----------------------
+
+
+def _moe_family_attention_per_gpu(model: ModelSpec, tp: int, attn: float) -> float:
+    """One GPU's attention parameters where the MoE families differ: MLA (its down projections
+    and latent norms replicated over TP, the up and output projections split by heads; see
+    :meth:`ModelSpec.mla_params`) and gpt-oss's sinks (per head); the q/k norms are
+    :func:`_norm_params_per_gpu`'s."""
+    d, h = model.hidden, model.heads
+    if model.mla:
+        rq, rkv, rope = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
+        down = d * (rq + rkv + rope) + rq + rkv
+        up = ((rq or d) * h * model.d_head + rkv * h * (model.d_head - rope + model.v_dim)) / tp
+        attn = down + up + h * model.v_dim / tp * d
+    return attn + (h / tp if model.attention_sinks else 0)
+
+
+def _shared_expert_params_per_gpu(model: ModelSpec, tp: int) -> float:
+    """The shared expert(s), TP-split like a dense MLP (not expert-parallel), and a replicated gate."""
+    if not model.shared_ffn_hidden:
+        return 0.0
+    return (3 if model.gated else 2) * model.hidden * model.shared_ffn_hidden / tp + (
+        model.hidden if model.shared_expert_gate else 0
+    )
+
+
+@lru_cache(maxsize=4096)
+def _stage_dense_layers(model: ModelSpec, plan: Plan, layers: tuple[int, ...]) -> tuple[int, ...]:
+    """How many of ``model.dense_layers`` each pipeline stage holds, the stages holding
+    ``layers`` layers: in layer order the default even split's ``pp x vpp`` chunks (chunk ``c``
+    on stage ``c mod pp``, :func:`_stage_layers`), otherwise contiguous runs of ``layers``."""
+    if plan.chunks > 1 and layers == _stage_layers(model, plan) and plan.partition != "001" \
+            and not (plan.first_stage_layers or plan.last_stage_layers):  # fmt: skip
+        chunks = plan.pp * plan.chunks
+        base, extra = divmod(model.layers, chunks)
+        blocks = [(c % plan.pp, base + (1 if c < extra else 0)) for c in range(chunks)]
+    else:
+        blocks = list(enumerate(layers))
+    out, start, dense = [0] * plan.pp, 0, set(model.dense_layers)
+    for stage, n in blocks:
+        out[stage] += sum(1 for i in range(start, start + n) if i in dense)
+        start += n
+    return tuple(out)
+
+
+def stage_dense_layers(model: ModelSpec, plan: Plan, layers: Sequence[int] | None = None) -> list[int]:
+    """Per pipeline stage, its layers among ``model.dense_layers`` (all 0 for models without)."""
+    if not model.dense_layers:
+        return [0] * plan.pp
+    return list(_stage_dense_layers(model, plan, tuple(layers if layers is not None else _stage_layers(model, plan))))
+
+
+def dense_layer_extra_params(model: ModelSpec, plan: Plan) -> tuple[float, float]:
+    """What one of ``model.dense_layers`` holds on a GPU beyond an MoE layer's (dense, expert)
+    parameters: its dense MLP less the router and shared expert, and no experts."""
+    dense_moe, expert = _layer_params_per_gpu(model, plan.tp, plan.ep)
+    dense_dense, _ = _layer_params_per_gpu(model.dense_variant(), plan.tp, plan.ep)
+    return dense_dense - dense_moe, -expert
 
 
 def embedding_params_per_gpu(model: ModelSpec, plan: Plan) -> float:
@@ -246,6 +308,9 @@ def _stage_params_split(
     dense_layer, expert_layer = layer_params or _layer_params_per_gpu(model, plan.tp, plan.ep)
     n = layers[stage]
     dense, expert = n * dense_layer, n * expert_layer
+    if model.dense_layers and (nd := stage_dense_layers(model, plan, layers)[stage]):
+        more_dense, more_expert = dense_layer_extra_params(model, plan)
+        dense, expert = dense + nd * more_dense, expert + nd * more_expert
     vocab_shard = model.embedding_params(plan.tp) / plan.tp  # 001 Eq. 1–2 padding, ÷ tp rows
     if stage == 0:
         dense += embedding_params_per_gpu(model, plan)
@@ -324,6 +389,8 @@ def _layer_activation_terms(
     tp_split = e * s * b * (2 * q + 2 * kv) + c * e * s * b * mlp_width
     if model.qk_norm != "none":  # the q/k norms' inputs (their outputs are the Q and K above)
         tp_split += e * s * b * (q + kv)
+    if model.mla or model.shared_ffn_hidden:
+        tp_split += _moe_family_activation_bytes(model, plan, e * s * b) - (e * s * b * (2 * q + 2 * kv) if model.mla else 0.0)
     heads = model.heads / t
     if plan.attention == "flash":
         scores, tp_split = 0.0, tp_split + LSE_BYTES * heads * s * b
@@ -344,6 +411,22 @@ def _norm_activation_copies(model: ModelSpec) -> int:
     inputs, their outputs feed residual adds, which keep nothing); 2 for Falcon-7B's one
     (its output feeds both attention and MLP)."""
     return {1: 2, 2: 4, 4: 6}[model.layer_norms]
+
+
+def _moe_family_activation_bytes(model: ModelSpec, plan: Plan, esb: float) -> float:
+    """What the MoE families keep beyond a plain layer, per GPU (``esb``: element bytes x
+    tokens): MLA's in place of Q, K, V and the output-projection input — this rank's q and k
+    heads (``h d_qk / t`` each), values and output-projection input (``h d_v / t`` each), the
+    two latents before and after their norms and the shared rotary key (replicated); the
+    shared expert's activation and down inputs (``c·f_shared / t``)."""
+    t, h = plan.tp, model.heads
+    out = 0.0
+    if model.mla:
+        out += esb * (h * (2 * model.d_head + 2 * model.v_dim) / t + 2 * (model.q_lora_rank + model.kv_lora_rank)
+                      + model.qk_rope_head_dim)  # fmt: skip
+    if model.shared_ffn_hidden:
+        out += (3 if model.gated else 2) * esb * model.shared_ffn_hidden / t
+    return out
 
 
 def activation_bytes_per_layer(model: ModelSpec, plan: Plan, *, dropout: bool = True) -> float:
@@ -422,6 +505,21 @@ def _stage_activations_bytes(
     return total
 
 
+def _dense_layers_activation_delta(model: ModelSpec, plan: Plan, stage: int, layers: Sequence[int], *,
+                                   dropout: bool, terms: tuple[float, float, float]) -> float:  # fmt: skip
+    """A stage's activations for its ``dense_layers`` less what :func:`_stage_activations_bytes`
+    counted for them as MoE layers (``terms``); the working set (one layer's) the larger of
+    the kinds the stage holds."""
+    nd = stage_dense_layers(model, plan, layers)[stage]
+    if not nd:
+        return 0.0
+    dterms = _layer_activation_terms(model.dense_variant(), plan, dropout=dropout)
+    n = in_flight_microbatches(plan, stage)
+    extra = nd * n * (_kept_bytes(plan, dterms) - _kept_bytes(plan, terms))
+    work_d, work_moe = _working_bytes(plan, dterms), _working_bytes(plan, terms)
+    return extra + (work_d - work_moe if nd == layers[stage] else max(0.0, work_d - work_moe))
+
+
 # --- buffers -------------------------------------------------------------------------------
 
 
@@ -463,6 +561,16 @@ def _buffers_bytes(
 # --- per GPU -------------------------------------------------------------------------------
 
 
+def _largest_layer(model: ModelSpec, plan: Plan, layer_params: tuple[float, float]) -> tuple[float, float]:
+    """``layer_params`` (an MoE layer's), or a dense layer's where ``model.dense_layers`` are
+    the larger or the only layers (ZeRO's per-layer buffers hold the largest layer)."""
+    if not model.dense_layers:
+        return layer_params
+    more_dense, more_expert = dense_layer_extra_params(model, plan)
+    dense = (layer_params[0] + more_dense, layer_params[1] + more_expert)
+    return dense if sum(dense) > sum(layer_params) or not model.moe_layers else layer_params
+
+
 def memory_per_gpu(
     model: ModelSpec,
     plan: Plan,
@@ -501,7 +609,7 @@ def memory_per_gpu(
         last = i == plan.pp - 1
         if last not in buffers:
             buffers[last] = _buffers_bytes(model, plan, i, prec, overhead_bytes=overhead_bytes,
-                                           layer_params=layer_params)  # fmt: skip
+                                           layer_params=_largest_layer(model, plan, layer_params))  # fmt: skip
         out.append(
             MemoryBreakdown(
                 stage=i,
@@ -511,7 +619,8 @@ def memory_per_gpu(
                 + expert * expert_prec.optimizer_bytes,
                 activations_bytes=_stage_activations_bytes(
                     model, plan, i, layers[i], dropout=dropout, terms=terms
-                ),
+                ) + (_dense_layers_activation_delta(model, plan, i, layers, dropout=dropout, terms=terms)
+                     if model.dense_layers else 0.0),
                 buffers_bytes=buffers[last],
             )
         )

@@ -16,12 +16,14 @@ GPT-3 XL has 16 heads of 128 (the table says 24 heads × 128 = 3072 ≠ d_model 
 has d_model 5120 (the table says 5140, which 40 heads of 128 do not fill).
 
 HuggingFace configs: ``gpt2``, ``gpt_bigcode`` (StarCoder; multi-query → one KV head),
-``gpt_neox``, ``llama``, ``mistral``, ``qwen2``, ``mixtral``, and the dense families ``qwen3``
+``gpt_neox``, ``llama``, ``mistral``, ``qwen2``, ``mixtral``, the dense families ``qwen3``
 (per-head q/k norms), ``phi3``, ``olmo2`` (q/k norms over the projections), ``gemma2``,
 ``gemma3_text`` and ``gemma3`` (its ``text_config``; four norms a layer, soft-capping, windows on
 some layers), ``falcon`` (multi-query or GQA, parallel attention with one or two norms) and
-``starcoder2``; each reader's docstring says what it maps. Fields a config leaves out mean what
-its transformers config class defaults them to. A ModelSpec has a ``bias`` flag,
+``starcoder2``, and the MoE families ``qwen3_moe``, ``qwen2_moe``, ``gpt_oss``, ``deepseek_v2``,
+``deepseek_v3`` (shared experts, dense layers among the MoE ones, Multi-head Latent Attention:
+:func:`_deepseek` and its neighbours); each reader's docstring says what it maps. Fields a config
+leaves out mean what its transformers config class defaults them to. A ModelSpec has a ``bias`` flag,
 true when every linear layer has a bias, and ``qkv_bias`` for Qwen2's biases on q/k/v alone;
 other partial biases are dropped: a LLaMA config with only one of ``attention_bias``/``mlp_bias``,
 a GPT-NeoX config with ``attention_bias`` false (its MLP biases). Ignored because they change
@@ -100,6 +102,47 @@ _LLAMA: tuple[tuple[str, int, int, int, int, int, int, int, int, tuple[str, ...]
 )  # fmt: skip
 
 
+def _moe_family_entries() -> list[ModelSpec]:
+    """MoE families beyond Mixtral (h5), from their published HF configs; ``seq_len`` the
+    pre-training context."""
+    common: dict[str, Any] = {"activation": "swiglu", "norm": "rmsnorm", "position": "rotary", "bias": False}
+    return [
+        # Qwen3-30B-A3B (HF Qwen/Qwen3-30B-A3B config; Qwen3 technical report §3.1, 4,096 tokens
+        # in pre-training stages 1-2): 128 experts of 768, top 8, q/k norms, every layer MoE
+        ModelSpec(name="qwen3-30b-a3b", hidden=2048, layers=48, heads=32, kv_heads=4, head_dim=128,
+                  ffn_hidden=6144, vocab=151936, seq_len=4096, num_experts=128, top_k=8, moe_ffn_hidden=768,
+                  qk_norm="head", aliases=("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base"), **common),
+        # Qwen1.5-MoE-A2.7B (HF Qwen/Qwen1.5-MoE-A2.7B config, model_type qwen2_moe; 8,192 context):
+        # 60 experts of 1408, top 4, one gated shared expert of 5632, q/k/v biases
+        ModelSpec(name="qwen1.5-moe-a2.7b", hidden=2048, layers=24, heads=16, ffn_hidden=5632, vocab=151936,
+                  seq_len=8192, num_experts=60, top_k=4, moe_ffn_hidden=1408, qkv_bias=True,
+                  shared_ffn_hidden=5632, shared_expert_gate=True, aliases=("Qwen/Qwen1.5-MoE-A2.7B",), **common),
+        # gpt-oss-20b / -120b (HF openai/gpt-oss-* configs; model card: initial context 4,096):
+        # GQA 64 heads of 64 (8 KV), biases on attention, experts and router, attention sinks,
+        # alternating 128-token sliding-window layers (not modelled: sliding_window)
+        *(ModelSpec(name=n, hidden=2880, layers=nl, heads=64, kv_heads=8, head_dim=64, ffn_hidden=2880,
+                    vocab=201088, seq_len=4096, num_experts=e, top_k=4, moe_ffn_hidden=2880, activation="swiglu",
+                    norm="rmsnorm", position="rotary", bias=True, router_bias=True, attention_sinks=True,
+                    sliding_window=128, aliases=(f"openai/{n}",))
+          for n, nl, e in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128))),
+        # DeepSeek-V3 (HF deepseek-ai/DeepSeek-V3 config; DeepSeek-V3 report §4.2: 4K sequence in
+        # pre-training): MLA (q rank 1536, KV rank 512, heads 128 + 64 rotary, values 128), 256
+        # routed experts of 2048 top 8, one shared, first 3 layers dense of 18432; its one MTP
+        # module is not modelled (671B without it, the HF model's count)
+        ModelSpec(name="deepseek-v3", hidden=7168, layers=61, heads=128, head_dim=192, ffn_hidden=18432,
+                  vocab=129280, seq_len=4096, num_experts=256, top_k=8, moe_ffn_hidden=2048,
+                  shared_ffn_hidden=2048, dense_layers=(0, 1, 2), q_lora_rank=1536, kv_lora_rank=512,
+                  qk_rope_head_dim=64, v_head_dim=128, mtp_layers=1,
+                  aliases=("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base"), **common),
+        # DeepSeek-V2 (HF deepseek-ai/DeepSeek-V2 config; DeepSeek-V2 paper §3.1.2: 4K sequence):
+        # MLA as V3's, 160 routed experts of 1536 top 6, two shared, the first layer dense of 12288
+        ModelSpec(name="deepseek-v2", hidden=5120, layers=60, heads=128, head_dim=192, ffn_hidden=12288,
+                  vocab=102400, seq_len=4096, num_experts=160, top_k=6, moe_ffn_hidden=1536,
+                  shared_ffn_hidden=2 * 1536, dense_layers=(0,), q_lora_rank=1536, kv_lora_rank=512,
+                  qk_rope_head_dim=64, v_head_dim=128, aliases=("deepseek-ai/DeepSeek-V2",), **common),
+    ]  # fmt: skip
+
+
 @cache
 def _entries() -> tuple[ModelSpec, ...]:
     """Every catalog model, in family and size order."""
@@ -121,7 +164,7 @@ def _entries() -> tuple[ModelSpec, ...]:
         )
         for n, d, nl, h, kv, f, v, s, e, a in _LLAMA
     ]  # fmt: skip
-    return (*gpt, neox, *llama, *_dense_entries())
+    return (*gpt, neox, *llama, *_dense_entries(), *_moe_family_entries())
 
 
 def _dense_entries() -> list[ModelSpec]:
@@ -287,6 +330,11 @@ def read_model_yaml(path: str | Path) -> ModelSpec:
         raise ConfigError(f"{path}: field(s) {', '.join(map(repr, moe_only))} describe experts, but 'num_experts' is "
                           "not set (give it, or drop them for a dense model)")  # fmt: skip
     hints = typing.get_type_hints(ModelSpec)
+    if "dense_layers" in doc:  # a YAML list of layer indices (h5)
+        v = doc["dense_layers"]
+        if not isinstance(v, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in v):
+            raise ConfigError(f"{path}: field 'dense_layers' must be a list of layer indices, got {v!r}")
+        doc["dense_layers"] = tuple(v)
     for k, v in doc.items():
         want = hints[k]
         allowed = typing.get_args(want) if typing.get_origin(want) is typing.Literal else None
@@ -358,6 +406,105 @@ class _Fields:
             return "relu"
         known = "silu, swish, gelu*" if gated else "gelu*, relu"
         raise ConfigError(f"{self.path}: field {key!r} is {v!r}; supported here: {known}")
+
+
+# --- MoE families (h5): Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V2/V3 ----------------------
+
+
+def _count(f: _Fields, key: str, default: int) -> int:
+    """A non-negative integer field (0 allowed: no shared experts, no dense layers)."""
+    v = f.doc.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConfigError(f"{f.path}: field {key!r} must be a non-negative integer, got {v!r}")
+    return v
+
+
+def _qwen_dense_layers(f: _Fields, layers: int) -> tuple[int, ...]:
+    """Qwen2-MoE/Qwen3-MoE: layer i is dense when listed in ``mlp_only_layers`` or when
+    ``(i + 1) % decoder_sparse_step`` is not 0 (transformers' Qwen*MoeDecoderLayer)."""
+    step = f.integer("decoder_sparse_step", default=1)
+    only = f.doc.get("mlp_only_layers") or []
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise ConfigError(f"{f.path}: field 'mlp_only_layers' must be a list of layer indices, got {only!r}")
+    return tuple(i for i in range(layers) if i in only or (i + 1) % step)
+
+
+def _qwen_moe(f: _Fields, *, kv_default: int) -> dict[str, Any]:
+    """Routed experts of moe_intermediate_size (num_experts, top num_experts_per_tok), dense
+    layers of intermediate_size where the config says (:func:`_qwen_dense_layers`)."""
+    return {
+        **_llama_like(f, kv_default=kv_default),
+        "num_experts": f.integer("num_experts", "num_local_experts"),
+        "top_k": f.integer("num_experts_per_tok"),
+        "moe_ffn_hidden": f.integer("moe_intermediate_size"),
+        "dense_layers": _qwen_dense_layers(f, f.integer(*_LAYERS)),
+    }
+
+
+def _qwen3_moe(f: _Fields) -> dict[str, Any]:
+    """qwen3_moe: Qwen3's attention (GQA, RMSNorm on each q and k head, no biases) and
+    experts (Qwen3MoeConfig: 4 KV heads by default)."""
+    return {**_qwen_moe(f, kv_default=4), "qk_norm": "head"}
+
+
+def _qwen2_moe(f: _Fields) -> dict[str, Any]:
+    """qwen2_moe: Qwen2's attention (q/k/v biases unless qkv_bias is false) and experts, plus
+    one shared expert of shared_expert_intermediate_size behind a sigmoid gate (Qwen2MoeConfig:
+    16 KV heads by default)."""
+    return {
+        **_qwen_moe(f, kv_default=16),
+        "qkv_bias": f.flag("qkv_bias", True),
+        "shared_ffn_hidden": _count(f, "shared_expert_intermediate_size", 0),
+        "shared_expert_gate": _count(f, "shared_expert_intermediate_size", 0) > 0,
+    }
+
+
+def _gpt_oss(f: _Fields) -> dict[str, Any]:
+    """gpt_oss: GQA with head_dim 64 (GptOssConfig's default), biases on q/k/v/o, on the
+    experts and on the router, attention sinks, experts of intermediate_size."""
+    return {
+        **_llama_like(f, kv_default=8),
+        "head_dim": f.integer("head_dim", default=64),
+        "bias": f.flag("attention_bias", True),
+        "router_bias": True,
+        "attention_sinks": True,
+        "num_experts": f.integer("num_local_experts"),
+        "top_k": f.integer("num_experts_per_tok"),
+        "moe_ffn_hidden": f.integer(*_FFN),
+    }
+
+
+def _deepseek(f: _Fields) -> dict[str, Any]:
+    """deepseek_v2/deepseek_v3: MLA (q_lora_rank null or 0: a full-rank q projection),
+    n_routed_experts of moe_intermediate_size (top num_experts_per_tok), n_shared_experts of
+    the same width, the first first_k_dense_replace layers dense of intermediate_size."""
+    layers = f.integer(*_LAYERS)
+    nope, rope = f.integer("qk_nope_head_dim"), f.integer("qk_rope_head_dim")
+    moe = f.integer("moe_intermediate_size")
+    first_dense = _count(f, "first_k_dense_replace", 0)
+    if first_dense > layers:
+        raise ConfigError(f"{f.path}: field 'first_k_dense_replace' is {first_dense}, more than the {layers} layers")
+    return {
+        "kv_heads": 0,  # MLA: every head has its own K and V (from the shared latent)
+        "head_dim": nope + rope,
+        "activation": f.activation("hidden_act", "silu", gated=True),
+        "norm": "rmsnorm",
+        "position": "rotary",
+        "bias": False,
+        "tied_embeddings": f.flag("tie_word_embeddings", False),
+        "q_lora_rank": _count(f, "q_lora_rank", 0),
+        "kv_lora_rank": f.integer("kv_lora_rank"),
+        "qk_rope_head_dim": rope,
+        "v_head_dim": f.integer("v_head_dim"),
+        "num_experts": f.integer("n_routed_experts"),
+        "top_k": f.integer("num_experts_per_tok"),
+        "moe_ffn_hidden": moe,
+        "shared_ffn_hidden": _count(f, "n_shared_experts", 0) * moe,
+        "dense_layers": tuple(range(first_dense)),
+        "mtp_layers": _count(f, "num_nextn_predict_layers", 0),
+    }
 
 
 def _gpt2(f: _Fields) -> dict[str, Any]:
@@ -571,10 +718,16 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gemma3": _gemma3_text,  # its text_config, read by _gemma3
     "falcon": _falcon,
     "starcoder2": _starcoder2,
+    "qwen3_moe": _qwen3_moe,
+    "qwen2_moe": _qwen2_moe,
+    "gpt_oss": _gpt_oss,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
 }
 # intermediate_size required
 _GATED_TYPES = frozenset({"llama", "mistral", "qwen2", "mixtral", "qwen3", "phi3", "olmo2", "gemma2", "gemma3_text",
-                          "starcoder2"})  # fmt: skip
+                          "starcoder2",
+                          "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v2", "deepseek_v3"})  # fmt: skip
 
 
 def read_hf_config(path: str | Path) -> ModelSpec:

@@ -148,6 +148,23 @@ def moe_note(plan: Plan) -> str:
             "that, and it sets the layer's pace")
 
 
+def moe_family_note(model: ModelSpec) -> str | None:
+    """What the prediction leaves out of an MoE family's model (h5), one line; None if nothing."""
+    left = []
+    if model.attention_sinks:
+        left.append("attention sinks (one logit per head added to the softmax; their parameters are counted)")
+    if model.attention_sinks and model.sliding_window:
+        left.append("gpt-oss's window on every other layer only (the sliding-window note's over-estimate is for half the layers)")
+    if model.mtp_layers:
+        left.append(f"the {model.mtp_layers} multi-token-prediction layer(s) (num_nextn_predict_layers; neither "
+                    "their parameters nor their time)")  # fmt: skip
+    if model.shared_ffn_hidden:
+        left.append("overlap of the shared expert with the expert all-to-all (they run one after the other)")
+    if model.mla:
+        left.append("MLA's backward TP all-reduce on its latents (costed as the hidden state's)")
+    return ("not modelled for " + model.name + ": " + "; ".join(left)) if left else None
+
+
 def _provenance(stages: list[StageCost]) -> dict[str, Any]:
     """Counts of operator and collective answers by where they came from."""
     kern: dict[str, int] = {}
@@ -338,6 +355,8 @@ def _warnings(r: LLMPrediction) -> list[str]:
                    "all-reduces cross the inter-node network in every layer")  # fmt: skip
     if r.model.is_moe:
         out.append(moe_note(r.plan))
+        if note := moe_family_note(r.model):
+            out.append(note)
     dp_s = r.breakdown.get("exposed_dp_communication_s", 0.0)
     if r.plan.dtype == "bf16" and r.plan.dp * r.plan.cp > 1 and dp_s > 0.1 * r.iteration_time_s:
         out.append(f"bf16: gradients are kept and reduced in fp32 here, 4 bytes a parameter, as Megatron does (it "

@@ -3,7 +3,11 @@
 One frozen record covers GPT-2/GPT-3/Megatron GPT/GPT-NeoX (MHA, GeLU, LayerNorm, learned or
 rotary positions, biases), LLaMA/Mistral/Qwen (GQA, SwiGLU, RMSNorm, rotary, no biases but
 Qwen2's on q/k/v) and
-Mixtral-style MoE (``num_experts`` experts of ``moe_ffn_hidden``, ``top_k`` active per token).
+Mixtral-style MoE (``num_experts`` experts of ``moe_ffn_hidden``, ``top_k`` active per token),
+and the MoE families beyond it: shared experts (``shared_ffn_hidden``; Qwen2-MoE's gated one),
+leading or interleaved dense layers (``dense_layers``), Multi-head Latent Attention
+(``kv_lora_rank`` > 0; DeepSeek-V2/V3), q/k norms (Qwen3), router biases and attention sinks
+(gpt-oss).
 Catalog entries and HuggingFace ``config.json`` files both become a ModelSpec
 (:mod:`trainsim.builders.models`).
 
@@ -66,6 +70,17 @@ class ModelSpec:
     # for predict's note, as sliding_window is
     sliding_layers: int = field(default=0, compare=False)
     source: str = "catalog"  # "catalog", or the config.json path it was read from
+    # MoE-family details (h5): Qwen2-MoE/Qwen3-MoE, gpt-oss, DeepSeek-V2/V3
+    shared_ffn_hidden: int = 0  # always-active shared expert(s), their total width (DeepSeek: n_shared x moe_ffn)
+    shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate (a d x 1 linear) on the shared expert
+    router_bias: bool = False  # gpt-oss: the router linear has a bias (its experts' biases: ``bias``)
+    attention_sinks: bool = False  # gpt-oss: one learned sink logit per head and layer
+    dense_layers: tuple[int, ...] = ()  # an MoE model's layers (0-based) with a dense MLP of ffn_hidden
+    q_lora_rank: int = 0  # MLA: q through a rank-q_lora_rank latent (0: one full-rank projection)
+    kv_lora_rank: int = 0  # > 0: Multi-head Latent Attention (DeepSeek-V2/V3), K/V from this latent
+    qk_rope_head_dim: int = 0  # MLA: the rotary part of head_dim (K's shared by all heads)
+    v_head_dim: int = 0  # 0: head_dim; MLA's value heads
+    mtp_layers: int = field(default=0, compare=False)  # multi-token prediction layers: noted, not modelled
     aliases: tuple[str, ...] = field(default=(), compare=False)
     # a config's attention window (Mistral's sliding_window): recorded to say it is not
     # modelled (attention is costed over the whole sequence); not part of the model's identity
@@ -76,7 +91,8 @@ class ModelSpec:
             v = getattr(self, f)
             if not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"model {self.name}: {f} must be a positive integer, got {v!r}")
-        for f in ("ffn_hidden", "kv_heads", "head_dim", "num_experts", "top_k", "moe_ffn_hidden"):
+        for f in ("ffn_hidden", "kv_heads", "head_dim", "num_experts", "top_k", "moe_ffn_hidden",
+                  "shared_ffn_hidden", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(
@@ -100,6 +116,27 @@ class ModelSpec:
             raise ConfigError(
                 f"model {self.name}: top_k must be in 1..num_experts ({self.num_experts}), got {self.top_k}"
             )
+        self._check_moe_family()
+
+    def _check_moe_family(self) -> None:
+        """The MoE-family fields' own checks (dense layers inside the model, MLA's head split)."""
+        if self.dense_layers and (
+            not self.is_moe
+            or any(not isinstance(i, int) or not 0 <= i < self.layers for i in self.dense_layers)
+            or list(self.dense_layers) != sorted(set(self.dense_layers))
+        ):
+            raise ConfigError(
+                f"model {self.name}: dense_layers must be distinct increasing layer indices in 0..{self.layers - 1} "
+                f"of an MoE model, got {self.dense_layers!r}"
+            )
+        if (self.shared_ffn_hidden or self.router_bias or self.shared_expert_gate) and not self.is_moe:
+            raise ConfigError(f"model {self.name}: shared experts and a router bias need num_experts")
+        if self.kv_lora_rank and not 0 <= self.qk_rope_head_dim < self.d_head:
+            raise ConfigError(
+                f"model {self.name}: qk_rope_head_dim {self.qk_rope_head_dim} must be below head_dim {self.d_head} (MLA)"
+            )
+        if (self.q_lora_rank or self.qk_rope_head_dim) and not self.kv_lora_rank:
+            raise ConfigError(f"model {self.name}: q_lora_rank and qk_rope_head_dim describe MLA: give kv_lora_rank")
 
     # --- derived sizes --------------------------------------------------------------------
 
@@ -131,6 +168,58 @@ class ModelSpec:
     def q_width(self) -> int:
         return self.heads * self.d_head
 
+    # --- MoE-family derived sizes (h5) ---
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def v_dim(self) -> int:
+        """A value head's width (MLA's v_head_dim; otherwise the head dimension)."""
+        return self.v_head_dim or self.d_head
+
+    @property
+    def core_head_dim(self) -> int | float:
+        """The head width the attention core's two products see on average: (q·k width + v
+        width) / 2, d_head unless MLA's value heads differ from its q/k heads (192 and 128 in
+        DeepSeek-V3): the scores take d_qk, the weighted sum d_v."""
+        return self.d_head if self.v_dim == self.d_head else (self.d_head + self.v_dim) / 2
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts (all, less ``dense_layers``; none in a dense model)."""
+        return self.layers - len(self.dense_layers) if self.is_moe else 0
+
+    def dense_variant(self) -> ModelSpec:
+        """The same model with a dense MLP of ``ffn_hidden`` in place of its experts: what one of
+        its ``dense_layers`` is (the builder costs those from it)."""
+        return replace(self, num_experts=0, top_k=0, moe_ffn_hidden=0, shared_ffn_hidden=0, shared_expert_gate=False,
+                       router_bias=False, dense_layers=())  # fmt: skip
+
+    def mla_params(self) -> int:
+        """MLA's projections and latent norms (DeepSeek-V2 §2.1): q via a rank-r_q latent
+        (d·r_q, its RMSNorm, r_q·h·d_qk) or directly (d·h·d_qk); the joint K/V latent and the
+        shared rotary key (d·(r_kv + d_rope)), its RMSNorm, the K/V up-projection
+        (r_kv·h·(d_nope + d_v)); the output h·d_v·d."""
+        d, h, rq, rkv = self.hidden, self.heads, self.q_lora_rank, self.kv_lora_rank
+        q = d * rq + rq + rq * h * self.d_head if rq else d * h * self.d_head
+        kv = d * (rkv + self.qk_rope_head_dim) + rkv + rkv * h * (self.d_head - self.qk_rope_head_dim + self.v_dim)
+        return q + kv + h * self.v_dim * d
+
+    def router_params(self) -> int:
+        return self.hidden * self.num_experts + (self.num_experts if self.router_bias else 0)
+
+    def shared_expert_params(self) -> int:
+        """The shared expert(s): a gated MLP without biases, and Qwen2-MoE's d x 1 sigmoid gate."""
+        if not self.shared_ffn_hidden:
+            return 0
+        return (3 if self.gated else 2) * self.hidden * self.shared_ffn_hidden + (self.hidden if self.shared_expert_gate else 0)
+
+    def _attention_extra_params(self) -> int:
+        """Attention sinks (one per head), per layer (the q/k norms are :meth:`qk_norm_params`)."""
+        return self.heads if self.attention_sinks else 0
+
     @property
     def kv_width(self) -> int:
         return self.n_kv * self.d_head
@@ -148,10 +237,12 @@ class ModelSpec:
     # --- parameters (unsharded) ------------------------------------------------------------
 
     def attention_params(self) -> int:
+        if self.mla:
+            return self.mla_params() + self._attention_extra_params()
         d = self.hidden
         w = d * (self.q_width + 2 * self.kv_width) + self.q_width * d
         b = (self.q_width + 2 * self.kv_width if self.bias or self.qkv_bias else 0) + (d if self.bias else 0)
-        return w + b
+        return w + b + self._attention_extra_params()
 
     def mlp_params(self, ffn: int | None = None) -> int:
         d, f = self.hidden, ffn or self.ffn
@@ -174,9 +265,10 @@ class ModelSpec:
         return self.layer_norms * self.norm_params() + self.qk_norm_params()
 
     def layer_params(self) -> int:
-        """One transformer layer; for MoE all experts plus the router."""
+        """One transformer layer; for MoE all experts plus the router (and any shared expert);
+        a layer of ``dense_layers`` is :meth:`dense_variant`'s."""
         mlp = (
-            self.num_experts * self.mlp_params(self.expert_ffn) + self.hidden * self.num_experts
+            self.num_experts * self.mlp_params(self.expert_ffn) + self.router_params() + self.shared_expert_params()
             if self.is_moe
             else self.mlp_params()
         )
@@ -189,9 +281,22 @@ class ModelSpec:
         return (
             self.attention_params()
             + self.top_k * self.mlp_params(self.expert_ffn)
-            + self.hidden * self.num_experts
+            + self.router_params()
+            + self.shared_expert_params()
             + self.layer_norm_params()
         )
+
+    def layers_params(self, *, active: bool = False) -> int:
+        """All layers: the MoE ones and ``dense_layers`` (dense MLPs of ``ffn_hidden``)."""
+        moe = self.layer_active_params() if active else self.layer_params()
+        dense = self.dense_variant().layer_params() if self.dense_layers else 0
+        return self.moe_layers * moe + len(self.dense_layers) * dense if self.is_moe else self.layers * moe
+
+    def active_params(self) -> int:
+        """Parameters one token touches (MoE: ``top_k`` routed experts per layer), unpadded
+        vocabulary: the "active" count MoE papers quote."""
+        out = 0 if self.tied_embeddings else self.vocab * self.hidden
+        return self.layers_params(active=True) + self.vocab * self.hidden + out + self.position_params() + self.norm_params()
 
     def embedding_params(self, tp: int = 1) -> int:
         return self.padded_vocab(tp) * self.hidden
@@ -205,7 +310,7 @@ class ModelSpec:
         emb = self.embedding_params(tp) if padded else self.vocab * self.hidden
         out = 0 if self.tied_embeddings else emb
         return (
-            self.layers * self.layer_params()
+            self.layers_params()
             + emb
             + out
             + self.position_params()
