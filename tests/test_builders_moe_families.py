@@ -297,6 +297,17 @@ def test_dense_layers_are_placed_on_their_stages():
     assert stage_params(m, two, 0) < stage_params(m, two, 1)
 
 
+def test_stage_costs_hold_each_stages_own_parameters():
+    """Middle stages of equal depth share their passes, not their parameters when only some
+    hold dense layers (layers 2-3 of 8 on 4 stages: stage 1 only)."""
+    m = _small_ds(dense_layers=(2, 3))
+    plan = Plan(tp=1, pp=4, dp=2, ep=2, global_batch=16, zero=1, overlap_grad_reduce=True)
+    stages = stage_costs(m, plan, get_system(H100))
+    assert stage_dense_layers(m, plan) == [0, 2, 0, 0]
+    assert [st.params for st in stages] == [stage_params(m, plan, s) for s in range(4)]
+    assert stages[1].params < stages[2].params and stages[1].fwd_s != stages[2].fwd_s
+
+
 def test_expert_parallelism_splits_only_the_routed_experts():
     m = get_model("deepseek-v3")
     w = {

@@ -169,6 +169,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         _layer_params_per_gpu,
         _zero_groups,
         embedding_params_per_gpu,
+        stage_dense_layers,
         stage_layers,
         stage_params_split,
     )
@@ -334,16 +335,18 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     chunks = plan.chunks  # the last backward: one chunk's
     # a stage's costs depend on its depth and on being first or last, and its p2p transfer on
     # where its boundary falls: stages alike in those share one computation (pp up to ~100)
-    alike: dict[tuple[int, bool, bool], StageCost] = {}
+    alike: dict[tuple[int, bool, bool, int], StageCost] = {}
+    # and on how many of an MoE model's dense layers it holds (its parameters; h5)
+    n_dense = stage_dense_layers(model, plan) if model.dense_layers else [0] * plan.pp
     for s, n in enumerate(layers):
         first, last = s == 0, s == plan.pp - 1
-        st = alike.get((n, first, last))
+        st = alike.get((n, first, last, n_dense[s]))
         if st is not None:
             st = StageCost(*_STAGE_FIELDS(st))  # a copy (dataclasses.replace costs 6x more)
             st.stage = s  # and lists of its own, as a caller may change a stage's
             st.dp_comm, st.layer_ops, st.ops, st.comm = [*st.dp_comm], [*st.layer_ops], [*st.ops], [*st.comm]
         else:
-            st = alike[n, first, last] = _stage(s, n, first, last)
+            st = alike[n, first, last, n_dense[s]] = _stage(s, n, first, last)
         bp = comm.pp_p2p(s) if plan.pp > 1 else None
         st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         out.append(st)
