@@ -399,3 +399,17 @@ def test_hf_config_dict_of_the_catalog_entry_reads_back(tmp_path):
            "tie_word_embeddings": False}  # fmt: skip
     spec = hf_config_from_dict(doc, Path(tmp_path / "config.json"))
     assert replace(spec, name="deepseek-v3", source="catalog") == get_model("deepseek-v3")
+    # and `trainsim predict path/to/config.json` predicts it as the catalog entry
+    from trainsim.cli.main import _register, app
+
+    _register()
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    args = ["--system", H100, "--gpus", "1024", "--tp", "2", "--pp", "16", "--ep", "32", "--zero", "1",
+            "--global-batch", "1024", "--closed-form", "--format", "json"]  # fmt: skip
+    by_path = CliRunner().invoke(app, ["predict", str(tmp_path / "config.json"), *args])
+    by_name = CliRunner().invoke(app, ["predict", "deepseek-v3", *args])
+    assert by_path.exit_code == 0, by_path.output
+    assert (
+        json.loads(by_path.stdout)["iteration_time_s"]
+        == json.loads(by_name.stdout)["iteration_time_s"]
+    )

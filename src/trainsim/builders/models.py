@@ -479,7 +479,9 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
 def _deepseek(f: _Fields) -> dict[str, Any]:
     """deepseek_v2/deepseek_v3: MLA (q_lora_rank null or 0: a full-rank q projection),
     n_routed_experts of moe_intermediate_size (top num_experts_per_tok), n_shared_experts of
-    the same width, the first first_k_dense_replace layers dense of intermediate_size."""
+    the same width, the first first_k_dense_replace layers dense of intermediate_size. Dropped
+    as other partial biases are: attention_bias (false in the published configs). Ignored:
+    group-limited routing (n_group, topk_group), which changes no shape."""
     layers = f.integer(*_LAYERS)
     nope, rope = f.integer("qk_nope_head_dim"), f.integer("qk_rope_head_dim")
     moe = f.integer("moe_intermediate_size")
