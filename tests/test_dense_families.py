@@ -224,7 +224,7 @@ BAD = [
     ({"model_type": "gemma3", "text_config": [1]}, "field 'text_config' must be an object"),
     ({"model_type": "gemma3", "text_config": {"hidden_size": "big"}},
      r"field 'hidden_size' must be a positive integer, got 'big' \(in 'text_config'\)"),
-    ({**GEMMA2, "model_type": "gemma4"}, "'model_type' is 'gemma4'; supported: falcon, gemma2, gemma3, gemma3_text"),
+    ({**GEMMA2, "model_type": "gemma4"}, "'model_type' is 'gemma4'; supported: deepseek_v2, deepseek_v3, falcon, gemma2, gemma3, gemma3_text"),
 ]  # fmt: skip
 
 
