@@ -366,7 +366,21 @@ def test_predict_notes_what_is_not_modelled_once():
     oss = predict_llm(
         get_model("gpt-oss-20b"), Plan(tp=1, dp=8, ep=8, global_batch=64), H100
     ).warnings
-    assert any("attention sinks" in n for n in oss) and any("sliding window" in n for n in oss)
+    assert any("attention sinks" in n for n in oss)
+    # the window is on every other layer: the window note counts them (12 of 24)
+    assert any("sliding window (128 tokens on 12 of its 24 layers)" in n for n in oss)
+
+
+def test_gpt_oss_config_reads_its_window_layers(tmp_path):
+    from trainsim.builders.models import hf_config_from_dict
+
+    doc = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 6, "num_attention_heads": 64,
+           "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088,
+           "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128,
+           "max_position_embeddings": 4096}  # fmt: skip
+    assert hf_config_from_dict(doc, tmp_path / "config.json").sliding_layers == 3  # layers 0, 2, 4
+    types = ["full_attention"] * 5 + ["sliding_attention"]
+    assert hf_config_from_dict({**doc, "layer_types": types}, tmp_path / "config.json").sliding_layers == 1
 
 
 @pytest.mark.parametrize("name", NEW)

@@ -119,11 +119,11 @@ def _moe_family_entries() -> list[ModelSpec]:
                   shared_ffn_hidden=5632, shared_expert_gate=True, aliases=("Qwen/Qwen1.5-MoE-A2.7B",), **common),
         # gpt-oss-20b / -120b (HF openai/gpt-oss-* configs; model card: initial context 4,096):
         # GQA 64 heads of 64 (8 KV), biases on attention, experts and router, attention sinks,
-        # alternating 128-token sliding-window layers (not modelled: sliding_window)
+        # a 128-token sliding window on every other layer (not modelled: the window note)
         *(ModelSpec(name=n, hidden=2880, layers=nl, heads=64, kv_heads=8, head_dim=64, ffn_hidden=2880,
                     vocab=201088, seq_len=4096, num_experts=e, top_k=4, moe_ffn_hidden=2880, activation="swiglu",
                     norm="rmsnorm", position="rotary", bias=True, router_bias=True, attention_sinks=True,
-                    sliding_window=128, aliases=(f"openai/{n}",))
+                    sliding_window=128, sliding_layers=nl // 2, aliases=(f"openai/{n}",))
           for n, nl, e in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128))),
         # DeepSeek-V3 (HF deepseek-ai/DeepSeek-V3 config; DeepSeek-V3 report §4.2: 4K sequence in
         # pre-training): MLA (q rank 1536, KV rank 512, heads 128 + 64 rotary, values 128), 256
@@ -473,6 +473,8 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
         "num_experts": f.integer("num_local_experts"),
         "top_k": f.integer("num_experts_per_tok"),
         "moe_ffn_hidden": f.integer(*_FFN),
+        # every other layer attends within the window (GptOssConfig's layer_types: even layers)
+        "sliding_layers": _window_layers(f, lambda i: i % 2 == 0),
     }
 
 

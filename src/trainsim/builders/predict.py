@@ -153,8 +153,6 @@ def moe_family_note(model: ModelSpec) -> str | None:
     left = []
     if model.attention_sinks:
         left.append("attention sinks (one logit per head added to the softmax; their parameters are counted)")
-    if model.attention_sinks and model.sliding_window:
-        left.append("gpt-oss's window on every other layer only (the sliding-window note's over-estimate is for half the layers)")
     if model.mtp_layers:
         left.append(f"the {model.mtp_layers} multi-token-prediction layer(s) (num_nextn_predict_layers; neither "
                     "their parameters nor their time)")  # fmt: skip
