@@ -32,8 +32,13 @@ def test_kernel_suite_json_and_resume(tmp_path):
     assert {r["op"] for r in rows} == {"tril"} and {r["threads"] for r in rows} == {1}
     assert doc["suites"]["index"]["rows"] == 40 and doc["noise_floor"] >= 0
 
-    again = json.loads(_cli(*args).stdout)
+    assert f"benchmarking 40 cases of index on cpu (quick) → {path}" in " ".join(p.stderr.split())
+    p = _cli(*args)
+    again = json.loads(p.stdout)
     assert (again["samples"], again["skipped_existing"]) == (0, 40)
+    assert f"benchmarking 0 of 40 cases of index on cpu (quick) → {path} (40 already in it)" in " ".join(
+        p.stderr.split()
+    )  # the start line counts what is left, not every case
 
     # a second measurement of the same cases, half of them twice as slow, one case not in common
     other = tmp_path / "other.jsonl"

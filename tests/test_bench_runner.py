@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainsim.bench.dataset import iter_rows, noise_floor, relative_iqr, repair_tail
-from trainsim.bench.runner import CpuTimer, Schedule, run_sweep, time_call
+from trainsim.bench.runner import CpuTimer, Schedule, SweepPlan, run_sweep, time_call
 from trainsim.bench.suites.base import Case, Phase
 from trainsim.errors import ConfigError
 from trainsim.ir.kinds import KernelFamily
@@ -94,6 +94,16 @@ def test_resume_skips_done_rows_and_failures_are_retried(tmp_path):
     assert sorted(_keys(path)) == sorted(_case(i).key for i in range(4))
     r = run_sweep(path, [_case(0), _case(0)], schedule=FAST, progress=False, resume=False)
     assert r.samples == 1  # a case listed twice is measured once
+
+
+def test_on_start_counts_the_cases_left_and_reused(tmp_path):
+    path = tmp_path / "k.jsonl"
+    plans: list[SweepPlan] = []
+    run_sweep(path, [_case(0), _case(1)], schedule=FAST, progress=False, on_start=plans.append)
+    run_sweep(path, [_case(i) for i in range(5)], schedule=FAST, progress=False, on_start=plans.append)
+    run_sweep(path, [_case(0)], schedule=FAST, progress=False, resume=False, on_start=plans.append)
+    assert plans == [SweepPlan(cases=2, pending=2, reused=0), SweepPlan(cases=5, pending=3, reused=2),
+                     SweepPlan(cases=1, pending=1, reused=0)]  # fmt: skip
 
 
 def test_torn_tail_is_ignored_by_readers_and_cut_on_resume(tmp_path):

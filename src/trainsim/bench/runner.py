@@ -222,6 +222,15 @@ def time_call(fn: Timed, *, schedule: Schedule, timer: CpuTimer | CudaGraphTimer
 
 
 @dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """What a sweep is about to do, once the dataset's rows are known (before the first case)."""
+
+    cases: int  # cases asked for
+    pending: int  # to measure now
+    reused: int  # already in the dataset for this fingerprint and thread count (resume)
+
+
+@dataclass(frozen=True, slots=True)
 class SweepResult:
     dataset: Path
     samples: int  # rows written by this run
@@ -351,9 +360,12 @@ def run_sweep(
     threads: int | None = None,
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    on_start: Callable[[SweepPlan], None] | None = None,
 ) -> SweepResult:
     """Measure every case not yet in ``dataset`` and append one row per case.
 
+    ``on_start`` is told how many cases are left and how many are reused before the first is
+    measured (the CLI's start line: on a resume most cases may be in the dataset already).
     A case that raises (unsupported dtype, out of memory) is reported in ``failed`` and the sweep
     goes on; it is retried by the next resumed run.
     """
@@ -375,6 +387,8 @@ def run_sweep(
             if c.key not in done:
                 done.add(c.key)  # a case listed twice is measured once
                 pending.append(c)
+        if on_start is not None:
+            on_start(SweepPlan(cases=len(todo), pending=len(pending), reused=len(todo) - len(pending)))
         with _progress(progress, len(pending)) as bar, _interrupt_note(path, written, len(pending), resume):
             task = bar.add_task("benchmark", total=len(pending))
             for case in pending:
@@ -419,6 +433,7 @@ __all__ = [
     "CpuTimer",
     "CudaGraphTimer",
     "Schedule",
+    "SweepPlan",
     "SweepResult",
     "Timing",
     "done_keys",

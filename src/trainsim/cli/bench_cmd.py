@@ -49,7 +49,7 @@ def _run_kernels(
 ) -> dict[str, Any]:  # fmt: skip
     from trainsim.bench.dataset import iter_rows, noise_floor
     from trainsim.bench.devicespec import measured_device, write_device_yaml
-    from trainsim.bench.runner import Schedule, run_sweep
+    from trainsim.bench.runner import Schedule, SweepPlan, run_sweep
     from trainsim.bench.suites import DTYPE_LABEL, SweepSpec, get_suite, suite_cases
     from trainsim.bench.suites.roofline import roofline_peaks
     from trainsim.errors import ConfigError
@@ -67,10 +67,16 @@ def _run_kernels(
             f"no case of {', '.join(suites)} runs op(s) {ops or 'any'} in dtype(s) {dtypes or 'any'}; "
             f"their ops: {', '.join(known)}; their dtypes: {', '.join(kinds) or 'n/a'}"
         )
-    log(
-        f"benchmarking {len(cases)} cases of {', '.join(suites)} on {device}{' (quick)' if quick else ''} → {path}"
-    )
-    r = run_sweep(path, cases, device=device, resume=resume, threads=threads,
+    what = f"{', '.join(suites)} on {device}{' (quick)' if quick else ''}"
+
+    def start(plan: SweepPlan) -> None:  # once the dataset's rows are known: a resume says what is left
+        if not plan.reused:
+            log(f"benchmarking {plan.cases} cases of {what} → {path}")
+        else:
+            log(f"benchmarking {plan.pending} of {plan.cases} cases of {what} → {path} "
+                f"({plan.reused} already in it)")  # fmt: skip
+
+    r = run_sweep(path, cases, device=device, resume=resume, threads=threads, on_start=start,
                   schedule=Schedule.for_run(quick=quick, cuda=device == "cuda"), progress=progress)  # fmt: skip
     mine = [
         x
