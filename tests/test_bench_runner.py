@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -14,8 +15,16 @@ from pathlib import Path
 
 import pytest
 
+import trainsim.bench
 from trainsim.bench.dataset import iter_rows, noise_floor, relative_iqr, repair_tail
-from trainsim.bench.runner import CpuTimer, Schedule, SweepPlan, run_sweep, time_call
+from trainsim.bench.runner import (
+    CpuTimer,
+    Schedule,
+    SweepPlan,
+    measured_quick,
+    run_sweep,
+    time_call,
+)
 from trainsim.bench.suites.base import Case, Phase
 from trainsim.errors import ConfigError
 from trainsim.ir.kinds import KernelFamily
@@ -104,6 +113,27 @@ def test_on_start_counts_the_cases_left_and_reused(tmp_path):
     run_sweep(path, [_case(0)], schedule=FAST, progress=False, resume=False, on_start=plans.append)
     assert plans == [SweepPlan(cases=2, pending=2, reused=0), SweepPlan(cases=5, pending=3, reused=2),
                      SweepPlan(cases=1, pending=1, reused=0)]  # fmt: skip
+
+
+def test_a_full_sweep_counts_the_quick_rows_it_reuses(tmp_path):
+    path = tmp_path / "k.jsonl"
+    quick = dataclasses.replace(FAST, quick=True)
+    run_sweep(path, [_case(0), _case(1), _case(1)], schedule=quick, progress=False)
+    assert [r["quick"] for r in iter_rows(path)] == [True, True]
+    plans: list[SweepPlan] = []
+    r = run_sweep(path, [_case(i) for i in (0, 1, 1, 2)], schedule=FAST, progress=False, on_start=plans.append)
+    assert plans == [SweepPlan(cases=4, pending=1, reused=3, reused_quick=2)]  # case 1 counted once
+    assert r.reused_quick == 2 and [x["quick"] for x in iter_rows(path)] == [True, True, False]
+    r = run_sweep(path, [_case(i) for i in range(3)], schedule=quick, progress=False)
+    assert r.reused_quick == 0  # a quick sweep reusing quick rows is no surprise
+
+
+@pytest.mark.parametrize(("sample", "quick"), [("cpu_quick_f97e94a9cbddf655.jsonl", True),
+                                               ("cpu_full_f97e94a9cbddf655.jsonl.gz", False)])  # fmt: skip
+def test_rows_from_before_the_quick_field_are_told_by_their_schedule(sample, quick):
+    rows = list(iter_rows(Path(trainsim.bench.__file__).parent / "data" / sample))
+    assert rows and "quick" not in rows[0]
+    assert {measured_quick(r) for r in rows} == {quick}
 
 
 def test_torn_tail_is_ignored_by_readers_and_cut_on_resume(tmp_path):

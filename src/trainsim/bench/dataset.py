@@ -9,7 +9,7 @@ The format is :mod:`trainsim.kernels.readers`' ``trainsim.kernel-bench/1`` (JSON
      "duration_s": 1.234e-05, "repeats": 7, "statistic": "median", "samples_s": [...],
      "key": "gemm/mm/fwd/float32/k=256,m=64,n=128", "suite": "gemm", "bench_op": "mm",
      "shapes": [[64, 256], [256, 128]], "flops": 4194304.0, "bytes": 229376.0, "inner": 80,
-     "warmup": 2, "timer": "perf_counter", "device_kind": "cpu", "threads": 2,
+     "warmup": 2, "quick": true, "timer": "perf_counter", "device_kind": "cpu", "threads": 2,
      "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "trainsim": "0.1.0"},
      "timestamp": "2025-01-01T00:00:00+00:00"}
 
@@ -17,7 +17,8 @@ The format is :mod:`trainsim.kernels.readers`' ``trainsim.kernel-bench/1`` (JSON
 ``bench_op`` the torch call that was timed; ``params`` (only when they say more than
 ``features``, e.g. an embedding batch's reuse histogram and unique rows) the swept parameters.
 ``duration_s`` is the median of ``samples_s``, one value per repeat, each the mean of ``inner``
-back-to-back calls. ``fingerprint`` is :func:`trainsim.bench.comm.device_fingerprint`'s id.
+back-to-back calls; ``quick`` says the --quick schedule timed the row. ``fingerprint`` is
+:func:`trainsim.bench.comm.device_fingerprint`'s id.
 
 Files are append-only: :func:`append_row` writes a row with one ``write`` on an ``O_APPEND``
 descriptor and ``fsync``, so a crash can only leave a torn *last* line; :func:`iter_rows`

@@ -62,16 +62,17 @@ class Schedule:
     max_case_s: float = 3.0  # ... and this case has been timed for less than this
     min_repeat_s: float = 1e-3  # short: a repeat rarely spans a preemption on a shared machine
     max_inner: int = 1000
+    quick: bool = False  # the --quick schedule (rows say so: a full sweep reuses them)
 
     @classmethod
     def for_run(cls, *, quick: bool, cuda: bool = False) -> Schedule:
         if cuda:  # graph replays on an otherwise idle GPU: repeats agree to ~1 %
             return cls(warmup=3, min_warmup_s=0.005, repeats=7 if quick else 9, max_repeats=25,
                        target_spread=0.02, max_case_s=0.5 if quick else 1.0, min_repeat_s=1e-3,
-                       max_inner=200 if quick else 500)  # fmt: skip
+                       max_inner=200 if quick else 500, quick=quick)  # fmt: skip
         if quick:
             return cls(warmup=2, min_warmup_s=0.01, repeats=7, max_repeats=15, target_spread=0.05,
-                       max_case_s=1.0, min_repeat_s=5e-4, max_inner=300)  # fmt: skip
+                       max_case_s=1.0, min_repeat_s=5e-4, max_inner=300, quick=True)  # fmt: skip
         return cls()
 
 
@@ -228,6 +229,7 @@ class SweepPlan:
     cases: int  # cases asked for
     pending: int  # to measure now
     reused: int  # already in the dataset for this fingerprint and thread count (resume)
+    reused_quick: int = 0  # of those, cases a --quick sweep measured, when this sweep is a full one
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +242,7 @@ class SweepResult:
     fingerprint: str
     wall_s: float
     per_suite: dict[str, int] = field(default_factory=dict)  # rows written per suite
+    reused_quick: int = 0  # skipped cases a --quick sweep measured, when this sweep is a full one
 
 
 def _sig(x: float, digits: int = 4) -> float:
@@ -249,13 +252,33 @@ def _sig(x: float, digits: int = 4) -> float:
 
 def done_keys(path: Path, fingerprint: str, threads: int | None) -> set[str]:
     """Keys of rows already in ``path`` for this fingerprint and thread count."""
-    if not path.exists():
-        return set()
-    return {
-        str(r["key"])
-        for r in iter_rows(path)
-        if "key" in r and r.get("fingerprint") == fingerprint and r.get("threads") == threads
-    }
+    return set(_done(path, fingerprint, threads))
+
+
+def _done(path: Path, fingerprint: str, threads: int | None) -> dict[str, bool]:
+    """Key → whether only --quick sweeps measured it, for the rows already in ``path`` for this
+    fingerprint and thread count."""
+    done: dict[str, bool] = {}
+    if path.exists():
+        for r in iter_rows(path):
+            if "key" in r and r.get("fingerprint") == fingerprint and r.get("threads") == threads:
+                key = str(r["key"])
+                done[key] = done.get(key, True) and measured_quick(r)
+    return done
+
+
+def measured_quick(row: dict[str, Any]) -> bool:
+    """Whether a dataset row was measured with the --quick schedule: its ``quick`` field, or,
+    for rows written before the field, the schedule where the two differ (CPU: 2 warm-up calls
+    against 5; CUDA: fewer repeats than the 9 a full sweep starts with, so a quick CUDA row that
+    took 9 or more is not recognised)."""
+    if "quick" in row:
+        return bool(row["quick"])
+    cuda = row.get("device_kind") == "cuda"
+    quick, full = Schedule.for_run(quick=True, cuda=cuda), Schedule.for_run(quick=False, cuda=cuda)
+    if cuda:
+        return int(row.get("repeats", full.repeats)) < full.repeats
+    return row.get("warmup") == quick.warmup != full.warmup
 
 
 def _row(case: Case, t: Timing, *, schedule: Schedule, env: dict[str, Any]) -> dict[str, Any]:
@@ -269,7 +292,7 @@ def _row(case: Case, t: Timing, *, schedule: Schedule, env: dict[str, Any]) -> d
         "repeats": len(t.times_s), "statistic": "median", "samples_s": [_sig(x, 3) for x in t.times_s],
         "key": case.key, "suite": case.suite, "bench_op": case.op,
         "shapes": [list(s) for s in case.shapes], "flops": case.flops, "bytes": case.bytes,
-        "inner": t.inner, "warmup": schedule.warmup, "timer": t.timer,
+        "inner": t.inner, "warmup": schedule.warmup, "quick": schedule.quick, "timer": t.timer,
         "device_kind": env["device_kind"], "threads": env["threads"], "load_1m": _load_1m(),
         "versions": env["versions"],
         "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -381,14 +404,19 @@ def run_sweep(
     check_appendable(path, KERNEL_BENCH_SCHEMA, "a trainsim bench dataset")  # before its tail is repaired
     with sweep_lock(path):
         repair_tail(path)
-        done = done_keys(path, env["fingerprint"], env["threads"]) if resume else set()
-        pending = []
+        done = _done(path, env["fingerprint"], env["threads"]) if resume else {}
+        pending, quick_rows = [], 0
         for c in todo:
             if c.key not in done:
-                done.add(c.key)  # a case listed twice is measured once
+                done[c.key] = False  # a case listed twice is measured once
                 pending.append(c)
+            elif done[c.key] and not schedule.quick:  # a full sweep takes a quick sweep's row
+                done[c.key] = False  # counted once
+                quick_rows += 1
+        plan = SweepPlan(cases=len(todo), pending=len(pending), reused=len(todo) - len(pending),
+                         reused_quick=quick_rows)  # fmt: skip
         if on_start is not None:
-            on_start(SweepPlan(cases=len(todo), pending=len(pending), reused=len(todo) - len(pending)))
+            on_start(plan)
         with _progress(progress, len(pending)) as bar, _interrupt_note(path, written, len(pending), resume):
             task = bar.add_task("benchmark", total=len(pending))
             for case in pending:
@@ -409,7 +437,7 @@ def run_sweep(
     return SweepResult(
         dataset=path, samples=sum(written.values()), skipped=len(todo) - len(pending),
         failed=tuple(failed), device=env["device"], fingerprint=env["fingerprint"],
-        wall_s=time.perf_counter() - t0, per_suite=dict(written),
+        wall_s=time.perf_counter() - t0, per_suite=dict(written), reused_quick=plan.reused_quick,
     )  # fmt: skip
 
 
@@ -438,6 +466,7 @@ __all__ = [
     "Timing",
     "done_keys",
     "measure",
+    "measured_quick",
     "run_sweep",
     "time_call",
 ]

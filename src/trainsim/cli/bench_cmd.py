@@ -75,6 +75,9 @@ def _run_kernels(
         else:
             log(f"benchmarking {plan.pending} of {plan.cases} cases of {what} → {path} "
                 f"({plan.reused} already in it)")  # fmt: skip
+        if plan.reused_quick:  # intended (a quick sweep is a prefix of the full one), but said
+            log(f"{plan.reused_quick} of the rows kept were measured by a --quick sweep (fewer warm-up calls "
+                "and repeats); to measure them with the full schedule, sweep into a new --dataset")  # fmt: skip
 
     r = run_sweep(path, cases, device=device, resume=resume, threads=threads, on_start=start,
                   schedule=Schedule.for_run(quick=quick, cuda=device == "cuda"), progress=progress)  # fmt: skip
@@ -94,7 +97,7 @@ def _run_kernels(
         write_device_yaml(measured_device(mine, fingerprint=r.fingerprint), device_spec)
     return {
         "dataset": str(r.dataset), "samples": r.samples, "skipped_existing": r.skipped,
-        "device": r.device, "fingerprint": r.fingerprint, "wall_s": round(r.wall_s, 1),
+        "reused_quick": r.reused_quick, "device": r.device, "fingerprint": r.fingerprint, "wall_s": round(r.wall_s, 1),
         "rows": len(mine), "noise_floor": noise_floor(mine), "suites": per_suite,
         "roofline": roofline_peaks(mine) if "roofline" in suites else None,
         "device_spec": str(device_spec) if device_spec else None,
