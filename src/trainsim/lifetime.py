@@ -4,33 +4,101 @@ A parent that is killed (SIGKILL, the OOM killer) runs no ``finally``. Children 
 forkserver rather than of it (capture and shard ranks, the search's screening workers) would go
 on measuring or screening on the cores a rerun uses; Linux's parent-death signal does not reach
 them, since the forkserver, not the parent, forked them.
+
+A pid is only a number: once the parent is gone, the system may give it to a new process, and
+a child that only asked whether *some* process has that pid (``os.kill(pid, 0)``) would then
+live on. So the child holds the parent itself where it can: a pidfd (Linux ≥ 5.3), which
+refers to one process and becomes readable when that process ends, zombie included. Elsewhere
+(no ``os.pidfd_open``, or a seccomp filter that refuses it) it polls, and takes the parent for
+gone when its pid is missing or another user's, is a zombie, or belongs to a process started
+after the one recorded at first (``/proc/PID/stat``'s start time, where there is a /proc), or
+when this process, first a direct child of it, has been reparented.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
 def exit_with_parent(pid: int, cleanup: Path | None = None, *, period_s: float = 1.0, status: int = 1) -> None:
-    """In a child: a daemon thread polls for process ``pid``; once it is gone (or its pid is
-    another user's), the child removes ``cleanup`` (the run's scratch folder, which the dead
-    parent would have removed), if given, and exits at once with ``status``."""
+    """In a child: a daemon thread waits for process ``pid`` to end (see the module
+    docstring); then the child removes ``cleanup`` (the run's scratch folder, which the dead
+    parent would have removed), if given, and exits at once with ``status``. Where the parent
+    cannot be held by a pidfd, it is polled every ``period_s``."""
+    wait = _waiter(pid, period_s)
 
     def watch() -> None:
-        while True:
-            try:
-                os.kill(pid, 0)
-            except (ProcessLookupError, PermissionError):  # gone (or its pid reused by another user)
-                if cleanup is not None:
-                    shutil.rmtree(cleanup, ignore_errors=True)
-                os._exit(status)
-            time.sleep(period_s)
+        wait()
+        if cleanup is not None:
+            shutil.rmtree(cleanup, ignore_errors=True)
+        os._exit(status)
 
     threading.Thread(target=watch, name="trainsim-parent-watch", daemon=True).start()
+
+
+def _waiter(pid: int, period_s: float) -> Callable[[], None]:
+    """A function that returns once process ``pid`` has ended: the process holding ``pid``
+    now, unless it started after this one (then it cannot be the parent, which already ended)."""
+    born, mine = _start_time(pid), _start_time(os.getpid())
+    if born is not None and mine is not None and born > mine:
+        return lambda: None
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return lambda: None
+    except (AttributeError, OSError):  # not Linux, a kernel before 5.3, or a seccomp filter
+        return _poller(pid, period_s, born)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)  # readable once the process has ended
+
+    def wait() -> None:
+        while not poller.poll():  # an interrupted poll returns nothing: wait again
+            pass
+
+    return wait
+
+
+def _poller(pid: int, period_s: float, born: int | None) -> Callable[[], None]:
+    direct = os.getppid() == pid
+
+    def alive() -> bool:
+        if direct and os.getppid() != pid:  # reparented: the parent has ended
+            return False
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):  # gone, or its pid now another user's
+            return False
+        state = _stat(pid)
+        if state is None:  # no /proc (macOS, the BSDs): the pid is all there is
+            return True
+        return state[0] != "Z" and (born is None or state[1] == born)
+
+    def wait() -> None:
+        while alive():
+            time.sleep(period_s)
+
+    return wait
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) from ``/proc/PID/stat``, or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        fields = text[text.rindex(")") + 2 :].split()  # the command name, in parentheses, may hold spaces
+        return fields[0], int(fields[19])  # fields 3 (state) and 22 (starttime) of proc(5)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _start_time(pid: int) -> int | None:
+    state = _stat(pid)
+    return None if state is None else state[1]
 
 
 __all__ = ["exit_with_parent"]
