@@ -27,9 +27,9 @@ def test_an_overhead_database_is_checked_value_by_value(tmp_path):
     db = OverheadDB.load(_db(tmp_path))
     assert db.lookup("aten::mm", Overhead.T2) == 1e-5 and db.lookup("aten::add", Overhead.T1) == 1e-5
     cases = [
-        ({"global": {"T1": {**_STAT, "mean_s": -1.0}}}, "global.T1.mean_s must be a non-negative number of seconds, got -1.0"),
-        ({"global": {"T1": {**_STAT, "mean_s": float("nan")}}}, "global.T1.mean_s must be a non-negative number"),
-        ({"per_op": {"aten::mm": {"T2": {**_STAT, "median_s": "x"}}}}, "per_op.aten::mm.T2.median_s must be a non-negative"),
+        ({"global": {"T1": {**_STAT, "mean_s": -1.0}}}, "global.T1.mean_s must be a number of seconds from 0 to 1 "),
+        ({"global": {"T1": {**_STAT, "mean_s": float("nan")}}}, "global.T1.mean_s must be a number of seconds"),
+        ({"per_op": {"aten::mm": {"T2": {**_STAT, "median_s": "x"}}}}, "per_op.aten::mm.T2.median_s must be a number"),
         ({"per_op": []}, "per_op must be an object of overhead statistics, got a list"),
         ({"global": {"T9": dict(_STAT)}}, "global: unknown overhead 'T9'"),
         ({"global": {"T1": {**_STAT, "count": 2.5}}}, "global.T1.count must be a non-negative integer"),
@@ -39,6 +39,21 @@ def test_an_overhead_database_is_checked_value_by_value(tmp_path):
         with pytest.raises(ConfigError) as e:
             OverheadDB.load(_db(tmp_path, **edit))
         assert said in str(e.value) and str(tmp_path / "odb.json") in str(e.value), (edit, str(e.value))
+
+
+@pytest.mark.parametrize(("kind", "value", "ok"), [("T1", 1e6, False), ("T4", 1.5, False), ("T2", 1.0, True),
+                                                  ("cpu", 1e6, False), ("cpu", 30.0, True)])  # fmt: skip
+def test_a_per_op_overhead_past_what_one_op_can_take_is_refused(tmp_path, kind, value, ok):
+    """Dispatch (T1-T5) above a second per op, an op's own CPU time above an hour: a unit slip
+    or a hand edit, which replayed as given (a T1 of 1e6 s predicted a 1e9 ms step)."""
+    path = _db(tmp_path, per_op={"aten::mm": {kind: {**_STAT, "mean_s": value}}})
+    if ok:
+        assert OverheadDB.load(path).lookup("aten::mm", Overhead(kind)) == value
+        return
+    top = "3600" if kind == "cpu" else "1"
+    with pytest.raises(ConfigError, match=rf"per_op\.aten::mm\.{kind}\.mean_s must be a number of seconds from 0 "
+                                          rf"to {top} \(a host overhead of one op.*got {value!r}"):  # fmt: skip
+        OverheadDB.load(path)
 
 
 @pytest.mark.parametrize("value", [0, 2.7, float("inf"), "8", True])
@@ -180,3 +195,12 @@ def test_a_fit_csv_with_a_bad_input_or_unknown_header_names_the_line_or_the_form
     (d / "NVIDIAA100-SXM4-80GB_layernorm_fp16.csv").write_text("b,l,dim,Fdur,Bdur\n2,1024,5632,54.8,167.8\n", encoding="utf-8")
     with pytest.raises(TraceFormatError, match=r"1 file\(s\) of no known format skipped, e.g. .*\(header 'b,l,dim,Fdur,Bdur'\); expected paper 001"):
         read_kernel_dataset([d])
+
+
+def test_analyze_warns_of_the_values_replay_would_refuse():
+    from trainsim.host.overheads import Stat
+
+    long, short = Stat(2.0, 2.0, 0.0, 1, 1), Stat(1e-5, 1e-5, 0.0, 9, 9)
+    db = OverheadDB(per_op={"aten::to": {Overhead.T1: long, Overhead.T4: short}, "aten::mm": {Overhead.CPU: long}},
+                    global_={Overhead.T1: short})  # fmt: skip
+    assert db.implausible() == ["per_op.aten::to.T1"]  # 2 s is a stall as T1, a CPU op's compute as cpu

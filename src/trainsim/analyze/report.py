@@ -28,9 +28,10 @@ class Analysis:
     ranks: list[RankBreakdown]
     et_link: dict[int, dict[str, Any]] = field(default_factory=dict)
     written: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # warnings about what was written
 
     def warnings(self) -> list[str]:
-        out = list(self.loaded.warnings)
+        out = [*self.loaded.warnings, *self.notes]
         for r in self.workload.ranks:
             if r.metadata.get("sampled"):
                 cov = r.metadata.get("event_coverage") or 0.0
@@ -118,8 +119,13 @@ def analyze_paths(
     if overhead_db is not None:
         from trainsim.sim.program import workload_overhead_db
 
-        workload_overhead_db([workload]).save(overhead_db)
+        db = workload_overhead_db([workload])
+        db.save(overhead_db)
         analysis.written["overhead_db"] = str(overhead_db)
+        if bad := db.implausible():
+            analysis.notes.append(f"{overhead_db}: {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}: longer "
+                                  "than one op's host overhead can be (a stall in the trace?); `replay "
+                                  "--overhead-db` refuses such values: remove them from the file")  # fmt: skip
     if export_kernels is not None:
         from trainsim.analyze.samples import export_kernel_samples
 

@@ -36,6 +36,17 @@ from trainsim.ir.serialize import write_json_atomic
 
 SCHEMA_VERSION = "1.1"  # 1.1: sampled as the simulator replays (trainsim.sim.program.workload_overhead_db)
 
+# The largest value a database may hold per op, in seconds. T1–T5 are host dispatch: a gap
+# between two ops or two runtime calls, or one runtime call. In every shipped trace and CPU
+# capture the largest per-op T1–T5 mean is 3.9 ms (alexnet's aten::rand T2; MI250's first launch,
+# which loads a code module, 3.3 ms; 002 Fig. 4.6's are tens of µs); a second is 250x that, and
+# an op that spends more before, between or in its calls is a stall (data loading, a
+# checkpoint), not an overhead the next workload shares. ``cpu`` is an op's whole CPU time when
+# it makes no runtime call, which on a CPU-only capture is its compute (a large CPU GEMM takes
+# seconds): only an hour is refused, longer than any one op of a training step.
+MAX_DISPATCH_S = 1.0
+MAX_CPU_OP_S = 3600.0
+
 
 class Overhead(StrEnum):
     T1 = "T1"
@@ -160,6 +171,13 @@ class OverheadDB:
     def has(self, op_name: str) -> bool:
         return op_name in self.per_op
 
+    def implausible(self) -> list[str]:
+        """Where a mean or median exceeds what :meth:`load` accepts (``per_op.NAME.T1``, ...):
+        a trace whose stall between two ops gives a T1 of seconds."""
+        groups = [("global", self.global_), *((f"per_op.{n}", s) for n, s in sorted(self.per_op.items()))]
+        return [f"{where}.{k.value}" for where, stats in groups for k, st in stats.items()
+                if max(st.mean_s, st.median_s, st.std_s) > max_overhead_s(k)]  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
@@ -203,6 +221,11 @@ class OverheadDB:
             raise ConfigError(f"{p}: malformed overhead database ({type(e).__name__}: {e})") from e
 
 
+def max_overhead_s(kind: Overhead) -> float:
+    """The largest per-op value of ``kind`` a database may hold (see :data:`MAX_DISPATCH_S`)."""
+    return MAX_CPU_OP_S if kind is Overhead.CPU else MAX_DISPATCH_S
+
+
 def _stats(path: Path, where: str, doc: Any) -> dict[Overhead, Stat]:
     """One ``{T1: {mean_s, ...}, ...}`` object of a saved database, checked value by value."""
     if not isinstance(doc, dict):
@@ -215,10 +238,12 @@ def _stats(path: Path, where: str, doc: Any) -> dict[Overhead, Stat]:
             raise ConfigError(f"{path}: {where}: unknown overhead {k!r} (expected {', '.join(o.value for o in Overhead)})") from None
         if not isinstance(v, dict):
             raise ConfigError(f"{path}: {where}.{k} must be an object (mean_s, median_s, ...), got a {type(v).__name__}")
+        top = max_overhead_s(kind)
         for f in ("mean_s", "median_s", "std_s"):
             x = v.get(f)
-            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
-                raise ConfigError(f"{path}: {where}.{k}.{f} must be a non-negative number of seconds, got {x!r}")
+            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or not 0 <= x <= top:
+                raise ConfigError(f"{path}: {where}.{k}.{f} must be a number of seconds from 0 to {top:g} "
+                                  f"(a host overhead of one op; see docs/simulator.md), got {x!r}")  # fmt: skip
         for f in ("count", "raw_count"):
             x = v.get(f)
             if isinstance(x, bool) or not isinstance(x, int) or x < 0:
