@@ -214,6 +214,30 @@ def test_losing_the_scheduler_or_every_worker_mid_search_is_one_line(cluster, lo
 
 
 @pytest.mark.slow
+def test_ctrl_c_held_down_in_a_search_on_dask_is_one_line_and_exit_130(cluster):
+    """Review finding: a second Ctrl-C within ~0.2 s of the first ended a search on Dask with
+    SIGINT's status (-2, 4 times in 4 at 20-120 ms): it came in the interpreter's last steps,
+    which give SIGINT its default action back."""
+    cluster.worker("w1")
+    script = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "from trainsim.cli.main import app_entry\nsys.argv[0] = 'trainsim'\napp_entry()\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", script, "search", *BIG, "--scheduler", cluster.address, "--format",
+                             "json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        cluster.wait_for_processing()
+        for _ in range(25):  # Ctrl-C every 20 ms for 0.5 s: through every step of the exit
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.02)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130 and err == "trainsim: interrupted\n", (proc.returncode, err)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("failure", "message"), [
     ("raise FileNotFoundError('kernel model artifact h100.npz missing on this worker\\nmore')",
      "a Dask worker failed screening: FileNotFoundError: kernel model artifact h100.npz missing on this worker"),

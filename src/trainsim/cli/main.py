@@ -10,8 +10,13 @@ Each command lives in its own module under ``trainsim.cli`` and registers itself
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
+import signal
 import sys
+import threading
+import time
 
 import typer
 
@@ -39,7 +44,7 @@ COMMAND_MODULES = (
     "trainsim.cli.stages_cmd",
 )
 
-_state = {"debug": False, "interrupt_said": False}  # interrupt_said: a command printed its own interrupt line
+_state = {"debug": False, "interrupt_said": False, "exiting_interrupted": 0.0}  # interrupt_said: a command printed its own interrupt line
 
 
 def _hide_flag_types() -> None:
@@ -81,6 +86,36 @@ def _register() -> None:
                 raise
 
 
+_FORCE_AFTER_S = 2.0  # an interrupted exit's cleanup takes 0.1-0.2 s (a Dask client closed, a pool joined)
+
+
+def _on_second_interrupt(_signum: int, _frame: object) -> None:
+    """A Ctrl-C after the interrupt's line: within :data:`_FORCE_AFTER_S` of it (a double
+    Ctrl-C), the cleanup already under way goes on; later (a cleanup that hangs) the process
+    ends at once. Both exit 130. Ending at once as soon as it came left the multiprocessing
+    resource tracker warning of "leaked semaphore objects" after the line."""
+    if time.monotonic() - float(_state["exiting_interrupted"]) > _FORCE_AFTER_S:
+        os._exit(130)
+
+
+def _exiting_interrupted() -> None:
+    """From an interrupt's line on, a second Ctrl-C no longer ends the process with SIGINT's
+    status (-2): it had when it came during the exit's cleanup or in the interpreter's last
+    steps, which give a Python handler's signal its default action back (a search on Dask
+    spends ~0.2 s there)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _on_second_interrupt)
+        _state["exiting_interrupted"] = time.monotonic()
+
+
+@atexit.register  # registered at import, before any command's: it runs after theirs
+def _ignore_late_interrupts() -> None:
+    """After the last exit handler, an interrupted run ignores Ctrl-C: no Python handler runs
+    in what is left of the exit, and the default action would end it with -2 instead of 130."""
+    if _state.get("exiting_interrupted"):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def app_entry() -> None:
     """Console-script entry point with the error contract (exit 1 + one line on TrainsimError)."""
     debug = "--debug" in sys.argv
@@ -94,11 +129,14 @@ def app_entry() -> None:
         print(f"trainsim: error: {e}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
+        _exiting_interrupted()
         print("trainsim: interrupted", file=sys.stderr)
         sys.exit(130)
     except SystemExit as e:
         # typer turns Ctrl-C into a silent exit 130 (its standalone mode), so the branch above
         # hears only of one outside a command; 130 comes from nothing else here
-        if e.code == 130 and not _state.get("interrupt_said"):
-            print("trainsim: interrupted", file=sys.stderr)
+        if e.code == 130:
+            _exiting_interrupted()
+            if not _state.get("interrupt_said"):
+                print("trainsim: interrupted", file=sys.stderr)
         raise
