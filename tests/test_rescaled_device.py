@@ -156,3 +156,18 @@ def test_hw_show_notes_an_edited_copy(tmp_path: Path) -> None:
     assert len(doc["notes"]) == 1 and "fp16 peak 312.0 -> 624.0" in doc["notes"][0]
     catalog = json.loads(CliRunner().invoke(app, ["hw", "show", A100, "--format", "json"]).stdout)
     assert "notes" not in catalog
+
+
+def test_predict_table_says_answers_were_carried_to_an_edited_spec(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trainsim.cli.main import _register, app
+
+    _register()
+    system = _system(tmp_path, "system_perlmutter.yaml", _twice_the_peaks(tmp_path))
+    args = ["predict", "gpt3-1.3b", "--gpus", "8", "--tp", "1", "--global-batch", "16", "--micro-batch", "2"]
+    edited = CliRunner().invoke(app, [*args, "--system", str(system)])
+    catalog = CliRunner().invoke(app, [*args, "--system", "perlmutter"])
+    assert edited.exit_code == 0 and catalog.exit_code == 0
+    flat = " ".join(edited.stdout.split())
+    assert "edited device" in flat and "edited device" not in " ".join(catalog.stdout.split())
