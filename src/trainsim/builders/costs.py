@@ -117,6 +117,10 @@ class OpCoster:
         self._edited_from = (edited_catalog_device(self.device) if cal is not None and not self._bench_note
                              and not same_roofline(cal.device, self.device) else None)  # fmt: skip
         self._shaped: dict[tuple[object, ...], tuple[OpCost, ...]] = {}
+        # element-wise adds by (name, phase, dtype, dim, elements): an MoE layer's gradient
+        # accumulation asks for one per local expert weight (64 alike on a DeepSeek-V3 rank at
+        # ep 8), and a search asks for them on every plan
+        self._elementwise: dict[tuple[object, ...], OpCost] = {}
 
     SHAPED_MAX = 4096  # layer / embedding / head operator lists kept (oldest dropped first)
 
@@ -721,10 +725,16 @@ class LayerCoster:
         5,120, dim 2,048-8,192) where the count allows (beyond it the answer says
         ``extrapolated``), or by a bench calibration's element-wise add."""
         dim = min(max(self.model.hidden, 2048), 8192)
-        rows = max(elements / dim, 1.0)
-        b = min(max(-(-rows // 5120), 2), 8)
-        s, prov = self.c.memory_bound(*self.c.time("res_add", "fwd", self.dtype, b=b, l=rows / b, dim=dim))
-        return OpCost(name, phase, s, prov, 0.0, "memory", 1)
+        key = (name, phase, self.dtype, dim, elements)
+        op = self.c._elementwise.get(key)
+        if op is None:
+            if len(self.c._elementwise) >= self.c.SHAPED_MAX:
+                self.c._elementwise.clear()
+            rows = max(elements / dim, 1.0)
+            b = min(max(-(-rows // 5120), 2), 8)
+            s, prov = self.c.memory_bound(*self.c.time("res_add", "fwd", self.dtype, b=b, l=rows / b, dim=dim))
+            op = self.c._elementwise[key] = OpCost(name, phase, s, prov, 0.0, "memory", 1)
+        return op
 
     def _accumulate(self, name: str, elements: float) -> OpCost:
         """Adding one parameter tensor's gradient into the accumulated one: an element-wise add,
@@ -787,8 +797,14 @@ class LayerCoster:
             return [], 0
         k = self._grad_shard()
         ke = max(k // self.plan.ep, 1)  # experts shard over the expert-data-parallel group
-        return [self._accumulate(f"grad_acc_{n}", e / (ke if n.startswith("expert_") else k))
-                for n, e in self.layer_weights()], self._small_tensors()  # fmt: skip
+
+        def adds() -> list[OpCost]:
+            return [self._accumulate(f"grad_acc_{n}", e / (ke if n.startswith("expert_") else k))
+                    for n, e in self.layer_weights()]  # fmt: skip
+
+        # the same adds for every plan of the layer's shape and gradient shard (a search's)
+        key = ("grad_acc", self.model, self.t, self.plan.ep, k, ke, self.dtype)
+        return self.c.shaped(key, adds), self._small_tensors()
 
     def extra_grad_accumulation(self, first: bool, last: bool) -> tuple[list[OpCost], int]:
         """The stage's tensors outside the layers: the word (and learned position) embedding on

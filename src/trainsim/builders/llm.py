@@ -233,7 +233,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     def averaged(ops: list[OpCost], small: int) -> tuple[list[OpCost], list[float]]:
         if not ops:
             return [], []
-        ops = [replace(o, seconds=o.seconds * frac) for o in ops]
+        scaled: dict[int, OpCost] = {}  # one copy per distinct cost (an MoE rank's experts repeat theirs)
+        ops = [scaled.get(id(o)) or scaled.setdefault(id(o), replace(o, seconds=o.seconds * frac)) for o in ops]
         return ops, [extra_dispatch * (1 + small / len(ops))] * len(ops)
 
     acc, acc_cpu = averaged(*lc.grad_accumulation())
