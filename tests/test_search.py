@@ -357,6 +357,19 @@ def test_cli_search_without_feasible_plans_fails_with_reasons():
     assert doc["plans"] == [] and doc["infeasible_examples"]["global batch N is not a multiple of micro_batch×dp = N"].endswith("= 48")
 
 
+
+def test_infeasible_line_reads_each_reason_once() -> None:
+    """The infeasible line gave the generic reason and then its example ('N pipeline chunks
+    exceed the model's N layers (e.g. 64 pipeline chunks ...)'): now the example alone."""
+    _register()
+    res = CliRunner().invoke(app, ["search", "gpt3-350m", "--gpus", "64", "--global-batch", "64", "--tp", "1",
+                                   "--pp", "1,32", "--micro-batch", "1", "--schedule", "1f1b,interleaved",
+                                   "--vpp", "2", "--zero", "0", "--sp", "off", "--recompute", "none", "--workers", "1"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("infeasible: "))
+    assert "2× such as 32 pipeline chunks (pp 32) exceed gpt3-350m's 24 layers" in line, line
+    assert "N pipeline chunks" not in line and "e.g." not in line, line
+
 # --- a Dask scheduler that is not one, or has no workers (review: hang or traceback) ---------
 
 

@@ -187,8 +187,10 @@ def search(
                      f"simulated {r['simulated']} in {tm['simulate']:.2f} s")  # fmt: skip
         if r["infeasible"]:
             ex = r.get("infeasible_examples", {})
+            # each reason once: its first full message where the generic one dropped numbers
+            # ("N pipeline chunks exceed ..." read twice over as "N ... (e.g. 64 ...)")
             stderr.print(
                 "infeasible: "
-                + "; ".join(f"{n}× {why}" + (f" (e.g. {ex[why]})" if ex.get(why, why) != why else "")
+                + "; ".join(f"{n:,}× " + (f"such as {ex[why]}" if ex.get(why, why) != why else why)
                             for why, n in r["infeasible"].items())
             )
