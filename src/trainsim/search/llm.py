@@ -47,6 +47,7 @@ from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import SystemSpec, get_device, get_system
 from trainsim.kernels.registry import USER_MODELS_ENV as USER_KERNEL_MODELS_ENV
 from trainsim.lifetime import exit_with_parent
+from trainsim.search.frameworks import framework_note
 from trainsim.search.space import PlanSpace, reason_key
 
 OBJECTIVES = ("time", "time-to-train", "cost")
@@ -733,9 +734,11 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
         })  # fmt: skip
     ranked.sort(key=lambda d: d["objective"])
     t3 = time.perf_counter()
+    if space.framework == "any" and (note := framework_note([d["plan_fields"] for d in ranked[:top_k]])):
+        notes.append(note)
     return {
         "model": model.name, "system": sys_spec.name, "gpus": space.gpus, "global_batch": space.global_batch,
-        "seq_len": space.seq_len or model.seq_len, "notes": notes,
+        "seq_len": space.seq_len or model.seq_len, "framework": space.framework, "notes": notes,
         "objective": objective, "memory_limit_bytes": limit,
         "objective_unit": objective_unit(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price),
         "plans": ranked[:top_k], "enumerated": enumerated, "evaluated": len(screened),

@@ -20,6 +20,7 @@ from typing import Any
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ConfigError
+from trainsim.search.frameworks import framework_plan
 
 _POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -57,6 +58,7 @@ class PlanSpace:
     overlap_grad_reduce: bool = False
     dist_optimizer: bool = False  # ZeRO-1 plans as Megatron-LM's distributed optimizer (Plan.dist_optimizer)
     moe_imbalance: float = 1.0  # every MoE plan's busiest-EP-rank load (Plan.moe_imbalance), not searched
+    framework: str = "any"  # only the plans this framework runs (trainsim.search.frameworks)
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     def dims(self, model: ModelSpec, gpus_per_node: int) -> dict[str, tuple[object, ...]]:
@@ -117,4 +119,5 @@ class PlanSpace:
                 except ConfigError as e:
                     yield None, str(e)
                     continue
-                yield plan, ""
+                runs, why = framework_plan(plan, self.framework)
+                yield (runs, "") if runs is not None else (None, why)
