@@ -866,6 +866,49 @@ class LayerCoster:
                     bench={"vocab": v}, mp=t, b=b, l=seq),
         ]  # fmt: skip
 
+    # --- multi-token prediction (DeepSeek-V3 §2.2; Megatron-core's MultiTokenPredictionLayer) ---
+
+    def mtp_extras(self, phase: str) -> tuple[list[OpCost], list[OpCost]]:
+        """One MTP depth's operators outside its transformer block, in forward order: before it
+        (the shared embedding's lookup of the tokens shifted by the depth, RMSNorms of that
+        embedding and of the previous depth's hidden state, their concatenation, the
+        column-parallel projection ``M_k`` 2d -> d/tp, Megatron's ``eh_proj``) and after it (the
+        norm before the head, the shared output projection over the vocabulary and its
+        cross-entropy, as :meth:`head`'s). The concatenation is one memory-bound copy of both
+        halves in the forward; its backward is a split into views (no kernel). The TP
+        collectives around ``eh_proj`` are :mod:`.llm_comm`'s (:func:`trainsim.builders.llm.stage_costs`);
+        the embedding's TP all-reduce is not modelled, as the main embedding's is not."""
+        return self._shared("mtp_pre", phase, self._mtp_pre), self._shared("mtp_post", phase, self._mtp_post)
+
+    def _mtp_pre(self, phase: str) -> list[OpCost]:
+        d = self.model.hidden
+        ops = [replace(o, name="mtp_" + o.name) for o in self._embedding(phase)]
+        ops += [self._norm("mtp_enorm", phase), self._norm("mtp_hnorm", phase)]
+        if phase == "fwd":  # reads both halves, writes the [tokens, 2d] input; an add of n moves 3n
+            sp = self.t if self.plan.sp and self.t > 1 else 1
+            ops.append(self._elementwise("mtp_concat", phase, 4 * self.tokens * d / sp / 3))
+        ops.append(self._gemm("mtp_eh_proj", phase, d / self.t, 2 * d))
+        return ops
+
+    def _mtp_post(self, phase: str) -> list[OpCost]:
+        return [replace(o, name="mtp_" + o.name) for o in self._head(phase)]
+
+    def mtp_grad_accumulation(self, depths: int, embedding_copy: bool) -> tuple[list[OpCost], int]:
+        """The MTP depths' gradient accumulation outside their blocks, per micro-batch (as
+        :meth:`grad_accumulation`): each depth's ``eh_proj`` weight (a linear layer's: none with
+        ``wgrad_fusion``) and three norms (small); with ``embedding_copy``, the word embedding
+        the last stage holds for the MTP when the stages differ (Megatron keeps a copy there
+        and all-reduces its gradient with the first stage's): an embedding's gradient, which
+        adds even with ``wgrad_fusion``, once for all depths."""
+        if self.plan.grad_accum <= 1 or depths <= 0:
+            return [], 0
+        m, t, d = self.model, self.t, self.model.hidden
+        k = self._grad_shard()
+        ops = [] if self.plan.wgrad_fusion else [self._accumulate("grad_acc_mtp_eh_proj", 2 * d * d / t / k)] * depths
+        if embedding_copy:
+            ops.append(self._accumulate("grad_acc_mtp_embedding", m.padded_vocab(t) / t * d / k))
+        return ops, 3 * depths * (2 if m.norm == "layernorm" else 1)
+
     def optimizer(self, params: float, layers: int) -> OpCost:
         """One optimizer step over ``params`` parameters held by this GPU (after ZeRO sharding).
         With ``plan.optimizer == "sgd"``: one element-wise add over the parameters (see

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from itertools import chain
 from operator import attrgetter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -160,23 +161,56 @@ def with_tp_comm(ops: list[OpCost], cpus: list[float], comms: list[CommCost], ph
     return [o for o, _ in seq], [t for _, t in seq]
 
 
-def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
-                host: HostModel = HOST, *, tp_shares: bool = True) -> list[StageCost]:  # fmt: skip
-    """Every pipeline stage's costs under ``plan``. ``tp_shares=False`` skips what only the
-    breakdown reads, the TP collectives' share of each pass (two more flow shops per depth;
-    the search's screening), and leaves those fields NaN."""
-    from trainsim.builders.memory import (
-        _layer_params_per_gpu,
-        _zero_groups,
-        embedding_params_per_gpu,
-        stage_dense_layers,
-        stage_layers,
-        stage_params_split,
-    )
+class _LayerPasses(NamedTuple):
+    """One layer's passes as :func:`stage_costs` runs them (:func:`_layer_passes`)."""
 
-    coster = coster or OpCoster(get_device(system.device))
-    lc = LayerCoster(model, plan, coster)
-    comm = PlanComm(model, plan, system)
+    lf: list[OpCost]  # forward operators
+    lb: list[OpCost]  # backward operators, in the order they run (reversed)
+    lf_t: list[OpCost]  # ... with the CP ring's wait on the attention core
+    lb_t: list[OpCost]
+    cpu_f: list[float]  # dispatch time per operator
+    cpu_b: list[float]
+    lf_tp: list[OpCost]  # ... and the TP collectives where Megatron issues them
+    cpu_f_tp: list[float]
+    lb_tp: list[OpCost]
+    cpu_b_tp: list[float]
+    re_ops: list[OpCost]  # what the recomputation re-runs
+    re_cpu: list[float]
+    sel: list[int]  # selective recompute: the attention core's operators in lf
+    acc: list[OpCost]  # gradient accumulation, averaged over the micro-batches
+    acc_cpu: list[float]
+    lb_acc: list[OpCost]  # lb_tp + acc
+    cpu_b_acc: list[float]
+    tpf: list[CommCost]
+    tpb: list[CommCost]
+    epf: list[CommCost]
+    epb: list[CommCost]
+    cpf: CommCost | None
+    cpb: CommCost | None
+    ep_f: float  # expert all-to-alls added to each pass
+    ep_b: float
+    re_comm: float  # ... and to a full recomputation
+    full_rc: bool
+
+
+def _averaged(ops: list[OpCost], small: int, plan: Plan, host: HostModel) -> tuple[list[OpCost], list[float]]:
+    """Gradient-accumulation adds averaged over the micro-batches, and their dispatch: autograd's
+    AccumulateGrad assigns the first micro-batch's gradients (a detach, counted as a view op in
+    HostModel's trace) and adds every later one (a launching op), so (M - 1) / M of the adds and
+    of the extra dispatch per tensor; the ``small`` tensors' dispatch rides on the timed adds."""
+    if not ops:
+        return [], []
+    frac = (plan.grad_accum - 1) / plan.grad_accum if plan.grad_accum > 0 else 0.0
+    extra_dispatch = frac * (host.aten_launch_s - host.aten_view_s)  # inside AccumulateGrad's node: no gap
+    scaled: dict[int, OpCost] = {}  # one copy per distinct cost (an MoE rank's experts repeat theirs)
+    ops = [scaled.get(id(o)) or scaled.setdefault(id(o), replace(o, seconds=o.seconds * frac)) for o in ops]
+    return ops, [extra_dispatch * (1 + small / len(ops))] * len(ops)
+
+
+def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) -> _LayerPasses:
+    """One layer's forward, backward and recomputation as :func:`stage_costs` times them: the
+    operators with the CP ring, the TP collectives, the dispatch times and the gradient
+    accumulation (the main model's layers, and an MTP depth's block)."""
     lf, lb = lc.layer("fwd"), lc.layer("bwd")
     tpf, tpb = comm.tp_layer("fwd"), comm.tp_layer("bwd")
     epf, epb = comm.ep_layer("fwd"), comm.ep_layer("bwd")
@@ -184,7 +218,6 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
 
     # TP collectives and CP's ring run inside the pass (below); expert all-to-alls add
     ep_f, ep_b = float(sum(c.seconds for c in epf)), float(sum(c.seconds for c in epb))
-    layer_comm_f, layer_comm_b = ep_f, ep_b
     # ring attention: the K/V exchange overlaps the attention's block computations, so on the
     # GPU the attention core lasts as long as the longer of the two (the wait on its first
     # operator, inside the pass's flow shop). Added after the flow shop, the ring's unhidden
@@ -192,7 +225,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     # faster attention kernels (or an attention dropout) could make the iteration slower (faster).
     lf_t = _with_ring(lf, cpf)
     full_rc = plan.recompute == "full"
-    re_comm = layer_comm_f if full_rc else 0.0
+    re_comm = ep_f if full_rc else 0.0
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts,
     # taken from HF GPT-2's trace, whose layers run their dropouts: --hidden-dropout's passes
     # are dispatched within that count and get no share of their own, so that adding them
@@ -223,22 +256,46 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         re_ops, re_cpu = lf_tp, cpu_f_tp
     else:
         re_ops, re_cpu = [lf_t[i] for i in sel], [cpu_f[i] for i in sel]
-    # gradient accumulation, averaged over the micro-batches: autograd's AccumulateGrad assigns
-    # the first micro-batch's gradients (a detach, counted as a view op in HostModel's trace)
-    # and adds every later one (a launching op), so (M - 1) / M of the adds and of the extra
-    # dispatch per tensor; the small tensors' dispatch rides on the timed adds
-    frac = (plan.grad_accum - 1) / plan.grad_accum if plan.grad_accum > 0 else 0.0
-    extra_dispatch = frac * (host.aten_launch_s - host.aten_view_s)  # inside AccumulateGrad's node: no gap
+    # gradient accumulation, averaged over the micro-batches (:func:`_averaged`)
+    acc, acc_cpu = _averaged(*lc.grad_accumulation(), plan, host)
+    lb_acc, cpu_b_acc = lb_tp + acc, cpu_b_tp + acc_cpu
+    return _LayerPasses(lf, lb, lf_t, lb_t, cpu_f, cpu_b, lf_tp, cpu_f_tp, lb_tp, cpu_b_tp, re_ops, re_cpu, sel,
+                        acc, acc_cpu, lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, ep_f, ep_b, re_comm,
+                        full_rc)  # fmt: skip
+
+
+def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
+                host: HostModel = HOST, *, tp_shares: bool = True,
+                mtp_block: ModelSpec | None = None) -> list[StageCost]:  # fmt: skip
+    """Every pipeline stage's costs under ``plan``. ``tp_shares=False`` skips what only the
+    breakdown reads, the TP collectives' share of each pass (two more flow shops per depth;
+    the search's screening), and leaves those fields NaN. A model with multi-token prediction
+    runs its MTP depths on the last stage (:func:`_mtp_costs`); ``mtp_block``: the model whose
+    layer their blocks are (default :meth:`ModelSpec.mtp_block`)."""
+    from trainsim.builders.memory import (
+        _layer_params_per_gpu,
+        _zero_groups,
+        embedding_params_per_gpu,
+        stage_dense_layers,
+        stage_layers,
+        stage_params_split,
+    )
+
+    coster = coster or OpCoster(get_device(system.device))
+    lc = LayerCoster(model, plan, coster)
+    comm = PlanComm(model, plan, system)
+    (lf, lb, lf_t, lb_t, cpu_f, cpu_b, lf_tp, cpu_f_tp, _, _, re_ops, re_cpu, sel, acc, acc_cpu,
+     lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, ep_f, ep_b, re_comm, full_rc) = _layer_passes(lc, comm, plan, host)
+    layer_comm_f, layer_comm_b = ep_f, ep_b
 
     def averaged(ops: list[OpCost], small: int) -> tuple[list[OpCost], list[float]]:
-        if not ops:
-            return [], []
-        scaled: dict[int, OpCost] = {}  # one copy per distinct cost (an MoE rank's experts repeat theirs)
-        ops = [scaled.get(id(o)) or scaled.setdefault(id(o), replace(o, seconds=o.seconds * frac)) for o in ops]
-        return ops, [extra_dispatch * (1 + small / len(ops))] * len(ops)
+        return _averaged(ops, small, plan, host)
 
-    acc, acc_cpu = averaged(*lc.grad_accumulation())
-    lb_acc, cpu_b_acc = lb_tp + acc, cpu_b_tp + acc_cpu
+    # multi-token prediction: its depths run on the last stage, after the main head (Megatron)
+    depths = model.mtp_depths(plan.impl)
+    mtp = (_mtp_costs(model, plan, system, coster, host, block=mtp_block or model.mtp_block(), depths=depths,
+                      tp_shares=tp_shares) if depths else None)  # fmt: skip
+
     out = []
     layers = stage_layers(model, plan)
     # stages of equal depth share their passes
@@ -302,6 +359,9 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                if extra_b or ext_acc else 0.0)
             + recompute
         )  # fmt: skip
+        mx = mtp if last else None
+        if mx is not None:
+            fwd, bwd, recompute = fwd + mx.fwd_s, bwd + mx.bwd_s + mx.recompute_s, recompute + mx.recompute_s
         dense, expert = stage_params_split(model, plan, s)
         params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
@@ -330,6 +390,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.layer_ops = lf + lb + acc
         st.ops = [*extra_f, *extra_b, *ext_acc]
         st.comm = layer_comm
+        if mx is not None:
+            _add_mtp(st, mx)
         return st
 
     emb_comm = comm.embedding_grads()
@@ -352,8 +414,160 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         out.append(st)
     if model.dense_layers:  # the stages' passes so far count every layer as an MoE one
-        return _with_dense_layers(out, model, plan, system, coster=coster, host=host, tp_shares=tp_shares)
+        return _with_dense_layers(out, model, plan, system, coster=coster, host=host, tp_shares=tp_shares,
+                                  mtp_block=mtp_block or model.mtp_block())  # fmt: skip
     return out
+
+
+# --- multi-token prediction (DeepSeek-V3 §2.2) on the last stage ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _MTPCost:
+    """A model's MTP depths on the last stage, one micro-batch and GPU (:func:`_mtp_costs`)."""
+
+    fwd_s: float
+    bwd_s: float  # without the recomputation
+    recompute_s: float
+    tp: tuple[float, float, float]  # what the TP collectives add (forward, backward, recompute)
+    ep: tuple[float, float, float]  # the blocks' expert all-to-alls
+    cp: tuple[float, float, float]  # what the blocks' CP rings add
+    zero3: tuple[float, float]  # ZeRO-3 gathers of the blocks' weights not hidden (forward, backward)
+    flops_fwd: float
+    flops_bwd: float
+    ops: list[OpCost]
+    comm: list[CommCost]
+
+
+def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster, host: HostModel, *,
+               block: ModelSpec, depths: int, tp_shares: bool) -> _MTPCost:  # fmt: skip
+    """The ``depths`` MTP depths of ``model`` (DeepSeek-V3 §2.2, Megatron-core's
+    MultiTokenPredictionLayer and ``process_mtp_loss``), run by the last pipeline stage after
+    the main head, one after another (depth k takes depth k - 1's hidden state), each:
+
+    * forward: the shared embedding's lookup of the tokens shifted by k, RMSNorms of it and of
+      the previous hidden state, their concatenation, ``eh_proj`` (column-parallel 2d -> d/tp;
+      with TP its output all-gathered, with SP its input all-gathered first and the output
+      scattered back to the sequence split), one transformer block of ``block``'s layer (its
+      operators, TP/CP/EP collectives and dispatch as the main layers'), the norm before the
+      head, the shared output projection and the cross-entropy (:meth:`LayerCoster.mtp_extras`);
+    * backward: the same in reverse (``eh_proj``'s input gradient all-reduced, reduce-scattered
+      with SP after the scatter's gather), the block's gradient accumulation, and once for all
+      depths ``eh_proj``'s and an embedding copy's (:meth:`LayerCoster.mtp_grad_accumulation`);
+    * recomputation: ``full`` re-runs what Megatron's MTP checkpoint holds (norms,
+      concatenation, ``eh_proj`` and the block; not the embedding lookup or the head);
+      ``selective`` the block's attention core, as in every layer;
+    * ZeRO-3: the block's weights are gathered while the stage computes before it: only the
+      part of the gathers (and the backward's reduce-scatters) longer than the depths' passes
+      shows.
+
+    Each pass is one CPU-dispatch / GPU flow shop of a depth's operators (the extras at
+    :meth:`HostModel.extra_s`, the block at the layers' dispatch), repeated ``depths`` times.
+    """
+    from trainsim.builders.memory import _layer_params_per_gpu, _zero_groups
+
+    lc, comm = LayerCoster(block, plan, coster), PlanComm(block, plan, system)
+    lp = _layer_passes(lc, comm, plan, host)
+    pre_f, post_f = lc.mtp_extras("fwd")
+    pre_b, post_b = lc.mtp_extras("bwd")
+    t = plan.tp
+    eh_in_f: list[CommCost] = []  # before eh_proj's forward / after its backward
+    eh_out_f: list[CommCost] = []  # after its forward / before its backward
+    eh_in_b: list[CommCost] = []
+    eh_out_b: list[CommCost] = []
+    if t > 1:
+        nb = lc.tokens * model.hidden * comm.act_bytes  # one [tokens, d] activation
+        gather = comm.cost("mtp_tp_all_gather", "all_gather", nb, t, 1)
+        eh_out_f = [gather]  # gather_from_tensor_model_parallel_region of the d/tp columns
+        if plan.sp:
+            eh_in_f = [comm.cost("mtp_tp_all_gather", "all_gather", 2 * nb, t, 1)]  # the [tokens, 2d] input
+            eh_out_b = [gather]  # scatter_to_sequence_parallel_region's backward
+            eh_in_b = [comm.cost("mtp_tp_reduce_scatter", "reduce_scatter", 2 * nb, t, 1)]
+        else:
+            eh_in_b = [comm.cost("mtp_tp_all_reduce", "all_reduce", 2 * nb, t, 1)]
+    n_emb = sum(o.name in ("mtp_embedding", "mtp_hidden_dropout") for o in pre_f)  # outside the checkpoint
+
+    def ext(ops: list[OpCost]) -> list[tuple[OpCost, float]]:
+        return [(o, host.extra_s(o)) for o in ops]
+
+    def coll(cs: list[CommCost], phase: str, tp: bool) -> list[tuple[OpCost, float]]:
+        return [(OpCost(c.name, phase, c.seconds, c.provenance, 0.0, "comm"), host.collective_s(c.kind))
+                for c in cs] if tp else []  # fmt: skip
+
+    def fwd(blk: list[tuple[OpCost, float]], tp: bool, start: int = 0) -> list[tuple[OpCost, float]]:
+        return (ext(pre_f[start:-1]) + coll(eh_in_f, "fwd", tp) + ext(pre_f[-1:]) + coll(eh_out_f, "fwd", tp)
+                + blk)  # fmt: skip
+
+    def bwd(blk: list[tuple[OpCost, float]], tp: bool) -> list[tuple[OpCost, float]]:
+        return (ext(post_b[::-1]) + blk + coll(eh_out_b, "bwd", tp) + ext(pre_b[-1:]) + coll(eh_in_b, "bwd", tp)
+                + ext(pre_b[-2::-1]))  # fmt: skip
+
+    def shop(seq: list[tuple[OpCost, float]]) -> float:
+        return flow_shop_s([o for o, _ in seq], [c for _, c in seq], depths)
+
+    acc, acc_cpu = _averaged(*lc.mtp_grad_accumulation(depths, plan.pp > 1 and not model.tied_embeddings), plan, host)
+    acc_s = flow_shop_s(acc, acc_cpu) if acc else 0.0
+    seq_f = fwd(list(zip(lp.lf_tp, lp.cpu_f_tp, strict=True)), True) + ext(post_f)
+    seq_b = bwd(list(zip(lp.lb_acc, lp.cpu_b_acc, strict=True)), True)
+    f = shop(seq_f) + depths * lp.ep_f
+    b = shop(seq_b) + acc_s + depths * lp.ep_b
+    if lp.full_rc:
+        seq_r = fwd(list(zip(lp.lf_tp, lp.cpu_f_tp, strict=True)), True, n_emb)
+    else:
+        seq_r = list(zip(lp.re_ops, lp.re_cpu, strict=True))
+    r = (shop(seq_r) + depths * lp.re_comm) if seq_r else 0.0
+    tp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
+    if t > 1 and tp_shares:
+        f_bare = shop(fwd(list(zip(lp.lf_t, lp.cpu_f, strict=True)), False) + ext(post_f))
+        b_bare = shop(bwd(list(zip(lp.lb_t + lp.acc, lp.cpu_b + lp.acc_cpu, strict=True)), False)) + acc_s
+        r_bare = shop(fwd(list(zip(lp.lf_t, lp.cpu_f, strict=True)), False, n_emb)) if lp.full_rc else 0.0
+        tp_x = (f - depths * lp.ep_f - f_bare, b - depths * lp.ep_b - b_bare,
+                (r - depths * lp.re_comm - r_bare) if lp.full_rc else 0.0)  # fmt: skip
+    cp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
+    if (lp.cpf or lp.cpb) and tp_shares:
+        def with_block(ring: bool, phase: str) -> list[tuple[OpCost, float]]:
+            if phase == "fwd":
+                return fwd(list(zip(lp.lf_t if ring else lp.lf, lp.cpu_f, strict=True)), False) + ext(post_f)
+            return bwd(list(zip((lp.lb_t if ring else lp.lb) + lp.acc, lp.cpu_b + lp.acc_cpu, strict=True)), False)
+
+        cf = shop(with_block(True, "fwd")) - shop(with_block(False, "fwd"))
+        cb = shop(with_block(True, "bwd")) - shop(with_block(False, "bwd"))
+        cr = cf if lp.full_rc else 0.0
+        if lp.sel:
+            cr = shop(seq_r) - shop(list(zip([lp.lf[i] for i in lp.sel], lp.re_cpu, strict=True)))
+        cp_x = (cf, cb, cr)
+    z3 = comm.zero3_layer(*_zero_groups(_layer_params_per_gpu(block, plan.tp, plan.ep), plan.ep))
+    z3_x = (0.0, 0.0)
+    if z3 is not None:  # prefetched while the stage computes before each block: the longer shows
+        ag = sum(c.seconds for c in z3 if c.kind == "all_gather")
+        rs = sum(c.seconds for c in z3 if c.kind == "reduce_scatter")
+        f0, b0 = f, b
+        f, b = max(f, depths * ag), max(b, depths * (ag + rs))
+        r = max(r, depths * ag) if lp.full_rc else r
+        z3_x = (f - f0, b - b0)
+    per_depth = [*pre_f, *post_f, *pre_b, *post_b, *lp.lf, *lp.lb, *lp.acc]
+    comms = [*eh_in_f, *eh_out_f, *eh_in_b, *eh_out_b, *lp.tpf, *lp.tpb, *lp.epf, *lp.epb,
+             *([lp.cpf] if lp.cpf else []), *([lp.cpb] if lp.cpb else []), *(z3 or [])]  # fmt: skip
+    return _MTPCost(
+        f, b, r, tp_x, (depths * lp.ep_f, depths * lp.ep_b, depths * lp.ep_f if lp.full_rc else 0.0), cp_x, z3_x,
+        depths * sum(o.flops for o, _ in seq_f), depths * sum(o.flops for o, _ in seq_b),
+        per_depth * depths + acc, comms * depths,
+    )  # fmt: skip
+
+
+def _add_mtp(st: StageCost, mx: _MTPCost) -> None:
+    """The last stage ``st`` with its MTP depths' shares, FLOPs and operators added (the passes'
+    times are added by :func:`stage_costs`)."""
+    st.tp_comm_fwd_s, st.tp_comm_bwd_s, st.tp_comm_recompute_s = (
+        a + b for a, b in zip((st.tp_comm_fwd_s, st.tp_comm_bwd_s, st.tp_comm_recompute_s), mx.tp, strict=True))
+    st.ep_comm_s = tuple(a + b for a, b in zip(st.ep_comm_s, mx.ep, strict=True))  # type: ignore[assignment]
+    st.cp_comm_s = tuple(a + b for a, b in zip(st.cp_comm_s, mx.cp, strict=True))  # type: ignore[assignment]
+    st.zero3_exposed_fwd_s += mx.zero3[0]
+    st.zero3_exposed_bwd_s += mx.zero3[1]
+    st.flops_fwd += mx.flops_fwd
+    st.flops_bwd += mx.flops_bwd
+    st.ops = [*st.ops, *mx.ops]
+    st.comm = [*st.comm, *mx.comm]
 
 
 def _dense_layers_dense_params(model: ModelSpec, plan: Plan, stage: int) -> float:
@@ -371,7 +585,8 @@ _PASS_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s
 
 
 def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, system: SystemSpec, *,
-                       coster: OpCoster, host: HostModel, tp_shares: bool) -> list[StageCost]:  # fmt: skip
+                       coster: OpCoster, host: HostModel, tp_shares: bool,
+                       mtp_block: ModelSpec | None = None) -> list[StageCost]:  # fmt: skip
     """Stages holding some of ``model.dense_layers``: each pass is the MoE stage's (every layer
     an MoE layer; ``stages``) and the same stage of :meth:`ModelSpec.dense_variant` (every layer
     dense) weighed by the stage's MoE and dense layers, ``(n - n_d) / n`` and ``n_d / n``: the
@@ -385,7 +600,9 @@ def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, sy
     counts = stage_dense_layers(model, plan)
     if not any(counts):
         return stages
-    dense = stage_costs(model.dense_variant(), plan, system, coster, host, tp_shares=tp_shares)
+    # the dense variant's MTP depths are the model's (their blocks ``mtp_block``'s), so that the
+    # weighing below leaves them whole
+    dense = stage_costs(model.dense_variant(), plan, system, coster, host, tp_shares=tp_shares, mtp_block=mtp_block)
     out = []
     for moe, dn, nd in zip(stages, dense, counts, strict=True):
         if not nd:
@@ -393,8 +610,9 @@ def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, sy
             continue
         w = nd / moe.layers
         st = replace(moe, **{f: (1 - w) * getattr(moe, f) + w * getattr(dn, f) for f in _PASS_FIELDS})
-        ef, eb, er = moe.ep_comm_s
-        st.ep_comm_s = ((1 - w) * ef, (1 - w) * eb, (1 - w) * er)  # dense layers have no all-to-all
+        # dense layers have no all-to-all: the dense stage's is its MTP blocks' only (if any)
+        (ef, eb, er), (def_, deb, der) = moe.ep_comm_s, dn.ep_comm_s
+        st.ep_comm_s = ((1 - w) * ef + w * def_, (1 - w) * eb + w * deb, (1 - w) * er + w * der)
         (cf, cb, cr), (df, db, dr) = moe.cp_comm_s, dn.cp_comm_s
         st.cp_comm_s = ((1 - w) * cf + w * df, (1 - w) * cb + w * db, (1 - w) * cr + w * dr)
         st.ops = [*moe.ops, *dn.layer_ops]  # the dense layer's operators, for the provenance counts

@@ -264,9 +264,11 @@ class PlanComm:
         return out or None
 
     def embedding_grads(self) -> CommCost | None:
-        """Tied embeddings with pp > 1: first and last stage all-reduce the embedding gradient."""
+        """Tied embeddings, or multi-token prediction, with pp > 1: first and last stage
+        all-reduce the embedding gradient (the last stage holds a copy for the output head or
+        the MTP depths' lookups; Megatron's ``_allreduce_word_embedding_grads``)."""
         p, m = self.plan, self.model
-        if not m.tied_embeddings or p.pp <= 1:
+        if not (m.tied_embeddings or m.mtp_depths(p.impl)) or p.pp <= 1:
             return None
         nbytes = m.padded_vocab(p.tp) * m.hidden / p.tp * self.grad_bytes_per_param()
         # rank r of the first stage pairs with r + (pp - 1) S: on one node only when the whole

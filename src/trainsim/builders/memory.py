@@ -320,7 +320,29 @@ def _stage_params_split(
         # embedding on the last stage and all-reduces its gradient with the first stage's.
         if not model.tied_embeddings or plan.pp > 1:
             dense += vocab_shard
+        if model.mtp_depths(plan.impl):
+            more_dense, more_expert = mtp_params_per_gpu(model, plan)
+            dense, expert = dense + more_dense, expert + more_expert
     return dense, expert
+
+
+def mtp_params_per_gpu(model: ModelSpec, plan: Plan) -> tuple[float, float]:
+    """(dense, expert) parameters the last stage's GPU holds for the model's MTP depths
+    (:meth:`ModelSpec.mtp_depth_params`, as Megatron-core lays them out): per depth the block
+    (:func:`_layer_params_per_gpu` of :meth:`ModelSpec.mtp_block`), ``eh_proj`` column-parallel
+    (2d x d / tp) and three replicated norms; and, with pp > 1 and untied embeddings, the copy of
+    the embedding Megatron builds on the last stage for the depths' lookups (``mtp_process``;
+    its gradient all-reduced with the first stage's). A tied model's last stage holds that copy
+    already (its output projection)."""
+    depths = model.mtp_depths(plan.impl)
+    if not depths:
+        return 0.0, 0.0
+    block_dense, block_expert = _layer_params_per_gpu(model.mtp_block(), plan.tp, plan.ep)
+    d = model.hidden
+    dense = depths * (block_dense + 2 * d * d / plan.tp + 3 * model.norm_params())
+    if plan.pp > 1 and not model.tied_embeddings:
+        dense += embedding_params_per_gpu(model, plan)
+    return dense, depths * block_expert
 
 
 def stage_params(
@@ -502,7 +524,37 @@ def _stage_activations_bytes(
         total += n_out * (2 * e * s * b * h / sp_div + LOGITS_BYTES * s * b * vocab_shard)
         if model.logit_softcap:  # Gemma 2's capped logits: the saved tanh
             total += n_out * e * s * b * vocab_shard
+        if model.mtp_depths(plan.impl):
+            kept, work = _mtp_activation_bytes(model, plan, dropout=dropout)
+            # the backward re-materialises one layer at a time: the larger of a main layer's
+            # working set (counted above when the stage has layers) and an MTP depth's
+            total += n_out * kept + (max(0.0, work - _working_bytes(plan, terms)) if n_layers else work)
     return total
+
+
+def _mtp_activation_bytes(model: ModelSpec, plan: Plan, *, dropout: bool) -> tuple[float, float]:
+    """(kept for the backward by all MTP depths of one micro-batch, one depth's working set
+    under recompute) on the last stage's GPU (DeepSeek-V3 §2.2 as Megatron-core runs it; ``e``
+    element bytes, ``sbh`` ÷ t with SP). Per depth: the shifted embedding's dropout mask (the
+    lookup runs outside the depth's checkpoint); the two norms' inputs, which full recompute
+    keeps as the checkpoint's inputs (``2 e sbh``); without full recompute also ``eh_proj``'s
+    ``[s, b, 2h]`` input (``2 e sbh``) and the block's activations (:func:`_kept_bytes` of
+    :meth:`ModelSpec.mtp_block`'s layer); then the head's, as the main head's: the final norm's
+    and the output projection's inputs (``2 e sbh``) and the fp32 logits for the loss
+    (``4 s b v / t``; Gemma 2's capped ones their tanh too). The working set: what full
+    recompute re-materialises (``eh_proj``'s input and the whole block), or the block's
+    attention scores (selective)."""
+    e, mk = _act_element_bytes(plan), (MASK_BYTES if dropout else 0)
+    s, b, h = plan.seq(model) / plan.cp, plan.micro_batch, model.hidden
+    sp_div = plan.tp if plan.sp and plan.tp > 1 else 1
+    vocab_shard = model.padded_vocab(plan.tp) / plan.tp
+    sbh = s * b * h / sp_div
+    bterms = _layer_activation_terms(model.mtp_block(), plan, dropout=dropout)
+    head = 2 * e * sbh + LOGITS_BYTES * s * b * vocab_shard + (e * s * b * vocab_shard if model.logit_softcap else 0.0)
+    full = plan.recompute == "full"
+    depth = mk * sbh + 2 * e * sbh + (0.0 if full else 2 * e * sbh + _kept_bytes(plan, bterms)) + head
+    work = 2 * e * sbh + bterms[0] if full else _working_bytes(plan, bterms)
+    return model.mtp_depths(plan.impl) * depth, work
 
 
 def _dense_layers_activation_delta(model: ModelSpec, plan: Plan, stage: int, layers: Sequence[int], *,
@@ -680,7 +732,7 @@ def min_gpus_for_states(model: ModelSpec, plan: Plan, capacity_bytes: float) -> 
     room = capacity_bytes - DEFAULT_OVERHEAD_BYTES
     if room <= 0:
         return 0  # not even the context fits: no GPU count helps
-    return max(1, math.ceil(model.params() * per_param / room))
+    return max(1, math.ceil(model.trained_params() * per_param / room))
 
 
 _UNITS = {"gib": GiB, "gb": 1e9, "mib": MiB, "mb": 1e6}

@@ -15,7 +15,9 @@ equals evaluating them all (:func:`~trainsim.builders.llm.evaluate_pipeline`).
 
 MFU counts model FLOPs only (no recomputation): the GEMM and attention FLOPs of every operator
 (attention as the full ``s × s`` square, as Megatron's formula), over ``gpus × dense peak of
-the dtype × iteration time``.
+the dtype × iteration time``. A model's multi-token-prediction depths are trained work and
+count (their blocks, ``eh_proj`` and logits GEMMs; Megatron-LM's FLOP formula counts the MTP
+projections and logits as well).
 """
 
 from __future__ import annotations
@@ -153,14 +155,25 @@ def moe_family_note(model: ModelSpec) -> str | None:
     left = []
     if model.attention_sinks:
         left.append("attention sinks (one logit per head added to the softmax; their parameters are counted)")
-    if model.mtp_layers:
-        left.append(f"the {model.mtp_layers} multi-token-prediction layer(s) (num_nextn_predict_layers; neither "
-                    "their parameters nor their time)")  # fmt: skip
     if model.shared_ffn_hidden:
         left.append("overlap of the shared expert with the expert all-to-all (they run one after the other)")
     if model.mla:
         left.append("MLA's backward TP all-reduce on its latents (costed as the hidden state's)")
     return ("not modelled for " + model.name + ": " + "; ".join(left)) if left else None
+
+
+def mtp_note(model: ModelSpec, plan: Plan) -> str | None:
+    """What predict says of a model's multi-token prediction (None without one)."""
+    if not model.mtp_layers:
+        return None
+    if not model.mtp_depths(plan.impl):
+        return (f"{model.name}'s {model.mtp_layers} multi-token-prediction depth(s) are not run with --impl hf: "
+                "transformers' model has no MTP module (its checkpoint's MTP layer is dropped on loading)")  # fmt: skip
+    copy = " and a copy of the embedding" if plan.pp > 1 and not model.tied_embeddings else ""
+    return (f"the {model.mtp_layers} multi-token-prediction depth(s) (num_nextn_predict_layers; "
+            f"{model.mtp_params() / 1e9:,.2f} B parameters of their own{copy}) run on the last pipeline stage after "
+            "the main head, as Megatron places them; not modelled: the shifted embedding lookup's TP all-reduce and "
+            "the MTP loss's small reductions")  # fmt: skip
 
 
 def _provenance(stages: list[StageCost]) -> dict[str, Any]:
@@ -351,6 +364,8 @@ def _warnings(r: LLMPrediction) -> list[str]:
     if r.plan.tp > r.system.gpus_per_node:
         out.append(f"tensor parallelism (tp {r.plan.tp}) spans nodes of {r.system.gpus_per_node} GPUs: its "
                    "all-reduces cross the inter-node network in every layer")  # fmt: skip
+    if note := mtp_note(r.model, r.plan):
+        out.append(note)
     if r.model.is_moe:
         out.append(moe_note(r.plan))
         if note := moe_family_note(r.model):

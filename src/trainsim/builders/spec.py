@@ -80,7 +80,10 @@ class ModelSpec:
     kv_lora_rank: int = 0  # > 0: Multi-head Latent Attention (DeepSeek-V2/V3), K/V from this latent
     qk_rope_head_dim: int = 0  # MLA: the rotary part of head_dim (K's shared by all heads)
     v_head_dim: int = 0  # 0: head_dim; MLA's value heads
-    mtp_layers: int = field(default=0, compare=False)  # multi-token prediction layers: noted, not modelled
+    # DeepSeek-V3 multi-token prediction (HF num_nextn_predict_layers): MTP depths after the
+    # main model, each two norms, a 2d -> d projection, one block of the last layer's kind and
+    # the shared head (:meth:`mtp_params`; the builders cost them on the last pipeline stage)
+    mtp_layers: int = 0
     aliases: tuple[str, ...] = field(default=(), compare=False)
     # a config's attention window (Mistral's sliding_window): recorded to say it is not
     # modelled (attention is costed over the whole sequence); not part of the model's identity
@@ -92,7 +95,7 @@ class ModelSpec:
             if not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"model {self.name}: {f} must be a positive integer, got {v!r}")
         for f in ("ffn_hidden", "kv_heads", "head_dim", "num_experts", "top_k", "moe_ffn_hidden",
-                  "shared_ffn_hidden", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+                  "shared_ffn_hidden", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(
@@ -316,6 +319,42 @@ class ModelSpec:
             + self.position_params()
             + self.norm_params()
         )
+
+    # --- multi-token prediction (DeepSeek-V3 §2.2) ------------------------------------------
+
+    def mtp_depths(self, impl: str = "fused") -> int:
+        """The MTP depths a training stack of ``impl`` (:attr:`Plan.impl`) runs: ``mtp_layers``
+        with Megatron-style kernels; none with ``hf``, as transformers' DeepSeek-V3 model does
+        not build the MTP module (its checkpoint's layer 61 is dropped on loading)."""
+        return 0 if impl == "hf" else self.mtp_layers
+
+    def mtp_block(self) -> ModelSpec:
+        """The model whose layer each MTP depth's transformer block is: the kind of the main
+        model's last layer, as Megatron-core builds it (``get_gpt_mtp_block_spec`` takes the
+        decoder's last layer spec; DeepSeek-V3's MTP layer is an MoE layer with MLA), a dense
+        one where that layer is among ``dense_layers``."""
+        return self.dense_variant() if self.is_moe and self.layers - 1 in self.dense_layers else self
+
+    def mtp_depth_params(self) -> int:
+        """One MTP depth's own parameters (DeepSeek-V3 §2.2, Megatron-core's
+        MultiTokenPredictionLayer): RMSNorms of the previous depth's hidden state and of the
+        shifted token's embedding (``hnorm``, ``enorm``), the projection ``M_k`` of their
+        concatenation (``eh_proj``, 2d x d, no bias), one transformer block, and the norm before
+        the shared head (Megatron's ``final_layernorm``, HF's ``shared_head.norm``). The
+        embedding and output head are the main model's, not counted again."""
+        d = self.hidden
+        return 3 * self.norm_params() + 2 * d * d + self.mtp_block().layer_params()
+
+    def mtp_params(self) -> int:
+        """All MTP depths' own parameters (:meth:`mtp_depth_params`); DeepSeek-V3: 11.5 B
+        (its README_WEIGHTS: "11.5B unique parameters, excluding the shared 0.9B Embedding and
+        0.9B output Head")."""
+        return self.mtp_layers * self.mtp_depth_params()
+
+    def trained_params(self, tp: int = 1, *, padded: bool = True) -> int:
+        """:meth:`params` and the MTP depths' own (:meth:`mtp_params`): what training updates.
+        :meth:`params` stays the main model's count, transformers' model's (which has no MTP)."""
+        return self.params(tp, padded=padded) + self.mtp_params()
 
     def with_seq_len(self, seq_len: int) -> ModelSpec:
         return replace(self, seq_len=seq_len)
