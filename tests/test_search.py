@@ -89,8 +89,10 @@ def test_infeasible_reasons_are_counted_and_generic():
         "tp N does not divide the model's N attention heads"  # fmt: skip
 
 
-def test_screening_agrees_with_predict_closed_form():
-    model, system = get_model("llama2-7b"), get_system("dgx-a100")
+# with two multi-token-prediction depths too: the search's screen is predict's, MTP and all
+@pytest.mark.parametrize("mtp", [0, 2])
+def test_screening_agrees_with_predict_closed_form(mtp):
+    model, system = replace(get_model("llama2-7b"), mtp_layers=mtp), get_system("dgx-a100")
     plans = [p for p, _ in SMALL.plans(model, 8) if p is not None][:12]
     screened = screen_plans(model, system, list(enumerate(plans)))
     for s in screened:
