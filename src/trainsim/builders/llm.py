@@ -266,12 +266,12 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
 
 def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
                 host: HostModel = HOST, *, tp_shares: bool = True,
-                mtp_block: ModelSpec | None = None) -> list[StageCost]:  # fmt: skip
+                mtp: _MTPCost | None = None) -> list[StageCost]:  # fmt: skip
     """Every pipeline stage's costs under ``plan``. ``tp_shares=False`` skips what only the
     breakdown reads, the TP collectives' share of each pass (two more flow shops per depth;
     the search's screening), and leaves those fields NaN. A model with multi-token prediction
-    runs its MTP depths on the last stage (:func:`_mtp_costs`); ``mtp_block``: the model whose
-    layer their blocks are (default :meth:`ModelSpec.mtp_block`)."""
+    runs its MTP depths on the last stage (:func:`_mtp_costs`); ``mtp``: their costs where the
+    caller has them (:func:`_with_dense_layers` gives the model's to its dense variant)."""
     from trainsim.builders.memory import (
         _layer_params_per_gpu,
         _zero_groups,
@@ -293,8 +293,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
 
     # multi-token prediction: its depths run on the last stage, after the main head (Megatron)
     depths = model.mtp_depths(plan.impl)
-    mtp = (_mtp_costs(model, plan, system, coster, host, block=mtp_block or model.mtp_block(), depths=depths,
-                      tp_shares=tp_shares) if depths else None)  # fmt: skip
+    if mtp is None and depths:
+        mtp = _mtp_costs(model, plan, system, coster, host, block=model.mtp_block(), depths=depths, tp_shares=tp_shares)
 
     out = []
     layers = stage_layers(model, plan)
@@ -414,8 +414,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         out.append(st)
     if model.dense_layers:  # the stages' passes so far count every layer as an MoE one
-        return _with_dense_layers(out, model, plan, system, coster=coster, host=host, tp_shares=tp_shares,
-                                  mtp_block=mtp_block or model.mtp_block())  # fmt: skip
+        return _with_dense_layers(out, model, plan, system, coster=coster, host=host, tp_shares=tp_shares, mtp=mtp)
     return out
 
 
@@ -586,7 +585,7 @@ _PASS_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s
 
 def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, system: SystemSpec, *,
                        coster: OpCoster, host: HostModel, tp_shares: bool,
-                       mtp_block: ModelSpec | None = None) -> list[StageCost]:  # fmt: skip
+                       mtp: _MTPCost | None = None) -> list[StageCost]:  # fmt: skip
     """Stages holding some of ``model.dense_layers``: each pass is the MoE stage's (every layer
     an MoE layer; ``stages``) and the same stage of :meth:`ModelSpec.dense_variant` (every layer
     dense) weighed by the stage's MoE and dense layers, ``(n - n_d) / n`` and ``n_d / n``: the
@@ -600,9 +599,9 @@ def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, sy
     counts = stage_dense_layers(model, plan)
     if not any(counts):
         return stages
-    # the dense variant's MTP depths are the model's (their blocks ``mtp_block``'s), so that the
-    # weighing below leaves them whole
-    dense = stage_costs(model.dense_variant(), plan, system, coster, host, tp_shares=tp_shares, mtp_block=mtp_block)
+    # the dense variant's MTP depths are the model's (``mtp``: their blocks MoE ones where the
+    # model's last layer is), so that the weighing below leaves them whole
+    dense = stage_costs(model.dense_variant(), plan, system, coster, host, tp_shares=tp_shares, mtp=mtp)
     out = []
     for moe, dn, nd in zip(stages, dense, counts, strict=True):
         if not nd:

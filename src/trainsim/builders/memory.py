@@ -725,14 +725,15 @@ def fits(
 def min_gpus_for_states(model: ModelSpec, plan: Plan, capacity_bytes: float) -> int:
     """A lower bound on the GPUs of ``capacity_bytes`` each that can hold the model at all: its
     weights, gradients and optimizer states (``plan.dtype``'s bytes per parameter, none with
-    SGD) sharded evenly over every GPU, as ZeRO-3 with TP and PP would at best, beside the CUDA
+    SGD; the multi-token-prediction depths' included) sharded evenly over every GPU, as ZeRO-3 with TP and PP would at best, beside the CUDA
     context; activations and buffers come on top, so more may be needed."""
     prec = Precision.for_dtype(plan.dtype)
     per_param = prec.weight_bytes + prec.grad_bytes + (prec.optimizer_bytes if plan.optimizer != "sgd" else 0.0)
     room = capacity_bytes - DEFAULT_OVERHEAD_BYTES
     if room <= 0:
         return 0  # not even the context fits: no GPU count helps
-    return max(1, math.ceil(model.trained_params() * per_param / room))
+    params = model.params() + (model.mtp_params() if model.mtp_depths(plan.impl) else 0)  # the MTP depths train too
+    return max(1, math.ceil(params * per_param / room))
 
 
 _UNITS = {"gib": GiB, "gb": 1e9, "mib": MiB, "mb": 1e6}
