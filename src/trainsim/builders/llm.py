@@ -29,6 +29,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from trainsim.builders.contention import factor as contention_factor
+from trainsim.builders.contention import hidden_cost_s
 from trainsim.builders.costs import HOST, HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
 from trainsim.builders.llm_comm import CommCost, PlanComm
 from trainsim.builders.plan import Plan
@@ -92,21 +94,24 @@ def _sum(ops: Iterable[OpCost]) -> float:
 UNCOUNTED_DISPATCH = frozenset({"hidden_dropout", "attention_dropout"})  # dispatched within HostModel's per-layer counts
 
 
-def _with_ring(ops: list[OpCost], ring: CommCost | None) -> list[OpCost]:
+def _with_ring(ops: list[OpCost], ring: CommCost | None, stretch: float = 1.0) -> list[OpCost]:
     """A layer pass's operators with the attention core lasting as long as the context-parallel
     ring ``ring`` when the ring is the longer (its K/V exchange overlaps their block
     computations): the wait goes on the core's first operator, so that the pass's flow shop is
     never shorter for longer operators or a longer ring; with no attention operator to overlap,
-    the ring ends the pass."""
+    the ring ends the pass. The ring's overlap stretches the attention it hides behind by the
+    contention factor ``stretch`` (:func:`~trainsim.builders.contention.hidden_cost_s`): the core lasts
+    ``max(attn + (stretch - 1)·min(ring, attn), ring)``."""
     if ring is None:
         return ops
     attn = sum(o.seconds for o in ops if o.category == "attention")
-    if ring.seconds <= attn:
+    core = max(attn + hidden_cost_s(ring.seconds, attn, stretch), ring.seconds)
+    if core <= attn:
         return ops
     if attn <= 0.0:  # pragma: no cover - every layer has an attention core
         return [*ops[:-1], replace(ops[-1], seconds=ops[-1].seconds + ring.seconds)]
     i = next(j for j, o in enumerate(ops) if o.category == "attention")
-    return [*ops[:i], replace(ops[i], seconds=ops[i].seconds + ring.seconds - attn), *ops[i + 1:]]
+    return [*ops[:i], replace(ops[i], seconds=ops[i].seconds + core - attn), *ops[i + 1:]]
 
 
 def _spread(cpu_s: float, ops: list[OpCost]) -> list[float]:
@@ -223,7 +228,8 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     # operator, inside the pass's flow shop). Added after the flow shop, the ring's unhidden
     # part had been hidden by attention time that a dispatch-bound pass's CPU already hid, so
     # faster attention kernels (or an attention dropout) could make the iteration slower (faster).
-    lf_t = _with_ring(lf, cpf)
+    stretch = contention_factor(plan)  # overlapped collectives stretch the compute beside them
+    lf_t = _with_ring(lf, cpf, stretch)
     full_rc = plan.recompute == "full"
     re_comm = ep_f if full_rc else 0.0
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts,
@@ -237,7 +243,7 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     # the backward's ring wait on its attention core's first operator in the order it runs
     # (reversed): on the last, an attention dropout's backward moved GPU time ahead of the
     # wait and a CPU-bound backward came out faster with the dropout
-    lb_t = _with_ring(lb, cpb)
+    lb_t = _with_ring(lb, cpb, stretch)
     lf_tp, cpu_f_tp = with_tp_comm(lf_t, cpu_f, tpf, "fwd", host)
     lb_tp, cpu_b_tp = with_tp_comm(lb_t, cpu_b, tpb, "bwd", host)
     # selective recompute re-runs the attention core's forward (Korthikanti et al. §5): its
@@ -342,13 +348,14 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 # its compute and its collectives — except the first gather (nothing to hide
                 # it) and, in the backward, the last layer's gradient reduce-scatter (nothing
                 # after it); collectives of one communicator run one at a time (ag + rs per
-                # layer in the backward)
+                # layer in the backward); the hidden collectives stretch the compute they overlap
+                # by the contention factor (builders/contention.py)
                 ag = sum(c.seconds for c in z3 if c.kind == "all_gather")
                 rs = sum(c.seconds for c in z3 if c.kind == "reduce_scatter")
                 f0, b0 = f, b
-                f = ag + max(f, (n - 1) * ag)
-                b = ag + max(b, (n - 1) * (ag + rs)) + rs
-                r = max(r, n * ag) if plan.recompute == "full" else r
+                f = ag + max(f + hidden_cost_s((n - 1) * ag, f, stretch), (n - 1) * ag)
+                b = ag + max(b + hidden_cost_s((n - 1) * (ag + rs), b, stretch), (n - 1) * (ag + rs)) + rs
+                r = max(r + hidden_cost_s(n * ag, r, stretch), n * ag) if plan.recompute == "full" else r
                 z3f, z3b = f - f0, b - b0
             passes = per_n[n] = (f, r, b, z3f, z3b, tp_x, cp_x)
         f, recompute, b, z3f, z3b, tp_x, cp_x = passes
@@ -383,7 +390,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             st.dp_comm = _overlap_reduction(
                 st.dp_comm, comm, window_s=bwd / chunks, chunks=chunks, pp=plan.pp,
                 outside_end=end / dense if dense > 0 else 0.0,
-                outside_start=(outside - end) / dense if dense > 0 else 0.0)  # fmt: skip
+                outside_start=(outside - end) / dense if dense > 0 else 0.0, stretch=stretch)  # fmt: skip
         st.embedding_comm = emb_comm if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
@@ -638,7 +645,7 @@ def reduction_tail_s(ready: np.ndarray, seconds: np.ndarray) -> float:
 
 
 def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, chunks: int, pp: int,
-                       outside_end: float, outside_start: float) -> list[CommCost]:  # fmt: skip
+                       outside_end: float, outside_start: float, stretch: float = 1.0) -> list[CommCost]:  # fmt: skip
     """``dp`` (a stage's gradient collectives) with the reductions' seconds cut to what
     :func:`reduction_tail_s` leaves after the last backward (the gathers after the update stay
     whole). Each reduction goes in :data:`DDP_BUCKET_BYTES` buckets, each timed by the
@@ -655,7 +662,12 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
       reduction holds layer parameters only.
 
     A stream of buckets that cannot keep up leaves more than one bucket exposed; a very short
-    backward can leave more than the unbucketed reduction (the buckets' latency)."""
+    backward can leave more than the unbucketed reduction (the buckets' latency).
+
+    Contention (``stretch``, :mod:`.contention`): the buckets' time that the backward hides (all of it
+    less the tail) stretches the compute it overlaps, at most the backward from the first
+    bucket's readiness to its end, by ``stretch``; the backward ends that much later, and the
+    reduction with it (charged to the exposed reduction; the buckets' readiness is not moved)."""
     red = [i for i, c in enumerate(dp) if c.kind in ("all_reduce", "reduce_scatter")]
     if not red:
         return dp
@@ -683,8 +695,11 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
             bucketed(i, c.bytes * (1.0 - end_part - start_part) / chunks, -k * pp * window_s - window_s, window_s)
         bucketed(i, c.bytes * start_part, start, 0.0)
         bucketed(i, c.bytes * end_part, 0.0, 0.0)
-    exposed = reduction_tail_s(np.concatenate(ready), np.concatenate(seconds)) if ready else 0.0
+    all_ready = np.concatenate(ready) if ready else np.zeros(0)
+    exposed = reduction_tail_s(all_ready, np.concatenate(seconds)) if ready else 0.0
     total = sum(per.values())
+    span = -float(np.min(all_ready)) if len(all_ready) else 0.0  # compute from the first ready bucket on
+    exposed = exposed + hidden_cost_s(total - exposed, span, stretch)
     out = list(dp)
     for i in red:
         share = per.get(i, 0.0) / total if total > 0 else 0.0

@@ -57,6 +57,10 @@ activations take that much more memory. Measure it from the router's per-expert 
 (Megatron-core logs them with ``--moe-per-layer-logging``), summed over each rank's experts;
 a token-dropping capacity factor bounds it. With ``ep`` 1 every expert is on each rank and the
 rank's work is the mean whatever the routing: it changes nothing there.
+``contention``: communication hidden behind compute (the overlapped gradient reduction, ZeRO-3's
+prefetched gathers and reduce-scatters, the context-parallel ring) slows the compute it
+overlaps by the factor measured on real traces (:mod:`trainsim.builders.contention`); off, that
+communication is free for the compute beside it.
 """
 
 from __future__ import annotations
@@ -127,6 +131,7 @@ class Plan:
     first_stage_layers: int = 0  # 0: an even share (see above)
     last_stage_layers: int = 0
     moe_imbalance: float = 1.0  # the busiest EP rank's routed tokens over the mean (see above)
+    contention: bool = True  # overlapped collectives stretch the compute beside them (see above)
 
     @property
     def moe_load(self) -> float:
@@ -197,6 +202,8 @@ class Plan:
             parts.append(self.dtype)
         if self.attention != "flash":
             parts.append(f"attn-{self.attention}")
+        if not self.contention:
+            parts.append("nocontention")
         return "-".join(parts)
 
     def _check_end_stages(self, model: ModelSpec) -> None:

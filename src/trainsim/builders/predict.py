@@ -296,6 +296,7 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     mfu = flops / (plan.gpus * peak_flops(device, plan.dtype) * iteration)
     memory = memory_per_gpu(spec, plan)
     prov = _provenance(stages)
+    prov["contention"] = contention_note(plan)
     r = LLMPrediction(
         spec, plan, sys, device, iteration, method, cf, tokens / iteration, mfu, memory,
         _breakdown(crit_stage, plan, iteration), stages, prov,
@@ -304,6 +305,23 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     )  # fmt: skip
     r.warnings = _warnings(r)
     return r
+
+
+def overlaps_comm(plan: Plan) -> bool:
+    """Whether ``plan`` hides communication behind compute (what contention applies to): the
+    gradient reduction during the backward, ZeRO-3's prefetched collectives (both with more than
+    one data-parallel rank), or the context-parallel ring."""
+    shards = plan.dp * plan.cp > 1
+    return (shards and (plan.zero == 3 or plan.overlap_grad_reduce)) or plan.cp > 1
+
+
+def contention_note(plan: Plan) -> str:
+    """Predict's provenance of the compute/communication contention (builders/contention.py)."""
+    from trainsim.builders import contention
+
+    if not plan.contention:
+        return "off: overlapped communication is free for the compute beside it"
+    return contention.provenance() + ("" if overlaps_comm(plan) else " (nothing overlapped in this plan)")
 
 
 def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:

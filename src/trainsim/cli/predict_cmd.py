@@ -55,6 +55,7 @@ def predict(
     optimizer: str = typer.Option("adam", "--optimizer", help="adam (mixed-precision Adam, Megatron's) or sgd (plain SGD on the weights, no state: one element-wise pass over the parameters)."),
     impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators), neox (GPT-NeoX: the same with its unfused RMSNorm module, as paper 001 measured it) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
+    contention: bool = typer.Option(True, "--contention/--no-contention", help="Communication hidden behind compute (the overlapped gradient reduction, ZeRO-3's prefetched gathers and reduce-scatters, the context-parallel ring) slows the compute it overlaps by the factor measured on the shipped multi-rank traces (docs/llm.md, Contention); --no-contention: that communication is free."),
     overlap_grad_reduce: bool | None = typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce", help="Reduce data-parallel gradients in buckets during the last backward (PyTorch DDP's default; Megatron-core's --overlap-grad-reduce) or after it (Megatron-LM's local DDP, DeepSpeed's pipeline engine). Default: during it with --impl hf (eager PyTorch under DDP), else after it."),
     memory_headroom: str | None = typer.Option(None, "--memory-headroom", help="Memory to keep free on each GPU for the plan to count as fitting: a fraction (0.1), a percentage (10%) or an amount (6GiB). The memory model leaves out allocator fragmentation and backward/optimizer temporaries. Default: none."),
     closed_form: bool = typer.Option(False, "--closed-form", help="Skip the simulation: paper 001's Eq. 7 only (sub-millisecond)."),
@@ -68,7 +69,7 @@ def predict(
     from trainsim.builders.memory import headroom_bytes
     from trainsim.builders.models import get_model
     from trainsim.builders.plan import Plan
-    from trainsim.builders.predict import predict_llm
+    from trainsim.builders.predict import overlaps_comm, predict_llm
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_system
 
@@ -94,7 +95,7 @@ def predict(
                     attention_dropout=attention_dropout, wgrad_fusion=wgrad_fusion,
                     overlap_grad_reduce=overlap_grad_reduce, hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
                     optimizer=optimizer, first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,  # type: ignore[arg-type]
-                    moe_imbalance=moe_imbalance)  # fmt: skip
+                    moe_imbalance=moe_imbalance, contention=contention)  # fmt: skip
         if overlap_note:
             plan.validate(spec, gpus=gpus)  # a plan that cannot run gets its error, not this note first
             stderr.print("[yellow]note:[/] --impl hf: data-parallel gradients are reduced during the backward, as "
@@ -169,6 +170,8 @@ def predict(
             why = [w for w, c in (("beyond the measured sizes", carried), ("to an edited device spec", rescaled)) if c]
             label = f"calibrated (from measurements, some carried {' and '.join(why)}: notes below)"
         t.add_row("provenance", label)
+        if overlaps_comm(r.plan) or not r.plan.contention:
+            t.add_row("contention", str(r.provenance["contention"]))
         from rich.console import Console
 
         Console().print(t)

@@ -59,6 +59,7 @@ class PlanSpace:
     dist_optimizer: bool = False  # ZeRO-1 plans as Megatron-LM's distributed optimizer (Plan.dist_optimizer)
     moe_imbalance: float = 1.0  # every MoE plan's busiest-EP-rank load (Plan.moe_imbalance), not searched
     framework: str = "any"  # only the plans this framework runs (trainsim.search.frameworks)
+    contention: bool = True  # overlapped collectives stretch the compute beside them (Plan.contention)
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     def dims(self, model: ModelSpec, gpus_per_node: int) -> dict[str, tuple[object, ...]]:
@@ -109,6 +110,7 @@ class PlanSpace:
                     "attention": self.attention, "attention_dropout": self.attention_dropout,
                     "wgrad_fusion": self.wgrad_fusion, "overlap_grad_reduce": self.overlap_grad_reduce,
                     "dist_optimizer": self.dist_optimizer and zero == 1, "moe_imbalance": self.moe_imbalance,
+                    "contention": self.contention,
                 }  # fmt: skip
                 plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
