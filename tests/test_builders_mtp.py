@@ -215,3 +215,19 @@ def test_predict_on_a_config_with_num_nextn_predict_layers(tmp_path):
     assert out[1]["memory_per_stage_bytes"][1] > out[0]["memory_per_stage_bytes"][1]
     assert any("multi-token-prediction depth(s)" in w for w in out[1]["warnings"])
     assert not any("multi-token" in w for w in out[0]["warnings"])
+
+
+def test_mtp_blocks_zero3_gathers_stretch_the_compute_under_contention():
+    """The MTP block's prefetched ZeRO-3 gathers stretch the compute they hide behind, as the
+    layers' do (builders/contention.py); they had been free beside it (merge of the two)."""
+    from trainsim.builders.costs import HOST
+    from trainsim.builders.llm import _mtp_costs
+
+    m = _ds()
+    plan = replace(PLAN, zero=3, recompute="full")
+    coster = OpCoster(get_device(H100.device))
+    on = _mtp_costs(m, plan, H100, coster, HOST, block=m.mtp_block(), depths=1, tp_shares=True)
+    off = _mtp_costs(m, replace(plan, contention=False), H100, coster, HOST, block=m.mtp_block(), depths=1,
+                     tp_shares=True)  # fmt: skip
+    assert on.zero3[0] >= off.zero3[0] and on.zero3[1] >= off.zero3[1]
+    assert on.zero3 != off.zero3

@@ -293,6 +293,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     (lf, lb, lf_t, lb_t, cpu_f, cpu_b, lf_tp, cpu_f_tp, _, _, re_ops, re_cpu, sel, acc, acc_cpu,
      lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, ep_f, ep_b, re_comm, full_rc) = _layer_passes(lc, comm, plan, host)
     layer_comm_f, layer_comm_b = ep_f, ep_b
+    stretch = contention_factor(plan)  # overlapped collectives stretch the compute beside them
 
     def averaged(ops: list[OpCost], small: int) -> tuple[list[OpCost], list[float]]:
         return _averaged(ops, small, plan, host)
@@ -548,8 +549,10 @@ def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoste
         ag = sum(c.seconds for c in z3 if c.kind == "all_gather")
         rs = sum(c.seconds for c in z3 if c.kind == "reduce_scatter")
         f0, b0 = f, b
-        f, b = max(f, depths * ag), max(b, depths * (ag + rs))
-        r = max(r, depths * ag) if lp.full_rc else r
+        stretch = contention_factor(plan)  # the hidden gathers stretch the compute, as the layers'
+        f = max(f + hidden_cost_s(depths * ag, f, stretch), depths * ag)
+        b = max(b + hidden_cost_s(depths * (ag + rs), b, stretch), depths * (ag + rs))
+        r = max(r + hidden_cost_s(depths * ag, r, stretch), depths * ag) if lp.full_rc else r
         z3_x = (f - f0, b - b0)
     per_depth = [*pre_f, *post_f, *pre_b, *post_b, *lp.lf, *lp.lb, *lp.acc]
     comms = [*eh_in_f, *eh_out_f, *eh_in_b, *eh_out_b, *lp.tpf, *lp.tpb, *lp.epf, *lp.epb,
