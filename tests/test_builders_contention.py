@@ -132,3 +132,13 @@ def test_cli_no_contention() -> None:
     assert on.exit_code == 0 == off.exit_code, on.output + off.output
     a, b = json.loads(on.stdout), json.loads(off.stdout)
     assert b["plan"].endswith("nocontention") and a["iteration_time_s"] > b["iteration_time_s"]
+
+
+def test_table_cell_is_short_and_json_keeps_the_whole_source() -> None:
+    from trainsim.builders import contention
+
+    cell = contention.short()
+    doc = json.loads(contention.CALIBRATION.read_text())
+    assert cell.startswith(f"x{doc['factor']:.3f} on overlapped compute (")
+    assert "hta_resnet50_ddp_a100" in cell and "95 % interval" in cell and len(cell) < 100
+    assert len(contention.provenance()) > len(cell)  # predict's JSON provenance: the whole line

@@ -69,6 +69,18 @@ def provenance() -> str:
     return f"x{measured_factor():g} on overlapped compute, {doc['factor_source']}"
 
 
+def short() -> str:
+    """:func:`provenance` for a table cell: the factor, its source trace and interval."""
+    doc = _calibration()
+    st = doc.get("factor_stats")
+    ci = st.get("weighted_factor_95ci") if isinstance(st, dict) else None
+    band = (f", 95 % interval {ci[0]:.2f}-{ci[1]:.2f}"
+            if isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, float) for v in ci) else "")  # fmt: skip
+    groups = f"{st['groups']} kernels of " if isinstance(st, dict) and isinstance(st.get("groups"), int) else ""
+    src = str(doc["factor_source"]).split(" of ", 1)[-1].split(" (", 1)[0].split("/", 1)[0]  # the trace set
+    return f"x{measured_factor():.3f} on overlapped compute ({groups}{src}{band})"
+
+
 def hidden_cost_s(comm_s: float, compute_s: float, k: float) -> float:
     """What ``comm_s`` seconds of communication hidden behind ``compute_s`` seconds of compute
     add: the overlapped compute, ``min(comm_s, compute_s)``, runs ``k`` times as long. Exactly
