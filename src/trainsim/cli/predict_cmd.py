@@ -171,10 +171,10 @@ def predict(
             label = f"calibrated (from measurements, some carried {' and '.join(why)}: notes below)"
         t.add_row("provenance", label)
         if overlaps_comm(r.plan) or not r.plan.contention:
-            from trainsim.builders import contention
+            from trainsim.builders.contention import short as contention_cell
 
             # the table's short form; --format json keeps the whole provenance
-            t.add_row("contention", contention.short() if r.plan.contention else str(r.provenance["contention"]))
+            t.add_row("contention", contention_cell() if r.plan.contention else str(r.provenance["contention"]))
         from rich.console import Console
 
         Console().print(t)
