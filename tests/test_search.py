@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from dataclasses import replace
@@ -610,3 +611,17 @@ def test_json_counts_are_integers():
     assert doc["memory_per_gpu_bytes"] == round(r.peak_memory.total_bytes)
     assert type(doc["iteration_time_s"]) is float and _clean({"x_bytes": float("nan")}) == {"x_bytes": None}
 
+
+
+def test_plans_that_do_not_fit_are_not_timed() -> None:
+    """Memory is screened first: past the limit a plan's closed form is not computed (inf), and
+    the search's counts, ranking and answers equal those of screening every plan's time."""
+    model, system = get_model("llama2-7b"), get_system("dgx-a100")
+    plans = [p for p, _ in SMALL.plans(model, 8) if p is not None]
+    every = screen_plans(model, system, list(enumerate(plans)))
+    limit = sorted(s.memory_bytes for s in every)[len(every) // 2]  # half the plans fit
+    cut = screen_plans(model, system, list(enumerate(plans)), memory_limit=limit)
+    for a, b in zip(every, cut, strict=True):
+        assert a.memory_bytes == b.memory_bytes and a.error == b.error
+        assert b.closed_form_s == (a.closed_form_s if a.memory_bytes <= limit else math.inf)
+    assert any(b.closed_form_s == math.inf for b in cut) and any(b.closed_form_s < math.inf for b in cut)

@@ -100,25 +100,32 @@ def _with_env(env: dict[str, str]) -> Iterator[None]:
 
 def screen_plans(
     model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]],
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, memory_limit: float | None = None,
 ) -> list[Screened]:  # fmt: skip
     """Closed form + peak memory per plan (a worker's unit of work; picklable arguments).
     ``env``: the calibration variables to screen under (:func:`_calibration_env`); ``None``
-    keeps this process's."""
+    keeps this process's. ``memory_limit``: bytes per GPU above which a plan is not timed (its
+    closed form is inf: the search counts it as not fitting and ranks it nowhere)."""
     if env is None:
-        return _screen(model, system, plans)
+        return _screen(model, system, plans, memory_limit)
     with _ENV_LOCK, _with_env(env):  # os.environ is the process's: one chunk at a time
-        return _screen(model, system, plans)
+        return _screen(model, system, plans, memory_limit)
 
 
-def _screen(model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]]) -> list[Screened]:
+def _screen(model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Plan]],
+            memory_limit: float | None = None) -> list[Screened]:  # fmt: skip
     coster = _coster(system.device)
     out = []
     for i, plan in plans:
         try:
+            # memory first: a plan that does not fit is not timed (most of an MoE model's space
+            # on few GPUs: 5,116 of DeepSeek-V3's 6,288 plans on 256 H100s)
+            mem = max(m.total_bytes for m in memory_per_gpu(model, plan))
+            if memory_limit is not None and not mem <= memory_limit:
+                out.append(Screened(i, math.inf, mem))
+                continue
             stages = stage_costs(model, plan, system, coster, tp_shares=False)  # no breakdown here
             cf = closed_form_001(stages, plan)
-            mem = max(m.total_bytes for m in memory_per_gpu(model, plan))
         except TrainsimError as e:
             out.append(Screened(i, math.inf, math.inf, str(e)))
             continue
@@ -469,16 +476,17 @@ def _dask_client(scheduler: str, say: Callable[[str], None]) -> Iterator[_Dask]:
 
 
 def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, Plan]], *, workers: int | None,
-                   dask: _Dask | None, tick: Callable[[int], None]) -> list[Screened]:  # fmt: skip
+                   dask: _Dask | None, tick: Callable[[int], None],
+                   memory_limit: float | None = None) -> list[Screened]:  # fmt: skip
     out: list[Screened] = []
     if dask is not None:
-        return _screen_on_dask(dask, model, system, _chunks(items, _dask_threads(dask)), tick)
+        return _screen_on_dask(dask, model, system, _chunks(items, _dask_threads(dask)), tick, memory_limit=memory_limit)
     n = workers if workers is not None else _cores()
     chunks = _chunks(items, n)
     n = min(n, len(chunks))  # no process without a chunk to screen
     if n <= 1 or len(chunks) <= 1:
         for ch in chunks:
-            res = screen_plans(model, system, ch)
+            res = screen_plans(model, system, ch, memory_limit=memory_limit)
             out.extend(res)
             tick(len(res))
         return out
@@ -489,7 +497,7 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
             futs: list[Future[list[Screened]]] = []
             try:
                 with _children_ignore_interrupts():  # the submits start the workers
-                    futs = [pool.submit(screen_plans, model, system, ch, env) for ch in chunks]
+                    futs = [pool.submit(screen_plans, model, system, ch, env, memory_limit) for ch in chunks]
                 for fut in as_completed(futs):
                     res = fut.result()
                     out.extend(res)
@@ -510,7 +518,7 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
 
 
 def _screen_on_dask(dask: _Dask, model: ModelSpec, system: SystemSpec, chunks: list[list[tuple[int, Plan]]],
-                    tick: Callable[[int], None]) -> list[Screened]:  # fmt: skip
+                    tick: Callable[[int], None], *, memory_limit: float | None = None) -> list[Screened]:  # fmt: skip
     """The chunks screened on the Dask workers (the workers' own environment: local artifacts
     are refused with --scheduler). One-line ConfigErrors for a scheduler lost, workers all gone
     for :data:`WORKERS_DEADLINE_S`, a worker's exception and a chunk that kept killing workers."""
@@ -522,7 +530,8 @@ def _screen_on_dask(dask: _Dask, model: ModelSpec, system: SystemSpec, chunks: l
     out: list[Screened] = []
     where = f"--scheduler {dask.scheduler}"
     try:
-        pending = set(dask.client.map(screen_plans, [model] * len(chunks), [system] * len(chunks), chunks, pure=False))
+        pending = set(dask.client.map(screen_plans, [model] * len(chunks), [system] * len(chunks), chunks,
+                                      [None] * len(chunks), [memory_limit] * len(chunks), pure=False))  # fmt: skip
         alone_since: float | None = None
         while pending:
             try:
@@ -698,7 +707,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     with _dask_client(scheduler, _say if progress else _quiet) if scheduler else nullcontext() as dask:
         _bar, tick, stop = _progress(len(items), progress)  # once the workers are there
         try:
-            screened = _run_screening(model, sys_spec, items, workers=workers, dask=dask, tick=tick)
+            screened = _run_screening(model, sys_spec, items, workers=workers, dask=dask, tick=tick, memory_limit=limit)
         finally:
             stop()
     t2 = time.perf_counter()
