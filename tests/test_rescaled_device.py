@@ -171,3 +171,44 @@ def test_predict_table_says_answers_were_carried_to_an_edited_spec(tmp_path: Pat
     assert edited.exit_code == 0 and catalog.exit_code == 0
     flat = " ".join(edited.stdout.split())
     assert "edited device" in flat and "edited device" not in " ".join(catalog.stdout.split())
+
+
+@pytest.mark.parametrize("name", ["NVIDIA A100-SXM4-80GB", "a100", "A100 SXM4 80GB"])
+def test_a_copy_named_by_an_alias_of_its_part_is_that_part(tmp_path: Path, name: str) -> None:
+    """A device YAML named by one of its part's aliases (the name nvidia-smi prints, the short
+    one) is the part, as ``--system``'s catalog lookups have it: edited, its calibrated answers
+    are carried to the edit (they had fallen to the spec-based roofline, 586 of gpt3-1.3b's
+    operators, 196 ms against 283 ms with the catalog name); its system keeps the network's
+    collectives (they had been dropped: 'differs from theirs in device')."""
+    from trainsim.comm.registry import same_system, shadowed_note
+
+    doubled = get_device(_twice_the_peaks(tmp_path))
+    aliased = get_device(_device(tmp_path, "device_a100_sxm4_80gb.yaml", name=name,
+                                 peak_tflops={"fp32": 39, "tf32": 312, "fp16": 624, "bf16": 624}))  # fmt: skip
+    assert edited_catalog_device(aliased) == get_device(A100)
+    gemm = query("linear1", dtype="fp16", **GEMM)
+    want, got = predict_query(gemm, doubled), predict_query(gemm, aliased)
+    assert got.calibrated and "spec-rescaled" in got.provenance
+    assert got.duration_s == pytest.approx(want.duration_s, rel=1e-12)
+    note = rescaled_note(aliased)
+    assert note is not None and note.startswith(f"device {name} is an edited copy")
+    copy = get_device(_device(tmp_path, "device_a100_sxm4_80gb.yaml", name=name))  # unedited
+    assert edited_catalog_device(copy) is None
+    assert predict_query(gemm, copy) == predict_query(gemm, A100)
+    system = get_system(_system(tmp_path, "system_perlmutter.yaml", _device(tmp_path, "device_a100_sxm4_80gb.yaml", name=name)))
+    assert same_system(system, get_system("perlmutter")) and shadowed_note(system) is None
+
+
+def test_a_user_artifact_naming_its_device_by_an_alias_answers_for_it(tmp_path: Path) -> None:
+    """A `trainsim fit` artifact whose device is an alias of a catalog part answers for that
+    part (kernel models and devices meet by catalog name)."""
+    learned = next(m for m in models_for(A100) if hasattr(m, "spec"))
+    art = type(learned).from_artifact(*learned.to_artifact())
+    art.device = "NVIDIA A100-SXM4-80GB"
+    from trainsim.kernels import registry
+
+    registry._user_models.cache_clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(registry, "user_models", lambda: (art,))
+        assert any(m is art for m in models_for(A100))
+        assert not any(m is art for m in models_for("h100-sxm5-80gb"))

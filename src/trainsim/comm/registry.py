@@ -159,9 +159,9 @@ def _device_name(device: str) -> str:
     """The GPU a system's ``device`` field resolves to, by name: the collectives measured on a
     network stand for it with a copy of its GPU that edits FLOP/s, memory or link fields (the
     tiers carry the network's rates; kernels carry a compute edit, trainsim.kernels.rescaled)."""
-    from trainsim.hardware import get_device
+    from trainsim.hardware import catalog_name, get_device
 
-    return get_device(device).name
+    return catalog_name(get_device(device).name)  # a copy named by an alias of the part is the part
 
 
 def _differing(a: SystemSpec, b: SystemSpec) -> list[str]:

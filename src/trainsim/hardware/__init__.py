@@ -6,6 +6,7 @@
 """
 
 from trainsim.hardware.catalog import (
+    catalog_name,
     find_device,
     get_device,
     get_system,
@@ -28,6 +29,7 @@ __all__ = [
     "SystemSpec",
     "TierKind",
     "TierScope",
+    "catalog_name",
     "find_device",
     "get_device",
     "get_system",

@@ -158,6 +158,15 @@ def find_device(name: str) -> DeviceSpec | None:
     return _devices().get(_norm(name))
 
 
+def catalog_name(name: str) -> str:
+    """The catalog name of the device ``name`` denotes: its name or any of its aliases, as
+    :func:`find_device` matches them (a YAML copy named ``NVIDIA A100-SXM4-80GB``, the name
+    nvidia-smi prints, is ``a100-sxm4-80gb``); a name the catalog lacks is its own. Kernel and
+    comm models meet devices by it."""
+    d = find_device(name)
+    return d.name if d is not None else name
+
+
 def list_devices() -> list[DeviceSpec]:
     return sorted({id(s): s for s in _devices().values()}.values(), key=lambda s: s.name)
 

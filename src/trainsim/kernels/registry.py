@@ -30,7 +30,7 @@ import numpy as np
 
 from trainsim.envvars import split_paths
 from trainsim.errors import ConfigError, ModelError, NotCalibratedError
-from trainsim.hardware import DeviceSpec, get_device, list_devices
+from trainsim.hardware import DeviceSpec, catalog_name, get_device, list_devices
 from trainsim.ir.graph import Kernel
 from trainsim.kernels.calibrated import LearnedKernelModel
 from trainsim.kernels.embedding import EmbeddingLookupModel
@@ -234,7 +234,10 @@ def models_for(device: DeviceSpec | str) -> list[KernelModel]:
     """The user's calibrated models of ``device``, the shipped ones (learned, then rooflines),
     then its spec-based models."""
     spec = device if isinstance(device, DeviceSpec) else get_device(device)
-    mine = [m for m in (*user_models(), *_shipped_for(spec.name)) if m.device == spec.name]
+    # models and devices meet by catalog name: a YAML copy named by an alias of its part
+    # (``name: NVIDIA A100-SXM4-80GB``) is that part, as the catalog's lookups have it
+    name = catalog_name(spec.name)
+    mine = [m for m in (*user_models(), *_shipped_for(name)) if catalog_name(m.device) == name]
     learned: list[KernelModel] = [m for m in mine if isinstance(m, LearnedKernelModel)]
     rest = [m for m in mine if not isinstance(m, LearnedKernelModel)]
     cataloged = any(d.name == spec.name and d == spec for d in list_devices())

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from trainsim.hardware import DeviceSpec, list_devices
+from trainsim.hardware import DeviceSpec, find_device
 from trainsim.ir.kinds import KernelFamily
 from trainsim.kernels.features import derive, op_spec, roofline_s
 from trainsim.kernels.model import KernelModel, KernelQuery
@@ -43,15 +43,14 @@ _ROOFLINE_FIELDS = ("peak_tflops", "memory_bandwidth_GBps")
 
 
 def edited_catalog_device(spec: DeviceSpec) -> DeviceSpec | None:
-    """The catalog device ``spec`` is an edited copy of: same name, other peaks or memory
-    bandwidth; None for a catalog device itself, an edit the roofline does not read, or a
-    name the catalog lacks (a user's own device, answered by its own models as given)."""
-    for d in list_devices():
-        if d.name == spec.name:
-            if any(getattr(d, f) != getattr(spec, f) for f in _ROOFLINE_FIELDS):
-                return d
-            return None
-    return None
+    """The catalog device ``spec`` is an edited copy of: named by that device's name or an
+    alias (:func:`~trainsim.hardware.catalog_name`), with other peaks or memory bandwidth; None
+    for a catalog device itself, an edit the roofline does not read, or a name the catalog
+    lacks (a user's own device, answered by its own models as given)."""
+    d = find_device(spec.name)
+    if d is None or not any(getattr(d, f) != getattr(spec, f) for f in _ROOFLINE_FIELDS):
+        return None
+    return d
 
 
 def same_roofline(a: DeviceSpec, b: DeviceSpec) -> bool:
