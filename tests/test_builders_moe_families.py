@@ -206,6 +206,10 @@ _QW = {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 2, "nu
     ({**_QW, "decoder_sparse_step": 0}, "field 'decoder_sparse_step' must be a positive integer"),
     ({**_QW, "model_type": "qwen3_moe", "num_experts": None}, "missing field 'num_experts' (or 'num_local_experts')"),
     ({**_QW, "model_type": "gpt_oss"}, "missing field 'num_local_experts'"),
+    # an index outside the model (transformers never matches it: read as all-MoE, silently)
+    ({**_QW, "mlp_only_layers": [0, 5]}, "field 'mlp_only_layers' lists layer(s) 5, outside the 2 layers"),
+    ({**_QW, "mlp_only_layers": [-1]}, "field 'mlp_only_layers' lists layer(s) -1, outside the 2 layers"),
+    ({**_DS, "moe_layer_freq": 0}, "field 'moe_layer_freq' must be a positive integer"),
 ])  # fmt: skip
 def test_bad_configs_name_the_file_and_field(tmp_path, doc, message):
     p = tmp_path / "config.json"
@@ -429,3 +433,25 @@ def test_hf_config_dict_of_the_catalog_entry_reads_back(tmp_path):
         json.loads(by_path.stdout)["iteration_time_s"]
         == json.loads(by_name.stdout)["iteration_time_s"]
     )
+
+
+def test_deepseek_moe_layer_freq_makes_the_layers_it_skips_dense(hf, tmp_path):
+    """moe_layer_freq 2: from first_k_dense_replace on, only the even layers are MoE, as
+    DeepSeek's modeling code (the checkpoints' auto_map) builds them; it had been ignored, every
+    layer from there read as MoE (DeepSeek-V3 at freq 2: 671.0B read, 354.2B built). 1, every
+    published config's value, is unchanged."""
+    doc = {**_DS, "num_hidden_layers": 7, "first_k_dense_replace": 1, "moe_layer_freq": 2}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(doc))
+    spec = read_hf_config(p)
+    assert spec.dense_layers == (0, 1, 3, 5) and spec.moe_layers == 3
+    p.write_text(json.dumps({**doc, "moe_layer_freq": 1}))
+    assert read_hf_config(p).dense_layers == (0,)
+    # the count of a model built that way: transformers' model with those layers dense
+    torch, transformers = hf
+    count, _ = _meta_params(torch, transformers, "deepseek_v3", {k: v for k, v in doc.items() if k != "model_type"})
+    dense_mlp = 3 * doc["hidden_size"] * doc["intermediate_size"]
+    moe_mlp = (doc["n_routed_experts"] + doc["n_shared_experts"]) * 3 * doc["hidden_size"] * doc["moe_intermediate_size"]
+    router = doc["n_routed_experts"] * doc["hidden_size"]  # its score-correction bias is a buffer
+    moved = 3 * (moe_mlp + router - dense_mlp)  # layers 2, 4, 6 here MoE there (transformers ignores the field)
+    assert spec.params(padded=False) == count - moved

@@ -225,6 +225,9 @@ BAD = [
     ({"model_type": "gemma3", "text_config": {"hidden_size": "big"}},
      r"field 'hidden_size' must be a positive integer, got 'big' \(in 'text_config'\)"),
     ({**GEMMA2, "model_type": "gemma4"}, "'model_type' is 'gemma4'; supported: deepseek_v2, deepseek_v3, falcon, gemma2, gemma3, gemma3_text"),
+    # a type the window count does not know (it had counted as a full-attention layer, silently)
+    ({**GEMMA2, "layer_types": ["sliding_attention", "chunked_attention"] * 21},
+     r"field 'layer_types' has 'chunked_attention' \(layer 1\); supported here: full_attention, sliding_attention"),
 ]  # fmt: skip
 
 
@@ -365,3 +368,24 @@ def test_existing_models_are_unchanged_by_the_new_fields():
     assert [o.name for o in LayerCoster(LLAMA, PLAN, COSTER).layer("fwd")] == [
         "input_norm", "qkv_proj", "rotary", "flash_attention", "out_proj", "residual_add", "post_attention_norm",
         "mlp_up", "activation", "mlp_down", "residual_add"]  # fmt: skip
+
+
+# tiiuae/falcon-7b and -40b as the Hub held them before transformers took the family in (their
+# remote code's model types; config.json as published then)
+_RW_7B = {"alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["RWForCausalLM"],
+          "attention_dropout": 0.0, "bias": False, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0,
+          "hidden_size": 4544, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "RefinedWebModel",
+          "multi_query": True, "n_head": 71, "n_layer": 32, "parallel_attn": True, "torch_dtype": "bfloat16",
+          "transformers_version": "4.27.4", "use_cache": True, "vocab_size": 65024}  # fmt: skip
+_RW_40B = {**{k: v for k, v in _RW_7B.items() if k != "multi_query"}, "model_type": "RefinedWeb", "hidden_size": 8192,
+           "n_head": 128, "n_head_kv": 8, "n_layer": 60}  # fmt: skip
+
+
+@pytest.mark.parametrize(("doc", "name"), [(_RW_7B, "falcon-7b"), (_RW_40B, "falcon-40b")])
+def test_falcon_remote_code_configs_read_as_falcon(tmp_path, doc, name):
+    """RefinedWebModel (Falcon-7B's layer) and RefinedWeb (Falcon-40B's: the new decoder
+    architecture) are the Falcon family (they had been refused as unsupported model types)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    spec = get_model(name)
+    assert replace(read_hf_config(path), name=spec.name, source=spec.source, aliases=spec.aliases) == spec

@@ -19,7 +19,8 @@ HuggingFace configs: ``gpt2``, ``gpt_bigcode`` (StarCoder; multi-query → one K
 ``gpt_neox``, ``llama``, ``mistral``, ``qwen2``, ``mixtral``, the dense families ``qwen3``
 (per-head q/k norms), ``phi3``, ``olmo2`` (q/k norms over the projections), ``gemma2``,
 ``gemma3_text`` and ``gemma3`` (its ``text_config``; four norms a layer, soft-capping, windows on
-some layers), ``falcon`` (multi-query or GQA, parallel attention with one or two norms) and
+some layers), ``falcon`` (multi-query or GQA, parallel attention with one or two norms; also its
+remote code's ``RefinedWebModel`` and ``RefinedWeb``, the Hub's Falcon configs before mid-2023) and
 ``starcoder2``, and the MoE families ``qwen3_moe``, ``qwen2_moe``, ``gpt_oss``, ``deepseek_v2``,
 ``deepseek_v3`` (shared experts, dense layers among the MoE ones, Multi-head Latent Attention:
 :func:`_deepseek` and its neighbours); each reader's docstring says what it maps. Fields a config
@@ -428,6 +429,9 @@ def _qwen_dense_layers(f: _Fields, layers: int) -> tuple[int, ...]:
     only = f.doc.get("mlp_only_layers") or []
     if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
         raise ConfigError(f"{f.path}: field 'mlp_only_layers' must be a list of layer indices, got {only!r}")
+    if bad := [i for i in only if not 0 <= i < layers]:  # transformers never matches them: a typo, or another model's list
+        raise ConfigError(f"{f.path}: field 'mlp_only_layers' lists layer(s) {', '.join(map(str, bad))}, outside the "
+                          f"{layers} layers (indices 0..{layers - 1})")  # fmt: skip
     return tuple(i for i in range(layers) if i in only or (i + 1) % step)
 
 
@@ -481,15 +485,19 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
 def _deepseek(f: _Fields) -> dict[str, Any]:
     """deepseek_v2/deepseek_v3: MLA (q_lora_rank null or 0: a full-rank q projection),
     n_routed_experts of moe_intermediate_size (top num_experts_per_tok), n_shared_experts of
-    the same width, the first first_k_dense_replace layers dense of intermediate_size. Dropped
-    as other partial biases are: attention_bias (false in the published configs). Ignored:
-    group-limited routing (n_group, topk_group), which changes no shape."""
+    the same width, the first first_k_dense_replace layers dense of intermediate_size and, from
+    there, every layer whose index moe_layer_freq does not divide (DeepSeek's modeling code, which
+    the checkpoints' auto_map names; transformers' DeepseekV2/V3 ignore the field, 1 in every
+    published config). Dropped as other partial biases are: attention_bias (false in the
+    published configs). Ignored: group-limited routing (n_group, topk_group), which changes no
+    shape."""
     layers = f.integer(*_LAYERS)
     nope, rope = f.integer("qk_nope_head_dim"), f.integer("qk_rope_head_dim")
     moe = f.integer("moe_intermediate_size")
     first_dense = _count(f, "first_k_dense_replace", 0)
     if first_dense > layers:
         raise ConfigError(f"{f.path}: field 'first_k_dense_replace' is {first_dense}, more than the {layers} layers")
+    freq = f.integer("moe_layer_freq", default=1)
     return {
         "kv_heads": 0,  # MLA: every head has its own K and V (from the shared latent)
         "head_dim": nope + rope,
@@ -506,7 +514,7 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
         "top_k": f.integer("num_experts_per_tok"),
         "moe_ffn_hidden": moe,
         "shared_ffn_hidden": _count(f, "n_shared_experts", 0) * moe,
-        "dense_layers": tuple(range(first_dense)),
+        "dense_layers": tuple(i for i in range(layers) if i < first_dense or i % freq),
         "mtp_layers": _count(f, "num_nextn_predict_layers", 0),
     }
 
@@ -576,6 +584,7 @@ _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072,
 }  # fmt: skip
 _SEQ_DEFAULTS: dict[str, int] = {"falcon": 2048}  # FalconConfig.max_position_embeddings
+_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})  # what layer_types may say here
 
 
 def _softcap(f: _Fields, key: str, default: float | None) -> float:
@@ -599,6 +608,10 @@ def _window_layers(f: _Fields, sliding: Callable[[int], bool]) -> int:
     if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
         raise ConfigError(f"{f.path}: field 'layer_types' must list one attention type per layer ({layers}), "
                           f"got {types!r}")  # fmt: skip
+    if bad := sorted(set(types) - _LAYER_TYPES):  # e.g. Llama 4's chunked_attention: another attention
+        i = types.index(bad[0])
+        raise ConfigError(f"{f.path}: field 'layer_types' has {bad[0]!r} (layer {i}); supported here: "
+                          f"{', '.join(sorted(_LAYER_TYPES))}")  # fmt: skip
     return sum(t == "sliding_attention" for t in types)
 
 
@@ -728,6 +741,11 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
 }
+# Falcon's configs before transformers took the family in (its remote code: the Hub's
+# tiiuae/falcon-7b and -40b snapshots up to mid-2023, and models fine-tuned from them): n_head,
+# n_layer, n_head_kv; RefinedWeb is Falcon-40B's layer (new_decoder_architecture), RefinedWebModel
+# Falcon-7B's, as transformers' conversion of them sets it
+_REFINED_WEB = {"RefinedWeb": True, "RefinedWebModel": False}
 # intermediate_size required
 _GATED_TYPES = frozenset({"llama", "mistral", "qwen2", "mixtral", "qwen3", "phi3", "olmo2", "gemma2", "gemma3_text",
                           "starcoder2",
@@ -755,6 +773,7 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
     """The ModelSpec of a parsed HuggingFace config (``path`` names it in errors)."""
     mtype = doc.get("model_type")
     reader = _READERS.get(mtype) if isinstance(mtype, str) else None
+    reader = _READERS["falcon"] if mtype in _REFINED_WEB else reader
     if mtype == "gemma3_text":
         doc = {**_GEMMA3_TEXT_DEFAULTS, **doc}
     if mtype is None:
@@ -765,6 +784,9 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
         )
     if mtype == "gemma3":
         return _gemma3(doc, path)
+    if mtype in _REFINED_WEB:
+        mtype = "falcon"
+        doc = {**doc, "model_type": mtype, "new_decoder_architecture": _REFINED_WEB[doc["model_type"]]}
     f = _Fields(doc, path)
     hidden, heads = f.integer(*_HIDDEN), f.integer(*_HEADS)
     ffn = f.integer(*_FFN) if mtype in _GATED_TYPES else f.integer(*_FFN, default=0)
