@@ -100,7 +100,7 @@ def test_predict_on_an_edited_device_is_faster_notes_it_and_keeps_the_networks_m
     edited = predict_llm(get_model("gpt3-1.3b"), plan, system)
     assert edited.breakdown["forward_s"] < 0.7 * base.breakdown["forward_s"]
     assert any(
-        "edited copy of the catalog" in n and "fp16 peak 312.0 -> 624.0" in n
+        "edited copy of the catalog" in n and "fp16 peak 312 TFLOP/s -> 624 TFLOP/s" in n
         for n in edited.warnings
     )
     assert not any("edited copy" in n for n in base.warnings)
@@ -153,7 +153,7 @@ def test_hw_show_notes_an_edited_copy(tmp_path: Path) -> None:
     table = CliRunner().invoke(app, ["hw", "show", str(path)])
     assert table.exit_code == 0 and "edited copy of the catalog" in table.output
     doc = json.loads(CliRunner().invoke(app, ["hw", "show", str(path), "--format", "json"]).stdout)
-    assert len(doc["notes"]) == 1 and "fp16 peak 312.0 -> 624.0" in doc["notes"][0]
+    assert len(doc["notes"]) == 1 and "fp16 peak 312 TFLOP/s -> 624 TFLOP/s" in doc["notes"][0]
     catalog = json.loads(CliRunner().invoke(app, ["hw", "show", A100, "--format", "json"]).stdout)
     assert "notes" not in catalog
 
@@ -212,3 +212,12 @@ def test_a_user_artifact_naming_its_device_by_an_alias_answers_for_it(tmp_path: 
         mp.setattr(registry, "user_models", lambda: (art,))
         assert any(m is art for m in models_for(A100))
         assert not any(m is art for m in models_for("h100-sxm5-80gb"))
+
+
+def test_the_note_names_a_removed_or_added_peak_as_none(tmp_path: Path) -> None:
+    """A precision the copy drops (or adds) reads 'none', not Python's None with a unit."""
+    doc = yaml.safe_load((DATA / "device_a100_sxm4_80gb.yaml").read_text(encoding="utf-8"))
+    peaks = {k: v for k, v in doc["peak_tflops"].items() if k != "bf16"}
+    note = rescaled_note(get_device(_device(tmp_path, "device_a100_sxm4_80gb.yaml", peak_tflops={**peaks, "fp8": 624})))
+    assert note is not None and "bf16 peak 312 TFLOP/s -> none" in note and "fp8 peak none -> 624 TFLOP/s" in note
+    assert "None" not in note

@@ -121,9 +121,11 @@ class RescaledKernelModel(KernelModel):
 def _describe(field: str, old: Any, new: Any) -> str:
     if field == "peak_tflops":  # the precisions that changed, in TFLOP/s
         a, b = old.model_dump(), new.model_dump()
-        return ", ".join(
-            f"{k} peak {a.get(k)} -> {b.get(k)} TFLOP/s" for k in b if a.get(k) != b.get(k)
-        )
+
+        def peak(v: float | None) -> str:  # a precision the part lacks: its math runs at fp32's
+            return "none" if v is None else f"{v:g} TFLOP/s"
+
+        return ", ".join(f"{k} peak {peak(a.get(k))} -> {peak(b.get(k))}" for k in b if a.get(k) != b.get(k))
     return f"{field} {old:g} -> {new:g}"
 
 
