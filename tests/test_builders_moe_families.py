@@ -455,3 +455,16 @@ def test_deepseek_moe_layer_freq_makes_the_layers_it_skips_dense(hf, tmp_path):
     router = doc["n_routed_experts"] * doc["hidden_size"]  # its score-correction bias is a buffer
     moved = 3 * (moe_mlp + router - dense_mlp)  # layers 2, 4, 6 here MoE there (transformers ignores the field)
     assert spec.params(padded=False) == count - moved
+
+
+@pytest.mark.parametrize(("alias", "name"), [
+    ("deepseek-ai/DeepSeek-R1", "deepseek-v3"), ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"),
+    ("deepseek-ai/DeepSeek-V2-Chat", "deepseek-v2"), ("Qwen/Qwen1.5-MoE-A2.7B-Chat", "qwen1.5-moe-a2.7b"),
+    ("google/gemma-2-9b-it", "gemma2-9b"), ("google/gemma-3-12b-it", "gemma3-12b"),
+    ("allenai/OLMo-2-1124-7B-Instruct", "olmo2-7b"), ("tiiuae/falcon-7b-instruct", "falcon-7b"),
+    ("tiiuae/falcon-40b-instruct", "falcon-40b"),
+])  # fmt: skip
+def test_checkpoints_of_the_same_config_resolve_to_the_entry(alias, name):
+    """The Hub's instruction-tuned and later checkpoints of an entry's very config (same shapes)
+    are its aliases: `trainsim predict deepseek-ai/DeepSeek-R1` needs no config.json."""
+    assert get_model(alias) is get_model(name)

@@ -117,7 +117,7 @@ def _moe_family_entries() -> list[ModelSpec]:
         # 60 experts of 1408, top 4, one gated shared expert of 5632, q/k/v biases
         ModelSpec(name="qwen1.5-moe-a2.7b", hidden=2048, layers=24, heads=16, ffn_hidden=5632, vocab=151936,
                   seq_len=8192, num_experts=60, top_k=4, moe_ffn_hidden=1408, qkv_bias=True,
-                  shared_ffn_hidden=5632, shared_expert_gate=True, aliases=("Qwen/Qwen1.5-MoE-A2.7B",), **common),
+                  shared_ffn_hidden=5632, shared_expert_gate=True, aliases=("Qwen/Qwen1.5-MoE-A2.7B", "Qwen/Qwen1.5-MoE-A2.7B-Chat"), **common),
         # gpt-oss-20b / -120b (HF openai/gpt-oss-* configs; model card: initial context 4,096):
         # GQA 64 heads of 64 (8 KV), biases on attention, experts and router, attention sinks,
         # a 128-token sliding window on every other layer (not modelled: the window note)
@@ -129,18 +129,20 @@ def _moe_family_entries() -> list[ModelSpec]:
         # DeepSeek-V3 (HF deepseek-ai/DeepSeek-V3 config; DeepSeek-V3 report §4.2: 4K sequence in
         # pre-training): MLA (q rank 1536, KV rank 512, heads 128 + 64 rotary, values 128), 256
         # routed experts of 2048 top 8, one shared, first 3 layers dense of 18432; its one MTP
-        # module is not modelled (671B without it, the HF model's count)
+        # module is not modelled (671B without it, the HF model's count); DeepSeek-V3-0324 and R1 are
+        # checkpoints of the same config
         ModelSpec(name="deepseek-v3", hidden=7168, layers=61, heads=128, head_dim=192, ffn_hidden=18432,
                   vocab=129280, seq_len=4096, num_experts=256, top_k=8, moe_ffn_hidden=2048,
                   shared_ffn_hidden=2048, dense_layers=(0, 1, 2), q_lora_rank=1536, kv_lora_rank=512,
                   qk_rope_head_dim=64, v_head_dim=128, mtp_layers=1,
-                  aliases=("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base"), **common),
+                  aliases=("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base", "deepseek-ai/DeepSeek-V3-0324",
+                           "deepseek-r1", "deepseek-ai/DeepSeek-R1"), **common),
         # DeepSeek-V2 (HF deepseek-ai/DeepSeek-V2 config; DeepSeek-V2 paper §3.1.2: 4K sequence):
         # MLA as V3's, 160 routed experts of 1536 top 6, two shared, the first layer dense of 12288
         ModelSpec(name="deepseek-v2", hidden=5120, layers=60, heads=128, head_dim=192, ffn_hidden=12288,
                   vocab=102400, seq_len=4096, num_experts=160, top_k=6, moe_ffn_hidden=1536,
                   shared_ffn_hidden=2 * 1536, dense_layers=(0,), q_lora_rank=1536, kv_lora_rank=512,
-                  qk_rope_head_dim=64, v_head_dim=128, aliases=("deepseek-ai/DeepSeek-V2",), **common),
+                  qk_rope_head_dim=64, v_head_dim=128, aliases=("deepseek-ai/DeepSeek-V2", "deepseek-ai/DeepSeek-V2-Chat"), **common),
     ]  # fmt: skip
 
 
@@ -185,24 +187,25 @@ def _dense_entries() -> list[ModelSpec]:
         # 4,096-token window on every other layer
         ModelSpec(name="gemma2-9b", hidden=3584, layers=42, heads=16, kv_heads=8, head_dim=256,  # ffn 14,336: 4 x hidden
                   vocab=256000, seq_len=8192, logit_softcap=30.0, attn_softcap=50.0, sliding_window=4096,
-                  sliding_layers=21, aliases=("gemma-2-9b", "google/gemma-2-9b"), **gemma),
+                  sliding_layers=21, aliases=("gemma-2-9b", "google/gemma-2-9b", "google/gemma-2-9b-it"), **gemma),
         # Gemma 3 report (2025): pre-trained at 32k, extended to 128k; q/k norms, no soft-caps,
         # a 1,024-token window on 5 of 6 layers; the language model (the vision tower is not counted)
         ModelSpec(name="gemma3-12b", hidden=3840, layers=48, heads=16, kv_heads=8, head_dim=256,  # ffn 15,360: 4 x hidden
                   vocab=262208, seq_len=32768, qk_norm="head", sliding_window=1024, sliding_layers=40,
-                  aliases=("gemma-3-12b", "google/gemma-3-12b-pt"), **gemma),
+                  aliases=("gemma-3-12b", "google/gemma-3-12b-pt", "google/gemma-3-12b-it"), **gemma),
         # Phi-3-mini-4k (Abdin et al. 2024): 4k context, 2,047-token window in its config
         ModelSpec(name="phi3-mini", hidden=3072, layers=32, heads=32, ffn_hidden=8192, vocab=32064, seq_len=4096,
                   sliding_window=2047, aliases=("phi-3-mini", "microsoft/Phi-3-mini-4k-instruct"), **swiglu),
         # OLMo 2 7B (OLMo et al. 2024, "2 OLMo 2 Furious"): 4,096 context, q/k norms over the projections
         ModelSpec(name="olmo2-7b", hidden=4096, layers=32, heads=32, ffn_hidden=11008, vocab=100352, seq_len=4096,
-                  qk_norm="full", aliases=("olmo-2-7b", "allenai/OLMo-2-1124-7B"), **swiglu),
+                  qk_norm="full", aliases=("olmo-2-7b", "allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-7B-Instruct"),
+                  **swiglu),
         # Falcon (Almazrouei et al. 2023): 2,048 context; 7B multi-query with one norm per
         # layer, 40B GQA (8 KV heads) with two (new_decoder_architecture)
         ModelSpec(name="falcon-7b", hidden=4544, layers=32, heads=71, kv_heads=1, vocab=65024, seq_len=2048,
-                  layer_norms=1, aliases=("tiiuae/falcon-7b",), **falcon),
+                  layer_norms=1, aliases=("tiiuae/falcon-7b", "tiiuae/falcon-7b-instruct"), **falcon),
         ModelSpec(name="falcon-40b", hidden=8192, layers=60, heads=128, kv_heads=8, vocab=65024, seq_len=2048,
-                  aliases=("tiiuae/falcon-40b",), **falcon),
+                  aliases=("tiiuae/falcon-40b", "tiiuae/falcon-40b-instruct"), **falcon),
         # StarCoder2 (Lozhkov et al. 2024): 16,384 context, a 4,096-token window
         ModelSpec(name="starcoder2-7b", hidden=4608, layers=32, heads=36, kv_heads=4, vocab=49152, seq_len=16384,
                   activation="gelu", position="rotary", tied_embeddings=True, sliding_window=4096,
