@@ -210,6 +210,11 @@ _QW = {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 2, "nu
     ({**_QW, "mlp_only_layers": [0, 5]}, "field 'mlp_only_layers' lists layer(s) 5, outside the 2 layers"),
     ({**_QW, "mlp_only_layers": [-1]}, "field 'mlp_only_layers' lists layer(s) -1, outside the 2 layers"),
     ({**_DS, "moe_layer_freq": 0}, "field 'moe_layer_freq' must be a positive integer"),
+    # ModelSpec's own checks name the config.json fields they read (they named its own fields alone)
+    ({**_QW, "num_key_value_heads": 3},
+     "heads 4 is not a multiple of kv_heads 3 (config.json fields: num_attention_heads 4, num_key_value_heads 3)"),
+    ({**_DS, "num_experts_per_tok": 9},
+     "top_k must be in 1..num_experts (8), got 9 (config.json fields: num_experts_per_tok 9, n_routed_experts 8)"),
 ])  # fmt: skip
 def test_bad_configs_name_the_file_and_field(tmp_path, doc, message):
     p = tmp_path / "config.json"

@@ -816,4 +816,24 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
         )  # fmt: skip
     except ConfigError as e:
         msg = str(e)  # field errors name the file already; ModelSpec's own checks do not
-        raise ConfigError(msg if msg.startswith(f"{path}:") else f"{path}: {msg}") from None
+        if msg.startswith(f"{path}:"):
+            raise
+        raise ConfigError(f"{path}: {msg}{_config_fields(doc, msg)}") from None
+
+
+# ModelSpec field -> the config.json fields it is read from (first present wins), to name them in
+# ModelSpec's own checks ("heads 64 is not a multiple of kv_heads 7" reads "num_key_value_heads")
+_SPEC_FROM: dict[str, tuple[str, ...]] = {
+    "hidden": _HIDDEN, "heads": _HEADS, "layers": _LAYERS, "vocab": ("vocab_size",),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query"),
+    "top_k": ("num_experts_per_tok",), "num_experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+    "head_dim": ("head_dim", "qk_nope_head_dim"), "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "dense_layers": ("mlp_only_layers", "decoder_sparse_step", "first_k_dense_replace", "moe_layer_freq"),
+}  # fmt: skip
+
+
+def _config_fields(doc: dict[str, Any], msg: str) -> str:
+    """`` (config.json fields: name value, ...)`` for the ModelSpec fields ``msg`` names."""
+    named = [f for f in _SPEC_FROM if re.search(rf"\b{f}\b", msg)]
+    found = [(k, doc[k]) for f in named for k in _SPEC_FROM[f] if doc.get(k) is not None]
+    return f" (config.json fields: {', '.join(f'{k} {v!r}' for k, v in dict(found).items())})" if found else ""
