@@ -221,3 +221,28 @@ def test_the_note_names_a_removed_or_added_peak_as_none(tmp_path: Path) -> None:
     note = rescaled_note(get_device(_device(tmp_path, "device_a100_sxm4_80gb.yaml", peak_tflops={**peaks, "fp8": 624})))
     assert note is not None and "bf16 peak 312 TFLOP/s -> none" in note and "fp8 peak none -> 624 TFLOP/s" in note
     assert "None" not in note
+
+
+def test_a_renamed_system_copy_with_an_edited_gpu_is_still_the_networks_twin(tmp_path: Path) -> None:
+    """A system copy under another name keeps its tiers: its collectives are the measured
+    network's (a twin), with the GPU copy edited in FLOP/s as with the copy unedited; the edit
+    had made the GPUs no siblings (fp16 peaks differ), so the collectives fell to the spec-based
+    model (gpt3-1.3b on 8 Perlmutter GPUs, 2x peaks: 507.4 ms, 368 ms exposed DP, against
+    2,227.7 ms and 2,089 ms under Perlmutter's own name)."""
+    from trainsim.comm.registry import models_for, network_twins
+
+    def renamed(device: Path) -> Path:
+        doc = yaml.safe_load(_system(tmp_path, "system_perlmutter.yaml", device).read_text(encoding="utf-8"))
+        doc["name"] = "my-perlmutter"
+        path = tmp_path / f"renamed_{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+        return path
+
+    edited = get_system(renamed(_twice_the_peaks(tmp_path)))
+    plain = get_system(renamed(_device(tmp_path, "device_a100_sxm4_80gb.yaml")))
+    assert network_twins(get_system("perlmutter"), edited) and network_twins(get_system("perlmutter"), plain)
+    twins = [m for m in models_for(edited) if "twin-system:perlmutter" in getattr(m, "dataset", "")]
+    assert twins and len(twins) == len([m for m in models_for(plain) if "twin-system" in getattr(m, "dataset", "")])
+    # another GPU is still another network
+    h100 = get_system(renamed(_device(tmp_path, "device_h100_sxm5.yaml")))
+    assert not network_twins(get_system("perlmutter"), h100)

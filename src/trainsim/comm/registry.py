@@ -30,7 +30,7 @@ from trainsim.comm.samples import CaseKey
 from trainsim.comm.sizing import model_size_bytes
 from trainsim.envvars import split_paths
 from trainsim.errors import ConfigError, ModelError, read_utf8
-from trainsim.hardware import SystemSpec, get_system, list_systems
+from trainsim.hardware import DeviceSpec, SystemSpec, get_system, list_systems
 from trainsim.ir.graph import Collective
 
 MODEL_TYPES: dict[str, Callable[[dict[str, Any]], CommModel]] = {
@@ -206,12 +206,18 @@ def network_twins(a: SystemSpec, b: SystemSpec) -> bool:
     """Whether collectives measured on ``a`` stand for ``b``: the same GPUs per node, sibling
     GPUs (:meth:`~trainsim.hardware.schema.DeviceSpec.is_sibling_of`: A100 40 and 80 GB), and
     tier for tier the same kind, scope, bandwidth, latency and NICs (the catalog's DGX A100
-    and Azure ND A100 v4: NVSwitch and one 200 Gb/s HDR NIC per GPU). Names aside."""
-    from trainsim.hardware import get_device
+    and Azure ND A100 v4: NVSwitch and one 200 Gb/s HDR NIC per GPU). Names aside. A GPU that
+    is a YAML copy of a catalog part (by name or alias) is judged as that part, as
+    :func:`same_system` takes it: a FLOP/s edit is no network's."""
+    from trainsim.hardware import find_device, get_device
+
+    def gpu(device: str) -> DeviceSpec:
+        d = get_device(device)
+        return find_device(d.name) or d
 
     if a.gpus_per_node != b.gpus_per_node or len(a.tiers) != len(b.tiers):
         return False
-    if not get_device(a.device).is_sibling_of(get_device(b.device)):
+    if not gpu(a.device).is_sibling_of(gpu(b.device)):
         return False
     return all(x.model_dump(exclude={"name"}) == y.model_dump(exclude={"name"}) for x, y in zip(a.tiers, b.tiers, strict=True))
 
