@@ -259,7 +259,7 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
                 system_ref: str | None = None) -> LLMPrediction:  # fmt: skip
     """One iteration of ``model`` under ``plan`` on ``system``: the simulated time (or 001
     Eq. 7's with ``simulate=False``), both closed forms, throughput, MFU, memory per stage and
-    the breakdown of the critical stage. ``memory_headroom_bytes``: memory the plan must leave
+    the breakdown of the busiest stage. ``memory_headroom_bytes``: memory the plan must leave
     free for it to fit (:func:`~trainsim.builders.memory.headroom_bytes`). ``system_ref``: how
     the user named ``system`` (a YAML path), for the commands the notes suggest."""
     t0 = time.perf_counter()
@@ -274,17 +274,25 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     sim = None
     if simulate:
         iteration, ends, sim, method = _simulate(spec, plan, sys, stages, full=full_simulation)
-        # the stage whose GPUs finish last carries the critical path
-        crit = max(range(len(ends)), key=ends.__getitem__)
+        crit = max(range(len(ends)), key=ends.__getitem__)  # the stage whose GPUs finish last
     else:
         iteration, method = cf["001_eq7"], "closed-form-001"
         crit = 0
-    crit_stage = stages[crit]
-    if not simulate and crit_stage.embedding_comm is not None:
-        # 001 Eq. 7 synchronises the first stage's gradients by its DP all-reduce alone (001
-        # §III-D): the tied-embedding all-reduce is not in its time, so not in its breakdown
-        # either (counted there, the parts had summed to more than the iteration)
-        crit_stage = replace(crit_stage, embedding_comm=None)
+    def bare(st: StageCost) -> StageCost:
+        if not simulate and st.embedding_comm is not None:
+            # 001 Eq. 7 synchronises the first stage's gradients by its DP all-reduce alone (001
+            # §III-D): the tied-embedding all-reduce is not in its time, so not in its breakdown
+            # either (counted there, the parts had summed to more than the iteration)
+            return replace(st, embedding_comm=None)
+        return st
+
+    # the breakdown is of the busiest stage, the pipeline's bottleneck: the one whose GPUs
+    # wait least. In 1F1B the first stage finishes last whatever paces it, so its breakdown
+    # had shown the slower stages' pace as bubble (DeepSeek-V3 with its three dense layers on
+    # stage 0: 14.6 s "bubble" of 32.9 s). Ties (a balanced pipeline) keep the stage that ends last
+    parts = {i: _breakdown(bare(st), plan, iteration) for i, st in enumerate(stages)}
+    crit = min(parts, key=lambda i: (round(parts[i]["pipeline_bubble_s"] / iteration, 9), i != crit))
+    crit_stage = bare(stages[crit])
     t3 = time.perf_counter()
     tokens = plan.batch * plan.seq(spec)
     flops = (
