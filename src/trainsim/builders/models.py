@@ -366,6 +366,24 @@ _FFN = ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
 _SEQ = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
 
 
+def _pretraining_context(doc: dict[str, Any], path: Path) -> tuple[int, str]:
+    """A RoPE-scaled config's pre-training context and the field it is in, or ``(0, "")``:
+    ``rope_scaling.original_max_position_embeddings`` (YaRN, Llama 3.1's ``llama3``, LongRoPE:
+    DeepSeek-V3 4,096 of 163,840 positions; Llama 3.1 8,192 of 131,072) or gpt-oss's
+    ``initial_context_length``. ``max_position_embeddings`` is the extended context, which a
+    long-context stage trains at and pre-training does not."""
+    rs = doc.get("rope_scaling")
+    for where, value in ((("rope_scaling.original_max_position_embeddings",
+                           rs.get("original_max_position_embeddings") if isinstance(rs, dict) else None)),
+                         ("initial_context_length", doc.get("initial_context_length"))):  # fmt: skip
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{path}: field '{where}' must be a positive integer (tokens), got {value!r}")
+        return value, where
+    return 0, ""
+
+
 class _Fields:
     """Typed reads of one config.json; every error names the file and the field."""
 
@@ -804,6 +822,12 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
         raise ConfigError(f"{path}: field 'sliding_window' must be a positive integer (tokens) or null, got {window!r}")
     if isinstance(window, int) and not isinstance(window, bool) and window > 0 and doc.get("use_sliding_window", True) is not False:
         kw["sliding_window"] = window  # Qwen2 configs carry a window with use_sliding_window false
+    seq = f.integer(*_SEQ, default=_SEQ_DEFAULTS.get(mtype))
+    pre, pre_field = _pretraining_context(doc, path)
+    if pre and pre < seq:  # a RoPE-scaled config: trained at its original context, extended after
+        kw["seq_len"], kw["seq_source"] = pre, f"{pre_field}; max_position_embeddings {seq:,}"
+    else:
+        kw["seq_len"] = seq
     name = doc.get("_name_or_path")
     if not isinstance(name, str) or not name:
         full = path.resolve()  # `../config.json` and `./config.json` are named by their folder too
@@ -811,8 +835,7 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
     try:
         return ModelSpec(
             name=name, hidden=hidden, layers=f.integer(*_LAYERS), heads=heads,
-            vocab=f.integer("vocab_size"), ffn_hidden=0 if ffn == 4 * hidden else ffn,
-            seq_len=f.integer(*_SEQ, default=_SEQ_DEFAULTS.get(mtype)), source=str(path), **kw,
+            vocab=f.integer("vocab_size"), ffn_hidden=0 if ffn == 4 * hidden else ffn, source=str(path), **kw,
         )  # fmt: skip
     except ConfigError as e:
         msg = str(e)  # field errors name the file already; ModelSpec's own checks do not

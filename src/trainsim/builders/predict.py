@@ -124,7 +124,11 @@ class LLMPrediction:
 
 
 def default_seq_note(model: ModelSpec) -> str | None:
-    """What to say when the model's own sequence length is used and it is long (> 16k tokens)."""
+    """What to say when the model's own sequence length is used and it is long (> 16k tokens),
+    or is a RoPE-scaled config's pre-training context rather than its max_position_embeddings."""
+    if model.seq_source:
+        return (f"the sequence length is {model.name}'s pre-training context, {model.seq_len:,} tokens (its "
+                f"config's {model.seq_source}): give --seq-len for the length you train at")  # fmt: skip
     if model.seq_len <= 16384:
         return None
     whose = "the catalog's" if model.source == "catalog" else "its config's max_position_embeddings"

@@ -88,6 +88,9 @@ class ModelSpec:
     # a config's attention window (Mistral's sliding_window): recorded to say it is not
     # modelled (attention is costed over the whole sequence); not part of the model's identity
     sliding_window: int = field(default=0, compare=False)
+    # where a config's default sequence length came from when it is not max_position_embeddings
+    # (a RoPE-scaled model's pre-training context): predict's note says so
+    seq_source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         for f in ("hidden", "layers", "heads", "vocab", "seq_len"):
