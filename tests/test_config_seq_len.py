@@ -62,3 +62,14 @@ def test_bad_original_context_is_one_line(bad: object) -> None:
     with pytest.raises(ConfigError, match=r"^c/config.json: field 'rope_scaling.original_max_position_embeddings' "
                                           r"must be a positive integer \(tokens\), got"):  # fmt: skip
         hf_config_from_dict(doc, Path("c/config.json"))
+
+
+def test_window_note_shows_a_small_share() -> None:
+    """gpt-oss's 128-token window over 32k tokens read 'about 0% of the causal work'."""
+    r = predict_llm("gpt-oss-20b", Plan(ep=8, dp=8, micro_batch=1, global_batch=64, seq_len=32768, recompute="full"),
+                    "dgx-h100", simulate=False)  # fmt: skip
+    (note,) = [n for n in r.warnings if "sliding window" in n]
+    assert "about 0.78% of the causal work" in note
+    from trainsim.builders.predict import _share
+
+    assert _share(0.5) == "50%" and _share(0.0078) == "0.78%" and _share(0.0) == "0%"

@@ -123,6 +123,11 @@ class LLMPrediction:
         }
 
 
+def _share(x: float) -> str:
+    """A fraction as a percentage with the digits it needs ('0.2 %' stays visible, not '0%')."""
+    return f"{x:.0%}" if x >= 0.1 else f"{x * 100:.2g}%"
+
+
 def default_seq_note(model: ModelSpec) -> str | None:
     """What to say when the model's own sequence length is used and it is long (> 16k tokens),
     or is a RoPE-scaled config's pre-training context rather than its max_position_embeddings."""
@@ -418,7 +423,7 @@ def _warnings(r: LLMPrediction) -> list[str]:
         where = f" on {n_win} of its {r.model.layers} layers" if 0 < n_win < r.model.layers else ""
         out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) is not modelled: attention is "
                    f"costed over all {seq:,} tokens, an over-estimate of its time (a windowed kernel does about "
-                   f"{2 * w - w * w:.0%} of the causal work)")  # fmt: skip
+                   f"{_share(2 * w - w * w)} of the causal work)")  # fmt: skip
     out.extend(dense_family_notes(r.model, r.plan))
     if r.plan.partition == "001" and r.plan.pp == 1:
         out.append("--partition 001 splits layers over pipeline stages: it changes nothing with pp 1")
