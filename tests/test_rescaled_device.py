@@ -246,3 +246,32 @@ def test_a_renamed_system_copy_with_an_edited_gpu_is_still_the_networks_twin(tmp
     # another GPU is still another network
     h100 = get_system(renamed(_device(tmp_path, "device_h100_sxm5.yaml")))
     assert not network_twins(get_system("perlmutter"), h100)
+
+
+# --- an edited copy of a part its siblings' measurements answer for (review finding) ---------
+
+
+@pytest.mark.parametrize(("src", "part"), [("device_h200.yaml", "h200-sxm-141gb"),
+                                           ("device_a100_sxm4_40gb.yaml", "a100-sxm4-40gb")])  # fmt: skip
+def test_edited_copy_of_a_sibling_calibrated_part_stays_calibrated(tmp_path: Path, src: str, part: str) -> None:
+    """An H200 (the H100's bench sample) or A100-40GB (the 80 GB part's 001 data) copy with
+    other peaks matched no sibling, its fp16 peak no longer the sibling's, and went spec-based
+    whole (H200 x2: 842 operators, 2,478 -> 1,205 ms, MFU up). The sibling's answers for the
+    part are now carried to the copy's roofline: compute-bound ones by the peak ratio,
+    memory-bound ones unchanged when the bandwidth is; a bandwidth edit the other way round."""
+    from trainsim.builders.costs import OpCoster
+
+    base = get_device(part)
+    doc = yaml.safe_load((DATA / src).read_text(encoding="utf-8"))
+    twice = get_device(_device(tmp_path, src, peak_tflops={k: 2 * v for k, v in doc["peak_tflops"].items()}))
+    wide = get_device(_device(tmp_path, src, memory_bandwidth_GBps=2 * doc["memory_bandwidth_GBps"]))
+    c0, c2, cw = OpCoster(base), OpCoster(twice), OpCoster(wide)
+    g0, g2, gw = (c.time("linear1", "fwd", "bf16", **GEMM) for c in (c0, c2, cw))
+    n0, n2, nw = (c.memory_bound(*c.time("layernorm", "fwd", "bf16", **NORM)) for c in (c0, c2, cw))
+    assert ";transferred-from:" in g0[1] or ";bench-as:" in g0[1]  # the part borrows a sibling's
+    for _, prov in (g2, n2, gw, nw):
+        assert "spec-based" not in prov and ("transferred-from" in prov or "bench-as" in prov), prov
+    assert g2[0] < g0[0] and g2[0] == pytest.approx(g0[0] / 2, rel=0.02)  # compute-bound at this shape
+    assert n2[0] == pytest.approx(n0[0], rel=1e-9)  # the bandwidth did not change
+    assert nw[0] == pytest.approx(n0[0] / 2, rel=0.02) and gw[0] == pytest.approx(g0[0], rel=0.02)
+    assert "spec-rescaled" in g2[1]

@@ -94,18 +94,22 @@ class OpCoster:
     def __init__(self, device: DeviceSpec | str, *, bench: bool = True) -> None:
         self.device = get_device(device) if isinstance(device, str) else device
         self._cached = lru_cache(maxsize=4096)(self._predict)
-        self._bandwidth_ratio: dict[str, float] = {}
+        self._bandwidth_ratio: dict[tuple[str, bool], float] = {}
         self._bench: BenchTranslator | None = None
         # the device whose bench calibration answers: this one, or a sibling without which
         # only 001 data of another sibling would (an H200 from the H100's own sample)
         self.bench_device: DeviceSpec | None = None
         self._bench_note = ""
+        # an edited copy's catalog part: its siblings answer for the copy as they do for the
+        # part, carried to the copy's roofline (an H200 or A100-40GB copy with other peaks
+        # had matched no sibling, its fp16 peak no longer equal, and gone spec-based whole)
+        self._catalog = edited_catalog_device(self.device)
         cal: BenchCalibration | None = None
         if bench:
             source: DeviceSpec | None = self.device
             cal = bench_calibration(self.device)
             if cal is None and not _has_own_models(self.device):  # GH200 keeps its 001 data alone
-                cal, source = _sibling_bench(self.device)
+                cal, source = _sibling_bench(self._catalog or self.device)
                 if cal is not None and source is not None:
                     self._bench_note = f";transferred-from:{source.name}"
             if cal is not None:
@@ -150,19 +154,32 @@ class OpCoster:
         if marker not in provenance:
             return seconds, provenance
         name = provenance.split(marker, 1)[1].split(";", 1)[0]
-        ratio = self._bandwidth_ratio.get(name)
+        # carried to an edited copy (_to_edited): the roofline ratio took the part to the copy,
+        # so the sibling's bandwidth scales to the part's
+        to = self._catalog if self._catalog is not None and RESCALED in provenance else self.device
+        key = (name, to is self._catalog)  # an edited copy keeps its part's name
+        ratio = self._bandwidth_ratio.get(key)
         if ratio is None:  # once per sibling: a search asks this hundreds of thousands of times
             source = get_device(name)
-            ratio = self._bandwidth_ratio[name] = source.memory_bandwidth_GBps / self.device.memory_bandwidth_GBps
+            ratio = self._bandwidth_ratio[key] = source.memory_bandwidth_GBps / to.memory_bandwidth_GBps
         return seconds * ratio, provenance + ";bandwidth-scaled"
 
     def _candidates(self) -> list[tuple[DeviceSpec, str]]:
         out: list[tuple[DeviceSpec, str]] = [(self.device, "")]
-        d = self.device
+        d = self._catalog or self.device  # an edited copy: its catalog part's siblings
         for other in list_devices():
             if other.name != d.name and other.is_sibling_of(d):
                 out.append((other, f";transferred-from:{other.name}"))
         return out
+
+    def _to_edited(self, op: str, dtype: str, inputs: dict[str, float], answer: tuple[float, str]) -> tuple[float, str]:
+        """A sibling's answer for the catalog part, carried to this edited copy's roofline
+        (``t × roofline_copy / roofline_part``); :meth:`memory_bound` then scales memory-bound
+        answers by the sibling's bandwidth over the part's. Unchanged for any other device."""
+        if self._catalog is None:
+            return answer
+        ratio = float(roofline_ratio(op, dtype, inputs, self._catalog, self.device))
+        return answer[0] * ratio, f"{answer[1]}{RESCALED}{self.device.name}"
 
     def _predict(self, op: str, phase: str, dtype: str, items: tuple[tuple[str, float], ...], *,
                  extra: tuple[tuple[str, float], ...], bench_op: str | None) -> tuple[float, str]:  # fmt: skip
@@ -177,7 +194,7 @@ class OpCoster:
         if self._bench is not None:  # the device's own measurements: before a sibling's, or the roofline
             own = self._bench.time(bench_op or op, phase, dtype, {**inputs, **dict(extra)})
             if own is not None and self._bench_note:  # a sibling's sample: memory_bound() scales it
-                own = (own[0], own[1] + self._bench_note)
+                own = self._to_edited(op, dtype, inputs, (own[0], own[1] + self._bench_note))
             elif own is not None and self._edited_from is not None:  # an edited copy: its roofline
                 ratio = float(roofline_ratio(op, dtype, inputs, self._edited_from, self.device))
                 if ratio != 1.0:
@@ -189,7 +206,7 @@ class OpCoster:
                 p = predict_query(query(op, phase=phase, dtype=dt, **inputs), dev)  # type: ignore[arg-type]
                 prov = p.provenance + note + (";as-fp16" if dt != dtype else "")
                 if p.calibrated:
-                    return p.duration_s, prov
+                    return self._to_edited(op, dtype, inputs, (p.duration_s, prov)) if note else (p.duration_s, prov)
                 if first is None and not note:
                     first = (p.duration_s, prov)
         if own is not None:
