@@ -239,3 +239,34 @@ def test_a_resume_on_a_machine_that_times_the_stages_otherwise_is_warned(tmp_pat
     collect(folder, TINY, min_repeats=3, max_repeats=3, min_total_s=0.0, stop_after=1)
     err = capsys.readouterr().err
     assert f"stage {row['id']} re-timed at" in err and "another machine of the same fingerprint" in err
+
+
+def test_a_row_without_a_forward_graph_is_a_one_line_error_for_a_forward_predictor(tmp_path):
+    """Review finding: a forward predictor's data (``FamilyData(part="forward")``,
+    ``iter_graphs(..., "forward")``) on rows that record only the training graph raised a bare
+    ``KeyError: 'graph_forward'``; now the error names the file, the stage and the field, a resumed
+    collection does not trip on it, and ``rebuild_graphs`` adds the very graph the row lacked."""
+    pytest.importorskip("jax")
+    from trainsim.errors import TraceFormatError
+    from trainsim.learn.dataset import iter_graphs, rebuild_graphs
+    from trainsim.learn.evaluate import FamilyData
+
+    folder = tmp_path / "ds"
+    collect(folder, TINY[:2], min_repeats=3, max_repeats=3, min_total_s=0.0)
+    rows = read_rows(folder)
+    forward = [r.graph_of("forward") for r in rows]
+    stripped = [{k: v for k, v in r.raw.items() if k != "graph_forward"} for r in rows]
+    (folder / "stages.jsonl").write_text("".join(json.dumps(d) + "\n" for d in stripped))
+    old = read_rows(folder)
+    assert [r.graph_of("train") for r in old] == [r.graph for r in rows]  # the training graph still reads
+    with pytest.raises(TraceFormatError, match=r"stages\.jsonl: stage t-0: no graph_forward .*rebuild_graphs"):
+        FamilyData(folder, part="forward")
+    with pytest.raises(TraceFormatError, match="no graph_forward"):
+        list(iter_graphs(folder, old, "forward"))
+    with pytest.raises(ConfigError, match="part must be one of train, forward, got 'fwd'"):
+        old[0].graph_of("fwd")
+    res = collect(folder, TINY[:2], min_repeats=3, max_repeats=3, min_total_s=0.0)  # a resume skips them
+    assert (res["skipped"], res["restored_graphs"]) == (2, 0)
+    assert rebuild_graphs(folder) == 2
+    assert [r.graph_of("forward") for r in read_rows(folder)] == forward
+    assert len(FamilyData(folder, part="forward").graphs) == 2

@@ -344,3 +344,28 @@ def test_predict_a_described_stage(dataset, tmp_path):
     assert res.exit_code == 1 and "give a dataset folder or --stage stages, not both" in str(res.exception)
     res = _run("predict", str(out))
     assert res.exit_code == 1 and "or --stage FIELD=VALUE" in str(res.exception)
+
+
+def test_a_forward_predictor_on_rows_without_forward_graphs_is_a_one_line_error(dataset, tmp_path):
+    """Review finding: `stages predict` of a predictor trained on forward graphs (the API's
+    ``FamilyData(part="forward")``) printed a KeyError traceback for rows recording the training
+    graph only; it predicts the dataset's forward graphs, or says which field a row lacks."""
+    import shutil
+    from dataclasses import replace
+
+    from trainsim.learn.evaluate import FamilyData, train_case
+    from trainsim.learn.train import TrainConfig
+
+    pred, _ = train_case(FamilyData(dataset, part="forward"), kind="gcn", fraction=0.5,
+                         train_config=replace(TrainConfig(), epochs=1, patience=1))  # fmt: skip
+    pred.save(tmp_path / "fwd")
+    res = _run("predict", str(tmp_path / "fwd"), str(dataset), "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)["stages"]) == len(STAGES)
+    old = tmp_path / "old"
+    shutil.copytree(dataset, old)
+    rows = [json.loads(x) for x in (old / "stages.jsonl").read_text().splitlines()]
+    (old / "stages.jsonl").write_text("".join(json.dumps({k: v for k, v in d.items() if k != "graph_forward"}) + "\n"
+                                              for d in rows))  # fmt: skip
+    res = _run("predict", str(tmp_path / "fwd"), str(old))
+    assert res.exit_code == 1 and f"stage {STAGES[0][0]}: no graph_forward" in str(res.exception), res.exception

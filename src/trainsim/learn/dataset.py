@@ -53,7 +53,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -207,9 +207,23 @@ class StageRow:
     rel_iqr: float
     graph: str
     raw: dict[str, Any]
+    source: str = field(default="", compare=False, repr=False)  # the stages.jsonl it was read from
 
     def graph_of(self, part: str = "train") -> str:
-        return self.graph if part == "train" else str(self.raw[f"graph_{part}"])
+        """The digest of this stage's ``part`` graph (:data:`~trainsim.learn.stages.PARTS`):
+        ``graph`` for the training step, ``graph_<part>`` for the others."""
+        if part == "train":
+            return self.graph
+        if part not in PARTS:
+            raise ConfigError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
+        digest = self.raw.get(f"graph_{part}")
+        if digest is None:  # a row written by hand or by another tool may hold the training graph only
+            raise TraceFormatError(
+                self.source or "stages.jsonl", f"stage {self.id}: no graph_{part} (the digest of its {part} graph), "
+                f"which a {part} predictor reads; add it to every row with "
+                "trainsim.learn.dataset.rebuild_graphs(folder) (measurements are kept)",
+            )
+        return str(digest)
 
     @property
     def profile_s(self) -> float:
@@ -273,7 +287,8 @@ def read_rows(folder: Path | str) -> list[StageRow]:
         except ConfigError as e:
             raise TraceFormatError(path, f"line {lineno}: spec: {e}") from None
         try:
-            out.append(StageRow(sid, d["family"], spec, float(latency), float(d.get("rel_iqr", 0.0)), d["graph"], d))
+            out.append(StageRow(sid, d["family"], spec, float(latency), float(d.get("rel_iqr", 0.0)), d["graph"], d,
+                                str(path)))  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             raise TraceFormatError(path, f"line {lineno}: malformed row ({type(e).__name__}: {e})") from None
     return out
@@ -322,6 +337,8 @@ def _restore_graphs(folder: Path, row: StageRow) -> list[str]:
     """
     rebuilt = []
     for part in PARTS:
+        if part != "train" and row.raw.get(f"graph_{part}") is None:
+            continue  # a graph the row never recorded is not restored (rebuild_graphs adds it)
         digest = row.graph_of(part)
         if _graph_readable(folder, digest):
             continue
