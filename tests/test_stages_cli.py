@@ -369,3 +369,30 @@ def test_a_forward_predictor_on_rows_without_forward_graphs_is_a_one_line_error(
                                               for d in rows))  # fmt: skip
     res = _run("predict", str(tmp_path / "fwd"), str(old))
     assert res.exit_code == 1 and f"stage {STAGES[0][0]}: no graph_forward" in str(res.exception), res.exception
+
+
+def test_the_commands_answers_come_from_the_library(dataset, tmp_path):
+    """`stages predict` and `stages search` render what trainsim.learn.predictions computes: the
+    API gives the same documents without the CLI."""
+    from pathlib import Path
+
+    from trainsim.errors import ConfigError
+    from trainsim.learn.predictions import predict_dataset, predict_stages, search_provider
+    from trainsim.learn.provider import MeasuredStages, search_model
+    from trainsim.learn.train import Predictor
+
+    out = tmp_path / "pred"
+    assert _run("train", str(dataset), "--out", str(out), "--model", "gcn", "--epochs", "1").exit_code == 0
+    pred = Predictor.load(out)
+    cli = json.loads(_run("predict", str(out), str(dataset), "--format", "json").stdout)
+    assert predict_dataset(pred, out, dataset) == cli
+    one = STAGES[4][1]
+    cli = json.loads(_run("predict", str(out), "--stage", one.key(), "--format", "json").stdout)
+    assert predict_stages(pred, out, [one]) == cli
+    shipped = Path(__file__).resolve().parents[1] / "src/trainsim/learn/data/predtop/gpt-search"
+    provider, provenance = search_provider(search_model("gpt"), measured=shipped)
+    assert isinstance(provider, MeasuredStages) and provenance == f"measured stage latencies ({shipped})"
+    with pytest.raises(ConfigError, match="holds gpt stages, not 'moe'"):
+        search_provider(search_model("moe"), measured=shipped)
+    with pytest.raises(ConfigError, match="give exactly one"):
+        search_provider(search_model("gpt"))

@@ -137,12 +137,9 @@ def train(
     from dataclasses import replace
 
     from trainsim.errors import ConfigError
-    from trainsim.ir.serialize import remove_if_created_empty
-    from trainsim.learn.dataset import dataset_host
-    from trainsim.learn.evaluate import FamilyData, features_flag, train_case
+    from trainsim.learn.evaluate import train_to_folder
     from trainsim.learn.protocol import target_of
-    from trainsim.learn.provider import spec_ranges
-    from trainsim.learn.train import TrainConfig, check_stop, predictor_folder
+    from trainsim.learn.train import TrainConfig, check_stop
 
     check_stop(stop, members)
     per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
@@ -150,29 +147,10 @@ def train(
         raise ConfigError(f"--out {out}: inside the dataset folder {dataset}; give a folder of its own")
     if not dataset.exists():  # FamilyData would say "stages.jsonl is missing" of a mistyped folder
         raise ConfigError(f"{dataset}: no such dataset folder (one `trainsim stages collect` writes)")
-    existed = out.exists()
-    predictor_folder(out, "--out ")  # before training: a wrong --out should not cost the training time
-    try:
-        data = FamilyData(dataset, input_features=features_flag(features))
-        wait = patience if patience is not None else max(1, min(TrainConfig().patience, epochs // 3))
-        cfg = replace(TrainConfig(), epochs=epochs, patience=wait, members=members, stop=stop)
-        pred, case = train_case(data, kind=model, fraction=fraction, seed=seed, train_config=cfg, readout=readout,
-                                per_work=per_work, log=stderr.print)  # fmt: skip
-    except KeyboardInterrupt:
-        stderr.print(f"nothing saved to {out}: the predictor is written when training ends")
-        remove_if_created_empty(out, existed=existed)
-        raise
-    except Exception:
-        remove_if_created_empty(out, existed=existed)  # no empty predictor folder left behind by a failed run
-        raise
-    if case["test"] < 10:
-        stderr.print(f"warning: only {case['test']} stages were held out to test: their MRE is a rough figure "
-                     "(measure more stages, or train on a smaller --fraction)")  # fmt: skip
-    pred.meta |= {"dataset": str(Path(dataset).resolve()), "fraction": fraction, "test_mre_pct": case["mre_pct"],
-                  "families": sorted({r.family for r in data.rows}), "spec_ranges": spec_ranges(data.rows),
-                  "host": dataset_host(dataset)}  # fmt: skip
-    pred.save(out)
-    case["predictor"] = str(out)
+    wait = patience if patience is not None else max(1, min(TrainConfig().patience, epochs // 3))
+    cfg = replace(TrainConfig(), epochs=epochs, patience=wait, members=members, stop=stop)
+    case = train_to_folder(dataset, out, kind=model, fraction=fraction, seed=seed, readout=readout, per_work=per_work,
+                           features=features, train_config=cfg, what="--out ", log=stderr.print)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(case)
         return
@@ -196,11 +174,9 @@ def predict(
     With --stage instead of DIR: predict stages you describe, e.g. `--stage
     family=gpt,layers=2,hidden=768,heads=12,shard=2`; each stage's graph is traced as `stages
     collect` builds it (nothing runs, nothing is measured)."""
-    import numpy as np
-
     from trainsim.errors import ConfigError
-    from trainsim.learn.dataset import dataset_host, iter_graphs, read_rows
-    from trainsim.learn.train import Predictor, mre_pct
+    from trainsim.learn.predictions import predict_dataset
+    from trainsim.learn.train import Predictor
 
     if dataset is not None and stage:
         raise ConfigError(f"{dataset} and --stage: give a dataset folder or --stage stages, not both")
@@ -214,56 +190,14 @@ def predict(
         return
     assert dataset is not None
     pred = Predictor.load(predictor)
-    if not dataset.exists():
-        raise ConfigError(f"{dataset}: no such dataset folder (one `trainsim stages collect` writes)")
-    rows = read_rows(dataset)
-    if not rows:
-        raise ConfigError(f"{dataset}: no stages (stages.jsonl missing or empty)")
-    trained_host, host = pred.meta.get("host") or {}, dataset_host(dataset) or {}
-    if trained_host.get("id") and host.get("id") and trained_host["id"] != host["id"]:
-        # the id hashes the host and the software versions: say which of them differs
-        what = (f"another CPU ({host.get('cpu')}, the training stages' {trained_host.get('cpu')})"
-                if host.get("cpu") != trained_host.get("cpu") else "the same CPU model but another host or software versions")
-        stderr.print(f"warning: {dataset} was measured on {what} than {predictor}'s training stages: "
-                     "the errors include that difference")  # fmt: skip
-    fams, held = _families(pred.meta), sorted({r.family for r in rows})
-    if fams and not set(held) <= set(fams):
-        raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, {dataset} holds {', '.join(held)}; "
-                          "predict with a predictor of that family")  # fmt: skip
-    p = pred.predict(list(iter_graphs(dataset, rows, pred.part)))
-    y = np.array([r.latency_s for r in rows])
-    cases: list[dict[str, Any]] = [{"id": r.id, "spec": r.spec.to_dict(), "measured_s": r.latency_s, "predicted_s": float(v),
-              "err_pct": 100.0 * (float(v) - r.latency_s) / r.latency_s} for r, v in zip(rows, p, strict=True)]  # fmt: skip
-    trained_on = pred.meta.get("dataset")
-    same = trained_on is not None and Path(trained_on).resolve() == Path(dataset).resolve()
-    by_spec = pred.meta.get("split_specs")
-    if by_spec and not (same and "split_ids" in pred.meta):
-        # another folder (a copy, a move, another set): matched by the stage itself, since ids repeat
-        # across sets; a stage it both trained on and tested (one spec measured twice) counts as trained
-        spec_split: dict[str, str] = {}
-        for part in ("test", "val", "train"):
-            spec_split |= dict.fromkeys(by_spec.get(part, ()), part)
-        for c, r in zip(cases, rows, strict=True):
-            c["split"] = spec_split.get(r.spec.digest(), "unseen")
-    else:  # its own folder: by id (exact); an older predictor records ids only
-        split_of = {i: part for part, ids in (pred.meta.get("split_ids") or {}).items() for i in ids} if same else {}
-        recorded = "split_ids" in pred.meta  # a predictor saved before 2026-12-02 does not say
-        for c in cases:  # the stages it trained or validated on, or held out from training (test)
-            c["split"] = split_of.get(c["id"], "unseen") if recorded or not same else "unknown"
-    doc = {"predictor": str(predictor), "dataset": str(dataset), "stages": cases,
-           "mre_pct": mre_pct(p, y), "provenance": predictor_provenance(pred)}  # fmt: skip
-    by_split = {}
-    for part in ("train", "val", "test", "unseen", "unknown"):
-        sel = [i for i, c in enumerate(cases) if c["split"] == part]
-        if sel:
-            by_split[part] = {"stages": len(sel), "mre_pct": mre_pct(p[sel], y[sel])}
-    doc["by_split"] = by_split
+    doc = predict_dataset(pred, predictor, dataset, warn=stderr.print)
+    cases, by_split = doc["stages"], doc["by_split"]
     if fmt is Format.JSON:
         emit_json(doc)
         return
     parts = ", ".join(f"{k} {v['stages']}: {v['mre_pct']:.2f} %" for k, v in by_split.items())
     seen = set(by_split) - {"unseen"}  # "unknown": it may have learned from them
-    title = f"{len(rows)} stages, {pred.config.kind}: MRE {doc['mre_pct']:.2f} %"
+    title = f"{len(cases)} stages, {pred.config.kind}: MRE {doc['mre_pct']:.2f} %"
     if seen:  # some of these stages trained or validated the predictor: the all-stage MRE flatters it
         title += (f" (by split: {parts}; the held-out figure is test's)" if "unknown" not in by_split else
                   " (the predictor does not record which of these stages it trained on: the MRE may count them)")
@@ -286,30 +220,11 @@ def predict(
 def _predict_described(pred: Any, predictor: Path, specs: list[Any], fmt: Format) -> None:
     """``stages predict --stage``: the predictor's latency of each described stage, its graph
     traced as `stages collect` builds it (no dataset, nothing measured)."""
-    from trainsim.errors import ConfigError
-    from trainsim.learn.graphs import PRUNED_OPS
-    from trainsim.learn.provider import PredictedStages, outside_ranges
+    from trainsim.learn.predictions import predict_stages
 
-    fams = _families(pred.meta)
-    other = sorted({s.family for s in specs} - set(fams or {s.family for s in specs}))
-    if other:
-        raise ConfigError(f"{predictor}: trained on {', '.join(fams or [])} stages, not {', '.join(map(repr, other))}; "
-                          "predict with a predictor of that family")  # fmt: skip
-    provider = PredictedStages(pred)
     with _graph_progress(len(specs) > 1) as progress:
-        got = provider.latencies_s(specs, progress)
-    by_spec = pred.meta.get("split_specs")  # a stage it trained on, validated on or held out is said
-    spec_split = {d: part for part in ("test", "val", "train") for d in (by_spec or {}).get(part, ())}
-    skip = PRUNED_OPS if pred.pruned else frozenset()
-    cases = []
-    for s, v in zip(specs, got, strict=True):
-        g = provider.graphs[s.key()]
-        ops = {o for o, k in zip(g.op, g.kind, strict=True) if k == "operator"} - set(pred.op_vocab) - skip
-        cases.append({"id": s.digest(), "spec": s.to_dict(), "predicted_s": v,
-                      "split": spec_split.get(s.digest(), "unseen") if by_spec else "unknown",
-                      "outside_training": outside_ranges(pred.meta, [s]), "unseen_ops": sorted(ops)})  # fmt: skip
-    doc = {"predictor": str(predictor), "stages": cases, "test_mre_pct": pred.meta.get("test_mre_pct"),
-           "provenance": predictor_provenance(pred)}  # fmt: skip
+        doc = predict_stages(pred, predictor, specs, progress=progress)
+    cases = doc["stages"]
     for c in cases:
         why = [f"the predictor was trained on stages of {c['outside_training']}"] if c["outside_training"] else []
         why += [f"its graph has operators no training stage had ({', '.join(c['unseen_ops'])})"] if c["unseen_ops"] else []
@@ -351,26 +266,6 @@ def _graph_progress(on: bool) -> Iterator[Any]:
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
-def predictor_provenance(pred: Any) -> str:
-    """What a stage predictor's answers rest on (DESIGN: every prediction states its provenance)."""
-    host = (pred.meta.get("host") or {}).get("cpu")
-    where = f"on {host}" if host else "on one CPU core"
-    test = pred.meta.get("test_mre_pct")  # `stages train` records its held-out error
-    held = len((pred.meta.get("split_specs") or {}).get("test", ()))
-    err = (f"; test MRE {test:.2f} %{f' over {held} held-out stages' if held else ''} when trained"
-           if isinstance(test, (int, float)) else "; no test error recorded")  # fmt: skip
-    return f"calibrated: {pred.config.kind} learned from stage latencies measured {where}{err}"
-
-
-def _families(meta: dict[str, Any]) -> list[str] | None:
-    """The families a predictor was trained on (``stages train`` writes ``families``, a
-    predictor ``validate predtop`` saved before 2026-12-02 only ``family``)."""
-    fams = meta.get("families")
-    if fams:
-        return list(fams)
-    return [meta["family"]] if meta.get("family") else None
-
-
 @stages_app.command("search")
 def search(
     family: str = typer.Option("gpt", "--family", help="Search model: gpt or moe (8 layers; stages of 1-4 layers on 1, 2 or 4 devices)."),
@@ -396,16 +291,14 @@ def search(
     candidate stages are predicted (--predictor; their graphs are traced, nothing runs) or looked
     up in a folder that `stages collect --search-set` with the same options measured."""
     from trainsim.errors import ConfigError
+    from trainsim.learn.predictions import search_provider
     from trainsim.learn.provider import (
         SEARCH_MODELS,
-        MeasuredStages,
         PredictedStages,
         is_default,
-        outside_ranges,
         search_model,
         search_pipeline,
     )
-    from trainsim.learn.train import Predictor
 
     if (predictor is None) == (measured is None):
         raise ConfigError("give exactly one of --predictor DIR or --measured DIR")
@@ -414,33 +307,11 @@ def search(
     given = _overrides(locals())
     m = search_model(family, **given)
     own = not is_default(m)
-    provider: MeasuredStages | PredictedStages
-    if predictor is not None:
-        pred = Predictor.load(predictor)
-        fams = _families(pred.meta)
-        if fams and family not in fams:
-            raise ConfigError(f"{predictor}: trained on {', '.join(fams)} stages, not {family!r}; "
-                              f"train one on a {family} dataset or pass --family {fams[0]}")  # fmt: skip
-        provider = PredictedStages(pred, name=f"predicted ({predictor})")
-        beyond = outside_ranges(pred.meta, [m.stage(*k) for k in m.candidates()])
-        if beyond:
-            stderr.print(f"warning: {predictor} was trained on stages of {beyond}: the search's stages beyond "
-                         "that are extrapolated (collect a larger dataset to cover them)")  # fmt: skip
-    else:
-        assert measured is not None
-        if not measured.exists():  # a file is named as one by the dataset reader
-            raise ConfigError(f"--measured {measured}: no such dataset folder")
-        collect = " ".join(["trainsim stages collect DIR --family", family, "--search-set", *_flags(given)])
-        provider = MeasuredStages(measured, name=f"measured ({measured})", collect=collect)
-        held = sorted({r.family for r in provider.rows.values()})
-        if not held:
-            raise ConfigError(f"--measured {measured}: no measured stages (collect them with `trainsim stages collect`)")
-        if family not in held:
-            raise ConfigError(f"--measured {measured}: holds {', '.join(held)} stages, not {family!r}; "
-                              f"pass --family {held[0]} or collect {family} stages")  # fmt: skip
+    collect = " ".join(["trainsim stages collect DIR --family", family, "--search-set", *_flags(given)])
+    provider, provenance = search_provider(m, predictor=predictor, measured=measured, collect=collect, warn=stderr.print)
     with _graph_progress(isinstance(provider, PredictedStages)) as progress:
         res = search_pipeline(m, provider, devices=devices, microbatches=microbatches, progress=progress)
-    res["provenance"] = predictor_provenance(pred) if predictor is not None else f"measured stage latencies ({measured})"
+    res["provenance"] = provenance
     if fmt is Format.JSON:
         emit_json(res)
         return

@@ -9,6 +9,7 @@ Modules (imported on use; torch, torch-geometric and jax are the ``learn`` extra
 - :mod:`.train` — training (MAE, Adam, cosine decay, early stopping), safetensors artifacts.
 - :mod:`.evaluate` — MRE against the training fraction per family (003 Tables V/VI).
 - :mod:`.provider` — stage-latency providers, the Eq. 4 pipeline search, the §VIII-B experiment.
+- :mod:`.predictions` — a trained predictor's answers for a dataset, described stages, a search (``trainsim stages``).
 - :mod:`.suite` — ``trainsim validate predtop``.
 
 >>> from trainsim.learn.provider import SEARCH_MODELS, best_pipeline

@@ -139,6 +139,47 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
     return pred, case
 
 
+def train_to_folder(dataset: Path, out: Path, *, kind: str, fraction: float, seed: int, readout: str,
+                    per_work: bool, features: str, train_config: TrainConfig, what: str = "",
+                    log: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """``stages train``: one predictor trained on the dataset folder ``dataset`` and tested
+    (:func:`train_case`), saved to ``out`` with what it rests on (the dataset, its families,
+    spec ranges and host, the held-out MRE); returns the case, with ``predictor``.
+
+    ``out`` is checked before training (``what`` names it in errors, as
+    :func:`~trainsim.learn.train.predictor_folder` takes it); a failed or interrupted training
+    leaves no folder it created behind. ``log`` is told the training's progress, a held-out set
+    too small to trust, and, on Ctrl-C, that nothing was saved."""
+    from trainsim.ir.serialize import remove_if_created_empty
+    from trainsim.learn.dataset import dataset_host
+    from trainsim.learn.provider import spec_ranges
+    from trainsim.learn.train import predictor_folder
+
+    say = log or (lambda _: None)
+    existed = out.exists()
+    predictor_folder(out, what)  # before training: a wrong --out should not cost the training time
+    try:
+        data = FamilyData(dataset, input_features=features_flag(features))
+        pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed, train_config=train_config,
+                                readout=readout, per_work=per_work, log=log)  # fmt: skip
+    except KeyboardInterrupt:
+        say(f"nothing saved to {out}: the predictor is written when training ends")
+        remove_if_created_empty(out, existed=existed)
+        raise
+    except Exception:
+        remove_if_created_empty(out, existed=existed)  # no empty predictor folder left behind by a failed run
+        raise
+    if case["test"] < 10:
+        say(f"warning: only {case['test']} stages were held out to test: their MRE is a rough figure "
+            "(measure more stages, or train on a smaller --fraction)")  # fmt: skip
+    pred.meta |= {"dataset": str(Path(dataset).resolve()), "fraction": fraction, "test_mre_pct": case["mre_pct"],
+                  "families": sorted({r.family for r in data.rows}), "spec_ranges": spec_ranges(data.rows),
+                  "host": dataset_host(dataset)}  # fmt: skip
+    pred.save(out)
+    case["predictor"] = str(out)
+    return case
+
+
 FEATURE_SETS = ("table1", "table1+work")
 
 
@@ -332,4 +373,4 @@ def summarize(cases: Sequence[dict[str, Any]], *, readout: str = "logsumexp", pa
     }  # fmt: skip
 
 
-__all__ = ["FEATURE_SETS", "FRACTIONS", "FamilyData", "check_kinds", "evaluate", "features_flag", "predictor_dir", "predictor_setting", "read_cases", "results_folder", "split", "summarize", "train_case"]
+__all__ = ["FEATURE_SETS", "FRACTIONS", "FamilyData", "check_kinds", "evaluate", "features_flag", "predictor_dir", "predictor_setting", "read_cases", "results_folder", "split", "summarize", "train_case", "train_to_folder"]
