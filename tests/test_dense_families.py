@@ -389,3 +389,9 @@ def test_falcon_remote_code_configs_read_as_falcon(tmp_path, doc, name):
     path.write_text(json.dumps(doc))
     spec = get_model(name)
     assert replace(read_hf_config(path), name=spec.name, source=spec.source, aliases=spec.aliases) == spec
+
+
+def test_qwen3_catalog_entries_share_the_pretraining_context() -> None:
+    """qwen3-8b said 32,768 (the report's long-context stage), qwen3-30b-a3b 4,096 (stages 1-2)
+    citing the same report (review finding): both are the pre-training context now."""
+    assert get_model("qwen3-8b").seq_len == get_model("qwen3-30b-a3b").seq_len == 4096

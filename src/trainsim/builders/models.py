@@ -179,9 +179,10 @@ def _dense_entries() -> list[ModelSpec]:
     falcon: dict[str, Any] = {"activation": "gelu", "position": "rotary", "bias": False, "tied_embeddings": True,
               "parallel_residual": True}  # fmt: skip
     return [
-        # Qwen3 technical report (2025): 32,768-token long-context pre-training stage
+        # Qwen3 technical report (2025) §3.1: 4,096 tokens in pre-training stages 1-2 (as
+        # qwen3-30b-a3b; its third, long-context stage runs 32,768: --seq-len 32768)
         ModelSpec(name="qwen3-8b", hidden=4096, layers=36, heads=32, kv_heads=8, ffn_hidden=12288,  # head_dim 128
-                  vocab=151936, seq_len=32768, qk_norm="head", aliases=("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base"),
+                  vocab=151936, seq_len=4096, qk_norm="head", aliases=("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base"),
                   **swiglu),
         # Gemma 2 report (2024): 8,192 context, soft-caps 30 (logits) and 50 (attention), a
         # 4,096-token window on every other layer
