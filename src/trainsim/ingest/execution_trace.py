@@ -119,10 +119,10 @@ class EtNode:
         return self.name.startswith(_ROOT_PREFIXES) or self.name in _ROOT_NAMES
 
     def input_tensors(self) -> tuple[EtTensor, ...]:
-        return tuple(_flatten_tensors(self.inputs))
+        return tuple(_tensor_list(self.inputs))
 
     def output_tensors(self) -> tuple[EtTensor, ...]:
-        return tuple(_flatten_tensors(self.outputs))
+        return tuple(_tensor_list(self.outputs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +141,15 @@ class ExecutionTrace:
         return tuple(n for n in self.nodes if not n.is_root)
 
 
-def _flatten_tensors(values: tuple[EtValue, ...]) -> Iterator[EtTensor]:
+def _tensor_list(values: tuple[EtValue, ...]) -> list[EtTensor]:
+    """The tensors among ``values``, lists (tuples) flattened, in order."""
+    out: list[EtTensor] = []
     for v in values:
         if isinstance(v, EtTensor):
-            yield v
+            out.append(v)
         elif isinstance(v, tuple):
-            yield from _flatten_tensors(v)
+            out += _tensor_list(v)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,17 +307,23 @@ def _decoder(type_str: str) -> _Decoder:
 def _decode_args(
     values: list[Any], shapes: list[Any], types: list[str], devices: set[str], what: str
 ) -> tuple[EtValue, ...]:
-    if len(types) != len(values):
-        raise _BadValue(f"{what}: {len(values)} values but {len(types)} types")
-    if len(shapes) != len(values):
-        shapes = [*shapes, *([[]] * (len(values) - len(shapes)))][: len(values)]
-    out = []
-    for i, (v, s, t) in enumerate(zip(values, shapes, types, strict=True)):
+    n = len(values)
+    if len(types) != n:
+        raise _BadValue(f"{what}: {n} values but {len(types)} types")
+    if not n:
+        return ()
+    if len(shapes) != n:
+        shapes = [*shapes, *([[]] * (n - len(shapes)))][:n]
+    try:
+        return tuple([_decoder(t)(v, s, devices) for v, s, t in zip(values, shapes, types, strict=True)])
+    except _BadValue:
+        pass
+    for i, (v, s, t) in enumerate(zip(values, shapes, types, strict=True)):  # which one, and why
         try:
-            out.append(_decoder(t)(v, s, devices))
+            _decoder(t)(v, s, devices)
         except _BadValue as e:
             raise _BadValue(f"{what}[{i}] ({t}): {e}") from None
-    return tuple(out)
+    raise AssertionError("unreachable: a decoder failed once and not again")  # pragma: no cover
 
 
 # ---------------------------------------------------------------------------------------------
@@ -595,12 +604,14 @@ def data_dependencies(et: ExecutionTrace) -> dict[int, tuple[int, ...]]:
     writers: dict[tuple[int, int | None], list[int]] = {}
     deps: dict[int, tuple[int, ...]] = {}
     for n in start_order(et):
-        ancestors = _ancestors(n, by_id)
+        ancestors: set[int] | None = None  # walked the first time a read has a writer
         found: list[int] = []
-        for t in n.input_tensors():
-            history = writers.get(t.key) if t.key is not None else None
+        for t in _tensor_list(n.inputs):
+            history = writers.get((t.tensor_id, t.storage_id)) if t.tensor_id is not None else None
             if not history:
                 continue
+            if ancestors is None:
+                ancestors = _ancestors(n, by_id)
             for w in reversed(history):
                 if w not in ancestors:
                     if w not in found:
@@ -608,9 +619,14 @@ def data_dependencies(et: ExecutionTrace) -> dict[int, tuple[int, ...]]:
                     break
         if found:
             deps[n.id] = tuple(found)
-        for t in n.output_tensors():
-            if t.key is not None:
-                writers.setdefault(t.key, []).append(n.id)
+        for t in _tensor_list(n.outputs):
+            if t.tensor_id is not None:
+                key = (t.tensor_id, t.storage_id)
+                history = writers.get(key)
+                if history is None:
+                    writers[key] = [n.id]
+                else:
+                    history.append(n.id)
     return deps
 
 

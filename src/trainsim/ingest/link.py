@@ -41,6 +41,7 @@ from trainsim.ingest.execution_trace import (
     EtNode,
     EtTensor,
     ExecutionTrace,
+    _tensor_list,
     data_dependencies,
     parse_execution_trace,
 )
@@ -227,10 +228,7 @@ def _link_by_thread_order(
         # The ET is matched twice over: a one-iteration ET may start at another phase of the
         # loop than the Kineto window (linear: ET from zero_grad, window from a backward op).
         period = len(nodes)
-        sm = difflib.SequenceMatcher(
-            None, [n.name for n in nodes] * 2, [e.name for e in kevents], autojunk=False
-        )
-        pairs = [(b.a + i, b.b + i) for b in sm.get_matching_blocks() for i in range(b.size)]
+        pairs = _aligned_pairs([n.name for n in nodes] * 2, [e.name for e in kevents])
         if not pairs:
             continue
         # the ET span the window covers: never more ops than the window has events (an ET of
@@ -245,6 +243,78 @@ def _link_by_thread_order(
             else:
                 mismatches += 1
     return out, covered, mismatches
+
+
+def _aligned_pairs(a: list[str], b: list[str]) -> list[tuple[int, int]]:
+    """The aligned index pairs of difflib's match of ``a`` and ``b``: exactly
+    ``SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()``, one pair per matched
+    element, computed faster.
+
+    difflib's recursion is kept: the longest common block of the two ranges (ties: the one
+    that starts first in ``a``, then in ``b``), then the same on each side of it. Only the
+    longest-block search differs: the names are coded as characters, and it grows the best
+    length with substring tests (``str``'s C search) instead of difflib's scan over every
+    position pair with equal names, quadratic on traces whose op names repeat (linking the 8
+    shipped DLRM ranks: 0.15 s of CPU time with difflib, 0.045 s in all now).
+    """
+    codes: dict[str, str] = {}
+    code = codes.setdefault
+    try:
+        sa = "".join([code(x, chr(len(codes))) for x in a])
+        sb = "".join([code(x, chr(len(codes))) for x in b])
+    except ValueError:  # more distinct names than characters
+        sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        return [(m.a + i, m.b + i) for m in sm.get_matching_blocks() for i in range(m.size)]
+    blocks: list[tuple[int, int, int]] = []
+    queue = [(0, len(sa), 0, len(sb))]
+    while queue:  # difflib's get_matching_blocks
+        alo, ahi, blo, bhi = rng = queue.pop()
+        i, j, k = _longest_block(sa, sb, rng)
+        if k:
+            blocks.append((i, j, k))
+            if alo < i and blo < j:
+                queue.append((alo, i, blo, j))
+            if i + k < ahi and j + k < bhi:
+                queue.append((i + k, ahi, j + k, bhi))
+    blocks.sort()
+    return [(i + x, j + x) for i, j, k in blocks for x in range(k)]
+
+
+def _longest_block(sa: str, sb: str, rng: tuple[int, int, int, int]) -> tuple[int, int, int]:
+    """difflib's ``find_longest_match(alo, ahi, blo, bhi)`` (``rng``) without junk: the longest common
+    substring of ``sa[alo:ahi]`` and ``sb[blo:bhi]`` as (i, j, size); of several that long, the
+    one that starts first in ``sa``, then first in ``sb`` (difflib scans ``sa`` by the end of
+    the match and keeps the first strictly longer one). (alo, blo, 0) when none."""
+    alo, ahi, blo, bhi = rng
+    hay = sa[alo:ahi]
+    best = 0
+    for j in range(blo, bhi):
+        room = bhi - j  # the longest block that can start at j
+        if room <= best:
+            break
+        if sb[j : j + best + 1] not in hay:
+            continue
+        # the longest prefix of sb[j:bhi] found in hay is > best: gallop, then bisect
+        lo, step = best + 1, 1
+        while lo + step <= room and sb[j : j + lo + step] in hay:
+            lo += step
+            step *= 2
+        top = min(lo + step, room + 1)  # the shortest length known not to be found (or past room)
+        while top - lo > 1:
+            mid = (lo + top) // 2
+            if sb[j : j + mid] in hay:
+                lo = mid
+            else:
+                top = mid
+        best = lo
+    if not best:
+        return alo, blo, 0
+    first_i, first_j = len(hay), blo
+    for j in range(blo, bhi - best + 1):
+        at = hay.find(sb[j : j + best], 0, first_i + best - 1)  # only a start before first_i wins
+        if at >= 0 and at < first_i:
+            first_i, first_j = at, j
+    return alo + first_i, first_j, best
 
 
 def _map_threads(
@@ -359,28 +429,25 @@ def _annotate(rg: RankGraph, link: EtKinetoLink, trace: KinetoTrace, origin_s: f
     owner: dict[int, int] = {}
     for i, nodes in enumerate(subtrees):
         for node_id in nodes:
-            owner.setdefault(node_id, i)
-    node_deps = data_dependencies(et)
+            if node_id not in owner:
+                owner[node_id] = i
+    owner_of = owner.get
+    deps_of = data_dependencies(et).get
     by_id = {n.id: n for n in et.nodes}
     ops: list[Op] = []
     for i, (op, nid) in enumerate(zip(rg.ops, et_ids, strict=True)):
         if nid is None:
             ops.append(op)
             continue
-        earlier = {
-            owner[p]
-            for n in subtrees[i]
-            for p in node_deps.get(n, ())
-            if p in owner and owner[p] < i
-        }
+        earlier = {o for n in subtrees[i] for p in deps_of(n, ()) if (o := owner_of(p)) is not None and o < i}
         node = by_id[nid]
         ops.append(
             replace(
                 op,
                 et_id=nid,
-                inputs=tuple(t.meta() for t in node.input_tensors()),
-                outputs=tuple(t.meta() for t in node.output_tensors()),
-                deps=tuple(rg.ops[j].id for j in sorted(earlier)),
+                inputs=tuple([t.meta() for t in _tensor_list(node.inputs)]),
+                outputs=tuple([t.meta() for t in _tensor_list(node.outputs)]),
+                deps=tuple([rg.ops[j].id for j in sorted(earlier)]),
             )
         )
     s = link.stats
@@ -415,20 +482,22 @@ def _et_ids(
 
 
 def _subtrees(et: ExecutionTrace, roots: list[int | None]) -> list[list[int]]:
-    """For each root node id (None: no node), the ids of the node and all its descendants."""
+    """For each root node id (None: no node), the ids of the node and all its descendants
+    (breadth first)."""
     children: dict[int, list[int]] = defaultdict(list)
     for n in et.nodes:
         if n.parent != n.id:
             children[n.parent].append(n.id)
+    kids = children.get
     out: list[list[int]] = []
     for root in roots:
         if root is None:
             out.append([])
             continue
-        nodes, stack = [], [root]
-        while stack:
-            nid = stack.pop()
-            nodes.append(nid)
-            stack.extend(children.get(nid, ()))
+        nodes = [root]
+        for nid in nodes:  # grows as it is walked
+            more = kids(nid)
+            if more:
+                nodes += more
         out.append(nodes)
     return out
