@@ -176,3 +176,31 @@ def test_data_dependencies_of_shipped_execution_traces_are_the_reference(shared_
 if __name__ == "__main__":  # print the current digests (to update PINNED after a meant change)
     for case, (paths, _) in sorted(PINNED.items()):
         print(case, digests(paths))
+
+
+def _archive_outcome(read: Any, path: Path, raw: bytes) -> tuple[Any, list[str]]:
+    from trainsim.errors import TraceFormatError
+
+    skipped: list[str] = []
+    try:
+        return read(path, raw, skipped), skipped
+    except TraceFormatError as e:
+        return f"error: {e}", skipped
+
+
+def test_gzipped_archives_read_in_memory_as_streamed(tmp_path: Path) -> None:
+    """A .tar.gz decompressed at once gives the blobs, the left-out names and the errors of
+    the streaming read (every archive case of test_sources, and the shipped archives)."""
+    from trainsim.ingest import sources
+
+    from .test_sources import BAD_INPUTS
+
+    cases = [(n, c) for _, n, c, _ in BAD_INPUTS if c is not None and n.endswith((".tar.gz", ".tgz"))]
+    cases += [(p.name, p.read_bytes()) for p in sorted(DLRM_DIR.glob("*.tar.gz"))]
+    if TRACES.is_dir():
+        cases += [(p.name, p.read_bytes()) for p in sorted(TRACES.rglob("*")) if p.name.endswith((".tar.gz", ".tgz"))]
+    assert len(cases) >= 12
+    for name, raw in cases:
+        path = tmp_path / name
+        streamed = _archive_outcome(lambda p, r, s: sources._read_tar(p, r, s, "r:*"), path, raw)
+        assert _archive_outcome(sources._read_archive, path, raw) == streamed, name

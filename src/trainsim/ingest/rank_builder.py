@@ -81,44 +81,57 @@ def _is_comm_context(e: Event) -> bool:
 def _nest(window: StepWindow, cpu: list[Event], runtime: list[Event]) -> list[_OpDraft]:
     """Assign runtime calls to top-level CPU ops, thread by thread (events sorted by ts, -dur)."""
     lo, hi = window.start, window.end
-    by_thread: dict[tuple[int | str, int | str], list[tuple[float, int, Event]]] = defaultdict(list)
+    # (ts, -dur, is runtime call, arrival, event): sorted whole, the arrival number keeps equal
+    # keys in the order the events came (a stable sort on the first three)
+    by_thread: dict[tuple[int | str, int | str], list[tuple[float, float, int, int, Event]]] = defaultdict(list)
+    n = 0
     for e in cpu:
         ts = float(e.ts)  # type: ignore[arg-type]
         if lo <= ts < hi and not e.name.startswith("ProfilerStep#"):
-            by_thread[(e.pid, e.tid)].append((ts, 0, e))
+            by_thread[(e.pid, e.tid)].append((ts, -e.dur, 0, n, e))
+            n += 1
     for e in runtime:
         ts = float(e.ts)  # type: ignore[arg-type]
         if lo <= ts < hi:
-            by_thread[(e.pid, e.tid)].append((ts, 1, e))
+            by_thread[(e.pid, e.tid)].append((ts, -e.dur, 1, n, e))
+            n += 1
     drafts: list[_OpDraft] = []
     for (_pid, tid), items in by_thread.items():
-        items.sort(key=lambda it: (it[0], -it[2].dur, it[1]))
+        items.sort()
+        # the open CPU events, innermost last, with their start and end times
         stack: list[Event] = []
+        starts: list[float] = []
+        ends: list[float] = []
+        first_op = -1  # index in stack of the outermost open op that is not an annotation
         thread = _tid_int(tid)
         current: dict[int, _OpDraft] = {}
-        for ts, is_rt, e in items:
-            while stack and float(stack[-1].ts) + stack[-1].dur <= ts and not (  # type: ignore[arg-type]
-                stack[-1].dur == 0 and float(stack[-1].ts) == ts  # type: ignore[arg-type]
-            ):
+        for ts, _, is_rt, _, e in items:
+            while stack and ends[-1] <= ts and not (stack[-1].dur == 0 and starts[-1] == ts):
                 stack.pop()
-            top_op = next((s for s in stack if s.cat != "user_annotation"), None)
+                starts.pop()
+                ends.pop()
+                if first_op == len(stack):
+                    first_op = -1
+            top_op = stack[first_op] if first_op >= 0 else None
             if not is_rt:
                 # A collective annotation outside any op (gloo/NCCL work threads) is an op too.
                 if top_op is None and (e.cat != "user_annotation" or _is_comm_context(e)):
-                    ann = next((s.name for s in reversed(stack)), "")
-                    d = _OpDraft(e, e.name, thread, ts, e.dur, annotation=ann)
+                    d = _OpDraft(e, e.name, thread, ts, e.dur, annotation=stack[-1].name if stack else "")
                     drafts.append(d)
                     current[id(e)] = d
                 elif top_op is not None and e.name in _MOVES_DATA:
                     current[id(top_op)].moved_data = True
+                if first_op < 0 and e.cat != "user_annotation":
+                    first_op = len(stack)
                 stack.append(e)
+                starts.append(ts)
+                ends.append(ts + e.dur)
                 continue
             ctx = next((s for s in reversed(stack) if _is_comm_context(s)), None)
             if top_op is not None:
                 current[id(top_op)].calls.append((e, ctx))
             else:
-                ann = next((s.name for s in reversed(stack)), "")
-                d = _OpDraft(None, e.name, thread, ts, e.dur, annotation=ann)
+                d = _OpDraft(None, e.name, thread, ts, e.dur, annotation=stack[-1].name if stack else "")
                 d.calls.append((e, ctx))
                 drafts.append(d)
     drafts.sort(key=lambda d: (d.start, d.thread))

@@ -101,8 +101,27 @@ def _as_json(label: str, data: bytes) -> bytes:
 
 
 def _read_archive(path: Path, raw: bytes, skipped: list[str] | None = None) -> list[TraceBlob]:
+    if raw[:2] == _GZIP_MAGIC:
+        # Through a gzip stream, tarfile reads every header first and then seeks back to each
+        # member: a backward seek decompresses the stream again from its start (8 ranks of DLRM:
+        # 5 passes over the archive). Decompressed at once, the tar is read from memory. Any
+        # failure (corrupt data, memory) takes the streaming path, whose errors are the ones said.
+        try:
+            tar_bytes = gzip.decompress(raw)
+            kept_skipped = list(skipped) if skipped is not None else None
+            blobs = _read_tar(path, tar_bytes, kept_skipped, "r:")
+        except (MemoryError, TraceFormatError, tarfile.TarError, EOFError, OSError, zlib.error):
+            pass
+        else:
+            if skipped is not None and kept_skipped is not None:
+                skipped[:] = kept_skipped
+            return blobs
+    return _read_tar(path, raw, skipped, "r:*")
+
+
+def _read_tar(path: Path, raw: bytes, skipped: list[str] | None, mode: str) -> list[TraceBlob]:
     try:
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
+        with tarfile.open(fileobj=io.BytesIO(raw), mode=mode) as tar:  # type: ignore[call-overload]
             members = [m for m in tar.getmembers() if m.isfile()]
             kept = [m for m in members if _is_trace_name(Path(m.name).name, _JSON_SUFFIXES)]
             if not kept:
