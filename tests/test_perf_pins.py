@@ -204,3 +204,29 @@ def test_gzipped_archives_read_in_memory_as_streamed(tmp_path: Path) -> None:
         path = tmp_path / name
         streamed = _archive_outcome(lambda p, r, s: sources._read_tar(p, r, s, "r:*"), path, raw)
         assert _archive_outcome(sources._read_archive, path, raw) == streamed, name
+
+
+def test_loading_and_linking_run_without_the_cyclic_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_traces and attach_execution_traces build tens of thousands of acyclic objects: the
+    collector is paused while they run (as decode_kineto and the simulator pause it) and its
+    state restored after."""
+    import gc
+
+    from trainsim.ingest import link, load_traces, multirank
+
+    seen: dict[str, bool] = {}
+
+    def spy(module: Any, name: str) -> None:
+        inner = getattr(module, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            seen[name] = gc.isenabled()
+            return inner(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    spy(multirank, "build_workload")
+    spy(link, "_annotate")
+    assert gc.isenabled()
+    link.attach_execution_traces(load_traces([DLRM_DIR]))
+    assert seen == {"build_workload": False, "_annotate": False} and gc.isenabled()

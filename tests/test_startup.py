@@ -54,3 +54,19 @@ def test_packaged_catalog_parses_the_same_with_libyaml():
     for e in names:
         text = e.read_text(encoding="utf-8")
         assert yaml.load(text, Loader=_FAST_LOADER) == yaml.safe_load(text), e.name
+
+
+def test_a_measured_replay_imports_no_kernel_models_resize_or_catalog():
+    """Performance review 2026-12-03: ``replay --kernels measured`` (the default) had imported
+    the kernel-model package, the resize passes and the hardware catalog (YAML, pydantic) it
+    never uses: the simulator read a constant of the resize module, the CLI loaded an empty
+    ``--kernel-models`` list through the kernel package."""
+    from tests.conftest import DLRM_DIR
+
+    code = ("import runpy, sys; sys.argv = ['trainsim', 'replay', sys.argv[1], '--format', 'json']\n"
+            "try:\n    runpy.run_module('trainsim', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print('LOADED:' + ','.join(k for k in ('trainsim.kernels', 'trainsim.sim.resize', "
+            "'trainsim.hardware.catalog') if k in sys.modules), file=sys.stderr)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(DLRM_DIR)], capture_output=True, text=True, check=True)
+    assert '"predicted_step_s"' in out.stdout
+    assert out.stderr.strip().splitlines()[-1] == "LOADED:"

@@ -252,6 +252,8 @@ def _example_max_seq(paths: list[Path]) -> tuple[str, int] | None:
 
 def _user_kernel_models(paths: list[Path] | None) -> tuple[tuple[Path, Any], ...]:
     """``--kernel-models`` loaded (numbers and JSON only), each with its path."""
+    if not paths:  # the kernel-model package is not imported by a replay that names none
+        return ()
     from trainsim.kernels import load_model
 
     return tuple((p, load_model(p)) for p in paths or ())

@@ -37,6 +37,7 @@ from enum import StrEnum
 from typing import Any
 
 from trainsim.errors import TraceMismatchError
+from trainsim.gcpause import gc_paused
 from trainsim.ingest.execution_trace import (
     EtNode,
     EtTensor,
@@ -363,6 +364,11 @@ def attach_execution_traces(loaded: LoadedTraces) -> tuple[Workload, dict[int, L
     """Parse ``loaded.et_blobs``, match each ET to its rank, link it, and return the workload
     with ``et_id``, ET ``inputs``/``outputs`` (tensor ids) and data ``deps`` on every linked
     op, plus the link statistics per rank. Ranks without an ET are returned unchanged."""
+    with gc_paused():  # ET nodes, tensors and annotated ops: many acyclic objects (gcpause.py)
+        return _attach(loaded)
+
+
+def _attach(loaded: LoadedTraces) -> tuple[Workload, dict[int, LinkStats]]:
     ets = [parse_execution_trace(b.name, b.data) for b in loaded.et_blobs]
     by_rank = _assign_ranks(ets, loaded.traces)
     stats: dict[int, LinkStats] = {}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.errors import GraphError, TraceFormatError, TraceMismatchError
+from trainsim.gcpause import gc_paused
 from trainsim.ingest.iterations import StepWindow, choose_step, find_steps
 from trainsim.ingest.kineto import KinetoTrace, decode_kineto
 from trainsim.ingest.rank_builder import RankBuilder
@@ -105,6 +106,11 @@ def _assign_ranks(traces: list[KinetoTrace]) -> dict[int, KinetoTrace]:
 def load_traces(
     paths: Iterable[str | Path], *, step: str | int = "median", time_unit: str | None = None
 ) -> LoadedTraces:
+    with gc_paused():  # tens of thousands of acyclic events, ops and kernels (gcpause.py)
+        return _load_traces(paths, step=step, time_unit=time_unit)
+
+
+def _load_traces(paths: Iterable[str | Path], *, step: str | int, time_unit: str | None) -> LoadedTraces:
     skipped: list[str] = []
     blobs = read_paths(paths, skipped)
     kineto_blobs = [b for b in blobs if b.kind is BlobKind.KINETO]

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from trainsim.errors import ConfigError, ModelError
-from trainsim.hardware import DeviceSpec, SystemSpec
 from trainsim.ir.graph import Collective, Kernel, Op
 from trainsim.ir.kinds import CollectiveKind, KernelFamily
 
 if TYPE_CHECKING:
     from trainsim.comm.model import CommModel, CommPrediction
+    from trainsim.hardware import DeviceSpec, SystemSpec
 
 
 def device_spec(name: str) -> DeviceSpec | None:

@@ -47,9 +47,8 @@ from trainsim.sim.durations import (
 from trainsim.sim.edges import intra_rank_rule, thread_edges
 from trainsim.sim.host import HostModel, blocks_cpu_copy, op_calls
 from trainsim.sim.options import HostMode, KernelSource, SimOptions
-from trainsim.sim.resize import RESIZE
 from trainsim.sim.timings import end_tails, fill_timings
-from trainsim.sim.whatif import WHATIF
+from trainsim.sim.whatif import RESIZE, WHATIF
 
 # Kernel durations a pass over the workload predicted (what-if, resize): they replace the
 # measured ones whatever the kernel source, as the pass meant.

@@ -97,8 +97,8 @@ from typing import Any
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.ir.graph import Op, RankGraph, TensorMeta, Workload
 from trainsim.kernels.features import gemm_inputs
+from trainsim.sim.whatif import RESIZE
 
-RESIZE = "resize"
 # (kernel-model operator, phase, dtype, inputs) -> (seconds, provenance); e.g. ``Coster.time``.
 OpTimer = Callable[..., tuple[float, str]]
 

@@ -25,6 +25,9 @@ def _check(factor: float, what: str) -> None:
 
 
 WHATIF = "what-if"
+# The resize passes' (trainsim.sim.resize) provenance prefix; here, with this one, so that the
+# simulator reads both without importing the resize and its kernel models.
+RESIZE = "resize"
 
 
 def _scaled(k: Kernel, factor: float) -> Kernel:
