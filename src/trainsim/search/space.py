@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainsim.builders.memory import stage_layers
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ConfigError
@@ -32,6 +33,22 @@ def reason_key(message: str) -> str:
     m = re.sub(r"\b[\w.-]*\d[\w.×-]*\b", "N", m)
     m = re.sub(r"\([^)]*\)", "", m)
     return re.sub(r"\s+", " ", m).strip()
+
+
+def end_stage_splits(layers: int, pp: int, trim: int) -> Iterator[tuple[int, int]]:
+    """(first, last) stage layers with ``a + b <= trim`` layers taken off the first and last of
+    ``pp`` stages, the middle ones holding ``m = (layers + a + b) / pp`` each (an integer, as
+    Megatron-core's uneven split needs): the end stages carry the embedding, the head and the
+    MTP depths, which ``--decoder-first/last-pipeline-num-layers`` offsets (Llama 3 405B: one
+    layer off each end of 16 stages). DeepSeek-V3's 61 layers on 16 stages: (3, 2) and (2, 3)."""
+    for t in range(1, trim + 1):
+        if (layers + t) % pp:
+            continue
+        m = (layers + t) // pp
+        for a in range(t + 1):
+            first, last = m - a, m - (t - a)
+            if first >= 1 and last >= 1:
+                yield first, last
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +76,8 @@ class PlanSpace:
     dist_optimizer: bool = False  # ZeRO-1 plans as Megatron-LM's distributed optimizer (Plan.dist_optimizer)
     moe_imbalance: float = 1.0  # every MoE plan's busiest-EP-rank load (Plan.moe_imbalance), not searched
     framework: str = "any"  # only the plans this framework runs (trainsim.search.frameworks)
+    # up to this many layers taken off the end stages (1F1B, GPipe): see :func:`end_stage_splits`
+    trim_end_stages: int = 0
     contention: bool = True  # overlapped collectives stretch the compute beside them (Plan.contention)
     extra: dict[str, object] = field(default_factory=dict, compare=False)
 
@@ -123,3 +142,15 @@ class PlanSpace:
                     continue
                 runs, why = framework_plan(plan, self.framework)
                 yield (runs, "") if runs is not None else (None, why)
+                if runs is None or not self.trim_end_stages or sched == "interleaved" or int(pp) < 2:  # type: ignore[call-overload]
+                    continue
+                even = stage_layers(model, plan)
+                for first, last in end_stage_splits(model.layers, int(pp), self.trim_end_stages):  # type: ignore[call-overload]
+                    trimmed = Plan(**{**fields, "first_stage_layers": first, "last_stage_layers": last})
+                    try:
+                        trimmed.validate(model, gpus=self.gpus)
+                    except ConfigError as e:
+                        yield None, str(e)
+                        continue
+                    if stage_layers(model, trimmed) != even:  # pp 2, odd layers: the even split itself
+                        yield framework_plan(trimmed, self.framework)[0], ""
