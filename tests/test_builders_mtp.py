@@ -231,3 +231,16 @@ def test_mtp_blocks_zero3_gathers_stretch_the_compute_under_contention():
                      tp_shares=True)  # fmt: skip
     assert on.zero3[0] >= off.zero3[0] and on.zero3[1] >= off.zero3[1]
     assert on.zero3 != off.zero3
+
+
+def test_models_lists_the_mtp_parameters_beside_the_main_model() -> None:
+    """`trainsim models` gave DeepSeek-V3's 671.03 B alone (review finding: MTP's 11.6 B left out)."""
+    from trainsim.cli.main import _register, app
+
+    _register()
+    res = CliRunner().invoke(app, ["models", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    (ds,) = [m for m in json.loads(res.stdout)["models"] if m["name"] == "deepseek-v3"]
+    assert ds["mtp_layers"] == 1 and ds["mtp_params"] == get_model("deepseek-v3").mtp_params()
+    table = CliRunner().invoke(app, ["models"])
+    assert "671.03 B +11.6 B MTP" in table.output

@@ -196,7 +196,8 @@ def models(
 
     rows: list[dict[str, Any]] = [{"name": m.name, "params": m.params(), "params_unpadded": m.params(padded=False), "hidden": m.hidden, "layers": m.layers, "heads": m.heads,
              "kv_heads": m.n_kv, "ffn": m.ffn, "vocab": m.vocab, "seq_len": m.seq_len, "activation": m.activation,
-             "norm": m.norm, "experts": m.num_experts, "top_k": m.top_k, "aliases": list(m.aliases)}
+             "norm": m.norm, "experts": m.num_experts, "top_k": m.top_k, "mtp_layers": m.mtp_layers,
+             "mtp_params": m.mtp_params(), "aliases": list(m.aliases)}
             for m in list_models()]  # fmt: skip
     if fmt is Format.JSON:
         emit_json({"models": rows})
@@ -205,7 +206,8 @@ def models(
     for col in ("name", "params", "hidden", "layers", "heads", "kv", "ffn", "vocab", "seq", "MLP", "norm", "experts"):
         t.add_column(col, justify="left" if col in ("name", "MLP", "norm") else "right")
     for r in rows:
-        t.add_row(r["name"], f"{r['params'] / 1e9:.2f} B", str(r["hidden"]), str(r["layers"]), str(r["heads"]),
+        mtp = f" +{r['mtp_params'] / 1e9:.1f} B MTP" if r["mtp_layers"] else ""  # its own, beside the main model
+        t.add_row(r["name"], f"{r['params'] / 1e9:.2f} B{mtp}", str(r["hidden"]), str(r["layers"]), str(r["heads"]),
                   str(r["kv_heads"]), str(r["ffn"]), str(r["vocab"]), str(r["seq_len"]), str(r["activation"]),
                   str(r["norm"]), f"{r['experts']}×top{r['top_k']}" if r["experts"] else "—")  # fmt: skip
     Console(width=None if sys.stdout.isatty() else 140).print(t)
