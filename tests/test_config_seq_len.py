@@ -73,3 +73,19 @@ def test_window_note_shows_a_small_share() -> None:
     from trainsim.builders.predict import _share
 
     assert _share(0.5) == "50%" and _share(0.0078) == "0.78%" and _share(0.0) == "0%"
+
+
+def test_phi3_longrope_top_level_original_context() -> None:
+    """Phi-3's LongRoPE configs (Phi-3-mini-128k-instruct, Phi-3.5-mini-instruct) keep
+    original_max_position_embeddings at the top level, beside a rope_scaling of long/short
+    factors only: 4,096 of 131,072 positions (it had read 131,072)."""
+    doc = {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
+           "max_position_embeddings": 131072, "original_max_position_embeddings": 4096, "hidden_act": "silu",
+           "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+           "rope_scaling": {"type": "longrope", "long_factor": [1.0] * 48, "short_factor": [1.0] * 48}}  # fmt: skip
+    m = hf_config_from_dict(doc, Path("phi3-128k/config.json"))
+    assert m.seq_len == 4096 and m.seq_source.startswith("original_max_position_embeddings")
+    assert m.params(padded=False) == get_model("phi3-mini").params(padded=False)
+    with pytest.raises(ConfigError, match=r"^p/config.json: field 'original_max_position_embeddings' must be"):
+        hf_config_from_dict({**doc, "original_max_position_embeddings": "4k"}, Path("p/config.json"))

@@ -369,13 +369,16 @@ _SEQ = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
 
 def _pretraining_context(doc: dict[str, Any], path: Path) -> tuple[int, str]:
     """A RoPE-scaled config's pre-training context and the field it is in, or ``(0, "")``:
-    ``rope_scaling.original_max_position_embeddings`` (YaRN, Llama 3.1's ``llama3``, LongRoPE:
-    DeepSeek-V3 4,096 of 163,840 positions; Llama 3.1 8,192 of 131,072) or gpt-oss's
-    ``initial_context_length``. ``max_position_embeddings`` is the extended context, which a
-    long-context stage trains at and pre-training does not."""
+    ``rope_scaling.original_max_position_embeddings`` (YaRN, Llama 3.1's ``llama3``: DeepSeek-V3
+    4,096 of 163,840 positions; Llama 3.1 8,192 of 131,072), a top-level
+    ``original_max_position_embeddings`` (Phi-3's LongRoPE configs keep it there: Phi-3-mini-128k
+    and Phi-3.5-mini 4,096 of 131,072) or gpt-oss's ``initial_context_length``.
+    ``max_position_embeddings`` is the extended context, which a long-context stage trains at
+    and pre-training does not."""
     rs = doc.get("rope_scaling")
     for where, value in ((("rope_scaling.original_max_position_embeddings",
                            rs.get("original_max_position_embeddings") if isinstance(rs, dict) else None)),
+                         ("original_max_position_embeddings", doc.get("original_max_position_embeddings")),
                          ("initial_context_length", doc.get("initial_context_length"))):  # fmt: skip
         if value is None:
             continue
