@@ -105,6 +105,26 @@ def test_bad_calibration_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         contention._calibration.cache_clear()
 
 
+@pytest.mark.parametrize(("text", "want"), [
+    ('{"factor": 1.05}', r"comm_contention.json: factor_source must be a string .*got None"),
+    ("[1.05]", r"comm_contention.json: unreadable contention calibration \(TypeError"),
+])  # fmt: skip
+def test_calibration_without_source_or_not_an_object_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                text: str, want: str) -> None:  # fmt: skip
+    """A file without factor_source (which provenance() and short() read) or not a JSON object
+    had raised a bare KeyError / TypeError from predict."""
+    bad = tmp_path / "comm_contention.json"
+    bad.write_text(text, encoding="utf-8")
+    monkeypatch.setattr(contention, "CALIBRATION", bad)
+    contention._calibration.cache_clear()
+    try:
+        for f in (contention.measured_factor, contention.provenance):
+            with pytest.raises(ConfigError, match=want):
+                f()
+    finally:
+        contention._calibration.cache_clear()
+
+
 def test_shipped_factor_is_the_scripts_measurement(shared_data: Path, tmp_path: Path) -> None:
     """scripts/comm_contention.py on the one collective trace the factor rests on gives it."""
     spec = importlib.util.spec_from_file_location("comm_contention", ROOT / "scripts" / "comm_contention.py")

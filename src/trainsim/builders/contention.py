@@ -45,11 +45,14 @@ def _calibration() -> dict[str, Any]:
     try:
         doc = json.loads(CALIBRATION.read_text(encoding="utf-8"))
         k = doc["factor"]
-    except (OSError, ValueError, KeyError) as e:
-        raise ConfigError(f"{CALIBRATION}: unreadable contention calibration ({e}); rerun "
+    except (OSError, ValueError, KeyError, TypeError) as e:  # TypeError: a document that is not an object
+        raise ConfigError(f"{CALIBRATION}: unreadable contention calibration ({e!r}); rerun "
                           "scripts/comm_contention.py --write") from e  # fmt: skip
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not 1.0 <= k < 10.0:
         raise ConfigError(f"{CALIBRATION}: factor must be a number in [1, 10), got {k!r}")
+    if not isinstance(doc.get("factor_source"), str):  # provenance() and short() name it
+        raise ConfigError(f"{CALIBRATION}: factor_source must be a string (where the factor was measured), "
+                          f"got {doc.get('factor_source')!r}")  # fmt: skip
     return doc
 
 
