@@ -1788,3 +1788,28 @@ def test_the_search_suggested_for_a_plan_that_does_not_fit_says_what_it_cannot_s
     note = next(w for w in hf.warnings if "trainsim search" in w)
     assert "not this plan's --impl hf and --optimizer sgd" in note
     assert not any("plans fused kernels and Adam" in w for w in fused.warnings)
+
+
+def test_interleaved_end_parts_run_in_their_own_model_chunk() -> None:
+    """Megatron's first virtual stage holds the embedding and its last the final norm, head and
+    loss: the interleaved schedule had split every stage's whole pass evenly over its chunks,
+    so the head ran a 1/vpp share in each of the last stage's chunks."""
+    m, sysspec = get_model("gpt3-1.3b"), get_system(SYSTEM)
+    plan = Plan(pp=4, dp=2, micro_batch=1, global_batch=16, schedule="interleaved", vpp=2)
+    stages = stage_costs(m, plan, sysspec)
+    first, last = stages[0], stages[-1]
+    assert first.end_fwd_s > 0 and last.end_fwd_s > first.end_fwd_s and stages[1].end_fwd_s == 0.0
+    w = build_workload(m, plan, sysspec, stages)
+
+    def seconds(rank: int, name: str) -> float:
+        (op,) = [o for o in w.ranks[rank].ops if o.name == name]
+        return sum(k.predicted_s for k in op.kernels)
+
+    nv = plan.pp * plan.vpp
+    head_chunk, other = seconds(3, f"forward mb0 v{nv - 1}"), seconds(3, "forward mb0 v3")
+    assert head_chunk - other == pytest.approx(last.end_fwd_s, rel=1e-9)
+    assert seconds(0, "forward mb0 v0") - seconds(0, "forward mb0 v4") == pytest.approx(first.end_fwd_s, rel=1e-9)
+    assert seconds(1, "forward mb0 v1") == pytest.approx(seconds(1, "forward mb0 v5"), rel=1e-12)
+    f, b = last.chunk_seconds(plan.vpp, plan.pp)
+    assert sum(f) == pytest.approx(last.fwd_s, rel=1e-12) and sum(b) == pytest.approx(last.bwd_s, rel=1e-12)
+    assert last.chunk_seconds(1, plan.pp) == ([last.fwd_s], [last.bwd_s])  # 1F1B: the pass itself

@@ -76,6 +76,25 @@ class StageCost:
     # and what the context-parallel ring adds to them (the part its attention does not hide)
     ep_comm_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     cp_comm_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # the part of fwd_s / bwd_s outside the transformer layers: the first stage's embedding, the
+    # last stage's final norm, head, loss and MTP depths. The interleaved schedule runs it in
+    # the first / last model chunk only (Megatron's first and last virtual stages hold them)
+    end_fwd_s: float = 0.0
+    end_bwd_s: float = 0.0
+
+    def chunk_seconds(self, chunks: int, pp: int) -> tuple[list[float], list[float]]:
+        """One micro-batch's forward and backward of each of this stage's ``chunks`` model
+        chunks: the layers split evenly, the end part (:attr:`end_fwd_s`) in the chunk that
+        holds it (stage 0's first, stage ``pp - 1``'s last); one chunk: the whole pass."""
+        if chunks == 1:
+            return [self.fwd_s], [self.bwd_s]
+        f = [(self.fwd_s - self.end_fwd_s) / chunks] * chunks
+        b = [(self.bwd_s - self.end_bwd_s) / chunks] * chunks
+        own = 0 if self.stage == 0 else chunks - 1 if self.stage == pp - 1 else None
+        if own is not None:
+            f[own] += self.end_fwd_s
+            b[own] += self.end_bwd_s
+        return f, b
 
     @property
     def dp_comm_s(self) -> float:
@@ -360,19 +379,19 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 z3f, z3b = f - f0, b - b0
             passes = per_n[n] = (f, r, b, z3f, z3b, tp_x, cp_x)
         f, recompute, b, z3f, z3b, tp_x, cp_x = passes
-        fwd = f + (flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0)
-        bwd = (
-            b
-            + (flow_shop_s(extra_b + ext_acc, [host.extra_s(o) for o in extra_b] + ext_acc_cpu)
-               if extra_b or ext_acc else 0.0)
-            + recompute
-        )  # fmt: skip
+        end_f = flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0
+        end_b = (flow_shop_s(extra_b + ext_acc, [host.extra_s(o) for o in extra_b] + ext_acc_cpu)
+                 if extra_b or ext_acc else 0.0)  # fmt: skip
+        fwd = f + end_f
+        bwd = b + end_b + recompute
         mx = mtp if last else None
         if mx is not None:
             fwd, bwd, recompute = fwd + mx.fwd_s, bwd + mx.bwd_s + mx.recompute_s, recompute + mx.recompute_s
+            end_f, end_b = end_f + mx.fwd_s, end_b + mx.bwd_s + mx.recompute_s
         dense, expert = stage_params_split(model, plan, s)
         params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
+        st.end_fwd_s, st.end_bwd_s = end_f, end_b
         st.zero3_exposed_fwd_s, st.zero3_exposed_bwd_s = z3f, z3b
         st.ep_comm_s = (n * ep_f, n * ep_b, n * ep_f if full_rc else 0.0)
         st.cp_comm_s = cp_x
@@ -590,7 +609,8 @@ def _dense_layers_dense_params(model: ModelSpec, plan: Plan, stage: int) -> floa
 
 # the per-micro-batch fields that sum a stage's layer passes (with its embedding and head)
 _PASS_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s", "tp_comm_recompute_s",
-                "zero3_exposed_fwd_s", "zero3_exposed_bwd_s", "flops_fwd", "flops_bwd")  # fmt: skip
+                "zero3_exposed_fwd_s", "zero3_exposed_bwd_s", "flops_fwd", "flops_bwd", "end_fwd_s",
+                "end_bwd_s")  # fmt: skip
 
 
 def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, system: SystemSpec, *,
@@ -973,8 +993,10 @@ class _SchedulePart:
         bsec = np.array([c.seconds if c else 0.0 for c in bcost])
         nb = len(bcost)
         fr, fs = fwd[rs], fwd[ss]
-        fwd_s = np.array([st.fwd_s / chunks for st in stages])[stage]
-        bwd_s = np.array([st.bwd_s / chunks for st in stages])[stage]
+        # each action's chunk's pass (StageCost.chunk_seconds: the end part in its own chunk)
+        per_f, per_b = zip(*(st.chunk_seconds(chunks, pp) for st in stages), strict=True)
+        fwd_s = np.array(per_f, dtype=float)[stage, sa.chunk]
+        bwd_s = np.array(per_b, dtype=float)[stage, sa.chunk]
 
         lane, dur, cls = np.empty(n, np.int64), np.empty(n), np.empty(n, np.int64)
         d0, d1, d2 = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
@@ -1605,7 +1627,7 @@ def _emit_schedule(
             }[kind]()  # fmt: skip
         return ln
 
-    fwd_s, bwd_s = st.fwd_s / chunks, st.bwd_s / chunks
+    chunk_f, chunk_b = st.chunk_seconds(chunks, pp)  # the end part in its own chunk
     for act in actions:
         v = act.chunk * pp + s  # virtual stage
         tag = (act.mb, v)  # the IR emitter names ops "<what> mb<mb> v<v>"
@@ -1613,13 +1635,13 @@ def _emit_schedule(
         if act.kind == "F":
             if v > 0:
                 deps.append(e.p2p("recv_act", tag, link("recv_act", v), act.mb, []))
-            last = e.compute("forward", tag, fwd_s, deps)
+            last = e.compute("forward", tag, chunk_f[act.chunk], deps)
             if v < nv - 1:
                 last_send = e.p2p("send_act", tag, link("send_act", v), act.mb, [last])
         else:
             if v < nv - 1:
                 deps.append(e.p2p("recv_grad", tag, link("recv_grad", v), act.mb, []))
-            last = e.compute("backward", tag, bwd_s, deps)
+            last = e.compute("backward", tag, chunk_b[act.chunk], deps)
             if v > 0:
                 last_send = e.p2p("send_grad", tag, link("send_grad", v), act.mb, [last])
     return last, last_send
