@@ -395,3 +395,23 @@ def test_qwen3_catalog_entries_share_the_pretraining_context() -> None:
     """qwen3-8b said 32,768 (the report's long-context stage), qwen3-30b-a3b 4,096 (stages 1-2)
     citing the same report (review finding): both are the pre-training context now."""
     assert get_model("qwen3-8b").seq_len == get_model("qwen3-30b-a3b").seq_len == 4096
+
+
+def test_gemma3_multimodal_config_notes_its_vision_tower(tmp_path):
+    """A gemma3 config with a vision_config is predicted as its language model, and predict
+    now says the vision tower and image tokens are left out (review finding: silent)."""
+    from trainsim.builders.plan import Plan
+    from trainsim.builders.predict import predict_llm
+
+    text = {"hidden_size": 2560, "num_hidden_layers": 34, "intermediate_size": 10240, "sliding_window": 1024,
+            "model_type": "gemma3_text"}  # fmt: skip
+    (tmp_path / "mm.json").write_text(json.dumps({"model_type": "gemma3", "text_config": text,
+                                                  "vision_config": {"model_type": "siglip_vision_model"},
+                                                  "mm_tokens_per_image": 256}))  # fmt: skip
+    (tmp_path / "text.json").write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
+    mm, plain = read_hf_config(tmp_path / "mm.json"), read_hf_config(tmp_path / "text.json")
+    assert mm == plain and "vision tower" in mm.left_out and plain.left_out == ""
+    plan = Plan(tp=1, dp=8, micro_batch=1, global_batch=8, seq_len=2048)
+    notes = predict_llm(mm, plan, "dgx-h100", simulate=False).warnings
+    assert any(n.startswith(f"not modelled for {mm.name}: its vision tower") for n in notes)
+    assert not any("vision tower" in n for n in predict_llm(plain, plan, "dgx-h100", simulate=False).warnings)

@@ -40,6 +40,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -702,9 +703,15 @@ def _gemma3(doc: dict[str, Any], path: Path) -> ModelSpec:
     inner = {**_GEMMA3_TEXT_DEFAULTS, "tie_word_embeddings": doc.get("tie_word_embeddings", True),
              **text, "model_type": "gemma3_text", "_name_or_path": doc.get("_name_or_path")}  # fmt: skip
     try:
-        return hf_config_from_dict(inner, path)
+        model = hf_config_from_dict(inner, path)
     except ConfigError as e:
         raise ConfigError(f"{e} (in 'text_config')") from None
+    vision = doc.get("vision_config")
+    if isinstance(vision, dict) or "mm_tokens_per_image" in doc:
+        # Gemma 3's SigLIP encoder (400M-class) and projector, and the image tokens it feeds in
+        model = replace(model, left_out="its vision tower (vision_config: the SigLIP image encoder and its "
+                                        "projector) and image tokens: the language model alone is predicted")  # fmt: skip
+    return model
 
 
 def _falcon(f: _Fields) -> dict[str, Any]:

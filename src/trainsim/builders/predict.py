@@ -344,6 +344,8 @@ def contention_note(plan: Plan) -> str:
 def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
     """What predict says about Qwen3/Gemma/OLMo 2 features it does not cost (builders/costs.py)."""
     out = []
+    if model.left_out:
+        out.append(f"not modelled for {model.name}: {model.left_out}")
     if model.attn_softcap and plan.attention == "flash" and plan.impl != "hf":
         out.append(f"the model soft-caps its attention scores (cap {model.attn_softcap:g}): costed as plain "
                    "FlashAttention, whose kernel (FlashAttention-2 >= 2.6) applies the cap; PyTorch's SDPA "

@@ -91,6 +91,8 @@ class ModelSpec:
     # where a config's default sequence length came from when it is not max_position_embeddings
     # (a RoPE-scaled model's pre-training context): predict's note says so
     seq_source: str = field(default="", compare=False)
+    # what a config describes and the model leaves out (gemma3's vision tower), for predict's note
+    left_out: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         for f in ("hidden", "layers", "heads", "vocab", "seq_len"):
