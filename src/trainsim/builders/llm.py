@@ -299,11 +299,12 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     caller has them (:func:`_with_dense_layers` gives the model's to its dense variant)."""
     from trainsim.builders.memory import (
         _layer_params_per_gpu,
+        _stage_params_split,
         _zero_groups,
+        dense_layer_extra_params,
         embedding_params_per_gpu,
         stage_dense_layers,
         stage_layers,
-        stage_params_split,
     )
 
     coster = coster or OpCoster(get_device(system.device))
@@ -324,6 +325,10 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
 
     out = []
     layers = stage_layers(model, plan)
+    layer_params = _layer_params_per_gpu(model, plan.tp, plan.ep)
+    # per plan, not per stage (memory.memory_per_gpu's)
+    dense_counts = stage_dense_layers(model, plan, layers) if model.dense_layers else None
+    dense_extra = dense_layer_extra_params(model, plan) if model.dense_layers else None
     # stages of equal depth share their passes
     per_n: dict[int, tuple[float, float, float, float, float, tuple[float, float, float], tuple[float, float, float]]] = {}
     fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
@@ -388,7 +393,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         if mx is not None:
             fwd, bwd, recompute = fwd + mx.fwd_s, bwd + mx.bwd_s + mx.recompute_s, recompute + mx.recompute_s
             end_f, end_b = end_f + mx.fwd_s, end_b + mx.bwd_s + mx.recompute_s
-        dense, expert = stage_params_split(model, plan, s)
+        dense, expert = _stage_params_split(model, plan, s, layers, layer_params, dense_counts, dense_extra)
         params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
         st.end_fwd_s, st.end_bwd_s = end_f, end_b
@@ -624,14 +629,14 @@ def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, sy
     optimizer and gradient reduction are the stage's own already (:mod:`.memory` counts the
     dense layers). Not modelled: an overlapped gradient reduction's window is the MoE
     stage's backward."""
-    from trainsim.builders.memory import stage_dense_layers
+    from trainsim.builders.memory import dense_variant, stage_dense_layers
 
     counts = stage_dense_layers(model, plan)
     if not any(counts):
         return stages
     # the dense variant's MTP depths are the model's (``mtp``: their blocks MoE ones where the
     # model's last layer is), so that the weighing below leaves them whole
-    dense = stage_costs(model.dense_variant(), plan, system, coster, host, tp_shares=tp_shares, mtp=mtp)
+    dense = stage_costs(dense_variant(model), plan, system, coster, host, tp_shares=tp_shares, mtp=mtp)
     out = []
     for moe, dn, nd in zip(stages, dense, counts, strict=True):
         if not nd:

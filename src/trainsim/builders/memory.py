@@ -208,8 +208,22 @@ def _norm_params_per_gpu(model: ModelSpec, tp: int) -> float:
     return float(model.layer_norm_params())
 
 
+_LAYER_PARAMS: dict[tuple[int, int, int], tuple[ModelSpec, tuple[float, float]]] = {}
+
+
 def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int) -> tuple[float, float]:
-    """(dense, expert) parameters of one layer on one GPU (Megatron's TP layout, Table II)."""
+    """(dense, expert) parameters of one layer on one GPU (Megatron's TP layout, Table II),
+    kept per (model object, tp, ep): a search asks for them several times per plan."""
+    key = (id(model), tp, ep)
+    hit = _LAYER_PARAMS.get(key)
+    if hit is None or hit[0] is not model:  # the model is held, so its id is not reused while kept
+        if len(_LAYER_PARAMS) >= 4096:
+            _LAYER_PARAMS.clear()
+        hit = _LAYER_PARAMS[key] = (model, _layer_params_uncached(model, tp, ep))
+    return hit[1]
+
+
+def _layer_params_uncached(model: ModelSpec, tp: int, ep: int) -> tuple[float, float]:
     d = model.hidden
     q = model.q_width / tp
     kv = model.kv_width_tp(tp)
@@ -276,11 +290,25 @@ def stage_dense_layers(model: ModelSpec, plan: Plan, layers: Sequence[int] | Non
     return list(_stage_dense_layers(model, plan, tuple(layers if layers is not None else _stage_layers(model, plan))))
 
 
+_DENSE_VARIANTS: dict[int, tuple[ModelSpec, ModelSpec]] = {}  # id(model) -> (model, its dense variant)
+
+
+def dense_variant(model: ModelSpec) -> ModelSpec:
+    """:meth:`ModelSpec.dense_variant`, kept per model object (a search asks for it on every
+    plan and stage; building one runs the spec's validation, ~0.2 ms)."""
+    hit = _DENSE_VARIANTS.get(id(model))
+    if hit is None or hit[0] is not model:  # the model is held, so its id is not reused while kept
+        if len(_DENSE_VARIANTS) >= 64:
+            _DENSE_VARIANTS.clear()
+        hit = _DENSE_VARIANTS[id(model)] = (model, model.dense_variant())
+    return hit[1]
+
+
 def dense_layer_extra_params(model: ModelSpec, plan: Plan) -> tuple[float, float]:
     """What one of ``model.dense_layers`` holds on a GPU beyond an MoE layer's (dense, expert)
     parameters: its dense MLP less the router and shared expert, and no experts."""
     dense_moe, expert = _layer_params_per_gpu(model, plan.tp, plan.ep)
-    dense_dense, _ = _layer_params_per_gpu(model.dense_variant(), plan.tp, plan.ep)
+    dense_dense, _ = _layer_params_per_gpu(dense_variant(model), plan.tp, plan.ep)
     return dense_dense - dense_moe, -expert
 
 
@@ -300,16 +328,19 @@ def _zero_groups(layer_params: tuple[float, float], ep: int) -> tuple[float, flo
 
 def _stage_params_split(
     model: ModelSpec, plan: Plan, stage: int, layers: Sequence[int],
-    layer_params: tuple[float, float] | None = None,
+    layer_params: tuple[float, float] | None = None, dense_counts: Sequence[int] | None = None,
+    dense_extra: tuple[float, float] | None = None,
 ) -> tuple[float, float]:  # fmt: skip
-    """``layer_params``: :func:`_layer_params_per_gpu` of the plan, when the caller has it."""
+    """``layer_params``: :func:`_layer_params_per_gpu` of the plan, ``dense_counts``:
+    :func:`stage_dense_layers` of ``layers``, ``dense_extra``: :func:`dense_layer_extra_params`,
+    when the caller has them (once per plan, not per stage)."""
     if not 0 <= stage < plan.pp:
         raise ConfigError(f"memory: stage {stage} is not in 0..{plan.pp - 1} (pp {plan.pp})")
     dense_layer, expert_layer = layer_params or _layer_params_per_gpu(model, plan.tp, plan.ep)
     n = layers[stage]
     dense, expert = n * dense_layer, n * expert_layer
-    if model.dense_layers and (nd := stage_dense_layers(model, plan, layers)[stage]):
-        more_dense, more_expert = dense_layer_extra_params(model, plan)
+    if model.dense_layers and (nd := (dense_counts or stage_dense_layers(model, plan, layers))[stage]):
+        more_dense, more_expert = dense_extra or dense_layer_extra_params(model, plan)
         dense, expert = dense + nd * more_dense, expert + nd * more_expert
     vocab_shard = model.embedding_params(plan.tp) / plan.tp  # 001 Eq. 1–2 padding, ÷ tp rows
     if stage == 0:
@@ -558,14 +589,17 @@ def _mtp_activation_bytes(model: ModelSpec, plan: Plan, *, dropout: bool) -> tup
 
 
 def _dense_layers_activation_delta(model: ModelSpec, plan: Plan, stage: int, layers: Sequence[int], *,
-                                   dropout: bool, terms: tuple[float, float, float]) -> float:  # fmt: skip
+                                   dropout: bool, terms: tuple[float, float, float],
+                                   dense_counts: Sequence[int] | None = None,
+                                   dense_terms: tuple[float, float, float] | None = None) -> float:  # fmt: skip
     """A stage's activations for its ``dense_layers`` less what :func:`_stage_activations_bytes`
     counted for them as MoE layers (``terms``); the working set (one layer's) the larger of
-    the kinds the stage holds."""
-    nd = stage_dense_layers(model, plan, layers)[stage]
+    the kinds the stage holds. ``dense_counts``, ``dense_terms``: :func:`stage_dense_layers` and
+    the dense variant's :func:`_layer_activation_terms`, when the caller has them."""
+    nd = (dense_counts or stage_dense_layers(model, plan, layers))[stage]
     if not nd:
         return 0.0
-    dterms = _layer_activation_terms(model.dense_variant(), plan, dropout=dropout)
+    dterms = dense_terms or _layer_activation_terms(dense_variant(model), plan, dropout=dropout)
     n = in_flight_microbatches(plan, stage)
     extra = nd * n * (_kept_bytes(plan, dterms) - _kept_bytes(plan, terms))
     work_d, work_moe = _working_bytes(plan, dterms), _working_bytes(plan, terms)
@@ -613,12 +647,14 @@ def _buffers_bytes(
 # --- per GPU -------------------------------------------------------------------------------
 
 
-def _largest_layer(model: ModelSpec, plan: Plan, layer_params: tuple[float, float]) -> tuple[float, float]:
+def _largest_layer(model: ModelSpec, plan: Plan, layer_params: tuple[float, float],
+                   dense_extra: tuple[float, float] | None = None) -> tuple[float, float]:  # fmt: skip
     """``layer_params`` (an MoE layer's), or a dense layer's where ``model.dense_layers`` are
-    the larger or the only layers (ZeRO's per-layer buffers hold the largest layer)."""
+    the larger or the only layers (ZeRO's per-layer buffers hold the largest layer);
+    ``dense_extra``: :func:`dense_layer_extra_params`, when the caller has it."""
     if not model.dense_layers:
         return layer_params
-    more_dense, more_expert = dense_layer_extra_params(model, plan)
+    more_dense, more_expert = dense_extra or dense_layer_extra_params(model, plan)
     dense = (layer_params[0] + more_dense, layer_params[1] + more_expert)
     return dense if sum(dense) > sum(layer_params) or not model.moe_layers else layer_params
 
@@ -655,13 +691,20 @@ def memory_per_gpu(
     # per plan, not per stage (a search asks for ~10^5 plans of up to ~100 stages)
     layer_params = _layer_params_per_gpu(model, plan.tp, plan.ep)
     terms = _layer_activation_terms(model, plan, dropout=dropout)
+    counts: list[int] | None = None
+    extra: tuple[float, float] | None = None
+    dterms: tuple[float, float, float] | None = None
+    if model.dense_layers:
+        counts = stage_dense_layers(model, plan, layers)
+        extra = dense_layer_extra_params(model, plan)
+        dterms = _layer_activation_terms(dense_variant(model), plan, dropout=dropout)
     buffers: dict[bool, float] = {}  # only the last stage's differ
     for i in range(plan.pp):
-        dense, expert = _stage_params_split(model, plan, i, layers, layer_params)
+        dense, expert = _stage_params_split(model, plan, i, layers, layer_params, counts, extra)
         last = i == plan.pp - 1
         if last not in buffers:
             buffers[last] = _buffers_bytes(model, plan, i, prec, overhead_bytes=overhead_bytes,
-                                           layer_params=_largest_layer(model, plan, layer_params))  # fmt: skip
+                                           layer_params=_largest_layer(model, plan, layer_params, extra))  # fmt: skip
         out.append(
             MemoryBreakdown(
                 stage=i,
@@ -671,7 +714,8 @@ def memory_per_gpu(
                 + expert * expert_prec.optimizer_bytes,
                 activations_bytes=_stage_activations_bytes(
                     model, plan, i, layers[i], dropout=dropout, terms=terms
-                ) + (_dense_layers_activation_delta(model, plan, i, layers, dropout=dropout, terms=terms)
+                ) + (_dense_layers_activation_delta(model, plan, i, layers, dropout=dropout, terms=terms,
+                                                    dense_counts=counts, dense_terms=dterms)
                      if model.dense_layers else 0.0),
                 buffers_bytes=buffers[last],
             )
