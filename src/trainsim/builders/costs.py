@@ -73,6 +73,9 @@ class PassCost:
         self.ops.extend(other)
 
 
+_MISSING = object()
+
+
 class OpCoster:
     """Kernel-model answers for paper 001's operators on one device, cached.
 
@@ -125,6 +128,7 @@ class OpCoster:
         # accumulation asks for one per local expert weight (64 alike on a DeepSeek-V3 rank at
         # ep 8), and a search asks for them on every plan
         self._elementwise: dict[tuple[object, ...], OpCost] = {}
+        self._kept: dict[tuple[object, ...], object] = {}  # kept()'s
 
     SHAPED_MAX = 4096  # layer / embedding / head operator lists kept (oldest dropped first)
 
@@ -137,6 +141,16 @@ class OpCoster:
                 del self._shaped[next(iter(self._shaped))]
             ops = self._shaped[key] = tuple(make())
         return list(ops)
+
+    def kept(self, key: tuple[object, ...], make: Callable[[], object]) -> object:
+        """``make()``, kept under ``key`` (an immutable per-shape result a caller derives from
+        :meth:`shaped` lists; oldest dropped first, as those)."""
+        hit = self._kept.get(key, _MISSING)
+        if hit is _MISSING:
+            while len(self._kept) >= self.SHAPED_MAX:
+                del self._kept[next(iter(self._kept))]
+            hit = self._kept[key] = make()
+        return hit
 
     def time(self, op: str, phase: str, dtype: str, *, bench: dict[str, float] | None = None,
              bench_op: str | None = None, **inputs: float) -> tuple[float, str]:  # fmt: skip
@@ -325,12 +339,18 @@ def flow_shop_s(ops: Iterable[OpCost], cpu_s: Iterable[float] | float, repeat: i
     ``max(end of pass r-1 + D, (r - 1) C + M)``, so ``repeat`` passes end at
     ``M + (repeat - 1) max(C, D)`` (the recurrence ``gpu = max(gpu, cpu) + d`` unrolled).
     """
+    return flow_shop_repeat(flow_shop_parts(ops, cpu_s), repeat)
+
+
+def flow_shop_parts(ops: Iterable[OpCost], cpu_s: Iterable[float] | float) -> tuple[float, float, float] | None:
+    """One pass's ``(M, C, D)`` of :func:`flow_shop_s` (``None`` for no ops), for a caller that
+    repeats one sequence several ways (:func:`flow_shop_repeat`; a search's stages of different depth)."""
     durs = [o.seconds for o in ops]
     cpus = [float(cpu_s)] * len(durs) if isinstance(cpu_s, int | float) else list(cpu_s)
     if len(cpus) != len(durs):
         raise ValueError(f"flow_shop_s: {len(durs)} ops but {len(cpus)} CPU times")
-    if not durs or repeat <= 0:
-        return 0.0
+    if not durs:
+        return None
     c_sum = sum(cpus)
     d_sum = sum(durs)
     end = cpu = 0.0
@@ -340,6 +360,14 @@ def flow_shop_s(ops: Iterable[OpCost], cpu_s: Iterable[float] | float, repeat: i
         x = cpu + rest
         end = x if x > end else end  # (max() is slower in this hot loop)
         rest -= d
+    return end, c_sum, d_sum
+
+
+def flow_shop_repeat(parts: tuple[float, float, float] | None, repeat: int = 1) -> float:
+    """:func:`flow_shop_s` of the sequence whose :func:`flow_shop_parts` are ``parts``."""
+    if parts is None or repeat <= 0:
+        return 0.0
+    end, c_sum, d_sum = parts
     return end + (repeat - 1) * (c_sum if c_sum > d_sum else d_sum)
 
 
@@ -810,18 +838,25 @@ class LayerCoster:
         weight-gradient GEMMs accumulate in place; the few small adds left are not charged) or a
         single micro-batch. Gradients are added in the training dtype (DeepSpeed and Megatron
         train a cast model; torch AMP, which keeps fp32 parameters, would add in fp32)."""
-        if self.plan.wgrad_fusion or self.plan.grad_accum <= 1:
+        key = self.grad_accumulation_key()
+        if key is None:
             return [], 0
-        k = self._grad_shard()
-        ke = max(k // self.plan.ep, 1)  # experts shard over the expert-data-parallel group
+        k, ke = key[4], key[5]
 
         def adds() -> list[OpCost]:
             return [self._accumulate(f"grad_acc_{n}", e / (ke if n.startswith("expert_") else k))
                     for n, e in self.layer_weights()]  # fmt: skip
 
-        # the same adds for every plan of the layer's shape and gradient shard (a search's)
-        key = ("grad_acc", self.model, self.t, self.plan.ep, k, ke, self.dtype)
         return self.c.shaped(key, adds), self._small_tensors()
+
+    def grad_accumulation_key(self) -> tuple[object, ...] | None:
+        """What :meth:`grad_accumulation`'s adds depend on (every plan of the layer's shape and
+        gradient shard has the same ones: a search's), or ``None`` when there are none."""
+        if self.plan.wgrad_fusion or self.plan.grad_accum <= 1:
+            return None
+        k = self._grad_shard()
+        ke = max(k // self.plan.ep, 1)  # experts shard over the expert-data-parallel group
+        return ("grad_acc", self.model, self.t, self.plan.ep, k, ke, self.dtype)
 
     def extra_grad_accumulation(self, first: bool, last: bool) -> tuple[list[OpCost], int]:
         """The stage's tensors outside the layers: the word (and learned position) embedding on

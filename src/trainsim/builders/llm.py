@@ -31,7 +31,16 @@ import numpy as np
 
 from trainsim.builders.contention import factor as contention_factor
 from trainsim.builders.contention import hidden_cost_s
-from trainsim.builders.costs import HOST, HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
+from trainsim.builders.costs import (
+    HOST,
+    HostModel,
+    LayerCoster,
+    OpCost,
+    OpCoster,
+    flow_shop_parts,
+    flow_shop_repeat,
+    flow_shop_s,
+)
 from trainsim.builders.llm_comm import CommCost, PlanComm
 from trainsim.builders.plan import Plan
 from trainsim.builders.schedules import Action, schedule, schedule_arrays
@@ -231,6 +240,22 @@ def _averaged(ops: list[OpCost], small: int, plan: Plan, host: HostModel) -> tup
     return ops, [extra_dispatch * (1 + small / len(ops))] * len(ops)
 
 
+def _layer_accumulation(lc: LayerCoster, plan: Plan, host: HostModel) -> tuple[list[OpCost], list[float]]:
+    """:func:`_averaged` of the layer's gradient accumulation, kept by the coster per what it
+    depends on: the adds' key (:meth:`LayerCoster.grad_accumulation_key`), the micro-batch count
+    and the host model (an MoE layer's list holds one add per local expert weight)."""
+    key = lc.grad_accumulation_key()
+    if key is None:
+        return [], []
+
+    def make() -> tuple[tuple[OpCost, ...], tuple[float, ...]]:
+        ops, cpus = _averaged(*lc.grad_accumulation(), plan, host)
+        return tuple(ops), tuple(cpus)
+
+    ops, cpus = lc.c.kept((*key, "averaged", plan.grad_accum, host), make)  # type: ignore[misc]
+    return list(ops), list(cpus)
+
+
 def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) -> _LayerPasses:
     """One layer's forward, backward and recomputation as :func:`stage_costs` times them: the
     operators with the CP ring, the TP collectives, the dispatch times and the gradient
@@ -282,7 +307,7 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     else:
         re_ops, re_cpu = [lf_t[i] for i in sel], [cpu_f[i] for i in sel]
     # gradient accumulation, averaged over the micro-batches (:func:`_averaged`)
-    acc, acc_cpu = _averaged(*lc.grad_accumulation(), plan, host)
+    acc, acc_cpu = _layer_accumulation(lc, plan, host)
     lb_acc, cpu_b_acc = lb_tp + acc, cpu_b_tp + acc_cpu
     return _LayerPasses(lf, lb, lf_t, lb_t, cpu_f, cpu_b, lf_tp, cpu_f_tp, lb_tp, cpu_b_tp, re_ops, re_cpu, sel,
                         acc, acc_cpu, lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, ep_f, ep_b, re_comm,
@@ -310,8 +335,9 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     coster = coster or OpCoster(get_device(system.device))
     lc = LayerCoster(model, plan, coster)
     comm = PlanComm(model, plan, system)
+    passes = _layer_passes(lc, comm, plan, host)
     (lf, lb, lf_t, lb_t, cpu_f, cpu_b, lf_tp, cpu_f_tp, _, _, re_ops, re_cpu, sel, acc, acc_cpu,
-     lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, ep_f, ep_b, re_comm, full_rc) = _layer_passes(lc, comm, plan, host)
+     lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, ep_f, ep_b, re_comm, full_rc) = passes
     layer_comm_f, layer_comm_b = ep_f, ep_b
     stretch = contention_factor(plan)  # overlapped collectives stretch the compute beside them
 
@@ -321,7 +347,9 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     # multi-token prediction: its depths run on the last stage, after the main head (Megatron)
     depths = model.mtp_depths(plan.impl)
     if mtp is None and depths:
-        mtp = _mtp_costs(model, plan, system, coster, host, block=model.mtp_block(), depths=depths, tp_shares=tp_shares)
+        block = model.mtp_block()
+        mtp = _mtp_costs(model, plan, system, coster, host, block=block, depths=depths, tp_shares=tp_shares,
+                         main=(lc, comm, passes) if block is model else None)  # fmt: skip
 
     out = []
     layers = stage_layers(model, plan)
@@ -331,6 +359,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     dense_extra = dense_layer_extra_params(model, plan) if model.dense_layers else None
     # stages of equal depth share their passes
     per_n: dict[int, tuple[float, float, float, float, float, tuple[float, float, float], tuple[float, float, float]]] = {}
+    shops: list[tuple[float, float, float] | None] = []
     fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
     shard = plan.dp * plan.cp if plan.zero >= 1 else 1
     layer_comm = [*tpf, *tpb, *epf, *epb, *([cpf] if cpf else []), *([cpb] if cpb else [])]
@@ -346,9 +375,12 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             # each pass is a CPU-dispatch / GPU flow shop (small models are launch-bound); the
             # TP collectives are in it: the CPU enqueues each and goes on, the GPU runs it in
             # order, so a launch-bound pass hides their time behind its dispatch
-            f = flow_shop_s(lf_tp, cpu_f_tp, n) + n * layer_comm_f
-            r = (flow_shop_s(re_ops, re_cpu, n) + n * re_comm) if re_ops else 0.0
-            b = flow_shop_s(lb_acc, cpu_b_acc, n) + n * layer_comm_b
+            if not shops:  # one pass's parts, for every depth (flow_shop_repeat)
+                shops.extend((flow_shop_parts(lf_tp, cpu_f_tp), flow_shop_parts(re_ops, re_cpu),
+                              flow_shop_parts(lb_acc, cpu_b_acc)))  # fmt: skip
+            f = flow_shop_repeat(shops[0], n) + n * layer_comm_f
+            r = (flow_shop_repeat(shops[1], n) + n * re_comm) if re_ops else 0.0
+            b = flow_shop_repeat(shops[2], n) + n * layer_comm_b
             # what the TP collectives add to each pass (dispatch included): the breakdown's share
             tp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
             if (tpf or tpb) and tp_shares:
@@ -393,7 +425,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         if mx is not None:
             fwd, bwd, recompute = fwd + mx.fwd_s, bwd + mx.bwd_s + mx.recompute_s, recompute + mx.recompute_s
             end_f, end_b = end_f + mx.fwd_s, end_b + mx.bwd_s + mx.recompute_s
-        dense, expert = _stage_params_split(model, plan, s, layers, layer_params, dense_counts, dense_extra)
+        dense, expert = _stage_params_split(model, plan, s, layers, layer_params, dense_counts=dense_counts,
+                                            dense_extra=dense_extra)
         params = dense + expert
         st = StageCost(s, n, params, fwd, bwd, recompute)
         st.end_fwd_s, st.end_bwd_s = end_f, end_b
@@ -471,7 +504,8 @@ class _MTPCost:
 
 
 def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster, host: HostModel, *,
-               block: ModelSpec, depths: int, tp_shares: bool) -> _MTPCost:  # fmt: skip
+               block: ModelSpec, depths: int, tp_shares: bool,
+               main: tuple[LayerCoster, PlanComm, _LayerPasses] | None = None) -> _MTPCost:  # fmt: skip
     """The ``depths`` MTP depths of ``model`` (DeepSeek-V3 §2.2, Megatron-core's
     MultiTokenPredictionLayer and ``process_mtp_loss``), run by the last pipeline stage after
     the main head, one after another (depth k takes depth k - 1's hidden state), each:
@@ -494,11 +528,16 @@ def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoste
 
     Each pass is one CPU-dispatch / GPU flow shop of a depth's operators (the extras at
     :meth:`HostModel.extra_s`, the block at the layers' dispatch), repeated ``depths`` times.
+    ``main``: the caller's coster, collectives and layer passes when ``block`` is the model
+    itself (its last layer an MoE one), which the block's would repeat.
     """
     from trainsim.builders.memory import _layer_params_per_gpu, _zero_groups
 
-    lc, comm = LayerCoster(block, plan, coster), PlanComm(block, plan, system)
-    lp = _layer_passes(lc, comm, plan, host)
+    if main is not None:  # the block is the model's layer: the main layers' coster and passes
+        lc, comm, lp = main
+    else:
+        lc, comm = LayerCoster(block, plan, coster), PlanComm(block, plan, system)
+        lp = _layer_passes(lc, comm, plan, host)
     pre_f, post_f = lc.mtp_extras("fwd")
     pre_b, post_b = lc.mtp_extras("bwd")
     t = plan.tp

@@ -328,7 +328,7 @@ def _zero_groups(layer_params: tuple[float, float], ep: int) -> tuple[float, flo
 
 def _stage_params_split(
     model: ModelSpec, plan: Plan, stage: int, layers: Sequence[int],
-    layer_params: tuple[float, float] | None = None, dense_counts: Sequence[int] | None = None,
+    layer_params: tuple[float, float] | None = None, *, dense_counts: Sequence[int] | None = None,
     dense_extra: tuple[float, float] | None = None,
 ) -> tuple[float, float]:  # fmt: skip
     """``layer_params``: :func:`_layer_params_per_gpu` of the plan, ``dense_counts``:
@@ -700,7 +700,8 @@ def memory_per_gpu(
         dterms = _layer_activation_terms(dense_variant(model), plan, dropout=dropout)
     buffers: dict[bool, float] = {}  # only the last stage's differ
     for i in range(plan.pp):
-        dense, expert = _stage_params_split(model, plan, i, layers, layer_params, counts, extra)
+        dense, expert = _stage_params_split(model, plan, i, layers, layer_params, dense_counts=counts,
+                                            dense_extra=extra)
         last = i == plan.pp - 1
         if last not in buffers:
             buffers[last] = _buffers_bytes(model, plan, i, prec, overhead_bytes=overhead_bytes,
