@@ -841,7 +841,8 @@ class LayerCoster:
         key = self.grad_accumulation_key()
         if key is None:
             return [], 0
-        k, ke = key[4], key[5]
+        k = self._grad_shard()
+        ke = max(k // self.plan.ep, 1)  # experts shard over the expert-data-parallel group
 
         def adds() -> list[OpCost]:
             return [self._accumulate(f"grad_acc_{n}", e / (ke if n.startswith("expert_") else k))

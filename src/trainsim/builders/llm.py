@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from itertools import chain
 from operator import attrgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -252,8 +252,8 @@ def _layer_accumulation(lc: LayerCoster, plan: Plan, host: HostModel) -> tuple[l
         ops, cpus = _averaged(*lc.grad_accumulation(), plan, host)
         return tuple(ops), tuple(cpus)
 
-    ops, cpus = lc.c.kept((*key, "averaged", plan.grad_accum, host), make)  # type: ignore[misc]
-    return list(ops), list(cpus)
+    kept = cast(tuple[tuple[OpCost, ...], tuple[float, ...]], lc.c.kept((*key, "averaged", plan.grad_accum, host), make))
+    return list(kept[0]), list(kept[1])
 
 
 def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) -> _LayerPasses:
@@ -316,8 +316,9 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
 
 def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
                 host: HostModel = HOST, *, tp_shares: bool = True,
-                mtp: _MTPCost | None = None) -> list[StageCost]:  # fmt: skip
-    """Every pipeline stage's costs under ``plan``. ``tp_shares=False`` skips what only the
+                mtp: _MTPCost | None = None, only: frozenset[int] | None = None) -> list[StageCost]:  # fmt: skip
+    """Every pipeline stage's costs under ``plan`` (with ``only``, those stages alone, in order:
+    :func:`_with_dense_layers` needs its dense variant's stages that hold dense layers). ``tp_shares=False`` skips what only the
     breakdown reads, the TP collectives' share of each pass (two more flow shops per depth;
     the search's screening), and leaves those fields NaN. A model with multi-token prediction
     runs its MTP depths on the last stage (:func:`_mtp_costs`); ``mtp``: their costs where the
@@ -467,6 +468,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     # and on how many of an MoE model's dense layers it holds (its parameters; h5)
     n_dense = stage_dense_layers(model, plan) if model.dense_layers else [0] * plan.pp
     for s, n in enumerate(layers):
+        if only is not None and s not in only:
+            continue
         first, last = s == 0, s == plan.pp - 1
         st = alike.get((n, first, last, n_dense[s]))
         if st is not None:
@@ -675,12 +678,16 @@ def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, sy
         return stages
     # the dense variant's MTP depths are the model's (``mtp``: their blocks MoE ones where the
     # model's last layer is), so that the weighing below leaves them whole
-    dense = stage_costs(dense_variant(model), plan, system, coster, host, tp_shares=tp_shares, mtp=mtp)
+    # (only the stages that hold dense layers: the others take the MoE stage whole)
+    wanted = frozenset(s for s, nd in enumerate(counts) if nd)
+    dense = dict(zip(sorted(wanted), stage_costs(dense_variant(model), plan, system, coster, host,
+                                                 tp_shares=tp_shares, mtp=mtp, only=wanted), strict=True))  # fmt: skip
     out = []
-    for moe, dn, nd in zip(stages, dense, counts, strict=True):
+    for s, (moe, nd) in enumerate(zip(stages, counts, strict=True)):
         if not nd:
             out.append(moe)
             continue
+        dn = dense[s]
         w = nd / moe.layers
         st = replace(moe, **{f: (1 - w) * getattr(moe, f) + w * getattr(dn, f) for f in _PASS_FIELDS})
         # dense layers have no all-to-all: the dense stage's is its MTP blocks' only (if any)
