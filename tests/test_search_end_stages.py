@@ -31,6 +31,20 @@ def test_splits_keep_the_middle_even() -> None:
     assert list(end_stage_splits(32, 4, 0)) == []
 
 
+def test_two_stage_splits_come_once() -> None:
+    """pp 2 has no middle: trims t and t + 2 reach the same splits, each yielded (and so screened
+    and ranked) once; the ranked table had held tp1-pp2-...-first13-last11 twice."""
+    assert list(end_stage_splits(24, 2, 4)) == [(13, 11), (12, 12), (11, 13), (14, 10), (10, 14)]
+    for layers, pp, trim in [(24, 2, 6), (61, 2, 5), (61, 16, 9), (32, 4, 8)]:
+        splits = list(end_stage_splits(layers, pp, trim))
+        assert len(splits) == len(set(splits))
+    space = {**SPACE, "tp": (1,), "pp": (2,), "zero": (0,)}
+    res = search_llm(get_model("gpt3-1.3b"), "dgx-a100", PlanSpace(**space, trim_end_stages=4), workers=1,  # type: ignore[arg-type]
+                     progress=False, top_k=10_000, simulate_top=1)  # fmt: skip
+    labels = [p["plan"] for p in res["plans"]]
+    assert len(labels) == len(set(labels)) and any("first14-last10" in x for x in labels)
+
+
 SPACE = {"gpus": 16, "global_batch": 64, "tp": (1, 2), "pp": (2, 4), "micro_batch": (1,), "zero": (0, 1),
          "recompute": ("full",), "vpp": (2,)}  # fmt: skip
 

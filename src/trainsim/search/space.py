@@ -40,14 +40,18 @@ def end_stage_splits(layers: int, pp: int, trim: int) -> Iterator[tuple[int, int
     ``pp`` stages, the middle ones holding ``m = (layers + a + b) / pp`` each (an integer, as
     Megatron-core's uneven split needs): the end stages carry the embedding, the head and the
     MTP depths, which ``--decoder-first/last-pipeline-num-layers`` offsets (Llama 3 405B: one
-    layer off each end of 16 stages). DeepSeek-V3's 61 layers on 16 stages: (3, 2) and (2, 3)."""
+    layer off each end of 16 stages). DeepSeek-V3's 61 layers on 16 stages: (3, 2) and (2, 3).
+    Each split once: with two stages there is no middle, and trims ``t`` and ``t + 2`` give the
+    same splits (24 layers: 13/11 from t 2 as from t 4), which had been screened and ranked twice."""
+    seen: set[tuple[int, int]] = set()
     for t in range(1, trim + 1):
         if (layers + t) % pp:
             continue
         m = (layers + t) // pp
         for a in range(t + 1):
             first, last = m - a, m - (t - a)
-            if first >= 1 and last >= 1:
+            if first >= 1 and last >= 1 and (first, last) not in seen:
+                seen.add((first, last))
                 yield first, last
 
 
