@@ -1,0 +1,294 @@
+"""Metamorphic / physics sweep over the 2026-12-03 LLM features: search --framework and
+--trim-end-stages, multi-token prediction, compute/comm contention, the interleaved schedule's
+end-part chunk, the busiest stage's breakdown, and a 2x-FLOP/s device copy.
+
+Each relation is checked over sampled plans of several models and systems; a violation prints
+one line with the plan and the numbers. Exit 1 when any relation fails.
+
+    python scripts/metamorphic_today.py [--plans N] [--seed S] [--no-search]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from trainsim.builders.models import get_model
+from trainsim.builders.plan import Plan
+from trainsim.builders.predict import _breakdown, overlaps_comm, predict_llm
+from trainsim.errors import TrainsimError
+from trainsim.hardware import get_system
+from trainsim.search.frameworks import framework_plan
+from trainsim.search.llm import search_llm
+from trainsim.search.space import PlanSpace
+
+DATA = Path(__file__).resolve().parents[1] / "src/trainsim/hardware/data"
+REL = 1e-9
+CASES = [  # model, system, gpus, global batch
+    ("gpt3-1.3b", "dgx-a100", 16, 64),
+    ("llama2-7b", "dgx-h100", 32, 128),
+    ("mixtral-8x7b", "dgx-h100", 64, 128),
+    ("qwen3-30b-a3b", "dgx-h100", 32, 128),
+    ("deepseek-v3", "dgx-h100", 256, 512),
+]
+violations: list[str] = []
+counts: dict[str, int] = {}
+
+
+def count(what: str) -> None:
+    counts[what] = counts.get(what, 0) + 1
+
+
+def bad(relation: str, detail: str) -> None:
+    violations.append(f"{relation}: {detail}")
+    print(f"VIOLATION {relation}: {detail}", flush=True)
+
+
+def close(a: float, b: float, rel: float = REL) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
+
+
+def sample_plans(model: str, gpus: int, batch: int, n: int, rng: random.Random) -> list[Plan]:
+    spec = get_model(model)
+    space = PlanSpace(gpus=gpus, global_batch=batch, micro_batch=(1, 2), vpp=(2, 3, 4),
+                      schedule=("1f1b", "interleaved", "gpipe"), cp=(1, 2), trim_end_stages=2)  # fmt: skip
+    plans = [p for p, _ in space.plans(spec, 8) if p is not None]
+    more = []
+    for p in rng.sample(plans, min(n, len(plans))):
+        ogr = rng.random() < 0.5 and p.dp * p.cp > 1 and p.zero < 3
+        more.append(replace(p, overlap_grad_reduce=True) if ogr else p)
+    return more
+
+
+def _doubled_system(tmp: Path, system: str) -> Path:
+    sys_doc = yaml.safe_load((DATA / f"system_{system.replace('-', '_')}.yaml").read_text(encoding="utf-8"))
+    dev_file = {"h100-sxm5-80gb": "device_h100_sxm5.yaml", "a100-sxm4-80gb": "device_a100_sxm4_80gb.yaml"}[sys_doc["device"]]
+    dev = yaml.safe_load((DATA / dev_file).read_text(encoding="utf-8"))
+    dev["peak_tflops"] = {k: 2 * v for k, v in dev["peak_tflops"].items()}
+    if "measured_gemm_bf16_tflops" in dev:
+        dev["measured_gemm_bf16_tflops"] *= 2
+    dev["aliases"] = []
+    (tmp / f"dev2x_{system}.yaml").write_text(yaml.safe_dump(dev), encoding="utf-8")
+    sys_doc["device"] = str(tmp / f"dev2x_{system}.yaml")
+    sys_doc["aliases"] = []
+    path = tmp / f"sys2x_{system}.yaml"
+    path.write_text(yaml.safe_dump(sys_doc), encoding="utf-8")
+    return path
+
+
+def check_plan(model: str, system: str, sys2x: Path, plan: Plan, *, simulate: bool, full: bool) -> None:
+    tag = f"{model} {system} {plan.label()}"
+    try:
+        on = predict_llm(model, plan, system, simulate=simulate)
+    except TrainsimError:
+        return
+    off = predict_llm(model, replace(plan, contention=False), system, simulate=simulate)
+    t_on, t_off = on.iteration_time_s, off.iteration_time_s
+    if t_on < t_off * (1 - REL):
+        bad("contention on >= off", f"{tag} sim={simulate}: on {t_on:.6g} < off {t_off:.6g}")
+    if not overlaps_comm(plan) and t_on != t_off:
+        bad("contention equal when nothing overlaps", f"{tag} sim={simulate}: on {t_on!r} off {t_off!r}")
+    for a, b in zip(on.stages, off.stages, strict=True):
+        if a.fwd_s < b.fwd_s or a.bwd_s < b.bwd_s:
+            bad("contention stage passes", f"{tag} stage {a.stage}: fwd {a.fwd_s}/{b.fwd_s} bwd {a.bwd_s}/{b.bwd_s}")
+    # breakdown parts sum to the iteration; its stage is the one with the least bubble
+    bd = on.breakdown
+    parts = sum(v for k, v in bd.items() if k != "stage")
+    if not close(parts, t_on, 1e-9):
+        bad("breakdown sums to iteration", f"{tag} sim={simulate}: parts {parts:.9g} vs {t_on:.9g}")
+    if any(v < -1e-12 * t_on for k, v in bd.items() if k != "stage"):
+        bad("breakdown parts >= 0", f"{tag} sim={simulate}: {bd}")
+    stages = on.stages
+    if not simulate:
+        stages = [replace(s, embedding_comm=None) for s in stages]
+    bubbles = [_breakdown(s, plan, t_on)["pipeline_bubble_s"] for s in stages]
+    if bubbles[int(bd["stage"])] > min(bubbles) + 1e-9 * t_on:
+        bad("breakdown stage has least bubble", f"{tag} sim={simulate}: stage {bd['stage']} bubble "
+            f"{bubbles[int(bd['stage'])]:.6g}, min {min(bubbles):.6g} at {bubbles.index(min(bubbles))}")  # fmt: skip
+    # interleaved: chunks sum to the stage pass; the end part sits in one chunk
+    chunks = plan.vpp if plan.schedule == "interleaved" else 1
+    for s in on.stages:
+        f, b = s.chunk_seconds(chunks, plan.pp)
+        if not (close(sum(f), s.fwd_s, 1e-12) and close(sum(b), s.bwd_s, 1e-12)):
+            bad("chunks sum to the pass", f"{tag} stage {s.stage}: {sum(f)} vs {s.fwd_s}, {sum(b)} vs {s.bwd_s}")
+        if min(f + b) < 0:
+            bad("chunk times >= 0", f"{tag} stage {s.stage}: {f} {b}")
+        if 0 < s.stage < plan.pp - 1 and (s.end_fwd_s or s.end_bwd_s):
+            bad("middle stages hold no end part", f"{tag} stage {s.stage}: end {s.end_fwd_s} {s.end_bwd_s}")
+        if s.end_fwd_s > s.fwd_s or s.end_bwd_s > s.bwd_s:
+            bad("end part within the pass", f"{tag} stage {s.stage}")
+    if simulate:
+        m = plan.grad_accum
+        busy = max(m * (s.fwd_s + s.bwd_s) + s.optimizer_s for s in on.stages)
+        if t_on < busy * (1 - 1e-9):
+            bad("iteration >= busiest stage", f"{tag}: {t_on:.6g} < {busy:.6g}")
+    count("simulated" if simulate else "closed form")
+    if full:
+        count(f"IR simulation ({plan.schedule})")
+        ir = predict_llm(model, plan, system, simulate=True, full_simulation=True)
+        ev = on if simulate else predict_llm(model, plan, system, simulate=True)
+        if not close(ir.iteration_time_s, ev.iteration_time_s):
+            bad("IR simulation == evaluator", f"{tag}: IR {ir.iteration_time_s!r} evaluator {ev.iteration_time_s!r}")
+    fast = predict_llm(model, plan, str(sys2x), simulate=simulate)
+    if fast.iteration_time_s > t_on * (1 + 1e-9):
+        bad("2x FLOP/s never slower", f"{tag} sim={simulate}: {fast.iteration_time_s:.6g} > {t_on:.6g}")
+
+
+def check_mtp(rng: random.Random, n: int) -> None:
+    cases = [("deepseek-v3", "dgx-h100", 256, 512), ("gpt3-1.3b", "dgx-a100", 16, 64)]
+    for model, system, gpus, batch in cases:
+        base = get_model(model)
+        plans = sample_plans(model, gpus, batch, n, rng)
+        for plan in plans:
+            tag = f"{model} {system} {plan.label()}"
+            prev = None
+            for k in range(4):
+                spec = replace(base, mtp_layers=k)
+                try:
+                    r = predict_llm(spec, plan, system, simulate=plan.grad_accum * plan.pp < 2000)
+                except TrainsimError:
+                    break
+                if k == base.mtp_layers == 0 or (k == 0 and model == "gpt3-1.3b"):
+                    ref = predict_llm(model, plan, system, simulate=plan.grad_accum * plan.pp < 2000)
+                    if r.iteration_time_s != ref.iteration_time_s:
+                        bad("mtp 0 == no MTP", f"{tag}: {r.iteration_time_s!r} vs {ref.iteration_time_s!r}")
+                flops = sum(s.flops_fwd + s.flops_bwd for s in r.stages)
+                row = (r.iteration_time_s, r.peak_memory.total_bytes, flops, r.memory, r.stages)
+                if prev is not None:
+                    for name, i in (("time", 0), ("memory", 1), ("flops", 2)):
+                        if row[i] < prev[i] * (1 - 1e-12):
+                            bad(f"mtp k+1 >= k ({name})", f"{tag} k={k}: {row[i]:.6g} < {prev[i]:.6g}")
+                    for a, b in zip(row[4][:-1], prev[4][:-1], strict=True):
+                        # Megatron's embedding copy on the last stage adds an all-reduce of the
+                        # first stage's embedding gradients (pp > 1, untied): by design
+                        dp = [c.seconds for c in a.dp_comm], [c.seconds for c in b.dp_comm]
+                        if (a.fwd_s, a.bwd_s, a.params, a.optimizer_s, dp[0]) != (b.fwd_s, b.bwd_s, b.params, b.optimizer_s, dp[1]):
+                            bad("mtp changes only the last stage", f"{tag} k={k}: stage {a.stage} changed")
+                    for ma, mb in zip(row[3][:-1], prev[3][:-1], strict=True):
+                        if ma.total_bytes != mb.total_bytes:
+                            bad("mtp changes only the last stage (memory)", f"{tag} k={k}: {ma.total_bytes} vs {mb.total_bytes}")
+                    last, plast = row[4][-1], prev[4][-1]
+                    if not (last.fwd_s > plast.fwd_s and last.params > plast.params):
+                        bad("mtp adds to the last stage", f"{tag} k={k}: fwd {last.fwd_s} vs {plast.fwd_s}")
+                prev = row
+                count("MTP depths")
+
+
+LLAMA31_8B = {  # meta-llama/Llama-3.1-8B's config.json (the fields read)
+    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+}  # fmt: skip
+
+
+def check_rope() -> None:
+    """A RoPE-scaled config's default length is min(original context, max positions), and
+    predicting it without a length equals predicting it at that length."""
+    from trainsim.builders.models import hf_config_from_dict
+
+    plan = Plan(tp=8, pp=1, dp=1, micro_batch=1, global_batch=8)
+    for orig, top in ((8192, False), (4096, True), (262144, False), (131072, False)):
+        doc = dict(LLAMA31_8B)
+        if top:
+            doc["rope_scaling"] = {"type": "longrope", "long_factor": [1.0] * 64, "short_factor": [1.0] * 64}
+            doc["original_max_position_embeddings"] = orig
+        else:
+            doc["rope_scaling"] = {**doc["rope_scaling"], "original_max_position_embeddings": orig}
+        m = hf_config_from_dict(doc, Path("cfg/config.json"))
+        want = min(orig, doc["max_position_embeddings"])
+        if m.seq_len != want:
+            bad("RoPE default seq", f"original {orig} (top-level {top}): seq_len {m.seq_len}, want {want}")
+            continue
+        a = predict_llm(m, plan, "dgx-h100", simulate=False).iteration_time_s
+        b = predict_llm(m, replace(plan, seq_len=want), "dgx-h100", simulate=False).iteration_time_s
+        if a != b:
+            bad("RoPE default seq == explicit", f"original {orig}: {a!r} vs {b!r}")
+        count("RoPE configs")
+
+
+def best(res: dict) -> float:
+    return min((p["iteration_time_s"] for p in res["plans"]), default=float("inf"))
+
+
+def _search(model: str, system: str, space: PlanSpace) -> dict:
+    return search_llm(get_model(model), system, space, top_k=1000, workers=1, progress=False)
+
+
+def check_search(full: bool) -> None:
+    cases = [("gpt3-1.3b", "dgx-a100", 16, 64, {}), ("mixtral-8x7b", "dgx-h100", 64, 128, {"micro_batch": (1, 2)})]
+    if full:
+        cases.append(("deepseek-v3", "dgx-h100", 256, 1024, {"micro_batch": (1,)}))
+    for model, system, gpus, batch, kw in cases:
+        out: dict[str, float] = {}
+        for fw in ("any", "megatron", "deepspeed", "torchtitan"):
+            res = _search(model, system, PlanSpace(gpus=gpus, global_batch=batch, framework=fw, **kw))
+            out[fw] = best(res)
+            labels = [p["plan"] for p in res["plans"]]
+            if len(labels) != len(set(labels)):
+                bad("ranked plans distinct", f"{model} --framework {fw}: {len(labels) - len(set(labels))} repeated")
+            for p in res["plans"]:
+                plan = Plan(**p["plan_fields"])
+                runs, why = framework_plan(plan, fw)
+                if runs != plan:
+                    bad("ranked plan passes its framework", f"{model} --framework {fw}: {p['plan']} ({why or 'changed'})")
+        for fw in ("megatron", "deepspeed", "torchtitan"):
+            if out["any"] > out[fw] * (1 + 1e-9):
+                bad("best(any) <= best(framework)", f"{model} {system} {gpus} gpus gb {batch}: any {out['any']:.6g} > {fw} {out[fw]:.6g}")
+        off = best(_search(model, system, PlanSpace(gpus=gpus, global_batch=batch, contention=False, **kw)))
+        if off > out["any"] * (1 + 1e-9):
+            bad("search --no-contention best <= contention best", f"{model}: off {off:.6g} > on {out['any']:.6g}")
+        print(f"search {model}: no-contention {off:.6g}, " + ", ".join(f"{k} {v:.6g}" for k, v in out.items()), flush=True)
+    # trimming pays where pipelining wins: DeepSeek-V3 (61 layers, MTP) on 256 H100s under Megatron's rules
+    trims = [("deepseek-v3", "dgx-h100", 256, 1024, {"micro_batch": (1,), "framework": "megatron"}),
+             ("gpt3-1.3b", "dgx-a100", 16, 64, {"pp": (2,), "micro_batch": (1,)})]
+    for model, system, gpus, batch, kw in trims:
+        prev = None
+        for n in range(5):
+            res = _search(model, system, PlanSpace(gpus=gpus, global_batch=batch, trim_end_stages=n, **kw))
+            b = best(res)
+            labels = [p["plan"] for p in res["plans"]]
+            if len(labels) != len(set(labels)):
+                bad("ranked plans distinct", f"{model} --trim-end-stages {n}: {len(labels) - len(set(labels))} repeated")
+            if prev is not None and b > prev * (1 + 1e-9):
+                bad("trim N <= trim N-1", f"{model} {system} {gpus} gpus gb {batch}: trim {n} {b:.6g} > trim {n - 1} {prev:.6g}")
+            print(f"search {model} {kw} trim {n}: {b:.6g}", flush=True)
+            prev = b
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plans", type=int, default=50, help="sampled plans per case")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-search", action="store_true")
+    ap.add_argument("--deepseek-search", action="store_true", help="also search DeepSeek-V3 on 256 H100s (slow)")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    checked = 0
+    with tempfile.TemporaryDirectory() as td:
+        for model, system, gpus, batch in CASES:
+            sys2x = _doubled_system(Path(td), system)
+            get_system(str(sys2x))
+            for i, plan in enumerate(sample_plans(model, gpus, batch, a.plans, rng)):
+                sim = i % 3 == 0
+                full = sim and (i % 9 == 0 or plan.schedule == "interleaved" or plan.first_stage_layers > 0)
+                check_plan(model, system, sys2x, plan, simulate=sim, full=full and plan.grad_accum * plan.pp <= 512)
+                checked += 1
+            print(f"{model} {system}: {checked} plans so far, {len(violations)} violations", flush=True)
+    check_mtp(rng, max(a.plans // 6, 4))
+    check_rope()
+    if not a.no_search:
+        check_search(a.deepseek_search)
+    print(f"{checked} plans ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}), {len(violations)} violations")
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
