@@ -170,3 +170,16 @@ def test_attention_dropout_adds_no_dispatch_to_the_selective_recompute(
         assert a.recompute_s * (1 - 1e-12) <= b.recompute_s <= a.recompute_s + kernels * (1 + 1e-9)
     with_dropout = predict_llm(spec, dropped, sys).iteration_time_s
     assert with_dropout >= predict_llm(spec, plan, sys).iteration_time_s * (1 - 1e-12)
+
+
+def test_closed_form_breakdown_is_of_a_stage_that_fits_its_iteration() -> None:
+    """The breakdown's busiest stage (2026-12-03) under --closed-form had been DeepSeek-V3's last
+    stage, whose DP sync (MTP, one layer more) 001 Eq. 7 does not count: 22.93 s of parts in a
+    21.70 s iteration (metamorphic review)."""
+    plan = Plan(tp=1, pp=2, cp=2, dp=64, ep=4, micro_batch=2, global_batch=512, overlap_grad_reduce=True,
+                first_stage_layers=30, last_stage_layers=31)  # fmt: skip
+    r = predict_llm("deepseek-v3", plan, "dgx-h100", simulate=False)
+    parts = {k: v for k, v in r.breakdown.items() if k != "stage"}
+    assert sum(parts.values()) == pytest.approx(r.iteration_time_s, rel=1e-12)
+    sim = predict_llm("deepseek-v3", plan, "dgx-h100")
+    assert sum(v for k, v in sim.breakdown.items() if k != "stage") == pytest.approx(sim.iteration_time_s, rel=1e-12)
