@@ -396,3 +396,19 @@ def test_the_commands_answers_come_from_the_library(dataset, tmp_path):
         search_provider(search_model("moe"), measured=shipped)
     with pytest.raises(ConfigError, match="give exactly one"):
         search_provider(search_model("gpt"))
+
+
+def test_train_part_forward_from_the_cli(dataset, tmp_path):
+    """`stages train --part forward`: a predictor of the stages' forward graphs, which the API
+    alone could make (review finding); `stages predict` then reads the forward graphs."""
+    out = tmp_path / "fwd-cli"
+    res = _run("train", str(dataset), "--out", str(out), "--model", "gcn", "--epochs", "2", "--fraction", "0.5",
+               "--part", "forward", "--format", "json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["part"] == "forward"
+    res = _run("predict", str(out), str(dataset), "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)["stages"]) == len(STAGES)
+    res = _run("train", str(dataset), "--out", str(tmp_path / "bad"), "--part", "fwd")
+    assert res.exit_code != 0 and "--part must be one of train, forward, got 'fwd'" in str(res.exception)
+    assert not (tmp_path / "bad").exists()

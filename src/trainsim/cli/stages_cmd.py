@@ -128,6 +128,7 @@ def train(
     patience: int | None = typer.Option(None, "--patience", min=1, help="Epochs without a better validation loss before stopping (default: min(80, epochs//3), the suite's 80 at 250 epochs; 003's protocol: --epochs 500 --patience 200)."),
     features: str = typer.Option("table1+work", "--features", help="table1 (003 Table I) or table1+work (plus operand sizes, FLOPs, contraction)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Split and initialisation seed."),
+    part: str = typer.Option("train", "--part", help="The stage graph to learn from: train (the training step's jaxpr, default) or forward (its forward alone); `stages predict` reads the same part."),
     readout: str = typer.Option("logsumexp", "--readout", help="Pooling: logsumexp (default), sum (node costs added in seconds), add (003 Eq. 2), work."),
     members: int = typer.Option(1, "--members", min=1, help="Train a cross-validated bag of this many models (each early-stopped on its own validation fold)."),
     stop: str = typer.Option("each", "--stop", help="With --members: stop each member at its own fold's best epoch (each), or all at the epoch of the lowest mean validation loss (common)."),
@@ -142,6 +143,10 @@ def train(
     from trainsim.learn.train import TrainConfig, check_stop
 
     check_stop(stop, members)
+    from trainsim.learn.stages import PARTS
+
+    if part not in PARTS:
+        raise ConfigError(f"--part must be one of {', '.join(PARTS)}, got {part!r}")
     per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
     if out.resolve() == dataset.resolve() or dataset.resolve() in out.resolve().parents:
         raise ConfigError(f"--out {out}: inside the dataset folder {dataset}; give a folder of its own")
@@ -150,7 +155,7 @@ def train(
     wait = patience if patience is not None else max(1, min(TrainConfig().patience, epochs // 3))
     cfg = replace(TrainConfig(), epochs=epochs, patience=wait, members=members, stop=stop)
     case = train_to_folder(dataset, out, kind=model, fraction=fraction, seed=seed, readout=readout, per_work=per_work,
-                           features=features, train_config=cfg, what="--out ", log=stderr.print)  # fmt: skip
+                           features=features, train_config=cfg, what="--out ", log=stderr.print, part=part)  # fmt: skip
     if fmt is Format.JSON:
         emit_json(case)
         return

@@ -141,14 +141,15 @@ def train_case(data: FamilyData, *, kind: str, fraction: float, seed: int = 0,
 
 def train_to_folder(dataset: Path, out: Path, *, kind: str, fraction: float, seed: int, readout: str,
                     per_work: bool, features: str, train_config: TrainConfig, what: str = "",
-                    log: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+                    log: Callable[[str], None] | None = None, part: str = "train") -> dict[str, Any]:  # fmt: skip
     """``stages train``: one predictor trained on the dataset folder ``dataset`` and tested
     (:func:`train_case`), saved to ``out`` with what it rests on (the dataset, its families,
     spec ranges and host, the held-out MRE); returns the case, with ``predictor``.
 
     ``out`` is checked before training (``what`` names it in errors, as
     :func:`~trainsim.learn.train.predictor_folder` takes it); a failed or interrupted training
-    leaves no folder it created behind. ``log`` is told the training's progress, a held-out set
+    leaves no folder it created behind. ``part``: the stage graph it learns from
+    (:data:`~trainsim.learn.stages.PARTS`: the training step, or its forward). ``log`` is told the training's progress, a held-out set
     too small to trust, and, on Ctrl-C, that nothing was saved."""
     from trainsim.ir.serialize import remove_if_created_empty
     from trainsim.learn.dataset import dataset_host
@@ -159,7 +160,7 @@ def train_to_folder(dataset: Path, out: Path, *, kind: str, fraction: float, see
     existed = out.exists()
     predictor_folder(out, what)  # before training: a wrong --out should not cost the training time
     try:
-        data = FamilyData(dataset, input_features=features_flag(features))
+        data = FamilyData(dataset, input_features=features_flag(features), part=part)
         pred, case = train_case(data, kind=kind, fraction=fraction, seed=seed, train_config=train_config,
                                 readout=readout, per_work=per_work, log=log)  # fmt: skip
     except KeyboardInterrupt:
