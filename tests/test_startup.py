@@ -70,3 +70,20 @@ def test_a_measured_replay_imports_no_kernel_models_resize_or_catalog():
     out = subprocess.run([sys.executable, "-c", code, str(DLRM_DIR)], capture_output=True, text=True, check=True)
     assert '"predicted_step_s"' in out.stdout
     assert out.stderr.strip().splitlines()[-1] == "LOADED:"
+
+
+def test_validate_clears_the_artifact_variables_without_importing_the_registries():
+    """`trainsim validate` cleared $TRAINSIM_KERNEL_MODELS / $TRAINSIM_COMM_MODELS by importing both
+    registries (~0.24 s) to read two names (performance review); the names live in envvars."""
+    from trainsim import envvars
+    from trainsim.comm import registry as comm_registry
+    from trainsim.kernels import registry as kernel_registry
+
+    assert comm_registry.USER_MODELS_ENV == envvars.COMM_MODELS_ENV == "TRAINSIM_COMM_MODELS"
+    assert kernel_registry.USER_MODELS_ENV == envvars.KERNEL_MODELS_ENV == "TRAINSIM_KERNEL_MODELS"
+    import inspect
+
+    from trainsim.cli import validate_cmd
+
+    src = inspect.getsource(validate_cmd)
+    assert "comm.registry" not in src and "kernels.registry" not in src

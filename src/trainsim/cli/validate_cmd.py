@@ -43,9 +43,9 @@ def validate(
     """Run an accuracy suite and print every case's error beside the summary."""
     import os
 
-    from trainsim.comm.registry import USER_MODELS_ENV as COMM_ENV
+    from trainsim.envvars import COMM_MODELS_ENV as COMM_ENV
+    from trainsim.envvars import KERNEL_MODELS_ENV as KERNEL_ENV
     from trainsim.errors import ConfigError
-    from trainsim.kernels.registry import USER_MODELS_ENV as KERNEL_ENV
     from trainsim.sim.options import HostMode, KernelSource
     from trainsim.validate.registry import run_suite
 

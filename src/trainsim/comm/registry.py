@@ -28,7 +28,7 @@ from trainsim.comm.hierarchical import HierarchicalModel
 from trainsim.comm.model import CommModel, CommPrediction, canonical_kind
 from trainsim.comm.samples import CaseKey
 from trainsim.comm.sizing import model_size_bytes
-from trainsim.envvars import split_paths
+from trainsim.envvars import COMM_MODELS_ENV, split_paths
 from trainsim.errors import ConfigError, ModelError, read_utf8
 from trainsim.hardware import DeviceSpec, SystemSpec, get_system, list_systems
 from trainsim.ir.graph import Collective
@@ -115,7 +115,7 @@ def shipped_models() -> tuple[CalibratedCommModel, ...]:
     return tuple(out)
 
 
-USER_MODELS_ENV = "TRAINSIM_COMM_MODELS"  # `trainsim fit-comm` artifacts (envvars.joined_paths)
+USER_MODELS_ENV = COMM_MODELS_ENV  # the user's artifacts (envvars.joined_paths)
 
 
 @cache

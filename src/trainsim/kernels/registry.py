@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from trainsim.envvars import split_paths
+from trainsim.envvars import KERNEL_MODELS_ENV, split_paths
 from trainsim.errors import ConfigError, ModelError, NotCalibratedError
 from trainsim.hardware import DeviceSpec, catalog_name, get_device, list_devices
 from trainsim.ir.graph import Kernel
@@ -215,7 +215,7 @@ def _spec_models(device_name: str) -> tuple[KernelModel, ...]:
     return _build_spec_models(get_device(device_name))
 
 
-USER_MODELS_ENV = "TRAINSIM_KERNEL_MODELS"  # `trainsim fit` artifacts, envvars.joined_paths
+USER_MODELS_ENV = KERNEL_MODELS_ENV  # the user's artifacts (envvars.joined_paths)
 
 
 @cache
