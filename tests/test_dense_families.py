@@ -345,7 +345,7 @@ def test_notes_for_what_is_not_modelled():
         gemma3, Plan(tp=2, micro_batch=1, global_batch=8, dp=1, seq_len=4096), "dgx-a100"
     )
     assert any(
-        "sliding window (1,024 tokens on 40 of its 48 layers) is not modelled" in n
+        "sliding window (1,024 tokens on 40 of its 48 layers) is costed as FlashAttention's windowed kernel" in n
         for n in r.warnings
     )
     olmo = get_model("olmo2-7b")
@@ -418,3 +418,35 @@ def test_gemma3_multimodal_config_notes_its_vision_tower(tmp_path):
     notes = predict_llm(mm, plan, "dgx-h100", simulate=False).warnings
     assert any(n.startswith(f"not modelled for {mm.name}: its vision tower") for n in notes)
     assert not any("vision tower" in n for n in predict_llm(plain, plan, "dgx-h100", simulate=False).warnings)
+
+
+
+def test_windowed_flash_attention_does_the_windows_share_of_the_work():
+    """A sliding window (Gemma 3: 1,024 tokens on 40 of 48 layers) with flash attention: the
+    attention core's time and FLOPs are the causal kernel's times the work it does, averaged over
+    the windowed and full layers; nothing changes within the window, with ring attention or an
+    attention that computes every score."""
+    from dataclasses import replace as _replace
+
+    from trainsim.builders.costs import LayerCoster, OpCoster
+    from trainsim.builders.plan import Plan
+    from trainsim.hardware import get_device
+
+    g = get_model("gemma3-12b")
+    full = _replace(g, sliding_window=0, sliding_layers=0)
+    assert g != full  # the window is part of the model's identity (costers key caches by it)
+    w = 1024 / 8192
+    assert g.window_work_fraction(8192) == pytest.approx((40 * (2 * w - w * w) + 8) / 48)
+    assert g.window_work_fraction(1024) == 1.0 and full.window_work_fraction(8192) == 1.0
+    coster = OpCoster(get_device("h100-sxm5-80gb"))
+
+    def core(model, **kw):
+        plan = Plan(tp=2, micro_batch=1, global_batch=8, dp=1, seq_len=8192, **kw)
+        (op,) = [o for o in LayerCoster(model, plan, coster).attention_core("fwd") if o.category == "attention"]
+        return op
+
+    a, b = core(g), core(full)
+    frac = g.window_work_fraction(8192)
+    assert a.seconds == pytest.approx(b.seconds * frac) and a.flops == pytest.approx(b.flops * frac)
+    assert "windowed-work" in a.provenance and "windowed-work" not in b.provenance
+    assert core(g, cp=2).seconds == core(full, cp=2).seconds  # ring attention: not windowed here

@@ -104,6 +104,11 @@ _LLAMA: tuple[tuple[str, int, int, int, int, int, int, int, int, tuple[str, ...]
 )  # fmt: skip
 
 
+# Mistral 7B v0.1 (Jiang et al. 2023 §2, its HF config): a 4,096-token sliding window on every
+# layer at its 8,192 context (Mixtral's configs have none)
+_WINDOWS = {"mistral-7b": 4096}
+
+
 def _moe_family_entries() -> list[ModelSpec]:
     """MoE families beyond Mixtral (h5), from their published HF configs; ``seq_len`` the
     pre-training context."""
@@ -164,7 +169,7 @@ def _entries() -> tuple[ModelSpec, ...]:
             name=n, hidden=d, layers=nl, heads=h, kv_heads=0 if kv == h else kv, ffn_hidden=f,
             vocab=v, seq_len=s, activation="swiglu", norm="rmsnorm", position="rotary",
             bias=False, tied_embeddings=False, num_experts=e, top_k=2 if e else 0,
-            moe_ffn_hidden=f if e else 0, aliases=a,
+            moe_ffn_hidden=f if e else 0, aliases=a, sliding_window=_WINDOWS.get(n, 0),
         )
         for n, d, nl, h, kv, f, v, s, e, a in _LLAMA
     ]  # fmt: skip

@@ -428,9 +428,17 @@ def _warnings(r: LLMPrediction) -> list[str]:
         w = r.model.sliding_window / seq  # a window of W keys: N·W − W²/2 of the causal N²/2 scores
         n_win = r.model.sliding_layers  # Gemma: some layers only (0: all)
         where = f" on {n_win} of its {r.model.layers} layers" if 0 < n_win < r.model.layers else ""
-        out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) is not modelled: attention is "
-                   f"costed over all {seq:,} tokens, an over-estimate of its time (a windowed kernel does about "
-                   f"{_share(2 * w - w * w)} of the causal work)")  # fmt: skip
+        share = _share(2 * w - w * w)
+        if r.plan.attention == "flash" and r.plan.cp == 1:
+            out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) is costed as FlashAttention's "
+                       f"windowed kernel: the attention core's time and FLOPs scaled by the work it does, about {share} "
+                       f"of the causal work on those layers ({_share(r.model.window_work_fraction(seq))} over all "
+                       "layers), an estimate from the measured causal kernel")  # fmt: skip
+        else:
+            why = "ring attention (cp > 1)" if r.plan.cp > 1 else f"--attention {r.plan.attention} (it computes every score)"
+            out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) saves nothing with {why}: "
+                       f"attention is costed over all {seq:,} tokens (a windowed flash kernel does about {share} of "
+                       "the causal work)")  # fmt: skip
     out.extend(dense_family_notes(r.model, r.plan))
     if r.plan.partition == "001" and r.plan.pp == 1:
         out.append("--partition 001 splits layers over pipeline stages: it changes nothing with pp 1")

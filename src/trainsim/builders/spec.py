@@ -66,9 +66,8 @@ class ModelSpec:
     layer_norms: int = 2
     logit_softcap: float = 0.0  # cap · tanh(logits / cap) on the output logits (Gemma 2); 0: none
     attn_softcap: float = 0.0  # the same on the attention scores (Gemma 2); 0: none
-    # layers of ``sliding_window`` (Gemma 2: every other; Gemma 3: 5 of 6); 0: all. Recorded only
-    # for predict's note, as sliding_window is
-    sliding_layers: int = field(default=0, compare=False)
+    # layers of ``sliding_window`` (Gemma 2: every other; Gemma 3: 5 of 6); 0: all
+    sliding_layers: int = 0
     source: str = "catalog"  # "catalog", or the config.json path it was read from
     # MoE-family details (h5): Qwen2-MoE/Qwen3-MoE, gpt-oss, DeepSeek-V2/V3
     shared_ffn_hidden: int = 0  # always-active shared expert(s), their total width (DeepSeek: n_shared x moe_ffn)
@@ -85,9 +84,10 @@ class ModelSpec:
     # the shared head (:meth:`mtp_params`; the builders cost them on the last pipeline stage)
     mtp_layers: int = 0
     aliases: tuple[str, ...] = field(default=(), compare=False)
-    # a config's attention window (Mistral's sliding_window): recorded to say it is not
-    # modelled (attention is costed over the whole sequence); not part of the model's identity
-    sliding_window: int = field(default=0, compare=False)
+    # a config's attention window (Mistral's sliding_window, Gemma's, gpt-oss's): with flash
+    # attention its windowed kernel does less work (:meth:`window_work_fraction`); it changes
+    # costs, so it is part of the model's identity (costers key their caches by the model)
+    sliding_window: int = 0
     # where a config's default sequence length came from when it is not max_position_embeddings
     # (a RoPE-scaled model's pre-training context): predict's note says so
     seq_source: str = field(default="", compare=False)
@@ -147,6 +147,17 @@ class ModelSpec:
             raise ConfigError(f"model {self.name}: q_lora_rank and qk_rope_head_dim describe MLA: give kv_lora_rank")
 
     # --- derived sizes --------------------------------------------------------------------
+
+    def window_work_fraction(self, seq: int) -> float:
+        """The attention work of a sliding-window model at ``seq`` tokens over a causal one's,
+        averaged over its layers: a window of W keys leaves N·W − W²/2 of the N²/2 causal
+        scores, ``2w − w²`` of them (w = W / N), on its ``sliding_layers`` (0: all); 1 when
+        the window covers the sequence."""
+        if not self.sliding_window or seq <= self.sliding_window:
+            return 1.0
+        w = self.sliding_window / seq
+        n_win = self.sliding_layers or self.layers
+        return (n_win * (2 * w - w * w) + (self.layers - n_win)) / self.layers
 
     @property
     def d_head(self) -> int:
