@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import cast
 
 from trainsim.builders.bench_costs import BenchCalibration, BenchTranslator, bench_calibration
 from trainsim.builders.plan import Plan
@@ -121,13 +122,9 @@ class OpCoster:
         # measured the catalog part, so its answers move by the roofline ratio, as the learned
         # models' do in kernels.registry.models_for (trainsim.kernels.rescaled)
         # (not when this device is the very device file the sample measured)
-        self._edited_from = (edited_catalog_device(self.device) if cal is not None and not self._bench_note
+        self._edited_from = (self._catalog if cal is not None and not self._bench_note
                              and not same_roofline(cal.device, self.device) else None)  # fmt: skip
         self._shaped: dict[tuple[object, ...], tuple[OpCost, ...]] = {}
-        # element-wise adds by (name, phase, dtype, dim, elements): an MoE layer's gradient
-        # accumulation asks for one per local expert weight (64 alike on a DeepSeek-V3 rank at
-        # ep 8), and a search asks for them on every plan
-        self._elementwise: dict[tuple[object, ...], OpCost] = {}
         self._kept: dict[tuple[object, ...], object] = {}  # kept()'s
 
     SHAPED_MAX = 4096  # layer / embedding / head operator lists kept (oldest dropped first)
@@ -778,16 +775,16 @@ class LayerCoster:
         5,120, dim 2,048-8,192) where the count allows (beyond it the answer says
         ``extrapolated``), or by a bench calibration's element-wise add."""
         dim = min(max(self.model.hidden, 2048), 8192)
-        key = (name, phase, self.dtype, dim, elements)
-        op = self.c._elementwise.get(key)
-        if op is None:
-            if len(self.c._elementwise) >= self.c.SHAPED_MAX:
-                self.c._elementwise.clear()
+
+        def make() -> OpCost:
             rows = max(elements / dim, 1.0)
             b = min(max(-(-rows // 5120), 2), 8)
             s, prov = self.c.memory_bound(*self.c.time("res_add", "fwd", self.dtype, b=b, l=rows / b, dim=dim))
-            op = self.c._elementwise[key] = OpCost(name, phase, s, prov, 0.0, "memory", 1)
-        return op
+            return OpCost(name, phase, s, prov, 0.0, "memory", 1)
+
+        # kept by the coster: an MoE layer's gradient accumulation asks for one add per local
+        # expert weight (64 alike on a DeepSeek-V3 rank at ep 8), a search on every plan
+        return cast(OpCost, self.c.kept(("elementwise", name, phase, self.dtype, dim, elements), make))
 
     def _accumulate(self, name: str, elements: float) -> OpCost:
         """Adding one parameter tensor's gradient into the accumulated one: an element-wise add,
@@ -849,8 +846,7 @@ class LayerCoster:
         key = self.grad_accumulation_key()
         if key is None:
             return [], 0
-        k = self._grad_shard()
-        ke = max(k // self.plan.ep, 1)  # experts shard over the expert-data-parallel group
+        k, ke = self._grad_shards()
 
         def adds() -> list[OpCost]:
             return [self._accumulate(f"grad_acc_{n}", e / (ke if n.startswith("expert_") else k))
@@ -863,9 +859,13 @@ class LayerCoster:
         gradient shard has the same ones: a search's), or ``None`` when there are none."""
         if self.plan.wgrad_fusion or self.plan.grad_accum <= 1:
             return None
+        return ("grad_acc", self.model, self.t, self.plan.ep, *self._grad_shards(), self.dtype)
+
+    def _grad_shards(self) -> tuple[int, int]:
+        """The dense weights' gradient shard (:meth:`_grad_shard`) and the experts', which shard
+        over the expert-data-parallel group."""
         k = self._grad_shard()
-        ke = max(k // self.plan.ep, 1)  # experts shard over the expert-data-parallel group
-        return ("grad_acc", self.model, self.t, self.plan.ep, k, ke, self.dtype)
+        return k, max(k // self.plan.ep, 1)
 
     def extra_grad_accumulation(self, first: bool, last: bool) -> tuple[list[OpCost], int]:
         """The stage's tensors outside the layers: the word (and learned position) embedding on

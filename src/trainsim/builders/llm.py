@@ -439,10 +439,9 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.optimizer_s = lc.optimizer(dense / shard + expert / max(shard // plan.ep, 1), n).seconds
         st.dp_comm = comm.dp_grads(params, expert)
         if plan.overlap_grad_reduce and plan.zero < 3:  # ZeRO-3 reduces inside the passes already
-            layer_dense = _layer_params_per_gpu(model, plan.tp, plan.ep)[0]
-            outside = dense - n * layer_dense  # embedding (first stage), final norm and head (last)
-            if model.dense_layers:  # a dense layer's MLP is a layer's too
-                outside -= _dense_layers_dense_params(model, plan, s)
+            outside = dense - n * layer_params[0]  # embedding (first stage), final norm and head (last)
+            if dense_counts is not None and dense_extra is not None:  # a dense layer's MLP is a layer's too
+                outside -= dense_counts[s] * dense_extra[0]
             # the first stage's embedding ends the backward; the rest (a last stage's final norm
             # and head, or its tied copy) starts it; pp 1 has both (memory._stage_params_split)
             end = embedding_params_per_gpu(model, plan) if first else 0.0
@@ -643,13 +642,6 @@ def _add_mtp(st: StageCost, mx: _MTPCost) -> None:
     st.flops_bwd += mx.flops_bwd
     st.ops = [*st.ops, *mx.ops]
     st.comm = [*st.comm, *mx.comm]
-
-
-def _dense_layers_dense_params(model: ModelSpec, plan: Plan, stage: int) -> float:
-    """What ``stage``'s dense layers add to its dense parameters beyond MoE layers' (h5)."""
-    from trainsim.builders.memory import dense_layer_extra_params, stage_dense_layers
-
-    return stage_dense_layers(model, plan)[stage] * dense_layer_extra_params(model, plan)[0]
 
 
 # --- dense layers among MoE ones (h5: DeepSeek's first_k_dense_replace, Qwen's mlp_only_layers) --

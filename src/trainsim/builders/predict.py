@@ -425,10 +425,9 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(note)
     seq = r.plan.seq(r.model)
     if r.model.sliding_window and seq > r.model.sliding_window:
-        w = r.model.sliding_window / seq  # a window of W keys: N·W − W²/2 of the causal N²/2 scores
         n_win = r.model.sliding_layers  # Gemma: some layers only (0: all)
         where = f" on {n_win} of its {r.model.layers} layers" if 0 < n_win < r.model.layers else ""
-        share = _share(2 * w - w * w)
+        share = _share(r.model.window_layer_share(seq))
         if r.plan.attention == "flash" and r.plan.cp == 1:
             out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) is costed as FlashAttention's "
                        f"windowed kernel: the attention core's time and FLOPs scaled by the work it does, about {share} "

@@ -153,11 +153,17 @@ class ModelSpec:
         averaged over its layers: a window of W keys leaves N·W − W²/2 of the N²/2 causal
         scores, ``2w − w²`` of them (w = W / N), on its ``sliding_layers`` (0: all); 1 when
         the window covers the sequence."""
+        share = self.window_layer_share(seq)
+        n_win = self.sliding_layers or self.layers
+        return (n_win * share + (self.layers - n_win)) / self.layers
+
+    def window_layer_share(self, seq: int) -> float:
+        """One windowed layer's share of the causal attention work at ``seq`` tokens, ``2w − w²``
+        (:meth:`window_work_fraction`); 1 without a window or within it."""
         if not self.sliding_window or seq <= self.sliding_window:
             return 1.0
         w = self.sliding_window / seq
-        n_win = self.sliding_layers or self.layers
-        return (n_win * (2 * w - w * w) + (self.layers - n_win)) / self.layers
+        return 2 * w - w * w
 
     @property
     def d_head(self) -> int:
