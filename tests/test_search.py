@@ -625,3 +625,31 @@ def test_plans_that_do_not_fit_are_not_timed() -> None:
         assert a.memory_bytes == b.memory_bytes and a.error == b.error
         assert b.closed_form_s == (a.closed_form_s if a.memory_bytes <= limit else math.inf)
     assert any(b.closed_form_s == math.inf for b in cut) and any(b.closed_form_s < math.inf for b in cut)
+
+
+@pytest.mark.parametrize("how", ["script", "stdin"])
+def test_a_script_without_a_main_guard_searches_with_workers(tmp_path, how):
+    """multiprocessing runs a program's __main__ again in each forkserver worker: a script
+    without ``if __name__ == "__main__":`` ran its top level once per worker, whose nested
+    search failed to start processes (BrokenProcessPool), and a program read from stdin named
+    ``<stdin>``, a file the workers could not open. The workers now start without it."""
+    import subprocess
+    import sys
+
+    code = (
+        "from trainsim.builders.models import get_model\n"
+        "from trainsim.search import llm\n"
+        "from trainsim.search.space import PlanSpace\n"
+        "print('top level', flush=True)\n"
+        "llm._CHUNK = 2\n"
+        "space = PlanSpace(gpus=8, global_batch=32, tp=(1, 2), pp=(1, 2), micro_batch=(1, 2))\n"
+        "r = llm.search_llm(get_model('gpt2'), 'dgx-a100', space, workers=2, progress=False, top_k=1, simulate_top=1)\n"
+        "print('best', r['plans'][0]['plan'], flush=True)\n"
+    )
+    script = tmp_path / "unguarded.py"
+    script.write_text(code)
+    args, stdin = ([sys.executable, str(script)], None) if how == "script" else ([sys.executable, "-"], code)
+    done = subprocess.run(args, check=False, input=stdin, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("top level") == 1 and "best " in done.stdout
+    assert "BrokenProcessPool" not in done.stderr
