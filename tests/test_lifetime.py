@@ -92,3 +92,32 @@ def test_a_child_lives_while_its_parent_does(path, tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_processes_started_with_the_main_module_hidden_do_not_run_it_again():
+    """multiprocessing gives each process it starts the main module to run again
+    (init_main_from_name / init_main_from_path); inside the block it gives none, and the
+    module's __spec__ and __file__ are as they were afterwards, absent ones absent."""
+    import sys
+    import types
+    from multiprocessing import spawn
+
+    from trainsim.lifetime import main_module_hidden
+
+    real = sys.modules["__main__"]
+    fake = types.ModuleType("__main__")
+    fake.__file__ = "/tmp/a_user_script.py"
+    fake.__spec__ = None
+    sys.modules["__main__"] = fake
+    try:
+        assert spawn.get_preparation_data("x")["init_main_from_path"].endswith("a_user_script.py")
+        with main_module_hidden():
+            data = spawn.get_preparation_data("x")
+            assert "init_main_from_path" not in data and "init_main_from_name" not in data
+        assert fake.__file__ == "/tmp/a_user_script.py" and fake.__spec__ is None
+        del fake.__file__
+        with main_module_hidden():
+            pass
+        assert not hasattr(fake, "__file__")
+    finally:
+        sys.modules["__main__"] = real

@@ -20,9 +20,11 @@ from __future__ import annotations
 import os
 import select
 import shutil
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -101,4 +103,34 @@ def _start_time(pid: int) -> int | None:
     return None if state is None else state[1]
 
 
-__all__ = ["exit_with_parent"]
+@contextmanager
+def main_module_hidden() -> Iterator[None]:
+    """For the block: the processes started in it (the forkserver, screening workers, ranks) do not
+    import this program's ``__main__``, which multiprocessing otherwise runs again in each of
+    them as ``__mp_main__``. Those processes run trainsim's own functions on its own data
+    classes and need nothing from it, and a library user's script without an
+    ``if __name__ == "__main__":`` guard, or one read from stdin (``<stdin>``, no file to run),
+    made every search worker fail to start (``BrokenProcessPool`` after multiprocessing's
+    bootstrapping traceback) or run the script's top level again. multiprocessing reads the main module's
+    ``__spec__`` and ``__file__`` as it starts a process (``spawn.get_preparation_data``); they
+    are put back after the block. A plan or model object of a class the script defines cannot
+    be sent to the workers this way (the worker's unpickling names the class that is missing)."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    missing = object()
+    saved = {k: main.__dict__.get(k, missing) for k in ("__spec__", "__file__")}
+    main.__dict__["__spec__"] = None
+    main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is missing:
+                main.__dict__.pop(k, None)
+            else:
+                main.__dict__[k] = v
+
+
+__all__ = ["exit_with_parent", "main_module_hidden"]

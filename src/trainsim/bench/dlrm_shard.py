@@ -71,7 +71,7 @@ from typing import Any
 
 from trainsim.capture.distributed import start_forkserver_deaf_to_ctrl_c, stop_processes
 from trainsim.errors import CaptureError, ConfigError
-from trainsim.lifetime import exit_with_parent
+from trainsim.lifetime import exit_with_parent, main_module_hidden
 
 _TAIL_CHARS = 2000
 _PRELOAD = ("torch", "torch.distributed", "numpy", "trainsim.bench.reuse")
@@ -351,8 +351,9 @@ def _spawn(job: dict[str, Any], world: int, timeout_s: float) -> list[dict[str, 
         procs = [ctx.Process(target=_worker, args=(rank, world, port, tmp, env), kwargs={"parent": os.getpid()},
                              name=f"trainsim-shard-rank{rank}") for rank in range(world)]  # fmt: skip
         try:
-            for p in procs:
-                p.start()
+            with main_module_hidden():  # the ranks need nothing from a library user's script
+                for p in procs:
+                    p.start()
             _wait_all(procs, work, timeout_s)
         finally:
             stop_processes(procs)

@@ -25,7 +25,7 @@ from typing import Any
 from trainsim.capture.examples import example_info
 from trainsim.capture.manifest import CaptureSpec, RankCapture, write_atomic
 from trainsim.errors import CaptureError
-from trainsim.lifetime import exit_with_parent
+from trainsim.lifetime import exit_with_parent, main_module_hidden
 
 _TAIL_CHARS = 2000
 _PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "trainsim.capture.recorder")
@@ -126,8 +126,9 @@ def _run_spawned(spec: CaptureSpec) -> list[RankCapture]:
             for rank in range(spec.nproc)
         ]
         try:
-            for p in procs:
-                p.start()
+            with main_module_hidden():  # the ranks need nothing from a library user's script
+                for p in procs:
+                    p.start()
             _wait_all(procs, spec=spec, work=work)
         finally:
             stop_processes(procs)

@@ -46,7 +46,7 @@ from trainsim.envvars import restored_environ
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import SystemSpec, get_device, get_system
 from trainsim.kernels.registry import USER_MODELS_ENV as USER_KERNEL_MODELS_ENV
-from trainsim.lifetime import exit_with_parent
+from trainsim.lifetime import exit_with_parent, main_module_hidden
 from trainsim.search.frameworks import framework_note
 from trainsim.search.space import PlanSpace, reason_key
 
@@ -496,7 +496,7 @@ def _run_screening(model: ModelSpec, system: SystemSpec, items: list[tuple[int, 
             pool = _pool(n)
             futs: list[Future[list[Screened]]] = []
             try:
-                with _main_module_hidden(), _children_ignore_interrupts():  # the forkserver, then the submits start the workers
+                with main_module_hidden(), _children_ignore_interrupts():  # the forkserver, then the submits start the workers
                     futs = [pool.submit(screen_plans, model, system, ch, env, memory_limit) for ch in chunks]
                 for fut in as_completed(futs):
                     res = fut.result()
@@ -625,36 +625,6 @@ def _children_ignore_interrupts() -> Iterator[None]:
         old(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
     elif held and old == signal.SIG_DFL:  # an embedding program's default action: deliver it again
         os.kill(os.getpid(), signal.SIGINT)
-
-
-@contextmanager
-def _main_module_hidden() -> Iterator[None]:
-    """For the block: the processes started in it (the forkserver, the screening workers) do not
-    import this program's ``__main__``, which multiprocessing otherwise runs again in each of
-    them as ``__mp_main__``. The workers screen plans with trainsim's own functions and data
-    classes and need nothing from it, and a library user's script without an
-    ``if __name__ == "__main__":`` guard, or one read from stdin (``<stdin>``, no file to run),
-    made every worker fail to start (``BrokenProcessPool`` after multiprocessing's bootstrapping
-    traceback) or run the script's top level again. multiprocessing reads the main module's
-    ``__spec__`` and ``__file__`` as it starts a process (``spawn.get_preparation_data``); they
-    are put back after the block. A plan or model object of a class the script defines cannot
-    be sent to the workers this way (the worker's unpickling names the class that is missing)."""
-    main = sys.modules.get("__main__")
-    if main is None:
-        yield
-        return
-    missing = object()
-    saved = {k: main.__dict__.get(k, missing) for k in ("__spec__", "__file__")}
-    main.__dict__["__spec__"] = None
-    main.__dict__.pop("__file__", None)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is missing:
-                main.__dict__.pop(k, None)
-            else:
-                main.__dict__[k] = v
 
 
 def _init_worker(pid: int) -> None:
