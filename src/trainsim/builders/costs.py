@@ -586,12 +586,15 @@ class LayerCoster:
                 if op.seconds < FLASH_BWD_PLAUSIBLE * fwd.seconds:
                     op = replace(op, seconds=FLASH_BWD_WORK * fwd.seconds,
                                  provenance=fwd.provenance + ";bwd-as-2.5x-fwd")  # fmt: skip
-            frac = m.window_work_fraction(seq) if cp == 1 else 1.0
+            frac = m.cp_window_work_fraction(self.plan.seq(m), cp)
             if frac < 1.0:
                 # a sliding window (FlashAttention's window_size): the kernel skips the key blocks
                 # outside it, so it does that share of the causal work; timed as the measured
                 # causal kernel scaled by the work (its windowed runs are not measured here),
-                # averaged over the model's windowed and full layers (not with ring attention)
+                # averaged over the model's windowed and full layers; with context parallelism
+                # the windowed layers' busiest rank under TransformerEngine's KV all-gather CP
+                # (ModelSpec.cp_window_rank_shares; PlanComm.cp_window_layer: TE's p2p ring
+                # refuses a window), the full layers the ring's balanced 1/cp
                 op = replace(op, seconds=op.seconds * frac, flops=op.flops * frac,
                              provenance=op.provenance + ";windowed-work")  # fmt: skip
             ops.append(op)

@@ -41,7 +41,7 @@ from trainsim.builders.costs import (
     flow_shop_repeat,
     flow_shop_s,
 )
-from trainsim.builders.llm_comm import CommCost, PlanComm
+from trainsim.builders.llm_comm import CommCost, CPWindow, PlanComm
 from trainsim.builders.plan import Plan
 from trainsim.builders.schedules import Action, schedule, schedule_arrays
 from trainsim.builders.spec import ModelSpec
@@ -122,18 +122,29 @@ def _sum(ops: Iterable[OpCost]) -> float:
 UNCOUNTED_DISPATCH = frozenset({"hidden_dropout", "attention_dropout"})  # dispatched within HostModel's per-layer counts
 
 
-def _with_ring(ops: list[OpCost], ring: CommCost | None, stretch: float = 1.0) -> list[OpCost]:
+def _with_ring(ops: list[OpCost], ring: CommCost | None, stretch: float = 1.0,
+               window: CPWindow | None = None) -> list[OpCost]:
     """A layer pass's operators with the attention core lasting as long as the context-parallel
     ring ``ring`` when the ring is the longer (its K/V exchange overlaps their block
     computations): the wait goes on the core's first operator, so that the pass's flow shop is
     never shorter for longer operators or a longer ring; with no attention operator to overlap,
     the ring ends the pass. The ring's overlap stretches the attention it hides behind by the
     contention factor ``stretch`` (:func:`~trainsim.builders.contention.hidden_cost_s`): the core lasts
-    ``max(attn + (stretch - 1)·min(ring, attn), ring)``."""
+    ``max(attn + (stretch - 1)·min(ring, attn), ring)``. A sliding-window model's ``window``
+    (:meth:`PlanComm.cp_window_layer`): its windowed layers (share φ) run TransformerEngine's
+    KV all-gather CP instead, their attention (``rank_share`` of a full layer's) plus the
+    exposed collectives; the full layers the ring as above; the core is the layers' average,
+    as the attention operators are (costed at ``work_fraction`` of a full layer's)."""
     if ring is None:
         return ops
     attn = sum(o.seconds for o in ops if o.category == "attention")
-    core = max(attn + hidden_cost_s(ring.seconds, attn, stretch), ring.seconds)
+    if window is None:
+        core = max(attn + hidden_cost_s(ring.seconds, attn, stretch), ring.seconds)
+    else:
+        phi = window.layers
+        full = attn / window.work_fraction  # one full layer's attention, the ring beside it
+        ringed = max(full + hidden_cost_s(ring.seconds, full, stretch), ring.seconds) if phi < 1.0 else 0.0
+        core = phi * (window.rank_share * full + window.exposed_s) + (1.0 - phi) * ringed
     if core <= attn:
         return ops
     if attn <= 0.0:  # pragma: no cover - every layer has an attention core
@@ -220,10 +231,21 @@ class _LayerPasses(NamedTuple):
     epb: list[CommCost]
     cpf: CommCost | None
     cpb: CommCost | None
+    cwf: CPWindow | None  # a sliding-window model's windowed layers under CP (their all-gathers)
+    cwb: CPWindow | None
     ep_f: float  # expert all-to-alls added to each pass
     ep_b: float
     re_comm: float  # ... and to a full recomputation
     full_rc: bool
+
+
+def _cp_comm(lp: _LayerPasses) -> list[CommCost]:
+    """A layer's context-parallel collectives, forward and backward: the ring's where some
+    layers run it, a windowed layer's all-gathers where some are windowed (:func:`_with_ring`)."""
+    ring = [c for c in (lp.cpf, lp.cpb) if c is not None]
+    if lp.cwf is None or lp.cwb is None:
+        return ring
+    return [*(ring if lp.cwf.layers < 1.0 else []), *lp.cwf.comm, *lp.cwb.comm]
 
 
 def _averaged(ops: list[OpCost], small: int, plan: Plan, host: HostModel) -> tuple[list[OpCost], list[float]]:
@@ -264,6 +286,7 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     tpf, tpb = comm.tp_layer("fwd"), comm.tp_layer("bwd")
     epf, epb = comm.ep_layer("fwd"), comm.ep_layer("bwd")
     cpf, cpb = comm.cp_layer("fwd"), comm.cp_layer("bwd")
+    cwf, cwb = comm.cp_window_layer("fwd"), comm.cp_window_layer("bwd")
 
     # TP collectives and CP's ring run inside the pass (below); expert all-to-alls add
     ep_f, ep_b = float(sum(c.seconds for c in epf)), float(sum(c.seconds for c in epb))
@@ -273,7 +296,7 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     # part had been hidden by attention time that a dispatch-bound pass's CPU already hid, so
     # faster attention kernels (or an attention dropout) could make the iteration slower (faster).
     stretch = contention_factor(plan)  # overlapped collectives stretch the compute beside them
-    lf_t = _with_ring(lf, cpf, stretch)
+    lf_t = _with_ring(lf, cpf, stretch, cwf)
     full_rc = plan.recompute == "full"
     re_comm = ep_f if full_rc else 0.0
     # the layer's dispatch time spread evenly over its operators (HostModel's per-layer counts,
@@ -287,7 +310,7 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     # the backward's ring wait on its attention core's first operator in the order it runs
     # (reversed): on the last, an attention dropout's backward moved GPU time ahead of the
     # wait and a CPU-bound backward came out faster with the dropout
-    lb_t = _with_ring(lb, cpb, stretch)
+    lb_t = _with_ring(lb, cpb, stretch, cwb)
     lf_tp, cpu_f_tp = with_tp_comm(lf_t, cpu_f, tpf, "fwd", host)
     lb_tp, cpu_b_tp = with_tp_comm(lb_t, cpu_b, tpb, "bwd", host)
     # selective recompute re-runs the attention core's forward (Korthikanti et al. §5): its
@@ -310,8 +333,8 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     acc, acc_cpu = _layer_accumulation(lc, plan, host)
     lb_acc, cpu_b_acc = lb_tp + acc, cpu_b_tp + acc_cpu
     return _LayerPasses(lf, lb, lf_t, lb_t, cpu_f, cpu_b, lf_tp, cpu_f_tp, lb_tp, cpu_b_tp, re_ops, re_cpu, sel,
-                        acc, acc_cpu, lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, ep_f, ep_b, re_comm,
-                        full_rc)  # fmt: skip
+                        acc, acc_cpu, lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, cwf, cwb, ep_f, ep_b,
+                        re_comm, full_rc)  # fmt: skip
 
 
 def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoster | None = None,
@@ -338,7 +361,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     comm = PlanComm(model, plan, system)
     passes = _layer_passes(lc, comm, plan, host)
     (lf, lb, lf_t, lb_t, cpu_f, cpu_b, lf_tp, cpu_f_tp, _, _, re_ops, re_cpu, sel, acc, acc_cpu,
-     lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, ep_f, ep_b, re_comm, full_rc) = passes
+     lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, _, _, ep_f, ep_b, re_comm, full_rc) = passes
     layer_comm_f, layer_comm_b = ep_f, ep_b
     stretch = contention_factor(plan)  # overlapped collectives stretch the compute beside them
 
@@ -363,7 +386,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     shops: list[tuple[float, float, float] | None] = []
     fl_f, fl_b = sum(o.flops for o in lf), sum(o.flops for o in lb)
     shard = plan.dp * plan.cp if plan.zero >= 1 else 1
-    layer_comm = [*tpf, *tpb, *epf, *epb, *([cpf] if cpf else []), *([cpb] if cpb else [])]
+    layer_comm = [*tpf, *tpb, *epf, *epb, *_cp_comm(passes)]
     z3 = comm.zero3_layer(*_zero_groups(_layer_params_per_gpu(model, plan.tp, plan.ep), plan.ep))
     if z3 is not None:
         layer_comm = [*layer_comm, *z3]
@@ -621,7 +644,7 @@ def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoste
         z3_x = (f - f0, b - b0)
     per_depth = [*pre_f, *post_f, *pre_b, *post_b, *lp.lf, *lp.lb, *lp.acc]
     comms = [*eh_in_f, *eh_out_f, *eh_in_b, *eh_out_b, *lp.tpf, *lp.tpb, *lp.epf, *lp.epb,
-             *([lp.cpf] if lp.cpf else []), *([lp.cpb] if lp.cpb else []), *(z3 or [])]  # fmt: skip
+             *_cp_comm(lp), *(z3 or [])]  # fmt: skip
     return _MTPCost(
         f, b, r, tp_x, (depths * lp.ep_f, depths * lp.ep_b, depths * lp.ep_f if lp.full_rc else 0.0), cp_x, z3_x,
         depths * sum(o.flops for o, _ in seq_f), depths * sum(o.flops for o, _ in seq_b),

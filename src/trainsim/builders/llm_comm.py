@@ -16,7 +16,10 @@ Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al.
 * CP (ring attention): each rank passes its K/V block around the ring, ``cp - 1`` steps per
   layer forward (twice in the backward, K/V and their gradients; once more in a full or
   selective recomputation, which re-runs the attention core), overlapped with the attention
-  of the block it holds; only the part longer than that attention is exposed.
+  of the block it holds; only the part longer than that attention is exposed. A sliding
+  window's layers (flash attention) run TransformerEngine's KV all-gather CP instead, its
+  p2p ring refusing a window: K and V all-gathered, exposed, again in the backward with dK/dV
+  reduce-scattered (:meth:`PlanComm.cp_window_layer`).
 * EP (MoE): an all-to-all dispatch and combine of ``top_k`` token copies per layer, forward
   and backward.
 * PP: one send/recv of the ``[b, s, d]`` activation (its gradient backward) per micro-batch and
@@ -63,6 +66,24 @@ class CommCost:
     per_node: int
     seconds: float
     provenance: str
+
+
+@dataclass(frozen=True, slots=True)
+class CPWindow:
+    """A sliding-window model's layers under context parallelism (:meth:`PlanComm.cp_window_layer`):
+    ``layers`` the share of the layers windowed, which run TransformerEngine's KV all-gather
+    CP; ``rank_share`` one windowed layer's attention work on the busiest rank over a causal
+    layer's; ``work_fraction`` the attention work averaged over all layers (the share the
+    attention core is costed at); ``comm`` one windowed layer's exposed collectives."""
+
+    layers: float
+    rank_share: float
+    work_fraction: float
+    comm: tuple[CommCost, ...]
+
+    @property
+    def exposed_s(self) -> float:
+        return sum(c.seconds for c in self.comm)
 
 
 def check_job_placement(gpus: int, system: SystemSpec) -> None:
@@ -167,6 +188,36 @@ class PlanComm:
         return CommCost(
             "cp_ring", "send", kv * mult, cp, step.per_node, step.seconds * mult, step.provenance
         )
+
+    def cp_window_layer(self, phase: str) -> CPWindow | None:
+        """Context parallelism on a sliding-window model's windowed layers (flash attention,
+        ``cp > 1``, a window shorter than the sequence), as TransformerEngine runs it.
+
+        TransformerEngine's p2p ring (Megatron's default ``--cp-comm-type``, the one
+        :meth:`cp_layer` costs) refuses a window: ``attn_forward_func_with_cp`` asserts that a
+        sliding window comes with ``cp_comm_type`` ``a2a`` or ``all_gather`` only (TE
+        ``dot_product_attention/context_parallel.py``; TE PR #1060 added the all-gather variant
+        for it; Megatron-LM PR #1160 exposed the choice, and ``--cp-comm-type`` takes one type
+        per layer). So the windowed layers are costed as the all-gather variant (Llama 3's,
+        Dubey et al. 2024 §3.3.2; the sequence split stays the load-balanced ``2·cp`` chunks),
+        the other layers keep the ring. Its collectives are exposed (TE: "KV all-gather between
+        CP ranks is exposed"; nothing overlaps them): the forward all-gathers K and V over the
+        ``cp`` ranks before its two chunk kernels; the backward gathers them again (only the
+        local K/V are saved) and reduce-scatters dK and dV. There is no ring step to skip:
+        every rank gathers the whole K/V, though its window reads only a slice
+        (:meth:`ModelSpec.cp_window_rank_shares` for the work). Not modelled: the a2a
+        (Ulysses) variant, which also takes a window."""
+        m, cp = self.model, self.plan.cp
+        if cp <= 1 or self.plan.attention != "flash" or not (phi := m.windowed_layers(self.plan.seq(m))):
+            return None
+        kv = self._tokens() * m.kv_width_tp(self.plan.tp) * self.act_bytes  # this rank's K (or V)
+        ag = self.cost("cp_kv_all_gather", "all_gather", kv * cp, cp, self.plan.tp)
+        comm: tuple[CommCost, ...] = (ag, ag)  # K, then V (two calls)
+        if phase == "bwd":
+            rs = self.cost("cp_dkv_reduce_scatter", "reduce_scatter", kv * cp, cp, self.plan.tp)
+            comm = (ag, ag, rs, rs)
+        seq = self.plan.seq(m)
+        return CPWindow(phi, max(m.cp_window_rank_shares(seq, cp)), m.cp_window_work_fraction(seq, cp), comm)
 
     def ep_layer(self, phase: str) -> list[CommCost]:
         m, ep = self.model, self.plan.ep

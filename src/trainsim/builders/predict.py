@@ -433,11 +433,23 @@ def _warnings(r: LLMPrediction) -> list[str]:
                        f"windowed kernel: the attention core's time and FLOPs scaled by the work it does, about {share} "
                        f"of the causal work on those layers ({_share(r.model.window_work_fraction(seq))} over all "
                        "layers), an estimate from the measured causal kernel")  # fmt: skip
+        elif r.plan.attention == "flash":
+            cp = r.plan.cp
+            ranks = r.model.cp_window_rank_shares(seq, cp)
+            rest = ("; the full layers keep the p2p ring (--cp-comm-type takes one type per layer)"
+                    if 0 < n_win < r.model.layers else "")  # fmt: skip
+            out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) with context parallelism: "
+                       "TransformerEngine's p2p ring (Megatron's default --cp-comm-type) refuses a window (it takes "
+                       "a2a or all_gather), so the windowed layers are costed as its KV all-gather CP "
+                       f"(--cp-comm-type allgather): K and V all-gathered over the {cp} ranks, exposed (again in the "
+                       "backward, with a reduce-scatter of their gradients; no ring step is skipped, every rank "
+                       "gathers all of K/V), and each rank's two chunks attend within the window, about "
+                       f"{_share(max(ranks))} of a causal layer's work on the busiest rank ({share} averaged over the "
+                       f"ranks, as unsplit){rest}; an estimate from the measured causal kernel")  # fmt: skip
         else:
-            why = "ring attention (cp > 1)" if r.plan.cp > 1 else f"--attention {r.plan.attention} (it computes every score)"
-            out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) saves nothing with {why}: "
-                       f"attention is costed over all {seq:,} tokens (a windowed flash kernel does about {share} of "
-                       "the causal work)")  # fmt: skip
+            out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) saves nothing with "
+                       f"--attention {r.plan.attention} (it computes every score): attention is costed over all "
+                       f"{seq:,} tokens (a windowed flash kernel does about {share} of the causal work)")  # fmt: skip
     out.extend(dense_family_notes(r.model, r.plan))
     if r.plan.partition == "001" and r.plan.pp == 1:
         out.append("--partition 001 splits layers over pipeline stages: it changes nothing with pp 1")

@@ -165,6 +165,49 @@ class ModelSpec:
         w = self.sliding_window / seq
         return 2 * w - w * w
 
+    def windowed_layers(self, seq: int) -> float:
+        """The share of the layers whose window is shorter than ``seq`` (0: none windowed)."""
+        if not self.sliding_window or seq <= self.sliding_window:
+            return 0.0
+        return (self.sliding_layers or self.layers) / self.layers
+
+    def cp_window_rank_shares(self, seq: int, cp: int) -> tuple[float, ...]:
+        """Each context-parallel rank's attention work on one windowed layer at ``seq`` tokens
+        over its causal work (``seq²/2cp``), under the load-balanced split Megatron and
+        TransformerEngine use (``2·cp`` chunks of ``L = seq/2cp`` tokens, rank ``r`` holding
+        chunks ``r`` and ``2cp − 1 − r``) and TransformerEngine's KV all-gather CP
+        (``cp_comm_type="all_gather"``, the variant with the sequence split that accepts a
+        window): each of the rank's two query chunks meets the gathered K/V slice its window
+        reaches, and FlashAttention's ``window_size`` skips the keys outside it. A query at
+        position ``p`` does ``min(p, W)`` key products (to the token, as
+        :meth:`window_work_fraction`: the kernel's tiles at the window's edges not counted),
+        so chunk ``[a, b)`` does ``F(b) − F(a)`` with ``F(x) = ∫₀ˣ min(p, W) dp``. The shares
+        average to :meth:`window_layer_share` (the ranks together do the unsplit layer's
+        work), all 1 without a window or within it; the split that balances causal work
+        leaves the window's work unbalanced (rank 0's first chunk has the fewest keys)."""
+        if not self.sliding_window or seq <= self.sliding_window:
+            return (1.0,) * cp
+        win, chunk = float(self.sliding_window), seq / (2 * cp)
+
+        def f(x: float) -> float:
+            return x * x / 2 if x <= win else win * x - win * win / 2
+
+        def work(c: int) -> float:
+            return f((c + 1) * chunk) - f(c * chunk)
+
+        causal = seq * seq / (2 * cp)
+        return tuple((work(r) + work(2 * cp - 1 - r)) / causal for r in range(cp))
+
+    def cp_window_work_fraction(self, seq: int, cp: int) -> float:
+        """:meth:`window_work_fraction` under context parallelism: the windowed layers at the
+        busiest rank's share (:meth:`cp_window_rank_shares`; the layer's collectives make the
+        ranks wait for it), the full layers at 1 (the p2p ring's split balances them); with
+        ``cp`` 1 the unsplit fraction."""
+        if cp == 1:
+            return self.window_work_fraction(seq)
+        phi = self.windowed_layers(seq)
+        return phi * max(self.cp_window_rank_shares(seq, cp)) + (1.0 - phi)
+
     @property
     def d_head(self) -> int:
         return self.head_dim or self.hidden // self.heads
