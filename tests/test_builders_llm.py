@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 
 from trainsim.builders import memory
 from trainsim.builders.costs import HostModel, LayerCoster, OpCost, OpCoster, flow_shop_s
-from trainsim.builders.llm import build_workload, closed_form_001, stage_costs, with_tp_comm
+from trainsim.builders.llm import (
+    StageCost,
+    build_workload,
+    closed_form_001,
+    stage_costs,
+    with_tp_comm,
+)
 from trainsim.builders.llm_comm import CommCost, PlanComm, per_node
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
@@ -1679,8 +1685,9 @@ def test_overlap_grad_reduce_hides_the_reduction_behind_the_last_backward() -> N
 
     assert 0.3 < tables / full.bytes < 0.32
     (nt, tt), (_, tl) = bucket(tables), bucket(full.bytes - tables)
-    # the tables' buckets and the layers' last one (ready at the end too) are left
-    assert red.seconds == pytest.approx(nt * tt + tl, rel=1e-4) and red.seconds < full.seconds  # + final norm
+    # the tables' buckets are left, and of the layers' last one what the embedding's backward
+    # (after the layers', since 2026-12-04) does not hide
+    assert nt * tt * (1 - 1e-4) <= red.seconds <= (nt * tt + tl) * (1 + 1e-4) and red.seconds < full.seconds
 
 
 def test_one_stage_readies_its_head_first_and_its_embedding_last() -> None:
@@ -1694,13 +1701,35 @@ def test_one_stage_readies_its_head_first_and_its_embedding_last() -> None:
     st = stage_costs(spec, replace(plan, overlap_grad_reduce=False), system)[0]
     comm = PlanComm(spec, plan, system)
     head = spec.embedding_params() / st.params  # untied: the head is as large as the embedding
-    both_end = _overlap_reduction(st.dp_comm, comm, window_s=st.bwd_s, chunks=1, pp=1,
+    layers_s = st.bwd_s - st.end_bwd_s  # the layers' backward, between the head's and the embedding's
+    both_end = _overlap_reduction(st.dp_comm, comm, window_s=layers_s, chunks=1, pp=1,
                                   outside_end=2 * head, outside_start=0.0)[0].seconds  # fmt: skip
-    split = _overlap_reduction(st.dp_comm, comm, window_s=st.bwd_s, chunks=1, pp=1,
+    split = _overlap_reduction(st.dp_comm, comm, window_s=layers_s, chunks=1, pp=1,
                                outside_end=head, outside_start=head)[0].seconds  # fmt: skip
     assert split < both_end
     got = stage_costs(spec, plan, system)[0].dp_comm[0].seconds
-    assert got == pytest.approx(split, rel=1e-3)  # the stage costs split it so (+ the final norm)
+    # the stage costs split it so (+ the final norm), the layers' buckets ending before the
+    # embedding's backward (which hides part of their last): no more than the split's
+    assert split * 0.9 < got <= split * (1 + 1e-3)
+
+
+def test_last_stage_layers_ready_their_gradients_after_its_head_and_mtp() -> None:
+    """Metamorphic review 2026-12-04: the layers' buckets were readied over the stage's whole
+    backward, the head's and MTP depths' included, which run before the layers' on the last
+    stage. A last stage holding a middle stage's layers and more (head, two MTP depths) then
+    exposed less of its (larger) reduction: gpt3-1.3b pp 4 dp 16 on DGX A100, 4.2 ms against
+    the middle stage's 6.8 ms. Its layers end their backward when the middle's do, so it
+    exposes at least as much."""
+    spec, system = replace(get_model("gpt3-1.3b"), mtp_layers=2), get_system(SYSTEM)
+    plan = Plan(pp=4, dp=16, micro_batch=1, global_batch=64, overlap_grad_reduce=True, contention=False)
+    stages = stage_costs(spec, plan, system)
+    mid, last = stages[1], stages[-1]
+    assert mid.layers == last.layers and last.params > mid.params and last.end_bwd_s > 0.0
+    def exposed(st: StageCost) -> float:  # the reduction's (the tied embedding's all-reduce aside)
+        return sum(c.seconds for c in st.dp_comm if c.provenance.endswith(";overlapped"))
+
+    assert exposed(last) >= exposed(mid) > 0.0
+    assert stages[0].layers == mid.layers and exposed(stages[0]) >= exposed(mid)  # + the embedding's
 
 
 def test_overlap_grad_reduce_per_chunk_zero_and_experts() -> None:

@@ -468,10 +468,19 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             # the first stage's embedding ends the backward; the rest (a last stage's final norm
             # and head, or its tied copy) starts it; pp 1 has both (memory._stage_params_split)
             end = embedding_params_per_gpu(model, plan) if first else 0.0
+            # the layers ready theirs over their own backward (a chunk's: chunk_seconds' split),
+            # not over the end part's: the first stage's embedding backward runs after them, the
+            # last stage's head, loss and MTP depths before them (pp 1: both)
+            emb_b = 0.0
+            if first and last:
+                emb = lc.embedding("bwd")
+                emb_b = min(flow_shop_s(emb, [host.extra_s(o) for o in emb]) if emb else 0.0, end_b)
+            after = end_b if first and not last else emb_b  # the last stage's rest precedes the layers
             st.dp_comm = _overlap_reduction(
-                st.dp_comm, comm, window_s=bwd / chunks, chunks=chunks, pp=plan.pp,
+                st.dp_comm, comm, window_s=(bwd - end_b) / chunks, chunks=chunks, pp=plan.pp,
                 outside_end=end / dense if dense > 0 else 0.0,
-                outside_start=(outside - end) / dense if dense > 0 else 0.0, stretch=stretch)  # fmt: skip
+                outside_start=(outside - end) / dense if dense > 0 else 0.0, stretch=stretch,
+                after_s=after)  # fmt: skip
         st.embedding_comm = emb_comm if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
@@ -734,21 +743,26 @@ def reduction_tail_s(ready: np.ndarray, seconds: np.ndarray) -> float:
 
 
 def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, chunks: int, pp: int,
-                       outside_end: float, outside_start: float, stretch: float = 1.0) -> list[CommCost]:  # fmt: skip
+                       outside_end: float, outside_start: float, stretch: float = 1.0,
+                       after_s: float = 0.0) -> list[CommCost]:  # fmt: skip
     """``dp`` (a stage's gradient collectives) with the reductions' seconds cut to what
     :func:`reduction_tail_s` leaves after the last backward (the gathers after the update stay
     whole). Each reduction goes in :data:`DDP_BUCKET_BYTES` buckets, each timed by the
     collective models at its own size (the latency counts once per bucket):
 
-    * the layers' gradients are readied evenly over each model chunk's last backward
-      (``window_s``): chunk 0's ends the stage's backward, chunk ``k``'s ends ``k·pp`` backward
-      slots before it (interleaved 1F1B's cool-down runs the chunks' last backwards ``pp``
-      micro-batches apart; every chunk holds ``1/chunks`` of the layers);
+    * the layers' gradients are readied evenly over each model chunk's layers' last backward
+      (``window_s``, without the end part): chunk 0's ends ``after_s`` before the stage's
+      backward does (the first stage's embedding backward follows it), chunk ``k``'s ``k·pp``
+      backward slots before that (interleaved 1F1B's cool-down runs the chunks' last backwards
+      ``pp`` micro-batches apart; every chunk holds ``1/chunks`` of the layers);
     * the parameters outside the layers (their shares of the dense ones): the first stage's
       embedding (``outside_end``) is ready last, its backward ending the pass; a last stage's
-      final norm and head (``outside_start``) first, the head's backward starting it (one stage
-      has both with pp 1; before 2026-11-27 its head was taken as ready last too). An expert
-      reduction holds layer parameters only.
+      final norm, head and MTP depths (``outside_start``) first, once their backward (which
+      precedes the layers' in the last chunk) is done (one stage has both
+      with pp 1; before 2026-11-27 its head was taken as ready last too; until 2026-12-04 the
+      layers' window included the end part's backward, so a last stage's layers, behind its
+      head and MTP depths, were taken as ready up to twice as early: DeepSeek-V3 pp 16). An
+      expert reduction holds layer parameters only (an MTP block's experts among them).
 
     A stream of buckets that cannot keep up leaves more than one bucket exposed; a very short
     backward can leave more than the unbucketed reduction (the buckets' latency).
@@ -775,13 +789,14 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
         seconds.append(np.full(b, t))
         per[i] = per.get(i, 0.0) + b * t
 
-    start = -(chunks - 1) * pp * window_s - window_s  # the last chunk's last backward begins
+    start = -after_s - (chunks - 1) * pp * window_s - window_s  # the last chunk's layers' last backward begins
     for i in red:
         c = dp[i]
         dense = c.name.startswith("dp_")  # the expert reduction: layers only
         end_part, start_part = (outside_end, outside_start) if dense else (0.0, 0.0)
         for k in range(chunks):
-            bucketed(i, c.bytes * (1.0 - end_part - start_part) / chunks, -k * pp * window_s - window_s, window_s)
+            bucketed(i, c.bytes * (1.0 - end_part - start_part) / chunks, -after_s - k * pp * window_s - window_s,
+                     window_s)  # fmt: skip
         bucketed(i, c.bytes * start_part, start, 0.0)
         bucketed(i, c.bytes * end_part, 0.0, 0.0)
     all_ready = np.concatenate(ready) if ready else np.zeros(0)
