@@ -15,6 +15,19 @@ symbols (``T`` tokens, ``d`` hidden, ``q``/``kv`` query/key widths, ``f`` MLP wi
 vocabulary, ``hd`` head size); the tiny model's dimensions are chosen so that every product
 the step makes has a distinct value, and a large size with no symbol stops the script.
 
+MoE (``mixtral``: transformers' ``MixtralSparseMoeBlock`` with ``experts_implementation="eager"``,
+the loop over the experts hit, one GEMM pair per expert on its tokens): the router is made to
+route evenly (token i to experts ``(i k + j) mod E``, j < k, its scores kept), so every expert
+gets ``Te = T k / E`` tokens and the per-expert sizes are products of ``Te``; the step is recorded
+at three expert counts, E = 5 and 10 giving one expert's calls (the difference over 5) and the
+layer's others, E = 18 checking that the layer is those plus E experts. Gathers
+(``index``/``index_select``) move the rows they gather, scatters (``index_add_``,
+``index_put``) the rows they add, not the whole ``[T, d]`` they index; the gradient buffers the
+loop zeroes (``new_zeros``, ``select_backward``'s ``[E, 2f, d]``) are written once. It also
+counts, per expert and for the rest of the layer, the host's work: launching aten calls, views,
+device-to-host syncs (``_local_scalar_dense``, and ``nonzero``, whose CUDA kernel copies its
+count to the host) and backward autograd nodes.
+
     python scripts/hf_eager_census.py            # rewrites the JSON (needs torch, transformers)
 """
 
@@ -30,6 +43,15 @@ OUT = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "builders" / "d
 # B, L, d, heads, kv heads, head size, MLP width, vocabulary: every product below distinct
 B, L, D, H, KV, HD, F, V = 3, 20, 48, 12, 3, 4, 112, 331
 T = B * L
+VIEWS = {"view", "_unsafe_view", "t", "transpose", "expand", "slice", "unsqueeze", "reshape", "as_strided", "detach",
+         "alias", "permute", "squeeze", "select", "_reshape_alias", "split", "unbind", "lift_fresh", "split_with_sizes"}
+NO_KERNEL = {"empty", "new_empty", "empty_like", "new_empty_strided", "empty_strided", "_local_scalar_dense"}
+# MoE census (mixtral): top-k, the expert counts it is taken at (E_CHECK checks the fit), the
+# zero-fills it counts (a gradient buffer the expert loop zeroes is a memset of real size)
+K_MOE, E_FIT, E_CHECK = 3, (5, 10), 18
+ZEROS = {"zeros", "new_zeros", "zeros_like"}
+GATHERS = {"index", "index_select"}
+SCATTERS = {"index_add_", "index_add", "index_put", "index_put_", "_index_put_impl_"}
 SKIP = {"view", "_unsafe_view", "t", "transpose", "expand", "slice", "unsqueeze", "reshape", "as_strided", "detach",
         "alias", "permute", "squeeze", "select", "_reshape_alias", "split", "unbind", "lift_fresh", "split_with_sizes",
         # timed by the builder itself
@@ -56,11 +78,30 @@ def _symbols(d: int, f: int, *, q: int, kv: int, hd: int, v: int) -> dict[int, s
     return sym
 
 
-def census(family: str, layers: int) -> tuple[list[tuple[str, str, tuple[tuple[str, str], ...]]], int]:
+def _moe_symbols(d: int, f: int, experts: int, k: int) -> dict[int, str]:
+    """The MoE block's sizes (even routing: ``Te = T k / E`` tokens per expert); each must be
+    new to the dense symbols, or the census could not tell them apart."""
+    te = T * k // experts
+    named = {te: "Te", te * d: "Te*d", te * f: "Te*f", te * 2 * f: "Te*2f", T * k: "T*k", T * experts: "T*E",
+             T * k * (experts + 1): "T*k*(E+1)", 2 * f * d: "2f*d", d * f: "d*f", experts * 2 * f * d: "E*2f*d",
+             experts * d * f: "E*d*f"}  # fmt: skip
+    dense = _symbols(d, f, q=H * HD, kv=KV * HD, hd=HD, v=V)
+    if len(named) < 11 or set(named) & set(dense):
+        raise SystemExit(f"mixtral with {experts} experts: an MoE size equals another symbol's; pick other dimensions")
+    return dense | named
+
+
+Calls = list[tuple[str, str, tuple[tuple[str, str], ...]]]
+
+
+def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str, int]]:
+    """One training step's memory-bound calls, and its host work (calls by kind per phase,
+    ``nodes``: the backward's autograd nodes)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     torch.manual_seed(0)
+    route = None
     if family == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -78,11 +119,33 @@ def census(family: str, layers: int) -> tuple[list[tuple[str, str, tuple[tuple[s
                          attn_implementation="sdpa")  # fmt: skip
         model = GPT2LMHeadModel(cfg)
         sym = _symbols(D, 4 * D, q=D, kv=D, hd=D // H, v=V)
+    elif family == "mixtral":
+        from transformers import MixtralConfig, MixtralForCausalLM
+        from transformers.models.mixtral import modeling_mixtral
+
+        # eager experts (the loop); no router aux loss (output_router_logits off, the default)
+        cfg = MixtralConfig(hidden_size=D, num_attention_heads=H, num_key_value_heads=KV, head_dim=HD, intermediate_size=F,
+                            num_hidden_layers=layers, vocab_size=V, max_position_embeddings=L, tie_word_embeddings=False,
+                            num_local_experts=experts, num_experts_per_tok=K_MOE, bos_token_id=0, eos_token_id=0,
+                            pad_token_id=0, attn_implementation="sdpa", experts_implementation="eager")  # fmt: skip
+        model = MixtralForCausalLM(cfg)
+        sym = _moe_symbols(D, F, experts, K_MOE)
+        # even routing: token i to experts (i k + j) mod E; the router's scores (and their
+        # gradient) are its own, only the chosen indices are replaced
+        route = (torch.arange(T)[:, None] * K_MOE + torch.arange(K_MOE)[None, :]) % experts
+        top_k_router = modeling_mixtral.MixtralTopKRouter.forward
+
+        def routed(self, hidden_states):  # type: ignore[no-untyped-def]
+            logits, scores, _ = top_k_router(self, hidden_states)
+            return logits, scores, route
+
+        modeling_mixtral.MixtralTopKRouter.forward = routed
     else:
         raise SystemExit(f"unknown family {family!r}")
     model = model.to(torch.bfloat16).train()
     tokens = torch.randint(0, V, (B, L))
-    calls: list[tuple[str, str, tuple[tuple[str, str], ...]]] = []
+    calls: Calls = []
+    host: Counter[str] = Counter()
     phase = ["fwd"]
 
     def size(t: torch.Tensor) -> str | None:
@@ -97,21 +160,46 @@ def census(family: str, layers: int) -> tuple[list[tuple[str, str, tuple[tuple[s
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             out = func(*args, **(kwargs or {}))
             name = func.__name__.split(".")[0]
-            if name in SKIP:
+            kind = "views" if name in VIEWS else "syncs" if name == "_local_scalar_dense" else "launching"
+            if name not in NO_KERNEL or kind == "syncs":
+                host[f"{phase[0]}_{kind}"] += 1
+            if name == "nonzero":  # on a GPU it copies its count to the host: a sync too
+                host[f"{phase[0]}_syncs"] += 1
+            if name in SKIP and not (route is not None and name in ZEROS):
                 return out
-            flat = [a for a in args if isinstance(a, torch.Tensor)]
-            flat += [x for a in args if isinstance(a, list | tuple) for x in a if isinstance(x, torch.Tensor)]
-            flat += [o for o in (out if isinstance(out, list | tuple) else [out]) if isinstance(o, torch.Tensor)]
+            ins = [a for a in args if isinstance(a, torch.Tensor)]
+            ins += [x for a in args if isinstance(a, list | tuple) for x in a if isinstance(x, torch.Tensor)]
+            outs = [o for o in (out if isinstance(out, list | tuple) else [out]) if isinstance(o, torch.Tensor)]
+            if route is not None and name in ZEROS:  # a memset: the buffer written once
+                ins = []
+            elif route is not None and name in GATHERS:  # the rows gathered read, and written
+                ins = [a for a in ins[1:] if a.dtype == torch.int64] + outs
+            elif route is not None and name in SCATTERS:  # the rows added read, read and written at the target
+                src = ins[-1] if name in {"index_add_", "index_add"} else ins[1]  # source / values
+                idx = [a for a in ins[1:] if a.dtype == torch.int64 and a is not src]
+                ins, outs = [*idx, src, src], [src]
+            flat = ins + outs
             moved = tuple((s, str(t.dtype).removeprefix("torch.")) for t in flat if (s := size(t)) is not None)
             if moved:
                 calls.append((phase[0], name, moved))
             return out
 
-    with Census():
-        loss = model(input_ids=tokens, labels=tokens).loss
-        phase[0] = "bwd"
-        loss.backward()
-    return calls, len(calls)
+    try:
+        with Census():
+            loss = model(input_ids=tokens, labels=tokens).loss
+            phase[0] = "bwd"
+            nodes, todo = set(), [loss.grad_fn]
+            while todo:  # the backward's autograd nodes (AccumulateGrad included)
+                n = todo.pop()
+                if n is not None and n not in nodes:
+                    nodes.add(n)
+                    todo.extend(f for f, _ in n.next_functions)
+            host["bwd_nodes"] = len(nodes)
+            loss.backward()
+    finally:
+        if route is not None:
+            modeling_mixtral.MixtralTopKRouter.forward = top_k_router
+    return calls, dict(host)
 
 
 def _tally(calls: list[tuple[str, str, tuple[tuple[str, str], ...]]]) -> Counter[tuple[str, str, str, str]]:
@@ -122,6 +210,56 @@ def _tally(calls: list[tuple[str, str, tuple[tuple[str, str], ...]]]) -> Counter
     return c
 
 
+def _counts(calls: Calls, host: dict[str, int]) -> Counter[tuple[str, ...]]:
+    """A step's tally with its kernel and host counts, as one counter (keys of one or four fields)."""
+    c: Counter[tuple[str, ...]] = Counter(_tally(calls))
+    for ph in ("fwd", "bwd"):
+        c[("kernels", ph)] = sum(1 for p, *_ in calls if p == ph)
+    for k, v in host.items():
+        c[("host", k)] = v
+    return c
+
+
+def _moe_family(family: str) -> dict[str, object]:
+    """An MoE family's census: ``layer`` (one layer's calls but its experts'), ``expert`` (one
+    expert's, as many times as experts are hit), ``rest``; the fit over E_FIT is checked at
+    E_CHECK. Counts in ``layer`` may be negative where the first expert does less than the
+    others (autograd adds each later expert's gradient into the first's)."""
+    steps = {e: (_counts(*census(family, 1, e)), _counts(*census(family, 2, e))) for e in (*E_FIT, E_CHECK)}
+    lay = {e: Counter({k: two[k] - one[k] for k in two.keys() | one.keys()}) for e, (one, two) in steps.items()}
+    (e1, e2), keys = E_FIT, set().union(*lay.values())
+    expert: dict[tuple[str, ...], int] = {}
+    for k in keys:
+        d, r = divmod(lay[e2][k] - lay[e1][k], e2 - e1)
+        if r:
+            raise SystemExit(f"{family}: {k} does not grow by whole calls per expert ({lay[e1][k]} at E {e1}, {lay[e2][k]} at E {e2})")
+        expert[k] = d
+    base = {k: lay[e1][k] - e1 * expert[k] for k in keys}
+    for k in keys:
+        if base[k] + E_CHECK * expert[k] != lay[E_CHECK][k]:
+            raise SystemExit(f"{family}: the layer at E {E_CHECK} is not its calls plus {E_CHECK} experts' ({k})")
+    rest = {e: Counter({k: one[k] - lay[e][k] for k in one.keys() | lay[e].keys()}) for e, (one, _) in steps.items()}
+    if any(rest[e] != rest[e1] for e in rest):
+        raise SystemExit(f"{family}: the rest of the model changes with the expert count")
+
+    def entries(d: dict[tuple[str, ...], int]) -> list[list[object]]:
+        return [[*k, v] for k, v in sorted(d.items()) if len(k) == 4 and v]
+
+    def meta(d: dict[tuple[str, ...], int], what: str) -> dict[str, int]:
+        return {k[1]: v for k, v in sorted(d.items()) if k[0] == what}
+
+    parts = {"layer": base, "expert": expert, "rest": dict(rest[e1])}
+    one, two = (_counts(*census("llama", n)) for n in (1, 2))  # a LLaMA layer of the same size
+    dense = {k: two[k] - one[k] for k in two if k[0] == "host"}
+    block = {k: base.get(k, 0) - dense.get(k, 0) for k in base.keys() | dense.keys() if k[0] == "host"}
+    return {part: entries(d) for part, d in parts.items()} | {
+        "kernels": {part: meta(d, "kernels") for part, d in parts.items()},
+        "host": {part: meta(d, "host") for part, d in (*parts.items(), ("block", block))},
+        "routing": f"even: token i to experts (i k + j) mod E, k = {K_MOE}; fit at E = {E_FIT}, checked at E = {E_CHECK}",
+        "experts_implementation": "eager",
+    }
+
+
 def main() -> int:
     import torch
     import transformers
@@ -130,7 +268,10 @@ def main() -> int:
         "what": "bytes moved by the memory-bound kernels of HuggingFace eager training steps (forward, loss, backward), "
                 "per layer and for the rest of the model; each entry: phase, aten call, tensor size (product of symbols: "
                 "T tokens, d hidden, q/kv query/key widths, f MLP width, V vocabulary, hd head size), dtype (bfloat16 "
-                "stands for the training dtype), count (tensors of that size read or written by those calls); kernels: the calls per part and phase",
+                "stands for the training dtype), count (tensors of that size read or written by those calls); kernels: the calls per part and phase; "
+                "an MoE family (mixtral) also: Te tokens per expert, k top-k, E experts, weight sizes (2f*d, E*2f*d, ...); part expert: "
+                "one expert's turn in the loop (times the experts hit); host: aten calls by kind, syncs and autograd nodes per part "
+                "(block: the layer's beyond a LLaMA layer's)",
         "command": "python scripts/hf_eager_census.py",
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
         "families": {},
@@ -151,6 +292,7 @@ def main() -> int:
         doc["families"][family] = {  # type: ignore[index]
             part: [[*k, v] for k, v in sorted(d.items())] for part, d in (("layer", layer), ("rest", rest))
         } | {"kernels": kernels}
+    doc["families"]["mixtral"] = _moe_family("mixtral")  # type: ignore[index]
     tmp = OUT.with_suffix(".json.tmp")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -4,6 +4,7 @@ evaluation for a model, the plan's checks and what it changes in a prediction.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -17,8 +18,11 @@ from trainsim.errors import ConfigError
 def test_census_families_follow_the_model_architecture():
     assert family_of(get_model("llama3-8b")) == "llama"
     assert family_of(get_model("gpt2")) == "gpt2"
-    with pytest.raises(ConfigError, match=r"impl 'hf' has a kernel census .*mixtral-8x7b is neither"):
-        family_of(get_model("mixtral-8x7b"))
+    assert family_of(get_model("mixtral-8x7b")) == family_of(get_model("qwen3-30b-a3b")) == "mixtral"
+    # a shared expert (Qwen2-MoE) or MLA (DeepSeek) runs other modules: no census
+    for name in ("qwen1.5-moe-a2.7b", "deepseek-v2"):
+        with pytest.raises(ConfigError, match=rf"impl 'hf' has a kernel census .*{name} is none of them"):
+            family_of(get_model(name))
 
 
 def test_eager_bytes_grow_with_tokens_and_the_backward_moves_more():
@@ -40,12 +44,63 @@ def test_eager_bytes_grow_with_tokens_and_the_backward_moves_more():
 
 def test_census_symbols_cover_every_entry():
     doc = json.loads(CENSUS.read_text(encoding="utf-8"))
-    sym = symbols(get_model("llama3-8b"), 1024.0, 1024.0)
-    for fam in doc["families"].values():
-        for part in ("layer", "rest"):
+    models = {"llama": "llama3-8b", "gpt2": "gpt2", "mixtral": "mixtral-8x7b"}
+    assert set(doc["families"]) == set(models)
+    for name, fam in doc["families"].items():
+        sym = symbols(get_model(models[name]), 1024.0, 1024.0)
+        for part in ("layer", "expert", "rest") if name == "mixtral" else ("layer", "rest"):
             for phase, call, size, dtype, count in fam[part]:
-                assert phase in ("fwd", "bwd") and size in sym and count > 0, (call, size)
+                # an MoE layer's base part may count -1 per call where the first expert does less
+                # (autograd adds each later expert's gradient into the first's)
+                assert phase in ("fwd", "bwd") and size in sym and (count > 0 or part == "layer"), (call, size)
                 assert dtype in ("bfloat16", "float32", "int64"), (call, dtype)
+
+
+def test_mixtral_census_is_the_eager_expert_loop():
+    """The mixtral census holds HF's eager expert loop per expert: the gather of its tokens,
+    index_add_ into the output, and backward select_backward's zeroed [E, 2f, d] gradient and
+    autograd's sum of those, so the layer's bytes grow with the experts hit and their tokens."""
+    fam = json.loads(CENSUS.read_text(encoding="utf-8"))["families"]["mixtral"]
+    expert = {(ph, call, size) for ph, call, size, _, _ in fam["expert"]}
+    assert {("fwd", "index", "Te*d"), ("fwd", "index_add_", "Te*d"), ("bwd", "select_backward", "E*2f*d"),
+            ("bwd", "add", "E*2f*d"), ("bwd", "index_put", "Te*d")} <= expert  # fmt: skip
+    assert fam["experts_implementation"] == "eager" and "even" in fam["routing"]
+    assert fam["host"]["expert"]["fwd_syncs"] >= 3 and fam["host"]["expert"]["bwd_nodes"] > 5
+    m = get_model("mixtral-8x7b")
+    one, k1 = eager_bytes(m, "expert", "bwd", tokens=4096, seq=4096, dtype_bytes=2)
+    # select_backward writes the E experts' [2f, d] and [d, f] gradients, autograd adds them: >= 4 passes
+    assert one > 4 * 2 * m.num_experts * 3 * m.hidden * m.expert_ffn and k1 > 5
+    fwd2, _ = eager_bytes(m, "expert", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
+    fwd4, _ = eager_bytes(replace(m, top_k=4), "expert", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
+    assert fwd4 > 1.8 * fwd2  # twice the tokens per expert (the T*k routing tensors besides)
+
+
+def test_hf_predicts_mixtral_with_its_eager_expert_loop():
+    m = get_model("mixtral-8x7b")
+    r = predict_llm(m, Plan(micro_batch=1, seq_len=4096, impl="hf"), "dgx-h100", simulate=False)
+    ops = {(o.name, o.phase): o for o in r.stages[0].layer_ops}
+    assert {"hf_eager_layer", "hf_eager_experts", "router", "mlp_up", "mlp_down"} <= {n for n, _ in ops}
+    assert not {n for n, _ in ops} & {"moe_permute", "moe_unpermute", "activation", "input_norm"}
+    # one GEMM pair per expert, one after another, on its T k / E tokens
+    assert ops[("mlp_up", "fwd")].launches == m.num_experts == ops[("hf_eager_experts", "fwd")].launches // 8
+    assert "eager-factor-uncalibrated:moe-expert-loop" in ops[("hf_eager_experts", "bwd")].provenance
+    assert "eager-factor:" in ops[("hf_eager_layer", "fwd")].provenance  # LLaMA's calls: the H100's factor
+    assert ops[("hf_moe_syncs", "fwd")].seconds > 0 and ("hf_moe_syncs", "bwd") not in ops
+    assert any('experts_implementation="eager"' in w and "grouped_mm" in w for w in r.warnings)
+    # top-k up: each expert gets more tokens, the GEMMs and the loop's calls grow
+    r4 = predict_llm(replace(m, top_k=4), Plan(micro_batch=1, seq_len=4096, impl="hf"), "dgx-h100", simulate=False)
+    assert r4.iteration_time_s > 1.1 * r.iteration_time_s  # (select_backward's zeroed gradients do not grow)
+    up4 = next(o for o in r4.stages[0].layer_ops if (o.name, o.phase) == ("mlp_up", "bwd"))
+    assert up4.seconds > 1.7 * ops[("mlp_up", "bwd")].seconds and up4.launches == ops[("mlp_up", "bwd")].launches
+    # the loop's dispatch: more experts hit, more host time (none for a dense model)
+    from trainsim.builders.costs import HOST
+    from trainsim.builders.eager import expert_loop_host
+
+    f8, s8 = expert_loop_host(m, "fwd", tokens=4096, host=HOST)
+    f16, s16 = expert_loop_host(replace(m, num_experts=16), "fwd", tokens=4096, host=HOST)
+    assert 0 < f8 < f16 and 0 < s8 < s16 and expert_loop_host(get_model("llama3-8b"), "fwd", tokens=4096, host=HOST) == (0.0, 0)
+    with pytest.raises(ConfigError, match=r"impl 'hf' runs one model replica per GPU, every expert on it \(ep = 1\)"):
+        Plan(dp=8, ep=8, impl="hf").validate(m)
 
 
 def test_plan_checks_impl():
@@ -110,6 +165,10 @@ def test_predict_cli_takes_impl():
     res = CliRunner().invoke(app, ["predict", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--tp", "8",
                                    "--impl", "hf"])  # fmt: skip
     assert res.exit_code == 1 and "impl 'hf' runs one model replica per GPU" in str(res.exception)
+    res = CliRunner().invoke(app, ["predict", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "1", "--impl", "hf",
+                                   "--seq-len", "4096", "--format", "json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert any("eager-factor-uncalibrated:moe-expert-loop" in k for k in json.loads(res.stdout)["provenance"]["kernels"])
 
 
 def test_eager_factor_is_the_devices_measured_one_or_one(tmp_path, monkeypatch):

@@ -476,6 +476,8 @@ class LayerCoster:
         if hf:
             ops.extend(self.mlp(phase))
             ops.append(self.hf_eager("hf_eager_layer", "layer", phase))
+            if m.is_moe:
+                ops.extend(self.hf_expert_loop(phase))
             return ops
         ops.extend(self.sublayer_output_norm("attention_output_norm", phase))
         ops.extend(self.hidden_dropout(phase))
@@ -522,10 +524,11 @@ class LayerCoster:
         op = self._elementwise(name, phase, moved / 3)
         return replace(op, provenance=op.provenance + ";softcap-as-elementwise", category=category)
 
-    def hf_eager(self, name: str, part: str, phase: str) -> OpCost:
+    def hf_eager(self, name: str, part: str, phase: str, *, calibrated: bool = True) -> OpCost:
         """HuggingFace's eager memory-bound calls of one layer or of the rest of the model
         (:mod:`trainsim.builders.eager`): the census's bytes over its kernel count, each kernel
-        timed as an element-wise add moving the same bytes."""
+        timed as an element-wise add moving the same bytes; ``calibrated=False``: without the
+        device's eager factor (calls unlike those it was measured on)."""
         from trainsim.builders.eager import eager_bytes, eager_factor
 
         a = 4 if self.dtype == "fp32" else 2
@@ -535,8 +538,31 @@ class LayerCoster:
         factor, note = eager_factor((dev.name, *dev.aliases))
         if factor != 1.0 and ";bench-as:" not in op.provenance:  # measured against the bench's adds only
             factor, note = 1.0, ";eager-factor-not-applied:not-bench-timed"
+        if not calibrated:
+            factor, note = 1.0, ";eager-factor-uncalibrated:moe-expert-loop"
         return OpCost(name, phase, op.seconds * kernels * factor, op.provenance + ";hf-eager-census" + note, 0.0,
                       "memory", kernels)  # fmt: skip
+
+    def hf_expert_loop(self, phase: str) -> list[OpCost]:
+        """HuggingFace's eager expert loop (``experts_implementation="eager"``) beyond its GEMMs
+        (:meth:`mlp` times one GEMM pair per expert on its ``T k / E`` tokens): each expert hit
+        runs the census's ``expert`` calls (the gather of its tokens, the routing weights'
+        multiply, ``index_add_``; backward ``select_backward``'s zeroed ``[E, 2f, d]`` gradient
+        per expert and autograd's sum of them), timed as :meth:`hf_eager`'s but with no eager
+        factor (it was measured on LLaMA's calls, none of these); and in the forward the
+        GPU's idle time at the loop's device-to-host syncs (the hit test, ``torch.where``,
+        the expert index read back), each taken as one aten call's dispatch
+        (HostModel's gap and launch), an estimate: no trace of the loop was measured."""
+        from trainsim.builders.eager import expert_loop_host, experts_hit
+
+        n = experts_hit(self.model, self.tokens)
+        one = self.hf_eager("hf_eager_experts", "expert", phase, calibrated=False)
+        ops = [replace(one, seconds=one.seconds * n, launches=one.launches * n)]
+        _, syncs = expert_loop_host(self.model, phase, tokens=self.tokens, host=HOST)
+        if syncs:
+            ops.append(OpCost("hf_moe_syncs", phase, syncs * (HOST.aten_gap_s + HOST.aten_launch_s),
+                              f"hf-moe-syncs:{syncs}-x-one-dispatch;estimate", 0.0, "memory", 0))  # fmt: skip
+        return ops
 
     def hidden_dropout(self, phase: str) -> list[OpCost]:
         """An unfused dropout on the ``[b, l, dim]`` residual stream (``plan.hidden_dropout``):
@@ -679,8 +705,9 @@ class LayerCoster:
             # state gathered into its top_k experts' order, then the expert outputs scattered back
             # and summed with the router's weights; each pass reads and writes (1 + top_k) x
             # tokens x d elements, memory-bound, in the forward and again in the backward
+            # (HF's eager loop gathers and index_add_s per expert instead: hf_expert_loop's census)
             moved = (1 + m.top_k) * self.tokens * d
-            for name in ("moe_permute", "moe_unpermute"):
+            for name in ("moe_permute", "moe_unpermute") if self.plan.impl != "hf" else ():
                 ops.append(self._elementwise(name, phase, moved / 3))  # an add of n moves 3n
             # router: a [tokens, d] x [d, experts] GEMM and its softmax, tiny (Qwen2-MoE's
             # shared-expert gate, a d x 1 linear, one column more)

@@ -27,6 +27,18 @@ captures of (the step's memory-bound kernel time less the builder's own memory-b
 / (the census's time); the other capture sets are held out (docs/gpu.md). A device without a
 factor keeps 1.0 and its provenance says ``eager-factor-uncalibrated``.
 
+MoE (family ``mixtral``: Mixtral, Qwen3-MoE): transformers 5's eager expert loop
+(``experts_implementation="eager"``; its default ``grouped_mm``, one grouped GEMM, is not
+modelled). The census holds the layer's calls but its experts' (``layer``), one expert's turn in
+the loop (``expert``: the gather of its tokens, the routing weight's multiply, ``index_add_``;
+backward ``select_backward``'s zeroed ``[E, 2f, d]`` and ``[E, d, f]`` gradients and autograd's
+sum of them, a cost that grows as E²), and the rest. It was recorded with even routing, so an
+expert gets ``Te = T k / E`` tokens and every expert is hit (:func:`experts_hit`); the builder
+runs one GEMM pair per expert on ``Te`` tokens one after another (``LayerCoster.mlp``) and the
+router's GEMM. The loop's memory-bound calls get no eager factor (uncalibrated: the factor was
+measured on LLaMA's calls); its host dispatch and device-to-host syncs are counted in the
+census (``host``) and priced by :func:`expert_loop_host`.
+
 Approximations (stated): one census per family, recorded at the family's default configuration
 (GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
 the CPU's decomposition of dropout (``bernoulli_`` then ``div_``) is dropped, leaving the
@@ -41,10 +53,13 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trainsim.builders.costs import HostModel
 
 CENSUS = Path(__file__).parent / "data" / "hf_eager_census.json"
 CALIBRATION = Path(__file__).parent / "data" / "hf_eager_calibration.json"
@@ -89,32 +104,59 @@ def eager_factor(names: tuple[str, ...]) -> tuple[float, str]:
 
 def family_of(model: ModelSpec) -> str:
     """The census family whose modules ``model`` is built of, or a one-line error."""
-    if model.norm == "rmsnorm" and model.position == "rotary" and model.gated and not model.is_moe:
+    llama_like = model.norm == "rmsnorm" and model.position == "rotary" and model.gated
+    if llama_like and not model.is_moe:
         return "llama"
     if model.norm == "layernorm" and model.position == "learned" and not model.gated and not model.is_moe:
         return "gpt2"
-    raise ConfigError(f"plan: impl 'hf' has a kernel census for LLaMA-style (RMSNorm, rotary, gated MLP) and "
-                      f"GPT-2-style (LayerNorm, learned positions, GELU) models; {model.name} is neither")  # fmt: skip
+    if llama_like and model.is_moe and not (model.mla or model.shared_ffn_hidden or model.router_bias
+                                            or model.attention_sinks):  # fmt: skip
+        return "mixtral"
+    raise ConfigError(f"plan: impl 'hf' has a kernel census for LLaMA-style (RMSNorm, rotary, gated MLP), "
+                      f"GPT-2-style (LayerNorm, learned positions, GELU) and Mixtral-style MoE (LLaMA's with routed "
+                      f"experts only: no shared expert, router bias, MLA or attention sinks) models; "
+                      f"{model.name} is none of them")  # fmt: skip
+
+
+def tokens_per_expert(model: ModelSpec, tokens: float) -> float:
+    """``Te``: the tokens one expert gets from ``tokens`` under even routing, ``T k / E``."""
+    return tokens * model.top_k / model.num_experts if model.is_moe else 0.0
+
+
+def experts_hit(model: ModelSpec, tokens: float) -> int:
+    """The experts HF's loop runs (those that got a token): all of them under even routing once
+    the ``T k`` token-expert pairs cover them."""
+    return min(model.num_experts, int(tokens * model.top_k)) if model.is_moe else 0
 
 
 def symbols(model: ModelSpec, tokens: float, seq: float) -> dict[str, float]:
-    """Each census symbol's value: ``T`` tokens of one micro-batch on one GPU, ``L`` its sequence."""
-    d, f = float(model.hidden), float(model.ffn)
+    """Each census symbol's value: ``T`` tokens of one micro-batch on one GPU, ``L`` its sequence;
+    an MoE model's also ``Te`` (:func:`tokens_per_expert`), ``k``, ``E``, its expert width ``f``
+    (``ffn_hidden`` elsewhere) and the expert weights' sizes."""
+    d, f = float(model.hidden), float(model.expert_ffn if model.is_moe else model.ffn)
     per_token = {"d": d, "f": f, "q": float(model.q_width), "kv": float(model.kv_width), "hd": float(model.d_head),
                  "V": float(model.vocab), "2f": 2 * f, "3d": 3 * d, "4d": 4 * d}  # fmt: skip
     out = {"T": tokens, "L*d": seq * d, "L*L": seq * seq, "T*L": tokens * seq, "V*d": model.vocab * d}
     for name, w in per_token.items():
         out[f"T*{name}"] = tokens * w
         out[f"T*{name}/2"] = tokens * w / 2
+    if model.is_moe:
+        te, k, e = tokens_per_expert(model, tokens), float(model.top_k), float(model.num_experts)
+        out |= {"Te": te, "Te*d": te * d, "Te*f": te * f, "Te*2f": te * 2 * f, "T*k": tokens * k, "T*E": tokens * e,
+                "T*k*(E+1)": tokens * k * (e + 1), "2f*d": 2 * f * d, "d*f": d * f, "E*2f*d": e * 2 * f * d,
+                "E*d*f": e * d * f}  # fmt: skip
     return out
 
 
 def eager_bytes(model: ModelSpec, part: str, phase: str, *, tokens: float, seq: float,
                 dtype_bytes: int) -> tuple[float, int]:  # fmt: skip
     """(bytes moved, kernels) by one micro-batch's eager calls of ``part`` ("layer": one layer,
+    its experts' loop left out for an MoE family; "expert": one expert's turn in that loop;
     "rest": the rest of the model) in ``phase`` ("fwd" or "bwd"); kernels: the census's calls of
     that part and phase (the fp32 casts dropped in fp32 training are still counted: a few)."""
     fam = _census()[family_of(model)]
+    if part not in fam:
+        raise ConfigError(f"{CENSUS}: family {family_of(model)!r} has no part {part!r}")
     sym = symbols(model, tokens, seq)
     total, kernels = 0.0, int(fam["kernels"][part][phase])
     for ph, call, size, dtype, count in fam[part]:
@@ -124,3 +166,28 @@ def eager_bytes(model: ModelSpec, part: str, phase: str, *, tokens: float, seq: 
             raise ConfigError(f"{CENSUS}: unknown size symbol {size!r} in family {family_of(model)!r}")
         total += count * sym[size] * (dtype_bytes if dtype == "bfloat16" else _DTYPE_BYTES.get(dtype, 4))
     return total, max(kernels, 1)
+
+
+def expert_loop_host(model: ModelSpec, phase: str, *, tokens: float, host: HostModel) -> tuple[float, int]:
+    """(CPU dispatch seconds, device-to-host syncs) of one MoE layer's eager router and expert
+    loop in ``phase``, beyond the layer HostModel prices (its counts are a dense layer's): the
+    census's host counts of the MoE layer's calls beyond a LLaMA layer's of the same size
+    (``block``: router, one-hot, the hit test, less the dense MLP's calls, none below zero) and
+    of each expert hit (``expert``), at HostModel's rates (forward: an aten call's gap and
+    launch, a view's gap and CPU; backward: an autograd node's time, the launches and views
+    inside it). Syncs: ``_local_scalar_dense`` and ``nonzero`` calls. (0, 0) for a dense model."""
+    if not model.is_moe:
+        return 0.0, 0
+    counts = _census()[family_of(model)]["host"]
+    n = experts_hit(model, tokens)
+
+    def count(name: str) -> float:
+        return max(counts["block"].get(name, 0), 0) + n * counts["expert"].get(name, 0)
+
+    if phase == "fwd":
+        s = (count("fwd_launching") * (host.aten_gap_s + host.aten_launch_s)
+             + count("fwd_views") * (host.aten_gap_s + host.aten_view_s))  # fmt: skip
+    else:
+        s = (count("bwd_nodes") * host.autograd_node_s + count("bwd_launching") * host.aten_launch_s
+             + count("bwd_views") * host.aten_view_s)  # fmt: skip
+    return s, int(count(f"{phase}_syncs"))

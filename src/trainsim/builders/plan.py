@@ -34,7 +34,7 @@ activation, rotary and loss kernels; an RMSNorm is a fused kernel too), ``neox``
 paper 001's runs: the same, except that its RMSNorm is a PyTorch module of several kernels,
 which is what 001's RMSNorm operator measured) or ``hf`` (HuggingFace modules in eager PyTorch:
 their norms, rotary embeddings, activations, residual adds, dropout and loss run as the many
-aten calls :mod:`trainsim.builders.eager` counts; one GPU per model replica: tp = cp = 1).
+aten calls :mod:`trainsim.builders.eager` counts; one GPU per model replica: tp = cp = 1, and ep = 1 for MoE).
 ``partition``: how the layers are split over the pipeline stages: ``even`` (Megatron: equal
 shares, the first stages taking any remainder) or ``001`` (GPT-NeoX's DeepSpeed pipeline as
 paper 001 Eq. 3–5 gives it: the embedding blocks count as two layers of the first stage and the
@@ -270,6 +270,8 @@ class Plan:
             family_of(model)  # a one-line error for a model with no census
             if self.tp > 1 or self.cp > 1:
                 raise ConfigError(f"plan: impl 'hf' runs one model replica per GPU (tp = cp = 1), got tp {self.tp}, cp {self.cp}")
+            if self.ep > 1:
+                raise ConfigError(f"plan: impl 'hf' runs one model replica per GPU, every expert on it (ep = 1), got ep {self.ep}")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"plan: optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.partition not in PARTITIONS:

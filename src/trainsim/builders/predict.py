@@ -159,6 +159,20 @@ def moe_note(plan: Plan) -> str:
             "that, and it sets the layer's pace")
 
 
+def hf_moe_note(model: ModelSpec, plan: Plan) -> str:
+    """What ``--impl hf`` assumes of an MoE model (builders/eager.py's ``mixtral`` census)."""
+    from trainsim.builders.eager import experts_hit, tokens_per_expert
+
+    tokens = plan.micro_batch * plan.seq(model)
+    n, te = experts_hit(model, tokens), tokens_per_expert(model, tokens)
+    return (f"--impl hf prices transformers' eager expert loop (experts_implementation=\"eager\"; transformers 5's "
+            f"default is \"grouped_mm\", one grouped GEMM, not modelled): routing taken as even, so all {n} experts are "
+            f"hit, each a GEMM pair on {te:,.0f} tokens (T x top_k / experts) run one after another, with its gathers, "
+            "index_add_ and, backward, a zeroed gradient of all the experts' weights per expert (select_backward) "
+            "summed by autograd; the loop's host syncs are an estimate and its memory-bound calls carry no eager "
+            "factor (uncalibrated: no trace of it was measured); uneven routing changes the GEMM sizes, not modelled")
+
+
 def moe_family_note(model: ModelSpec) -> str | None:
     """What the prediction leaves out of an MoE family's model (h5), one line; None if nothing."""
     left = []
@@ -361,7 +375,10 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
     extra = [n for n, on in (("q/k norms", model.qk_norm != "none"), ("norms after attention and MLP",
              model.layer_norms == 4), ("soft-capping", bool(model.attn_softcap or model.logit_softcap))) if on]  # fmt: skip
     if plan.impl == "hf" and extra:
-        out.append(f"--impl hf times the census of HuggingFace's LLaMA modules: this model's {', '.join(extra)} "
+        from trainsim.builders.eager import family_of
+
+        which = "Mixtral" if family_of(model) == "mixtral" else "LLaMA"
+        out.append(f"--impl hf times the census of HuggingFace's {which} modules: this model's {', '.join(extra)} "
                    "are not in it")  # fmt: skip
     return out
 
@@ -408,7 +425,9 @@ def _warnings(r: LLMPrediction) -> list[str]:
                    "all-reduces cross the inter-node network in every layer")  # fmt: skip
     if note := mtp_note(r.model, r.plan):
         out.append(note)
-    if r.model.is_moe:
+    if r.model.is_moe and r.plan.impl == "hf":
+        out.append(hf_moe_note(r.model, r.plan))
+    elif r.model.is_moe:
         out.append(moe_note(r.plan))
         if note := moe_family_note(r.model):
             out.append(note)
