@@ -28,6 +28,17 @@ counts, per expert and for the rest of the layer, the host's work: launching ate
 device-to-host syncs (``_local_scalar_dense``, and ``nonzero``, whose CUDA kernel copies its
 count to the host) and backward autograd nodes.
 
+MoE (``mixtral_grouped``: transformers 5's default ``experts_implementation="grouped_mm"``,
+``integrations/moe.py``'s ``grouped_mm_experts_forward``): the same even routing at k = 8, taken
+at E = 15, 30 and 32, which must give the same census (the path sorts the ``T k`` token-expert
+pairs by expert, gathers their rows, takes per-expert offsets from ``histc`` and ``cumsum`` of
+E numbers, and runs ``torch.nn.functional.grouped_mm`` over all experts: no per-expert call).
+The experts module's calls (part ``experts``) are told from the layer's others by module hooks
+in the forward and, in the backward, by the autograd node running
+(``torch._C._current_autograd_node``, among the nodes the experts' forward made). The grouped
+GEMMs (``_grouped_mm``: torch 2.13 runs it on the CPU, the same call CUDA runs, two of them
+backward per projection) are left to the builder, as the other GEMMs are.
+
     python scripts/hf_eager_census.py            # rewrites the JSON (needs torch, transformers)
 """
 
@@ -38,6 +49,7 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "builders" / "data" / "hf_eager_census.json"
 # B, L, d, heads, kv heads, head size, MLP width, vocabulary: every product below distinct
@@ -49,13 +61,17 @@ NO_KERNEL = {"empty", "new_empty", "empty_like", "new_empty_strided", "empty_str
 # MoE census (mixtral): top-k, the expert counts it is taken at (E_CHECK checks the fit), the
 # zero-fills it counts (a gradient buffer the expert loop zeroes is a memset of real size)
 K_MOE, E_FIT, E_CHECK = 3, (5, 10), 18
+# the grouped_mm census (mixtral_grouped): its top-k and the expert counts it is taken at (the
+# same calls at each: no per-expert call); k = 8 (Qwen3-MoE's) keeps T k d, T k f apart from the
+# dense sizes (k = 3 would make T k d equal T 3d)
+K_GROUPED, E_GROUPED = 8, (15, 30, 32)
 ZEROS = {"zeros", "new_zeros", "zeros_like"}
 GATHERS = {"index", "index_select"}
 SCATTERS = {"index_add_", "index_add", "index_put", "index_put_", "_index_put_impl_"}
 SKIP = {"view", "_unsafe_view", "t", "transpose", "expand", "slice", "unsqueeze", "reshape", "as_strided", "detach",
         "alias", "permute", "squeeze", "select", "_reshape_alias", "split", "unbind", "lift_fresh", "split_with_sizes",
         # timed by the builder itself
-        "mm", "bmm", "addmm", "embedding", "embedding_dense_backward", "nll_loss_forward", "nll_loss_backward",
+        "mm", "bmm", "addmm", "_grouped_mm", "embedding", "embedding_dense_backward", "nll_loss_forward", "nll_loss_backward",
         "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
         # no data moved, or a handful of elements
         "zeros", "empty", "ones", "arange", "_local_scalar_dense", "scalar_tensor", "new_empty", "new_zeros", "full",
@@ -91,7 +107,21 @@ def _moe_symbols(d: int, f: int, experts: int, k: int) -> dict[int, str]:
     return dense | named
 
 
-Calls = list[tuple[str, str, tuple[tuple[str, str], ...]]]
+def _grouped_symbols(d: int, f: int, experts: int, k: int) -> dict[int, str]:
+    """The grouped_mm block's sizes: its ``T k`` token-expert pairs sorted by expert and their
+    rows (``T k d``, ``T k f``, ``T k 2f``), the router's ``T E``, the experts' weights; each must
+    be new to the dense symbols."""
+    named = {T * k: "T*k", T * k * d: "T*k*d", T * k * f: "T*k*f", T * k * 2 * f: "T*k*2f", T * experts: "T*E",
+             2 * f * d: "2f*d", d * f: "d*f", experts * 2 * f * d: "E*2f*d", experts * d * f: "E*d*f"}  # fmt: skip
+    dense = _symbols(d, f, q=H * HD, kv=KV * HD, hd=HD, v=V)
+    if len(named) < 9 or set(named) & set(dense):
+        raise SystemExit(f"mixtral_grouped with {experts} experts: an MoE size equals another symbol's; pick other dimensions")
+    return dense | named
+
+
+# phase, aten call, (size, dtype) of each tensor it moves, part ("layer", or "experts": the
+# MoE experts module's own calls, forward and backward, in the mixtral_grouped census)
+Calls = list[tuple[str, str, tuple[tuple[str, str], ...], str]]
 
 
 def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str, int]]:
@@ -119,20 +149,27 @@ def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str,
                          attn_implementation="sdpa")  # fmt: skip
         model = GPT2LMHeadModel(cfg)
         sym = _symbols(D, 4 * D, q=D, kv=D, hd=D // H, v=V)
-    elif family == "mixtral":
+    elif family in ("mixtral", "mixtral_grouped"):
         from transformers import MixtralConfig, MixtralForCausalLM
         from transformers.models.mixtral import modeling_mixtral
 
-        # eager experts (the loop); no router aux loss (output_router_logits off, the default)
+        # mixtral: eager experts (the loop); mixtral_grouped: transformers 5's default, grouped_mm
+        # (sort, gather, torch.nn.functional.grouped_mm over all experts); no router aux loss
+        # (output_router_logits off, the default)
+        grouped = family == "mixtral_grouped"
+        k = K_GROUPED if grouped else K_MOE
         cfg = MixtralConfig(hidden_size=D, num_attention_heads=H, num_key_value_heads=KV, head_dim=HD, intermediate_size=F,
                             num_hidden_layers=layers, vocab_size=V, max_position_embeddings=L, tie_word_embeddings=False,
-                            num_local_experts=experts, num_experts_per_tok=K_MOE, bos_token_id=0, eos_token_id=0,
-                            pad_token_id=0, attn_implementation="sdpa", experts_implementation="eager")  # fmt: skip
+                            num_local_experts=experts, num_experts_per_tok=k, bos_token_id=0, eos_token_id=0,
+                            pad_token_id=0, attn_implementation="sdpa",
+                            experts_implementation="grouped_mm" if grouped else "eager")  # fmt: skip
         model = MixtralForCausalLM(cfg)
-        sym = _moe_symbols(D, F, experts, K_MOE)
+        if model.config._experts_implementation != ("grouped_mm" if grouped else "eager"):
+            raise SystemExit(f"{family}: transformers chose experts_implementation {model.config._experts_implementation!r}")
+        sym = _grouped_symbols(D, F, experts, k) if grouped else _moe_symbols(D, F, experts, k)
         # even routing: token i to experts (i k + j) mod E; the router's scores (and their
         # gradient) are its own, only the chosen indices are replaced
-        route = (torch.arange(T)[:, None] * K_MOE + torch.arange(K_MOE)[None, :]) % experts
+        route = (torch.arange(T)[:, None] * k + torch.arange(k)[None, :]) % experts
         top_k_router = modeling_mixtral.MixtralTopKRouter.forward
 
         def routed(self, hidden_states):  # type: ignore[no-untyped-def]
@@ -146,7 +183,28 @@ def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str,
     tokens = torch.randint(0, V, (B, L))
     calls: Calls = []
     host: Counter[str] = Counter()
-    phase = ["fwd"]
+    phase, part = ["fwd"], ["layer"]
+    # mixtral_grouped: the experts modules' calls are told apart, forward by module hooks,
+    # backward by the autograd node running (the nodes their forward made, up to their inputs')
+    expert_nodes: set[Any] = set()
+    if family == "mixtral_grouped":
+
+        def enter(module, args):  # type: ignore[no-untyped-def]
+            part[0] = "experts"
+
+        def leave(module, args, out):  # type: ignore[no-untyped-def]
+            part[0] = "layer"
+            stop = {a.grad_fn for a in args if isinstance(a, torch.Tensor) and a.grad_fn is not None}
+            todo = [out.grad_fn]
+            while todo:
+                n = todo.pop()
+                if n is not None and n not in stop and n not in expert_nodes:
+                    expert_nodes.add(n)
+                    todo.extend(f for f, _ in n.next_functions)
+
+        for layer in model.model.layers:
+            layer.mlp.experts.register_forward_pre_hook(enter)
+            layer.mlp.experts.register_forward_hook(leave)
 
     def size(t: torch.Tensor) -> str | None:
         n = t.numel()
@@ -181,7 +239,8 @@ def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str,
             flat = ins + outs
             moved = tuple((s, str(t.dtype).removeprefix("torch.")) for t in flat if (s := size(t)) is not None)
             if moved:
-                calls.append((phase[0], name, moved))
+                node = torch._C._current_autograd_node() if phase[0] == "bwd" and expert_nodes else None
+                calls.append((phase[0], name, moved, "experts" if node in expert_nodes else part[0]))
             return out
 
     try:
@@ -202,11 +261,13 @@ def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str,
     return calls, dict(host)
 
 
-def _tally(calls: list[tuple[str, str, tuple[tuple[str, str], ...]]]) -> Counter[tuple[str, str, str, str]]:
+def _tally(calls: Calls, part: str | None = None) -> Counter[tuple[str, str, str, str]]:
+    """(phase, call, size, dtype) -> tensors moved, over the calls of ``part`` (None: all)."""
     c: Counter[tuple[str, str, str, str]] = Counter()
-    for phase, name, moved in calls:
-        for s, dt in moved:
-            c[(phase, name, s, dt)] += 1
+    for phase, name, moved, where in calls:
+        if part is None or where == part:
+            for s, dt in moved:
+                c[(phase, name, s, dt)] += 1
     return c
 
 
@@ -260,6 +321,52 @@ def _moe_family(family: str) -> dict[str, object]:
     }
 
 
+def _grouped_family() -> dict[str, object]:
+    """The grouped_mm MoE census (``mixtral_grouped``): ``layer`` (one layer's calls but the
+    experts module's), ``experts`` (the experts module's: the sort by expert, the gathers, the
+    activation, the routing weights' product, the restoring gather and the sum over the top-k,
+    and their backward; its grouped GEMMs are the builder's), ``rest``. Taken at each of
+    E_GROUPED expert counts, which must give the same census: the path makes no per-expert call
+    (its per-expert offsets are E numbers, no tensor of a token's size)."""
+    found = []
+    for e in E_GROUPED:
+        (c1, h1), (c2, h2) = census("mixtral_grouped", 1, e), census("mixtral_grouped", 2, e)
+        parts: dict[str, Counter[tuple[str, ...]]] = {}
+        for p in ("layer", "experts"):
+            one, two = _tally(c1, p), _tally(c2, p)
+            parts[p] = Counter({k: two[k] - one[k] for k in two.keys() | one.keys() if two[k] - one[k]})
+            for ph in ("fwd", "bwd"):
+                n1 = sum(1 for q, _, _, w in c1 if q == ph and w == p)
+                n2 = sum(1 for q, _, _, w in c2 if q == ph and w == p)
+                parts[p][("kernels", ph)] = n2 - n1
+                if p == "experts" and n1 != n2 - n1:
+                    raise SystemExit(f"mixtral_grouped: the one-layer model's experts are not the two-layer's less a layer's ({ph})")
+        lay = parts["layer"]
+        one = _tally(c1, "layer")
+        rest = Counter({k: one[k] - lay[k] for k in one.keys() | lay.keys() if one[k] - lay[k]})
+        for ph in ("fwd", "bwd"):
+            rest[("kernels", ph)] = sum(1 for q, _, _, w in c1 if q == ph and w == "layer") - lay[("kernels", ph)]
+        if any(v < 0 for k, v in (*lay.items(), *rest.items(), *parts["experts"].items()) if len(k) == 4):
+            raise SystemExit("mixtral_grouped: the two-layer step is not the one-layer step plus a layer")
+        host = Counter({k: h2.get(k, 0) - h1.get(k, 0) for k in h1.keys() | h2.keys()})
+        found.append((parts["layer"], parts["experts"], rest, host))
+    if any(f != found[0] for f in found):
+        raise SystemExit(f"mixtral_grouped: the census changes with the expert count ({E_GROUPED}): a per-expert call?")
+    lay, experts, rest, host = found[0]
+    one, two = (census("llama", n)[1] for n in (1, 2))  # a LLaMA layer of the same size
+    block = {k: host[k] - (two.get(k, 0) - one.get(k, 0)) for k in host.keys() | one.keys() | two.keys()}
+
+    def entries(d: Counter[tuple[str, ...]]) -> list[list[object]]:
+        return [[*k, v] for k, v in sorted(d.items()) if len(k) == 4 and v]
+
+    return {"layer": entries(lay), "experts": entries(experts), "rest": entries(rest),
+            "kernels": {p: {ph: d[("kernels", ph)] for ph in ("fwd", "bwd")}
+                        for p, d in (("layer", lay), ("experts", experts), ("rest", rest))},
+            "host": {"block": dict(sorted(block.items()))},
+            "routing": f"even: token i to experts (i k + j) mod E, k = {K_GROUPED}; the same census at E = {E_GROUPED}",
+            "experts_implementation": "grouped_mm"}  # fmt: skip
+
+
 def main() -> int:
     import torch
     import transformers
@@ -270,7 +377,8 @@ def main() -> int:
                 "T tokens, d hidden, q/kv query/key widths, f MLP width, V vocabulary, hd head size), dtype (bfloat16 "
                 "stands for the training dtype), count (tensors of that size read or written by those calls); kernels: the calls per part and phase; "
                 "an MoE family (mixtral) also: Te tokens per expert, k top-k, E experts, weight sizes (2f*d, E*2f*d, ...); part expert: "
-                "one expert's turn in the loop (times the experts hit); host: aten calls by kind, syncs and autograd nodes per part "
+                "one expert's turn in the loop (times the experts hit); mixtral_grouped (transformers 5's default grouped_mm): T*k token-expert "
+                "pairs and their rows (T*k*d, ...), part experts: the experts module's calls but its grouped GEMMs; host: aten calls by kind, syncs and autograd nodes per part "
                 "(block: the layer's beyond a LLaMA layer's)",
         "command": "python scripts/hf_eager_census.py",
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
@@ -293,6 +401,7 @@ def main() -> int:
             part: [[*k, v] for k, v in sorted(d.items())] for part, d in (("layer", layer), ("rest", rest))
         } | {"kernels": kernels}
     doc["families"]["mixtral"] = _moe_family("mixtral")  # type: ignore[index]
+    doc["families"]["mixtral_grouped"] = _grouped_family()  # type: ignore[index]
     tmp = OUT.with_suffix(".json.tmp")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

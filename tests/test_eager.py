@@ -18,7 +18,10 @@ from trainsim.errors import ConfigError
 def test_census_families_follow_the_model_architecture():
     assert family_of(get_model("llama3-8b")) == "llama"
     assert family_of(get_model("gpt2")) == "gpt2"
-    assert family_of(get_model("mixtral-8x7b")) == family_of(get_model("qwen3-30b-a3b")) == "mixtral"
+    # an MoE model's census is its experts implementation's: transformers 5's default grouped_mm, or the loop
+    assert family_of(get_model("mixtral-8x7b")) == family_of(get_model("qwen3-30b-a3b")) == "mixtral_grouped"
+    assert family_of(get_model("mixtral-8x7b"), "eager") == family_of(get_model("qwen3-30b-a3b"), "eager") == "mixtral"
+    assert family_of(get_model("llama3-8b"), "eager") == "llama"
     # a shared expert (Qwen2-MoE) or MLA (DeepSeek) runs other modules: no census
     for name in ("qwen1.5-moe-a2.7b", "deepseek-v2"):
         with pytest.raises(ConfigError, match=rf"impl 'hf' has a kernel census .*{name} is none of them"):
@@ -44,11 +47,12 @@ def test_eager_bytes_grow_with_tokens_and_the_backward_moves_more():
 
 def test_census_symbols_cover_every_entry():
     doc = json.loads(CENSUS.read_text(encoding="utf-8"))
-    models = {"llama": "llama3-8b", "gpt2": "gpt2", "mixtral": "mixtral-8x7b"}
+    models = {"llama": "llama3-8b", "gpt2": "gpt2", "mixtral": "mixtral-8x7b", "mixtral_grouped": "qwen3-30b-a3b"}
+    parts = {"mixtral": ("layer", "expert", "rest"), "mixtral_grouped": ("layer", "experts", "rest")}
     assert set(doc["families"]) == set(models)
     for name, fam in doc["families"].items():
         sym = symbols(get_model(models[name]), 1024.0, 1024.0)
-        for part in ("layer", "expert", "rest") if name == "mixtral" else ("layer", "rest"):
+        for part in parts.get(name, ("layer", "rest")):
             for phase, call, size, dtype, count in fam[part]:
                 # an MoE layer's base part may count -1 per call where the first expert does less
                 # (autograd adds each later expert's gradient into the first's)
@@ -67,17 +71,17 @@ def test_mixtral_census_is_the_eager_expert_loop():
     assert fam["experts_implementation"] == "eager" and "even" in fam["routing"]
     assert fam["host"]["expert"]["fwd_syncs"] >= 3 and fam["host"]["expert"]["bwd_nodes"] > 5
     m = get_model("mixtral-8x7b")
-    one, k1 = eager_bytes(m, "expert", "bwd", tokens=4096, seq=4096, dtype_bytes=2)
+    one, k1 = eager_bytes(m, "expert", "bwd", tokens=4096, seq=4096, dtype_bytes=2, experts="eager")
     # select_backward writes the E experts' [2f, d] and [d, f] gradients, autograd adds them: >= 4 passes
     assert one > 4 * 2 * m.num_experts * 3 * m.hidden * m.expert_ffn and k1 > 5
-    fwd2, _ = eager_bytes(m, "expert", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
-    fwd4, _ = eager_bytes(replace(m, top_k=4), "expert", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
+    fwd2, _ = eager_bytes(m, "expert", "fwd", tokens=4096, seq=4096, dtype_bytes=2, experts="eager")
+    fwd4, _ = eager_bytes(replace(m, top_k=4), "expert", "fwd", tokens=4096, seq=4096, dtype_bytes=2, experts="eager")
     assert fwd4 > 1.8 * fwd2  # twice the tokens per expert (the T*k routing tensors besides)
 
 
 def test_hf_predicts_mixtral_with_its_eager_expert_loop():
     m = get_model("mixtral-8x7b")
-    r = predict_llm(m, Plan(micro_batch=1, seq_len=4096, impl="hf"), "dgx-h100", simulate=False)
+    r = predict_llm(m, Plan(micro_batch=1, seq_len=4096, impl="hf", hf_experts="eager"), "dgx-h100", simulate=False)
     ops = {(o.name, o.phase): o for o in r.stages[0].layer_ops}
     assert {"hf_eager_layer", "hf_eager_experts", "router", "mlp_up", "mlp_down"} <= {n for n, _ in ops}
     assert not {n for n, _ in ops} & {"moe_permute", "moe_unpermute", "activation", "input_norm"}
@@ -88,7 +92,8 @@ def test_hf_predicts_mixtral_with_its_eager_expert_loop():
     assert ops[("hf_moe_syncs", "fwd")].seconds > 0 and ("hf_moe_syncs", "bwd") not in ops
     assert any('experts_implementation="eager"' in w and "grouped_mm" in w for w in r.warnings)
     # top-k up: each expert gets more tokens, the GEMMs and the loop's calls grow
-    r4 = predict_llm(replace(m, top_k=4), Plan(micro_batch=1, seq_len=4096, impl="hf"), "dgx-h100", simulate=False)
+    r4 = predict_llm(replace(m, top_k=4), Plan(micro_batch=1, seq_len=4096, impl="hf", hf_experts="eager"), "dgx-h100",
+                     simulate=False)  # fmt: skip
     assert r4.iteration_time_s > 1.1 * r.iteration_time_s  # (select_backward's zeroed gradients do not grow)
     up4 = next(o for o in r4.stages[0].layer_ops if (o.name, o.phase) == ("mlp_up", "bwd"))
     assert up4.seconds > 1.7 * ops[("mlp_up", "bwd")].seconds and up4.launches == ops[("mlp_up", "bwd")].launches
@@ -96,11 +101,98 @@ def test_hf_predicts_mixtral_with_its_eager_expert_loop():
     from trainsim.builders.costs import HOST
     from trainsim.builders.eager import expert_loop_host
 
-    f8, s8 = expert_loop_host(m, "fwd", tokens=4096, host=HOST)
-    f16, s16 = expert_loop_host(replace(m, num_experts=16), "fwd", tokens=4096, host=HOST)
+    f8, s8 = expert_loop_host(m, "fwd", tokens=4096, host=HOST, experts="eager")
+    f16, s16 = expert_loop_host(replace(m, num_experts=16), "fwd", tokens=4096, host=HOST, experts="eager")
     assert 0 < f8 < f16 and 0 < s8 < s16 and expert_loop_host(get_model("llama3-8b"), "fwd", tokens=4096, host=HOST) == (0.0, 0)
     with pytest.raises(ConfigError, match=r"impl 'hf' runs one model replica per GPU, every expert on it \(ep = 1\)"):
         Plan(dp=8, ep=8, impl="hf").validate(m)
+
+
+def test_mixtral_grouped_census_is_transformers_default_experts_path():
+    """transformers 5 runs grouped_mm when no experts implementation is asked for, and the
+    mixtral_grouped census is that path: the sort by expert, gathers of the T k token-expert
+    rows and their scatters backward, fp32 routing products; no per-expert call, no zeroed
+    [E, 2f, d] gradient, no device-to-host sync."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                     num_key_value_heads=2, vocab_size=64, num_local_experts=4)  # fmt: skip
+    assert transformers.MixtralForCausalLM(cfg).config._experts_implementation == "grouped_mm"
+    fam = json.loads(CENSUS.read_text(encoding="utf-8"))["families"]["mixtral_grouped"]
+    assert fam["experts_implementation"] == "grouped_mm" and "expert" not in fam and "expert" not in fam["host"]
+    calls = {(ph, call, size) for ph, call, size, _, _ in fam["experts"]}
+    assert {("fwd", "sort", "T*k"), ("fwd", "index", "T*k*d"), ("fwd", "silu", "T*k*f"), ("fwd", "sum", "T*k*d"),
+            ("bwd", "index_put", "T*k*d"), ("bwd", "silu_backward", "T*k*f")} <= calls  # fmt: skip
+    assert not any("Te" in size or "E" in size for _, _, size in calls)  # nothing per expert, no weight-sized buffer
+    assert not fam["host"]["block"].get("fwd_syncs", 0) and not fam["host"]["block"].get("bwd_syncs", 0)
+    # the grouped GEMMs are the builder's, not memory-bound calls of the census
+    assert not any(call == "_grouped_mm" for part in ("layer", "experts", "rest") for _, call, *_ in fam[part])
+
+
+def test_hf_moe_defaults_to_grouped_mm_far_cheaper_than_the_eager_loop():
+    """--impl hf prices an MoE model as transformers 5 runs it by default (grouped_mm): the same
+    expert GEMMs as the eager loop (the Megatron path's per-expert shapes), one kernel each, and
+    the experts' calls once a layer; the eager loop's E² zeroed gradients and syncs are gone."""
+    m = get_model("qwen3-30b-a3b")  # 128 experts
+    plan = Plan(micro_batch=1, seq_len=4096, impl="hf")
+    assert plan.experts_impl == "grouped_mm" and plan.label() == "tp1-pp1-dp1-mb1-gb1-hf"
+    grouped = predict_llm(m, plan, "dgx-h100", simulate=False)
+    eager = predict_llm(m, replace(plan, hf_experts="eager"), "dgx-h100", simulate=False)
+    assert replace(plan, hf_experts="eager").label() == "tp1-pp1-dp1-mb1-gb1-hf-eagerexperts"
+    g = {(o.name, o.phase): o for o in grouped.stages[0].layer_ops}
+    e = {(o.name, o.phase): o for o in eager.stages[0].layer_ops}
+    assert grouped.iteration_time_s < eager.iteration_time_s / 5
+    assert not {n for n, _ in g} & {"hf_moe_syncs", "moe_permute", "moe_unpermute"}
+    for name in ("mlp_up", "mlp_down", "router"):  # the GEMMs: the same times, as the Megatron path's experts
+        for ph in ("fwd", "bwd"):
+            assert g[(name, ph)].seconds == e[(name, ph)].seconds and g[(name, ph)].flops == e[(name, ph)].flops
+    assert g[("mlp_up", "fwd")].launches == 1 and g[("mlp_up", "bwd")].launches == 2  # one grouped kernel
+    assert "grouped-mm-as-per-expert-gemms" in g[("mlp_up", "fwd")].provenance
+    assert "eager-factor-uncalibrated:moe-experts-grouped-mm" in g[("hf_eager_experts", "bwd")].provenance
+    assert g[("hf_eager_experts", "bwd")].seconds < e[("hf_eager_experts", "bwd")].seconds / 20
+    assert any("grouped_mm" in w and "--hf-experts eager" in w and "4.x" in w for w in grouped.warnings)
+    mix = get_model("mixtral-8x7b")
+    r = predict_llm(mix, plan, "dgx-h100", simulate=False)
+    assert r.iteration_time_s < predict_llm(mix, replace(plan, hf_experts="eager"), "dgx-h100", simulate=False).iteration_time_s
+    with pytest.raises(ConfigError, match=r"hf_experts .* needs impl 'hf' and a mixture-of-experts model; llama3-8b is dense"):
+        Plan(impl="hf", hf_experts="eager").validate(get_model("llama3-8b"))
+    with pytest.raises(ConfigError, match=r"needs impl 'hf' and a mixture-of-experts model; got impl 'fused'"):
+        Plan(hf_experts="grouped_mm").validate(m)
+    with pytest.raises(ConfigError, match=r"hf_experts must be one of grouped_mm, eager, got 'batched_mm'"):
+        Plan(impl="hf", hf_experts="batched_mm").validate(m)  # type: ignore[arg-type]
+
+
+def test_hf_experts_eager_and_dense_models_keep_their_predictions():
+    """--hf-experts eager is the eager-loop prediction of 3c37ad3 (where --impl hf priced only
+    that loop), and dense models' --impl hf predictions are those of 3c37ad3: its figures on one
+    H100 at micro-batch 1 (a deliberate change to the kernel models elsewhere moves them)."""
+    head = {("mixtral-8x7b", 4096): 1.974211528784736, ("qwen3-30b-a3b", 4096): 11.954256882110716,
+            ("llama3-8b", 4096): 0.46687090626359834, ("gpt2", 1024): 0.03965728707894732}  # fmt: skip
+    for (name, seq), t in head.items():
+        m = get_model(name)
+        plan = Plan(micro_batch=1, seq_len=seq, impl="hf", overlap_grad_reduce=True,
+                    hf_experts="eager" if m.is_moe else None)  # fmt: skip
+        assert predict_llm(m, plan, "dgx-h100").iteration_time_s == t, name
+    m = get_model("llama3-8b")
+    for part in ("layer", "rest"):  # a dense model's census is its own whatever the experts implementation
+        assert (eager_bytes(m, part, "bwd", tokens=4096, seq=4096, dtype_bytes=2, experts="eager")
+                == eager_bytes(m, part, "bwd", tokens=4096, seq=4096, dtype_bytes=2))  # fmt: skip
+
+
+def test_mixtral_grouped_census_regenerates_identically():
+    """scripts/hf_eager_census.py's grouped_mm family, taken twice, is the shipped one."""
+    transformers = pytest.importorskip("transformers")
+    doc = json.loads(CENSUS.read_text(encoding="utf-8"))
+    if transformers.__version__ != doc["versions"]["transformers"]:
+        pytest.skip(f"census recorded with transformers {doc['versions']['transformers']}")
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("hf_eager_census", Path(__file__).resolve().parents[1] / "scripts" / "hf_eager_census.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    first, second = mod._grouped_family(), mod._grouped_family()
+    assert first == second == doc["families"]["mixtral_grouped"]
 
 
 def test_plan_checks_impl():
@@ -168,7 +260,15 @@ def test_predict_cli_takes_impl():
     res = CliRunner().invoke(app, ["predict", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "1", "--impl", "hf",
                                    "--seq-len", "4096", "--format", "json"])  # fmt: skip
     assert res.exit_code == 0, res.output
+    kernels = json.loads(res.stdout)["provenance"]["kernels"]  # the default: transformers 5's grouped_mm
+    assert any("moe-experts-grouped-mm" in k for k in kernels) and not any("moe-expert-loop" in k for k in kernels)
+    res = CliRunner().invoke(app, ["predict", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "1", "--impl", "hf",
+                                   "--seq-len", "4096", "--hf-experts", "eager", "--format", "json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
     assert any("eager-factor-uncalibrated:moe-expert-loop" in k for k in json.loads(res.stdout)["provenance"]["kernels"])
+    for args, why in ((["llama3-8b", "--impl", "hf"], "llama3-8b is dense"), (["mixtral-8x7b"], "got impl 'fused'")):
+        res = CliRunner().invoke(app, ["predict", *args, "--system", "dgx-h100", "--gpus", "1", "--hf-experts", "eager"])
+        assert res.exit_code == 1 and f"needs impl 'hf' and a mixture-of-experts model; {why}" in str(res.exception)
 
 
 def test_eager_factor_is_the_devices_measured_one_or_one(tmp_path, monkeypatch):

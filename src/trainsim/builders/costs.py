@@ -532,20 +532,30 @@ class LayerCoster:
         from trainsim.builders.eager import eager_bytes, eager_factor
 
         a = 4 if self.dtype == "fp32" else 2
-        nbytes, kernels = eager_bytes(self.model, part, phase, tokens=self.tokens, seq=self.l, dtype_bytes=a)
+        nbytes, kernels = eager_bytes(self.model, part, phase, tokens=self.tokens, seq=self.l, dtype_bytes=a,
+                                      experts=self.plan.experts_impl)  # fmt: skip
         op = self._elementwise(name, phase, nbytes / (3 * a) / kernels)  # an add reads two, writes one
         dev = self.c.bench_device or self.c.device  # the factor was measured against that sample's adds
         factor, note = eager_factor((dev.name, *dev.aliases))
         if factor != 1.0 and ";bench-as:" not in op.provenance:  # measured against the bench's adds only
             factor, note = 1.0, ";eager-factor-not-applied:not-bench-timed"
         if not calibrated:
-            factor, note = 1.0, ";eager-factor-uncalibrated:moe-expert-loop"
+            what = "moe-expert-loop" if self.plan.experts_impl == "eager" else "moe-experts-grouped-mm"
+            factor, note = 1.0, f";eager-factor-uncalibrated:{what}"
         return OpCost(name, phase, op.seconds * kernels * factor, op.provenance + ";hf-eager-census" + note, 0.0,
                       "memory", kernels)  # fmt: skip
 
     def hf_expert_loop(self, phase: str) -> list[OpCost]:
-        """HuggingFace's eager expert loop (``experts_implementation="eager"``) beyond its GEMMs
-        (:meth:`mlp` times one GEMM pair per expert on its ``T k / E`` tokens): each expert hit
+        """An MoE layer's HuggingFace experts beyond their GEMMs (:meth:`mlp` times one GEMM pair
+        per expert on its ``T k / E`` tokens), as ``plan.experts_impl`` runs them.
+
+        ``grouped_mm`` (transformers 5's default): the census's ``experts`` calls once a layer
+        (the sort by expert, the gathers into expert order and back, the activation, the fp32
+        routing weights' product, the sum over the top-k; backward their scatters), timed as
+        :meth:`hf_eager`'s with no eager factor (measured on LLaMA's calls, none of these); it
+        makes no device-to-host sync.
+
+        ``eager`` (``experts_implementation="eager"``): each expert hit
         runs the census's ``expert`` calls (the gather of its tokens, the routing weights'
         multiply, ``index_add_``; backward ``select_backward``'s zeroed ``[E, 2f, d]`` gradient
         per expert and autograd's sum of them), timed as :meth:`hf_eager`'s but with no eager
@@ -555,10 +565,14 @@ class LayerCoster:
         (HostModel's gap and launch), an estimate: no trace of the loop was measured."""
         from trainsim.builders.eager import expert_loop_host, experts_hit
 
-        n = experts_hit(self.model, self.tokens)
-        one = self.hf_eager("hf_eager_experts", "expert", phase, calibrated=False)
-        ops = [replace(one, seconds=one.seconds * n, launches=one.launches * n)]
-        _, syncs = expert_loop_host(self.model, phase, tokens=self.tokens, host=HOST)
+        experts = self.plan.experts_impl
+        if experts == "eager":
+            n = experts_hit(self.model, self.tokens)
+            one = self.hf_eager("hf_eager_experts", "expert", phase, calibrated=False)
+            ops = [replace(one, seconds=one.seconds * n, launches=one.launches * n)]
+        else:
+            ops = [self.hf_eager("hf_eager_experts", "experts", phase, calibrated=False)]
+        _, syncs = expert_loop_host(self.model, phase, tokens=self.tokens, host=HOST, experts=experts)
         if syncs:
             ops.append(OpCost("hf_moe_syncs", phase, syncs * (HOST.aten_gap_s + HOST.aten_launch_s),
                               f"hf-moe-syncs:{syncs}-x-one-dispatch;estimate", 0.0, "memory", 0))  # fmt: skip
@@ -700,6 +714,13 @@ class LayerCoster:
             self._q("mlp_down", "linear4", phase, flops=copies * bwd * _gemm_flops(per_expert, d, ffn / t),
                     scale=ffn / (4 * d), times=copies, bench={"k": ffn / t}, mp=t, b=b, l=seq_e, dim=d),
         ]  # fmt: skip
+        if m.is_moe and self.plan.impl == "hf" and self.plan.experts_impl == "grouped_mm":
+            # HF's grouped_mm: one torch.nn.functional.grouped_mm per projection over all the
+            # experts (backward two: input and weight gradients), timed as the experts' GEMMs
+            # above (the per-expert shape, copies of it one after another, as the Megatron path
+            # times its experts); a grouped kernel's gain over separate GEMMs is not modelled
+            ops = [replace(o, launches=2 if phase == "bwd" else 1, provenance=o.provenance + ";grouped-mm-as-per-expert-gemms")
+                   if o.name in ("mlp_up", "mlp_down") else o for o in ops]  # fmt: skip
         if m.is_moe:
             # token permutation (Megatron's moe_utils.permute / unpermute): each token's hidden
             # state gathered into its top_k experts' order, then the expert outputs scattered back

@@ -27,17 +27,29 @@ captures of (the step's memory-bound kernel time less the builder's own memory-b
 / (the census's time); the other capture sets are held out (docs/gpu.md). A device without a
 factor keeps 1.0 and its provenance says ``eager-factor-uncalibrated``.
 
-MoE (family ``mixtral``: Mixtral, Qwen3-MoE): transformers 5's eager expert loop
-(``experts_implementation="eager"``; its default ``grouped_mm``, one grouped GEMM, is not
-modelled). The census holds the layer's calls but its experts' (``layer``), one expert's turn in
+MoE (Mixtral, Qwen3-MoE), two censuses, one per transformers 5 experts implementation
+(``Plan.hf_experts``). ``mixtral_grouped`` (``experts_implementation="grouped_mm"``, what
+transformers 5 picks when none is asked for: ``get_correct_experts_implementation``): the
+token-expert pairs sorted by expert (``torch.sort``), the hidden states gathered in that order,
+per-expert offsets (``histc`` and ``cumsum`` of E numbers), ``torch.nn.functional.grouped_mm``
+over all experts for the gate/up and the down projections, the routing weights' product (fp32:
+the router's weights are), the pairs gathered back to token order and summed over the top-k;
+backward the gathers' scatters (``index_put``), and two grouped GEMMs per projection (input and
+weight gradients, the latter written per expert by the kernel: nothing zeroed beyond it). Its
+``experts`` part holds those calls but the grouped GEMMs (the builder's, :meth:`LayerCoster.mlp`);
+the census is the same at each expert count it was taken at: no per-expert call. ``mixtral``
+(``experts_implementation="eager"``): the eager expert loop. The census holds the layer's calls
+but its experts' (``layer``), one expert's turn in
 the loop (``expert``: the gather of its tokens, the routing weight's multiply, ``index_add_``;
 backward ``select_backward``'s zeroed ``[E, 2f, d]`` and ``[E, d, f]`` gradients and autograd's
-sum of them, a cost that grows as E²), and the rest. It was recorded with even routing, so an
+sum of them, a cost that grows as E²), and the rest. Both were recorded with even routing, so an
 expert gets ``Te = T k / E`` tokens and every expert is hit (:func:`experts_hit`); the builder
-runs one GEMM pair per expert on ``Te`` tokens one after another (``LayerCoster.mlp``) and the
-router's GEMM. The loop's memory-bound calls get no eager factor (uncalibrated: the factor was
-measured on LLaMA's calls); its host dispatch and device-to-host syncs are counted in the
-census (``host``) and priced by :func:`expert_loop_host`.
+runs one GEMM pair per expert on ``Te`` tokens one after another (``LayerCoster.mlp``: for the
+grouped GEMM too, as the Megatron path times its experts) and the router's GEMM. The experts'
+memory-bound calls get no eager factor (uncalibrated: the factor was measured on LLaMA's
+calls); their host dispatch and device-to-host syncs are counted in the census (``host``) and
+priced by :func:`expert_loop_host`. transformers 4.x's experts (an ``nn.ModuleList`` of
+per-expert ``nn.Linear`` modules) are not modelled.
 
 Approximations (stated): one census per family, recorded at the family's default configuration
 (GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
@@ -65,6 +77,8 @@ CENSUS = Path(__file__).parent / "data" / "hf_eager_census.json"
 CALIBRATION = Path(__file__).parent / "data" / "hf_eager_calibration.json"
 _DTYPE_BYTES = {"float32": 4, "int64": 8, "bool": 1}
 _CPU_DROPOUT = ("bernoulli_", "div_")  # the CPU's dropout decomposition (a GPU fuses it into one kernel)
+# transformers 5's experts implementations priced (Plan.hf_experts), its default first
+HF_EXPERTS: tuple[str, ...] = ("grouped_mm", "eager")
 
 
 @cache
@@ -102,8 +116,9 @@ def eager_factor(names: tuple[str, ...]) -> tuple[float, str]:
     return 1.0, ";eager-factor-uncalibrated"
 
 
-def family_of(model: ModelSpec) -> str:
-    """The census family whose modules ``model`` is built of, or a one-line error."""
+def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
+    """The census family whose modules ``model`` is built of, or a one-line error; an MoE
+    model's is that of its ``experts`` implementation (:data:`HF_EXPERTS`)."""
     llama_like = model.norm == "rmsnorm" and model.position == "rotary" and model.gated
     if llama_like and not model.is_moe:
         return "llama"
@@ -111,7 +126,7 @@ def family_of(model: ModelSpec) -> str:
         return "gpt2"
     if llama_like and model.is_moe and not (model.mla or model.shared_ffn_hidden or model.router_bias
                                             or model.attention_sinks):  # fmt: skip
-        return "mixtral"
+        return "mixtral" if experts == "eager" else "mixtral_grouped"
     raise ConfigError(f"plan: impl 'hf' has a kernel census for LLaMA-style (RMSNorm, rotary, gated MLP), "
                       f"GPT-2-style (LayerNorm, learned positions, GELU) and Mixtral-style MoE (LLaMA's with routed "
                       f"experts only: no shared expert, router bias, MLA or attention sinks) models; "
@@ -144,45 +159,52 @@ def symbols(model: ModelSpec, tokens: float, seq: float) -> dict[str, float]:
         te, k, e = tokens_per_expert(model, tokens), float(model.top_k), float(model.num_experts)
         out |= {"Te": te, "Te*d": te * d, "Te*f": te * f, "Te*2f": te * 2 * f, "T*k": tokens * k, "T*E": tokens * e,
                 "T*k*(E+1)": tokens * k * (e + 1), "2f*d": 2 * f * d, "d*f": d * f, "E*2f*d": e * 2 * f * d,
-                "E*d*f": e * d * f}  # fmt: skip
+                "E*d*f": e * d * f, "T*k*d": tokens * k * d, "T*k*f": tokens * k * f,
+                "T*k*2f": tokens * k * 2 * f}  # fmt: skip
     return out
 
 
 def eager_bytes(model: ModelSpec, part: str, phase: str, *, tokens: float, seq: float,
-                dtype_bytes: int) -> tuple[float, int]:  # fmt: skip
+                dtype_bytes: int, experts: str = "grouped_mm") -> tuple[float, int]:  # fmt: skip
     """(bytes moved, kernels) by one micro-batch's eager calls of ``part`` ("layer": one layer,
-    its experts' loop left out for an MoE family; "expert": one expert's turn in that loop;
-    "rest": the rest of the model) in ``phase`` ("fwd" or "bwd"); kernels: the census's calls of
-    that part and phase (the fp32 casts dropped in fp32 training are still counted: a few)."""
-    fam = _census()[family_of(model)]
+    its experts' calls left out for an MoE family; "expert": one expert's turn in the eager
+    loop; "experts": the grouped_mm experts module's calls; "rest": the rest of the model) in
+    ``phase`` ("fwd" or "bwd"); kernels: the census's calls of that part and phase (the fp32
+    casts dropped in fp32 training are still counted: a few). ``experts``: an MoE model's
+    experts implementation (:func:`family_of`)."""
+    family = family_of(model, experts)
+    fam = _census()[family]
     if part not in fam:
-        raise ConfigError(f"{CENSUS}: family {family_of(model)!r} has no part {part!r}")
+        raise ConfigError(f"{CENSUS}: family {family!r} has no part {part!r}")
     sym = symbols(model, tokens, seq)
     total, kernels = 0.0, int(fam["kernels"][part][phase])
     for ph, call, size, dtype, count in fam[part]:
         if ph != phase or call in _CPU_DROPOUT or (call == "_to_copy" and dtype_bytes == 4):
             continue
         if size not in sym:
-            raise ConfigError(f"{CENSUS}: unknown size symbol {size!r} in family {family_of(model)!r}")
+            raise ConfigError(f"{CENSUS}: unknown size symbol {size!r} in family {family!r}")
         total += count * sym[size] * (dtype_bytes if dtype == "bfloat16" else _DTYPE_BYTES.get(dtype, 4))
     return total, max(kernels, 1)
 
 
-def expert_loop_host(model: ModelSpec, phase: str, *, tokens: float, host: HostModel) -> tuple[float, int]:
-    """(CPU dispatch seconds, device-to-host syncs) of one MoE layer's eager router and expert
-    loop in ``phase``, beyond the layer HostModel prices (its counts are a dense layer's): the
+def expert_loop_host(model: ModelSpec, phase: str, *, tokens: float, host: HostModel,
+                     experts: str = "grouped_mm") -> tuple[float, int]:  # fmt: skip
+    """(CPU dispatch seconds, device-to-host syncs) of one MoE layer's eager router and experts
+    in ``phase``, beyond the layer HostModel prices (its counts are a dense layer's): the
     census's host counts of the MoE layer's calls beyond a LLaMA layer's of the same size
-    (``block``: router, one-hot, the hit test, less the dense MLP's calls, none below zero) and
-    of each expert hit (``expert``), at HostModel's rates (forward: an aten call's gap and
-    launch, a view's gap and CPU; backward: an autograd node's time, the launches and views
-    inside it). Syncs: ``_local_scalar_dense`` and ``nonzero`` calls. (0, 0) for a dense model."""
+    (``block``: router, sort and gathers (grouped_mm) or one-hot and the hit test (eager loop),
+    less the dense MLP's calls, none below zero) and, for the eager loop, of each expert hit
+    (``expert``), at HostModel's rates (forward: an aten call's gap and launch, a view's gap and
+    CPU; backward: an autograd node's time, the launches and views inside it). Syncs:
+    ``_local_scalar_dense`` and ``nonzero`` calls (the grouped_mm path makes none). (0, 0) for
+    a dense model."""
     if not model.is_moe:
         return 0.0, 0
-    counts = _census()[family_of(model)]["host"]
+    counts = _census()[family_of(model, experts)]["host"]
     n = experts_hit(model, tokens)
 
     def count(name: str) -> float:
-        return max(counts["block"].get(name, 0), 0) + n * counts["expert"].get(name, 0)
+        return max(counts["block"].get(name, 0), 0) + n * counts.get("expert", {}).get(name, 0)
 
     if phase == "fwd":
         s = (count("fwd_launching") * (host.aten_gap_s + host.aten_launch_s)

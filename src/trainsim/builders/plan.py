@@ -35,6 +35,10 @@ paper 001's runs: the same, except that its RMSNorm is a PyTorch module of sever
 which is what 001's RMSNorm operator measured) or ``hf`` (HuggingFace modules in eager PyTorch:
 their norms, rotary embeddings, activations, residual adds, dropout and loss run as the many
 aten calls :mod:`trainsim.builders.eager` counts; one GPU per model replica: tp = cp = 1, and ep = 1 for MoE).
+``hf_experts`` (``impl`` ``hf``, MoE models): transformers 5's experts implementation,
+``grouped_mm`` (its default: the tokens sorted by expert, one grouped GEMM per projection over
+all experts) or ``eager`` (``experts_implementation="eager"``: a loop over the experts, one GEMM
+pair each); None (the default) is ``grouped_mm``, as transformers picks when none is asked for.
 ``partition``: how the layers are split over the pipeline stages: ``even`` (Megatron: equal
 shares, the first stages taking any remainder) or ``001`` (GPT-NeoX's DeepSpeed pipeline as
 paper 001 Eq. 3–5 gives it: the embedding blocks count as two layers of the first stage and the
@@ -84,6 +88,7 @@ IMPLS: tuple[str, ...] = ("fused", "neox", "hf")
 Partition = Literal["even", "001"]
 PARTITIONS: tuple[str, ...] = ("even", "001")
 Optimizer = Literal["adam", "sgd"]
+HfExperts = Literal["grouped_mm", "eager"]
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 
 
@@ -132,6 +137,13 @@ class Plan:
     last_stage_layers: int = 0
     moe_imbalance: float = 1.0  # the busiest EP rank's routed tokens over the mean (see above)
     contention: bool = True  # overlapped collectives stretch the compute beside them (see above)
+    hf_experts: HfExperts | None = None  # impl hf, MoE: transformers' experts implementation; None: grouped_mm
+
+    @property
+    def experts_impl(self) -> str:
+        """The transformers experts implementation ``impl`` ``hf`` prices: ``hf_experts``, or
+        transformers 5's default ``grouped_mm``."""
+        return self.hf_experts or "grouped_mm"
 
     @property
     def moe_load(self) -> float:
@@ -186,6 +198,8 @@ class Plan:
             parts.append("ogr")
         if self.impl != "fused":
             parts.append(self.impl)
+        if self.hf_experts == "eager":  # grouped_mm, the default, is not named
+            parts.append("eagerexperts")
         if self.partition != "even":
             parts.append(f"part{self.partition}")
         if self.first_stage_layers:
@@ -267,11 +281,20 @@ class Plan:
         if self.impl == "hf":
             from trainsim.builders.eager import family_of
 
-            family_of(model)  # a one-line error for a model with no census
+            family_of(model, self.experts_impl)  # a one-line error for a model with no census
             if self.tp > 1 or self.cp > 1:
                 raise ConfigError(f"plan: impl 'hf' runs one model replica per GPU (tp = cp = 1), got tp {self.tp}, cp {self.cp}")
             if self.ep > 1:
                 raise ConfigError(f"plan: impl 'hf' runs one model replica per GPU, every expert on it (ep = 1), got ep {self.ep}")
+        if self.hf_experts is not None:
+            from trainsim.builders.eager import HF_EXPERTS
+
+            if self.hf_experts not in HF_EXPERTS:
+                raise ConfigError(f"plan: hf_experts must be one of {', '.join(HF_EXPERTS)}, got {self.hf_experts!r}")
+            if self.impl != "hf" or not model.is_moe:
+                why = f"{model.name} is dense" if self.impl == "hf" else f"got impl {self.impl!r}"
+                raise ConfigError(f"plan: hf_experts (transformers' experts implementation) needs impl 'hf' and a "
+                                  f"mixture-of-experts model; {why}")  # fmt: skip
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"plan: optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.partition not in PARTITIONS:

@@ -160,17 +160,25 @@ def moe_note(plan: Plan) -> str:
 
 
 def hf_moe_note(model: ModelSpec, plan: Plan) -> str:
-    """What ``--impl hf`` assumes of an MoE model (builders/eager.py's ``mixtral`` census)."""
+    """What ``--impl hf`` assumes of an MoE model (builders/eager.py's ``mixtral_grouped`` and
+    ``mixtral`` censuses), one line: which experts implementation is costed."""
     from trainsim.builders.eager import experts_hit, tokens_per_expert
 
     tokens = plan.micro_batch * plan.seq(model)
     n, te = experts_hit(model, tokens), tokens_per_expert(model, tokens)
-    return (f"--impl hf prices transformers' eager expert loop (experts_implementation=\"eager\"; transformers 5's "
-            f"default is \"grouped_mm\", one grouped GEMM, not modelled): routing taken as even, so all {n} experts are "
-            f"hit, each a GEMM pair on {te:,.0f} tokens (T x top_k / experts) run one after another, with its gathers, "
-            "index_add_ and, backward, a zeroed gradient of all the experts' weights per expert (select_backward) "
-            "summed by autograd; the loop's host syncs are an estimate and its memory-bound calls carry no eager "
-            "factor (uncalibrated: no trace of it was measured); uneven routing changes the GEMM sizes, not modelled")
+    tail = ("routing taken as even (uneven routing changes the GEMM sizes, not modelled); transformers 4.x's experts "
+            "(a per-expert nn.Linear loop) are not modelled")
+    if plan.experts_impl == "eager":
+        return (f"--impl hf prices transformers 5's eager expert loop (--hf-experts eager: experts_implementation="
+                f"\"eager\"; its default is grouped_mm): all {n} experts hit, each a GEMM pair on {te:,.0f} tokens "
+                "(T x top_k / experts) run one after another, with its gathers, index_add_ and, backward, a zeroed "
+                "gradient of all the experts' weights per expert (select_backward) summed by autograd; the loop's host "
+                f"syncs are an estimate and its memory-bound calls carry no eager factor (uncalibrated); {tail}")
+    return (f"--impl hf prices transformers 5's default experts implementation, grouped_mm (--hf-experts eager: its "
+            f"eager expert loop): the tokens sorted by expert and gathered, one torch grouped_mm per projection over "
+            f"all {n} experts, timed as the Megatron path times its experts ({n} GEMMs of the per-expert shape, "
+            f"{te:,.0f} tokens each: T x top_k / experts, one after another), the gathers back and the top-k sum; "
+            f"their memory-bound calls carry no eager factor (uncalibrated: no trace of them was measured); {tail}")
 
 
 def moe_family_note(model: ModelSpec) -> str | None:
@@ -377,7 +385,7 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
     if plan.impl == "hf" and extra:
         from trainsim.builders.eager import family_of
 
-        which = "Mixtral" if family_of(model) == "mixtral" else "LLaMA"
+        which = "Mixtral" if family_of(model, plan.experts_impl).startswith("mixtral") else "LLaMA"
         out.append(f"--impl hf times the census of HuggingFace's {which} modules: this model's {', '.join(extra)} "
                    "are not in it")  # fmt: skip
     return out
@@ -485,7 +493,7 @@ def _warnings(r: LLMPrediction) -> list[str]:
         census_p = 0.1 if family_of(r.model) == "gpt2" else 0.0
         if r.plan.hidden_dropout > 0 and r.plan.hidden_dropout != census_p:
             out.append(f"--hidden-dropout {r.plan.hidden_dropout:g} is not applied with --impl hf: the dropout passes are "
-                       f"those of HuggingFace's {family_of(r.model)} modules as counted (dropout {census_p:g}), "
+                       f"those of HuggingFace's {family_of(r.model, r.plan.experts_impl)} modules as counted (dropout {census_p:g}), "
                        "builders/data/hf_eager_census.json")  # fmt: skip
     if r.plan.sp and r.plan.tp == 1:
         out.append(
