@@ -603,7 +603,12 @@ class LayerCoster:
         # below runs cp times at the local length seq = s/cp (`cp` copies, FLOPs included)
         cp = self.plan.cp
         dh = m.core_head_dim  # d_head; MLA: the mean of its q/k and v head widths
-        core = bwd * 2 * _gemm_flops(seq, seq, dh) * b * h / t * cp
+        # the kernels' shape: (tp ranks' heads split, sequence, copies); DeepSpeed-Ulysses
+        # (cp_comm a2a, PlanComm.cp_exposed_layer): the all-to-alls hand each rank the whole
+        # sequence on heads / (tp·cp) heads, one kernel, the same FLOPs (rotary runs before
+        # them, on the rank's s/cp tokens and heads / tp heads)
+        mp, sq, copies = (t * cp, self.plan.seq(m), 1) if cp > 1 and self.plan.cp_comm == "a2a" else (t, seq, cp)
+        core = bwd * 2 * _gemm_flops(sq, sq, dh) * b * h / mp * copies
         # head_dim other than d/h: scale the d/h-shaped measurements by the head-size ratio
         hd_scale = dh / (d / h)
         ops: list[OpCost] = []
@@ -614,19 +619,19 @@ class LayerCoster:
         elif m.position == "rotary" and self.plan.impl == "fused":
             ops.append(self.fused_rotary(phase))
         if self.plan.attention == "flash":
-            kw = {"flops": core, "category": "attention", "scale": hd_scale, "times": cp, "bench": {"head_dim": dh}}
-            op = self._q("flash_attention", "flash_atten", phase, **kw, mp=t, b=b, h=h, l=seq, dim=d)  # type: ignore[arg-type]
+            kw = {"flops": core, "category": "attention", "scale": hd_scale, "times": copies, "bench": {"head_dim": dh}}
+            op = self._q("flash_attention", "flash_atten", phase, **kw, mp=mp, b=b, h=h, l=sq, dim=d)  # type: ignore[arg-type]
             if phase == "bwd":
                 # FlashAttention's backward recomputes the scores and takes five products to the
                 # forward's two (2.5x the work); measured backwards take 1.9-3.1x the forward
                 # (the H100 sample; 001's A100 rows), so one under 1.5x is a broken measurement
                 # (GH200's 001 rows: 0.08-1.4x, the timer caught part of it): it is replaced by
                 # the forward's time scaled by the work ratio
-                fwd = self._q("flash_attention", "flash_atten", "fwd", **kw, mp=t, b=b, h=h, l=seq, dim=d)  # type: ignore[arg-type]
+                fwd = self._q("flash_attention", "flash_atten", "fwd", **kw, mp=mp, b=b, h=h, l=sq, dim=d)  # type: ignore[arg-type]
                 if op.seconds < FLASH_BWD_PLAUSIBLE * fwd.seconds:
                     op = replace(op, seconds=FLASH_BWD_WORK * fwd.seconds,
                                  provenance=fwd.provenance + ";bwd-as-2.5x-fwd")  # fmt: skip
-            frac = m.cp_window_work_fraction(self.plan.seq(m), cp)
+            frac = m.cp_window_work_fraction(self.plan.seq(m), copies)  # a2a: the unsplit window
             if frac < 1.0:
                 # a sliding window (FlashAttention's window_size): the kernel skips the key blocks
                 # outside it, so it does that share of the causal work; timed as the measured
@@ -634,21 +639,22 @@ class LayerCoster:
                 # averaged over the model's windowed and full layers; with context parallelism
                 # the windowed layers' busiest rank under TransformerEngine's KV all-gather CP
                 # (ModelSpec.cp_window_rank_shares; PlanComm.cp_window_layer: TE's p2p ring
-                # refuses a window), the full layers the ring's balanced 1/cp
+                # refuses a window), the full layers the ring's balanced 1/cp; with cp_comm a2a
+                # every rank the unsplit fraction over the whole sequence
                 op = replace(op, seconds=op.seconds * frac, flops=op.flops * frac,
                              provenance=op.provenance + ";windowed-work")  # fmt: skip
             ops.append(op)
             return ops
         ops.append(self._q("attention_scores", "baddbmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, times=cp, bench={"head_dim": dh}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+                           scale=hd_scale, times=copies, bench={"head_dim": dh}, mp=mp, b=b, h=h, l=sq, dim=d))  # fmt: skip
         if m.attn_softcap and self.plan.impl != "hf":
             # Gemma 2's cap on the [b, h/t, s, s] scores before the mask and softmax (with
             # FlashAttention the kernel applies it: not costed, predict notes it)
-            ops.append(self.softcap("attention_softcap", phase, b * h / t * seq * seq * cp, "attention"))
+            ops.append(self.softcap("attention_softcap", phase, b * h / mp * sq * sq * copies, "attention"))
         if self.plan.attention == "fused":
             # 001's fused-softmax data vary heads at mp=1: b(h/mp) is what the kernel sees
             ops.append(self._q("scale_mask_softmax", "ScaledUpperTriangMaskedSoftmax", phase,
-                               category="attention", times=cp, mp=1, b=b, h=max(h // t, 1), l=seq))  # fmt: skip
+                               category="attention", times=copies, mp=1, b=b, h=max(h // mp, 1), l=sq))  # fmt: skip
         else:
             ops.append(
                 self._q(
@@ -656,16 +662,16 @@ class LayerCoster:
                     "fillmask",
                     phase,
                     category="attention",
-                    times=cp,
-                    mp=t,
+                    times=copies,
+                    mp=mp,
                     b=b,
                     h=h,
-                    l=seq,
+                    l=sq,
                     dim=d,
                 )
             )
             ops.append(
-                self._q("softmax", "softmax", phase, category="attention", times=cp, mp=t, b=b, h=h, l=seq)
+                self._q("softmax", "softmax", phase, category="attention", times=copies, mp=mp, b=b, h=h, l=sq)
             )
         if self.plan.attention_dropout > 0:
             # dropout over the [b, h/t, s, s] probabilities (Megatron's attention_dropout): one
@@ -675,19 +681,19 @@ class LayerCoster:
             # both phases take the forward measurement (fill-mask's own backward does more)
             # (a bench calibration times the dropout kernel itself, each phase, on b·h/t·l² elements)
             own = self._q("attention_dropout", "fillmask", phase, category="attention", bench_op="dropout",
-                          times=cp, bench={"numel": b * (h / t) * seq * seq}, mp=t, b=b, h=h, l=seq, dim=d)  # fmt: skip
+                          times=copies, bench={"numel": b * (h / mp) * sq * sq}, mp=mp, b=b, h=h, l=sq, dim=d)  # fmt: skip
             if ";bench-as:" in own.provenance:
                 ops.append(own)
             else:
                 fwd_cost = self._q("attention_dropout", "fillmask", "fwd", category="attention",
-                                   times=cp, mp=t, b=b, h=h, l=seq, dim=d)  # fmt: skip
+                                   times=copies, mp=mp, b=b, h=h, l=sq, dim=d)  # fmt: skip
                 ops.append(
                     OpCost(
                         fwd_cost.name, phase, fwd_cost.seconds, fwd_cost.provenance, 0.0, "attention"
                     )
                 )
         ops.append(self._q("attention_values", "bmm", phase, flops=core / 2, category="attention",
-                           scale=hd_scale, times=cp, bench={"head_dim": dh}, mp=t, b=b, h=h, l=seq, dim=d))  # fmt: skip
+                           scale=hd_scale, times=copies, bench={"head_dim": dh}, mp=mp, b=b, h=h, l=sq, dim=d))  # fmt: skip
         return ops
 
     def mlp(self, phase: str) -> list[OpCost]:

@@ -135,21 +135,25 @@ def _with_ring(ops: list[OpCost], ring: CommCost | None, stretch: float = 1.0,
     (:meth:`PlanComm.cp_window_layer`): its windowed layers (share φ) run TransformerEngine's
     KV all-gather CP instead, their attention (``rank_share`` of a full layer's) plus the
     exposed collectives; the full layers the ring as above; the core is the layers' average,
-    as the attention operators are (costed at ``work_fraction`` of a full layer's)."""
-    if ring is None:
+    as the attention operators are (costed at ``work_fraction`` of a full layer's). With
+    ``Plan.cp_comm`` all_gather or a2a there is no ring: every layer is such a layer
+    (φ = 1), its collectives added to the core."""
+    if ring is None and window is None:
         return ops
     attn = sum(o.seconds for o in ops if o.category == "attention")
-    if window is None:
-        core = max(attn + hidden_cost_s(ring.seconds, attn, stretch), ring.seconds)
-    else:
+    if window is not None:
         phi = window.layers
         full = attn / window.work_fraction  # one full layer's attention, the ring beside it
-        ringed = max(full + hidden_cost_s(ring.seconds, full, stretch), ring.seconds) if phi < 1.0 else 0.0
+        ringed = max(full + hidden_cost_s(ring.seconds, full, stretch), ring.seconds) if ring and phi < 1.0 else 0.0
         core = phi * (window.rank_share * full + window.exposed_s) + (1.0 - phi) * ringed
+    elif ring is not None:
+        core = max(attn + hidden_cost_s(ring.seconds, attn, stretch), ring.seconds)
+    else:  # pragma: no cover - returned above
+        return ops
     if core <= attn:
         return ops
     if attn <= 0.0:  # pragma: no cover - every layer has an attention core
-        return [*ops[:-1], replace(ops[-1], seconds=ops[-1].seconds + ring.seconds)]
+        return [*ops[:-1], replace(ops[-1], seconds=ops[-1].seconds + (ring.seconds if ring else core))]
     i = next(j for j, o in enumerate(ops) if o.category == "attention")
     return [*ops[:i], replace(ops[i], seconds=ops[i].seconds + core - attn), *ops[i + 1:]]
 
@@ -232,7 +236,7 @@ class _LayerPasses(NamedTuple):
     epb: list[CommCost]
     cpf: CommCost | None
     cpb: CommCost | None
-    cwf: CPWindow | None  # a sliding-window model's windowed layers under CP (their all-gathers)
+    cwf: CPWindow | None  # layers with exposed CP collectives: windowed ones under the ring, or all (cp_comm)
     cwb: CPWindow | None
     ep_f: float  # expert all-to-alls added to each pass
     ep_b: float
@@ -287,7 +291,7 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     tpf, tpb = comm.tp_layer("fwd"), comm.tp_layer("bwd")
     epf, epb = comm.ep_layer("fwd"), comm.ep_layer("bwd")
     cpf, cpb = comm.cp_layer("fwd"), comm.cp_layer("bwd")
-    cwf, cwb = comm.cp_window_layer("fwd"), comm.cp_window_layer("bwd")
+    cwf, cwb = comm.cp_exposed_layer("fwd"), comm.cp_exposed_layer("bwd")
 
     # TP collectives and CP's ring run inside the pass (below); expert all-to-alls add
     ep_f, ep_b = float(sum(c.seconds for c in epf)), float(sum(c.seconds for c in epb))
@@ -365,7 +369,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     comm = PlanComm(model, plan, system)
     passes = _layer_passes(lc, comm, plan, host)
     (lf, lb, lf_t, lb_t, cpu_f, cpu_b, lf_tp, cpu_f_tp, _, _, re_ops, re_cpu, sel, acc, acc_cpu,
-     lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, _, _, ep_f, ep_b, re_comm, full_rc) = passes
+     lb_acc, cpu_b_acc, tpf, tpb, epf, epb, cpf, cpb, cwf, _, ep_f, ep_b, re_comm, full_rc) = passes
     layer_comm_f, layer_comm_b = ep_f, ep_b
     stretch = contention_factor(plan)  # overlapped collectives stretch the compute beside them
 
@@ -418,7 +422,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                         (r - n * re_comm - f_bare) if plan.recompute == "full" else 0.0)  # fmt: skip
             # what the CP ring adds to each pass (the part its attention does not hide)
             cp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
-            if (cpf or cpb) and tp_shares:
+            if (cpf or cpb or cwf) and tp_shares:
                 cf = flow_shop_s(lf_t, cpu_f, n) - flow_shop_s(lf, cpu_f, n)
                 cb = flow_shop_s(lb_t + acc, cpu_b + acc_cpu, n) - flow_shop_s(lb + acc, cpu_b + acc_cpu, n)
                 cr = cf if full_rc else 0.0
@@ -632,7 +636,7 @@ def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoste
         tp_x = (f - depths * lp.ep_f - f_bare, b - depths * lp.ep_b - b_bare,
                 (r - depths * lp.re_comm - r_bare) if lp.full_rc else 0.0)  # fmt: skip
     cp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
-    if (lp.cpf or lp.cpb) and tp_shares:
+    if (lp.cpf or lp.cpb or lp.cwf) and tp_shares:
         def with_block(ring: bool, phase: str) -> list[tuple[OpCost, float]]:
             if phase == "fwd":
                 return fwd(list(zip(lp.lf_t if ring else lp.lf, lp.cpu_f, strict=True)), False) + ext(post_f)

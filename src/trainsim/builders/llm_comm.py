@@ -19,7 +19,9 @@ Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al.
   of the block it holds; only the part longer than that attention is exposed. A sliding
   window's layers (flash attention) run TransformerEngine's KV all-gather CP instead, its
   p2p ring refusing a window: K and V all-gathered, exposed, again in the backward with dK/dV
-  reduce-scattered (:meth:`PlanComm.cp_window_layer`).
+  reduce-scattered (:meth:`PlanComm.cp_window_layer`). ``Plan.cp_comm`` (Megatron's
+  ``--cp-comm-type``) ``all_gather`` runs that on every layer, ``a2a`` (DeepSpeed-Ulysses)
+  all-to-alls Q, K, V and the output instead, exposed (:meth:`PlanComm.cp_exposed_layer`).
 * EP (MoE): an all-to-all dispatch and combine of ``top_k`` token copies per layer, forward
   and backward.
 * PP: one send/recv of the ``[b, s, d]`` activation (its gradient backward) per micro-batch and
@@ -70,11 +72,13 @@ class CommCost:
 
 @dataclass(frozen=True, slots=True)
 class CPWindow:
-    """A sliding-window model's layers under context parallelism (:meth:`PlanComm.cp_window_layer`):
-    ``layers`` the share of the layers windowed, which run TransformerEngine's KV all-gather
-    CP; ``rank_share`` one windowed layer's attention work on the busiest rank over a causal
-    layer's; ``work_fraction`` the attention work averaged over all layers (the share the
-    attention core is costed at); ``comm`` one windowed layer's exposed collectives."""
+    """Layers whose context-parallel collectives are exposed (:meth:`PlanComm.cp_exposed_layer`):
+    a sliding-window model's windowed layers under the p2p ring (:meth:`PlanComm.cp_window_layer`),
+    or every layer under ``cp_comm`` ``all_gather`` or ``a2a``. ``layers`` the share of the
+    layers that run them (the rest keep the ring); ``rank_share`` one such layer's attention
+    work on the busiest rank over a causal layer's; ``work_fraction`` the attention work
+    averaged over all layers (the share the attention core is costed at); ``comm`` one such
+    layer's exposed collectives."""
 
     layers: float
     rank_share: float
@@ -178,9 +182,9 @@ class PlanComm:
         return [ar, ar]
 
     def cp_layer(self, phase: str) -> CommCost | None:
-        """Ring-attention K/V exchange of one layer (all ``cp - 1`` steps)."""
+        """Ring-attention K/V exchange of one layer (all ``cp - 1`` steps; ``cp_comm`` p2p only)."""
         cp = self.plan.cp
-        if cp <= 1:
+        if cp <= 1 or self.plan.cp_comm != "p2p":
             return None
         kv = self._tokens() * self.model.kv_width_tp(self.plan.tp) * 2 * self.act_bytes  # K and V
         step = self.cost("cp_send_recv", "send", kv, 2, self.plan.tp)
@@ -205,19 +209,66 @@ class PlanComm:
         ``cp`` ranks before its two chunk kernels; the backward gathers them again (only the
         local K/V are saved) and reduce-scatters dK and dV. There is no ring step to skip:
         every rank gathers the whole K/V, though its window reads only a slice
-        (:meth:`ModelSpec.cp_window_rank_shares` for the work). Not modelled: the a2a
-        (Ulysses) variant, which also takes a window."""
+        (:meth:`ModelSpec.cp_window_rank_shares` for the work). ``cp_comm`` a2a (Ulysses), which
+        also takes a window, and all_gather run every layer their way (:meth:`cp_exposed_layer`)."""
         m, cp = self.model, self.plan.cp
         if cp <= 1 or self.plan.attention != "flash" or not (phi := m.windowed_layers(self.plan.seq(m))):
             return None
+        seq = self.plan.seq(m)
+        return CPWindow(phi, max(m.cp_window_rank_shares(seq, cp)), m.cp_window_work_fraction(seq, cp),
+                        self._kv_all_gathers(phase))  # fmt: skip
+
+    def _kv_all_gathers(self, phase: str) -> tuple[CommCost, ...]:
+        """TransformerEngine's KV all-gather CP, one layer: K and V all-gathered over the ``cp``
+        ranks (two calls), again in the backward with dK and dV reduce-scattered."""
+        m, cp = self.model, self.plan.cp
         kv = self._tokens() * m.kv_width_tp(self.plan.tp) * self.act_bytes  # this rank's K (or V)
         ag = self.cost("cp_kv_all_gather", "all_gather", kv * cp, cp, self.plan.tp)
-        comm: tuple[CommCost, ...] = (ag, ag)  # K, then V (two calls)
-        if phase == "bwd":
-            rs = self.cost("cp_dkv_reduce_scatter", "reduce_scatter", kv * cp, cp, self.plan.tp)
-            comm = (ag, ag, rs, rs)
-        seq = self.plan.seq(m)
-        return CPWindow(phi, max(m.cp_window_rank_shares(seq, cp)), m.cp_window_work_fraction(seq, cp), comm)
+        if phase != "bwd":
+            return (ag, ag)  # K, then V
+        rs = self.cost("cp_dkv_reduce_scatter", "reduce_scatter", kv * cp, cp, self.plan.tp)
+        return (ag, ag, rs, rs)
+
+    def _a2a(self, phase: str) -> tuple[CommCost, ...]:
+        """TransformerEngine's a2a CP (DeepSpeed-Ulysses), one layer: in the forward Q, K and V
+        all-to-all'd from the sequence split to the head split before the attention core and
+        its output back after it (TE's ``flash_attn_a2a_communicate``, one call per tensor);
+        in the backward the output's gradient before the core's backward and dQ, dK, dV after
+        it. Each call moves one rank's ``[b, s/cp, heads/tp, d]`` tensor (nccl-tests' size,
+        as the expert all-to-alls), over the ``cp`` ranks ``tp`` apart."""
+        m, tp = self.model, self.plan.tp
+        tok, e = self._tokens(), self.act_bytes
+        kv_heads = -(-m.n_kv // tp)  # per TP rank (replicated beyond the KV heads)
+        q = self.cost("cp_a2a_q", "all_to_all", tok * m.q_width / tp * e, self.plan.cp, tp)
+        k = self.cost("cp_a2a_k", "all_to_all", tok * kv_heads * m.d_head * e, self.plan.cp, tp)
+        v = self.cost("cp_a2a_v", "all_to_all", tok * kv_heads * m.v_dim * e, self.plan.cp, tp)
+        o = self.cost("cp_a2a_out", "all_to_all", tok * m.heads * m.v_dim / tp * e, self.plan.cp, tp)
+        return (q, k, v, o) if phase != "bwd" else (o, q, k, v)
+
+    def cp_exposed_layer(self, phase: str) -> CPWindow | None:
+        """The layers whose context-parallel collectives are exposed, and those collectives, by
+        ``Plan.cp_comm`` (Megatron-core's ``--cp-comm-type``, TransformerEngine's variants):
+
+        * ``p2p`` (the ring, :meth:`cp_layer`): only a sliding-window model's windowed layers
+          (:meth:`cp_window_layer`; the ring refuses a window), else None;
+        * ``all_gather``: every layer (:meth:`_kv_all_gathers`), its attention at the busiest
+          rank's share of the load-balanced ``2·cp`` split (1/cp of the causal work without a
+          window: the same as the ring's; :meth:`ModelSpec.cp_window_work_fraction` with one);
+        * ``a2a``: every layer (:meth:`_a2a`); the attention core runs over the whole sequence
+          on ``heads / (tp·cp)`` heads (:meth:`LayerCoster.attention_core`), a window at its
+          unsplit share on every rank (FlashAttention's ``window_size``).
+
+        Exposed: TransformerEngine issues them on the compute stream before (after) the
+        kernels that need (make) their data, with nothing to overlap."""
+        p, m = self.plan, self.model
+        if p.cp <= 1 or p.cp_comm == "p2p":
+            return self.cp_window_layer(phase)
+        seq, flash = p.seq(m), p.attention == "flash"
+        if p.cp_comm == "all_gather":
+            wf = m.cp_window_work_fraction(seq, p.cp) if flash else 1.0
+            return CPWindow(1.0, wf, wf, self._kv_all_gathers(phase))
+        wf = m.window_work_fraction(seq) if flash else 1.0
+        return CPWindow(1.0, wf, wf, self._a2a(phase))
 
     def ep_layer(self, phase: str) -> list[CommCost]:
         m, ep = self.model, self.plan.ep

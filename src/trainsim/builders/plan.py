@@ -61,6 +61,15 @@ activations take that much more memory. Measure it from the router's per-expert 
 (Megatron-core logs them with ``--moe-per-layer-logging``), summed over each rank's experts;
 a token-dropping capacity factor bounds it. With ``ep`` 1 every expert is on each rank and the
 rank's work is the mean whatever the routing: it changes nothing there.
+``cp_comm`` (with ``cp`` > 1): how the context-parallel ranks exchange K/V, as Megatron-core's
+``--cp-comm-type`` picks TransformerEngine's variant: ``p2p`` (the default: the ring, each rank's
+K/V block passed round, overlapped with the block computations), ``all_gather`` (Megatron's
+``allgather``: K/V all-gathered before the attention, exposed; dK/dV reduce-scattered in the
+backward) or ``a2a`` (DeepSpeed-Ulysses: all-to-alls of Q, K, V before the attention core and
+of its output after it turn the sequence split into a head split, each rank attending over the
+whole sequence with ``heads / (tp·cp)`` heads, exposed; TransformerEngine asserts that ``cp``
+divides each tensor-parallel rank's attention and KV heads). Outside the attention core the
+sequence stays split either way (:meth:`trainsim.builders.llm_comm.PlanComm.cp_exposed_layer`).
 ``contention``: communication hidden behind compute (the overlapped gradient reduction, ZeRO-3's
 prefetched gathers and reduce-scatters, the context-parallel ring) slows the compute it
 overlaps by the factor measured on real traces (:mod:`trainsim.builders.contention`); off, that
@@ -90,6 +99,8 @@ PARTITIONS: tuple[str, ...] = ("even", "001")
 Optimizer = Literal["adam", "sgd"]
 HfExperts = Literal["grouped_mm", "eager"]
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
+CPComm = Literal["p2p", "all_gather", "a2a"]
+CP_COMMS: tuple[str, ...] = ("p2p", "all_gather", "a2a")
 
 
 def check_moe_imbalance(value: object, model: ModelSpec, name: str = "plan: moe_imbalance") -> None:
@@ -111,6 +122,7 @@ class Plan:
     dp: int = 1
     cp: int = 1
     ep: int = 1
+    cp_comm: CPComm = "p2p"  # the context-parallel K/V exchange: ring, all-gather or Ulysses a2a (see above)
     sp: bool = False  # Megatron sequence parallelism (needs tp > 1 to matter)
     zero: int = 0
     dist_optimizer: bool = False  # ZeRO-1 the Megatron way: reduce-scatter, not all-reduce (above)
@@ -174,8 +186,8 @@ class Plan:
 
     def label(self) -> str:
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
-        if self.cp > 1:
-            parts.append(f"cp{self.cp}")
+        if self.cp > 1:  # at cp 1 cp_comm changes nothing: not in the label
+            parts.append(f"cp{self.cp}" + {"all_gather": "-allgather", "a2a": "-a2a"}.get(self.cp_comm, ""))
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         if self.sp:
@@ -354,6 +366,13 @@ class Plan:
             raise ConfigError(
                 f"plan: sequence length {seq} is not divisible by 2×cp = {2 * self.cp}"
             )
+        if self.cp_comm not in CP_COMMS:
+            raise ConfigError(f"plan: cp_comm must be one of {', '.join(CP_COMMS)}, got {self.cp_comm!r}")
+        if self.cp > 1 and self.cp_comm == "a2a":  # TransformerEngine's a2a asserts both
+            for what, n in (("attention heads", model.heads // self.tp), ("KV heads", -(-model.n_kv // self.tp))):
+                if n % self.cp:
+                    raise ConfigError(f"plan: cp_comm a2a splits each tensor-parallel rank's {what} over the cp ranks: "
+                                      f"cp {self.cp} does not divide {model.name}'s {n} {what} per rank (tp {self.tp})")  # fmt: skip
         if self.sp and self.tp > 1 and seq % self.tp:
             raise ConfigError(
                 f"plan: sequence parallelism needs seq_len {seq} divisible by tp {self.tp}"

@@ -354,9 +354,10 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
 def overlaps_comm(plan: Plan) -> bool:
     """Whether ``plan`` hides communication behind compute (what contention applies to): the
     gradient reduction during the backward, ZeRO-3's prefetched collectives (both with more than
-    one data-parallel rank), or the context-parallel ring."""
+    one data-parallel rank), or the context-parallel ring (``cp_comm`` p2p: the all-gather and
+    all-to-all variants expose theirs)."""
     shards = plan.dp * plan.cp > 1
-    return (shards and (plan.zero == 3 or plan.overlap_grad_reduce)) or plan.cp > 1
+    return (shards and (plan.zero == 3 or plan.overlap_grad_reduce)) or (plan.cp > 1 and plan.cp_comm == "p2p")
 
 
 def contention_note(plan: Plan) -> str:
@@ -389,6 +390,28 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
         out.append(f"--impl hf times the census of HuggingFace's {which} modules: this model's {', '.join(extra)} "
                    "are not in it")  # fmt: skip
     return out
+
+
+def cp_comm_note(r: LLMPrediction) -> str:
+    """Which context-parallel scheme the prediction costs (``Plan.cp_comm``, Megatron-core's
+    ``--cp-comm-type``), and what it leaves out."""
+    p, m = r.plan, r.model
+    cp, seq = p.cp, p.seq(m)
+    if p.cp_comm == "a2a":
+        heads = f"{m.heads // (p.tp * cp)} of {m.heads} heads" + (f" ({-(-m.n_kv // p.tp) // cp} KV)" if m.n_kv != m.heads else "")
+        return (f"context parallelism (cp {cp}) is costed as DeepSpeed-Ulysses, TransformerEngine's a2a CP "
+                f"(--cp-comm-type a2a): Q, K and V all-to-all'd from the sequence split to a head split before the "
+                f"attention core and its output back after it (the reverse in the backward), exposed; each rank's "
+                f"attention runs over all {seq:,} tokens on {heads}; the all-to-alls' output buffers are not "
+                "counted in memory (the activations kept are the p2p ring's)")  # fmt: skip
+    if p.cp_comm == "all_gather":
+        return (f"context parallelism (cp {cp}) is costed as TransformerEngine's KV all-gather CP (--cp-comm-type "
+                f"allgather): K and V all-gathered over the {cp} ranks before the attention, exposed (again in the "
+                "backward, dK/dV reduce-scattered); each rank's two load-balanced chunks attend over the gathered "
+                "K/V, the ring's share of the work; the gathered K/V buffers are not counted in memory")  # fmt: skip
+    return (f"context parallelism (cp {cp}) is costed as TransformerEngine's p2p ring, Megatron-core's default "
+            "--cp-comm-type: each rank's K/V block passed round the ring, overlapped with the attention of the block "
+            "it holds, the part longer than it exposed; --cp-comm-type allgather or a2a (Ulysses) costs the others")  # fmt: skip
 
 
 def _warnings(r: LLMPrediction) -> list[str]:
@@ -460,6 +483,18 @@ def _warnings(r: LLMPrediction) -> list[str]:
                        f"windowed kernel: the attention core's time and FLOPs scaled by the work it does, about {share} "
                        f"of the causal work on those layers ({_share(r.model.window_work_fraction(seq))} over all "
                        "layers), an estimate from the measured causal kernel")  # fmt: skip
+        elif r.plan.attention == "flash" and r.plan.cp_comm == "a2a":
+            out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) with the a2a (Ulysses) "
+                       f"context parallelism: each rank runs FlashAttention's windowed kernel over all {seq:,} tokens on "
+                       f"its heads, about {share} of the causal work on those layers on every rank "
+                       f"({_share(r.model.window_work_fraction(seq))} over all layers); an estimate from the measured "
+                       "causal kernel")  # fmt: skip
+        elif r.plan.attention == "flash" and r.plan.cp_comm == "all_gather":
+            ranks = r.model.cp_window_rank_shares(seq, r.plan.cp)
+            out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) with the KV all-gather "
+                       "context parallelism: each rank's two chunks attend within the window over the gathered K/V, "
+                       f"about {_share(max(ranks))} of a causal layer's work on the busiest rank ({share} averaged over "
+                       "the ranks, as unsplit); an estimate from the measured causal kernel")  # fmt: skip
         elif r.plan.attention == "flash":
             cp = r.plan.cp
             ranks = r.model.cp_window_rank_shares(seq, cp)
@@ -477,6 +512,8 @@ def _warnings(r: LLMPrediction) -> list[str]:
             out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) saves nothing with "
                        f"--attention {r.plan.attention} (it computes every score): attention is costed over all "
                        f"{seq:,} tokens (a windowed flash kernel does about {share} of the causal work)")  # fmt: skip
+    if r.plan.cp > 1:
+        out.append(cp_comm_note(r))
     out.extend(dense_family_notes(r.model, r.plan))
     if r.plan.partition == "001" and r.plan.pp == 1:
         out.append("--partition 001 splits layers over pipeline stages: it changes nothing with pp 1")

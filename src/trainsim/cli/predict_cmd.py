@@ -33,7 +33,8 @@ def predict(
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree."),
     pp: int = typer.Option(1, "--pp", min=1, help="Pipeline-parallel stages."),
     dp: int | None = typer.Option(None, "--dp", min=1, help="Data-parallel degree (default: gpus / (tp×cp×pp), else 1)."),
-    cp: int = typer.Option(1, "--cp", min=1, help="Context-parallel degree (ring attention)."),
+    cp: int = typer.Option(1, "--cp", min=1, help="Context-parallel degree (ring attention by default; see --cp-comm-type)."),
+    cp_comm_type: str = typer.Option("p2p", "--cp-comm-type", help="With --cp > 1, how the ranks exchange K/V (Megatron-core's --cp-comm-type, TransformerEngine's variants): p2p (the ring, overlapped with the attention blocks), all_gather (also spelt allgather: K/V all-gathered before the attention, exposed) or a2a (DeepSpeed-Ulysses: all-to-alls of Q, K, V and the output, the attention over the whole sequence on heads/(tp×cp) heads, exposed)."),
     ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (MoE; divides dp)."),
     sp: bool = typer.Option(False, "--sp", help="Megatron sequence parallelism (with tp > 1)."),
     zero: int = typer.Option(0, "--zero", min=0, max=3, help="ZeRO stage 0–3 (3 = FSDP full shard). 1 is DeepSpeed's: gradients all-reduced, then the updated weights all-gathered (Megatron-LM's distributed optimizer: add --dist-optimizer)."),
@@ -90,7 +91,8 @@ def predict(
         overlap_note = overlap_grad_reduce is None and impl == "hf" and dp * cp > 1 and zero < 3
         if overlap_grad_reduce is None:  # eager PyTorch trains under DDP, which overlaps by default
             overlap_grad_reduce = impl == "hf"
-        plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, dist_optimizer=dist_optimizer, micro_batch=micro_batch,
+        cp_comm = "all_gather" if cp_comm_type == "allgather" else cp_comm_type  # Megatron's spelling
+        plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, cp_comm=cp_comm, sp=sp, zero=zero, dist_optimizer=dist_optimizer, micro_batch=micro_batch,  # type: ignore[arg-type]
                     global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
                     attention_dropout=attention_dropout, wgrad_fusion=wgrad_fusion,

@@ -58,6 +58,7 @@ def search(
     tp: str | None = typer.Option(None, "--tp", help="Tensor-parallel degrees to try, e.g. 1,2,4,8 (default: powers of two up to a node)."),
     pp: str | None = typer.Option(None, "--pp", help="Pipeline stages to try (default: powers of two up to the layers)."),
     cp: str = typer.Option("1", "--cp", help="Context-parallel degrees to try."),
+    cp_comm_type: str = typer.Option("p2p", "--cp-comm-type", help="Context-parallel K/V exchanges to try with --cp > 1, comma-separated: p2p (the ring, the default), all_gather (or allgather) and a2a (Ulysses); see `trainsim predict --help`."),
     ep: str | None = typer.Option(None, "--ep", help="Expert-parallel degrees to try (MoE; default: 1 for a dense model, for MoE the powers of two dividing its experts)."),
     micro_batch: str = typer.Option("1,2,4,8", "--micro-batch", help="Micro-batch sizes to try."),
     zero: str = typer.Option("0,1,2,3", "--zero", help="ZeRO stages to try."),
@@ -71,7 +72,7 @@ def search(
     attention: str = typer.Option("flash", "--attention", help="flash, fused or unfused."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM); see `trainsim predict --help`."),
     trim_end_stages: int = typer.Option(0, "--trim-end-stages", min=0, help="Also try up to N layers taken off the first and last pipeline stages together, the middle ones even (Megatron-core's --decoder-first/last-pipeline-num-layers): offsets the embedding, the head and MTP depths there (1F1B, GPipe). Default 0: even splits only."),
-    framework: str = typer.Option("any", "--framework", help="Rank only the plans one framework runs: megatron (DDP or its distributed optimizer for ZeRO-1; 1F1B, interleaved), deepspeed (ZeRO-1 at most with pipelining; 1F1B; no context parallelism), torchtitan (DDP or FSDP2 as ZeRO-2/3; TP with SP) or any."),
+    framework: str = typer.Option("any", "--framework", help="Rank only the plans one framework runs: megatron (DDP or its distributed optimizer for ZeRO-1; 1F1B, interleaved), deepspeed (ZeRO-1 at most with pipelining; 1F1B; context parallelism as Ulysses a2a only), torchtitan (DDP or FSDP2 as ZeRO-2/3; TP with SP; CP p2p or all_gather) or any."),
     overlap_grad_reduce: bool = typer.Option(False, "--overlap-grad-reduce", help="Data-parallel gradients reduced during the last backward (PyTorch DDP, Megatron-core); see `trainsim predict --help`."),
     contention: bool = typer.Option(True, "--contention/--no-contention", help="Overlapped communication slows the compute beside it by the measured factor (default), or is free; see `trainsim predict --help`."),
     objective: str = typer.Option("time", "--objective", help="time (iteration), time-to-train (needs --train-tokens) or cost."),
@@ -88,7 +89,7 @@ def search(
 ) -> None:  # fmt: skip
     """Screen every plan of the space with the closed form, simulate the best, rank them."""
     from trainsim.builders.models import get_model
-    from trainsim.builders.plan import ATTENTION, DTYPES, RECOMPUTE, SCHEDULES
+    from trainsim.builders.plan import ATTENTION, CP_COMMS, DTYPES, RECOMPUTE, SCHEDULES
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_system
     from trainsim.search.llm import search_llm
@@ -133,7 +134,8 @@ def search(
             raise ConfigError(f"--dist-optimizer changes the ZeRO-1 plans, and --zero {zero} tries none")
         space = PlanSpace(
             gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
-            cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"), micro_batch=_ints(micro_batch, "--micro-batch"),
+            cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"),
+            cp_comm=tuple(dict.fromkeys(_words(cp_comm_type.replace("allgather", "all_gather"), "--cp-comm-type", CP_COMMS))), micro_batch=_ints(micro_batch, "--micro-batch"),
             zero=_ints(zero, "--zero", minimum=0, allowed=(0, 1, 2, 3)), recompute=_words(recompute, "--recompute", RECOMPUTE) if recompute else _default_recompute(attention),
             schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
             sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,

@@ -8,16 +8,23 @@ first, then found to need another framework). Each rule names the framework's ow
     Data parallelism is DDP (ZeRO 0) or the distributed optimizer (``--use-distributed-optimizer``:
     ZeRO-1 with the gradients reduce-scattered, so its ZeRO-1 plans are ``dist_optimizer``).
     Its newer FSDP options (``--use-torch-fsdp2``, Megatron-FSDP) are left out: their plans are
-    ``torchtitan``'s kind. Pipeline schedules: 1F1B and interleaved 1F1B (no GPipe).
+    ``torchtitan``'s kind. Pipeline schedules: 1F1B and interleaved 1F1B (no GPipe). Context
+    parallelism: every ``--cp-comm-type`` modelled (``p2p``, ``allgather``, ``a2a``).
 ``deepspeed`` (DeepSpeed with Megatron-DeepSpeed's tensor parallelism)
     Its pipeline engine takes ZeRO-1 at most (``PipelineEngine`` asserts ``zero_stage < 2``);
-    its one schedule is 1F1B (``TrainSchedule``: no interleaving, no GPipe); no ring context
-    parallelism (its sequence parallelism is Ulysses' all-to-all, another plan).
+    its one schedule is 1F1B (``TrainSchedule``: no interleaving, no GPipe); its context
+    parallelism is DeepSpeed-Ulysses' all-to-all (``cp_comm`` a2a; it calls it sequence
+    parallelism), no ring or K/V all-gather.
 ``torchtitan`` (PyTorch FSDP2, DTensor TP/CP, ``torch.distributed.pipelining``)
     Data parallelism is DDP (ZeRO 0) or FSDP2, which shards parameters: ZeRO-3
     (``reshard_after_forward=True``) or ZeRO-2 (``False``); no ZeRO-1 mode. Its tensor
     parallelism always shards the norms' sequence (``SequenceParallel``), so TP without SP
-    is not one of its plans. Schedules: 1F1B, interleaved 1F1B, GPipe.
+    is not one of its plans. Schedules: 1F1B, interleaved 1F1B, GPipe. Context parallelism is
+    PyTorch's ``context_parallel`` (``--parallelism.context_parallel_rotate_method``):
+    ``allgather`` (its default, ``cp_comm`` all_gather) or ``alltoall`` (the K/V shards passed
+    round the ranks, a ring: ``p2p``); no Ulysses head split. Costed as TransformerEngine's
+    variants (its all-gather starts after the rank's first block, which may hide some of it:
+    not modelled).
 ``any`` (the default)
     Every plan :meth:`~trainsim.builders.plan.Plan.validate` accepts.
 """
@@ -53,6 +60,7 @@ def framework_plan(plan: Plan, framework: str) -> tuple[Plan | None, str]:
                           "is DDP or the distributed optimizer, ZeRO-1)")  # fmt: skip
         if plan.schedule == "gpipe":
             return None, f"{who} has no GPipe schedule (it runs 1F1B and interleaved 1F1B)"
+        # every cp_comm: Megatron-core's --cp-comm-type p2p, allgather, a2a
         if plan.zero == 1 and not plan.dist_optimizer:
             return replace(plan, dist_optimizer=True), ""
         return plan, ""
@@ -61,14 +69,17 @@ def framework_plan(plan: Plan, framework: str) -> tuple[Plan | None, str]:
             return None, f"the {who} pipeline engine shards no gradients or parameters (ZeRO-{plan.zero} with pp {plan.pp})"
         if plan.pp > 1 and plan.schedule != "1f1b":
             return None, f"the {who} pipeline engine has no interleaved or GPipe schedule ({plan.schedule} here)"
-        if plan.cp > 1:
-            return None, f"{who} has no ring context parallelism (cp {plan.cp}; its Ulysses all-to-all is another plan)"
+        if plan.cp > 1 and plan.cp_comm != "a2a":
+            return None, (f"{who} runs context parallelism as the Ulysses all-to-all only (cp {plan.cp} with "
+                          f"{plan.cp_comm}: --cp-comm-type a2a)")  # fmt: skip
         return plan, ""
     # torchtitan
     if sharded and plan.zero == 1:
         return None, f"{who} has no optimizer-only sharding (ZeRO-1; FSDP2 is ZeRO-2 or ZeRO-3, DDP ZeRO 0)"
     if plan.tp > 1 and not plan.sp:
         return None, f"{who} tensor parallelism is sequence-parallel (tp {plan.tp} without sp)"
+    if plan.cp > 1 and plan.cp_comm == "a2a":
+        return None, f"{who} context parallelism rotates or all-gathers K/V (cp {plan.cp}): no Ulysses all-to-all (a2a)"
     return plan, ""
 
 

@@ -2,7 +2,8 @@
 
 A :class:`PlanSpace` lists the values each dimension may take (tensor, pipeline, context and
 expert parallel degrees, sequence parallelism, ZeRO stage, micro-batch, recompute, schedule,
-interleave); the data-parallel degree follows from the GPU count. :meth:`PlanSpace.plans`
+interleave, the context-parallel K/V exchange); the data-parallel degree follows from the GPU
+count. :meth:`PlanSpace.plans`
 enumerates every combination and sorts it into candidates and infeasible plans, each of the
 latter with a short reason key (``tp does not divide heads``, ``does not fit in memory``, ...)
 so a search can count them by reason. The structural rules are :meth:`Plan.validate`'s — one
@@ -65,6 +66,8 @@ class PlanSpace:
     tp: tuple[int, ...] = ()  # default: powers of two up to the GPUs of a node
     pp: tuple[int, ...] = ()  # default: powers of two up to the layer count
     cp: tuple[int, ...] = (1,)
+    # context-parallel K/V exchanges to try with cp > 1 (Plan.cp_comm; cp 1 plans once, as p2p)
+    cp_comm: tuple[str, ...] = ("p2p",)
     ep: tuple[int, ...] = ()  # default: 1 for a dense model; for MoE, powers of two dividing the experts
     sp: tuple[bool, ...] = (False, True)
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -91,12 +94,14 @@ class PlanSpace:
         ep = self.ep or ((1,) if not model.num_experts else
                          tuple(e for e in _POW2 if model.num_experts % e == 0 and e <= self.gpus))  # fmt: skip
         return {"tp": tp, "pp": pp, "cp": self.cp, "ep": ep, "sp": self.sp, "zero": self.zero,
-                "micro_batch": self.micro_batch, "recompute": self.recompute, "schedule": self.schedule}  # fmt: skip
+                "micro_batch": self.micro_batch, "recompute": self.recompute, "schedule": self.schedule,
+                "cp_comm": self.cp_comm}  # fmt: skip
 
     def plans(self, model: ModelSpec, gpus_per_node: int) -> Iterator[tuple[Plan | None, str]]:
         """Every distinct combination: ``(plan, "")`` when structurally valid, else ``(None, message)``
         (count messages by :func:`reason_key`). Combinations that would repeat a plan are not
-        yielded: sequence parallelism without TP, ZeRO stages above the smallest tried when
+        yielded: sequence parallelism without TP, a K/V exchange other than the first listed at
+        cp 1 (it exchanges nothing: the plan is p2p's), ZeRO stages above the smallest tried when
         dp×cp is 1 (nothing to shard over), selective recompute beside ``none`` with flash
         attention (it keeps no scores to drop: the same memory, more time), and the interleaved schedule without pipeline stages
         or with one chunk per stage (``vpp`` 1: the 1F1B plan, when 1F1B is in the space)."""
@@ -105,7 +110,9 @@ class PlanSpace:
         # in the list it is that plan (skipped), alone it is infeasible. GPipe stays its own
         # plan: the same time as 1F1B at pp 1, but every micro-batch's activations held
         flat = any(s != "interleaved" for s in self.schedule)
-        for tp, pp, cp, ep, sp, zero, mb, rc, sched in itertools.product(*d.values()):
+        for tp, pp, cp, ep, sp, zero, mb, rc, sched, cc in itertools.product(*d.values()):
+            if cp == 1 and cc != self.cp_comm[0]:
+                continue  # the K/V exchange changes nothing without context parallelism: one plan (p2p)
             if sp and tp == 1:
                 continue  # sequence parallelism is a no-op without TP: not a distinct plan
             if rc == "selective" and self.attention == "flash" and "none" in self.recompute:
@@ -128,6 +135,7 @@ class PlanSpace:
             for v in vpps:
                 fields: dict[str, Any] = {
                     "tp": tp, "pp": pp, "dp": self.gpus // base, "cp": cp, "ep": ep, "sp": sp, "zero": zero,
+                    "cp_comm": cc if cp != 1 else "p2p",
                     "micro_batch": mb, "global_batch": self.global_batch, "seq_len": self.seq_len,
                     "schedule": sched, "vpp": v, "recompute": rc, "dtype": self.dtype,
                     "attention": self.attention, "attention_dropout": self.attention_dropout,

@@ -58,6 +58,7 @@ from typing import get_args
 
 from trainsim.builders.plan import (
     ATTENTION,
+    CP_COMMS,
     DTYPES,
     IMPLS,
     OPTIMIZERS,
@@ -501,7 +502,7 @@ RUN_BOOL_FIELDS = ("sp", "dist_optimizer", "wgrad_fusion", "overlap_grad_reduce"
 RUN_FLOAT_FIELDS = ("attention_dropout", "hidden_dropout", "moe_imbalance")
 RUN_CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "schedule": SCHEDULES, "recompute": RECOMPUTE, "dtype": DTYPES, "attention": ATTENTION, "impl": IMPLS,
-    "partition": PARTITIONS, "optimizer": OPTIMIZERS,
+    "partition": PARTITIONS, "optimizer": OPTIMIZERS, "cp_comm": CP_COMMS,
 }  # fmt: skip
 RUN_COLUMNS = ("id", "model", "system", "gpus", "iteration_ms", "iteration_s")
 
