@@ -192,10 +192,13 @@ def test_predict_notes_the_scheme_and_the_cli_takes_megatrons_spelling() -> None
     ("torchtitan", "p2p", True), ("torchtitan", "all_gather", True), ("torchtitan", "a2a", False),
 ])  # fmt: skip
 def test_frameworks_cp_exchanges(framework: str, cp_comm: str, runs: bool) -> None:
-    plan = Plan(tp=2, sp=True, cp=2, dp=2, cp_comm=cp_comm)  # type: ignore[arg-type]
+    plan = Plan(tp=1, cp=2, dp=4, cp_comm=cp_comm)  # type: ignore[arg-type]
     got, why = framework_plan(plan, framework)
     assert (got is not None) == runs and bool(why) == (not runs)
     assert "'s " not in why  # a possessive reads as "the model's" in the search's reason keys
+    # Megatron-DeepSpeed refuses its Ulysses beside Megatron's sequence parallelism
+    sp = replace(plan, tp=2, sp=True, dp=2)
+    assert (framework_plan(sp, framework)[0] is not None) == (runs and framework != "deepspeed")
 
 
 def test_search_ranks_both_exchanges_as_predict_times_them() -> None:

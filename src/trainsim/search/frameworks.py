@@ -14,7 +14,8 @@ first, then found to need another framework). Each rule names the framework's ow
     Its pipeline engine takes ZeRO-1 at most (``PipelineEngine`` asserts ``zero_stage < 2``);
     its one schedule is 1F1B (``TrainSchedule``: no interleaving, no GPipe); its context
     parallelism is DeepSpeed-Ulysses' all-to-all (``cp_comm`` a2a; it calls it sequence
-    parallelism), no ring or K/V all-gather.
+    parallelism), no ring or K/V all-gather, and not beside Megatron's sequence parallelism
+    (Megatron-DeepSpeed raises: "not compatible with Megatron-LM's sequence parallel").
 ``torchtitan`` (PyTorch FSDP2, DTensor TP/CP, ``torch.distributed.pipelining``)
     Data parallelism is DDP (ZeRO 0) or FSDP2, which shards parameters: ZeRO-3
     (``reshard_after_forward=True``) or ZeRO-2 (``False``); no ZeRO-1 mode. Its tensor
@@ -72,6 +73,9 @@ def framework_plan(plan: Plan, framework: str) -> tuple[Plan | None, str]:
         if plan.cp > 1 and plan.cp_comm != "a2a":
             return None, (f"{who} runs context parallelism as the Ulysses all-to-all only (cp {plan.cp} with "
                           f"{plan.cp_comm}: --cp-comm-type a2a)")  # fmt: skip
+        if plan.cp > 1 and plan.sp:  # Megatron-DeepSpeed raises at initialisation
+            return None, (f"{who} Ulysses sequence parallelism (cp {plan.cp}) does not run with Megatron sequence "
+                          "parallelism (sp): Megatron-DeepSpeed refuses --sequence-parallel with it")  # fmt: skip
         return plan, ""
     # torchtitan
     if sharded and plan.zero == 1:
