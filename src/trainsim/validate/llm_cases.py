@@ -56,6 +56,7 @@ from functools import partial
 from pathlib import Path
 from typing import get_args
 
+from trainsim.builders.eager import HF_EXPERTS
 from trainsim.builders.plan import (
     ATTENTION,
     CP_COMMS,
@@ -502,7 +503,7 @@ RUN_BOOL_FIELDS = ("sp", "dist_optimizer", "wgrad_fusion", "overlap_grad_reduce"
 RUN_FLOAT_FIELDS = ("attention_dropout", "hidden_dropout", "moe_imbalance")
 RUN_CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "schedule": SCHEDULES, "recompute": RECOMPUTE, "dtype": DTYPES, "attention": ATTENTION, "impl": IMPLS,
-    "partition": PARTITIONS, "optimizer": OPTIMIZERS, "cp_comm": CP_COMMS,
+    "partition": PARTITIONS, "optimizer": OPTIMIZERS, "cp_comm": CP_COMMS, "hf_experts": HF_EXPERTS,
 }  # fmt: skip
 RUN_COLUMNS = ("id", "model", "system", "gpus", "iteration_ms", "iteration_s")
 
