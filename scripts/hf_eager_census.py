@@ -65,6 +65,11 @@ K_MOE, E_FIT, E_CHECK = 3, (5, 10), 18
 # same calls at each: no per-expert call); k = 8 (Qwen3-MoE's) keeps T k d, T k f apart from the
 # dense sizes (k = 3 would make T k d equal T 3d)
 K_GROUPED, E_GROUPED = 8, (15, 30, 32)
+# the Qwen3-MoE censuses (qwen3_moe, qwen3_moe_grouped): its attention heads, so that the query
+# width (21 x 4) differs from d, as Qwen3-30B-A3B's (32 x 128 = 2 d) does: its q/k norms, rotary
+# and o_proj input are T*q, and the q norm's per-head statistics T*h
+H_QWEN = 21
+MOE_FAMILIES = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
 ZEROS = {"zeros", "new_zeros", "zeros_like"}
 GATHERS = {"index", "index_select"}
 SCATTERS = {"index_add_", "index_add", "index_put", "index_put_", "_index_put_impl_"}
@@ -78,8 +83,9 @@ SKIP = {"view", "_unsafe_view", "t", "transpose", "expand", "slice", "unsqueeze"
         "zeros_like", "ones_like", "empty_like", "new_empty_strided", "empty_strided", "_to_copy_scalar"}  # fmt: skip
 
 
-def _symbols(d: int, f: int, *, q: int, kv: int, hd: int, v: int) -> dict[int, str]:
-    """Element count -> symbol; the first name of a count wins (``q`` equals ``d`` in HF's LLaMA)."""
+def _symbols(d: int, f: int, *, q: int, kv: int, hd: int, v: int, h: int = 0) -> dict[int, str]:
+    """Element count -> symbol; the first name of a count wins (``q`` equals ``d`` in HF's LLaMA);
+    ``h``: the attention heads, named ``T*h`` (a per-head norm's statistics) where given."""
     per_token = {"d": d, "f": f, "q": q, "kv": kv, "hd": hd, "V": v, "2f": 2 * f, "3d": 3 * d, "4d": 4 * d}
     sym: dict[int, str] = {T: "T"}
     for name, w in per_token.items():
@@ -91,29 +97,42 @@ def _symbols(d: int, f: int, *, q: int, kv: int, hd: int, v: int) -> dict[int, s
     sym.setdefault(L * L, "L*L")  # an attention mask built in eager code
     sym.setdefault(v * d, "V*d")  # a tied embedding: its two gradients added
     sym.setdefault(B * L * L, "T*L")
+    if h:
+        sym.setdefault(T * h, "T*h")
     return sym
 
 
-def _moe_symbols(d: int, f: int, experts: int, k: int) -> dict[int, str]:
+def _dense(heads: int) -> dict[int, str]:
+    """The dense symbols of an MoE census's tiny model with ``heads`` attention heads; with
+    Qwen3-MoE's (``H_QWEN``) the query sizes and ``T*h`` must be their own."""
+    if heads == H:
+        return _symbols(D, F, q=H * HD, kv=KV * HD, hd=HD, v=V)
+    sym = _symbols(D, F, q=heads * HD, kv=KV * HD, hd=HD, v=V, h=heads)
+    if not {"T*q", "T*q/2", "T*h"} <= set(sym.values()):
+        raise SystemExit(f"{heads} heads: a query size equals another symbol's; pick other dimensions")
+    return sym
+
+
+def _moe_symbols(d: int, f: int, experts: int, k: int, heads: int = H) -> dict[int, str]:
     """The MoE block's sizes (even routing: ``Te = T k / E`` tokens per expert); each must be
     new to the dense symbols, or the census could not tell them apart."""
     te = T * k // experts
     named = {te: "Te", te * d: "Te*d", te * f: "Te*f", te * 2 * f: "Te*2f", T * k: "T*k", T * experts: "T*E",
              T * k * (experts + 1): "T*k*(E+1)", 2 * f * d: "2f*d", d * f: "d*f", experts * 2 * f * d: "E*2f*d",
              experts * d * f: "E*d*f"}  # fmt: skip
-    dense = _symbols(d, f, q=H * HD, kv=KV * HD, hd=HD, v=V)
+    dense = _dense(heads)
     if len(named) < 11 or set(named) & set(dense):
         raise SystemExit(f"mixtral with {experts} experts: an MoE size equals another symbol's; pick other dimensions")
     return dense | named
 
 
-def _grouped_symbols(d: int, f: int, experts: int, k: int) -> dict[int, str]:
+def _grouped_symbols(d: int, f: int, experts: int, k: int, heads: int = H) -> dict[int, str]:
     """The grouped_mm block's sizes: its ``T k`` token-expert pairs sorted by expert and their
     rows (``T k d``, ``T k f``, ``T k 2f``), the router's ``T E``, the experts' weights; each must
     be new to the dense symbols."""
     named = {T * k: "T*k", T * k * d: "T*k*d", T * k * f: "T*k*f", T * k * 2 * f: "T*k*2f", T * experts: "T*E",
              2 * f * d: "2f*d", d * f: "d*f", experts * 2 * f * d: "E*2f*d", experts * d * f: "E*d*f"}  # fmt: skip
-    dense = _symbols(d, f, q=H * HD, kv=KV * HD, hd=HD, v=V)
+    dense = _dense(heads)
     if len(named) < 9 or set(named) & set(dense):
         raise SystemExit(f"mixtral_grouped with {experts} experts: an MoE size equals another symbol's; pick other dimensions")
     return dense | named
@@ -149,34 +168,48 @@ def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str,
                          attn_implementation="sdpa")  # fmt: skip
         model = GPT2LMHeadModel(cfg)
         sym = _symbols(D, 4 * D, q=D, kv=D, hd=D // H, v=V)
-    elif family in ("mixtral", "mixtral_grouped"):
-        from transformers import MixtralConfig, MixtralForCausalLM
-        from transformers.models.mixtral import modeling_mixtral
-
-        # mixtral: eager experts (the loop); mixtral_grouped: transformers 5's default, grouped_mm
+    elif family in MOE_FAMILIES:
+        # mixtral*: transformers' Mixtral; qwen3_moe*: its Qwen3-MoE (q/k norms; routing weights
+        # cast back to the activations' dtype, norm_topk_prob on, as Qwen3-30B-A3B's config has)
+        # no suffix: eager experts (the loop); _grouped: transformers 5's default, grouped_mm
         # (sort, gather, torch.nn.functional.grouped_mm over all experts); no router aux loss
         # (output_router_logits off, the default)
-        grouped = family == "mixtral_grouped"
+        grouped = family.endswith("_grouped")
+        impl = "grouped_mm" if grouped else "eager"
         k = K_GROUPED if grouped else K_MOE
-        cfg = MixtralConfig(hidden_size=D, num_attention_heads=H, num_key_value_heads=KV, head_dim=HD, intermediate_size=F,
-                            num_hidden_layers=layers, vocab_size=V, max_position_embeddings=L, tie_word_embeddings=False,
-                            num_local_experts=experts, num_experts_per_tok=k, bos_token_id=0, eos_token_id=0,
-                            pad_token_id=0, attn_implementation="sdpa",
-                            experts_implementation="grouped_mm" if grouped else "eager")  # fmt: skip
-        model = MixtralForCausalLM(cfg)
-        if model.config._experts_implementation != ("grouped_mm" if grouped else "eager"):
+        heads = H_QWEN if family.startswith("qwen3_moe") else H
+        common: dict[str, Any] = {
+            "hidden_size": D, "num_attention_heads": heads, "num_key_value_heads": KV, "head_dim": HD,
+            "intermediate_size": F, "num_hidden_layers": layers, "vocab_size": V, "max_position_embeddings": L,
+            "tie_word_embeddings": False, "num_experts_per_tok": k, "bos_token_id": 0, "eos_token_id": 0,
+            "pad_token_id": 0, "attn_implementation": "sdpa", "experts_implementation": impl}  # fmt: skip
+        if heads == H:
+            from transformers import MixtralConfig, MixtralForCausalLM
+            from transformers.models.mixtral import modeling_mixtral
+
+            model = MixtralForCausalLM(MixtralConfig(num_local_experts=experts, **common))
+            router_cls: Any = modeling_mixtral.MixtralTopKRouter
+        else:
+            from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+            from transformers.models.qwen3_moe import modeling_qwen3_moe
+
+            model = Qwen3MoeForCausalLM(Qwen3MoeConfig(num_experts=experts, moe_intermediate_size=F,
+                                                       norm_topk_prob=True, decoder_sparse_step=1,
+                                                       mlp_only_layers=[], **common))  # fmt: skip
+            router_cls = modeling_qwen3_moe.Qwen3MoeTopKRouter
+        if model.config._experts_implementation != impl:
             raise SystemExit(f"{family}: transformers chose experts_implementation {model.config._experts_implementation!r}")
-        sym = _grouped_symbols(D, F, experts, k) if grouped else _moe_symbols(D, F, experts, k)
+        sym = _grouped_symbols(D, F, experts, k, heads) if grouped else _moe_symbols(D, F, experts, k, heads)
         # even routing: token i to experts (i k + j) mod E; the router's scores (and their
         # gradient) are its own, only the chosen indices are replaced
         route = (torch.arange(T)[:, None] * k + torch.arange(k)[None, :]) % experts
-        top_k_router = modeling_mixtral.MixtralTopKRouter.forward
+        top_k_router = router_cls.forward
 
         def routed(self, hidden_states):  # type: ignore[no-untyped-def]
             logits, scores, _ = top_k_router(self, hidden_states)
             return logits, scores, route
 
-        modeling_mixtral.MixtralTopKRouter.forward = routed
+        router_cls.forward = routed
     else:
         raise SystemExit(f"unknown family {family!r}")
     model = model.to(torch.bfloat16).train()
@@ -187,7 +220,7 @@ def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str,
     # mixtral_grouped: the experts modules' calls are told apart, forward by module hooks,
     # backward by the autograd node running (the nodes their forward made, up to their inputs')
     expert_nodes: set[Any] = set()
-    if family == "mixtral_grouped":
+    if family.endswith("_grouped"):
 
         def enter(module, args):  # type: ignore[no-untyped-def]
             part[0] = "experts"
@@ -257,7 +290,7 @@ def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str,
             loss.backward()
     finally:
         if route is not None:
-            modeling_mixtral.MixtralTopKRouter.forward = top_k_router
+            router_cls.forward = top_k_router
     return calls, dict(host)
 
 
@@ -321,8 +354,8 @@ def _moe_family(family: str) -> dict[str, object]:
     }
 
 
-def _grouped_family() -> dict[str, object]:
-    """The grouped_mm MoE census (``mixtral_grouped``): ``layer`` (one layer's calls but the
+def _grouped_family(family: str = "mixtral_grouped") -> dict[str, object]:
+    """A grouped_mm MoE census (``mixtral_grouped``, ``qwen3_moe_grouped``): ``layer`` (one layer's calls but the
     experts module's), ``experts`` (the experts module's: the sort by expert, the gathers, the
     activation, the routing weights' product, the restoring gather and the sum over the top-k,
     and their backward; its grouped GEMMs are the builder's), ``rest``. Taken at each of
@@ -330,7 +363,7 @@ def _grouped_family() -> dict[str, object]:
     (its per-expert offsets are E numbers, no tensor of a token's size)."""
     found = []
     for e in E_GROUPED:
-        (c1, h1), (c2, h2) = census("mixtral_grouped", 1, e), census("mixtral_grouped", 2, e)
+        (c1, h1), (c2, h2) = census(family, 1, e), census(family, 2, e)
         parts: dict[str, Counter[tuple[str, ...]]] = {}
         for p in ("layer", "experts"):
             one, two = _tally(c1, p), _tally(c2, p)
@@ -340,18 +373,18 @@ def _grouped_family() -> dict[str, object]:
                 n2 = sum(1 for q, _, _, w in c2 if q == ph and w == p)
                 parts[p][("kernels", ph)] = n2 - n1
                 if p == "experts" and n1 != n2 - n1:
-                    raise SystemExit(f"mixtral_grouped: the one-layer model's experts are not the two-layer's less a layer's ({ph})")
+                    raise SystemExit(f"{family}: the one-layer model's experts are not the two-layer's less a layer's ({ph})")
         lay = parts["layer"]
         one = _tally(c1, "layer")
         rest = Counter({k: one[k] - lay[k] for k in one.keys() | lay.keys() if one[k] - lay[k]})
         for ph in ("fwd", "bwd"):
             rest[("kernels", ph)] = sum(1 for q, _, _, w in c1 if q == ph and w == "layer") - lay[("kernels", ph)]
         if any(v < 0 for k, v in (*lay.items(), *rest.items(), *parts["experts"].items()) if len(k) == 4):
-            raise SystemExit("mixtral_grouped: the two-layer step is not the one-layer step plus a layer")
+            raise SystemExit(f"{family}: the two-layer step is not the one-layer step plus a layer")
         host = Counter({k: h2.get(k, 0) - h1.get(k, 0) for k in h1.keys() | h2.keys()})
         found.append((parts["layer"], parts["experts"], rest, host))
     if any(f != found[0] for f in found):
-        raise SystemExit(f"mixtral_grouped: the census changes with the expert count ({E_GROUPED}): a per-expert call?")
+        raise SystemExit(f"{family}: the census changes with the expert count ({E_GROUPED}): a per-expert call?")
     lay, experts, rest, host = found[0]
     one, two = (census("llama", n)[1] for n in (1, 2))  # a LLaMA layer of the same size
     block = {k: host[k] - (two.get(k, 0) - one.get(k, 0)) for k in host.keys() | one.keys() | two.keys()}
@@ -378,7 +411,7 @@ def main() -> int:
                 "stands for the training dtype), count (tensors of that size read or written by those calls); kernels: the calls per part and phase; "
                 "an MoE family (mixtral) also: Te tokens per expert, k top-k, E experts, weight sizes (2f*d, E*2f*d, ...); part expert: "
                 "one expert's turn in the loop (times the experts hit); mixtral_grouped (transformers 5's default grouped_mm): T*k token-expert "
-                "pairs and their rows (T*k*d, ...), part experts: the experts module's calls but its grouped GEMMs; host: aten calls by kind, syncs and autograd nodes per part "
+                "pairs and their rows (T*k*d, ...), qwen3_moe and qwen3_moe_grouped the same for Qwen3-MoE (T*h: tokens x heads), part experts: the experts module's calls but its grouped GEMMs; host: aten calls by kind, syncs and autograd nodes per part "
                 "(block: the layer's beyond a LLaMA layer's)",
         "command": "python scripts/hf_eager_census.py",
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
@@ -402,6 +435,8 @@ def main() -> int:
         } | {"kernels": kernels}
     doc["families"]["mixtral"] = _moe_family("mixtral")  # type: ignore[index]
     doc["families"]["mixtral_grouped"] = _grouped_family()  # type: ignore[index]
+    doc["families"]["qwen3_moe"] = _moe_family("qwen3_moe")  # type: ignore[index]
+    doc["families"]["qwen3_moe_grouped"] = _grouped_family("qwen3_moe_grouped")  # type: ignore[index]
     tmp = OUT.with_suffix(".json.tmp")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -19,8 +19,11 @@ def test_census_families_follow_the_model_architecture():
     assert family_of(get_model("llama3-8b")) == "llama"
     assert family_of(get_model("gpt2")) == "gpt2"
     # an MoE model's census is its experts implementation's: transformers 5's default grouped_mm, or the loop
-    assert family_of(get_model("mixtral-8x7b")) == family_of(get_model("qwen3-30b-a3b")) == "mixtral_grouped"
-    assert family_of(get_model("mixtral-8x7b"), "eager") == family_of(get_model("qwen3-30b-a3b"), "eager") == "mixtral"
+    assert family_of(get_model("mixtral-8x7b")) == "mixtral_grouped"
+    assert family_of(get_model("mixtral-8x7b"), "eager") == "mixtral"
+    # Qwen3-MoE runs its own modules (q/k norms, a router that casts its weights to bf16)
+    assert family_of(get_model("qwen3-30b-a3b")) == "qwen3_moe_grouped"
+    assert family_of(get_model("qwen3-30b-a3b"), "eager") == "qwen3_moe"
     assert family_of(get_model("llama3-8b"), "eager") == "llama"
     # a shared expert (Qwen2-MoE) or MLA (DeepSeek) runs other modules: no census
     for name in ("qwen1.5-moe-a2.7b", "deepseek-v2"):
@@ -47,8 +50,10 @@ def test_eager_bytes_grow_with_tokens_and_the_backward_moves_more():
 
 def test_census_symbols_cover_every_entry():
     doc = json.loads(CENSUS.read_text(encoding="utf-8"))
-    models = {"llama": "llama3-8b", "gpt2": "gpt2", "mixtral": "mixtral-8x7b", "mixtral_grouped": "qwen3-30b-a3b"}
-    parts = {"mixtral": ("layer", "expert", "rest"), "mixtral_grouped": ("layer", "experts", "rest")}
+    models = {"llama": "llama3-8b", "gpt2": "gpt2", "mixtral": "mixtral-8x7b", "mixtral_grouped": "mixtral-8x7b",
+              "qwen3_moe": "qwen3-30b-a3b", "qwen3_moe_grouped": "qwen3-30b-a3b"}  # fmt: skip
+    parts = {"mixtral": ("layer", "expert", "rest"), "mixtral_grouped": ("layer", "experts", "rest"),
+             "qwen3_moe": ("layer", "expert", "rest"), "qwen3_moe_grouped": ("layer", "experts", "rest")}  # fmt: skip
     assert set(doc["families"]) == set(models)
     for name, fam in doc["families"].items():
         sym = symbols(get_model(models[name]), 1024.0, 1024.0)
@@ -128,6 +133,43 @@ def test_mixtral_grouped_census_is_transformers_default_experts_path():
     assert not any(call == "_grouped_mm" for part in ("layer", "experts", "rest") for _, call, *_ in fam[part])
 
 
+def test_qwen3_moe_has_its_own_census_bf16_routing_and_qk_norms():
+    """transformers' Qwen3-MoE router casts its top-k weights back to bf16 (Mixtral's stay fp32),
+    so its experts' routing product, the gather back and the top-k sum are bf16; its layer
+    runs per-head q/k RMSNorms and rotates q-wide queries (Qwen3-30B-A3B: 32 x 128 = 2 d). It
+    had been priced with Mixtral's census: fp32 T k d tensors, no q/k norms, d-wide queries."""
+    transformers = pytest.importorskip("transformers")
+    import inspect
+
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
+
+    src = inspect.getsource(modeling_qwen3_moe.Qwen3MoeTopKRouter.forward)
+    assert "norm_topk_prob" in src and "router_top_value.to(router_logits.dtype)" in src
+    assert transformers.Qwen3MoeConfig().norm_topk_prob is False  # the census sets it on, as Qwen3-30B-A3B's config
+    doc = json.loads(CENSUS.read_text(encoding="utf-8"))["families"]
+    for name in ("qwen3_moe_grouped", "qwen3_moe"):
+        fam = doc[name]
+        experts = fam["experts" if name.endswith("_grouped") else "expert"]
+        assert not any(dt == "float32" and size in ("T*k*d", "Te*d", "T*d") for _, _, size, dt, _ in experts), name
+        layer = {(ph, call, size, dt) for ph, call, size, dt, _ in fam["layer"]}
+        assert {("fwd", "pow", "T*q", "float32"), ("fwd", "rsqrt", "T*h", "float32"), ("fwd", "pow", "T*kv", "float32"),
+                ("fwd", "neg", "T*q/2", "bfloat16"), ("fwd", "_to_copy", "T*k", "bfloat16")} <= layer, name  # fmt: skip
+    mix = {(ph, call, size, dt) for ph, call, size, dt, _ in doc["mixtral_grouped"]["experts"]}
+    assert ("fwd", "mul", "T*k*d", "float32") in mix  # Mixtral's routing product is fp32
+    m = get_model("qwen3-30b-a3b")
+    assert m.q_width == 2 * m.hidden
+    mix_like = replace(m, qk_norm="none")  # what it had been priced as: Mixtral's census
+
+    def moved(model, part: str, ph: str) -> float:  # type: ignore[no-untyped-def]
+        return eager_bytes(model, part, ph, tokens=4096, seq=4096, dtype_bytes=2)[0]
+
+    # the experts' calls move less than Mixtral's census made of them: bf16 rows, not fp32
+    for ph in ("fwd", "bwd"):
+        assert moved(m, "experts", ph) < 0.8 * moved(mix_like, "experts", ph)
+    # and its layer more (q/k norms; q = 2 d wide rotary)
+    assert moved(m, "layer", "fwd") > 1.2 * moved(mix_like, "layer", "fwd")
+
+
 def test_hf_moe_defaults_to_grouped_mm_far_cheaper_than_the_eager_loop():
     """--impl hf prices an MoE model as transformers 5 runs it by default (grouped_mm): the same
     expert GEMMs as the eager loop (the Megatron path's per-expert shapes), one kernel each, and
@@ -187,6 +229,7 @@ def test_mixtral_grouped_census_regenerates_identically():
     spec.loader.exec_module(mod)
     first, second = mod._grouped_family(), mod._grouped_family()
     assert first == second == doc["families"]["mixtral_grouped"]
+    assert mod._grouped_family("qwen3_moe_grouped") == doc["families"]["qwen3_moe_grouped"]
 
 
 def test_plan_checks_impl():

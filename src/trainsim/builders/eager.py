@@ -49,7 +49,13 @@ grouped GEMM too, as the Megatron path times its experts) and the router's GEMM.
 memory-bound calls get no eager factor (uncalibrated: the factor was measured on LLaMA's
 calls); their host dispatch and device-to-host syncs are counted in the census (``host``) and
 priced by :func:`expert_loop_host`. transformers 4.x's experts (an ``nn.ModuleList`` of
-per-expert ``nn.Linear`` modules) are not modelled.
+per-expert ``nn.Linear`` modules) are not modelled. Qwen3-MoE (per-head q/k norms) has its own
+pair, ``qwen3_moe_grouped`` and ``qwen3_moe`` (since 2026-12-04; it had taken Mixtral's), taken
+from transformers' ``Qwen3MoeForCausalLM`` with ``norm_topk_prob`` on (Qwen3-30B-A3B's): its
+router casts the top-k weights back to bf16, so the routing product, the gather back and the
+top-k sum are bf16 (Mixtral's weights stay fp32, and so do those ``T k d`` tensors); its layer
+adds the q/k RMSNorms (fp32, over each head: ``T*h`` the statistics) and rotates ``q``-wide
+queries (Qwen3-30B-A3B's 32 x 128 is twice its hidden size).
 
 Approximations (stated): one census per family, recorded at the family's default configuration
 (GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
@@ -126,7 +132,10 @@ def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
         return "gpt2"
     if llama_like and model.is_moe and not (model.mla or model.shared_ffn_hidden or model.router_bias
                                             or model.attention_sinks):  # fmt: skip
-        return "mixtral" if experts == "eager" else "mixtral_grouped"
+        # Qwen3-MoE (per-head q/k norms): its own census, its router casting the routing
+        # weights back to bf16 (Mixtral's stay fp32, and so does its experts' weighted sum)
+        base = "qwen3_moe" if model.qk_norm == "head" else "mixtral"
+        return base if experts == "eager" else f"{base}_grouped"
     raise ConfigError(f"plan: impl 'hf' has a kernel census for LLaMA-style (RMSNorm, rotary, gated MLP), "
                       f"GPT-2-style (LayerNorm, learned positions, GELU) and Mixtral-style MoE (LLaMA's with routed "
                       f"experts only: no shared expert, router bias, MLA or attention sinks) models; "
@@ -151,7 +160,8 @@ def symbols(model: ModelSpec, tokens: float, seq: float) -> dict[str, float]:
     d, f = float(model.hidden), float(model.expert_ffn if model.is_moe else model.ffn)
     per_token = {"d": d, "f": f, "q": float(model.q_width), "kv": float(model.kv_width), "hd": float(model.d_head),
                  "V": float(model.vocab), "2f": 2 * f, "3d": 3 * d, "4d": 4 * d}  # fmt: skip
-    out = {"T": tokens, "L*d": seq * d, "L*L": seq * seq, "T*L": tokens * seq, "V*d": model.vocab * d}
+    out = {"T": tokens, "L*d": seq * d, "L*L": seq * seq, "T*L": tokens * seq, "V*d": model.vocab * d,
+           "T*h": tokens * model.heads}  # fmt: skip
     for name, w in per_token.items():
         out[f"T*{name}"] = tokens * w
         out[f"T*{name}/2"] = tokens * w / 2
