@@ -362,3 +362,14 @@ def test_shipped_eager_factor_is_what_the_script_measures():
     doc = json.loads(eager.CALIBRATION.read_text(encoding="utf-8"))["devices"]["h100-sxm5-80gb"]
     assert statistics.median(r[4] for r in rows) == pytest.approx(doc["factor"], abs=1e-4)
     assert {r[0]: round(r[4], 4) for r in rows} == doc["captures"]
+
+
+def test_hf_note_names_what_the_census_leaves_out_for_qwen3_models():
+    """The Qwen3-MoE census records its per-head q/k norms: predict's note no longer says they
+    are missing; a dense Qwen3, timed with LLaMA's census, still has them left out."""
+    from trainsim.builders.predict import dense_family_notes
+
+    moe = " ".join(dense_family_notes(get_model("qwen3-30b-a3b"), Plan(impl="hf", micro_batch=1, seq_len=4096)))
+    assert "q/k norms" not in moe
+    dense = " ".join(dense_family_notes(get_model("qwen3-8b"), Plan(impl="hf", micro_batch=1, seq_len=4096)))
+    assert "LLaMA modules: this model's q/k norms are not in it" in dense

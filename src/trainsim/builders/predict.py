@@ -381,12 +381,16 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
     if model.qk_norm == "full" and plan.tp > 1:
         out.append("the q/k norms over the whole projections (OLMo 2) need each token's sum of squares all-reduced "
                    f"over the {plan.tp} TP ranks: that small all-reduce is not modelled")  # fmt: skip
-    extra = [n for n, on in (("q/k norms", model.qk_norm != "none"), ("norms after attention and MLP",
-             model.layer_norms == 4), ("soft-capping", bool(model.attn_softcap or model.logit_softcap))) if on]  # fmt: skip
-    if plan.impl == "hf" and extra:
+    fam = ""
+    if plan.impl == "hf":
         from trainsim.builders.eager import family_of
 
-        which = "Mixtral" if family_of(model, plan.experts_impl).startswith("mixtral") else "LLaMA"
+        fam = family_of(model, plan.experts_impl)
+    qwen3_moe = fam.startswith("qwen3_moe")  # its census records Qwen3-MoE's own per-head q/k norms
+    extra = [n for n, on in (("q/k norms", model.qk_norm != "none" and not qwen3_moe), ("norms after attention and MLP",
+             model.layer_norms == 4), ("soft-capping", bool(model.attn_softcap or model.logit_softcap))) if on]  # fmt: skip
+    if plan.impl == "hf" and extra:
+        which = "Qwen3-MoE" if qwen3_moe else "Mixtral" if fam.startswith("mixtral") else "LLaMA"
         out.append(f"--impl hf times the census of HuggingFace's {which} modules: this model's {', '.join(extra)} "
                    "are not in it")  # fmt: skip
     return out
