@@ -16,6 +16,7 @@ from trainsim.cli.output import (
     json_target,
     not_an_input,
     stderr,
+    writable_path,
 )
 
 
@@ -45,6 +46,7 @@ def analyze(
         from trainsim.analyze.samples import samples_target
 
         samples_target(export_kernels)
+        writable_path(export_kernels, "--export-kernels")
     if time_unit not in ("auto", "us", "ns"):
         raise ConfigError(f"--time-unit must be auto, us or ns, got {time_unit!r}")
     a = analyze_paths(

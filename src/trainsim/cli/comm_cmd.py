@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, json_target, log, not_an_input
+from trainsim.cli.output import Format, emit_json, json_target, log, not_an_input, writable_path
 
 hw_app = typer.Typer(name="hw", help="Hardware catalog: devices and systems.", no_args_is_help=True)
 app.add_typer(hw_app, name="hw")
@@ -68,6 +68,7 @@ def fit_comm_cmd(
             raise ConfigError(f"--output {output}: collective model artifacts are .json files")
         not_an_input(output, datasets, "--output")
         json_target(output, "--output", "comm model")  # a previous fit's artifact only
+        writable_path(output, "--output")  # a folder that takes no file: refused before the fit
         output_path(output)
     ds = read_comm_dataset(
         datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None
@@ -280,7 +281,15 @@ def hw_show(
                 raise (sys_err if _looks_like_system(Path(name)) else dev_err) from None
             if Path(name).suffix.lower() in (".yaml", ".yml"):
                 raise sys_err from None  # a missing file or a folder: its own one-line error
-            raise ConfigError(f"{sys_err} — and no device of that name either") from None
+            from trainsim.hardware import list_devices, list_systems
+            from trainsim.hardware.catalog import close_names
+
+            close = close_names(name)
+            raise ConfigError(
+                f"unknown device or system {name!r}" + (f" (close matches: {', '.join(close)})" if close else "")
+                + f"; devices: {', '.join(d.name for d in list_devices())}; "
+                f"systems: {', '.join(s.name for s in list_systems())} (or give a YAML file)"
+            ) from None
     doc = spec.model_dump(mode="json")
     notes = _edit_notes(spec)
     if fmt is Format.JSON:

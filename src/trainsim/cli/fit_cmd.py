@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, log, not_an_input
+from trainsim.cli.output import Format, emit_json, log, not_an_input, writable_path
 
 
 def _out() -> Console:
@@ -133,6 +133,7 @@ def fit_cmd(
         if output.suffix != ".npz":
             raise ConfigError(f"--output {output}: kernel model artifacts are .npz files")
         not_an_input(output, datasets, "--output")
+        writable_path(output, "--output")  # a folder that takes no file: refused before the fit
         output_path(output)
         from trainsim.kernels.registry import is_kernel_artifact
 

@@ -91,6 +91,7 @@ def json_target(output: Path | None, flag: str, kind: str) -> None:
 
     if output is None:
         return
+    writable_path(output, flag)
     head = _existing_head(output, flag, 65536, "")
     if head is None or not head.strip():
         return  # an empty file (mktemp's)
@@ -103,6 +104,15 @@ def json_target(output: Path | None, flag: str, kind: str) -> None:
     if not mine:
         an = "an" if kind[0] in "aeiou" else "a"
         raise ConfigError(f"{flag} {output}: exists and is not {an} {kind} trainsim wrote; remove it or write elsewhere")
+
+
+def writable_path(output: Path | None, flag: str) -> None:
+    """Refuse, before the work, an output file that could not be written after it (a file where
+    one of its folders should be, a folder that takes no file); creates nothing."""
+    from trainsim.ir.serialize import writable_path as check
+
+    if output is not None:
+        check(output, flag)
 
 
 def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str = "--timeline") -> None:
@@ -119,6 +129,7 @@ def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str
     if head is not None and not is_trainsim_timeline(head):
         raise ConfigError(f"{flag} {output}: exists and is not a timeline trainsim wrote; "
                           "remove it or write the timeline elsewhere")  # fmt: skip
+    writable_path(output, flag)  # a folder that takes no file: refused before the simulation
 
 
 def _existing_head(output: Path, flag: str, size: int, example: str) -> bytes | None:

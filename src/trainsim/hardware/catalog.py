@@ -10,7 +10,7 @@ import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -120,10 +120,23 @@ def _resolve(name_or_path: str | Path, table: dict[str, _M], model: type[_M], wh
     hit = table.get(_norm(text))
     if hit is None:
         names = sorted({s.name for s in table.values()})  # type: ignore[attr-defined]
+        close = close_names(text, table)
+        hint = f" (close matches: {', '.join(close)})" if close else ""
         raise ConfigError(
-            f"unknown {what} {text!r}; known: {', '.join(names)} (or give a YAML file)"
+            f"unknown {what} {text!r}{hint}; known: {', '.join(names)} (or give a YAML file)"
         )
     return hit
+
+
+def close_names(text: str, table: dict[str, Any] | None = None) -> list[str]:
+    """Catalog names (of ``table``; default: devices and systems) whose names or aliases are
+    near ``text``: the "did you mean" of an unknown name."""
+    import difflib
+
+    tables: list[dict[str, Any]] = [table] if table is not None else [_devices(), _systems()]
+    keys = {k: t[k].name for t in tables for k in t}
+    near = difflib.get_close_matches(_norm(text), list(keys), n=5, cutoff=0.6)
+    return list(dict.fromkeys(keys[k] for k in near))
 
 
 def get_device(name_or_path: str | Path) -> DeviceSpec:

@@ -209,28 +209,70 @@ def write_json_atomic(path: Path, doc: Any, *, indent: int | None = None) -> Non
     write_text_atomic(path, json.dumps(doc, indent=indent))
 
 
+def _file_on_the_way(folder: Path) -> Path | None:
+    """The nearest existing ancestor of ``folder`` (itself included) when it is a file, not a
+    folder: what makes ``mkdir`` fail with a bare "File exists"."""
+    for q in (folder, *folder.parents):
+        if q.exists():
+            return None if q.is_dir() else q
+    return None
+
+
+def _make_folder(folder: Path, who: str, what: str) -> None:
+    """``folder`` created with its parents; one-line errors naming a file in the way."""
+    blocker = _file_on_the_way(folder)
+    if blocker is not None:
+        raise ConfigError(f"{who}: cannot create {what}: {blocker} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{who}: cannot create {what} ({e.strerror or e})") from None
+
+
 def output_path(path: Path | str) -> Path:
     """``path`` checked as an output file: not a folder, its folder creatable (one-line errors)."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{p}: is a folder; give a file path to write")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot create its folder ({e.strerror or e})") from None
+    _make_folder(p.parent, str(p), "its folder")
     return p
+
+
+def _probe(folder: Path, who: str) -> None:
+    """Create and remove a scratch file in ``folder``: a one-line error where none can be made."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".trainsim-", suffix=".tmp")
+    except OSError as e:
+        raise ConfigError(f"{who}: cannot write there ({e.strerror or e})") from None
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+
+
+def writable_path(path: Path | str, flag: str = "") -> None:
+    """Check, before a command's work, that its output file ``path`` can be written after it,
+    creating nothing: not a folder, no file where a folder of its path should be, and the
+    nearest folder of its path that exists takes a file (a scratch file made and removed: a
+    read-only folder, a pseudo file system or an exhausted quota fails now, not once a fit or
+    simulation is done). ``flag``: the option to name."""
+    p = Path(path).expanduser()
+    who = f"{flag} {path}" if flag else str(path)
+    if p.is_dir():
+        raise ConfigError(f"{who}: is a folder; give a file path to write")
+    blocker = _file_on_the_way(p.parent)
+    if blocker is not None:
+        raise ConfigError(f"{who}: cannot create its folder: {blocker} is a file, not a folder")
+    folder = next(q for q in (p.parent.absolute(), *p.parent.absolute().parents) if q.exists())
+    _probe(folder, who)
 
 
 def output_folder(path: Path | str, what: str = "") -> Path:
     """``path`` checked and created as an output folder (``what``: e.g. ``"--out "`` to name
-    the option): not a file, creatable (one-line errors)."""
+    the option): not a file, creatable, writable (one-line errors)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{what}{p}: is a file; give a folder")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{what}{p}: cannot create it ({e.strerror or e})") from None
+    _make_folder(p, f"{what}{p}", "it")
+    _probe(p, f"{what}{p}")  # a folder that takes no file fails now, not after the work meant for it
     return p
 
 

@@ -1,0 +1,109 @@
+"""A new user's review of the command line (2026-12-03): an output that cannot be written is
+refused before the work it would hold (not after a fit or a simulation), a file in the way of
+an output's folder is named, ``validate search`` reports the contract's error summary, and a
+mistyped ``hw show`` name lists devices and systems with close matches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trainsim.cli.main import _register, app
+from trainsim.errors import ConfigError, TrainsimError
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = ROOT / "src" / "trainsim" / "bench" / "data" / "cpu_quick_f97e94a9cbddf655.jsonl"
+DLRM = ROOT / "examples" / "data" / "param_dlrm_8xv100"
+
+# a folder that exists and takes no file, for root too: /proc (Linux)
+NO_FILES = Path("/proc")
+needs_proc = pytest.mark.skipif(not (NO_FILES / "self").is_dir(), reason="needs Linux /proc")
+
+
+def _run(*args: str):
+    _register()
+    return CliRunner().invoke(app, list(args))
+
+
+def _error(res) -> str:
+    assert res.exit_code == 1 and isinstance(res.exception, TrainsimError), res.output
+    return str(res.exception)
+
+
+@needs_proc
+def test_fit_refuses_an_unwritable_output_before_fitting():
+    res = _run("fit", str(QUICK), "--op", "mm", "-o", str(NO_FILES / "x.npz"))
+    assert f"--output {NO_FILES / 'x.npz'}: cannot write there" in _error(res)
+    assert "held-out" not in res.output  # nothing was fitted
+
+
+@needs_proc
+def test_predict_and_analyze_refuse_unwritable_outputs_before_the_work():
+    res = _run("predict", "llama2-7b", "--timeline", str(NO_FILES / "it.json"))
+    assert f"--timeline {NO_FILES / 'it.json'}: cannot write there" in _error(res)
+    res = _run("analyze", str(DLRM), "--overhead-db", str(NO_FILES / "o.json"))
+    assert f"--overhead-db {NO_FILES / 'o.json'}: cannot write there" in _error(res)
+    res = _run("analyze", str(DLRM), "--export-kernels", str(NO_FILES / "k.csv"))
+    assert "cannot write there" in _error(res)
+
+
+def test_a_file_in_the_way_of_an_outputs_folder_is_named(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    res = _run("predict", "llama2-7b", "--timeline", str(afile / "sub" / "it.json"))
+    assert f"cannot create its folder: {afile} is a file, not a folder" in _error(res)
+    res = _run("analyze", str(DLRM), "--save-workload", str(afile / "w.json"))
+    assert f"{afile} is a file, not a folder" in _error(res)
+    assert afile.read_text() == "x"
+
+
+def test_writable_path_creates_nothing(tmp_path):
+    from trainsim.ir.serialize import writable_path
+
+    target = tmp_path / "new" / "deeper" / "t.json"
+    writable_path(target, "--timeline")
+    assert list(tmp_path.iterdir()) == []  # no folder made, no scratch file left
+
+
+@needs_proc
+def test_output_folder_refuses_a_folder_that_takes_no_file(tmp_path):
+    from trainsim.ir.serialize import output_folder
+
+    with pytest.raises(ConfigError, match="cannot write there"):
+        output_folder(NO_FILES, "--out ")
+    assert output_folder(tmp_path / "ok", "--out ").is_dir()
+    assert list((tmp_path / "ok").iterdir()) == []  # the probe's scratch file is gone
+
+
+def test_validate_search_summary_has_the_contracts_error_keys(tmp_path):
+    """DESIGN.md: a suite's summary holds median_abs_err_pct, mape_pct and max_abs_err_pct."""
+    from trainsim.builders.predict import predict_llm
+    from trainsim.hardware import get_system
+    from trainsim.validate.llm_cases import read_runs
+    from trainsim.validate.search_suite import run_search_suite
+
+    runs = tmp_path / "my_runs.csv"
+    runs.write_text("model,system,gpus,tp,pp,micro_batch,global_batch,iteration_s\n"
+                    "llama2-7b,dgx-a100,16,1,1,1,64,9.0\n"
+                    "llama2-7b,dgx-a100,16,2,1,2,64,8.0\n")  # fmt: skip
+    doc = run_search_suite(tmp_path, files=str(runs))
+    s = doc["summary"]
+    assert {"median_abs_err_pct", "mape_pct", "max_abs_err_pct"} <= set(s) and s["plans"] == 2
+    (g,) = doc["cases"]
+    for e, c in zip(g["plan_errors"], read_runs(runs), strict=True):
+        predicted = predict_llm(c.model, c.plan, get_system(c.system)).iteration_time_s
+        assert e["plan"] == c.plan.label()
+        assert e["error_pct"] == pytest.approx(100 * (predicted - c.measured_s) / c.measured_s)
+    assert s["max_abs_err_pct"] == pytest.approx(max(abs(e["error_pct"]) for e in g["plan_errors"]))
+
+
+def test_unknown_hardware_names_get_close_matches_and_hw_show_lists_devices_too():
+    msg = _error(_run("hw", "show", "a100x"))
+    assert msg.startswith("unknown device or system 'a100x' (close matches: a100-sxm4-80gb")
+    assert "devices: a100-sxm4-40gb" in msg and "systems: azure-nd-a100-v4" in msg
+    msg = _error(_run("predict", "llama2-7b", "--system", "dgx-a1000"))
+    assert msg.startswith("unknown system 'dgx-a1000' (close matches: dgx-a100")
+    msg = _error(_run("shard", str(ROOT / "examples" / "dlrm_tables.json"), "--device", "a100-sxm4-80g"))
+    assert msg.startswith("unknown device 'a100-sxm4-80g' (close matches: a100-sxm4-80gb")
