@@ -5,6 +5,8 @@ mistyped ``hw show`` name lists devices and systems with close matches."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,17 @@ def test_unknown_hardware_names_get_close_matches_and_hw_show_lists_devices_too(
     assert msg.startswith("unknown system 'dgx-a1000' (close matches: dgx-a100")
     msg = _error(_run("shard", str(ROOT / "examples" / "dlrm_tables.json"), "--device", "a100-sxm4-80g"))
     assert msg.startswith("unknown device 'a100-sxm4-80g' (close matches: a100-sxm4-80gb")
+
+
+@pytest.mark.parametrize("argv", [
+    ["stages", "predict", "MISSING_PRED", "--stage", "family=gpt,layers=2"],
+    ["stages", "search", "--predictor", "MISSING_PRED"],
+])  # fmt: skip
+def test_a_missing_predictor_is_refused_before_torch_loads(tmp_path, argv):
+    """torch takes seconds to import (10-20 s on a busy machine) before the one-line error came."""
+    code = ("import sys; from trainsim.cli.main import app_entry; sys.argv = ['trainsim', *sys.argv[1:]]\n"
+            "try:\n    app_entry()\nexcept SystemExit as e:\n"
+            "    print('exit', e.code, 'torch' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, *argv], check=False, capture_output=True, text=True, cwd=tmp_path)
+    assert "MISSING_PRED: no predictor.json; train a predictor first" in out.stderr
+    assert out.stdout.split() == ["exit", "1", "False"]

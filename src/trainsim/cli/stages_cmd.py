@@ -181,7 +181,6 @@ def predict(
     collect` builds it (nothing runs, nothing is measured)."""
     from trainsim.errors import ConfigError
     from trainsim.learn.predictions import predict_dataset
-    from trainsim.learn.train import Predictor
 
     if dataset is not None and stage:
         raise ConfigError(f"{dataset} and --stage: give a dataset folder or --stage stages, not both")
@@ -191,10 +190,10 @@ def predict(
         from trainsim.learn.provider import parse_stage
 
         specs = [parse_stage(t) for t in stage]  # a bad spec fails before the predictor loads
-        _predict_described(Predictor.load(predictor), predictor, specs, fmt)
+        _predict_described(_load_predictor(predictor), predictor, specs, fmt)
         return
     assert dataset is not None
-    pred = Predictor.load(predictor)
+    pred = _load_predictor(predictor)
     doc = predict_dataset(pred, predictor, dataset, warn=stderr.print)
     cases, by_split = doc["stages"], doc["by_split"]
     if fmt is Format.JSON:
@@ -220,6 +219,21 @@ def predict(
     stderr.print("layers: e+ with the embedding, +h with the head and loss; h×s×b: hidden, sequence, micro-batch; "
                  "tp: the stage's shard, its tensor/expert-parallel degree")  # fmt: skip
     stderr.print(f"provenance: {doc['provenance']}")
+
+
+def _load_predictor(folder: Path) -> Any:
+    """``Predictor.load(folder)``, a missing or mistyped folder refused first: the learning
+    stack it imports (torch) takes seconds to load, 10-20 s on a busy machine, before the
+    one-line error would come."""
+    from trainsim.errors import ConfigError
+
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: not a predictor folder (one written by `trainsim stages train`)")
+    if not (folder / "predictor.json").exists():
+        raise ConfigError(f"{folder}: no predictor.json; train a predictor first")
+    from trainsim.learn.train import Predictor
+
+    return Predictor.load(folder)
 
 
 def _predict_described(pred: Any, predictor: Path, specs: list[Any], fmt: Format) -> None:
@@ -313,6 +327,8 @@ def search(
     m = search_model(family, **given)
     own = not is_default(m)
     collect = " ".join(["trainsim stages collect DIR --family", family, "--search-set", *_flags(given)])
+    if predictor is not None and not (predictor / "predictor.json").exists():
+        _load_predictor(predictor)  # its one-line error, before the learning stack loads
     provider, provenance = search_provider(m, predictor=predictor, measured=measured, collect=collect, warn=stderr.print)
     with _graph_progress(isinstance(provider, PredictedStages)) as progress:
         res = search_pipeline(m, provider, devices=devices, microbatches=microbatches, progress=progress)
