@@ -123,3 +123,15 @@ def test_a_missing_predictor_is_refused_before_torch_loads(tmp_path, argv):
     out = subprocess.run([sys.executable, "-c", code, *argv], check=False, capture_output=True, text=True, cwd=tmp_path)
     assert "MISSING_PRED: no predictor.json; train a predictor first" in out.stderr
     assert out.stdout.split() == ["exit", "1", "False"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--train-tokens", "1e12"], "--train-tokens counts for --objective time-to-train or cost, not time"),
+    (["--objective", "time-to-train", "--train-tokens", "1e12", "--gpu-hour-price", "2"],
+     "--gpu-hour-price counts for --objective cost only, not time-to-train"),
+    (["--gpu-hour-price", "2"], "--gpu-hour-price counts for --objective cost only, not time (the default)"),
+])  # fmt: skip
+def test_search_numbers_its_objective_does_not_use_are_refused(extra, message):
+    """They were dropped in silence: a user asking for time-to-train got the iteration-time ranking."""
+    res = _run("search", "llama2-7b", "--gpus", "8", "--global-batch", "64", *extra)
+    assert message in _error(res)

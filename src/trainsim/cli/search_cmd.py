@@ -112,6 +112,13 @@ def search(
     from trainsim.search.llm import check_objective
 
     check_objective(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # before any note
+    # a number the objective does not use would be dropped in silence: the ranking not the one asked for
+    if train_tokens is not None and objective == "time":
+        raise ConfigError("--train-tokens counts for --objective time-to-train or cost, not time (the default, "
+                          "which ranks by iteration time): add --objective time-to-train or cost")  # fmt: skip
+    if gpu_hour_price is not None and objective != "cost":
+        raise ConfigError(f"--gpu-hour-price counts for --objective cost only, not {objective}"
+                          f"{' (the default)' if objective == 'time' else ''}: add --objective cost")  # fmt: skip
     if simulate_top < top_k and fmt is Format.TABLE:
         stderr.print(f"--simulate-top {simulate_top} is below --top-k {top_k}: the best {top_k} screened plans are "
                      "simulated, so every reported plan is simulated")  # fmt: skip
