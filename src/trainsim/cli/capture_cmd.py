@@ -24,7 +24,7 @@ def capture_cmd(
     out: Path = typer.Option(..., "--out", help="Folder for rank{r}.kineto.json, rank{r}.et.json, capture.json."),
     nproc: int = typer.Option(1, "--nproc", help="Ranks (processes) on this host; >1 wraps the model in DDP."),
     steps: int = typer.Option(3, "--steps", help="Traced steps, in each of the Kineto and ET runs."),
-    warmup: int = typer.Option(2, "--warmup", help="Untraced steps before the traced ones."),
+    warmup: int = typer.Option(2, "--warmup", help="Untraced steps before the traced ones (at least 1: the profiler warms up on the last)."),
     device: str = typer.Option("cpu", "--device", help="cpu (gloo) or cuda (NCCL, one GPU per rank)."),
     batch_size: int | None = typer.Option(None, "--batch-size", help="Per-rank batch size (default: the example's)."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="Tokens per sequence (gpt2: 1-128; llama: on CPU, any; default: the example's 64)."),

@@ -27,7 +27,7 @@ def _gib(b: float) -> str:
 @app.command()
 def predict(
     *,
-    model: str = typer.Argument(..., metavar="MODEL", help="Catalog model (e.g. llama2-7b, llama3-70b, gpt3-175b, mixtral-8x7b; `trainsim models` lists them), or a HuggingFace config.json / folder holding one."),
+    model: str = typer.Argument(..., metavar="MODEL", help="Catalog model (e.g. llama2-7b, llama3-70b, gpt3-175b, mixtral-8x7b; `trainsim models` lists them), a HuggingFace config.json / folder holding one, or a YAML spec of ModelSpec fields (examples/models/gpt-1.3b.yaml)."),
     system: str = typer.Option("dgx-a100", "--system", help="Catalog system (name or YAML): device, GPUs per node, network tiers."),
     gpus: int | None = typer.Option(None, "--gpus", min=1, help="Total GPUs; checked against tp×cp×dp×pp (dp is derived from it when not given)."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree."),

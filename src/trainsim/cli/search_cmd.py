@@ -50,7 +50,7 @@ TIGHT_MEMORY = 0.95  # plans above this share of the memory limit are marked: th
 @app.command()
 def search(
     *,
-    model: str = typer.Argument(..., metavar="MODEL", help="Catalog model or HuggingFace config.json (as for `trainsim predict`)."),
+    model: str = typer.Argument(..., metavar="MODEL", help="Catalog model, HuggingFace config.json or YAML model spec (as for `trainsim predict`)."),
     system: str = typer.Option("dgx-a100", "--system", help="Catalog system (name or YAML)."),
     gpus: int = typer.Option(..., "--gpus", min=1, help="Total GPUs (dp = gpus / (tp×cp×pp))."),
     global_batch: int = typer.Option(..., "--global-batch", min=1, help="Sequences per iteration."),
