@@ -135,3 +135,20 @@ def test_search_numbers_its_objective_does_not_use_are_refused(extra, message):
     """They were dropped in silence: a user asking for time-to-train got the iteration-time ranking."""
     res = _run("search", "llama2-7b", "--gpus", "8", "--global-batch", "64", *extra)
     assert message in _error(res)
+
+
+@pytest.mark.parametrize(("doc", "got"), [
+    ('{"schema_version": 1, "per_op": {}}', "got schema_version 1)"),
+    ("{}", "got no schema_version)"),
+    ("[1]", "got a JSON list)"),
+])  # fmt: skip
+def test_a_foreign_overhead_database_says_what_was_expected_and_found(tmp_path, doc, got):
+    """It read "not an overhead database (schema_version 1.1)": the version it wanted, as if the file's."""
+    from trainsim.host.overheads import SCHEMA_VERSION, OverheadDB
+
+    p = tmp_path / "db.json"
+    p.write_text(doc)
+    with pytest.raises(ConfigError) as e:
+        OverheadDB.load(p)
+    assert f"expected schema_version {SCHEMA_VERSION!r}, {got}" in str(e.value)
+    assert "trainsim analyze --overhead-db" in str(e.value)

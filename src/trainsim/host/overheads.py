@@ -204,7 +204,10 @@ class OverheadDB:
             raise ConfigError(f"{p}: an overhead database of an older trainsim (its T1 counts waiting the "
                               "simulator derives itself: +40–56 %); write it again with `trainsim analyze --overhead-db`")  # fmt: skip
         if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-            raise ConfigError(f"{p}: not an overhead database (schema_version {SCHEMA_VERSION})")
+            got = (f"a JSON {type(doc).__name__}" if not isinstance(doc, dict) else "no schema_version"
+                   if "schema_version" not in doc else f"schema_version {doc['schema_version']!r}")  # fmt: skip
+            raise ConfigError(f"{p}: not an overhead database of this trainsim (expected schema_version "
+                              f"{SCHEMA_VERSION!r}, got {got}); write one with `trainsim analyze --overhead-db`")  # fmt: skip
         if doc.get("unit", "s") != "s":
             raise ConfigError(f"{p}: unit {doc.get('unit')!r}; an overhead database holds seconds (unit \"s\")")
         for key in ("per_op", "global"):
