@@ -152,3 +152,12 @@ def test_a_foreign_overhead_database_says_what_was_expected_and_found(tmp_path, 
         OverheadDB.load(p)
     assert f"expected schema_version {SCHEMA_VERSION!r}, {got}" in str(e.value)
     assert "trainsim analyze --overhead-db" in str(e.value)
+
+
+def test_a_device_file_given_as_a_system_or_the_reverse_says_so():
+    """It read "field vendor: unknown field (a misspelling of tiers?) (also: ...)"."""
+    data = ROOT / "src" / "trainsim" / "hardware" / "data"
+    msg = _error(_run("predict", "llama2-7b", "--system", str(data / "device_a100_sxm4_80gb.yaml")))
+    assert "device_a100_sxm4_80gb.yaml: a device file, not a system" in msg
+    msg = _error(_run("shard", str(ROOT / "examples" / "dlrm_tables.json"), "--device", str(data / "system_dgx_a100.yaml")))
+    assert "system_dgx_a100.yaml: a system file, not a device" in msg

@@ -46,7 +46,27 @@ def _load_yaml(text: str, origin: str, model: type[_M], *, packaged: bool = Fals
     try:
         return model.model_validate(doc)
     except ValidationError as e:
+        other = _other_kind(doc, model)
+        if other is not None:  # a device file where a system goes, or the reverse
+            raise ConfigError(f"{origin}: {other}") from None
         raise ConfigError(f"{origin}: {validation_message(e)}") from None
+
+
+def _other_kind(doc: dict[Any, Any], model: type[BaseModel]) -> str | None:
+    """What to say of a file that is the other kind of hardware file than ``model`` (every
+    field of it that the wanted kind lacks is the other kind's): None when it is not one."""
+    keys = set(map(str, doc))
+    wanted, other = (SystemSpec, DeviceSpec) if model is SystemSpec else (DeviceSpec, SystemSpec)
+    foreign = keys - set(wanted.model_fields)
+    if not foreign or not foreign <= set(other.model_fields) or not _REQUIRED[other] <= keys:
+        return None
+    if other is DeviceSpec:
+        return ("a device file, not a system (it has no tiers); give a system YAML that names it "
+                "(device: this file, gpus_per_node, tiers; `trainsim hw show dgx-a100` shows one), or a catalog system")
+    return "a system file, not a device; give its device (the file or catalog name its device field names)"
+
+
+_REQUIRED = {m: {n for n, f in m.model_fields.items() if f.is_required()} for m in (DeviceSpec, SystemSpec)}
 
 
 def validation_message(e: ValidationError, prefix: str = "") -> str:
