@@ -161,3 +161,16 @@ def test_a_device_file_given_as_a_system_or_the_reverse_says_so():
     assert "device_a100_sxm4_80gb.yaml: a device file, not a system" in msg
     msg = _error(_run("shard", str(ROOT / "examples" / "dlrm_tables.json"), "--device", str(data / "system_dgx_a100.yaml")))
     assert "system_dgx_a100.yaml: a system file, not a device" in msg
+
+
+def test_debug_after_the_command_shows_the_traceback():
+    """``trainsim predict X --debug`` (added to a command that just failed) was "No such option"."""
+    from trainsim.cli.main import _debug_first
+
+    argv = ["trainsim", "predict", "x", "--debug", "--gpus", "8"]
+    assert _debug_first(argv) and argv == ["trainsim", "--debug", "predict", "x", "--gpus", "8"]
+    argv = ["trainsim", "x", "--", "--debug"]
+    assert not _debug_first(argv) and argv == ["trainsim", "x", "--", "--debug"]
+    out = subprocess.run([sys.executable, "-m", "trainsim", "predict", "nosuch-model", "--debug"],
+                         check=False, capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 1 and "Traceback" in out.stderr and "unknown model 'nosuch-model'" in out.stderr

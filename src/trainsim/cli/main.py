@@ -116,9 +116,22 @@ def _ignore_late_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _debug_first(argv: list[str]) -> bool:
+    """Whether ``--debug`` is given; given after the command (``trainsim predict X --debug``, as
+    one adds it to a command that just failed) it moves before it, where the option lives (it
+    was "No such option: --debug"). Arguments after ``--`` are left alone."""
+    args = argv[1 : argv.index("--")] if "--" in argv[1:] else argv[1:]
+    if "--debug" not in args:
+        return False
+    if args[0] != "--debug":
+        i = argv.index("--debug", 1)
+        argv[1:] = ["--debug", *argv[1:i], *argv[i + 1 :]]
+    return True
+
+
 def app_entry() -> None:
     """Console-script entry point with the error contract (exit 1 + one line on TrainsimError)."""
-    debug = "--debug" in sys.argv
+    debug = _debug_first(sys.argv)
     try:
         _register()  # imports every command module: a Ctrl-C in it is an interrupt like any other
         # standalone mode: click/typer print usage errors themselves and exit 2.
