@@ -174,3 +174,14 @@ def test_debug_after_the_command_shows_the_traceback():
     out = subprocess.run([sys.executable, "-m", "trainsim", "predict", "nosuch-model", "--debug"],
                          check=False, capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 1 and "Traceback" in out.stderr and "unknown model 'nosuch-model'" in out.stderr
+
+
+def test_search_table_states_the_provenance_of_calibrated_plans():
+    """A table of calibrated plans said nothing of where its times came from (only a † on
+    spec-based plans did)."""
+    res = _run("search", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--top-k", "2", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    assert "provenance: every plan listed is calibrated" in res.stderr
+    res = _run("search", "llama2-7b", "--system", "dgx-h200", "--gpus", "8", "--global-batch", "64", "--top-k", "2",
+               "--workers", "1")  # fmt: skip
+    assert res.exit_code == 0 and "† some operators or collectives" in res.stderr and "provenance: every" not in res.stderr

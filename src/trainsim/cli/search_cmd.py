@@ -192,7 +192,11 @@ def search(
         Console(width=None if sys.stdout.isatty() else 160).print(t)
         if uncalibrated:
             stderr.print("† some operators or collectives of this plan are spec-based (no measurements): its time "
-                         "is optimistic beside the calibrated plans; `trainsim predict` with the plan lists them")  # fmt: skip
+                         "is optimistic beside the calibrated plans; `trainsim predict` with the plan lists them"
+                         + ("; the unmarked plans are calibrated" if uncalibrated < len(r["plans"]) else ""))  # fmt: skip
+        elif r["plans"]:  # the table states every prediction's provenance, as `predict` does
+            stderr.print("provenance: every plan listed is calibrated (its operators and collectives timed from "
+                         "measurements); `trainsim predict` with a plan details it")  # fmt: skip
         if tight:
             stderr.print(f"‡ the plan needs more than {TIGHT_MEMORY:.0%} of the {capacity / 2**30:.1f} GiB per GPU: the "
                          "memory model leaves out allocator fragmentation and temporaries, so it may not fit; "
