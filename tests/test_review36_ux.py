@@ -185,3 +185,10 @@ def test_search_table_states_the_provenance_of_calibrated_plans():
     res = _run("search", "llama2-7b", "--system", "dgx-h200", "--gpus", "8", "--global-batch", "64", "--top-k", "2",
                "--workers", "1")  # fmt: skip
     assert res.exit_code == 0 and "† some operators or collectives" in res.stderr and "provenance: every" not in res.stderr
+
+
+def test_validate_predtop_refuses_a_bad_fraction_before_training():
+    """--fractions 0.3,1.5 trained the 0.3 predictors (minutes) before 1.5 failed."""
+    res = _run("validate", "predtop", "--fractions", "1.5")
+    assert "--fractions 1.5: each training fraction must be in (0, 0.9)" in _error(res)
+    assert "[predtop]" not in res.output  # no training started

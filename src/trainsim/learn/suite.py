@@ -43,18 +43,23 @@ def packaged_dataset() -> Path:
 
 
 def _parse_fractions(text: str | None) -> tuple[float, ...]:
-    from trainsim.learn.evaluate import FRACTIONS
+    from trainsim.learn.evaluate import FRACTIONS, VAL_FRACTION
 
     if text is None:
         return (0.3,)
     if text == "all":
         return FRACTIONS
     try:
-        return tuple(float(x) for x in text.split(","))
+        out = tuple(float(x) for x in text.split(","))
     except ValueError:
         raise ConfigError(
             f"fractions must be 'all' or comma-separated numbers, got {text!r}"
         ) from None
+    bad = [f for f in out if not 0.0 < f < 1.0 - VAL_FRACTION]  # refused before the first training
+    if bad:
+        raise ConfigError(f"--fractions {text}: each training fraction must be in (0, {1 - VAL_FRACTION:g}) "
+                          f"({VAL_FRACTION:g} validates, the rest tests), got {bad[0]:g}")  # fmt: skip
+    return out
 
 
 def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str | None = None,
