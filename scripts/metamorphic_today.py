@@ -1,6 +1,7 @@
 """Metamorphic / physics sweep over the 2026-12-03 LLM features: search --framework and
 --trim-end-stages, multi-token prediction, compute/comm contention, the interleaved schedule's
-end-part chunk, the busiest stage's breakdown, and a 2x-FLOP/s device copy.
+end-part chunk, the busiest stage's breakdown, a 2x-FLOP/s device copy; context-parallel
+schemes (--cp-comm-type) with and without sliding windows, and --impl hf MoE paths.
 
 Each relation is checked over sampled plans of several models and systems; a violation prints
 one line with the plan and the numbers. Exit 1 when any relation fails.
@@ -231,6 +232,57 @@ def check_rope() -> None:
         count("RoPE configs")
 
 
+def check_cp_and_hf_moe() -> None:
+    """Context-parallel schemes (Plan.cp_comm) and --impl hf MoE paths (Plan.hf_experts):
+    at cp 1 every scheme is the ring-less plan; a longer sequence is never faster under any
+    scheme; a bigger window (below seq) is never faster under any scheme; the grouped_mm path is
+    never slower than the eager loop; more tokens never make an hf MoE step faster."""
+    for model, system, tp in (("llama3-8b", "dgx-h100", 1), ("llama2-7b", "dgx-h100", 4), ("mistral-7b", "dgx-h100", 1)):
+        base = Plan(tp=tp, dp=1, micro_batch=1, global_batch=2, seq_len=16384)
+        ref = predict_llm(model, base, system, simulate=False).iteration_time_s
+        for comm in ("all_gather", "a2a"):
+            t = predict_llm(model, replace(base, cp_comm=comm), system, simulate=False).iteration_time_s
+            if t != ref:
+                bad("cp 1: every cp_comm is the same plan", f"{model} {comm}: {t!r} vs p2p {ref!r}")
+            count("cp schemes")
+        for cp in (2, 4):
+            for comm in ("p2p", "all_gather", "a2a"):
+                prev = 0.0
+                for seq in (8192, 16384, 32768):
+                    plan = replace(base, cp=cp, cp_comm=comm, seq_len=seq)
+                    try:
+                        t = predict_llm(model, plan, system, simulate=False).iteration_time_s
+                    except TrainsimError:
+                        continue
+                    if t < prev * (1 - REL):
+                        bad("longer seq never faster (cp)", f"{model} {plan.label()}: {t:.6g} < {prev:.6g}")
+                    prev = t
+                    count("cp schemes")
+    for cp in (2, 4):
+        for comm in ("p2p", "all_gather", "a2a"):
+            prev = 0.0
+            for w in (512, 2048, 8192, 16000):
+                m = replace(get_model("mistral-7b"), sliding_window=w)
+                t = predict_llm(m, Plan(tp=1, cp=cp, cp_comm=comm, dp=1, micro_batch=1, global_batch=2,
+                                        seq_len=16384), "dgx-h100", simulate=False).iteration_time_s  # fmt: skip
+                if t < prev * (1 - REL):
+                    bad("bigger window never faster (cp)", f"cp {cp} {comm} window {w}: {t:.6g} < {prev:.6g}")
+                prev = t
+                count("cp windows")
+    for model in ("mixtral-8x7b", "qwen3-30b-a3b"):
+        prev = {"grouped_mm": 0.0, "eager": 0.0}
+        for mb, seq in ((1, 1024), (1, 4096), (2, 4096)):
+            t = {e: predict_llm(model, Plan(impl="hf", hf_experts=e, micro_batch=mb, global_batch=mb, seq_len=seq),
+                                "dgx-h100", simulate=False).iteration_time_s for e in ("grouped_mm", "eager")}  # fmt: skip
+            if t["grouped_mm"] > t["eager"] * (1 + REL):
+                bad("hf grouped_mm <= eager loop", f"{model} mb {mb} seq {seq}: {t}")
+            for e, v in t.items():
+                if v < prev[e] * (1 - REL):
+                    bad("hf MoE: more tokens never faster", f"{model} {e} mb {mb} seq {seq}: {v:.6g} < {prev[e]:.6g}")
+                prev[e] = v
+            count("hf MoE")
+
+
 def best(res: dict) -> float:
     return min((p["iteration_time_s"] for p in res["plans"]), default=float("inf"))
 
@@ -320,6 +372,7 @@ def main() -> int:
             print(f"{model} {system}: {checked} plans so far, {len(violations)} violations", flush=True)
     check_mtp(rng, max(a.plans // 6, 4))
     check_rope()
+    check_cp_and_hf_moe()
     if not a.no_search:
         check_search(a.deepseek_search)
     print(f"{checked} plans ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}), {len(violations)} violations")
