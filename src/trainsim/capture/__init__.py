@@ -86,6 +86,10 @@ def capture(
             progress(busy)
 
     try:
+        # numpy first, in Python: torch's C initialisation imports it itself and swallows what
+        # that import raises ("Failed to initialize NumPy"), so a Ctrl-C in the first second of
+        # a capture, while torch was loading, was lost and the capture ran on (exit 0)
+        import numpy  # noqa: F401
         import torch
 
         from trainsim.capture.distributed import run_ranks
