@@ -12,7 +12,15 @@ from rich.console import Console
 from rich.table import Table
 
 from trainsim.cli.main import app
-from trainsim.cli.output import Format, emit_json, json_target, log, not_an_input, writable_path
+from trainsim.cli.output import (
+    Format,
+    emit_json,
+    json_target,
+    log,
+    not_an_input,
+    searchable_output,
+    writable_path,
+)
 
 hw_app = typer.Typer(name="hw", help="Hardware catalog: devices and systems.", no_args_is_help=True)
 app.add_typer(hw_app, name="hw")
@@ -59,17 +67,18 @@ def fit_comm_cmd(
     from trainsim.comm.model import canonical_kind
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_device, get_system
-    from trainsim.ir.serialize import output_path
 
     if output is not None:  # before the fit: a wrong path should not cost the fitting time
+        searchable_output(output, "--output")
         if output.is_dir():
             raise ConfigError(f"--output {output}: is a folder; give a file path (e.g. {output / 'comm.json'})")
         if output.suffix != ".json":
             raise ConfigError(f"--output {output}: collective model artifacts are .json files")
         not_an_input(output, datasets, "--output")
         json_target(output, "--output", "comm model")  # a previous fit's artifact only
-        writable_path(output, "--output")  # a folder that takes no file: refused before the fit
-        output_path(output)
+        # a folder that takes no file: refused before the fit; its folder is made when it is written
+        # (made here, a failed or interrupted fit left it behind empty)
+        writable_path(output, "--output")
     ds = read_comm_dataset(
         datasets, name=name, timing=timing, kind=canonical_kind(kind) if kind else None
     )

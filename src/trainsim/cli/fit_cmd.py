@@ -120,7 +120,6 @@ def fit_cmd(
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_device
     from trainsim.ir.kinds import KernelFamily
-    from trainsim.ir.serialize import output_path
     from trainsim.kernels import (
         DEFAULT_KINDS,
         family_summary,
@@ -133,8 +132,9 @@ def fit_cmd(
         if output.suffix != ".npz":
             raise ConfigError(f"--output {output}: kernel model artifacts are .npz files")
         not_an_input(output, datasets, "--output")
-        writable_path(output, "--output")  # a folder that takes no file: refused before the fit
-        output_path(output)
+        # a folder that takes no file: refused before the fit; its folder is made when it is written
+        # (made here, a failed or interrupted fit left it behind empty)
+        writable_path(output, "--output")
         from trainsim.kernels.registry import is_kernel_artifact
 
         if output.is_file() and output.stat().st_size and not is_kernel_artifact(output):

@@ -119,13 +119,14 @@ def _ignore_late_interrupts() -> None:
 def _debug_first(argv: list[str]) -> bool:
     """Whether ``--debug`` is given; given after the command (``trainsim predict X --debug``, as
     one adds it to a command that just failed) it moves before it, where the option lives (it
-    was "No such option: --debug"). Arguments after ``--`` are left alone."""
-    args = argv[1 : argv.index("--")] if "--" in argv[1:] else argv[1:]
-    if "--debug" not in args:
+    was "No such option: --debug"); given twice (before and after the command) it is given once.
+    Arguments after ``--`` are left alone. ``--debug`` where an option's value goes is taken as
+    the flag (``--system --debug``: "Option '--system' requires an argument", as for a value
+    forgotten; no option here takes "--debug" for a value)."""
+    end = argv.index("--", 1) if "--" in argv[1:] else len(argv)
+    if "--debug" not in argv[1:end]:
         return False
-    if args[0] != "--debug":
-        i = argv.index("--debug", 1)
-        argv[1:] = ["--debug", *argv[1:i], *argv[i + 1 :]]
+    argv[1:] = ["--debug", *(a for a in argv[1:end] if a != "--debug"), *argv[end:]]
     return True
 
 

@@ -50,6 +50,7 @@ def not_an_input(output: Path | None, inputs: Iterable[Path | str], flag: str, *
 
     if output is None:
         return
+    searchable_output(output, flag)
     out = Path(output).expanduser().resolve()
     for given in inputs:
         p = Path(given).expanduser().resolve()
@@ -138,6 +139,7 @@ def _existing_head(output: Path, flag: str, size: int, example: str) -> bytes | 
     from trainsim.errors import ConfigError
 
     out = Path(output).expanduser()
+    searchable_output(output, flag)
     if out.is_dir():
         raise ConfigError(f"{flag} {output}: is a folder; give a file path{example}")
     if not out.exists():
@@ -147,6 +149,19 @@ def _existing_head(output: Path, flag: str, size: int, example: str) -> bytes | 
             return f.read(size)
     except OSError as e:
         raise ConfigError(f"{flag} {output}: cannot read the existing file ({e.strerror})") from None
+
+
+def searchable_output(output: Path, flag: str) -> None:
+    """A one-line error for an output under a folder this user cannot search (``stat`` of the
+    path: Permission denied), which pathlib's exists()/is_dir() raise as a traceback."""
+    from trainsim.errors import ConfigError
+
+    try:
+        Path(output).expanduser().stat()
+    except PermissionError as e:
+        raise ConfigError(f"{flag} {output}: cannot write there ({e.strerror})") from None
+    except (OSError, ValueError):
+        pass  # not there (yet), a dangling link, ...: the checks after this one say what they find
 
 
 def log(msg: str) -> None:

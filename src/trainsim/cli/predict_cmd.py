@@ -20,6 +20,14 @@ _PROVENANCE = {
 }
 
 
+def carried(provenance: dict[str, Any]) -> list[str]:
+    """How a calibrated prediction's answers were carried past their measurements: beyond the
+    measured sizes, to an edited device spec (none: every answer within what was measured)."""
+    beyond = any("extrapolated" in k for part in ("kernels", "collectives") for k in provenance.get(part, {}))
+    rescaled = any("spec-rescaled" in k for k in provenance.get("kernels", {}))
+    return [w for w, c in (("beyond the measured sizes", beyond), ("to an edited device spec", rescaled)) if c]
+
+
 def _gib(b: float) -> str:
     return f"{b / 2**30:.1f} GiB"
 
@@ -167,10 +175,7 @@ def predict(
             if k != "stage":
                 t.add_row("  " + k.removesuffix("_s").replace("_", " "), f"{v * 1e3:,.1f} ms")
         label = _PROVENANCE.get(str(r.provenance["summary"]), str(r.provenance["summary"]))
-        carried = any("extrapolated" in k for part in ("kernels", "collectives") for k in r.provenance.get(part, {}))
-        rescaled = any("spec-rescaled" in k for k in r.provenance.get("kernels", {}))
-        if r.provenance["summary"] == "calibrated" and (carried or rescaled):
-            why = [w for w, c in (("beyond the measured sizes", carried), ("to an edited device spec", rescaled)) if c]
+        if r.provenance["summary"] == "calibrated" and (why := carried(r.provenance)):
             label = f"calibrated (from measurements, some carried {' and '.join(why)}: notes below)"
         t.add_row("provenance", label)
         if overlaps_comm(r.plan) or not r.plan.contention:

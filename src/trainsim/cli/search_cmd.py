@@ -195,8 +195,12 @@ def search(
                          "is optimistic beside the calibrated plans; `trainsim predict` with the plan lists them"
                          + ("; the unmarked plans are calibrated" if uncalibrated < len(r["plans"]) else ""))  # fmt: skip
         elif r["plans"]:  # the table states every prediction's provenance, as `predict` does
+            from trainsim.cli.predict_cmd import carried
+
+            why = list(dict.fromkeys(w for p in r["plans"] for w in carried(p["provenance"])))
             stderr.print("provenance: every plan listed is calibrated (its operators and collectives timed from "
-                         "measurements); `trainsim predict` with a plan details it")  # fmt: skip
+                         + (f"measurements, some carried {' and '.join(why)}" if why else "measurements")
+                         + "); `trainsim predict` with a plan details it")  # fmt: skip
         if tight:
             stderr.print(f"‡ the plan needs more than {TIGHT_MEMORY:.0%} of the {capacity / 2**30:.1f} GiB per GPU: the "
                          "memory model leaves out allocator fragmentation and temporaries, so it may not fit; "

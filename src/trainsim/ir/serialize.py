@@ -244,8 +244,10 @@ def _probe(folder: Path, who: str) -> None:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".trainsim-", suffix=".tmp")
     except OSError as e:
         raise ConfigError(f"{who}: cannot write there ({e.strerror or e})") from None
-    os.close(fd)
-    Path(tmp).unlink(missing_ok=True)
+    try:
+        os.close(fd)
+    finally:  # an interrupt (Ctrl-C) or an error here leaves no scratch file behind
+        Path(tmp).unlink(missing_ok=True)
 
 
 def writable_path(path: Path | str, flag: str = "") -> None:
@@ -253,15 +255,19 @@ def writable_path(path: Path | str, flag: str = "") -> None:
     creating nothing: not a folder, no file where a folder of its path should be, and the
     nearest folder of its path that exists takes a file (a scratch file made and removed: a
     read-only folder, a pseudo file system or an exhausted quota fails now, not once a fit or
-    simulation is done). ``flag``: the option to name."""
-    p = Path(path).expanduser()
+    simulation is done). ``flag``: the option to name. The path is the one the writers take,
+    as given: a quoted ``~`` is no home folder to them (nor here), nor is ``-`` stdout."""
+    p = Path(path)
     who = f"{flag} {path}" if flag else str(path)
-    if p.is_dir():
-        raise ConfigError(f"{who}: is a folder; give a file path to write")
-    blocker = _file_on_the_way(p.parent)
-    if blocker is not None:
-        raise ConfigError(f"{who}: cannot create its folder: {blocker} is a file, not a folder")
-    folder = next(q for q in (p.parent.absolute(), *p.parent.absolute().parents) if q.exists())
+    try:
+        if p.is_dir():
+            raise ConfigError(f"{who}: is a folder; give a file path to write")
+        blocker = _file_on_the_way(p.parent)
+        if blocker is not None:
+            raise ConfigError(f"{who}: cannot create its folder: {blocker} is a file, not a folder")
+        folder = next(q for q in (p.parent.absolute(), *p.parent.absolute().parents) if q.exists())
+    except OSError as e:  # a folder of the path that cannot be searched (stat: Permission denied)
+        raise ConfigError(f"{who}: cannot write there ({e.strerror or e})") from None
     _probe(folder, who)
 
 
