@@ -69,6 +69,13 @@ K_GROUPED, E_GROUPED = 8, (15, 30, 32)
 # width (21 x 4) differs from d, as Qwen3-30B-A3B's (32 x 128 = 2 d) does: its q/k norms, rotary
 # and o_proj input are T*q, and the q norm's per-head statistics T*h
 H_QWEN = 21
+# the dense censuses (llama, qwen3): head size 10, so that the query width (12 x 10 = 120) is
+# neither d (48) nor the key width (3 x 10 = 30), as in Qwen3-0.6B/4B (16 x 128 = 2 d,
+# 32 x 128 = 1.6 d) and Gemma (16 x 256 > d): the rotary's query half, the attention output and
+# o_proj's input are T*q, not T*d (with head size 4, 12 x 4 = d, and the first name of a size,
+# d, took them all until 2026-12-05); 12 heads, since LlamaConfig wants d a multiple of them
+HD_DENSE = 10
+DENSE_FAMILIES = ("llama", "qwen3")
 MOE_FAMILIES = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
 ZEROS = {"zeros", "new_zeros", "zeros_like"}
 GATHERS = {"index", "index_select"}
@@ -102,14 +109,16 @@ def _symbols(d: int, f: int, *, q: int, kv: int, hd: int, v: int, h: int = 0) ->
     return sym
 
 
-def _dense(heads: int) -> dict[int, str]:
-    """The dense symbols of an MoE census's tiny model with ``heads`` attention heads; with
-    Qwen3-MoE's (``H_QWEN``) the query sizes and ``T*h`` must be their own."""
-    if heads == H:
-        return _symbols(D, F, q=H * HD, kv=KV * HD, hd=HD, v=V)
-    sym = _symbols(D, F, q=heads * HD, kv=KV * HD, hd=HD, v=V, h=heads)
-    if not {"T*q", "T*q/2", "T*h"} <= set(sym.values()):
-        raise SystemExit(f"{heads} heads: a query size equals another symbol's; pick other dimensions")
+def _dense(heads: int, hd: int = HD) -> dict[int, str]:
+    """The dense symbols of a census's tiny model with ``heads`` attention heads of ``hd``;
+    where ``heads x hd`` is not ``d`` (Qwen3-MoE's ``H_QWEN`` heads, the dense censuses'
+    ``HD_DENSE``) the query and key sizes and ``T*h`` must be their own (Mixtral's ``q`` is ``d``)."""
+    if heads * hd == D:
+        return _symbols(D, F, q=D, kv=KV * hd, hd=hd, v=V)
+    sym = _symbols(D, F, q=heads * hd, kv=KV * hd, hd=hd, v=V, h=heads)
+    own = {"T*q", "T*q/2", "T*kv", "T*kv/2", "T*hd", "T*h"}
+    if not own <= set(sym.values()) or T * KV in sym:  # T*KV: the k norm's statistics, left unnamed
+        raise SystemExit(f"{heads} heads of {hd}: a query or key size equals another symbol's; pick other dimensions")
     return sym
 
 
@@ -143,22 +152,32 @@ def _grouped_symbols(d: int, f: int, experts: int, k: int, heads: int = H) -> di
 Calls = list[tuple[str, str, tuple[tuple[str, str], ...], str]]
 
 
-def census(family: str, layers: int, experts: int = 0) -> tuple[Calls, dict[str, int]]:
+def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE) -> tuple[Calls, dict[str, int]]:
     """One training step's memory-bound calls, and its host work (calls by kind per phase,
-    ``nodes``: the backward's autograd nodes)."""
+    ``nodes``: the backward's autograd nodes); ``hd``: a dense LLaMA or Qwen3 model's head
+    size (an MoE family's is ``HD``)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     torch.manual_seed(0)
     route = None
-    if family == "llama":
-        from transformers import LlamaConfig, LlamaForCausalLM
+    if family in DENSE_FAMILIES:
+        # llama: transformers' LLaMA; qwen3: its dense Qwen3 (LLaMA's modules and per-head q/k
+        # RMSNorms, Qwen3Attention's, as Qwen3-MoE's); untied embeddings (LLaMA-3's, Qwen3-8B's)
+        dense: dict[str, Any] = {
+            "hidden_size": D, "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": hd,
+            "intermediate_size": F, "num_hidden_layers": layers, "vocab_size": V, "max_position_embeddings": L,
+            "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0,
+            "attn_implementation": "sdpa"}  # fmt: skip
+        if family == "llama":
+            from transformers import LlamaConfig, LlamaForCausalLM
 
-        cfg = LlamaConfig(hidden_size=D, num_attention_heads=H, num_key_value_heads=KV, head_dim=HD, intermediate_size=F,
-                          num_hidden_layers=layers, vocab_size=V, max_position_embeddings=L, tie_word_embeddings=False,
-                          bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation="sdpa")  # fmt: skip
-        model = LlamaForCausalLM(cfg)
-        sym = _symbols(D, F, q=H * HD, kv=KV * HD, hd=HD, v=V)
+            model = LlamaForCausalLM(LlamaConfig(**dense))
+        else:
+            from transformers import Qwen3Config, Qwen3ForCausalLM
+
+            model = Qwen3ForCausalLM(Qwen3Config(**dense))
+        sym = _dense(H, hd)
     elif family == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -343,7 +362,8 @@ def _moe_family(family: str) -> dict[str, object]:
         return {k[1]: v for k, v in sorted(d.items()) if k[0] == what}
 
     parts = {"layer": base, "expert": expert, "rest": dict(rest[e1])}
-    one, two = (_counts(*census("llama", n)) for n in (1, 2))  # a LLaMA layer of the same size
+    # a LLaMA layer of the same size (its host counts: the calls, not their sizes)
+    one, two = (_counts(*census("llama", n, hd=HD)) for n in (1, 2))
     dense = {k: two[k] - one[k] for k in two if k[0] == "host"}
     block = {k: base.get(k, 0) - dense.get(k, 0) for k in base.keys() | dense.keys() if k[0] == "host"}
     return {part: entries(d) for part, d in parts.items()} | {
@@ -386,7 +406,7 @@ def _grouped_family(family: str = "mixtral_grouped") -> dict[str, object]:
     if any(f != found[0] for f in found):
         raise SystemExit(f"{family}: the census changes with the expert count ({E_GROUPED}): a per-expert call?")
     lay, experts, rest, host = found[0]
-    one, two = (census("llama", n)[1] for n in (1, 2))  # a LLaMA layer of the same size
+    one, two = (census("llama", n, hd=HD)[1] for n in (1, 2))  # a LLaMA layer of the same size
     block = {k: host[k] - (two.get(k, 0) - one.get(k, 0)) for k in host.keys() | one.keys() | two.keys()}
 
     def entries(d: Counter[tuple[str, ...]]) -> list[list[object]]:
@@ -411,13 +431,13 @@ def main() -> int:
                 "stands for the training dtype), count (tensors of that size read or written by those calls); kernels: the calls per part and phase; "
                 "an MoE family (mixtral) also: Te tokens per expert, k top-k, E experts, weight sizes (2f*d, E*2f*d, ...); part expert: "
                 "one expert's turn in the loop (times the experts hit); mixtral_grouped (transformers 5's default grouped_mm): T*k token-expert "
-                "pairs and their rows (T*k*d, ...), qwen3_moe and qwen3_moe_grouped the same for Qwen3-MoE (T*h: tokens x heads), part experts: the experts module's calls but its grouped GEMMs; host: aten calls by kind, syncs and autograd nodes per part "
+                "pairs and their rows (T*k*d, ...), qwen3_moe and qwen3_moe_grouped the same for Qwen3-MoE (T*h: tokens x heads); qwen3: dense Qwen3 (LLaMA's and per-head q/k norms), part experts: the experts module's calls but its grouped GEMMs; host: aten calls by kind, syncs and autograd nodes per part "
                 "(block: the layer's beyond a LLaMA layer's)",
         "command": "python scripts/hf_eager_census.py",
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
         "families": {},
     }
-    for family in ("llama", "gpt2"):
+    for family in ("llama", "qwen3", "gpt2"):
         one, _ = census(family, 1)
         two, _ = census(family, 2)
         t1, t2 = _tally(one), _tally(two)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from trainsim.builders.eager import CENSUS, eager_bytes, family_of, symbols
-from trainsim.builders.models import get_model
+from trainsim.builders.models import get_model, hf_config_from_dict
 from trainsim.builders.plan import Plan
-from trainsim.builders.predict import predict_llm
+from trainsim.builders.predict import dense_family_notes, predict_llm
+from trainsim.builders.spec import ModelSpec
 from trainsim.errors import ConfigError
 
 
@@ -50,7 +52,7 @@ def test_eager_bytes_grow_with_tokens_and_the_backward_moves_more():
 
 def test_census_symbols_cover_every_entry():
     doc = json.loads(CENSUS.read_text(encoding="utf-8"))
-    models = {"llama": "llama3-8b", "gpt2": "gpt2", "mixtral": "mixtral-8x7b", "mixtral_grouped": "mixtral-8x7b",
+    models = {"llama": "llama3-8b", "qwen3": "qwen3-8b", "gpt2": "gpt2", "mixtral": "mixtral-8x7b", "mixtral_grouped": "mixtral-8x7b",
               "qwen3_moe": "qwen3-30b-a3b", "qwen3_moe_grouped": "qwen3-30b-a3b"}  # fmt: skip
     parts = {"mixtral": ("layer", "expert", "rest"), "mixtral_grouped": ("layer", "experts", "rest"),
              "qwen3_moe": ("layer", "expert", "rest"), "qwen3_moe_grouped": ("layer", "experts", "rest")}  # fmt: skip
@@ -63,6 +65,95 @@ def test_census_symbols_cover_every_entry():
                 # (autograd adds each later expert's gradient into the first's)
                 assert phase in ("fwd", "bwd") and size in sym and (count > 0 or part == "layer"), (call, size)
                 assert dtype in ("bfloat16", "float32", "int64"), (call, dtype)
+
+
+# Qwen3-0.6B (the Hub's config): 16 heads of 128, twice its hidden size of 1,024
+QWEN3_06B = {"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
+             "max_position_embeddings": 40960, "tie_word_embeddings": True}  # fmt: skip
+
+
+def _qwen3_06b() -> ModelSpec:
+    return hf_config_from_dict(QWEN3_06B, Path("Qwen3-0.6B/config.json"))
+
+
+def test_dense_census_tells_the_query_width_from_the_hidden_size():
+    """The llama and qwen3 censuses were recorded with a query width (heads x head size) that is
+    neither d nor the key width: the rotary's query half, the attention output and o_proj's input
+    are T*q (recorded with q = d, they were all T*d, and a model whose q is not d, Qwen3-0.6B's
+    2 d or Gemma's, moved d-wide queries)."""
+    fams = json.loads(CENSUS.read_text(encoding="utf-8"))["families"]
+    for name in ("llama", "qwen3"):
+        layer = {(ph, call, size) for ph, call, size, _, _ in fams[name]["layer"]}
+        # apply_rotary_pos_emb on the queries: rotate_half's negated half, the cat, q * cos + ...
+        assert {("fwd", "neg", "T*q/2"), ("fwd", "cat", "T*q"), ("fwd", "mul", "T*q"), ("fwd", "add", "T*q"),
+                ("bwd", "neg", "T*q/2"), ("bwd", "slice_backward", "T*q")} <= layer, name  # fmt: skip
+    # a LLaMA model: only the query width differs; the forward's rotary moves 10 query-wide
+    # bf16 tensors (q*cos read and written, rotate_half's two halves negated and their cat, the
+    # product with sin, the sum), the census's T*q entries
+    m = get_model("llama3-8b")
+    wide = replace(m, heads=2 * m.heads, head_dim=m.d_head)  # q = 2 d; kv the same
+    assert wide.q_width == 2 * m.hidden and wide.kv_width == m.kv_width
+    d, _ = eager_bytes(m, "layer", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
+    q, _ = eager_bytes(wide, "layer", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
+    assert q - d == 10 * 4096 * (wide.q_width - m.hidden) * 2
+
+
+def test_qwen3_06b_hf_bytes_are_the_census_at_its_query_width():
+    """Qwen3-0.6B under --impl hf: the census's bytes evaluated with q = heads x head size
+    (2,048), not d (1,024)."""
+    m = _qwen3_06b()
+    assert family_of(m) == "qwen3" and m.q_width == 16 * 128 == 2 * m.hidden
+    fam = json.loads(CENSUS.read_text(encoding="utf-8"))["families"]["qwen3"]
+    tokens, size = 4096.0, {"d": 1024, "q": 2048, "kv": 1024, "f": 3072, "hd": 128, "h": 16}
+
+    def by_hand(width: dict[str, int], phase: str) -> float:
+        total = 0.0
+        for ph, call, sym, dtype, count in fam["layer"]:
+            if ph != phase or call in ("bernoulli_", "div_"):  # the CPU's dropout, dropped
+                continue
+            base, half = (sym[:-2], 0.5) if sym.endswith("/2") else (sym, 1.0)
+            n = tokens if base == "T" else tokens * width[base.removeprefix("T*")]
+            total += count * n * half * (2 if dtype == "bfloat16" else 4)
+        return total
+
+    for phase in ("fwd", "bwd"):
+        got, kernels = eager_bytes(m, "layer", phase, tokens=tokens, seq=tokens, dtype_bytes=2)
+        assert got == by_hand(size, phase) and kernels == fam["kernels"]["layer"][phase]
+        assert got > by_hand(size | {"q": 1024}, phase)  # q taken as d: less
+    # the op predict times carries that census
+    r = predict_llm(m, Plan(micro_batch=1, seq_len=4096, impl="hf"), "dgx-h100", gpus=1, simulate=False)
+    layer = [o for o in r.stages[0].layer_ops if o.name == "hf_eager_layer"]
+    assert [o.launches for o in layer] == [fam["kernels"]["layer"]["fwd"], fam["kernels"]["layer"]["bwd"]]
+
+
+def test_dense_qwen3_census_has_its_per_head_qk_norms():
+    """Dense Qwen3 takes its own census (Qwen3ForCausalLM: LLaMA's calls and per-head q/k
+    RMSNorms, fp32, statistics T*h), and predict no longer says its q/k norms are left out."""
+    fams = json.loads(CENSUS.read_text(encoding="utf-8"))["families"]
+    for name in ("qwen3-8b", "gemma3-12b"):
+        assert family_of(get_model(name)) == "qwen3"
+    assert family_of(get_model("olmo2-7b")) == "llama"  # its q/k norms span the projections: not Qwen3's
+    llama = {tuple(e[:4]): e[4] for e in fams["llama"]["layer"]}
+    qwen3 = {tuple(e[:4]): e[4] for e in fams["qwen3"]["layer"]}
+    # the q norm: its fp32 upcast of T*q, the per-head statistics; the k norm's over T*kv
+    assert ("fwd", "rsqrt", "T*h", "float32") in qwen3 and ("fwd", "pow", "T*q", "float32") in qwen3
+    assert ("fwd", "pow", "T*kv", "float32") in qwen3 and ("fwd", "pow", "T*kv", "float32") not in llama
+    assert fams["qwen3"]["rest"] == fams["llama"]["rest"]
+    assert fams["qwen3"]["kernels"]["layer"]["fwd"] > fams["llama"]["kernels"]["layer"]["fwd"]
+    m = get_model("qwen3-8b")
+    hf = Plan(micro_batch=1, seq_len=4096, impl="hf")
+    assert not any("q/k norms" in n for n in dense_family_notes(m, hf))
+    b_qwen3, _ = eager_bytes(m, "layer", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
+    b_llama, _ = eager_bytes(replace(m, qk_norm="none"), "layer", "fwd", tokens=4096, seq=4096, dtype_bytes=2)
+    # two more RMSNorms, each over at least its fp32 input read and written
+    assert b_qwen3 - b_llama > 2 * 4 * 4096 * (m.q_width + m.kv_width)
+    # Gemma 3's norms after attention and MLP are still not in it; OLMo 2's q/k norms neither
+    notes = dense_family_notes(get_model("gemma3-12b"), hf)
+    assert any("HuggingFace's Qwen3 modules: this model's norms after attention and MLP are not in it" in n
+               for n in notes)  # fmt: skip
+    assert any("LLaMA modules: this model's q/k norms are not in it" in n
+               for n in dense_family_notes(get_model("olmo2-7b"), hf))  # fmt: skip
 
 
 def test_mixtral_census_is_the_eager_expert_loop():
@@ -366,10 +457,11 @@ def test_shipped_eager_factor_is_what_the_script_measures():
 
 def test_hf_note_names_what_the_census_leaves_out_for_qwen3_models():
     """The Qwen3-MoE census records its per-head q/k norms: predict's note no longer says they
-    are missing; a dense Qwen3, timed with LLaMA's census, still has them left out."""
+    are missing; nor for a dense Qwen3, which has its own census since 2026-12-05 (it took
+    LLaMA's, whose note said its q/k norms were left out)."""
     from trainsim.builders.predict import dense_family_notes
 
     moe = " ".join(dense_family_notes(get_model("qwen3-30b-a3b"), Plan(impl="hf", micro_batch=1, seq_len=4096)))
     assert "q/k norms" not in moe
     dense = " ".join(dense_family_notes(get_model("qwen3-8b"), Plan(impl="hf", micro_batch=1, seq_len=4096)))
-    assert "LLaMA modules: this model's q/k norms are not in it" in dense
+    assert "q/k norms" not in dense

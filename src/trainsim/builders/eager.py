@@ -57,6 +57,13 @@ top-k sum are bf16 (Mixtral's weights stay fp32, and so do those ``T k d`` tenso
 adds the q/k RMSNorms (fp32, over each head: ``T*h`` the statistics) and rotates ``q``-wide
 queries (Qwen3-30B-A3B's 32 x 128 is twice its hidden size).
 
+Dense models: ``llama`` (transformers' ``LlamaForCausalLM``) and, for per-head q/k norms
+(Qwen3; Gemma 3 takes it too), ``qwen3`` (``Qwen3ForCausalLM``: LLaMA's calls and the q/k
+RMSNorms), since 2026-12-05; both recorded with a query width (12 heads x 10) that is neither
+the hidden size nor the key width, so the rotary's query half, the attention output and
+o_proj's input are ``T*q`` (recorded with ``q = d`` until then, they were ``T*d``: Qwen3-0.6B's
+``q = 2 d`` and Gemma's were undercounted; LLaMA's and Mistral's ``q = d``, unchanged).
+
 Approximations (stated): one census per family, recorded at the family's default configuration
 (GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
 the CPU's decomposition of dropout (``bernoulli_`` then ``div_``) is dropped, leaving the
@@ -127,7 +134,8 @@ def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
     model's is that of its ``experts`` implementation (:data:`HF_EXPERTS`)."""
     llama_like = model.norm == "rmsnorm" and model.position == "rotary" and model.gated
     if llama_like and not model.is_moe:
-        return "llama"
+        # Qwen3 (and Gemma 3): LLaMA's modules and per-head q/k RMSNorms, its own census
+        return "qwen3" if model.qk_norm == "head" else "llama"
     if model.norm == "layernorm" and model.position == "learned" and not model.gated and not model.is_moe:
         return "gpt2"
     if llama_like and model.is_moe and not (model.mla or model.shared_ffn_hidden or model.router_bias

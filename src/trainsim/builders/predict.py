@@ -386,11 +386,12 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
         from trainsim.builders.eager import family_of
 
         fam = family_of(model, plan.experts_impl)
-    qwen3_moe = fam.startswith("qwen3_moe")  # its census records Qwen3-MoE's own per-head q/k norms
-    extra = [n for n, on in (("q/k norms", model.qk_norm != "none" and not qwen3_moe), ("norms after attention and MLP",
+    qwen3 = fam.startswith("qwen3")  # its census records Qwen3's (Qwen3-MoE's) own per-head q/k norms
+    extra = [n for n, on in (("q/k norms", model.qk_norm != "none" and not qwen3), ("norms after attention and MLP",
              model.layer_norms == 4), ("soft-capping", bool(model.attn_softcap or model.logit_softcap))) if on]  # fmt: skip
     if plan.impl == "hf" and extra:
-        which = "Qwen3-MoE" if qwen3_moe else "Mixtral" if fam.startswith("mixtral") else "LLaMA"
+        which = ("Qwen3-MoE" if fam.startswith("qwen3_moe") else "Qwen3" if qwen3
+                 else "Mixtral" if fam.startswith("mixtral") else "LLaMA")  # fmt: skip
         out.append(f"--impl hf times the census of HuggingFace's {which} modules: this model's {', '.join(extra)} "
                    "are not in it")  # fmt: skip
     return out
