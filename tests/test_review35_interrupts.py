@@ -160,6 +160,58 @@ def test_ctrl_c_of_stages_collect_is_its_line_and_exit_130(after_s: float, tmp_p
     assert f"{len(kept)} stages in {folder} are kept" in last and kept
 
 
+# a real Ctrl-C as numpy's import starts (its first module), from wherever it is imported
+_CTRL_C_IN_NUMPYS_IMPORT = ("import os, signal, sys\n"
+    "class CtrlC:\n"
+    "    sent = False\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'numpy' and not CtrlC.sent:\n"
+    "            CtrlC.sent = True\n"
+    "            print('ctrl-c in numpy import', 'under torch' * ('torch' in sys.modules), file=sys.stderr, flush=True)\n"
+    "            os.kill(os.getpid(), signal.SIGINT)\n"
+    "sys.meta_path.insert(0, CtrlC())\n")  # fmt: skip
+
+
+def _interrupted_in_numpys_import(code: str, *args: str) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-c", _CTRL_C_IN_NUMPYS_IMPORT + code, *args], check=False,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300)  # fmt: skip
+    assert "ctrl-c in numpy import" in proc.stderr, proc.stderr  # the Ctrl-C came
+    return proc.returncode, proc.stderr
+
+
+def test_a_ctrl_c_while_torch_imports_numpy_is_the_interrupt_line():
+    """Review finding: torch's C initialisation imports numpy itself and swallows what that import
+    raises ("Failed to initialize NumPy"): a Ctrl-C in it was lost, and the command ran on to exit
+    0 (or failed later on the half-imported numpy). The CLI now imports numpy first, in Python,
+    whichever command first imports torch: here one whose first step is ``import torch``."""
+    pytest.importorskip("torch")
+    command = ("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+               "from trainsim.cli import main\nmain._register = lambda: __import__('torch')\n"
+               "sys.argv[1:] = ['--help']\nmain.app_entry()\n")  # fmt: skip
+    rc, err = _interrupted_in_numpys_import(command)
+    assert (rc, err.splitlines()[-1]) == (130, "trainsim: interrupted"), err
+    assert "Failed to initialize NumPy" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [
+    ["capture", "--model", "gpt2", "--steps", "1"],
+    ["validate", "shard", "--sets", "1", "--repeats", "1"],
+    ["validate", "predtop"],
+    ["bench", "gemm", "--quick"],
+    ["stages", "train", "DATASET", "--epochs", "1"],
+], ids=lambda args: " ".join(args[:2]))  # fmt: skip
+def test_a_ctrl_c_as_a_torch_command_imports_numpy_is_the_interrupt_line(args: list[str], tmp_path: Path) -> None:
+    """Every command that imports torch, interrupted as numpy's import starts (by torch's C
+    initialisation, where the command did not import numpy before: capture did not)."""
+    pytest.importorskip("torch")
+    out = {"capture": ["--out", str(tmp_path / "cap")], "validate": ["--resume", str(tmp_path / "s.jsonl")],
+           "bench": ["--dataset", str(tmp_path / "b.jsonl")], "stages": ["--out", str(tmp_path / "pred")]}  # fmt: skip
+    args = [str(tmp_path / "ds") if a == "DATASET" else a for a in args] + (out[args[0]] if args[1] != "predtop" else [])
+    rc, err = _interrupted_in_numpys_import(_CLI, *args)
+    assert (rc, err.strip().splitlines()[-1]) == (130, "trainsim: interrupted"), err
+    assert "Failed to initialize NumPy" not in err and "Traceback" not in err
+
+
 # --- the shard suite: a set's rows are written together -------------------------------------------
 
 

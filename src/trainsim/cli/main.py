@@ -11,7 +11,9 @@ Each command lives in its own module under ``trainsim.cli`` and registers itself
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
+import importlib.abc
 import os
 import signal
 import sys
@@ -130,9 +132,32 @@ def _debug_first(argv: list[str]) -> bool:
     return True
 
 
+class _NumpyBeforeTorch(importlib.abc.MetaPathFinder):
+    """Imports numpy, in Python, as torch starts to import (whichever command imports it first).
+
+    torch's C initialisation imports numpy itself and swallows what that import raises ("Failed
+    to initialize NumPy"): a Ctrl-C that landed there was lost (the command ran on to exit 0) or
+    left numpy half imported (a RecursionError later, exit 1). Imported here first, numpy's
+    import raises the KeyboardInterrupt out of ``import torch`` like any other import's. A command
+    that never imports torch does not import numpy for it. It finds nothing itself; it stays in
+    ``sys.meta_path`` (leaving it while the import iterates over that list would skip a finder).
+    """
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == "torch" and "numpy" not in sys.modules:
+            with contextlib.suppress(ImportError):  # no numpy: torch imports without it
+                import numpy  # noqa: F401
+
+
+def _import_numpy_before_torch() -> None:
+    if not any(isinstance(f, _NumpyBeforeTorch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NumpyBeforeTorch())
+
+
 def app_entry() -> None:
     """Console-script entry point with the error contract (exit 1 + one line on TrainsimError)."""
     debug = _debug_first(sys.argv)
+    _import_numpy_before_torch()
     try:
         _register()  # imports every command module: a Ctrl-C in it is an interrupt like any other
         # standalone mode: click/typer print usage errors themselves and exit 2.
