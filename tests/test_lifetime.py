@@ -121,3 +121,35 @@ def test_processes_started_with_the_main_module_hidden_do_not_run_it_again():
         assert not hasattr(fake, "__file__")
     finally:
         sys.modules["__main__"] = real
+
+
+@pytest.mark.parametrize("where", ["capture", "search"])
+def test_a_ctrl_c_while_the_forkserver_starts_is_held_not_lost(monkeypatch, where):
+    """The forkserver is started with SIGINT ignored (its children inherit that); a Ctrl-C in
+    those milliseconds was discarded and the command ran on (a capture to exit 0). It is now
+    held and reaches the command's handler once the server has started."""
+    import os
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs pthread_sigmask and the main thread")
+    monkeypatch.setattr(forkserver, "ensure_running", lambda: os.kill(os.getpid(), signal.SIGINT))
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if where == "capture":
+                from trainsim.capture.distributed import start_forkserver_deaf_to_ctrl_c
+
+                start_forkserver_deaf_to_ctrl_c()
+            else:
+                from trainsim.search.llm import _children_ignore_interrupts
+
+                with _children_ignore_interrupts():
+                    pass
+            for _ in range(1000):  # the pending signal's handler runs between bytecodes
+                pass
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())

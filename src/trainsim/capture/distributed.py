@@ -25,7 +25,7 @@ from typing import Any
 from trainsim.capture.examples import example_info
 from trainsim.capture.manifest import CaptureSpec, RankCapture, write_atomic
 from trainsim.errors import CaptureError
-from trainsim.lifetime import exit_with_parent, main_module_hidden
+from trainsim.lifetime import exit_with_parent, main_module_hidden, sigint_held
 
 _TAIL_CHARS = 2000
 _PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "trainsim.capture.recorder")
@@ -160,8 +160,8 @@ def start_forkserver_deaf_to_ctrl_c() -> None:
     seconds, on the first set or capture) printed its KeyboardInterrupt traceback to the
     terminal, under the command's own interrupt line. Started with SIGINT ignored, the server and
     the ranks it forks (which inherit it) leave the interrupt to the command, which stops them
-    (:func:`stop_processes`). A Ctrl-C in the few milliseconds the server takes to start is not
-    seen by the command either; a second one is."""
+    (:func:`stop_processes`). A Ctrl-C in the few milliseconds the server takes to start is
+    held (:func:`trainsim.lifetime.sigint_held`) and reaches the command after them."""
     import signal
     import threading
     from multiprocessing import forkserver
@@ -169,11 +169,12 @@ def start_forkserver_deaf_to_ctrl_c() -> None:
     if threading.current_thread() is not threading.main_thread():
         forkserver.ensure_running()  # signal dispositions are the main thread's to change
         return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        forkserver.ensure_running()
-    finally:
-        signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
+    with sigint_held():
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
 
 
 def _wait_all(procs: list[Any], *, spec: CaptureSpec, work: Path) -> None:

@@ -46,7 +46,7 @@ from trainsim.envvars import restored_environ
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.hardware import SystemSpec, get_device, get_system
 from trainsim.kernels.registry import USER_MODELS_ENV as USER_KERNEL_MODELS_ENV
-from trainsim.lifetime import exit_with_parent, main_module_hidden
+from trainsim.lifetime import exit_with_parent, main_module_hidden, sigint_held
 from trainsim.search.frameworks import framework_note
 from trainsim.search.space import PlanSpace, reason_key
 
@@ -614,10 +614,12 @@ def _children_ignore_interrupts() -> Iterator[None]:
         yield  # signal handlers are the main thread's, and so are Ctrl-Cs
         return
     held: list[int] = []
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old = signal.getsignal(signal.SIGINT)
     try:
-        forkserver.ensure_running()
-        signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+        with sigint_held():  # a Ctrl-C while SIGINT is ignored waits for the holding handler
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            forkserver.ensure_running()
+            signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
         yield
     finally:
         signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
