@@ -13,26 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from trainsim.cli.main import _register, app
-from trainsim.errors import ConfigError, TrainsimError
-
-ROOT = Path(__file__).resolve().parents[1]
-QUICK = ROOT / "src" / "trainsim" / "bench" / "data" / "cpu_quick_f97e94a9cbddf655.jsonl"
-DLRM = ROOT / "examples" / "data" / "param_dlrm_8xv100"
-NO_FILES = Path("/proc")  # a folder that takes no file, for root too (Linux)
-needs_proc = pytest.mark.skipif(not (NO_FILES / "self").is_dir(), reason="needs Linux /proc")
-
-
-def _run(*args: str):
-    _register()
-    return CliRunner().invoke(app, list(args))
-
-
-def _error(res) -> str:
-    assert res.exit_code == 1 and isinstance(res.exception, TrainsimError), res.output
-    return str(res.exception)
+from tests.test_review36_ux import DLRM, NO_FILES, QUICK, ROOT, _error, _run, needs_proc
+from trainsim.errors import ConfigError
 
 
 @needs_proc

@@ -134,7 +134,6 @@ def main_module_hidden() -> Iterator[None]:
                 main.__dict__[k] = v
 
 
-
 @contextmanager
 def sigint_held() -> Iterator[None]:
     """For the block (main thread): SIGINT is blocked, so a Ctrl-C that comes while the block
