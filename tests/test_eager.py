@@ -275,11 +275,13 @@ def test_hf_moe_defaults_to_grouped_mm_far_cheaper_than_the_eager_loop():
     e = {(o.name, o.phase): o for o in eager.stages[0].layer_ops}
     assert grouped.iteration_time_s < eager.iteration_time_s / 5
     assert not {n for n, _ in g} & {"hf_moe_syncs", "moe_permute", "moe_unpermute"}
-    for name in ("mlp_up", "mlp_down", "router"):  # the GEMMs: the same times, as the Megatron path's experts
-        for ph in ("fwd", "bwd"):
-            assert g[(name, ph)].seconds == e[(name, ph)].seconds and g[(name, ph)].flops == e[(name, ph)].flops
+    for ph in ("fwd", "bwd"):  # the router's GEMM is the same; the experts' are one grouped kernel on an H100
+        assert g[("router", ph)].seconds == e[("router", ph)].seconds
+        for name in ("mlp_up", "mlp_down"):
+            assert g[(name, ph)].flops == e[(name, ph)].flops
+            assert g[(name, ph)].seconds < e[(name, ph)].seconds / 2
     assert g[("mlp_up", "fwd")].launches == 1 and g[("mlp_up", "bwd")].launches == 2  # one grouped kernel
-    assert "grouped-mm-as-per-expert-gemms" in g[("mlp_up", "fwd")].provenance
+    assert "grouped-gemm-as-stacked:128x256rows" in g[("mlp_up", "fwd")].provenance
     assert "eager-factor-uncalibrated:moe-experts-grouped-mm" in g[("hf_eager_experts", "bwd")].provenance
     assert g[("hf_eager_experts", "bwd")].seconds < e[("hf_eager_experts", "bwd")].seconds / 20
     assert any("grouped_mm" in w and "--hf-experts eager" in w and "4.x" in w for w in grouped.warnings)
@@ -465,3 +467,37 @@ def test_hf_note_names_what_the_census_leaves_out_for_qwen3_models():
     assert "q/k norms" not in moe
     dense = " ".join(dense_family_notes(get_model("qwen3-8b"), Plan(impl="hf", micro_batch=1, seq_len=4096)))
     assert "q/k norms" not in dense
+
+
+def test_hf_grouped_mm_runs_its_cutlass_kernel_on_hopper_in_bf16_and_falls_back_elsewhere():
+    """torch._grouped_mm's fast path (aten GroupedBlas.cpp) needs compute capability 9.x/10.x and
+    bf16: there one kernel per projection over the stacked rows, each expert's padded to the
+    tile; on an A100, or in fp16, _grouped_mm_fallback: the per-expert mm's one after another and
+    a device-to-host sync per call (2 forward, 4 backward), its launches on the host."""
+    from trainsim.builders.costs import HOST, LayerCoster, OpCoster
+
+    m = get_model("qwen3-30b-a3b")
+    plan = Plan(micro_batch=1, seq_len=4096, impl="hf")
+
+    def mlp(p: Plan, device: str, phase: str) -> dict[str, object]:
+        lc = LayerCoster(m, p, OpCoster(device))
+        return {o.name: o for o in lc.mlp(phase) + lc.hf_expert_loop(phase)} | {"host": lc.expert_gemms_host_s(phase, HOST)}
+
+    eager = replace(plan, hf_experts="eager")
+    for device, p in (("a100-sxm4-80gb", plan), ("h100-sxm5-80gb", replace(plan, dtype="fp16"))):
+        for ph, syncs in (("fwd", 2), ("bwd", 4)):
+            fb, loop = mlp(p, device, ph), mlp(replace(p, hf_experts="eager"), device, ph)
+            assert fb["mlp_up"].seconds == loop["mlp_up"].seconds  # type: ignore[attr-defined]
+            assert "grouped-mm-fallback:per-expert-mm" in fb["mlp_up"].provenance  # type: ignore[attr-defined]
+            assert fb["hf_moe_syncs"].provenance.startswith(f"hf-moe-syncs:{syncs}-")  # type: ignore[attr-defined]
+            assert fb["host"] == pytest.approx(127 * syncs * HOST.aten_launch_s)  # one launch per further expert and call
+    fast = mlp(plan, "h100-sxm5-80gb", "fwd")
+    assert "hf_moe_syncs" not in fast and fast["host"] == 0.0
+    assert fast["mlp_up"].seconds < mlp(eager, "h100-sxm5-80gb", "fwd")["mlp_up"].seconds / 2  # type: ignore[attr-defined]
+    # the tile: 256 rows per expert pad to nothing at 128; 40 rows (mb 1, 640 tokens) to 64 (the small tile)
+    small = mlp(replace(plan, seq_len=640), "h100-sxm5-80gb", "fwd")
+    assert "grouped-gemm-as-stacked:128x64rows" in small["mlp_up"].provenance  # type: ignore[attr-defined]
+    r = predict_llm(m, replace(plan, dtype="fp16"), "dgx-h100", simulate=False)
+    assert any("fallback" in w and "fp16 on hopper" in w for w in r.warnings)
+    r = predict_llm(m, plan, "dgx-h100", simulate=False)
+    assert any("CUTLASS kernel here (hopper, bf16)" in w for w in r.warnings)

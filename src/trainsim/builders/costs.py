@@ -21,6 +21,7 @@ Tensor-parallel and sequence-parallel communication is not here (see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -368,6 +369,21 @@ def flow_shop_repeat(parts: tuple[float, float, float] | None, repeat: int = 1) 
     return end + (repeat - 1) * (c_sum if c_sum > d_sum else d_sum)
 
 
+# TransformerEngine's compute streams, over which GroupedLinear issues its per-expert cuBLAS GEMMs
+# (transformer_engine/common/util/multi_stream.cpp: get_num_compute_streams returns 4)
+TE_COMPUTE_STREAMS = 4
+
+
+def expert_gemm_path(plan: Plan, architecture: str) -> str:
+    """How ``plan``'s MoE expert GEMMs run on a GPU of ``architecture``: ``sequential``,
+    ``multistream``, ``grouped``, ``fallback`` or ``loop`` (:meth:`LayerCoster.expert_gemms`)."""
+    if plan.impl == "hf":
+        if plan.experts_impl == "eager":
+            return "loop"
+        return "grouped" if architecture in ("hopper", "blackwell") and plan.dtype == "bf16" else "fallback"
+    return "multistream" if plan.moe_grouped_gemm else "sequential"
+
+
 def _gemm_flops(m: float, n: float, k: float) -> float:
     return 2.0 * m * n * k
 
@@ -546,14 +562,15 @@ class LayerCoster:
                       "memory", kernels)  # fmt: skip
 
     def hf_expert_loop(self, phase: str) -> list[OpCost]:
-        """An MoE layer's HuggingFace experts beyond their GEMMs (:meth:`mlp` times one GEMM pair
-        per expert on its ``T k / E`` tokens), as ``plan.experts_impl`` runs them.
+        """An MoE layer's HuggingFace experts beyond their GEMMs (:meth:`mlp` times them as
+        :meth:`expert_gemms` says they run), as ``plan.experts_impl`` runs them.
 
         ``grouped_mm`` (transformers 5's default): the census's ``experts`` calls once a layer
         (the sort by expert, the gathers into expert order and back, the activation, the fp32
         routing weights' product, the sum over the top-k; backward their scatters), timed as
         :meth:`hf_eager`'s with no eager factor (measured on LLaMA's calls, none of these); it
-        makes no device-to-host sync.
+        makes no device-to-host sync, but for the GEMMs' own off a Hopper or Blackwell GPU in bf16
+        (:meth:`expert_gemms`' ``fallback``: one per grouped_mm call, two forward and four backward).
 
         ``eager`` (``experts_implementation="eager"``): each expert hit
         runs the census's ``expert`` calls (the gather of its tokens, the routing weights'
@@ -573,6 +590,8 @@ class LayerCoster:
         else:
             ops = [self.hf_eager("hf_eager_experts", "experts", phase, calibrated=False)]
         _, syncs = expert_loop_host(self.model, phase, tokens=self.tokens, host=HOST, experts=experts)
+        if self.expert_gemms() == "fallback":  # _grouped_mm_fallback's offs.cpu(), once per grouped_mm call
+            syncs += 2 if phase == "fwd" else 4
         if syncs:
             ops.append(OpCost("hf_moe_syncs", phase, syncs * (HOST.aten_gap_s + HOST.aten_launch_s),
                               f"hf-moe-syncs:{syncs}-x-one-dispatch;estimate", 0.0, "memory", 0))  # fmt: skip
@@ -696,14 +715,41 @@ class LayerCoster:
                            scale=hd_scale, times=copies, bench={"head_dim": dh}, mp=mp, b=b, h=h, l=sq, dim=d))  # fmt: skip
         return ops
 
+    def expert_gemms(self) -> str:
+        """How an MoE layer's expert GEMMs run on this rank (the GEMM code each stack calls):
+
+        * ``sequential`` — Megatron-core's SequentialMLP (its default): each local expert a
+          module of its own, its GEMMs timed at the per-expert shape one after another, and
+          its calls dispatched by a Python loop (:func:`expert_gemms_host_s`).
+        * ``multistream`` — ``--moe-grouped-gemm`` (``plan.moe_grouped_gemm``): TransformerEngine's
+          ``GroupedLinear``, one cuBLAS GEMM per expert issued from C++ over TE's four compute
+          streams (``get_num_compute_streams`` is 4; TE's docs: "one cuBLAS GEMM per expert is
+          launched on a pool of CUDA streams"). Up to four GEMMs overlap, and the set runs no
+          faster than one GEMM over all the experts' rows: the longer of the two.
+        * ``grouped`` — ``impl`` ``hf`` with transformers' ``grouped_mm`` on a Hopper or
+          Blackwell GPU in bf16: ``torch._grouped_mm``'s fast path (aten GroupedBlas.cpp: compute
+          capability 9.x or 10.x and bf16 operands), one CUTLASS grouped kernel per projection
+          with no host sync, timed as one GEMM over every expert's rows, each expert's rows
+          padded to the kernel's tile (GroupMM.cu: 64 rows on SM100, and on SM90 when the mean
+          rows per expert or N are at most 128, else 128).
+        * ``fallback`` — ``grouped_mm`` elsewhere (an A100, fp16 or fp32):
+          ``_grouped_mm_fallback`` reads the offsets to the host (a device-to-host sync per call)
+          and runs one ``mm`` per expert: the per-expert GEMMs, launched from C++.
+        * ``loop`` — ``impl`` ``hf`` with ``--hf-experts eager``: the eager loop's GEMM pairs.
+
+        Not modelled: TE's CUTLASS grouped GEMM (``NVTE_USE_CUTLASS_GROUPED_GEMM=1``, Hopper) and
+        its cuBLASLt grouped GEMM (cuBLAS 13.3+), Megatron's legacy GroupedMLP (the
+        ``grouped_gemm`` package), and a grouped kernel's own efficiency beyond the stacked
+        GEMM's (taken as one GEMM of that shape: an optimistic bound for ragged groups)."""
+        return expert_gemm_path(self.plan, self.c.device.architecture)
+
     def mlp(self, phase: str) -> list[OpCost]:
         m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         bwd = 2.0 if phase == "bwd" else 1.0
         if m.is_moe:
             # balanced routing: each of this rank's num_experts / ep experts runs its own GEMMs
-            # (Megatron's sequential experts) over the tokens routed to it from the ep ranks,
-            # tokens x top_k x ep / num_experts of them; the same FLOPs as top_k dense passes,
-            # at the smaller GEMMs' efficiency
+            # over the tokens routed to it from the ep ranks, tokens x top_k x ep / num_experts
+            # of them; the same FLOPs as top_k dense passes, at the smaller GEMMs' efficiency
             # (x plan.moe_load on the rank routed the most, which sets the pace: Plan.moe_imbalance)
             ffn, copies = m.expert_ffn, m.num_experts / self.plan.ep
             per_expert = self.tokens * m.top_k * self.plan.ep / m.num_experts * self.plan.moe_load
@@ -711,22 +757,30 @@ class LayerCoster:
         else:
             ffn, copies, per_expert, seq_e = m.ffn, 1.0, float(self.tokens), seq
         up = (2 if m.gated else 1) * ffn / t  # gated: gate and up projections side by side
+
+        def gemms(rows_l: float, times: float) -> tuple[OpCost, OpCost]:
+            """The up and down projections at ``rows_l`` rows per ``b`` (``copies`` of them one
+            after another: ``times``), with the layer's true FLOPs whatever the rows timed."""
+            return (
+                self._q("mlp_up", "linear3", phase, flops=copies * bwd * _gemm_flops(per_expert, up, d),
+                        scale=up / (4 * d / t), times=times, bench={"n": up}, mp=t, b=b, l=rows_l, dim=d),
+                self._q("mlp_down", "linear4", phase, flops=copies * bwd * _gemm_flops(per_expert, d, ffn / t),
+                        scale=ffn / (4 * d), times=times, bench={"k": ffn / t}, mp=t, b=b, l=rows_l, dim=d),
+            )  # fmt: skip
+
+        ups = gemms(seq_e, copies)
+        act_l, act_times = seq_e, copies  # SequentialMLP: each expert's own activation
+        if m.is_moe:
+            ups = self._expert_gemms(ups, gemms, copies, per_expert, up)
+            if self.expert_gemms() == "multistream":  # TEGroupedMLP: one activation over every expert's rows
+                act_l, act_times = copies * per_expert / b, 1.0
         ops = [
-            self._q("mlp_up", "linear3", phase, flops=copies * bwd * _gemm_flops(per_expert, up, d),
-                    scale=up / (4 * d / t), times=copies, bench={"n": up}, mp=t, b=b, l=seq_e, dim=d),
+            ups[0],
             *([] if self.plan.impl == "hf" else [
-                self._q("activation", "gelu", phase, category="memory", times=copies,
-                        scale=(1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=seq_e, dim=d)]),
-            self._q("mlp_down", "linear4", phase, flops=copies * bwd * _gemm_flops(per_expert, d, ffn / t),
-                    scale=ffn / (4 * d), times=copies, bench={"k": ffn / t}, mp=t, b=b, l=seq_e, dim=d),
+                self._q("activation", "gelu", phase, category="memory", times=act_times,
+                        scale=(1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=act_l, dim=d)]),
+            ups[1],
         ]  # fmt: skip
-        if m.is_moe and self.plan.impl == "hf" and self.plan.experts_impl == "grouped_mm":
-            # HF's grouped_mm: one torch.nn.functional.grouped_mm per projection over all the
-            # experts (backward two: input and weight gradients), timed as the experts' GEMMs
-            # above (the per-expert shape, copies of it one after another, as the Megatron path
-            # times its experts); a grouped kernel's gain over separate GEMMs is not modelled
-            ops = [replace(o, launches=2 if phase == "bwd" else 1, provenance=o.provenance + ";grouped-mm-as-per-expert-gemms")
-                   if o.name in ("mlp_up", "mlp_down") else o for o in ops]  # fmt: skip
         if m.is_moe:
             # token permutation (Megatron's moe_utils.permute / unpermute): each token's hidden
             # state gathered into its top_k experts' order, then the expert outputs scattered back
@@ -756,6 +810,61 @@ class LayerCoster:
             )
             ops.extend(self.shared_expert(phase))
         return ops
+
+    def _expert_gemms(self, per: tuple[OpCost, OpCost], gemms: Callable[[float, float], tuple[OpCost, OpCost]],
+                      copies: float, per_expert: float, up: float) -> tuple[OpCost, OpCost]:  # fmt: skip
+        """The MoE layer's up and down projections as :meth:`expert_gemms` says they run, from
+        ``per`` (``copies`` per-expert GEMMs one after another) and ``gemms`` (the two at other
+        rows): one GEMM over the stacked rows for a grouped kernel (``grouped``: each expert's
+        rows padded to the tile; ``multistream``: unpadded, and no faster than four streams of
+        the per-expert GEMMs), the per-expert ones otherwise. ``launches``: kernels, per projection."""
+        how, b, n_calls = self.expert_gemms(), self.b, 2 if per[0].phase == "bwd" else 1
+        if how in ("sequential", "loop"):
+            return per
+        if how == "fallback":
+            return tuple(replace(o, provenance=o.provenance + ";grouped-mm-fallback:per-expert-mm") for o in per)  # type: ignore[return-value]
+        rows = per_expert
+        if how == "grouped":
+            small = per_expert <= 128 or min(up, self.model.hidden) <= 128
+            tile = 64 if self.c.device.architecture == "blackwell" or small else 128
+            rows = math.ceil(per_expert / tile) * tile
+        stacked = gemms(copies * rows / b, 1.0)
+        out = []
+        for one, many in zip(per, stacked, strict=True):
+            if how == "grouped":
+                out.append(replace(many, launches=n_calls, provenance=many.provenance + f";grouped-gemm-as-stacked:{copies:g}x{rows:g}rows"))
+            else:  # multistream: the longer of one stacked GEMM and four streams of per-expert GEMMs
+                streams = one.seconds / min(TE_COMPUTE_STREAMS, max(copies, 1.0))
+                s, note = (many.seconds, "stacked") if many.seconds >= streams else (streams, f"{TE_COMPUTE_STREAMS}-streams")
+                out.append(replace(one, seconds=s, provenance=one.provenance + f";te-grouped-linear:{note}"))
+        return out[0], out[1]
+
+    def expert_gemms_host_s(self, phase: str, host: HostModel) -> float:
+        """CPU time one MoE layer's expert GEMMs take to dispatch in ``phase`` beyond what the
+        per-layer host count holds (a dense layer's: one MLP), as :meth:`expert_gemms` runs
+        them, at HostModel's rates (an estimate: no trace of these loops was measured):
+
+        * ``sequential``: every further local expert's module calls from Megatron-core's
+          Python loop: forward its fc1, activation and fc2 (three launching aten calls) and
+          two views (its token split, its output); backward three autograd nodes, five launches
+          (two per GEMM, one for the activation) and two views. TransformerEngine modules' own
+          Python overhead would add to it.
+        * ``multistream`` and ``fallback``: the C++ loop's one GEMM launch per further expert,
+          per grouped call (forward the two projections, backward their input and weight
+          gradients: four), each an aten kernel launch.
+        * ``grouped`` and ``loop``: none (one kernel per call; the eager loop's calls are the
+          census's, :func:`trainsim.builders.eager.expert_loop_host`)."""
+        if not self.model.is_moe:
+            return 0.0
+        how = self.expert_gemms()
+        extra = max(self.model.num_experts / self.plan.ep - 1.0, 0.0)
+        if how == "sequential":
+            if phase == "fwd":
+                return extra * (3 * (host.aten_gap_s + host.aten_launch_s) + 2 * (host.aten_gap_s + host.aten_view_s))
+            return extra * (3 * host.autograd_node_s + 5 * host.aten_launch_s + 2 * host.aten_view_s)
+        if how in ("multistream", "fallback"):
+            return extra * (2 if phase == "fwd" else 4) * host.aten_launch_s
+        return 0.0
 
     # --- MoE-family operators (h5): MLA, q/k norms, shared experts ----------------------------
 

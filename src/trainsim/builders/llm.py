@@ -310,8 +310,9 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     # only adds GPU work; spread over them too, they had taken CPU time off the other
     # operators, and a CPU-bound pass or the selective recompute came out faster with them)
     # (an MoE layer with impl "hf": plus its eager router and experts' calls, eager.expert_loop_host)
-    loop_f, loop_b = (expert_loop_host(lc.model, ph, tokens=lc.tokens, host=host, experts=plan.experts_impl)[0]
-                      if plan.impl == "hf" else 0.0 for ph in ("fwd", "bwd"))  # fmt: skip
+    # (and the expert GEMMs' own dispatch beyond one MLP's: LayerCoster.expert_gemms_host_s)
+    loop_f, loop_b = ((expert_loop_host(lc.model, ph, tokens=lc.tokens, host=host, experts=plan.experts_impl)[0]
+                       if plan.impl == "hf" else 0.0) + lc.expert_gemms_host_s(ph, host) for ph in ("fwd", "bwd"))  # fmt: skip
     cpu_f, cpu_b = _spread(host.layer_s("fwd") + loop_f, lf), _spread(host.layer_s("bwd") + loop_b, lb)
     # the backward runs the layer's operators in reverse
     lb, cpu_b = lb[::-1], cpu_b[::-1]

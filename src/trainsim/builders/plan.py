@@ -39,6 +39,11 @@ aten calls :mod:`trainsim.builders.eager` counts; one GPU per model replica: tp 
 ``grouped_mm`` (its default: the tokens sorted by expert, one grouped GEMM per projection over
 all experts) or ``eager`` (``experts_implementation="eager"``: a loop over the experts, one GEMM
 pair each); None (the default) is ``grouped_mm``, as transformers picks when none is asked for.
+``moe_grouped_gemm`` (MoE models, not ``impl`` ``hf``): Megatron-core's ``--moe-grouped-gemm``, the
+local experts' GEMMs run by TransformerEngine's ``GroupedLinear`` (TEGroupedMLP: one call per
+projection, one cuBLAS GEMM per expert issued from C++ over TE's four compute streams); without it
+(Megatron's default, SequentialMLP) each local expert is a module of its own, called in a Python
+loop (:meth:`trainsim.builders.costs.LayerCoster.expert_gemms`).
 ``partition``: how the layers are split over the pipeline stages: ``even`` (Megatron: equal
 shares, the first stages taking any remainder) or ``001`` (GPT-NeoX's DeepSpeed pipeline as
 paper 001 Eq. 3–5 gives it: the embedding blocks count as two layers of the first stage and the
@@ -150,6 +155,7 @@ class Plan:
     moe_imbalance: float = 1.0  # the busiest EP rank's routed tokens over the mean (see above)
     contention: bool = True  # overlapped collectives stretch the compute beside them (see above)
     hf_experts: HfExperts | None = None  # impl hf, MoE: transformers' experts implementation; None: grouped_mm
+    moe_grouped_gemm: bool = False  # Megatron-core's --moe-grouped-gemm (TEGroupedMLP), not SequentialMLP (see above)
 
     @property
     def experts_impl(self) -> str:
@@ -212,6 +218,8 @@ class Plan:
             parts.append(self.impl)
         if self.hf_experts == "eager":  # grouped_mm, the default, is not named
             parts.append("eagerexperts")
+        if self.moe_grouped_gemm:
+            parts.append("ggemm")
         if self.partition != "even":
             parts.append(f"part{self.partition}")
         if self.first_stage_layers:
@@ -307,6 +315,12 @@ class Plan:
                 why = f"{model.name} is dense" if self.impl == "hf" else f"got impl {self.impl!r}"
                 raise ConfigError(f"plan: hf_experts (transformers' experts implementation) needs impl 'hf' and a "
                                   f"mixture-of-experts model; {why}")  # fmt: skip
+        if not isinstance(self.moe_grouped_gemm, bool):
+            raise ConfigError(f"plan: moe_grouped_gemm must be true or false, got {self.moe_grouped_gemm!r}")
+        if self.moe_grouped_gemm and (self.impl == "hf" or not model.is_moe):
+            why = f"{model.name} is dense" if not model.is_moe else "impl 'hf' runs transformers' experts: --hf-experts picks them"
+            raise ConfigError(f"plan: moe_grouped_gemm (Megatron-core's --moe-grouped-gemm) needs a mixture-of-experts "
+                              f"model and a Megatron-style impl (fused or neox); {why}")  # fmt: skip
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"plan: optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.partition not in PARTITIONS:

@@ -159,6 +159,38 @@ def moe_note(plan: Plan) -> str:
             "that, and it sets the layer's pace")
 
 
+def expert_gemms_note(model: ModelSpec, plan: Plan, architecture: str) -> str:
+    """How an MoE model's expert GEMMs are costed under ``plan`` on a GPU of ``architecture``
+    (:meth:`trainsim.builders.costs.LayerCoster.expert_gemms`), one line."""
+    from trainsim.builders.costs import expert_gemm_path
+
+    n = model.num_experts // plan.ep
+    how = expert_gemm_path(plan, architecture)
+    if how == "sequential":
+        return (f"the {n} local experts run as Megatron-core's SequentialMLP (its default): one GEMM pair per expert at "
+                "the per-expert shape, one after another, each expert's calls dispatched by a Python loop (that "
+                "dispatch is an estimate at the host model's rates); --moe-grouped-gemm prices TEGroupedMLP "
+                "(Megatron-core's --moe-grouped-gemm)")  # fmt: skip
+    if how == "multistream":
+        return (f"--moe-grouped-gemm: the {n} local experts' GEMMs run by TransformerEngine's GroupedLinear, one cuBLAS "
+                "GEMM per expert over TE's 4 compute streams, each projection timed as the longer of one GEMM over all "
+                "the experts' rows and 4 streams of the per-expert GEMMs, and one activation over all the rows; the "
+                "C++ loop's launches are an estimate at the host model's aten rate. Not modelled: TE's CUTLASS "
+                "(NVTE_USE_CUTLASS_GROUPED_GEMM=1) and cuBLASLt grouped GEMMs, Megatron's legacy GroupedMLP")  # fmt: skip
+    if how == "grouped":
+        return (f"transformers' grouped_mm runs torch._grouped_mm's CUTLASS kernel here ({architecture}, bf16): one "
+                f"kernel per projection over the {n} experts, timed as one GEMM over all their rows, each expert's "
+                "rows padded to the kernel's tile (64 or 128), with no host sync; that takes the grouped kernel to be "
+                "as efficient as one GEMM of the stacked shape (optimistic for ragged groups)")  # fmt: skip
+    if how == "fallback":
+        why = f"bf16 on Hopper or Blackwell only, not {plan.dtype} on {architecture}"
+        return (f"transformers' grouped_mm takes torch._grouped_mm's fallback here (its CUTLASS kernel needs {why}): "
+                f"the group offsets read to the host (a sync per call: 2 forward, 4 backward) and one mm per expert, "
+                f"{n} GEMMs of the per-expert shape one after another, launched from C++ (an estimate at the host "
+                "model's aten rate)")  # fmt: skip
+    return f"--hf-experts eager: the {n} experts' GEMM pairs run one after another in transformers' eager loop"
+
+
 def hf_moe_note(model: ModelSpec, plan: Plan) -> str:
     """What ``--impl hf`` assumes of an MoE model (builders/eager.py's ``mixtral_grouped`` and
     ``mixtral`` censuses), one line: which experts implementation is costed."""
@@ -176,8 +208,8 @@ def hf_moe_note(model: ModelSpec, plan: Plan) -> str:
                 f"syncs are an estimate and its memory-bound calls carry no eager factor (uncalibrated); {tail}")
     return (f"--impl hf prices transformers 5's default experts implementation, grouped_mm (--hf-experts eager: its "
             f"eager expert loop): the tokens sorted by expert and gathered, one torch grouped_mm per projection over "
-            f"all {n} experts, timed as the Megatron path times its experts ({n} GEMMs of the per-expert shape, "
-            f"{te:,.0f} tokens each: T x top_k / experts, one after another), the gathers back and the top-k sum; "
+            f"all {n} experts ({te:,.0f} tokens each: T x top_k / experts; how its GEMMs run: the next note), the "
+            f"gathers back and the top-k sum; "
             f"their memory-bound calls carry no eager factor (uncalibrated: no trace of them was measured); {tail}")
 
 
@@ -467,6 +499,10 @@ def _warnings(r: LLMPrediction) -> list[str]:
         out.append(moe_note(r.plan))
         if note := moe_family_note(r.model):
             out.append(note)
+    if r.model.is_moe:
+        from trainsim.hardware import get_device
+
+        out.append(expert_gemms_note(r.model, r.plan, get_device(r.system.device).architecture))
     dp_s = r.breakdown.get("exposed_dp_communication_s", 0.0)
     if r.plan.dtype == "bf16" and r.plan.dp * r.plan.cp > 1 and dp_s > 0.1 * r.iteration_time_s:
         out.append(f"bf16: gradients are kept and reduced in fp32 here, 4 bytes a parameter, as Megatron does (it "

@@ -64,6 +64,7 @@ def predict(
     optimizer: str = typer.Option("adam", "--optimizer", help="adam (mixed-precision Adam, Megatron's) or sgd (plain SGD on the weights, no state: one element-wise pass over the parameters)."),
     impl: str = typer.Option("fused", "--impl", help="Kernel implementation: fused (Megatron-style fused norm/activation/rotary/loss kernels, paper 001's operators), neox (GPT-NeoX: the same with its unfused RMSNorm module, as paper 001 measured it) or hf (HuggingFace modules in eager PyTorch: their many small aten calls, counted from HF's code; tp = cp = 1)."),
     hf_experts: str | None = typer.Option(None, "--hf-experts", help="With --impl hf and an MoE model: transformers 5's experts implementation, grouped_mm (its default: tokens sorted by expert, one grouped GEMM per projection) or eager (experts_implementation=\"eager\": a loop over the experts, one GEMM pair each). Default: grouped_mm."),
+    moe_grouped_gemm: bool = typer.Option(False, "--moe-grouped-gemm", help="MoE models (not --impl hf): Megatron-core's --moe-grouped-gemm, the local experts' GEMMs run by TransformerEngine's GroupedLinear (one call per projection, one cuBLAS GEMM per expert over four streams); default: Megatron's SequentialMLP, a Python loop over the local experts' modules."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
     contention: bool = typer.Option(True, "--contention/--no-contention", help="Communication hidden behind compute (the overlapped gradient reduction, ZeRO-3's prefetched gathers and reduce-scatters, the context-parallel ring) slows the compute it overlaps by the factor measured on the shipped multi-rank traces (docs/llm.md, Contention); --no-contention: that communication is free."),
     overlap_grad_reduce: bool | None = typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce", help="Reduce data-parallel gradients in buckets during the last backward (PyTorch DDP's default; Megatron-core's --overlap-grad-reduce) or after it (Megatron-LM's local DDP, DeepSpeed's pipeline engine). Default: during it with --impl hf (eager PyTorch under DDP), else after it."),
@@ -106,7 +107,8 @@ def predict(
                     attention_dropout=attention_dropout, wgrad_fusion=wgrad_fusion,
                     overlap_grad_reduce=overlap_grad_reduce, hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
                     optimizer=optimizer, first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,  # type: ignore[arg-type]
-                    moe_imbalance=moe_imbalance, contention=contention, hf_experts=hf_experts)  # type: ignore[arg-type]  # fmt: skip
+                    moe_imbalance=moe_imbalance, contention=contention, hf_experts=hf_experts,  # type: ignore[arg-type]
+                    moe_grouped_gemm=moe_grouped_gemm)  # fmt: skip
         if overlap_note:
             plan.validate(spec, gpus=gpus)  # a plan that cannot run gets its error, not this note first
             stderr.print("[yellow]note:[/] --impl hf: data-parallel gradients are reduced during the backward, as "

@@ -71,6 +71,7 @@ def search(
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32."),
     attention: str = typer.Option("flash", "--attention", help="flash, fused or unfused."),
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM); see `trainsim predict --help`."),
+    moe_grouped_gemm: bool = typer.Option(False, "--moe-grouped-gemm", help="MoE: every plan runs its experts' GEMMs as Megatron-core's --moe-grouped-gemm does (TransformerEngine's GroupedLinear), not SequentialMLP's loop; see `trainsim predict --help`."),
     trim_end_stages: int = typer.Option(0, "--trim-end-stages", min=0, help="Also try up to N layers taken off the first and last pipeline stages together, the middle ones even (Megatron-core's --decoder-first/last-pipeline-num-layers): offsets the embedding, the head and MTP depths there (1F1B, GPipe). Default 0: even splits only."),
     framework: str = typer.Option("any", "--framework", help="Rank only the plans one framework runs: megatron (DDP or its distributed optimizer for ZeRO-1; 1F1B, interleaved), deepspeed (ZeRO-1 at most with pipelining; 1F1B; context parallelism as Ulysses a2a only, without SP), torchtitan (DDP or FSDP2 as ZeRO-2/3; TP with SP; CP p2p or all_gather) or any."),
     overlap_grad_reduce: bool = typer.Option(False, "--overlap-grad-reduce", help="Data-parallel gradients reduced during the last backward (PyTorch DDP, Megatron-core); see `trainsim predict --help`."),
@@ -137,6 +138,11 @@ def search(
         from trainsim.search.frameworks import check_framework
 
         check_framework(framework)
+        if moe_grouped_gemm and not spec.is_moe:
+            raise ConfigError(f"--moe-grouped-gemm runs an MoE model's experts as grouped GEMMs; {spec.name} is dense")
+        if moe_grouped_gemm and framework in ("deepspeed", "torchtitan"):
+            raise ConfigError(f"--moe-grouped-gemm is Megatron-core's (TransformerEngine's GroupedLinear), not "
+                              f"{framework}'s: drop it or use --framework megatron or any")  # fmt: skip
         if dist_optimizer and "1" not in [v.strip() for v in zero.split(",")]:
             raise ConfigError(f"--dist-optimizer changes the ZeRO-1 plans, and --zero {zero} tries none")
         space = PlanSpace(
@@ -148,6 +154,7 @@ def search(
             sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
             wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce, dist_optimizer=dist_optimizer,
             moe_imbalance=moe_imbalance, framework=framework, contention=contention, trim_end_stages=trim_end_stages,
+            moe_grouped_gemm=moe_grouped_gemm,
         )  # fmt: skip
         r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
                        workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price,

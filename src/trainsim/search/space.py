@@ -82,6 +82,7 @@ class PlanSpace:
     overlap_grad_reduce: bool = False
     dist_optimizer: bool = False  # ZeRO-1 plans as Megatron-LM's distributed optimizer (Plan.dist_optimizer)
     moe_imbalance: float = 1.0  # every MoE plan's busiest-EP-rank load (Plan.moe_imbalance), not searched
+    moe_grouped_gemm: bool = False  # every MoE plan's experts as TE's GroupedLinear (Plan.moe_grouped_gemm), not searched
     framework: str = "any"  # only the plans this framework runs (trainsim.search.frameworks)
     # up to this many layers taken off the end stages (1F1B, GPipe): see :func:`end_stage_splits`
     trim_end_stages: int = 0
@@ -141,7 +142,7 @@ class PlanSpace:
                     "attention": self.attention, "attention_dropout": self.attention_dropout,
                     "wgrad_fusion": self.wgrad_fusion, "overlap_grad_reduce": self.overlap_grad_reduce,
                     "dist_optimizer": self.dist_optimizer and zero == 1, "moe_imbalance": self.moe_imbalance,
-                    "contention": self.contention,
+                    "contention": self.contention, "moe_grouped_gemm": self.moe_grouped_gemm,
                 }  # fmt: skip
                 plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
