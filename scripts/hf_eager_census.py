@@ -76,6 +76,17 @@ H_QWEN = 21
 # d, took them all until 2026-12-05); 12 heads, since LlamaConfig wants d a multiple of them
 HD_DENSE = 10
 DENSE_FAMILIES = ("llama", "qwen3")
+# Gemma 2 and Gemma 3 (transformers' Gemma2ForCausalLM, Gemma3ForCausalLM): the dense censuses'
+# dimensions, GeLU-tanh GeGLU, four (1 + weight) RMSNorms a layer, the embedding scaled by
+# sqrt(d); Gemma 2's final-logit cap (30) in the rest, its attention-score cap (50) a part of
+# its own (attn_softcap: HF's eager attention with the cap less without it, on [B, h, L, L]
+# scores, T*h*L); a window (GEMMA_WINDOW < L, so the sliding mask is built) on every layer,
+# checked against full-attention layers
+GEMMA_FAMILIES = ("gemma2", "gemma3")
+GEMMA_WINDOW, GEMMA2_ATTN_CAP = 8, 50.0
+# the dense families whose rest is also taken with a tied embedding (the head's weight the
+# embedding's: autograd adds the two gradients, one add of V*d), as part "tied"
+TIED_FAMILIES = ("llama", "qwen3", *GEMMA_FAMILIES)
 MOE_FAMILIES = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
 ZEROS = {"zeros", "new_zeros", "zeros_like"}
 GATHERS = {"index", "index_select"}
@@ -152,10 +163,14 @@ def _grouped_symbols(d: int, f: int, experts: int, k: int, heads: int = H) -> di
 Calls = list[tuple[str, str, tuple[tuple[str, str], ...], str]]
 
 
-def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE) -> tuple[Calls, dict[str, int]]:
+def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE, *, tied: bool = False,
+           layer_type: str | list[str] = "sliding_attention", attn: str = "sdpa", attn_cap: float | None = None,
+           final_cap: float | None = 30.0) -> tuple[Calls, dict[str, int]]:  # fmt: skip
     """One training step's memory-bound calls, and its host work (calls by kind per phase,
     ``nodes``: the backward's autograd nodes); ``hd``: a dense LLaMA or Qwen3 model's head
-    size (an MoE family's is ``HD``)."""
+    size (an MoE family's is ``HD``); ``tied``: a dense model's embedding and head share one
+    weight; a Gemma model's ``layer_type`` (every layer's, or a list of one a layer), attention implementation and
+    Gemma 2's attention-score cap (SDPA takes none) and final-logit cap (its config's 30)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -167,7 +182,7 @@ def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE) -> tu
         dense: dict[str, Any] = {
             "hidden_size": D, "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": hd,
             "intermediate_size": F, "num_hidden_layers": layers, "vocab_size": V, "max_position_embeddings": L,
-            "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0,
+            "tie_word_embeddings": tied, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0,
             "attn_implementation": "sdpa"}  # fmt: skip
         if family == "llama":
             from transformers import LlamaConfig, LlamaForCausalLM
@@ -178,6 +193,43 @@ def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE) -> tu
 
             model = Qwen3ForCausalLM(Qwen3Config(**dense))
         sym = _dense(H, hd)
+    elif family in GEMMA_FAMILIES:
+        # Gemma 2 / Gemma 3: the dense censuses' sizes; every layer of ``layer_type`` (the
+        # window's mask is built in the rest whatever the layers); SDPA for the attention core
+        # (the builder's): Gemma 2's modules refuse "sdpa" (it cannot soft-cap the scores), so
+        # transformers' own sdpa_attention_forward and sdpa_mask are registered under another
+        # name and the score cap left off there (``attn_cap``, with eager attention, is part attn_softcap)
+        from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+        AttentionInterface.register("census_attention", sdpa_attention_forward)
+        AttentionMaskInterface.register("census_attention", sdpa_mask)  # SDPA's masks (the window's)
+        gemma: dict[str, Any] = {
+            "hidden_size": D, "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": hd,
+            "intermediate_size": F, "num_hidden_layers": layers, "vocab_size": V, "max_position_embeddings": L,
+            "tie_word_embeddings": tied, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0,
+            "sliding_window": GEMMA_WINDOW,
+            "layer_types": [layer_type] * layers if isinstance(layer_type, str) else layer_type,
+            "attn_implementation": "census_attention" if attn == "sdpa" else attn}  # fmt: skip
+        if family == "gemma2":
+            from transformers import Gemma2Config, Gemma2ForCausalLM
+
+            if Gemma2Config().final_logit_softcapping != 30.0 or Gemma2Config().hidden_activation != "gelu_pytorch_tanh":
+                raise SystemExit("gemma2: transformers' defaults changed (final-logit cap, GeLU-tanh)")
+            model = Gemma2ForCausalLM(Gemma2Config(attn_logit_softcapping=attn_cap, final_logit_softcapping=final_cap,
+                                                   **gemma))  # fmt: skip
+        else:
+            from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+            model = Gemma3ForCausalLM(Gemma3TextConfig(**gemma))
+            cfg = model.config
+            if cfg.final_logit_softcapping or cfg.attn_logit_softcapping or cfg.hidden_activation != "gelu_pytorch_tanh":
+                raise SystemExit("gemma3: transformers' defaults changed (no soft-caps, GeLU-tanh)")
+        sym = _dense(H, hd)
+        sym.setdefault(T * H * L, "T*h*L")  # the attention scores (eager attention only)
+        if sym[T * H * L] != "T*h*L":
+            raise SystemExit("gemma: the attention scores' size equals another symbol's; pick other dimensions")
     elif family == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -420,6 +472,76 @@ def _grouped_family(family: str = "mixtral_grouped") -> dict[str, object]:
             "experts_implementation": "grouped_mm"}  # fmt: skip
 
 
+def _layer_rest(family: str, **kw: Any) -> tuple[Counter[tuple[str, str, str, str]], ...]:
+    """One layer's tally (two layers less one), the rest's (one layer less that layer), and
+    each part's kernels per phase (``("kernels", phase)`` keys), of ``census(family, n, **kw)``."""
+    one, _ = census(family, 1, **kw)
+    two, _ = census(family, 2, **kw)
+    t1, t2 = _tally(one), _tally(two)
+    layer: Counter[tuple[str, ...]] = Counter({k: t2[k] - t1[k] for k in t2 if t2[k] - t1[k]})
+    rest: Counter[tuple[str, ...]] = Counter({k: t1[k] - layer.get(k, 0) for k in t1 if t1[k] - layer.get(k, 0)})
+    if any(v < 0 for v in (*layer.values(), *rest.values())):
+        raise SystemExit(f"{family}: the two-layer step is not the one-layer step plus a layer")
+    for ph in ("fwd", "bwd"):  # calls (kernels) per part and phase: one layer = two layers less one
+        n1, n2 = sum(1 for p, *_ in one if p == ph), sum(1 for p, *_ in two if p == ph)
+        layer[("kernels", ph)], rest[("kernels", ph)] = n2 - n1, 2 * n1 - n2
+    return layer, rest
+
+
+def _difference(family: str, more: Counter[tuple[str, ...]], less: Counter[tuple[str, ...]], what: str,
+                sizes: set[str] | None = None) -> Counter[tuple[str, ...]]:  # fmt: skip
+    """``more`` less ``less``: the calls one configuration adds to another (``what``), none
+    negative and, where ``sizes`` is given, each of one of those sizes."""
+    diff = Counter({k: more[k] - less[k] for k in more.keys() | less.keys() if more[k] - less[k]})
+    bad = [k for k, v in diff.items() if v < 0 or (len(k) == 4 and sizes is not None and k[2] not in sizes)]
+    if bad or not any(len(k) == 4 for k in diff):
+        raise SystemExit(f"{family}: {what} is not a set of added calls ({bad or 'none'})")
+    return diff
+
+
+def _dense_family(family: str) -> dict[str, object]:
+    """A dense family's census: ``layer`` and ``rest`` (untied embeddings, but GPT-2's, whose
+    config ties them) and their kernels; for :data:`TIED_FAMILIES` also ``tied``, the calls a
+    tied embedding adds (the rest with the head's weight the embedding's, less the rest
+    without: the add of its two gradients, V*d). Gemma's (:data:`GEMMA_FAMILIES`): every layer
+    a full-attention one (SDPA's causal path) and ``window``, what a sliding-window layer runs
+    beyond it (SDPA with the window's mask: the boolean mask turned into an additive one, the
+    keys and values repeated to the query heads, since transformers passes ``enable_gqa`` only
+    without a mask, and their gradients summed back); the rest is checked to be the same with
+    either layer; ``logit_softcap``: the final-logit cap's calls (Gemma 2's 30; the rest is
+    without it); Gemma 2 also ``attn_softcap``: one layer's attention-score cap (50) in HF's
+    eager attention (with the cap less without it: divide, tanh, multiply on the ``[B, h, L, L]``
+    scores and their backward)."""
+    gemma = family in GEMMA_FAMILIES
+    kw: dict[str, Any] = {"layer_type": "full_attention"} if gemma else {}
+    if family == "gemma2":
+        kw["final_cap"] = None
+    layer, rest = _layer_rest(family, **kw)
+    parts = {"layer": layer, "rest": rest}
+    if family in TIED_FAMILIES:
+        _, tied = _layer_rest(family, tied=True, **kw)
+        parts["tied"] = _difference(family, tied, rest, "the tied embedding's rest", {"V*d"})
+    if gemma:
+        window, window_rest = _layer_rest(family, **(kw | {"layer_type": "sliding_attention"}))
+        if window_rest != rest:
+            raise SystemExit(f"{family}: the rest changes with the layers' attention type")
+        parts["window"] = _difference(family, window, layer, "a sliding-window layer beyond a full one")
+    if family == "gemma2":
+        _, capped = _layer_rest(family, **(kw | {"final_cap": 30.0}))
+        parts["logit_softcap"] = _difference(family, capped, rest, "the final-logit cap", {"T*V"})
+        def step(n: int, cap: float | None) -> Counter[tuple[str, ...]]:  # its calls and kernels, not its host work
+            c = _counts(*census(family, n, **kw, attn="eager", attn_cap=cap))
+            return Counter({k: v for k, v in c.items() if k[0] != "host"})
+
+        one = _difference(family, step(1, GEMMA2_ATTN_CAP), step(1, None), "the attention-score cap", {"T*h*L"})
+        if _difference(family, step(2, GEMMA2_ATTN_CAP), step(2, None), "the attention-score cap") != one + one:
+            raise SystemExit(f"{family}: two layers' attention-score cap is not twice one layer's")
+        parts["attn_softcap"] = one
+    out: dict[str, object] = {part: [[*k, v] for k, v in sorted(d.items()) if len(k) == 4] for part, d in parts.items()}
+    out["kernels"] = {part: {ph: d.get(("kernels", ph), 0) for ph in ("fwd", "bwd")} for part, d in parts.items()}
+    return out
+
+
 def main() -> int:
     import torch
     import transformers
@@ -432,31 +554,23 @@ def main() -> int:
                 "an MoE family (mixtral) also: Te tokens per expert, k top-k, E experts, weight sizes (2f*d, E*2f*d, ...); part expert: "
                 "one expert's turn in the loop (times the experts hit); mixtral_grouped (transformers 5's default grouped_mm): T*k token-expert "
                 "pairs and their rows (T*k*d, ...), qwen3_moe and qwen3_moe_grouped the same for Qwen3-MoE (T*h: tokens x heads); qwen3: dense Qwen3 (LLaMA's and per-head q/k norms), part experts: the experts module's calls but its grouped GEMMs; host: aten calls by kind, syncs and autograd nodes per part "
-                "(block: the layer's beyond a LLaMA layer's)",
+                "(block: the layer's beyond a LLaMA layer's); llama, qwen3, gemma2, gemma3 (untied in layer and rest): part tied, the add "
+                "of a tied embedding's two gradients (V*d); gemma2, gemma3 (Gemma2ForCausalLM, Gemma3ForCausalLM; layer: a full-attention "
+                "layer): part window, a sliding-window layer's calls beyond it (SDPA with the window's mask, T*L: tokens x keys), "
+                "logit_softcap (gemma2: the final-logit cap), attn_softcap (gemma2: one layer's attention-score cap in HF's eager "
+                "attention, T*h*L: tokens x heads x keys)",
         "command": "python scripts/hf_eager_census.py",
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
         "families": {},
     }
     for family in ("llama", "qwen3", "gpt2"):
-        one, _ = census(family, 1)
-        two, _ = census(family, 2)
-        t1, t2 = _tally(one), _tally(two)
-        layer = {k: t2[k] - t1[k] for k in t2 if t2[k] - t1[k]}
-        rest = {k: t1[k] - layer.get(k, 0) for k in t1 if t1[k] - layer.get(k, 0)}
-        if any(v < 0 for v in (*layer.values(), *rest.values())):
-            raise SystemExit(f"{family}: the two-layer step is not the one-layer step plus a layer")
-        kernels = {}  # calls (kernels) per part and phase: one layer = two layers less one
-        for ph in ("fwd", "bwd"):
-            n1, n2 = sum(1 for p, *_ in one if p == ph), sum(1 for p, *_ in two if p == ph)
-            kernels.setdefault("layer", {})[ph] = n2 - n1
-            kernels.setdefault("rest", {})[ph] = 2 * n1 - n2
-        doc["families"][family] = {  # type: ignore[index]
-            part: [[*k, v] for k, v in sorted(d.items())] for part, d in (("layer", layer), ("rest", rest))
-        } | {"kernels": kernels}
+        doc["families"][family] = _dense_family(family)  # type: ignore[index]
     doc["families"]["mixtral"] = _moe_family("mixtral")  # type: ignore[index]
     doc["families"]["mixtral_grouped"] = _grouped_family()  # type: ignore[index]
     doc["families"]["qwen3_moe"] = _moe_family("qwen3_moe")  # type: ignore[index]
     doc["families"]["qwen3_moe_grouped"] = _grouped_family("qwen3_moe_grouped")  # type: ignore[index]
+    for family in GEMMA_FAMILIES:
+        doc["families"][family] = _dense_family(family)  # type: ignore[index]
     tmp = OUT.with_suffix(".json.tmp")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -64,6 +64,19 @@ the hidden size nor the key width, so the rotary's query half, the attention out
 o_proj's input are ``T*q`` (recorded with ``q = d`` until then, they were ``T*d``: Qwen3-0.6B's
 ``q = 2 d`` and Gemma's were undercounted; LLaMA's and Mistral's ``q = d``, unchanged).
 
+Gemma 2 and Gemma 3 (``gemma2``, ``gemma3``, since 2026-12-03; LLaMA's and Qwen3's before):
+``Gemma2ForCausalLM`` and ``Gemma3ForCausalLM`` at the dense censuses' sizes, four (1 + weight)
+RMSNorms a layer in fp32, GeLU-tanh GeGLU, the embedding scaled by sqrt(d), Gemma 3's per-head
+q/k norms. ``layer`` is a full-attention layer; ``window`` what a sliding-window layer adds under
+SDPA with its mask (K and V repeated to the query heads, the boolean ``[B, 1, L, L]`` mask made
+additive), added on :meth:`ModelSpec.windowed_layers`'s share of the layers (Gemma 3; Gemma 2's
+modules refuse SDPA: its census has none); ``logit_softcap`` the final-logit cap (Gemma 2's),
+added to the rest where the model has one; ``attn_softcap`` (Gemma 2) the attention-score cap in
+HF's eager attention, ``T*h*L``: recorded, added by nothing here (FlashAttention-2 caps in the
+kernel). Every dense census but GPT-2's (whose config ties them, its rest has it) was recorded
+with untied embeddings and has a part ``tied``: the add of a tied embedding's two gradients
+(V*d), added to the rest of a model with ``tied_embeddings``.
+
 Approximations (stated): one census per family, recorded at the family's default configuration
 (GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
 the CPU's decomposition of dropout (``bernoulli_`` then ``div_``) is dropped, leaving the
@@ -133,8 +146,11 @@ def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
     """The census family whose modules ``model`` is built of, or a one-line error; an MoE
     model's is that of its ``experts`` implementation (:data:`HF_EXPERTS`)."""
     llama_like = model.norm == "rmsnorm" and model.position == "rotary" and model.gated
+    if llama_like and not model.is_moe and model.activation == "geglu" and model.layer_norms == 4:
+        # Gemma 2 / Gemma 3 (per-head q/k norms): four (1 + weight) RMSNorms a layer, GeLU-tanh, their own censuses
+        return "gemma3" if model.qk_norm == "head" else "gemma2"
     if llama_like and not model.is_moe:
-        # Qwen3 (and Gemma 3): LLaMA's modules and per-head q/k RMSNorms, its own census
+        # Qwen3: LLaMA's modules and per-head q/k RMSNorms, its own census
         return "qwen3" if model.qk_norm == "head" else "llama"
     if model.norm == "layernorm" and model.position == "learned" and not model.gated and not model.is_moe:
         return "gpt2"
@@ -144,7 +160,7 @@ def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
         # weights back to bf16 (Mixtral's stay fp32, and so does its experts' weighted sum)
         base = "qwen3_moe" if model.qk_norm == "head" else "mixtral"
         return base if experts == "eager" else f"{base}_grouped"
-    raise ConfigError(f"plan: impl 'hf' has a kernel census for LLaMA-style (RMSNorm, rotary, gated MLP), "
+    raise ConfigError(f"plan: impl 'hf' has a kernel census for LLaMA-style (RMSNorm, rotary, gated MLP; Gemma 2/3), "
                       f"GPT-2-style (LayerNorm, learned positions, GELU) and Mixtral-style MoE (LLaMA's with routed "
                       f"experts only: no shared expert, router bias, MLA or attention sinks) models; "
                       f"{model.name} is none of them")  # fmt: skip
@@ -169,7 +185,7 @@ def symbols(model: ModelSpec, tokens: float, seq: float) -> dict[str, float]:
     per_token = {"d": d, "f": f, "q": float(model.q_width), "kv": float(model.kv_width), "hd": float(model.d_head),
                  "V": float(model.vocab), "2f": 2 * f, "3d": 3 * d, "4d": 4 * d}  # fmt: skip
     out = {"T": tokens, "L*d": seq * d, "L*L": seq * seq, "T*L": tokens * seq, "V*d": model.vocab * d,
-           "T*h": tokens * model.heads}  # fmt: skip
+           "T*h": tokens * model.heads, "T*h*L": tokens * model.heads * seq}  # fmt: skip
     for name, w in per_token.items():
         out[f"T*{name}"] = tokens * w
         out[f"T*{name}/2"] = tokens * w / 2
@@ -195,14 +211,31 @@ def eager_bytes(model: ModelSpec, part: str, phase: str, *, tokens: float, seq: 
     if part not in fam:
         raise ConfigError(f"{CENSUS}: family {family!r} has no part {part!r}")
     sym = symbols(model, tokens, seq)
-    total, kernels = 0.0, int(fam["kernels"][part][phase])
-    for ph, call, size, dtype, count in fam[part]:
-        if ph != phase or call in _CPU_DROPOUT or (call == "_to_copy" and dtype_bytes == 4):
-            continue
-        if size not in sym:
-            raise ConfigError(f"{CENSUS}: unknown size symbol {size!r} in family {family!r}")
-        total += count * sym[size] * (dtype_bytes if dtype == "bfloat16" else _DTYPE_BYTES.get(dtype, 4))
-    return total, max(kernels, 1)
+    total, kernels = 0.0, 0.0
+    for name, share in _with_extras(model, fam, part, seq):
+        kernels += share * int(fam["kernels"][name][phase])
+        for ph, call, size, dtype, count in fam[name]:
+            if ph != phase or call in _CPU_DROPOUT or (call == "_to_copy" and dtype_bytes == 4):
+                continue
+            if size not in sym:
+                raise ConfigError(f"{CENSUS}: unknown size symbol {size!r} in family {family!r}")
+            total += share * count * sym[size] * (dtype_bytes if dtype == "bfloat16" else _DTYPE_BYTES.get(dtype, 4))
+    return total, max(round(kernels), 1)
+
+
+def _with_extras(model: ModelSpec, fam: dict[str, Any], part: str, seq: float) -> list[tuple[str, float]]:
+    """The census parts that make ``part`` for ``model``, each with its share: ``layer`` and,
+    in a Gemma census, ``window`` on the share of layers whose window is shorter than ``seq``
+    (:meth:`ModelSpec.windowed_layers`: SDPA with the window's mask); ``rest`` and, in a dense
+    census, ``tied`` for tied embeddings (the add of their two gradients) and ``logit_softcap``
+    for a final-logit cap (Gemma 2's)."""
+    out = [(part, 1.0)]
+    if part == "layer" and "window" in fam and model.windowed_layers(int(seq)):
+        out.append(("window", model.windowed_layers(int(seq))))
+    if part == "rest":
+        out += [(name, 1.0) for name, on in (("tied", model.tied_embeddings), ("logit_softcap", model.logit_softcap))
+                if on and name in fam]  # fmt: skip
+    return out
 
 
 def expert_loop_host(model: ModelSpec, phase: str, *, tokens: float, host: HostModel,

@@ -418,11 +418,17 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
         from trainsim.builders.eager import family_of
 
         fam = family_of(model, plan.experts_impl)
-    qwen3 = fam.startswith("qwen3")  # its census records Qwen3's (Qwen3-MoE's) own per-head q/k norms
+    gemma = fam.startswith("gemma")  # Gemma 2/3's own censuses: four norms a layer, Gemma 3's q/k norms, Gemma 2's logit cap
+    qwen3 = fam.startswith("qwen3") or fam == "gemma3"  # its census records the model's own per-head q/k norms
     extra = [n for n, on in (("q/k norms", model.qk_norm != "none" and not qwen3), ("norms after attention and MLP",
-             model.layer_norms == 4), ("soft-capping", bool(model.attn_softcap or model.logit_softcap))) if on]  # fmt: skip
+             model.layer_norms == 4 and not gemma), ("soft-capping", bool(model.attn_softcap or model.logit_softcap)
+             and not gemma), ("final-logit soft-capping", bool(model.logit_softcap) and fam == "gemma3")) if on]  # fmt: skip
+    if plan.impl == "hf" and model.attn_softcap and gemma:
+        out.append(f"--impl hf does not cost the attention-score soft-cap (cap {model.attn_softcap:g}): HF's Gemma 2 "
+                   "runs it inside FlashAttention-2 or, in its eager attention, as three passes over its b·h·s² "
+                   "scores (the census's attn_softcap part, not added to the layer)")  # fmt: skip
     if plan.impl == "hf" and extra:
-        which = ("Qwen3-MoE" if fam.startswith("qwen3_moe") else "Qwen3" if qwen3
+        which = ("Qwen3-MoE" if fam.startswith("qwen3_moe") else "Gemma 3" if fam == "gemma3" else "Qwen3" if qwen3
                  else "Mixtral" if fam.startswith("mixtral") else "LLaMA")  # fmt: skip
         out.append(f"--impl hf times the census of HuggingFace's {which} modules: this model's {', '.join(extra)} "
                    "are not in it")  # fmt: skip
