@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -163,7 +164,15 @@ def test_predict_gemma_hf_notes_what_the_census_leaves_out():
     g3 = " ".join(dense_family_notes(get_model("gemma3-12b"), hf))
     assert "are not in it" not in g3  # its norms and q/k norms are in its census
     g2 = " ".join(dense_family_notes(get_model("gemma2-9b"), hf))
-    assert "are not in it" not in g2 and "does not cost the attention-score soft-cap (cap 50)" in g2
+    assert "are not in it" not in g2 and "soft-cap (cap 50) runs inside FlashAttention-2" in g2
+    # eager attention (a non-flash --attention) pays the census's three passes over the scores
+    unf = replace(hf, attention="unfused")
+    assert "FlashAttention-2" not in " ".join(dense_family_notes(get_model("gemma2-9b"), unf))
+    ru = predict_llm(get_model("gemma2-9b"), unf, "dgx-h100", gpus=1, simulate=False)
+    caps = [o for o in ru.stages[0].layer_ops if o.name == "hf_attention_softcap"]
+    assert [o.phase for o in caps] == ["fwd", "bwd"] and all(o.category == "attention" and o.seconds > 0 for o in caps)
+    assert not [o for o in predict_llm(get_model("gemma2-9b"), hf, "dgx-h100", gpus=1, simulate=False).stages[0].layer_ops
+                if o.name == "hf_attention_softcap"]  # fmt: skip
     r = predict_llm(get_model("gemma2-9b"), hf, "dgx-h100", gpus=1, simulate=False)
     fam = _families()["gemma2"]
     layer = [o for o in r.stages[0].layer_ops if o.name == "hf_eager_layer"]

@@ -670,6 +670,10 @@ class LayerCoster:
             # Gemma 2's cap on the [b, h/t, s, s] scores before the mask and softmax (with
             # FlashAttention the kernel applies it: not costed, predict notes it)
             ops.append(self.softcap("attention_softcap", phase, b * h / mp * sq * sq * copies, "attention"))
+        elif m.attn_softcap and self.plan.attention != "flash":
+            # HF's Gemma 2 eager attention: the cap as its census's three passes over the
+            # [b, h, s, s] scores (divide, tanh, multiply; FlashAttention-2 caps in its kernel)
+            ops.append(replace(self.hf_eager("hf_attention_softcap", "attn_softcap", phase), category="attention"))
         if self.plan.attention == "fused":
             # 001's fused-softmax data vary heads at mp=1: b(h/mp) is what the kernel sees
             ops.append(self._q("scale_mask_softmax", "ScaledUpperTriangMaskedSoftmax", phase,

@@ -72,8 +72,8 @@ SDPA with its mask (K and V repeated to the query heads, the boolean ``[B, 1, L,
 additive), added on :meth:`ModelSpec.windowed_layers`'s share of the layers (Gemma 3; Gemma 2's
 modules refuse SDPA: its census has none); ``logit_softcap`` the final-logit cap (Gemma 2's),
 added to the rest where the model has one; ``attn_softcap`` (Gemma 2) the attention-score cap in
-HF's eager attention, ``T*h*L``: recorded, added by nothing here (FlashAttention-2 caps in the
-kernel). Every dense census but GPT-2's (whose config ties them, its rest has it) was recorded
+HF's eager attention, ``T*h*L``: added to the attention core with a non-flash ``--attention``
+(:meth:`trainsim.builders.costs.LayerCoster.attention_core`; FlashAttention-2 caps in the kernel). Every dense census but GPT-2's (whose config ties them, its rest has it) was recorded
 with untied embeddings and has a part ``tied``: the add of a tied embedding's two gradients
 (V*d), added to the rest of a model with ``tied_embeddings``.
 

@@ -423,10 +423,11 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
     extra = [n for n, on in (("q/k norms", model.qk_norm != "none" and not qwen3), ("norms after attention and MLP",
              model.layer_norms == 4 and not gemma), ("soft-capping", bool(model.attn_softcap or model.logit_softcap)
              and not gemma), ("final-logit soft-capping", bool(model.logit_softcap) and fam == "gemma3")) if on]  # fmt: skip
-    if plan.impl == "hf" and model.attn_softcap and gemma:
-        out.append(f"--impl hf does not cost the attention-score soft-cap (cap {model.attn_softcap:g}): HF's Gemma 2 "
-                   "runs it inside FlashAttention-2 or, in its eager attention, as three passes over its b·h·s² "
-                   "scores (the census's attn_softcap part, not added to the layer)")  # fmt: skip
+    if plan.impl == "hf" and model.attn_softcap and gemma and plan.attention == "flash":
+        out.append(f"--impl hf with flash attention: the attention-score soft-cap (cap {model.attn_softcap:g}) runs "
+                   "inside FlashAttention-2 (>= 2.6), not costed; HF's Gemma 2 otherwise runs eager attention, where "
+                   "it is three passes over the b·h·s² scores (give --attention unfused: the census's attn_softcap part "
+                   "costs them)")  # fmt: skip
     if plan.impl == "hf" and extra:
         which = ("Qwen3-MoE" if fam.startswith("qwen3_moe") else "Gemma 3" if fam == "gemma3" else "Qwen3" if qwen3
                  else "Mixtral" if fam.startswith("mixtral") else "LLaMA")  # fmt: skip
