@@ -13,6 +13,11 @@ Per pipeline stage, one GPU holds (:class:`MemoryBreakdown`):
   Transformer Models", §4, Table 2) per layer and micro-batch, times the micro-batches in
   flight under the schedule (§4.2.3 and Megatron's warm-up counts), plus the recompute working
   set and the embedding/output-layer extras (§4.3).
+  With ``plan.impl == "hf"`` (HuggingFace eager training) the per-layer and rest-of-model
+  activations are instead those measured of transformers' own modules
+  (``builders/data/hf_activation_census.json``, ``scripts/hf_activation_census.py``: the bytes
+  autograd saves, per storage, evaluated for the model), in the same schedule counting
+  (:func:`hf_activation_provenance` says so).
 * **Buffers** — transient and fixed allocations (see :func:`_buffers_bytes`; every constant
   below is an estimate with its source).
 
@@ -29,10 +34,13 @@ Approximations (each also noted where it is used):
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any
 
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
@@ -59,6 +67,12 @@ MASK_BYTES = 1
 LOGITS_BYTES = 4
 # FlashAttention keeps the softmax log-sum-exp, fp32, one per query row and head.
 LSE_BYTES = 4
+# impl hf: the activation census (scripts/hf_activation_census.py)
+HF_ACTIVATIONS = Path(__file__).parent / "data" / "hf_activation_census.json"
+# its dtypes' bytes on a GPU ("bfloat16" stands for the training dtype): a dropout's mask is
+# CUDA native_dropout's bool, a LayerNorm's mean and rstd fp32 (the CPU it was measured on keeps
+# both in the activations' dtype; the census's "backends" note)
+_HF_DTYPE_BYTES = {"float32": 4, "int64": 8, "int32": 4, "bool": 1, "mask": 1, "stat": 4}
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,6 +529,94 @@ def _working_bytes(plan: Plan, terms: tuple[float, float, float]) -> float:
     return 0.0
 
 
+@cache
+def _hf_activation_census() -> dict[str, Any]:
+    try:
+        doc = json.loads(HF_ACTIVATIONS.read_text(encoding="utf-8"))
+        families = doc["families"]
+        for fam in families.values():
+            for mode in ("none", "checkpointed"):
+                for part in ("layer", "rest"):
+                    for size, dtype, count in fam[mode][part]:
+                        if not (isinstance(size, str) and (dtype == "bfloat16" or dtype in _HF_DTYPE_BYTES)
+                                and isinstance(count, int)):  # fmt: skip
+                            raise ValueError(f"bad entry {[size, dtype, count]}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"{HF_ACTIVATIONS}: expected the JSON written by scripts/hf_activation_census.py ({e})") from None
+    return families
+
+
+def _hf_symbols(model: ModelSpec, plan: Plan) -> dict[str, float]:
+    """The activation census's symbols for one micro-batch on one GPU (tp = cp = 1 with impl hf)."""
+    s = float(plan.seq(model))
+    t = s * plan.micro_batch
+    d, f = float(model.hidden), float(model.expert_ffn if model.is_moe else model.ffn)
+    k, e = float(model.top_k if model.is_moe else 0), float(model.num_experts)
+    return {"1": 1.0, "L": s, "L*hd": s * model.d_head, "T": t, "T*d": t * d, "T*V": t * model.vocab,
+            "T*h": t * model.heads, "T*3d": 3 * t * d, "T*4d": 4 * t * d, "T*q": t * model.q_width,
+            "T*kv": t * model.kv_width, "T*g": t * model.n_kv, "T*f": t * f, "T*2f": 2 * t * f, "E": e,
+            "T*k": t * k, "T*E": t * e, "T*k*d": t * k * d, "T*k*f": t * k * f, "T*k*2f": 2 * t * k * f}  # fmt: skip
+
+
+def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, float]:
+    """impl hf: (one layer's kept bytes, one layer's working set under recompute, the rest of the
+    model's bytes) for one micro-batch, from the activation census of the model's family
+    (:func:`trainsim.builders.eager.family_of`). ``recompute="full"`` is HF's gradient
+    checkpointing (the census's ``checkpointed``: a layer keeps its input; the backward re-runs
+    one layer at a time, holding what it saves, the ``none`` layer); ``selective`` has no HF
+    counterpart and SDPA keeps no scores: as ``none``. fp32 training: the bf16 entries at 4
+    bytes (an approximation: the norms' fp32 copies are then the same tensors)."""
+    from trainsim.builders.eager import family_of
+
+    fam = _hf_activation_census()[family_of(model, plan.experts_impl)]
+    sym = _hf_symbols(model, plan)
+    e = _act_element_bytes(plan)
+
+    def evaluate(entries: list[list[Any]]) -> float:
+        try:
+            return sum(count * sym[size] * (e if dtype == "bfloat16" else _HF_DTYPE_BYTES[dtype])
+                       for size, dtype, count in entries)  # fmt: skip
+        except KeyError as err:
+            raise ConfigError(f"{HF_ACTIVATIONS}: unknown size symbol or dtype {err}") from None
+
+    plain = evaluate(fam["none"]["layer"])
+    if plan.recompute == "full":
+        return evaluate(fam["checkpointed"]["layer"]), plain, evaluate(fam["checkpointed"]["rest"])
+    return plain, 0.0, evaluate(fam["none"]["rest"])
+
+
+def hf_activation_provenance(model: ModelSpec, plan: Plan) -> str:
+    """Where :func:`memory_per_gpu`'s activations come from, for predict's provenance."""
+    if plan.impl != "hf":
+        return "korthikanti-2022 (Megatron's fused kernels)"
+    from trainsim.builders.eager import family_of
+
+    ckpt = "checkpointed (gradient checkpointing: recompute full)" if plan.recompute == "full" else "none"
+    return (f"hf-activation-census:{family_of(model, plan.experts_impl)}:{ckpt} (measured on the CPU: SDPA's "
+            "flash kernel; mask and LayerNorm-statistics bytes as CUDA's)")  # fmt: skip
+
+
+def _hf_stage_activations_bytes(model: ModelSpec, plan: Plan, stage: int, n_layers: int,
+                                dense_layers: int = 0) -> float:  # fmt: skip
+    """impl hf: a stage's activations (:func:`hf_activation_parts`), its layers times the
+    micro-batches in flight, one layer's working set under recompute, and on the last stage the
+    rest of the model (embedding side, final norm, head, loss; all of it there, as the eager
+    census charges it). ``dense_layers``: how many of its layers are ``model.dense_layers``
+    (their own family's census, LLaMA's or Qwen3's)."""
+    kept, work, rest = hf_activation_parts(model, plan)
+    n = in_flight_microbatches(plan, stage)
+    total = (n_layers - dense_layers) * n * kept
+    if dense_layers:
+        dkept, dwork, _ = hf_activation_parts(dense_variant(model), plan)
+        total += dense_layers * n * dkept
+        work = max(work, dwork) if dense_layers < n_layers else dwork
+    if n_layers:
+        total += work
+    if stage == plan.pp - 1:
+        total += (plan.grad_accum if plan.schedule == "gpipe" else 1) * rest
+    return total
+
+
 def in_flight_microbatches(plan: Plan, stage: int) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
     stage's layers.
@@ -713,7 +815,8 @@ def memory_per_gpu(
                 gradients_bytes=dense * dense_prec.grad_bytes + expert * expert_prec.grad_bytes,
                 optimizer_bytes=dense * dense_prec.optimizer_bytes
                 + expert * expert_prec.optimizer_bytes,
-                activations_bytes=_stage_activations_bytes(
+                activations_bytes=_hf_stage_activations_bytes(model, plan, i, layers[i], counts[i] if counts else 0)
+                if plan.impl == "hf" else _stage_activations_bytes(
                     model, plan, i, layers[i], dropout=dropout, terms=terms
                 ) + (_dense_layers_activation_delta(model, plan, i, layers, dropout=dropout, terms=terms,
                                                     dense_counts=counts, dense_terms=dterms)

@@ -37,7 +37,12 @@ from trainsim.builders.llm import (
     evaluate_pipeline,
     stage_costs,
 )
-from trainsim.builders.memory import MemoryBreakdown, memory_per_gpu, min_gpus_for_states
+from trainsim.builders.memory import (
+    MemoryBreakdown,
+    hf_activation_provenance,
+    memory_per_gpu,
+    min_gpus_for_states,
+)
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
@@ -373,6 +378,7 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
     memory = memory_per_gpu(spec, plan)
     prov = _provenance(stages)
     prov["contention"] = contention_note(plan)
+    prov["activations"] = hf_activation_provenance(spec, plan)
     r = LLMPrediction(
         spec, plan, sys, device, iteration, method, cf, tokens / iteration, mfu, memory,
         _breakdown(crit_stage, plan, iteration), stages, prov,

@@ -1,0 +1,360 @@
+"""Measure the activation bytes HuggingFace eager training keeps for the backward: the census
+behind ``memory.py``'s activations for ``--impl hf``
+(``src/trainsim/builders/data/hf_activation_census.json``).
+
+A tiny model of each family ``scripts/hf_eager_census.py`` counts (transformers' LLaMA, dense
+Qwen3, GPT-2, Mixtral and Qwen3-MoE, their experts run by ``grouped_mm`` or the eager loop) is
+built on the CPU in bf16 from a config made in code, with the census's SDPA attention and even
+MoE routing. Its forward and loss run under ``torch.autograd.graph.saved_tensors_hooks``: every
+tensor autograd saves is recorded once per storage (``untyped_storage().data_ptr()``), the
+model's parameters and buffers left out, at the storage's size (a saved view holds its whole
+storage). A two-layer model less a one-layer one gives one layer; the one-layer model less that
+layer, the rest (embedding, final norm, head, loss). Each storage's element count is named as a
+product of the model's symbols (``T`` tokens, ``d``, ``q``/``kv`` query/key widths, ``f``, ``V``,
+``h``/``g`` attention/key heads, MoE ``T*k`` pairs ...; the tiny dimensions make every product
+distinct), with its dtype: that list is the formula. It is then checked against fresh
+measurements at other widths, sequence lengths and batch sizes: the formula's bytes must equal
+the measured bytes exactly.
+
+The hooks' count is cross-checked by a second measure that needs no hooks: every storage the
+forward's aten calls create (a ``TorchDispatchMode``), kept by weak reference, and those still
+alive once the forward's outputs but the loss are dropped. The two must agree without
+checkpointing. With ``model.gradient_checkpointing_enable()`` (transformers 5: non-reentrant
+``torch.utils.checkpoint`` around every decoder layer, trainsim's ``recompute="full"``) the
+checkpoint's own hooks take the layer's saved tensors (an inner ``saved_tensors_hooks`` wins),
+and what it keeps (the layer's inputs, in the recompute closure) is not a saved tensor: the
+live-storage measure is the one recorded there.
+
+What is not measured: CUDA. On the CPU, SDPA runs ``_scaled_dot_product_flash_attention_for_cpu``
+(saves q, k, v, the output and the fp32 log-sum-exp, ``B x h x L``); see the JSON's ``backends``
+for what CUDA's flash and memory-efficient kernels save instead.
+
+    python scripts/hf_activation_census.py       # rewrites the JSON (needs torch, transformers)
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import json
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "builders" / "data" / "hf_activation_census.json"
+FAMILIES = ("llama", "qwen3", "gpt2", "mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
+MOE = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
+
+
+@dataclass(frozen=True)
+class Dims:
+    """A tiny model's dimensions: batch, sequence, hidden, heads, key heads, head size, MLP (or
+    expert) width, vocabulary, experts, top-k."""
+
+    b: int = 3
+    s: int = 20
+    d: int = 48
+    h: int = 12
+    g: int = 3
+    hd: int = 10
+    f: int = 112
+    v: int = 331
+    e: int = 0
+    k: int = 0
+
+    @property
+    def t(self) -> int:
+        return self.b * self.s
+
+
+# the formula's dimensions (the census's, whose products are distinct); the checks' others
+BASE = {"llama": Dims(), "qwen3": Dims(), "gpt2": Dims(hd=4),
+        "mixtral": Dims(g=4, e=5, k=3), "mixtral_grouped": Dims(g=4, e=15, k=8),
+        "qwen3_moe": Dims(h=21, hd=4, g=7, e=5, k=3), "qwen3_moe_grouped": Dims(h=21, hd=4, e=15, k=8)}  # fmt: skip
+LABELS_B1 = 8  # bytes: see family_census
+CHECKS = ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 72, "f": 152}, {"b": 1, "s": 56, "v": 419, "hd": 14})
+
+
+def values(x: Dims, family: str) -> dict[str, int]:
+    """Each symbol's element count at ``x`` (the names memory.py evaluates); GPT-2's queries
+    and keys are ``d`` wide (no ``q``, ``kv``, ``g``); the eager expert loop's per-expert sizes
+    (``Te = T k / E`` tokens under even routing) are :data:`PER_EXPERT`'s."""
+    t, d, q, kv, f = x.t, x.d, x.h * x.hd, x.g * x.hd, x.f
+    out = {"1": 1, "L": x.s, "T": t, "T*d": t * d, "T*V": t * x.v, "T*h": t * x.h}
+    if family == "gpt2":  # its MLP is 4 d wide, its fused QKV 3 d
+        out |= {"T*3d": t * 3 * d, "T*4d": t * 4 * d}
+    else:
+        out |= {"L*hd": x.s * x.hd, "T*q": t * q, "T*kv": t * kv, "T*g": t * x.g, "T*f": t * f, "T*2f": t * 2 * f}
+    if family in MOE:
+        out |= {"E": x.e, "T*k": t * x.k, "T*E": t * x.e, "T*k*d": t * x.k * d, "T*k*f": t * x.k * f,
+                "T*k*2f": t * x.k * 2 * f}  # fmt: skip
+    if family in ("mixtral", "qwen3_moe"):
+        te = t * x.k // x.e
+        out |= {"Te": te, "2Te": 2 * te, "Te*d": te * d, "Te*f": te * f, "Te*2f": te * 2 * f}
+    return out
+
+
+# the eager loop's per-expert sizes: (the pairs' size they sum to over the E experts, multiple)
+PER_EXPERT = {"Te": ("T*k", 1), "2Te": ("T*k", 2), "Te*d": ("T*k*d", 1), "Te*f": ("T*k*f", 1), "Te*2f": ("T*k*2f", 1)}
+# dtypes the CPU and CUDA kernels keep differently (the JSON's names): a dropout's mask (the
+# CPU's dropout multiplies by its noise, a tensor of the activations' dtype; CUDA's
+# native_dropout keeps a bool mask) and a LayerNorm's mean and rstd (the activations' dtype on
+# the CPU, fp32 on CUDA: torch/_refs native_layer_norm)
+CPU_TAGGED = {"mask": "bool", "stat": "float32"}
+
+
+def build(family: str, layers: int, x: Dims, *, checkpoint: bool) -> tuple[Any, Any, Any]:
+    """(model, input ids, restore: undoes the even-routing patch) of a tiny bf16 model."""
+    import torch
+
+    torch.manual_seed(0)
+    common: dict[str, Any] = {
+        "hidden_size": x.d, "num_attention_heads": x.h, "num_key_value_heads": x.g, "head_dim": x.hd,
+        "intermediate_size": x.f, "num_hidden_layers": layers, "vocab_size": x.v, "max_position_embeddings": x.s,
+        "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0,
+        "attn_implementation": "sdpa"}  # fmt: skip
+    restore = lambda: None  # noqa: E731
+    if family == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    elif family == "qwen3":
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        model = Qwen3ForCausalLM(Qwen3Config(**common))
+    elif family == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        # the census's: its default residual/embedding dropout 0.1, attention dropout 0 (on a GPU
+        # inside the attention kernel; on the CPU SDPA with dropout takes the math path)
+        model = GPT2LMHeadModel(GPT2Config(n_embd=x.d, n_head=x.h, n_layer=layers, vocab_size=x.v, n_positions=x.s,
+                                           bos_token_id=0, eos_token_id=0, attn_pdrop=0.0,
+                                           attn_implementation="sdpa"))  # fmt: skip
+    else:
+        impl = "grouped_mm" if family.endswith("_grouped") else "eager"
+        moe = common | {"num_experts_per_tok": x.k, "experts_implementation": impl}
+        if family.startswith("mixtral"):
+            from transformers import MixtralConfig, MixtralForCausalLM
+            from transformers.models.mixtral import modeling_mixtral
+
+            model = MixtralForCausalLM(MixtralConfig(num_local_experts=x.e, **moe))
+            router: Any = modeling_mixtral.MixtralTopKRouter
+        else:
+            from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+            from transformers.models.qwen3_moe import modeling_qwen3_moe
+
+            model = Qwen3MoeForCausalLM(Qwen3MoeConfig(num_experts=x.e, moe_intermediate_size=x.f, norm_topk_prob=True,
+                                                       decoder_sparse_step=1, mlp_only_layers=[], **moe))  # fmt: skip
+            router = modeling_qwen3_moe.Qwen3MoeTopKRouter
+        if model.config._experts_implementation != impl:
+            raise SystemExit(f"{family}: transformers chose experts_implementation {model.config._experts_implementation!r}")
+        # even routing (the kernel census's): token i to experts (i k + j) mod E; scores its own
+        route = (torch.arange(x.t)[:, None] * x.k + torch.arange(x.k)[None, :]) % x.e
+        forward = router.forward
+
+        def routed(self, hidden_states):  # type: ignore[no-untyped-def]
+            logits, scores, _ = forward(self, hidden_states)
+            return logits, scores, route
+
+        router.forward = routed
+
+        def restore() -> None:
+            router.forward = forward
+
+    model = model.to(torch.bfloat16).train()
+    if checkpoint:
+        model.gradient_checkpointing_enable()
+    return model, torch.randint(0, x.v, (x.b, x.s)), restore
+
+
+Storages = dict[int, tuple[int, str]]  # data_ptr -> (bytes, dtype: "mask"/"stat" as CPU_TAGGED)
+
+
+def measure(family: str, layers: int, x: Dims, *, checkpoint: bool = False) -> tuple[Storages, Storages]:
+    """(saved by autograd, alive after the forward) storages of one forward and loss, the
+    parameters' and buffers' left out; the second by weak references to every storage an aten
+    call made (the loss's own left out)."""
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    model, ids, restore = build(family, layers, x, checkpoint=checkpoint)
+    held = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    saved: Storages = {}
+    # the batch is held by the step (and saved by the embedding's backward): counted as made
+    made: dict[int, tuple[Any, int, str]] = {ids.untyped_storage().data_ptr(): (
+        StorageWeakRef(ids.untyped_storage()), ids.untyped_storage().nbytes(), "int64")}
+
+    tags: dict[int, str] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        if st.nbytes() and st.data_ptr() not in held:
+            saved.setdefault(st.data_ptr(), (st.nbytes(), str(t.dtype).removeprefix("torch.")))
+        return t
+
+    class Made(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            outs = [o for o in (out if isinstance(out, list | tuple) else [out]) if isinstance(o, torch.Tensor)]
+            name = func.__name__.split(".")[0]
+            for o in outs:
+                st = o.untyped_storage()
+                p = st.data_ptr()
+                if st.nbytes() and (p not in made or made[p][0].expired()):  # new (in-place ops keep theirs)
+                    tags.pop(p, None)  # a freed storage's address reused
+                    made[p] = (StorageWeakRef(st), st.nbytes(), str(o.dtype).removeprefix("torch."))
+            if name.startswith("bernoulli"):  # the CPU dropout's noise (CUDA: native_dropout's bool mask)
+                tags[outs[0].untyped_storage().data_ptr()] = "mask"
+            if name == "native_layer_norm":  # mean, rstd
+                tags.update((o.untyped_storage().data_ptr(), "stat") for o in outs[1:])
+            return out
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), Made():
+            out = model(input_ids=ids, labels=ids)
+        loss = out.loss
+        del out
+        gc.collect()
+        own = loss.untyped_storage().data_ptr()
+        alive = {p: (n, tags.get(p, dt)) for p, (ref, n, dt) in made.items()
+                 if not ref.expired() and p not in held and p != own}  # fmt: skip
+        saved = {p: (n, tags.get(p, dt)) for p, (n, dt) in saved.items()}
+        loss.backward()  # the graph runs: what was saved was enough
+    finally:
+        restore()
+    return saved, alive
+
+
+def named(storages: Storages, x: Dims, family: str) -> Counter[tuple[str, str]]:
+    """(symbol, dtype) -> storages of that size; a size with no symbol stops the script."""
+    sym: dict[int, str] = {}
+    for name, n in values(x, family).items():
+        if n in sym:
+            raise SystemExit(f"{family} at {x}: {name} and {sym[n]} are both {n} elements; pick other dimensions")
+        sym[n] = name
+    out: Counter[tuple[str, str]] = Counter()
+    for nbytes, dtype in storages.values():
+        n = nbytes // _itemsize(dtype)
+        if n not in sym:
+            raise SystemExit(f"{family} at {x}: a saved {dtype} storage of {n} elements has no symbol")
+        out[(sym[n], dtype)] += 1
+    return out
+
+
+def _itemsize(dtype: str) -> int:
+    """Bytes of an element on the CPU, where it was measured (a tagged dtype: the bf16 activations')."""
+    return {"bfloat16": 2, "float32": 4, "int64": 8, "bool": 1, "int32": 4, "mask": 2, "stat": 2}[dtype]
+
+
+def per_pair(counts: dict[tuple[str, str], int], x: Dims) -> dict[tuple[str, str], int]:
+    """The eager loop's per-expert storages (E of each under even routing) as the ``T*k``
+    pair sizes they sum to."""
+    out: Counter[tuple[str, str]] = Counter()
+    for (size, dtype), c in counts.items():
+        if size in PER_EXPERT:
+            pairs, times = PER_EXPERT[size]
+            if (c * times) % x.e:
+                raise SystemExit(f"{c} storages of {size} are not a whole number of pair-sized ones at E {x.e}")
+            out[(pairs, dtype)] += c * times // x.e
+        else:
+            out[(size, dtype)] += c
+    return dict(out)
+
+
+def difference(two: Counter[tuple[str, str]], one: Counter[tuple[str, str]]) -> tuple[dict, dict]:
+    """(one layer, the rest) from the two- and one-layer models' counts."""
+    layer = Counter({k: two[k] - one[k] for k in two.keys() | one.keys() if two[k] - one[k]})
+    rest = Counter({k: one[k] - layer[k] for k in one.keys() | layer.keys() if one[k] - layer[k]})
+    if any(v < 0 for v in (*layer.values(), *rest.values())):
+        raise SystemExit(f"the two-layer model is not the one-layer model plus a layer: {layer}, {rest}")
+    return dict(layer), dict(rest)
+
+
+def formula_bytes(entries: list[list[Any]], x: Dims, family: str) -> int:
+    vals = values(x, family)
+    return sum(count * vals[size] * _itemsize(dtype) for size, dtype, count in entries)
+
+
+def total(storages: Storages) -> int:
+    return sum(n for n, _ in storages.values())
+
+
+def family_census(family: str) -> dict[str, Any]:
+    """One family's formula (``layer``, ``rest``; ``checkpointed``: the same under HF's
+    gradient checkpointing) and the checks it passed."""
+    base = BASE[family]
+    doc: dict[str, Any] = {"dims": base.__dict__}
+    for mode, ckpt in (("none", False), ("checkpointed", True)):
+        runs = {n: measure(family, n, base, checkpoint=ckpt) for n in (1, 2)}
+        if not ckpt and any(not saved.items() <= alive.items() for saved, alive in runs.values()):
+            raise SystemExit(f"{family}: a saved tensor's storage is not alive after the forward")
+        counted = {n: named(alive, base, family) for n, (_, alive) in runs.items()}
+        layer, rest = difference(counted[2], counted[1])
+        if not ckpt:  # the hooks give the same layer: the storages alive but not saved are the rest's
+            hooked = difference(*(named(runs[n][0], base, family) for n in (2, 1)))[0]
+            if hooked != layer:
+                raise SystemExit(f"{family}: one layer's saved tensors {hooked} are not its storages alive {layer}")
+            doc["alive_not_saved"] = {" ".join(k): v for k, v in (Counter(counted[1]) - Counter(
+                named(runs[1][0], base, family))).items()}  # fmt: skip
+        layer, rest = per_pair(layer, base), per_pair(rest, base)
+        entries = {p: [[s, dt, c] for (s, dt), c in sorted(d.items())] for p, d in (("layer", layer), ("rest", rest))}
+        checks = []
+        for change in CHECKS:
+            x = replace(base, **change)
+            for n in (1, 3):
+                got = total(measure(family, n, x, checkpoint=ckpt)[1])
+                want = n * formula_bytes(entries["layer"], x, family) + formula_bytes(entries["rest"], x, family)
+                # batch 1: the loss's shifted labels are a view of the [1, L + 1] padded labels
+                # (a contiguous slice, not copied as at b > 1), one int64 more than T: the one
+                # difference allowed (LABELS_B1)
+                if got != want + (LABELS_B1 if x.b == 1 else 0):
+                    raise SystemExit(f"{family} ({mode}) at {x}, {n} layer(s): measured {got} bytes, formula {want}")
+                checks.append({"dims": change, "layers": n, "bytes": got, "formula_bytes": want})
+        doc[mode] = entries | {"checked": checks}
+    return doc
+
+
+def main() -> int:
+    import torch
+    import transformers
+
+    doc: dict[str, Any] = {
+        "what": "bytes autograd keeps for the backward of one HuggingFace eager training step (forward and loss, "
+                "bf16 on the CPU, SDPA attention), per decoder layer and for the rest of the model (embedding, "
+                "final norm, head, loss); each entry: size (product of symbols: T tokens of the micro-batch, d hidden, "
+                "q/kv query/key widths, f MLP or expert width, V vocabulary, h/g attention/key heads, hd head size, "
+                "k top-k, E experts), dtype (bfloat16 stands for the training dtype), storages of that size; "
+                "none: no checkpointing; checkpointed: model.gradient_checkpointing_enable() (non-reentrant "
+                "torch.utils.checkpoint per layer: recompute full); checked: other dimensions where the formula's "
+                "bytes equal the measured bytes exactly",
+        "command": "python scripts/hf_activation_census.py",
+        "date": datetime.date.today().isoformat(),
+        "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
+        "backends": {
+            "measured": "CPU: aten::_scaled_dot_product_flash_attention_for_cpu, which saves query, key, value, "
+                        "output and an fp32 logsumexp of B x h x L (T*h)",
+            "cuda_flash": "aten::_scaled_dot_product_flash_attention (bf16, head size <= 256): its derivative "
+                          "(tools/autograd/derivatives.yaml) reads query, key, value, output, logsumexp "
+                          "(fp32, B x h x L), cum_seq_q/k (undefined for dense batches) and philox_seed/offset "
+                          "(two int64 scalars): the same storages as the CPU kernel's",
+            "cuda_efficient": "aten::_scaled_dot_product_efficient_attention: query, key, value, output and "
+                              "logsumexp fp32 B x h x ceil(L/32)*32 (padded to 32 rows), philox seed/offset",
+        },
+        "families": {},
+    }
+    for family in FAMILIES:
+        print(family, file=sys.stderr)
+        doc["families"][family] = family_census(family)
+    tmp = OUT.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, OUT)
+    print(OUT)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
