@@ -100,3 +100,22 @@ def test_hf_moe_keeps_its_token_expert_pairs_and_predict_says_where_memory_comes
     assert r.provenance["activations"].startswith("hf-activation-census:mixtral_grouped:none")
     fused = predict_llm(get_model("llama3-8b"), Plan(micro_batch=1, seq_len=4096), "dgx-h100", simulate=False)
     assert fused.provenance["activations"].startswith("korthikanti-2022")
+
+
+def test_every_kernel_census_family_has_activations_or_a_stated_stand_in():
+    """A model --impl hf prices (eager.family_of) always gets its memory: Gemma 2/3's kernel
+    censuses came without activation censuses, and predict raised a KeyError for them."""
+    import json
+
+    from trainsim.builders import memory
+    from trainsim.builders.eager import CENSUS
+
+    kernel_families = {k for k, v in json.loads(CENSUS.read_text()).items() if isinstance(v, dict) and "kernels" in v}
+    have = set(memory._hf_activation_census())
+    assert kernel_families <= have | {k for k, v in memory._HF_ACTIVATION_STAND_INS.items() if v in have}
+    for name in ("gemma2-9b", "gemma3-12b"):
+        plan = Plan(micro_batch=1, seq_len=4096, impl="hf")
+        _fam, stood_for = memory._hf_activation_family(get_model(name), plan)
+        if stood_for:
+            assert f"standing in for {stood_for}" in memory.hf_activation_provenance(get_model(name), plan)
+        assert memory.memory_per_gpu(get_model(name), plan)[0].activations_bytes > 0

@@ -558,6 +558,27 @@ def _hf_symbols(model: ModelSpec, plan: Plan) -> dict[str, float]:
             "T*k": t * k, "T*E": t * e, "T*k*d": t * k * d, "T*k*f": t * k * f, "T*k*2f": 2 * t * k * f}  # fmt: skip
 
 
+# kernel-census families without an activation census of their own: the family whose
+# activations stand in (Gemma 3's layer is Qwen3's with two more norms, Gemma 2's LLaMA's)
+_HF_ACTIVATION_STAND_INS = {"gemma3": "qwen3", "gemma2": "llama"}
+
+
+def _hf_activation_family(model: ModelSpec, plan: Plan) -> tuple[str, str]:
+    """(the activation census family for ``model`` under impl hf, the kernel census's family
+    when another stands in for it, else "")."""
+    from trainsim.builders.eager import family_of
+
+    fam = family_of(model, plan.experts_impl)
+    families = _hf_activation_census()
+    if fam in families:
+        return fam, ""
+    stand_in = _HF_ACTIVATION_STAND_INS.get(fam)
+    if stand_in is None or stand_in not in families:
+        raise ConfigError(f"{HF_ACTIVATIONS}: no activation census for family {fam!r} ({model.name}); "
+                          "run scripts/hf_activation_census.py with it")  # fmt: skip
+    return stand_in, fam
+
+
 def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, float]:
     """impl hf: (one layer's kept bytes, one layer's working set under recompute, the rest of the
     model's bytes) for one micro-batch, from the activation census of the model's family
@@ -566,9 +587,7 @@ def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, flo
     one layer at a time, holding what it saves, the ``none`` layer); ``selective`` has no HF
     counterpart and SDPA keeps no scores: as ``none``. fp32 training: the bf16 entries at 4
     bytes (an approximation: the norms' fp32 copies are then the same tensors)."""
-    from trainsim.builders.eager import family_of
-
-    fam = _hf_activation_census()[family_of(model, plan.experts_impl)]
+    fam = _hf_activation_census()[_hf_activation_family(model, plan)[0]]
     sym = _hf_symbols(model, plan)
     e = _act_element_bytes(plan)
 
@@ -589,11 +608,11 @@ def hf_activation_provenance(model: ModelSpec, plan: Plan) -> str:
     """Where :func:`memory_per_gpu`'s activations come from, for predict's provenance."""
     if plan.impl != "hf":
         return "korthikanti-2022 (Megatron's fused kernels)"
-    from trainsim.builders.eager import family_of
-
     ckpt = "checkpointed (gradient checkpointing: recompute full)" if plan.recompute == "full" else "none"
-    return (f"hf-activation-census:{family_of(model, plan.experts_impl)}:{ckpt} (measured on the CPU: SDPA's "
-            "flash kernel; mask and LayerNorm-statistics bytes as CUDA's)")  # fmt: skip
+    fam, stood_for = _hf_activation_family(model, plan)
+    as_ = f"; standing in for {stood_for}, which has none of its own" if stood_for else ""
+    return (f"hf-activation-census:{fam}:{ckpt} (measured on the CPU: SDPA's flash kernel; mask and "
+            f"LayerNorm-statistics bytes as CUDA's{as_})")  # fmt: skip
 
 
 def _hf_stage_activations_bytes(model: ModelSpec, plan: Plan, stage: int, n_layers: int,
