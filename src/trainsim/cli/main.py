@@ -2,7 +2,9 @@
 
 Contract (DESIGN.md "CLI contract"): every command takes ``--format table|json``; JSON goes to
 stdout alone, logs and progress to stderr; exit 0 on success, 1 on a ``TrainsimError`` (one
-line, no traceback unless ``--debug``), 2 on a usage error.
+line, no traceback unless ``--debug``), 2 on a usage error, 130 on a Ctrl-C, and 141 (128 +
+SIGPIPE, nothing on stderr) when the reader of stdout or stderr closes it early
+(``trainsim ... | head -1``).
 
 Each command lives in its own module under ``trainsim.cli`` and registers itself on ``app``;
 ``COMMAND_MODULES`` is the one table of them.
@@ -12,19 +14,44 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import importlib
 import importlib.abc
 import os
+import select
 import signal
 import sys
 import threading
 import time
+from typing import Any
 
 import typer
 
 from trainsim.errors import TrainsimError
 
+
+class _BrokenPipe(Exception):
+    """An EPIPE a command's write raised, carried past typer: its standalone mode ends every
+    EPIPE with a silent exit 1, whether the reader of stdout left (``| head -1``) or a pipe the
+    command writes to as a file did (a FIFO given to ``-o``), which is a real error."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Group(typer.core.TyperGroup):
+    def invoke(self, ctx: Any) -> Any:  # every command (and sub-command) runs in here
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                raise _BrokenPipe(e) from e
+            raise
+
+
 app = typer.Typer(
+    cls=_Group,
     name="trainsim",
     help="Predict, explain and optimise the time of one ML training iteration.",
     no_args_is_help=True,
@@ -154,14 +181,77 @@ def _import_numpy_before_torch() -> None:
         sys.meta_path.insert(0, _NumpyBeforeTorch())
 
 
+EXIT_PIPE_CLOSED = 128 + 13  # 128 + SIGPIPE: what a shell reports for `yes | head -1`
+_WRITE_FAILED = {errno.ENOSPC, errno.EIO, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _closed_streams() -> list[int]:
+    """stdout and stderr, of the two, whose reader has closed its end: a pipe or socket for
+    which poll says POLLERR or POLLHUP (a file or a live terminal says neither)."""
+    if not hasattr(select, "poll"):
+        return [1]  # no poll (Windows): an EPIPE there is the reader of stdout leaving
+    poller = select.poll()
+    for fd in (1, 2):
+        poller.register(fd, select.POLLOUT)
+    return [fd for fd, ev in poller.poll(0) if ev & (select.POLLERR | select.POLLHUP) and not ev & select.POLLNVAL]
+
+
+def _exit_pipe_closed(closed: list[int]) -> None:
+    """Exit :data:`EXIT_PIPE_CLOSED` quietly: the closed streams point at the null device, so
+    the interpreter's last flush of what is still buffered for them raises nothing ("Exception
+    ignored ... BrokenPipeError")."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in closed:
+        os.dup2(null, fd)
+    os.close(null)
+    sys.exit(EXIT_PIPE_CLOSED)
+
+
+def _stdout_flushed() -> None:
+    """Flush stdout before the exit, where a closed pipe is still heard (the interpreter's own
+    flush at the end says "Exception ignored" and exits 120)."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        closed = _closed_streams()
+        if closed:
+            _exit_pipe_closed(closed)
+        raise
+
+
+def _console_broken_pipe(self: object) -> None:
+    """rich's ``Console.on_broken_pipe`` for the command line: the EPIPE is raised on, to be
+    told apart as :func:`app_entry` does for any other write. rich's own points stdout at the
+    null device and exits 1 silently, whichever file the console wrote to."""
+    self.quiet = True  # type: ignore[attr-defined]  # this console writes nothing more
+    raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def _console_pipe_errors_raised() -> None:
+    from rich.console import Console
+
+    Console.on_broken_pipe = _console_broken_pipe  # type: ignore[method-assign]  # rich's documented hook
+
+
 def app_entry() -> None:
     """Console-script entry point with the error contract (exit 1 + one line on TrainsimError)."""
     debug = _debug_first(sys.argv)
     _import_numpy_before_torch()
+    _console_pipe_errors_raised()
     try:
         _register()  # imports every command module: a Ctrl-C in it is an interrupt like any other
         # standalone mode: click/typer print usage errors themselves and exit 2.
         app()
+    except (_BrokenPipe, OSError) as e:
+        error = e.error if isinstance(e, _BrokenPipe) else e  # an OSError: raised outside a command (typer's usage line)
+        if error.errno == errno.EPIPE and (closed := _closed_streams()):
+            _exit_pipe_closed(closed)  # the reader left (`| head -1`): done, quietly
+        if debug or error.errno not in _WRITE_FAILED | {errno.EPIPE}:
+            raise error from None
+        # a full disk under `> out.json`, a pipe the command writes to as a file: real errors
+        print(f"trainsim: error: {error}", file=sys.stderr)
+        sys.exit(1)
     except TrainsimError as e:
         if debug:
             raise
@@ -178,4 +268,11 @@ def app_entry() -> None:
             _exiting_interrupted()
             if not _state.get("interrupt_said"):
                 print("trainsim: interrupted", file=sys.stderr)
+        elif e.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            # typer's own EPIPE exit, for what it printed before a command ran (`--help`)
+            closed = _closed_streams()
+            if closed:
+                _exit_pipe_closed(closed)
+        else:
+            _stdout_flushed()
         raise

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trainsim.cli.main import app
@@ -66,7 +67,7 @@ def replay(
     scale_heads: bool = typer.Option(False, "--scale-heads", help="--hidden: the head count scales and the head size stays (as model families grow); default: the heads stay, the head size scales."),
     old_hidden: int | None = typer.Option(None, "--old-hidden", help="--hidden: the traced hidden size (default: capture.json, else the width of the trace's embedding tables)."),
     kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact answering the resize what-ifs (--batch, --seq-len, --hidden) before the shipped calibrations (repeatable): of this CPU for a CPU trace, of the trace's GPU for a GPU trace."),
-    segments: bool = typer.Option(False, "--segments", help="JSON: include every critical-path segment."),
+    segments: bool = typer.Option(False, "--segments", help="Show every critical-path segment, in path order (table: one row each; JSON: critical_path.path)."),
 ) -> None:  # fmt: skip
     """Simulate the traced step (critical path over CPU threads, streams and ranks)."""
     from trainsim.errors import ConfigError
@@ -184,7 +185,7 @@ def replay(
     if fmt is Format.JSON:
         emit_json(doc)
         return
-    _print_table(doc, rep)
+    _print_table(doc, rep, segments=segments)
 
 
 def _manifest_batch(paths: list[Path], *, strict: bool = True) -> int | None:
@@ -430,7 +431,7 @@ CPU_ONLY_NOTE = (
 )
 
 
-def _print_table(doc: dict[str, Any], rep: Any) -> None:
+def _print_table(doc: dict[str, Any], rep: Any, *, segments: bool = False) -> None:
     from rich.console import Console
 
     out = Console(width=None if sys.stdout.isatty() else 120)
@@ -484,9 +485,31 @@ def _print_table(doc: dict[str, Any], rep: Any) -> None:
         out.print(
             f"  {s.kind.value:15s} rank {s.rank:<4d} {_ms(s.duration_s):>9s} ms  {s.label[:70]}"
         )
+    if segments:
+        out.print(_segment_table(doc["critical_path"]["path"], out.width))
     if doc["whatif"]:
         w = doc["whatif"]
         out.print(
             f"what-if ({'; '.join(w['applied'])}): {_ms(w['predicted_step_s'])} ms "
             f"({_pct(w['change_pct'])} % against the replayed step)"
         )
+
+
+def _segment_table(path: list[dict[str, Any]], width: int) -> Table:
+    """``--segments``: the critical path's segments in path order, one compact row each (the
+    JSON's ``critical_path.path``), the numbers whole and a label cut to the ``width`` they
+    leave."""
+    from rich import box
+
+    rows = [(str(i), _ms(s["start_s"]), _ms(s["duration_s"]), s["kind"], str(s["rank"])) for i, s in enumerate(path, 1)]
+    heads = ("#", "start", "ms", "kind", "rank")
+    widths = [max([len(h), *(len(r[c]) for r in rows)]) for c, h in enumerate(heads)]
+    t = Table(title=f"Critical path: {len(path)} segments (ms)", title_justify="left", box=box.SIMPLE_HEAD,
+              padding=(0, 1), pad_edge=False, collapse_padding=True)  # fmt: skip
+    for h, w in zip(heads, widths, strict=True):
+        t.add_column(h, justify="left" if h == "kind" else "right", no_wrap=True, width=w)
+    label_w = max(16, width - sum(widths) - 2 * len(heads) - 1)
+    t.add_column("label", overflow="ellipsis", no_wrap=True, max_width=label_w)
+    for r, s in zip(rows, path, strict=True):
+        t.add_row(*r, escape(s["label"]))
+    return t
