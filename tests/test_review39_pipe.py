@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from trainsim.cli.main import _register, app
-EXIT_PIPE_CLOSED = 141
+from trainsim.cli.main import EXIT_PIPE_CLOSED, _register, app
 
 ROOT = Path(__file__).resolve().parents[1]
 DLRM = ROOT / "examples" / "data" / "param_dlrm_8xv100"
@@ -131,3 +130,17 @@ def test_replay_segments_show_in_the_table() -> None:
         assert row[:5] == [str(i), *ms, seg["kind"], str(seg["rank"])]
     plain = runner.invoke(app, ["replay", str(DLRM)])
     assert "Critical path:" not in plain.stdout  # without the flag, the eight longest only
+
+
+def test_a_closed_stdout_is_one_line_exit_1() -> None:
+    res = subprocess.run([sys.executable, "-m", "trainsim", "models", "--format", "json"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, env=ENV, timeout=120, check=False,
+                         preexec_fn=lambda: os.close(1))  # fmt: skip  # as `trainsim ... >&-`
+    assert res.returncode == 1
+    assert res.stderr.startswith("trainsim: error: stdout is closed;"), res.stderr  # was an AttributeError traceback
+
+
+def test_replay_table_states_the_critical_paths_unit() -> None:
+    _register()
+    res = CliRunner().invoke(app, ["replay", str(DLRM)])
+    assert "critical path (ms): " in res.stdout  # the per-kind times were bare numbers

@@ -237,6 +237,10 @@ def _console_pipe_errors_raised() -> None:
 def app_entry() -> None:
     """Console-script entry point with the error contract (exit 1 + one line on TrainsimError)."""
     debug = _debug_first(sys.argv)
+    if sys.stdout is None:  # started with stdout closed (`trainsim ... >&-`): every result goes there
+        print("trainsim: error: stdout is closed; redirect it (> FILE, or > /dev/null to discard the result)",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(1)
     _import_numpy_before_torch()
     _console_pipe_errors_raised()
     try:

@@ -479,7 +479,7 @@ def _print_table(doc: dict[str, Any], rep: Any, *, segments: bool = False) -> No
     by_kind = doc["critical_path"]["by_kind_s"]
     step = doc["predicted_step_s"] or 1.0
     parts = [f"{k} {_ms(v)} ({100 * v / step:.0f}%)" for k, v in by_kind.items() if v > 0]
-    out.print("critical path: " + ", ".join(parts))
+    out.print("critical path (ms): " + ", ".join(parts))
     top = sorted(rep.result.critical_path, key=lambda s: s.duration_s, reverse=True)[:8]
     for s in top:
         out.print(
