@@ -924,13 +924,23 @@ def test_breakdown_tp_communication_is_what_the_collectives_add(model: str, plan
     cpu = HostModel().layer_s("fwd") / len(lf)
     # the forward's share: the pass with its collectives in the flow shop less the pass without
     with_tp = flow_shop_s(*with_tp_comm(lf, [cpu] * len(lf), tpf, "fwd"), n)
-    assert st0.tp_comm_fwd_s == pytest.approx(with_tp - flow_shop_s(lf, cpu, n), rel=1e-12)
-    assert st0.tp_comm_recompute_s == pytest.approx(st0.tp_comm_fwd_s)  # the same pass again
+    # and the ends' (pp 1: embedding and head on this stage, PlanComm.tp_end): their pass with
+    # the collectives less the pass without
+    lc = LayerCoster(spec, plan, OpCoster(get_device(system.device)))
+    host = HostModel()
+    bare = lc.embedding("fwd") + lc.head("fwd")
+    ends = st0.end_fwd_s - flow_shop_s(bare, [host.extra_s(o) for o in bare])
+    end_comm = PlanComm(spec, plan, system).tp_end("embedding", "fwd") + PlanComm(spec, plan, system).tp_end("head", "fwd")
+    assert [c.kind for c in end_comm] == ["all_reduce"] * 4 and ends > 0  # the lookup's, the loss's three
+    layers = with_tp - flow_shop_s(lf, cpu, n)
+    assert st0.tp_comm_fwd_s == pytest.approx(layers + ends, rel=1e-12)
+    assert st0.tp_comm_recompute_s == pytest.approx(layers)  # the layers' pass again (not the ends)
     total = n * sum(c.seconds for c in tpf)  # what the collectives' GPU time sums to
     if launch_bound:  # the pass pays their dispatch, and their GPU time no longer simply adds
-        assert st0.tp_comm_fwd_s != pytest.approx(total, rel=0.05)
+        assert layers != pytest.approx(total, rel=0.05)
     else:  # a GPU-bound pass adds every collective whole
-        assert st0.tp_comm_fwd_s == pytest.approx(total, rel=1e-9)
+        assert layers == pytest.approx(total, rel=1e-9)
+        assert ends == pytest.approx(sum(c.seconds for c in end_comm), rel=1e-9)
     exposed = st0.tp_comm_fwd_s + st0.tp_comm_bwd_s + st0.tp_comm_recompute_s
     assert exposed > 0
     assert r.breakdown["tp_communication_s"] == pytest.approx(plan.grad_accum * exposed)
@@ -1239,7 +1249,7 @@ def test_plan_and_config_features_that_are_not_modelled_are_said(tmp_path: Path)
     flat = _predict(Plan(tp=2, pp=1, dp=4, global_batch=16, partition="001"))
     assert any("changes nothing with pp 1" in w for w in flat.warnings)
     long = predict_llm("mixtral-8x22b", Plan(tp=8, ep=8, dp=8, global_batch=64), "dgx-h100")
-    (seq,) = [w for w in long.warnings if "default" in w]
+    (seq,) = [w for w in long.warnings if "default" in w and "sequence" in w]
     assert "(the catalog's)" in seq and "HuggingFace" not in seq
 
 

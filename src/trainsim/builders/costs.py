@@ -1107,8 +1107,8 @@ class LayerCoster:
         norm before the head, the shared output projection over the vocabulary and its
         cross-entropy, as :meth:`head`'s). The concatenation is one memory-bound copy of both
         halves in the forward; its backward is a split into views (no kernel). The TP
-        collectives around ``eh_proj`` are :mod:`.llm_comm`'s (:func:`trainsim.builders.llm.stage_costs`);
-        the embedding's TP all-reduce is not modelled, as the main embedding's is not."""
+        collectives around ``eh_proj`` are :mod:`.llm_comm`'s (:func:`trainsim.builders.llm.stage_costs`),
+        and so are the lookup's and the head's, the main model's ends' (``PlanComm.tp_end``)."""
         return self._shared("mtp_pre", phase, self._mtp_pre), self._shared("mtp_post", phase, self._mtp_post)
 
     def _mtp_pre(self, phase: str) -> list[OpCost]:

@@ -452,6 +452,29 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         end_f = flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0
         end_b = (flow_shop_s(extra_b + ext_acc, [host.extra_s(o) for o in extra_b] + ext_acc_cpu)
                  if extra_b or ext_acc else 0.0)  # fmt: skip
+        if plan.tp > 1 and (first or last):
+            # the ends' TP collectives (PlanComm.tp_end) in the order they run: the embedding's
+            # after its lookup (backward: its all-gather before the lookup's gradient), the
+            # head's input all-gather before the output projection, the cross-entropy's after it
+            # (backward: the input gradient's reduction after the head's backward)
+            def coll(part: str, phase: str, on: bool) -> list[tuple[OpCost, float]]:
+                return [(OpCost(c.name, phase, c.seconds, c.provenance, 0.0, "comm"), host.collective_s(c.kind))
+                        for c in comm.tp_end(part, phase)] if on else []  # fmt: skip
+
+            def ext(ops: list[OpCost]) -> list[tuple[OpCost, float]]:
+                return [(o, host.extra_s(o)) for o in ops]
+
+            hf_c = coll("head", "fwd", last)
+            n_ag = sum(o.name == "tp_head_all_gather" for o, _ in hf_c)
+            seq_f = [*ext(lc.embedding("fwd") if first else []), *coll("embedding", "fwd", first), *hf_c[:n_ag],
+                     *ext(lc.head("fwd") if last else []), *hf_c[n_ag:]]  # fmt: skip
+            seq_b = [*coll("embedding", "bwd", first), *ext(lc.embedding("bwd") if first else []),
+                     *ext(lc.head("bwd") if last else []), *coll("head", "bwd", last),
+                     *zip(ext_acc, ext_acc_cpu, strict=True)]  # fmt: skip
+            with_f = flow_shop_s([o for o, _ in seq_f], [c for _, c in seq_f]) if seq_f else 0.0
+            with_b = flow_shop_s([o for o, _ in seq_b], [c for _, c in seq_b]) if seq_b else 0.0
+            tp_x = (tp_x[0] + with_f - end_f, tp_x[1] + with_b - end_b, tp_x[2])
+            end_f, end_b = with_f, with_b
         fwd = f + end_f
         bwd = b + end_b + recompute
         mx = mtp if last else None
@@ -599,6 +622,7 @@ def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoste
         else:
             eh_in_b = [comm.cost("mtp_tp_all_reduce", "all_reduce", 2 * nb, t, 1)]
     n_emb = sum(o.name in ("mtp_embedding", "mtp_hidden_dropout") for o in pre_f)  # outside the checkpoint
+    n_emb_b = sum(o.name in ("mtp_embedding", "mtp_hidden_dropout") for o in pre_b)
 
     def ext(ops: list[OpCost]) -> list[tuple[OpCost, float]]:
         return [(o, host.extra_s(o)) for o in ops]
@@ -607,20 +631,30 @@ def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoste
         return [(OpCost(c.name, phase, c.seconds, c.provenance, 0.0, "comm"), host.collective_s(c.kind))
                 for c in cs] if tp else []  # fmt: skip
 
+    # the depth's lookup and head take the main model's end collectives (PlanComm.tp_end)
+    emb_f, emb_b = comm.tp_end("embedding", "fwd"), comm.tp_end("embedding", "bwd")
+    head_f, head_b = comm.tp_end("head", "fwd"), comm.tp_end("head", "bwd")
+    n_ag = sum(c.kind == "all_gather" for c in head_f)
+
     def fwd(blk: list[tuple[OpCost, float]], tp: bool, start: int = 0) -> list[tuple[OpCost, float]]:
-        return (ext(pre_f[start:-1]) + coll(eh_in_f, "fwd", tp) + ext(pre_f[-1:]) + coll(eh_out_f, "fwd", tp)
-                + blk)  # fmt: skip
+        lookup = ext(pre_f[:n_emb]) + coll(emb_f, "fwd", tp) if start == 0 else []
+        return (lookup + ext(pre_f[max(start, n_emb):-1]) + coll(eh_in_f, "fwd", tp) + ext(pre_f[-1:])
+                + coll(eh_out_f, "fwd", tp) + blk)  # fmt: skip
+
+    def post(tp: bool) -> list[tuple[OpCost, float]]:
+        return coll(head_f[:n_ag], "fwd", tp) + ext(post_f) + coll(head_f[n_ag:], "fwd", tp)
 
     def bwd(blk: list[tuple[OpCost, float]], tp: bool) -> list[tuple[OpCost, float]]:
-        return (ext(post_b[::-1]) + blk + coll(eh_out_b, "bwd", tp) + ext(pre_b[-1:]) + coll(eh_in_b, "bwd", tp)
-                + ext(pre_b[-2::-1]))  # fmt: skip
+        return (ext(post_b[::-1]) + coll(head_b, "bwd", tp) + blk + coll(eh_out_b, "bwd", tp) + ext(pre_b[-1:])
+                + coll(eh_in_b, "bwd", tp) + ext(pre_b[n_emb_b:-1][::-1]) + coll(emb_b, "bwd", tp)
+                + ext(pre_b[:n_emb_b][::-1]))  # fmt: skip
 
     def shop(seq: list[tuple[OpCost, float]]) -> float:
         return flow_shop_s([o for o, _ in seq], [c for _, c in seq], depths)
 
     acc, acc_cpu = _averaged(*lc.mtp_grad_accumulation(depths, plan.pp > 1 and not model.tied_embeddings), plan, host)
     acc_s = flow_shop_s(acc, acc_cpu) if acc else 0.0
-    seq_f = fwd(list(zip(lp.lf_tp, lp.cpu_f_tp, strict=True)), True) + ext(post_f)
+    seq_f = fwd(list(zip(lp.lf_tp, lp.cpu_f_tp, strict=True)), True) + post(True)
     seq_b = bwd(list(zip(lp.lb_acc, lp.cpu_b_acc, strict=True)), True)
     f = shop(seq_f) + depths * lp.ep_f
     b = shop(seq_b) + acc_s + depths * lp.ep_b
@@ -631,7 +665,7 @@ def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoste
     r = (shop(seq_r) + depths * lp.re_comm) if seq_r else 0.0
     tp_x = (0.0, 0.0, 0.0) if tp_shares else (math.nan,) * 3
     if t > 1 and tp_shares:
-        f_bare = shop(fwd(list(zip(lp.lf_t, lp.cpu_f, strict=True)), False) + ext(post_f))
+        f_bare = shop(fwd(list(zip(lp.lf_t, lp.cpu_f, strict=True)), False) + post(False))
         b_bare = shop(bwd(list(zip(lp.lb_t + lp.acc, lp.cpu_b + lp.acc_cpu, strict=True)), False)) + acc_s
         r_bare = shop(fwd(list(zip(lp.lf_t, lp.cpu_f, strict=True)), False, n_emb)) if lp.full_rc else 0.0
         tp_x = (f - depths * lp.ep_f - f_bare, b - depths * lp.ep_b - b_bare,
@@ -640,7 +674,7 @@ def _mtp_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCoste
     if (lp.cpf or lp.cpb or lp.cwf) and tp_shares:
         def with_block(ring: bool, phase: str) -> list[tuple[OpCost, float]]:
             if phase == "fwd":
-                return fwd(list(zip(lp.lf_t if ring else lp.lf, lp.cpu_f, strict=True)), False) + ext(post_f)
+                return fwd(list(zip(lp.lf_t if ring else lp.lf, lp.cpu_f, strict=True)), False) + post(False)
             return bwd(list(zip((lp.lb_t if ring else lp.lb) + lp.acc, lp.cpu_b + lp.acc_cpu, strict=True)), False)
 
         cf = shop(with_block(True, "fwd")) - shop(with_block(False, "fwd"))

@@ -13,6 +13,11 @@ Per layer and micro-batch (Megatron, Shoeybi et al. 2019 §3; Korthikanti et al.
   parallel residual (GPT-NeoX) one forward all-reduce serves both.
 * TP with SP: each of those becomes an all-gather plus a reduce-scatter of the same tensor
   (the same bytes moved, no redundant norm/dropout work).
+* TP outside the layers, per micro-batch (:meth:`PlanComm.tp_end`): the vocabulary-parallel
+  embedding's output all-reduced in the forward (with SP reduce-scattered, its backward an
+  all-gather), the output layer's input gradient all-reduced in the backward (with SP its input
+  all-gathered in the forward and the gradient reduce-scattered), and the vocabulary-parallel
+  cross-entropy's three fp32 ``[b, s]`` all-reduces (max, target logit, sum of exponentials).
 * CP (ring attention): each rank passes its K/V block around the ring, ``cp - 1`` steps per
   layer forward (twice in the backward, K/V and their gradients; once more in a full or
   selective recomputation, which re-runs the attention core), overlapped with the attention
@@ -180,6 +185,32 @@ class PlanComm:
             # 001 Table IV: GPT-20B has one forward sync per encoder, two backward)
             return [ar]
         return [ar, ar]
+
+    def tp_end(self, part: str, phase: str) -> list[CommCost]:
+        """TP collectives of the model's ends, per micro-batch (``part`` ``embedding`` or
+        ``head``), as Megatron-core runs them: VocabParallelEmbedding ends in
+        ``reduce_from_tensor_model_parallel_region`` (forward all-reduce of the ``[b, s, d]``
+        output; backward none) or with SP ``reduce_scatter_to_sequence_parallel_region``
+        (backward its all-gather); the output layer, a ColumnParallelLinear, takes its input
+        through ``copy_to_tensor_model_parallel_region`` (backward all-reduce of the gradient)
+        or with SP ``gather_from_sequence_parallel_region`` (forward all-gather, backward
+        reduce-scatter), and ``vocab_parallel_cross_entropy`` all-reduces three fp32 ``[b, s]``
+        tensors in the forward (the logits' max, the target's logit, the sum of exponentials)."""
+        t = self.plan.tp
+        if t <= 1:
+            return []
+        nbytes = self._tokens() * self.model.hidden * self.act_bytes
+        sp = self.plan.sp
+        if part == "embedding":
+            if phase == "fwd":
+                kind = "reduce_scatter" if sp else "all_reduce"
+                return [self.cost(f"tp_embedding_{kind}", kind, nbytes, t, 1)]
+            return [self.cost("tp_embedding_all_gather", "all_gather", nbytes, t, 1)] if sp else []
+        if phase == "fwd":
+            ce = self.cost("tp_cross_entropy_all_reduce", "all_reduce", self._tokens() * 4, t, 1)
+            return ([self.cost("tp_head_all_gather", "all_gather", nbytes, t, 1)] if sp else []) + [ce, ce, ce]
+        kind = "reduce_scatter" if sp else "all_reduce"
+        return [self.cost(f"tp_head_{kind}", kind, nbytes, t, 1)]
 
     def cp_layer(self, phase: str) -> CommCost | None:
         """Ring-attention K/V exchange of one layer (all ``cp - 1`` steps; ``cp_comm`` p2p only)."""
