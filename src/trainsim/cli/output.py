@@ -142,7 +142,9 @@ def _existing_head(output: Path, flag: str, size: int, example: str) -> bytes | 
     searchable_output(output, flag)
     if out.is_dir():
         raise ConfigError(f"{flag} {output}: is a folder; give a file path{example}")
-    if not out.exists():
+    from trainsim.ir.serialize import is_stream
+
+    if not out.exists() or is_stream(out):  # a FIFO or device holds no file to protect (reading one blocks)
         return None
     try:
         with out.open("rb") as f:

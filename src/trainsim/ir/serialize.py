@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,10 @@ def writable_path(path: Path | str, flag: str = "") -> None:
     as given: a quoted ``~`` is no home folder to them (nor here), nor is ``-`` stdout."""
     p = Path(path)
     who = f"{flag} {path}" if flag else str(path)
+    if is_stream(p):  # written straight into (write_bytes_atomic): no scratch file beside it
+        if not os.access(p, os.W_OK):
+            raise ConfigError(f"{who}: cannot write there (Permission denied)")
+        return
     try:
         if p.is_dir():
             raise ConfigError(f"{who}: is a folder; give a file path to write")
@@ -290,8 +295,28 @@ def remove_if_created_empty(path: Path | str, *, existed: bool) -> None:
         p.rmdir()
 
 
+def is_stream(path: Path | str) -> bool:
+    """Whether ``path`` is an existing FIFO, device or socket (``/dev/stdout``, ``/dev/null``, a
+    named pipe): an output there is written straight into it. Replaced by a temporary file, it
+    would have turned the node into a plain file (root may replace ``/dev/null``); read for a
+    check beforehand, a FIFO blocks until someone writes to it."""
+    try:
+        mode = Path(path).expanduser().stat().st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """:func:`write_text_atomic` for bytes."""
+    """:func:`write_text_atomic` for bytes (a FIFO or device, :func:`is_stream`, is written
+    straight into: it has no folder entry to replace)."""
+    if is_stream(path):
+        try:
+            with Path(path).open("wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot write ({e.strerror or e})") from None
+        return
     path = output_path(path)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

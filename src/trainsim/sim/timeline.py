@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainsim.ir.serialize import TIMELINE_PRODUCER, write_json_atomic
+from trainsim.ir.serialize import TIMELINE_PRODUCER, is_stream, write_json_atomic
 from trainsim.sim.result import SimResult
 
 _US = 1e6
@@ -100,6 +100,8 @@ def write_timeline(res: SimResult, path: str | Path) -> Path:
     # (cli.output.timeline_target), never a profiler trace that happens to hold traceEvents
     doc = {"otherData": {"producer": TIMELINE_PRODUCER, "predicted_step_s": res.predicted_step_s},
            "traceEvents": timeline_events(res), "displayTimeUnit": "ms"}  # fmt: skip
+    stream = is_stream(p)  # a FIFO or device (/dev/stdout) is written into and keeps its mode
     write_json_atomic(p, doc)
-    p.chmod(0o644)  # the temporary file was private; a timeline is meant to be opened and shared
+    if not stream:
+        p.chmod(0o644)  # the temporary file was private; a timeline is meant to be opened and shared
     return p
