@@ -3,7 +3,8 @@ behind ``memory.py``'s activations for ``--impl hf``
 (``src/trainsim/builders/data/hf_activation_census.json``).
 
 A tiny model of each family ``scripts/hf_eager_census.py`` counts (transformers' LLaMA, dense
-Qwen3, GPT-2, Mixtral and Qwen3-MoE, their experts run by ``grouped_mm`` or the eager loop) is
+Qwen3, GPT-2, Mixtral and Qwen3-MoE, their experts run by ``grouped_mm`` or the eager loop, Gemma 2
+and Gemma 3) is
 built on the CPU in bf16 from a config made in code, with the census's SDPA attention and even
 MoE routing. Its forward and loss run under ``torch.autograd.graph.saved_tensors_hooks``: every
 tensor autograd saves is recorded once per storage (``untyped_storage().data_ptr()``), the
@@ -29,7 +30,18 @@ What is not measured: CUDA. On the CPU, SDPA runs ``_scaled_dot_product_flash_at
 (saves q, k, v, the output and the fp32 log-sum-exp, ``B x h x L``); see the JSON's ``backends``
 for what CUDA's flash and memory-efficient kernels save instead.
 
+Gemma 2 and Gemma 3 (``gemma2``, ``gemma3``: ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM`` built as
+``scripts/hf_eager_census.py`` builds them, SDPA registered under another attention name since
+Gemma 2's modules refuse "sdpa"; tied embeddings, the real models'): ``layer`` is a full-attention
+layer; a sliding-window layer (window 8, shorter than every sequence measured) keeps other
+storages, recorded as part ``window`` (its ``layer`` entries signed: SDPA with a mask gets K and
+V repeated to the query heads and keeps the additive ``[B, 1, L, L]`` mask; its ``rest`` what a
+model with both kinds of layer keeps beyond the rest); Gemma 2's final-logit cap is part
+``logit_softcap``. They are checked with the others on models of alternating sliding and full
+layers (with Gemma 2's cap).
+
     python scripts/hf_activation_census.py       # rewrites the JSON (needs torch, transformers)
+    python scripts/hf_activation_census.py --families gemma2 gemma3   # those only, the others kept
 """
 
 from __future__ import annotations
@@ -45,8 +57,15 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "builders" / "data" / "hf_activation_census.json"
-FAMILIES = ("llama", "qwen3", "gpt2", "mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
+FAMILIES = ("llama", "qwen3", "gpt2", "mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", "gemma2", "gemma3")
 MOE = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
+# Gemma 2 / Gemma 3 (Gemma2ForCausalLM, Gemma3ForCausalLM, as scripts/hf_eager_census.py builds
+# them): tied embeddings (the real models'; untied ones keep the same bytes, compared once at the base
+# dimensions with both kinds of layer, with and without checkpointing), SDPA under another name (Gemma 2's modules refuse
+# "sdpa", which cannot soft-cap the scores: the score cap is left off, as SDPA runs it), a window
+# shorter than every sequence measured (so that a sliding layer's mask is built)
+GEMMA = ("gemma2", "gemma3")
+GEMMA_WINDOW, GEMMA2_LOGIT_CAP = 8, 30.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +92,8 @@ class Dims:
 # the formula's dimensions (the census's, whose products are distinct); the checks' others
 BASE = {"llama": Dims(), "qwen3": Dims(), "gpt2": Dims(hd=4),
         "mixtral": Dims(g=4, e=5, k=3), "mixtral_grouped": Dims(g=4, e=15, k=8),
-        "qwen3_moe": Dims(h=21, hd=4, g=7, e=5, k=3), "qwen3_moe_grouped": Dims(h=21, hd=4, e=15, k=8)}  # fmt: skip
+        "qwen3_moe": Dims(h=21, hd=4, g=7, e=5, k=3), "qwen3_moe_grouped": Dims(h=21, hd=4, e=15, k=8),
+        "gemma2": Dims(), "gemma3": Dims()}  # fmt: skip
 LABELS_B1 = 8  # bytes: see family_census
 CHECKS = ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 72, "f": 152}, {"b": 1, "s": 56, "v": 419, "hd": 14})
 
@@ -88,6 +108,8 @@ def values(x: Dims, family: str) -> dict[str, int]:
         out |= {"T*3d": t * 3 * d, "T*4d": t * 4 * d}
     else:
         out |= {"L*hd": x.s * x.hd, "T*q": t * q, "T*kv": t * kv, "T*g": t * x.g, "T*f": t * f, "T*2f": t * 2 * f}
+    if family in GEMMA:  # a windowed layer's additive [B, 1, L, L] mask, the boolean [1, 1, L, L] one; a
+        out |= {"T*L": t * x.s, "L*L": x.s * x.s, "d": d, "hd": x.hd}  # (1 + weight) norm's fp32 factor
     if family in MOE:
         out |= {"E": x.e, "T*k": t * x.k, "T*E": t * x.e, "T*k*d": t * x.k * d, "T*k*f": t * x.k * f,
                 "T*k*2f": t * x.k * 2 * f}  # fmt: skip
@@ -106,8 +128,12 @@ PER_EXPERT = {"Te": ("T*k", 1), "2Te": ("T*k", 2), "Te*d": ("T*k*d", 1), "Te*f":
 CPU_TAGGED = {"mask": "bool", "stat": "float32"}
 
 
-def build(family: str, layers: int, x: Dims, *, checkpoint: bool) -> tuple[Any, Any, Any]:
-    """(model, input ids, restore: undoes the even-routing patch) of a tiny bf16 model."""
+def build(family: str, layers: int, x: Dims, *, checkpoint: bool, variant: str = "") -> tuple[Any, Any, Any]:
+    """(model, input ids, restore: undoes the even-routing patch) of a tiny bf16 model; a Gemma
+    ``variant``, words joined by "+": none, every layer full attention and (Gemma 2) no
+    final-logit cap (the formula's ``layer`` and ``rest``); "window", every layer a sliding one;
+    "mixed", the layers alternating sliding and full (sliding first: Gemma 2's pattern, and
+    both of Gemma 3's rotary tables in use); "cap", Gemma 2's final-logit cap (30, its config's)."""
     import torch
 
     torch.manual_seed(0)
@@ -125,6 +151,34 @@ def build(family: str, layers: int, x: Dims, *, checkpoint: bool) -> tuple[Any, 
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
         model = Qwen3ForCausalLM(Qwen3Config(**common))
+    elif family in GEMMA:
+        from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+        AttentionInterface.register("census_attention", sdpa_attention_forward)
+        AttentionMaskInterface.register("census_attention", sdpa_mask)  # SDPA's masks (the window's)
+        kinds = ("sliding_attention", "full_attention")
+        words = set(variant.split("+")) - {""}
+        if words - {"window", "mixed", "cap"} or {"window", "mixed"} <= words or ("cap" in words and family != "gemma2"):
+            raise SystemExit(f"{family}: unknown variant {variant!r}")
+        types = ([kinds[i % 2] for i in range(layers)] if "mixed" in words
+                 else [kinds["window" not in words]] * layers)  # fmt: skip
+        gemma = common | {"tie_word_embeddings": True, "sliding_window": GEMMA_WINDOW, "layer_types": types,
+                          "attn_implementation": "census_attention"}  # fmt: skip
+        if family == "gemma2":
+            from transformers import Gemma2Config, Gemma2ForCausalLM
+
+            cap = GEMMA2_LOGIT_CAP if "cap" in words else None
+            if Gemma2Config().final_logit_softcapping != GEMMA2_LOGIT_CAP:
+                raise SystemExit("gemma2: transformers' default final-logit cap changed")
+            model = Gemma2ForCausalLM(Gemma2Config(attn_logit_softcapping=None, final_logit_softcapping=cap, **gemma))
+        else:
+            from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+            model = Gemma3ForCausalLM(Gemma3TextConfig(**gemma))
+            if model.config.final_logit_softcapping or model.config.attn_logit_softcapping:
+                raise SystemExit("gemma3: transformers' defaults changed (no soft-caps)")
     elif family == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -173,7 +227,7 @@ def build(family: str, layers: int, x: Dims, *, checkpoint: bool) -> tuple[Any, 
 Storages = dict[int, tuple[int, str]]  # data_ptr -> (bytes, dtype: "mask"/"stat" as CPU_TAGGED)
 
 
-def measure(family: str, layers: int, x: Dims, *, checkpoint: bool = False) -> tuple[Storages, Storages]:
+def measure(family: str, layers: int, x: Dims, *, checkpoint: bool = False, variant: str = "") -> tuple[Storages, Storages]:
     """(saved by autograd, alive after the forward) storages of one forward and loss, the
     parameters' and buffers' left out; the second by weak references to every storage an aten
     call made (the loss's own left out)."""
@@ -181,7 +235,7 @@ def measure(family: str, layers: int, x: Dims, *, checkpoint: bool = False) -> t
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    model, ids, restore = build(family, layers, x, checkpoint=checkpoint)
+    model, ids, restore = build(family, layers, x, checkpoint=checkpoint, variant=variant)
     held = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
     saved: Storages = {}
     # the batch is held by the step (and saved by the embedding's backward): counted as made
@@ -283,6 +337,62 @@ def total(storages: Storages) -> int:
     return sum(n for n, _ in storages.values())
 
 
+def signed(more: Counter[tuple[str, str]], less: Counter[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """``more`` less ``less``, entry by entry, negative counts kept (a part that replaces storages)."""
+    return {k: more[k] - less[k] for k in sorted(more.keys() | less.keys()) if more[k] - less[k]}
+
+
+def as_entries(d: dict[tuple[str, str], int]) -> list[list[Any]]:
+    return [[s, dt, c] for (s, dt), c in sorted(d.items())]
+
+
+def gemma_parts(family: str, ckpt: bool, layer: dict, rest: dict) -> dict[str, Any]:
+    """A Gemma family's parts beyond its full-attention ``layer`` and ``rest``: ``window``, what a
+    sliding-window layer keeps beyond a full one (``layer``; signed: SDPA with the window's mask
+    gets K and V repeated to the query heads, ``T*q`` for ``T*kv``, and keeps the additive mask)
+    and what a model with both kinds of layer keeps beyond the rest (``rest``: checkpointed, the
+    boolean mask the layers' recompute closures hold; Gemma 3's second rotary table);
+    ``logit_softcap`` (Gemma 2): its final-logit cap's, beyond the rest."""
+    base = BASE[family]
+
+    def counted(n: int, variant: str) -> Counter[tuple[str, str]]:
+        saved, alive = measure(family, n, base, checkpoint=ckpt, variant=variant)
+        if not ckpt and not saved.items() <= alive.items():
+            raise SystemExit(f"{family} ({variant}): a saved tensor's storage is not alive after the forward")
+        return named(alive, base, family)
+
+    full = Counter(layer) + Counter(rest)  # the one-layer full-attention model
+    window = {n: counted(n, "window") for n in (1, 2)}
+    sliding = Counter(signed(window[2], window[1]))  # one sliding layer
+    if any(v < 0 for v in sliding.values()):
+        raise SystemExit(f"{family}: the two-layer sliding model is not the one-layer one plus a layer")
+    mixed = counted(2, "mixed")  # a sliding and a full layer
+    window_rest = signed(mixed, sliding + full)
+    if any(v < 0 for v in window_rest.values()):
+        raise SystemExit(f"{family}: a model with both kinds of layer keeps less than its layers and rest: {window_rest}")
+    parts: dict[str, Any] = {"window": {"layer": as_entries(signed(sliding, Counter(layer))),
+                                        "rest": as_entries(window_rest)}}  # fmt: skip
+    if family == "gemma2":
+        cap = signed(counted(1, "cap"), full)
+        if not cap or any(v < 0 for v in cap.values()):
+            raise SystemExit(f"{family}: the final-logit cap is not a set of added storages: {cap}")
+        parts["logit_softcap"] = as_entries(cap)
+    return parts
+
+
+def model_bytes(entries: dict[str, Any], x: Dims, family: str, n: int, variant: str) -> int:
+    """The formula's bytes of an ``n``-layer Gemma model of ``variant`` (none, or "mixed"
+    with Gemma 2's "cap"): the window's layer part on its sliding layers (every other, the
+    first), its rest part once, the cap's once."""
+    want = n * formula_bytes(entries["layer"], x, family) + formula_bytes(entries["rest"], x, family)
+    if "mixed" in variant:
+        want += (n + 1) // 2 * formula_bytes(entries["window"]["layer"], x, family)
+        want += formula_bytes(entries["window"]["rest"], x, family)
+    if "cap" in variant:
+        want += formula_bytes(entries["logit_softcap"], x, family)
+    return want
+
+
 def family_census(family: str) -> dict[str, Any]:
     """One family's formula (``layer``, ``rest``; ``checkpointed``: the same under HF's
     gradient checkpointing) and the checks it passed."""
@@ -301,36 +411,58 @@ def family_census(family: str) -> dict[str, Any]:
             doc["alive_not_saved"] = {" ".join(k): v for k, v in (Counter(counted[1]) - Counter(
                 named(runs[1][0], base, family))).items()}  # fmt: skip
         layer, rest = per_pair(layer, base), per_pair(rest, base)
-        entries = {p: [[s, dt, c] for (s, dt), c in sorted(d.items())] for p, d in (("layer", layer), ("rest", rest))}
+        entries: dict[str, Any] = {"layer": as_entries(layer), "rest": as_entries(rest)}
+        # the configurations checked: the formula's own; a Gemma model as the real ones are
+        # (sliding and full layers, Gemma 2's cap), at 2 and 3 layers (both kinds in use)
+        runs_checked: list[tuple[str, tuple[int, ...]]] = [("", (1, 3))]
+        if family in GEMMA:
+            entries |= gemma_parts(family, ckpt, layer, rest)
+            runs_checked.append(("mixed+cap" if family == "gemma2" else "mixed", (2, 3)))
         checks = []
         for change in CHECKS:
             x = replace(base, **change)
-            for n in (1, 3):
-                got = total(measure(family, n, x, checkpoint=ckpt)[1])
-                want = n * formula_bytes(entries["layer"], x, family) + formula_bytes(entries["rest"], x, family)
-                # batch 1: the loss's shifted labels are a view of the [1, L + 1] padded labels
-                # (a contiguous slice, not copied as at b > 1), one int64 more than T: the one
-                # difference allowed (LABELS_B1)
-                if got != want + (LABELS_B1 if x.b == 1 else 0):
-                    raise SystemExit(f"{family} ({mode}) at {x}, {n} layer(s): measured {got} bytes, formula {want}")
-                checks.append({"dims": change, "layers": n, "bytes": got, "formula_bytes": want})
+            for variant, layer_counts in runs_checked:
+                for n in layer_counts:
+                    got = total(measure(family, n, x, checkpoint=ckpt, variant=variant)[1])
+                    want = model_bytes(entries, x, family, n, variant)
+                    # batch 1: the loss's shifted labels are a view of the [1, L + 1] padded labels
+                    # (a contiguous slice, not copied as at b > 1), one int64 more than T: the one
+                    # difference allowed (LABELS_B1)
+                    if got != want + (LABELS_B1 if x.b == 1 else 0):
+                        raise SystemExit(f"{family} ({mode}, {variant or 'formula'}) at {x}, {n} layer(s): "
+                                         f"measured {got} bytes, formula {want}")  # fmt: skip
+                    checks.append({"dims": change, "layers": n, "bytes": got, "formula_bytes": want}
+                                  | ({"variant": variant} if variant else {}))  # fmt: skip
         doc[mode] = entries | {"checked": checks}
     return doc
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     import torch
     import transformers
+
+    ap = argparse.ArgumentParser(description="rewrite the activation census JSON")
+    ap.add_argument("--families", nargs="+", choices=FAMILIES, metavar="FAMILY",
+                    help=f"measure only these ({', '.join(FAMILIES)}); the JSON's others are kept as they are "
+                         "(its transformers version must be the installed one)")  # fmt: skip
+    args = ap.parse_args(argv)
+    only = tuple(args.families or FAMILIES)
 
     doc: dict[str, Any] = {
         "what": "bytes autograd keeps for the backward of one HuggingFace eager training step (forward and loss, "
                 "bf16 on the CPU, SDPA attention), per decoder layer and for the rest of the model (embedding, "
                 "final norm, head, loss); each entry: size (product of symbols: T tokens of the micro-batch, d hidden, "
                 "q/kv query/key widths, f MLP or expert width, V vocabulary, h/g attention/key heads, hd head size, "
-                "k top-k, E experts), dtype (bfloat16 stands for the training dtype), storages of that size; "
+                "k top-k, E experts; Gemma's: L*L and T*L a window's boolean [1, 1, L, L] and additive [B, 1, L, L] "
+                "masks, d and hd a (1 + weight) norm's fp32 factor), dtype (bfloat16 stands for the training dtype), storages of that size; "
                 "none: no checkpointing; checkpointed: model.gradient_checkpointing_enable() (non-reentrant "
                 "torch.utils.checkpoint per layer: recompute full); checked: other dimensions where the formula's "
-                "bytes equal the measured bytes exactly",
+                "bytes equal the measured bytes exactly; gemma2, gemma3 (tied embeddings, as the real models; SDPA, "
+                "Gemma 2's attention-score cap left off as SDPA runs it): layer is a full-attention layer, part window "
+                "a sliding-window layer's storages beyond it (layer, signed: K and V repeated to the query heads) and a "
+                "model with both kinds' beyond the rest (rest), logit_softcap Gemma 2's final-logit cap's (rest)",
         "command": "python scripts/hf_activation_census.py",
         "date": datetime.date.today().isoformat(),
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
@@ -346,9 +478,15 @@ def main() -> int:
         },
         "families": {},
     }
-    for family in FAMILIES:
+    if only != FAMILIES:  # the other families as the JSON has them
+        old = json.loads(OUT.read_text(encoding="utf-8"))
+        if old["versions"] != doc["versions"]:
+            raise SystemExit(f"{OUT} was measured with {old['versions']}, {doc['versions']} installed: re-run all families")
+        doc["families"] = {f: v for f, v in old["families"].items() if f not in only}
+    for family in only:
         print(family, file=sys.stderr)
         doc["families"][family] = family_census(family)
+    doc["families"] = {f: doc["families"][f] for f in FAMILIES if f in doc["families"]}
     tmp = OUT.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, OUT)

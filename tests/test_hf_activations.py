@@ -119,3 +119,65 @@ def test_every_kernel_census_family_has_activations_or_a_stated_stand_in():
         if stood_for:
             assert f"standing in for {stood_for}" in memory.hf_activation_provenance(get_model(name), plan)
         assert memory.memory_per_gpu(get_model(name), plan)[0].activations_bytes > 0
+
+
+def test_gemma_census_is_a_fresh_measurement_with_windowed_layers_and_the_cap():
+    """Gemma 2 at dimensions the census never saw, as the real models are built (sliding and
+    full layers alternating, the final-logit cap, tied embeddings): the bytes alive after the
+    forward are the formula's, its window part on the two sliding layers of three, its rest
+    part and the cap's once; with and without gradient checkpointing."""
+    mod = _script()
+    doc = json.loads(HF_ACTIVATIONS.read_text(encoding="utf-8"))["families"]["gemma2"]
+    x = replace(mod.BASE["gemma2"], b=2, s=24, d=72, hd=8, f=136, v=257)
+    assert x.s > mod.GEMMA_WINDOW
+    for mode, ckpt in (("none", False), ("checkpointed", True)):
+        saved, alive = mod.measure("gemma2", 3, x, checkpoint=ckpt, variant="mixed+cap")
+        want = mod.model_bytes(doc[mode], x, "gemma2", 3, "mixed+cap")
+        assert mod.total(alive) == want, mode
+        assert want > mod.model_bytes(doc[mode], x, "gemma2", 3, ""), mode  # the window's and the cap's bytes
+        assert saved.items() <= alive.items() or ckpt
+
+
+def test_gemma_layers_keep_their_own_bytes_and_windowed_layers_more():
+    """Gemma 2's layer, its own census (LLaMA's stood in until 2026-12-03): four (1 + weight)
+    RMSNorms keep their fp32 input and normalised output and an fp32 rsqrt each (32d + 16 bytes
+    a token, LLaMA's two norms 8d + 8); beyond the window (gemma2-9b: 4,096 tokens on every
+    other layer) a sliding layer also keeps SDPA's additive mask and K/V repeated to the query
+    heads; the rest keeps the final-logit cap's bf16 tanh of the logits."""
+    m = get_model("gemma2-9b")
+    d, f, q, kv, h, v = m.hidden, m.ffn, m.q_width, m.kv_width, m.heads, m.vocab
+    plan = Plan(micro_batch=1, seq_len=4096, impl="hf")
+    kept, work, rest = hf_activation_parts(m, plan)
+    t = 4096
+    layer = t * (2 * 2 * d + 8 * 4 * d + 4 * 4 + 4 * 2 * f + 4 * h + 2 * 2 * kv + 2 * 2 * q) + 4 * 4 * d
+    assert kept == layer and work == 0  # 4,096 tokens: within the window, no sliding layer's extra
+    assert rest >= t * v * (4 + 2)  # the loss's fp32 log-softmax and the cap's bf16 tanh
+    long = replace(plan, seq_len=8192)
+    t = 8192
+    layer = t * (2 * 2 * d + 8 * 4 * d + 4 * 4 + 4 * 2 * f + 4 * h + 2 * 2 * kv + 2 * 2 * q) + 4 * 4 * d
+    window = 2 * t * t + 2 * t * 2 * (q - kv)
+    assert m.windowed_layers(8192) == 0.5
+    assert hf_activation_parts(m, long)[:2] == (layer + 0.5 * window, 0.0)
+    ckpt, ckpt_work, _ = hf_activation_parts(m, replace(long, recompute="full"))
+    assert ckpt == t * 2 * d and ckpt_work == layer + window  # the backward re-runs a sliding layer
+    r = predict_llm(m, plan, "dgx-h100", simulate=False)
+    assert r.provenance["activations"].startswith("hf-activation-census:gemma2:none")
+    assert "standing in" not in r.provenance["activations"]
+
+
+def test_a_family_without_an_activation_census_takes_its_stated_stand_in(monkeypatch):
+    """The stand-in mechanism (no family needs it now): a kernel-census family missing from the
+    activation census takes the one named for it, and predict's provenance says so; with none
+    named it is an error that says which census to run."""
+    from trainsim.builders import memory
+    from trainsim.errors import ConfigError
+
+    families = {k: v for k, v in memory._hf_activation_census().items() if k != "gemma3"}
+    monkeypatch.setattr(memory, "_hf_activation_census", lambda: families)
+    m, plan = get_model("gemma3-12b"), Plan(micro_batch=1, seq_len=4096, impl="hf")
+    with pytest.raises(ConfigError, match="no activation census for family 'gemma3'"):
+        memory.hf_activation_parts(m, plan)
+    monkeypatch.setattr(memory, "_HF_ACTIVATION_STAND_INS", {"gemma3": "qwen3"})
+    assert memory._hf_activation_family(m, plan) == ("qwen3", "gemma3")
+    assert "standing in for gemma3" in memory.hf_activation_provenance(m, plan)
+    assert memory.hf_activation_parts(m, plan)[0] > 0

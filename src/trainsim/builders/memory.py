@@ -536,8 +536,11 @@ def _hf_activation_census() -> dict[str, Any]:
         families = doc["families"]
         for fam in families.values():
             for mode in ("none", "checkpointed"):
-                for part in ("layer", "rest"):
-                    for size, dtype, count in fam[mode][part]:
+                m = fam[mode]
+                parts = [m["layer"], m["rest"], m.get("logit_softcap", [])]
+                if "window" in m:
+                    parts += [m["window"]["layer"], m["window"]["rest"]]
+                for size, dtype, count in (entry for part in parts for entry in part):
                         if not (isinstance(size, str) and (dtype == "bfloat16" or dtype in _HF_DTYPE_BYTES)
                                 and isinstance(count, int)):  # fmt: skip
                             raise ValueError(f"bad entry {[size, dtype, count]}")
@@ -552,15 +555,17 @@ def _hf_symbols(model: ModelSpec, plan: Plan) -> dict[str, float]:
     t = s * plan.micro_batch
     d, f = float(model.hidden), float(model.expert_ffn if model.is_moe else model.ffn)
     k, e = float(model.top_k if model.is_moe else 0), float(model.num_experts)
-    return {"1": 1.0, "L": s, "L*hd": s * model.d_head, "T": t, "T*d": t * d, "T*V": t * model.vocab,
+    return {"1": 1.0, "d": d, "hd": float(model.d_head), "L": s, "L*L": s * s, "T*L": t * s,
+            "L*hd": s * model.d_head, "T": t, "T*d": t * d, "T*V": t * model.vocab,
             "T*h": t * model.heads, "T*3d": 3 * t * d, "T*4d": 4 * t * d, "T*q": t * model.q_width,
             "T*kv": t * model.kv_width, "T*g": t * model.n_kv, "T*f": t * f, "T*2f": 2 * t * f, "E": e,
             "T*k": t * k, "T*E": t * e, "T*k*d": t * k * d, "T*k*f": t * k * f, "T*k*2f": 2 * t * k * f}  # fmt: skip
 
 
 # kernel-census families without an activation census of their own: the family whose
-# activations stand in (Gemma 3's layer is Qwen3's with two more norms, Gemma 2's LLaMA's)
-_HF_ACTIVATION_STAND_INS = {"gemma3": "qwen3", "gemma2": "llama"}
+# activations stand in, stated in the provenance (none now: Gemma 2/3, which had LLaMA's and
+# Qwen3's until 2026-12-03, have their own)
+_HF_ACTIVATION_STAND_INS: dict[str, str] = {}
 
 
 def _hf_activation_family(model: ModelSpec, plan: Plan) -> tuple[str, str]:
@@ -586,7 +591,12 @@ def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, flo
     checkpointing (the census's ``checkpointed``: a layer keeps its input; the backward re-runs
     one layer at a time, holding what it saves, the ``none`` layer); ``selective`` has no HF
     counterpart and SDPA keeps no scores: as ``none``. fp32 training: the bf16 entries at 4
-    bytes (an approximation: the norms' fp32 copies are then the same tensors)."""
+    bytes (an approximation: the norms' fp32 copies are then the same tensors). A Gemma
+    census's ``window`` (what a sliding-window layer keeps beyond a full one: the additive mask,
+    K and V repeated to the query heads) is added on :meth:`ModelSpec.windowed_layers`'s share of
+    the layers (0 where the sequence fits the window), its rest part (what a model with both
+    kinds of layer keeps beyond the rest) once, and the recompute working set is then a
+    sliding layer's; ``logit_softcap`` (Gemma 2's final-logit cap) to the rest of a model with one."""
     fam = _hf_activation_census()[_hf_activation_family(model, plan)[0]]
     sym = _hf_symbols(model, plan)
     e = _act_element_bytes(plan)
@@ -598,10 +608,24 @@ def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, flo
         except KeyError as err:
             raise ConfigError(f"{HF_ACTIVATIONS}: unknown size symbol or dtype {err}") from None
 
-    plain = evaluate(fam["none"]["layer"])
+    share = model.windowed_layers(int(plan.seq(model))) if "window" in fam["none"] else 0.0
+
+    def parts(mode: str) -> tuple[float, float, float]:
+        """(a layer's bytes averaged over the layers, the largest layer's, the rest's) in ``mode``."""
+        m = fam[mode]
+        layer, rest = evaluate(m["layer"]), evaluate(m["rest"])
+        window = evaluate(m["window"]["layer"]) if share else 0.0
+        if share:
+            rest += evaluate(m["window"]["rest"])
+        if model.logit_softcap:
+            rest += evaluate(m.get("logit_softcap", []))
+        return layer + share * window, layer + max(window, 0.0), rest
+
+    plain, largest, rest = parts("none")
     if plan.recompute == "full":
-        return evaluate(fam["checkpointed"]["layer"]), plain, evaluate(fam["checkpointed"]["rest"])
-    return plain, 0.0, evaluate(fam["none"]["rest"])
+        kept, _, ckpt_rest = parts("checkpointed")
+        return kept, largest, ckpt_rest
+    return plain, 0.0, rest
 
 
 def hf_activation_provenance(model: ModelSpec, plan: Plan) -> str:
