@@ -772,19 +772,23 @@ class LayerCoster:
                         scale=ffn / (4 * d), times=times, bench={"k": ffn / t}, mp=t, b=b, l=rows_l, dim=d),
             )  # fmt: skip
 
+        def activation(rows_l: float, times: float) -> OpCost:
+            return self._q("activation", "gelu", phase, category="memory", times=times,
+                           scale=(1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=rows_l, dim=d)  # fmt: skip
+
         ups = gemms(seq_e, copies)
-        act_l, act_times = seq_e, copies  # SequentialMLP: each expert's own activation
+        act = None if self.plan.impl == "hf" else activation(seq_e, copies)  # SequentialMLP: each expert's own
         if m.is_moe:
-            ups = self._expert_gemms(ups, gemms, copies, per_expert, up)
-            if self.expert_gemms() == "multistream":  # TEGroupedMLP: one activation over every expert's rows
-                act_l, act_times = copies * per_expert / b, 1.0
-        ops = [
-            ups[0],
-            *([] if self.plan.impl == "hf" else [
-                self._q("activation", "gelu", phase, category="memory", times=act_times,
-                        scale=(1.5 if m.gated else 1.0) * ffn / (4 * d), mp=t, b=b, l=act_l, dim=d)]),
-            ups[1],
-        ]  # fmt: skip
+            ups = self._expert_gemms(ups, gemms, copies, per_expert, up, seq_e=seq_e)
+            if act is not None and self.expert_gemms() == "multistream":
+                # TEGroupedMLP: one activation over every expert's rows (the per-expert GEMMs'
+                # rows, stacked); the same bytes as the per-expert passes in one kernel, so no
+                # slower than they are (the kernel model's carry beyond the measured work can
+                # put the one pass below the best-measured bandwidth the smaller passes get)
+                one = activation(copies * seq_e, 1.0)
+                act = one if one.seconds <= act.seconds else replace(
+                    one, seconds=act.seconds, provenance=act.provenance + ";te-grouped-mlp:as-per-expert-passes")  # fmt: skip
+        ops = [ups[0], *([] if act is None else [act]), ups[1]]
         if m.is_moe:
             # token permutation (Megatron's moe_utils.permute / unpermute): each token's hidden
             # state gathered into its top_k experts' order, then the expert outputs scattered back
@@ -816,18 +820,20 @@ class LayerCoster:
         return ops
 
     def _expert_gemms(self, per: tuple[OpCost, OpCost], gemms: Callable[[float, float], tuple[OpCost, OpCost]],
-                      copies: float, per_expert: float, up: float) -> tuple[OpCost, OpCost]:  # fmt: skip
+                      copies: float, per_expert: float, up: float, *, seq_e: float) -> tuple[OpCost, OpCost]:  # fmt: skip
         """The MoE layer's up and down projections as :meth:`expert_gemms` says they run, from
-        ``per`` (``copies`` per-expert GEMMs one after another) and ``gemms`` (the two at other
-        rows): one GEMM over the stacked rows for a grouped kernel (``grouped``: each expert's
-        rows padded to the tile; ``multistream``: unpadded, and no faster than four streams of
-        the per-expert GEMMs), the per-expert ones otherwise. ``launches``: kernels, per projection."""
+        ``per`` (``copies`` per-expert GEMMs of ``seq_e`` rows per ``b``, one after another) and
+        ``gemms`` (the two at other rows): one GEMM over the stacked rows for a grouped kernel
+        (``grouped``: each expert's rows padded to the tile; ``multistream``: the per-expert
+        GEMMs' rows, no faster than four streams of those GEMMs and no slower than running them
+        one after another, which is what the streams run), the per-expert ones otherwise.
+        ``launches``: kernels, per projection."""
         how, b, n_calls = self.expert_gemms(), self.b, 2 if per[0].phase == "bwd" else 1
         if how in ("sequential", "loop"):
             return per
         if how == "fallback":
             return tuple(replace(o, provenance=o.provenance + ";grouped-mm-fallback:per-expert-mm") for o in per)  # type: ignore[return-value]
-        rows = per_expert
+        rows = seq_e * b
         if how == "grouped":
             small = per_expert <= 128 or min(up, self.model.hidden) <= 128
             tile = 64 if self.c.device.architecture == "blackwell" or small else 128
@@ -837,9 +843,13 @@ class LayerCoster:
         for one, many in zip(per, stacked, strict=True):
             if how == "grouped":
                 out.append(replace(many, launches=n_calls, provenance=many.provenance + f";grouped-gemm-as-stacked:{copies:g}x{rows:g}rows"))
-            else:  # multistream: the longer of one stacked GEMM and four streams of per-expert GEMMs
+            else:  # multistream: the longer of one stacked GEMM and four streams of per-expert GEMMs,
+                # at most the per-expert GEMMs one after another (the stacked shape's kernel model
+                # can come out slower than its pieces: 8 x 1,024-row GEMMs vs one of 8,192 rows)
                 streams = one.seconds / min(TE_COMPUTE_STREAMS, max(copies, 1.0))
                 s, note = (many.seconds, "stacked") if many.seconds >= streams else (streams, f"{TE_COMPUTE_STREAMS}-streams")
+                if s > one.seconds:
+                    s, note = one.seconds, "as-per-expert-gemms"
                 out.append(replace(one, seconds=s, provenance=one.provenance + f";te-grouped-linear:{note}"))
         return out[0], out[1]
 
