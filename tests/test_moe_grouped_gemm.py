@@ -118,3 +118,13 @@ def test_runs_csv_takes_moe_grouped_gemm(tmp_path):
                  "qwen3-30b-a3b,dgx-h100,1000,1,1,8,8,1,full,true\n")  # fmt: skip
     (case,) = read_runs(f)
     assert case.plan.moe_grouped_gemm is True
+
+
+def test_search_api_refuses_grouped_gemm_for_a_dense_model():
+    """Through the API (not the CLI) a dense model's space had yielded no plan, each refused."""
+    from trainsim.hardware import get_system
+    from trainsim.search.llm import search_llm
+    from trainsim.search.space import PlanSpace
+
+    with pytest.raises(ConfigError, match=r"--moe-grouped-gemm .* llama3-8b is dense"):
+        search_llm(get_model("llama3-8b"), get_system("dgx-h100"), PlanSpace(gpus=8, global_batch=64, moe_grouped_gemm=True))

@@ -69,8 +69,9 @@ Gemma 2 and Gemma 3 (``gemma2``, ``gemma3``, since 2026-12-03; LLaMA's and Qwen3
 RMSNorms a layer in fp32, GeLU-tanh GeGLU, the embedding scaled by sqrt(d), Gemma 3's per-head
 q/k norms. ``layer`` is a full-attention layer; ``window`` what a sliding-window layer adds under
 SDPA with its mask (K and V repeated to the query heads, the boolean ``[B, 1, L, L]`` mask made
-additive), added on :meth:`ModelSpec.windowed_layers`'s share of the layers (Gemma 3; Gemma 2's
-modules refuse SDPA: its census has none); ``logit_softcap`` the final-logit cap (Gemma 2's),
+additive), added on :meth:`ModelSpec.windowed_layers`'s share of the layers (Gemma 2's too:
+its modules refuse SDPA, so its census runs transformers' SDPA forward under another name, a
+stand-in for the FlashAttention-2 or eager attention HF's Gemma 2 really runs); ``logit_softcap`` the final-logit cap (Gemma 2's),
 added to the rest where the model has one; ``attn_softcap`` (Gemma 2) the attention-score cap in
 HF's eager attention, ``T*h*L``: added to the attention core with a non-flash ``--attention``
 (:meth:`trainsim.builders.costs.LayerCoster.attention_core`; FlashAttention-2 caps in the kernel). Every dense census but GPT-2's (whose config ties them, its rest has it) was recorded

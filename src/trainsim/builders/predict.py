@@ -147,7 +147,8 @@ def default_seq_note(model: ModelSpec) -> str | None:
 
 
 MOE_BALANCED_NOTE = ("expert routing is taken as balanced (each expert gets tokens x top_k / experts of them) "
-                     "with one GEMM pair per local expert and the token permutation as memory-bound passes; "
+                     "with a GEMM pair per local expert (how they run: the expert-GEMM note) and the token "
+                     "permutation as memory-bound passes; "
                      "uneven routing makes the busiest expert set the pace, so MoE times are lower bounds "
                      "(--moe-imbalance gives the busiest expert-parallel rank's load)")
 

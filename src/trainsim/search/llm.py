@@ -680,6 +680,8 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
         raise ConfigError(f"--ep {','.join(map(str, space.ep))}: expert parallelism needs a mixture-of-experts "
                           f"model; {model.name} is dense (leave --ep out)")  # fmt: skip
     check_moe_imbalance(space.moe_imbalance, model, "--moe-imbalance")  # once, not as every plan's error
+    if space.moe_grouped_gemm and not model.is_moe:  # every plan would be refused, one by one
+        raise ConfigError(f"--moe-grouped-gemm runs an MoE model's experts as grouped GEMMs; {model.name} is dense")
     notes = search_notes(model, space)
     from trainsim.comm.registry import shadowed_note
 
