@@ -729,7 +729,8 @@ class LayerCoster:
           ``GroupedLinear``, one cuBLAS GEMM per expert issued from C++ over TE's four compute
           streams (``get_num_compute_streams`` is 4; TE's docs: "one cuBLAS GEMM per expert is
           launched on a pool of CUDA streams"). Up to four GEMMs overlap, and the set runs no
-          faster than one GEMM over all the experts' rows: the longer of the two.
+          faster than one GEMM over all the experts' rows: the longer of the two, and no longer
+          than the per-expert GEMMs one after another (what the streams run).
         * ``grouped`` — ``impl`` ``hf`` with transformers' ``grouped_mm`` on a Hopper or
           Blackwell GPU in bf16: ``torch._grouped_mm``'s fast path (aten GroupedBlas.cpp: compute
           capability 9.x or 10.x and bf16 operands), one CUTLASS grouped kernel per projection

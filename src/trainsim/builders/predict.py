@@ -180,7 +180,8 @@ def expert_gemms_note(model: ModelSpec, plan: Plan, architecture: str) -> str:
     if how == "multistream":
         return (f"--moe-grouped-gemm: the {n} local experts' GEMMs run by TransformerEngine's GroupedLinear, one cuBLAS "
                 "GEMM per expert over TE's 4 compute streams, each projection timed as the longer of one GEMM over all "
-                "the experts' rows and 4 streams of the per-expert GEMMs, and one activation over all the rows; the "
+                "the experts' rows and 4 streams of the per-expert GEMMs (at most those GEMMs one after another), and "
+                "one activation over all the rows; the "
                 "C++ loop's launches are an estimate at the host model's aten rate. Not modelled: TE's CUTLASS "
                 "(NVTE_USE_CUTLASS_GROUPED_GEMM=1) and cuBLASLt grouped GEMMs, Megatron's legacy GroupedMLP")  # fmt: skip
     if how == "grouped":
