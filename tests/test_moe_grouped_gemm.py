@@ -128,3 +128,14 @@ def test_search_api_refuses_grouped_gemm_for_a_dense_model():
 
     with pytest.raises(ConfigError, match=r"--moe-grouped-gemm .* llama3-8b is dense"):
         search_llm(get_model("llama3-8b"), get_system("dgx-h100"), PlanSpace(gpus=8, global_batch=64, moe_grouped_gemm=True))
+
+
+def test_search_notes_say_how_the_experts_run():
+    from trainsim.search.llm import search_notes
+    from trainsim.search.space import PlanSpace
+
+    seq = " ".join(search_notes(QWEN, PlanSpace(gpus=8, global_batch=64)))
+    assert "SequentialMLP" in seq and "--moe-grouped-gemm ranks" in seq
+    grp = " ".join(search_notes(QWEN, PlanSpace(gpus=8, global_batch=64, moe_grouped_gemm=True)))
+    assert "GroupedLinear" in grp and "SequentialMLP" not in grp
+    assert "SequentialMLP" not in " ".join(search_notes(get_model("llama3-8b"), PlanSpace(gpus=8, global_batch=64)))

@@ -771,6 +771,12 @@ def search_notes(model: ModelSpec, space: PlanSpace) -> list[str]:
         notes.append(f"the busiest expert-parallel rank of every plan with ep > 1 is routed {space.moe_imbalance:g}x "
                      "the mean tokens (--moe-imbalance), whatever its ep; plans with ep 1 hold every expert on each "
                      "rank and keep the mean")  # fmt: skip
+    if model.is_moe:  # the expert GEMM path changes which ep wins (few experts a rank: less loop)
+        notes.append("every plan's experts run as Megatron-core's --moe-grouped-gemm (TransformerEngine's "
+                     "GroupedLinear)" if space.moe_grouped_gemm else
+                     "every plan's experts run as Megatron-core's SequentialMLP (its default: a Python loop over "
+                     "each rank's local experts, which favours a higher ep); --moe-grouped-gemm ranks the plans "
+                     "with TransformerEngine's grouped GEMMs")  # fmt: skip
     if space.seq_len == 0 and (note := default_seq_note(model)):
         notes.append(note)
     if space.attention == "flash" and {"none", "selective"} <= set(space.recompute):
