@@ -137,6 +137,7 @@ def translate(op: str, phase: str, x: dict[str, float]) -> Translation | None:
 
 
 _TOP = 5  # beyond the fifth largest measured call of an entry, calls are carried (see the module)
+_SPLITS = 4  # the carry is no less efficient than the shape at 1/2 .. 1/16 of the limit's work (see there)
 
 
 @dataclass(frozen=True)
@@ -388,27 +389,53 @@ def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs:
     limit = cal.work_threshold(q.key.op, q.key.phase.value, q.key.dtype)
     dims = _WORK_DIMS.get(op, ())
     if limit is not None and dims and roof > limit and roof > MIN_KERNEL_S:
-        small, at_roof, qs = dict(inputs), roof, q
-        # Shrink the sizes in turn until the work is the limit's. First pass: only the sizes
-        # beyond the sweep, towards its largest measured value, so the shape is asked where it
-        # was measured (a FlashAttention of 32k tokens shrunk in heads alone had been asked at
-        # one or two heads and 32k tokens, flat there in the trees, and ran at 0.8x the
-        # efficiency of 16k tokens: context parallelism came out superlinear); then any size.
         top = cal.measured_range(q.key.op, q.key.phase.value, q.key.dtype)
-        for beyond_sweep in (True, False):
-            for dim, power in dims:
-                if at_roof <= limit * (1 + 1e-9) or dim not in small:
-                    continue
-                floor = top.get(dim, (0.0, math.inf))[1] if beyond_sweep else 1.0
-                if beyond_sweep and small[dim] <= floor:
-                    continue  # measured at this size already
-                small[dim] = max(floor, small[dim] * (limit / at_roof) ** (1 / power))
-                if op == "gemm" and dim in ("m", "n", "k"):  # keep the size's alignment: the GPU models read it
-                    small[dim] = _aligned_like(small[dim], inputs[dim])
-                qs = query(op, phase=phase, dtype=dtype, **small)  # type: ignore[arg-type]
-                at_roof = predict_query(qs, cal.device, models=roofline).duration_s
+
+        def shrunk(target: float) -> tuple[Any, float]:
+            """The query with its work sizes shrunk in turn until its roofline time is
+            ``target``, and that roofline time. First pass: only the sizes beyond the sweep,
+            towards its largest measured value, so the shape is asked where it was measured (a
+            FlashAttention of 32k tokens shrunk in heads alone had been asked at one or two
+            heads and 32k tokens, flat there in the trees, and ran at 0.8x the efficiency of
+            16k tokens: context parallelism came out superlinear); then any size."""
+            small, at_roof, qs = dict(inputs), roof, q
+            for beyond_sweep in (True, False):
+                for dim, power in dims:
+                    if at_roof <= target * (1 + 1e-9) or dim not in small:
+                        continue
+                    floor = top.get(dim, (0.0, math.inf))[1] if beyond_sweep else 1.0
+                    if beyond_sweep and small[dim] <= floor:
+                        continue  # measured at this size already
+                    small[dim] = max(floor, small[dim] * (target / at_roof) ** (1 / power))
+                    if op == "gemm" and dim in ("m", "n", "k"):  # keep the size's alignment: the GPU models read it
+                        small[dim] = _aligned_like(small[dim], inputs[dim])
+                    qs = query(op, phase=phase, dtype=dtype, **small)  # type: ignore[arg-type]
+                    at_roof = predict_query(qs, cal.device, models=roofline).duration_s
+            return qs, at_roof
+
+        # Asked at the limit's work (as before), then at no lower efficiency than the trees give
+        # the shape at 1/2 to 1/16 of it (_SPLITS octaves, quarter-octave steps): one call never
+        # takes longer than calls of a smaller share it could be split into (the carry at the
+        # limit alone had run an element-wise pass over 8x the bytes below the bandwidth the
+        # trees give 1x, and a GEMM over 32k rows below the efficiency of 4k rows), nor less
+        # than the call at the limit. The steps hang off the limit, so beyond it the time is
+        # linear in the work, and the call's own 2^j halvings there are asked too, so it never
+        # takes longer than 2^j calls of 1/2^j; where one of those beats every step, the time
+        # can fall by a fraction of a per cent as the work grows (tree steps; <0.5 % on the
+        # sweeps of scripts/bench_monotone.py).
+        qs, at_roof = shrunk(limit)
         at = predict_query(qs, cal.device, models=cal.models)
-        seconds, prov = at.duration_s * roof / at_roof, at.provenance + ";beyond-measured-work"
+        per_roof, prov, floor = at.duration_s / at_roof, at.provenance, at.duration_s
+        first = max(1, math.ceil(math.log2(roof / limit) - 1e-9))  # the call's own halvings within the limit
+        targets = [limit / 2.0 ** (i / 4) for i in range(1, 4 * _SPLITS + 1)]
+        for target in targets + [roof / 2.0**j for j in range(first, first + _SPLITS)]:
+            qs, at_roof = shrunk(target)
+            split = predict_query(qs, cal.device, models=cal.models)
+            if split.calibrated and split.duration_s / at_roof < per_roof * (1 - 1e-9):
+                per_roof, prov = split.duration_s / at_roof, f"{split.provenance};as-calls-of-1/{roof / at_roof:.3g}"
+        if per_roof * roof < floor:  # just past the limit: the call at the limit's time
+            per_roof, prov = floor / roof, at.provenance
+        seconds, prov = per_roof * roof, prov + ";beyond-measured-work"
     if roof > _dram_roof_s(cal.device):
         cap = cal.efficiency_cap(q.key.op, q.key.phase.value, q.key.dtype)
         if cap is not None and seconds < roof / cap:
