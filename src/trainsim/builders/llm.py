@@ -513,6 +513,19 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 outside_end=end / dense if dense > 0 else 0.0,
                 outside_start=(outside - end) / dense if dense > 0 else 0.0, stretch=stretch,
                 after_s=after)  # fmt: skip
+        if plan.overlap_param_gather:  # the gathers move into the next iteration's first forward
+            emb_f = end_f if first and not last else 0.0
+            if first and last:
+                emb = lc.embedding("fwd")
+                emb_f = min(flow_shop_s(emb, [host.extra_s(o) for o in emb]) if emb else 0.0, end_f)
+            outside = dense - n * layer_params[0]  # as the reduction's: embedding, final norm, head, MTP
+            if dense_counts is not None and dense_extra is not None:
+                outside -= dense_counts[s] * dense_extra[0]
+            embedding = embedding_params_per_gpu(model, plan) if first else 0.0
+            st.dp_comm = _overlap_param_gather(
+                st.dp_comm, comm, plan, _GatherLayout(stage=s, layers_s=f, embedding_s=emb_f, forward_s=fwd,
+                                                      embedding=embedding, tail=max(outside - embedding, 0.0),
+                                                      last=last), stretch=stretch)  # fmt: skip
         st.embedding_comm = emb_comm if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
@@ -737,7 +750,7 @@ def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, sy
     counted once (both stages have them), the flow shop's start-up shared. Parameters,
     optimizer and gradient reduction are the stage's own already (:mod:`.memory` counts the
     dense layers). Not modelled: an overlapped gradient reduction's window is the MoE
-    stage's backward."""
+    stage's backward, and overlapped weight gathers' forward the MoE stage's."""
     from trainsim.builders.memory import dense_variant, stage_dense_layers
 
     counts = stage_dense_layers(model, plan)
@@ -856,12 +869,135 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
     return out
 
 
+# --- ZeRO-1/2 weight gathers overlapped with the next forward (--overlap-param-gather) -------
+
+
+def megatron_bucket_params(plan: Plan) -> float:
+    """Megatron-core's default DDP bucket, in parameters: ``max(40_000_000, 1_000_000 · dp_cp)``
+    (``DistributedDataParallelConfig.bucket_size``: "larger DP sizes need larger buckets to
+    ensure collectives do not become latency-bound"); the gathers run bucket by bucket."""
+    return float(max(40_000_000, 1_000_000 * plan.dp * plan.cp))
+
+
+@dataclass(frozen=True, slots=True)
+class _GatherLayout:
+    """Where a stage's gathered weights are first used in its first micro-batch's forward: the
+    first stage's ``embedding`` parameters at its start, then the layers' (their pass
+    ``layers_s`` long, each layer's parameters used evenly over its share), then the ``tail``
+    (final norm, head, MTP depths) after them; ``embedding_s`` the embedding's forward."""
+
+    stage: int
+    layers_s: float
+    embedding_s: float
+    forward_s: float  # the whole forward of one micro-batch (what a hidden gather can stretch)
+    embedding: float
+    tail: float
+    last: bool
+
+
+def param_gather_delay_s(seconds: np.ndarray, use_s: np.ndarray, *, chained: bool, start_s: float = 0.0) -> float:
+    """How much later a forward ends when bucket ``k`` (forward order) must be gathered, taking
+    ``seconds[k]``, before ``use_s[k]`` (its first use, measured in the undelayed forward from
+    its start). One stream gathers them in order. ``chained`` (Megatron-core's
+    ``finish_param_sync``): the first bucket is dispatched at its first use, bucket ``k + 1``
+    when bucket ``k`` has been waited for (``W_k = max(F_k, f_k + D_{k-1})``, ``D_k = W_k -
+    f_k``, ``F_{k+1} = W_k + t_{k+1}``); else all are dispatched at ``start_s`` (Megatron's
+    aligned gathers of the interleaved schedule, ``start_s < 0``: before the stage's first
+    activation arrives), ``F_k = start_s + Σ_{i ≤ k} t_i``. Returns ``D = max_k (F_k - f_k, 0)``."""
+    delay, finish, waited = 0.0, start_s, start_s
+    for k, (t, use) in enumerate(zip(seconds.tolist(), use_s.tolist(), strict=True)):
+        begin = (use if k == 0 else waited) if chained else finish
+        finish = max(begin, finish) + t
+        waited = max(finish, use + delay)
+        delay = waited - use
+    return max(delay, 0.0)
+
+
+def _line_buckets(total: float, size: float) -> tuple[np.ndarray, np.ndarray]:
+    """Buckets of ``size`` over ``total`` parameters in forward order, cut from the end as
+    Megatron fills them (parameters in reverse, the backward's order): (starts, params)."""
+    if total <= 0:
+        return np.zeros(0), np.zeros(0)
+    nb = max(math.ceil(total / size - 1e-9), 1)
+    ends = total - size * np.arange(nb - 1, -1, -1, dtype=float)
+    starts = np.maximum(ends - size, 0.0)
+    return starts, ends - starts
+
+
+def _overlap_param_gather(dp: list[CommCost], comm: PlanComm, plan: Plan, lay: _GatherLayout, *,
+                          stretch: float) -> list[CommCost]:  # fmt: skip
+    """``dp`` with the weight all-gathers' seconds cut to what delays the next iteration's
+    first forward (:func:`param_gather_delay_s`), as Megatron-core's ``--overlap-param-gather``
+    runs them: :func:`megatron_bucket_params` buckets in forward order (the dense weights' and an
+    MoE stage's experts', one chain, one stream), each timed by the collective models at its
+    size. 1F1B and GPipe: the chain of :func:`param_gather_delay_s`, started by the stage's
+    first forward pre-hook (after its first activation has arrived: the non-interleaved
+    schedule dispatches nothing earlier; Megatron turns ``align_param_gather`` off there).
+    Interleaved: the aligned gathers of model chunks 0 and 1 (``config.param_sync_func``),
+    all dispatched as the schedule starts, before stage ``s``'s first activation arrives
+    (taken as ``s`` of its own chunk forwards); chunk 1's first use ``pp`` chunk-0 forwards
+    in; chunks from 2 on, dispatched a micro-batch group ahead in the warm-up, are taken as
+    hidden. Contention: the gather time beside forward compute (not beside the fill's wait,
+    nor the part exposed) stretches it (:func:`~trainsim.builders.contention.hidden_cost_s`)."""
+    gi = [i for i, c in enumerate(dp) if c.kind == "all_gather"]
+    if not gi:
+        return dp
+    chunks = plan.chunks
+    size = megatron_bucket_params(plan)
+    chunk_layers_s = lay.layers_s / chunks
+    chunk0_s = lay.embedding_s + chunk_layers_s
+    secs: list[float] = []
+    uses: list[float] = []
+    order: list[int] = []
+    per: dict[int, float] = {}
+    for c_id in range(min(chunks, 2)):
+        offset = 0.0 if c_id == 0 else plan.pp * chunk0_s
+        emb_f = lay.embedding_s if c_id == 0 else 0.0
+        for i in gi:
+            c = dp[i]
+            params = c.bytes / comm.act_bytes
+            dense = c.name.startswith("dp_")  # the experts' gather: layers only
+            emb = lay.embedding if dense else 0.0
+            tail = lay.tail if dense else 0.0
+            layer_part = max(params - emb - tail, 0.0) / chunks
+            head = emb if c_id == 0 else 0.0
+            end = tail if c_id == chunks - 1 else 0.0
+            starts, counts = _line_buckets(head + layer_part + end, size)
+            frac = np.clip((starts - head) / layer_part, 0.0, 1.0) if layer_part > 0 else np.ones_like(starts)
+            use = np.where(starts < head, 0.0, emb_f + frac * chunk_layers_s) + offset
+            for a, u in zip(counts.tolist(), use.tolist(), strict=True):
+                t = comm.cost_placed(c.name, c.kind, c.bytes * a / params, c.group_size, c.per_node).seconds
+                secs.append(t)
+                uses.append(u)
+                order.append(0 if dense else 1)
+                per[i] = per.get(i, 0.0) + t
+    idx = sorted(range(len(uses)), key=lambda k: (uses[k], order[k]))  # ties: dense before experts
+    t_arr, u_arr = np.array(secs)[idx], np.array(uses)[idx]
+    if chunks == 1:
+        fill = 0.0
+        delay = param_gather_delay_s(t_arr, u_arr, chained=True)
+    else:
+        fill = lay.stage * chunk0_s
+        delay = param_gather_delay_s(t_arr, u_arr, chained=False, start_s=-fill)
+    busy = float(t_arr.sum())
+    beside = max(busy - min(busy, fill) - delay, 0.0)  # gathering while the forward computes
+    exposed = delay + hidden_cost_s(beside, lay.forward_s, stretch)
+    out = list(dp)
+    total = sum(per.values())
+    for i in gi:
+        share = per.get(i, 0.0) / total if total > 0 else 0.0
+        out[i] = replace(dp[i], name=f"{dp[i].name}_exposed", seconds=exposed * share,
+                         provenance=f"{dp[i].provenance};overlap_param_gather")  # fmt: skip
+    return out
+
+
 # --- closed forms ------------------------------------------------------------------------------
 
 
 def closed_form_001(stages: list[StageCost], plan: Plan) -> float:
     """001 §III-D Eq. 7: ``(M - 1 + S)(max fwd + max bwd) + first-stage DP all-reduce + max
-    update``, update = optimizer + ZeRO all-gather; P2P time is charged to the sender stages
+    update``, update = optimizer + ZeRO all-gather (with ``overlap_param_gather`` its exposed
+    part, :func:`_overlap_param_gather`); P2P time is charged to the sender stages
     (added to each stage's forward and backward)."""
     m, s = plan.grad_accum, plan.pp
     fwd = max(st.fwd_s + (st.p2p_s if st.stage < s - 1 else 0.0) for st in stages)
@@ -1774,7 +1910,8 @@ def _emit_schedule(
 def _emit_tail(e: _StageEmitter | _StepRecorder, s: int, st: StageCost, plan: Plan, *,
                last: int | None, last_send: int | None) -> None:  # fmt: skip
     """Once per iteration, after the micro-batches: gradient reduction (comm stream), the
-    tied-embedding sync, the update and ZeRO's gathers."""
+    tied-embedding sync, the update and ZeRO's gathers (with ``overlap_param_gather`` their
+    part the next iteration's first forward does not hide, :func:`_overlap_param_gather`)."""
     pp = plan.pp
     dep: list[int | None] = [last, last_send]
     for i, c in enumerate(x for x in st.dp_comm if x.kind != "all_gather"):

@@ -393,11 +393,12 @@ def predict_llm(model: ModelSpec | str, plan: Plan, system: SystemSpec | str, *,
 
 def overlaps_comm(plan: Plan) -> bool:
     """Whether ``plan`` hides communication behind compute (what contention applies to): the
-    gradient reduction during the backward, ZeRO-3's prefetched collectives (both with more than
-    one data-parallel rank), or the context-parallel ring (``cp_comm`` p2p: the all-gather and
+    gradient reduction during the backward, ZeRO-3's prefetched collectives, ZeRO-1/2's weight
+    gathers in the next forward (all with more than one data-parallel rank), or the context-parallel ring (``cp_comm`` p2p: the all-gather and
     all-to-all variants expose theirs)."""
     shards = plan.dp * plan.cp > 1
-    return (shards and (plan.zero == 3 or plan.overlap_grad_reduce)) or (plan.cp > 1 and plan.cp_comm == "p2p")
+    hidden = plan.zero == 3 or plan.overlap_grad_reduce or plan.overlap_param_gather
+    return (shards and hidden) or (plan.cp > 1 and plan.cp_comm == "p2p")
 
 
 def contention_note(plan: Plan) -> str:

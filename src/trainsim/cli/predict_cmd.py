@@ -68,6 +68,7 @@ def predict(
     wgrad_fusion: bool = typer.Option(False, "--wgrad-fusion", help="Weight gradients accumulate inside their GEMMs (Megatron-LM's --gradient-accumulation-fusion); default: a separate add per parameter tensor and micro-batch, as PyTorch autograd, DeepSpeed and FSDP do."),
     contention: bool = typer.Option(True, "--contention/--no-contention", help="Communication hidden behind compute (the overlapped gradient reduction, ZeRO-3's prefetched gathers and reduce-scatters, the context-parallel ring) slows the compute it overlaps by the factor measured on the shipped multi-rank traces (docs/llm.md, Contention); --no-contention: that communication is free."),
     overlap_grad_reduce: bool | None = typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce", help="Reduce data-parallel gradients in buckets during the last backward (PyTorch DDP's default; Megatron-core's --overlap-grad-reduce) or after it (Megatron-LM's local DDP, DeepSpeed's pipeline engine). Default: during it with --impl hf (eager PyTorch under DDP), else after it."),
+    overlap_param_gather: bool = typer.Option(False, "--overlap-param-gather", help="ZeRO 1 (with --dist-optimizer and --overlap-grad-reduce, as Megatron-core asserts) or 2: all-gather the updated weights bucket by bucket during the next iteration's first forward, as Megatron-core's --overlap-param-gather does, instead of after the update; only the part the forward cannot hide is charged."),
     memory_headroom: str | None = typer.Option(None, "--memory-headroom", help="Memory to keep free on each GPU for the plan to count as fitting: a fraction (0.1), a percentage (10%) or an amount (6GiB). The memory model leaves out allocator fragmentation and backward/optimizer temporaries. Default: none."),
     closed_form: bool = typer.Option(False, "--closed-form", help="Skip the simulation: paper 001's Eq. 7 only (sub-millisecond)."),
     kernel_models: list[Path] | None = typer.Option(None, "--kernel-models", help="A `trainsim fit` .npz artifact of this system's device, answering before the shipped kernel models (repeatable)."),
@@ -108,7 +109,7 @@ def predict(
                     overlap_grad_reduce=overlap_grad_reduce, hidden_dropout=hidden_dropout, impl=impl, partition=partition,  # type: ignore[arg-type]
                     optimizer=optimizer, first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,  # type: ignore[arg-type]
                     moe_imbalance=moe_imbalance, contention=contention, hf_experts=hf_experts,  # type: ignore[arg-type]
-                    moe_grouped_gemm=moe_grouped_gemm)  # fmt: skip
+                    moe_grouped_gemm=moe_grouped_gemm, overlap_param_gather=overlap_param_gather)  # fmt: skip
         if overlap_note:
             plan.validate(spec, gpus=gpus)  # a plan that cannot run gets its error, not this note first
             stderr.print("[yellow]note:[/] --impl hf: data-parallel gradients are reduced during the backward, as "

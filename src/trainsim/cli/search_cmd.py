@@ -75,6 +75,7 @@ def search(
     trim_end_stages: int = typer.Option(0, "--trim-end-stages", min=0, help="Also try up to N layers taken off the first and last pipeline stages together, the middle ones even (Megatron-core's --decoder-first/last-pipeline-num-layers): offsets the embedding, the head and MTP depths there (1F1B, GPipe). Default 0: even splits only."),
     framework: str = typer.Option("any", "--framework", help="Rank only the plans one framework runs: megatron (DDP or its distributed optimizer for ZeRO-1; 1F1B, interleaved), deepspeed (ZeRO-1 at most with pipelining; 1F1B; context parallelism as Ulysses a2a only, without SP), torchtitan (DDP or FSDP2 as ZeRO-2/3; TP with SP; CP p2p or all_gather) or any."),
     overlap_grad_reduce: bool = typer.Option(False, "--overlap-grad-reduce", help="Data-parallel gradients reduced during the last backward (PyTorch DDP, Megatron-core); see `trainsim predict --help`."),
+    overlap_param_gather: bool = typer.Option(False, "--overlap-param-gather", help="The ZeRO-1/2 weight gathers run bucket by bucket in the next iteration's first forward (Megatron-core's --overlap-param-gather), on every plan that can take it: ZeRO-2, and ZeRO-1 with the distributed optimizer and --overlap-grad-reduce; the others run without it. See `trainsim predict --help`."),
     contention: bool = typer.Option(True, "--contention/--no-contention", help="Overlapped communication slows the compute beside it by the measured factor (default), or is free; see `trainsim predict --help`."),
     objective: str = typer.Option("time", "--objective", help="time (iteration), time-to-train (needs --train-tokens) or cost."),
     train_tokens: float | None = typer.Option(None, "--train-tokens", help="Tokens to train on (time-to-train, cost)."),
@@ -154,7 +155,7 @@ def search(
             sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
             wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce, dist_optimizer=dist_optimizer,
             moe_imbalance=moe_imbalance, framework=framework, contention=contention, trim_end_stages=trim_end_stages,
-            moe_grouped_gemm=moe_grouped_gemm,
+            moe_grouped_gemm=moe_grouped_gemm, overlap_param_gather=overlap_param_gather,
         )  # fmt: skip
         r = search_llm(spec, sysspec, space, objective=objective, top_k=top_k, simulate_top=simulate_top,
                        workers=workers, scheduler=scheduler, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price,

@@ -657,6 +657,21 @@ def _kill_pool() -> None:
 atexit.register(_drop_pool)
 
 
+def check_param_gather_space(space: PlanSpace) -> None:
+    """With ``overlap_param_gather``: a ConfigError (one line) when no plan of ``space`` could take
+    it (every plan would run without it, silently), or its framework has none."""
+    if not space.overlap_param_gather:
+        return
+    if space.framework == "deepspeed":
+        raise ConfigError("--overlap-param-gather: DeepSpeed all-gathers the updated ZeRO-1/2 weights inside its "
+                          "optimizer step (no overlap with the next forward); drop it or pick another --framework")  # fmt: skip
+    megatron_zero1 = 1 in space.zero and space.overlap_grad_reduce and (space.dist_optimizer or space.framework == "megatron")
+    if not (megatron_zero1 or (2 in space.zero and space.framework != "megatron")):
+        raise ConfigError(f"--overlap-param-gather applies to ZeRO-2 plans and to ZeRO-1 ones with --dist-optimizer "
+                          f"(or --framework megatron) and --overlap-grad-reduce (Megatron-core asserts it): --zero "
+                          f"{','.join(map(str, space.zero))} with these flags has none")  # fmt: skip
+
+
 def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, objective: str = "time",
                top_k: int = 10, simulate_top: int = 32, workers: int | None = None, scheduler: str | None = None,
                train_tokens: float | None = None, gpu_hour_price: float | None = None,
@@ -682,6 +697,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     check_moe_imbalance(space.moe_imbalance, model, "--moe-imbalance")  # once, not as every plan's error
     if space.moe_grouped_gemm and not model.is_moe:  # every plan would be refused, one by one
         raise ConfigError(f"--moe-grouped-gemm runs an MoE model's experts as grouped GEMMs; {model.name} is dense")
+    check_param_gather_space(space)
     notes = search_notes(model, space)
     from trainsim.comm.registry import shadowed_note
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainsim.builders.memory import stage_layers
@@ -83,6 +83,8 @@ class PlanSpace:
     dist_optimizer: bool = False  # ZeRO-1 plans as Megatron-LM's distributed optimizer (Plan.dist_optimizer)
     moe_imbalance: float = 1.0  # every MoE plan's busiest-EP-rank load (Plan.moe_imbalance), not searched
     moe_grouped_gemm: bool = False  # every MoE plan's experts as TE's GroupedLinear (Plan.moe_grouped_gemm), not searched
+    # the ZeRO-1/2 weight gathers in the next forward (Plan.overlap_param_gather), on every plan that can take it
+    overlap_param_gather: bool = False
     framework: str = "any"  # only the plans this framework runs (trainsim.search.frameworks)
     # up to this many layers taken off the end stages (1F1B, GPipe): see :func:`end_stage_splits`
     trim_end_stages: int = 0
@@ -144,6 +146,8 @@ class PlanSpace:
                     "dist_optimizer": self.dist_optimizer and zero == 1, "moe_imbalance": self.moe_imbalance,
                     "contention": self.contention, "moe_grouped_gemm": self.moe_grouped_gemm,
                 }  # fmt: skip
+                if self.overlap_param_gather:  # on the plans it applies to (Plan.overlap_param_gather_why_not)
+                    fields["overlap_param_gather"] = not Plan(**{**fields, "overlap_param_gather": True}).overlap_param_gather_why_not()
                 plan = Plan(**fields)
                 if sched == "interleaved" and pp == 1:
                     yield None, "interleaved schedule needs two or more pipeline stages"
@@ -154,6 +158,8 @@ class PlanSpace:
                     yield None, str(e)
                     continue
                 runs, why = framework_plan(plan, self.framework)
+                if runs is not None and self.overlap_param_gather and not runs.overlap_param_gather:
+                    runs = _with_param_gather(runs)  # Megatron's ZeRO-1, now with its distributed optimizer
                 yield (runs, "") if runs is not None else (None, why)
                 if runs is None or not self.trim_end_stages or sched == "interleaved" or int(pp) < 2:  # type: ignore[call-overload]
                     continue
@@ -166,4 +172,13 @@ class PlanSpace:
                         yield None, str(e)
                         continue
                     if stage_layers(model, trimmed) != even:  # pp 2, odd layers: the even split itself
-                        yield framework_plan(trimmed, self.framework)[0], ""
+                        t_runs = framework_plan(trimmed, self.framework)[0]
+                        if t_runs is not None and self.overlap_param_gather:
+                            t_runs = _with_param_gather(t_runs)
+                        yield t_runs, ""
+
+
+def _with_param_gather(plan: Plan) -> Plan:
+    """``plan`` with ``overlap_param_gather`` where it can take it, else unchanged."""
+    cand = replace(plan, overlap_param_gather=True)
+    return plan if cand.overlap_param_gather_why_not() else cand

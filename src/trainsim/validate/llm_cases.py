@@ -499,7 +499,8 @@ RUN_INT_FIELDS: dict[str, int] = {  # field -> least value
     "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "zero": 0, "micro_batch": 1, "global_batch": 1, "seq_len": 1,
     "vpp": 1, "first_stage_layers": 0, "last_stage_layers": 0,
 }  # fmt: skip
-RUN_BOOL_FIELDS = ("sp", "dist_optimizer", "wgrad_fusion", "overlap_grad_reduce", "contention", "moe_grouped_gemm")
+RUN_BOOL_FIELDS = ("sp", "dist_optimizer", "wgrad_fusion", "overlap_grad_reduce", "overlap_param_gather", "contention",
+                   "moe_grouped_gemm")
 RUN_FLOAT_FIELDS = ("attention_dropout", "hidden_dropout", "moe_imbalance")
 RUN_CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
     "schedule": SCHEDULES, "recompute": RECOMPUTE, "dtype": DTYPES, "attention": ATTENTION, "impl": IMPLS,
