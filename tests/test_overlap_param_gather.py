@@ -58,15 +58,16 @@ def test_bucket_is_megatrons_default() -> None:
 
 
 def test_stage_delay_matches_a_hand_computation() -> None:
-    """GPT-2 (124M parameters, 39.4M of them its embedding tables) at dp 8, ZeRO-2: Megatron's
+    """GPT-2 (124M parameters, 39.4M of them its embedding tables) at dp 8, Megatron's ZeRO-1: its
     40M-parameter buckets, cut from the end, give [0, 4.2M) and [4.2M, 44.2M) in forward order,
     both starting in the embedding, used at once; the forward (8 × 1,024 tokens) is long enough
     for the next buckets to keep up. Without contention the delay is their two gathers."""
     model, system = get_model("gpt2"), get_system(SYSTEM)
-    plan = Plan(dp=8, zero=2, micro_batch=8, global_batch=64, overlap_param_gather=True, contention=False)
+    plan = Plan(dp=8, micro_batch=8, global_batch=64, overlap_param_gather=True, contention=False, **MEGATRON_Z1)  # type: ignore[arg-type]
     (st,) = stage_costs(model, plan, system)
-    (ag,) = [c for c in stage_costs(model, replace(plan, overlap_param_gather=False), system)[0].dp_comm
-             if c.kind == "all_gather"]  # fmt: skip
+    # the whole gather, unbucketed (without --overlap-grad-reduce Megatron's buffer is one bucket)
+    (ag,) = [c for c in stage_costs(model, replace(plan, overlap_param_gather=False, overlap_grad_reduce=False),
+                                    system)[0].dp_comm if c.kind == "all_gather"]  # fmt: skip
     params = ag.bytes / 2
     emb = embedding_params_per_gpu(model, plan)
     first = params - 3 * 40e6  # the forward-first bucket: what is left once three full ones are cut
@@ -80,7 +81,12 @@ def test_stage_delay_matches_a_hand_computation() -> None:
     assert got.name == "dp_all_gather_exposed" and got.provenance.endswith(";overlap_param_gather")
     assert got.bytes == ag.bytes
     assert got.seconds == pytest.approx(t(first) + t(40e6), rel=1e-9)
-    assert got.seconds < ag.seconds
+    # after the update (no --overlap-param-gather) the bucketed buffer gathers bucket after bucket
+    (after,) = [c for c in stage_costs(model, replace(plan, overlap_param_gather=False), system)[0].dp_comm
+                if c.kind == "all_gather"]  # fmt: skip
+    assert after.name == "dp_all_gather" and after.provenance.endswith(";bucketed")
+    assert after.seconds == pytest.approx(t(first) + 3 * t(40e6), rel=1e-9)
+    assert got.seconds < after.seconds
     assert st.fwd_s > 4 * ag.seconds  # the premise of "keeps up"
 
 
@@ -90,7 +96,7 @@ PLANS = [
     ("llama2-7b", Plan(tp=2, dp=32, global_batch=512, **MEGATRON_Z1)),  # type: ignore[arg-type]
     ("gpt3-1.3b", Plan(pp=4, dp=16, global_batch=256, **MEGATRON_Z1)),  # type: ignore[arg-type]
     ("gpt3-1.3b", Plan(pp=4, dp=16, global_batch=256, schedule="interleaved", vpp=2, **MEGATRON_Z1)),  # type: ignore[arg-type]
-    ("gpt3-1.3b", Plan(tp=2, dp=32, zero=2, global_batch=256)),
+    ("gpt3-1.3b", Plan(tp=2, dp=32, global_batch=256, micro_batch=2, recompute="full", **MEGATRON_Z1)),  # type: ignore[arg-type]
     ("mixtral-8x7b", Plan(tp=2, pp=4, dp=8, ep=4, global_batch=64, seq_len=4096, **MEGATRON_Z1)),  # type: ignore[arg-type]
 ]
 
@@ -143,12 +149,13 @@ def test_contention_stretches_the_forward_beside_the_gathers() -> None:
 
 
 @pytest.mark.parametrize(("fields", "match"), [
-    ({"zero": 0}, "zero 1 or 2"),
-    ({"zero": 3}, "zero 1 or 2"),
-    ({"zero": 1, "dp": 1}, "dp×cp > 1"),
-    ({"zero": 1}, "distributed optimizer"),
+    ({"zero": 0}, "zero 1 with the distributed optimizer"),
+    ({"zero": 2}, "zero 1 with the distributed optimizer"),  # no framework here overlaps ZeRO-2's
+    ({"zero": 3}, "zero 1 with the distributed optimizer"),
+    ({"zero": 1}, "zero 1 with the distributed optimizer.*without it"),
+    ({"zero": 1, "dist_optimizer": True, "overlap_grad_reduce": True, "dp": 1}, "dp×cp > 1"),
     ({"zero": 1, "dist_optimizer": True}, "overlap_grad_reduce"),
-    ({"zero": 2, "overlap_param_gather": "yes"}, "true or false"),
+    ({"overlap_param_gather": "yes", **MEGATRON_Z1}, "true or false"),
 ])  # fmt: skip
 def test_invalid_combinations_are_refused(fields: dict[str, object], match: str) -> None:
     kw: dict[str, object] = {"dp": 8, "global_batch": 8, "overlap_param_gather": True, **fields}
@@ -157,7 +164,7 @@ def test_invalid_combinations_are_refused(fields: dict[str, object], match: str)
 
 
 def test_valid_combinations() -> None:
-    for p in (Plan(dp=8, zero=2, overlap_param_gather=True), Plan(dp=1, cp=2, zero=2, overlap_param_gather=True),
+    for p in (Plan(dp=1, cp=2, overlap_param_gather=True, **MEGATRON_Z1),  # type: ignore[arg-type]
               Plan(dp=8, overlap_param_gather=True, **MEGATRON_Z1)):  # type: ignore[arg-type]  # fmt: skip
         p.validate(get_model("gpt2"))
 
@@ -172,18 +179,20 @@ def test_cli_predict() -> None:
     assert db["plan"].endswith("-opg") and db["iteration_time_s"] < da["iteration_time_s"]
     r = CliRunner().invoke(app, ["predict", "gpt3-1.3b", "--gpus", "16", "--global-batch", "64", "--overlap-param-gather"])
     said = str(r.exception) + r.output
-    assert r.exit_code == 1 and "overlap_param_gather" in said and "zero 1 or 2" in said
+    assert r.exit_code == 1 and "overlap_param_gather" in said and "zero 1 with the distributed optimizer" in said
 
 
 def test_search_applies_it_to_the_plans_that_can_take_it() -> None:
     model = get_model("gpt3-1.3b")
-    space = PlanSpace(gpus=16, global_batch=64, tp=(1, 16), pp=(1,), zero=(1, 2), micro_batch=(1,), recompute=("full",),
+    space = PlanSpace(gpus=16, global_batch=64, tp=(1, 16), pp=(1,), zero=(0, 1), micro_batch=(1,), recompute=("full",),
                       schedule=("1f1b",), sp=(False,), dist_optimizer=True, overlap_grad_reduce=True,
                       overlap_param_gather=True)  # fmt: skip
     r = search_llm(model, SYSTEM, space, workers=1, progress=False, top_k=100, simulate_top=2)
     plans = [Plan(**p["plan_fields"]) for p in r["plans"]]
     assert {p.dp for p in plans} == {1, 16}
-    assert all(p.overlap_param_gather == (p.dp > 1) for p in plans)  # dp 1 gathers nothing: without it
+    assert {p.zero for p in plans if p.dp > 1} == {0, 1}
+    # dp 1 gathers nothing, ZeRO 0 gathers nothing: those run without it
+    assert all(p.overlap_param_gather == (p.dp > 1 and p.zero == 1) for p in plans)
     # Megatron's ZeRO-1 is its distributed optimizer: the framework sets it, and the gathers with it
     mega = search_llm(model, SYSTEM, replace(space, dist_optimizer=False, framework="megatron", zero=(1,)), workers=1,
                       progress=False, top_k=100, simulate_top=1)  # fmt: skip
@@ -195,15 +204,17 @@ def test_search_applies_it_to_the_plans_that_can_take_it() -> None:
 @pytest.mark.parametrize(("fields", "match"), [
     ({"zero": (0, 3)}, "has none"),
     ({"zero": (1,), "overlap_grad_reduce": False}, "has none"),
-    ({"framework": "deepspeed"}, "DeepSpeed"),
+    ({"zero": (2,)}, "has none"),
+    ({"framework": "deepspeed"}, "deepspeed has no such plan"),
+    ({"framework": "torchtitan"}, "torchtitan has no such plan"),
 ])  # fmt: skip
 def test_search_refuses_a_space_without_such_plans(fields: dict[str, object], match: str) -> None:
     kw: dict[str, object] = {"gpus": 16, "global_batch": 64, "dist_optimizer": True, "overlap_grad_reduce": True,
                              "overlap_param_gather": True, **fields}  # fmt: skip
     with pytest.raises(ConfigError, match=match):
         search_llm(get_model("gpt3-1.3b"), SYSTEM, PlanSpace(**kw), workers=1, progress=False)  # type: ignore[arg-type]
-    ds = Plan(dp=8, zero=1, overlap_param_gather=True)
-    assert framework_plan(ds, "deepspeed")[0] is None
+    ds = Plan(dp=8, overlap_param_gather=True, **MEGATRON_Z1)  # type: ignore[arg-type]
+    assert framework_plan(ds, "deepspeed")[0] is None and framework_plan(ds, "megatron") == (ds, "")
 
 
 def test_cli_search() -> None:

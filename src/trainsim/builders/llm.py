@@ -513,7 +513,7 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 outside_end=end / dense if dense > 0 else 0.0,
                 outside_start=(outside - end) / dense if dense > 0 else 0.0, stretch=stretch,
                 after_s=after)  # fmt: skip
-        if plan.overlap_param_gather:  # the gathers move into the next iteration's first forward
+        if plan.dist_optimizer and plan.overlap_grad_reduce:  # Megatron's bucketed buffers: gathers per bucket
             emb_f = end_f if first and not last else 0.0
             if first and last:
                 emb = lc.embedding("fwd")
@@ -522,10 +522,12 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             if dense_counts is not None and dense_extra is not None:
                 outside -= dense_counts[s] * dense_extra[0]
             embedding = embedding_params_per_gpu(model, plan) if first else 0.0
-            st.dp_comm = _overlap_param_gather(
-                st.dp_comm, comm, plan, _GatherLayout(stage=s, layers_s=f, embedding_s=emb_f, forward_s=fwd,
-                                                      embedding=embedding, tail=max(outside - embedding, 0.0),
-                                                      last=last), stretch=stretch)  # fmt: skip
+            lay = _GatherLayout(stage=s, layers_s=f, embedding_s=emb_f, forward_s=fwd, embedding=embedding,
+                                tail=max(outside - embedding, 0.0))  # fmt: skip
+            if plan.overlap_param_gather:  # the gathers move into the next iteration's first forward
+                st.dp_comm = _overlap_param_gather(st.dp_comm, comm, plan, lay, stretch=stretch)
+            else:
+                st.dp_comm = _bucketed_param_gather(st.dp_comm, comm, plan, lay)
         st.embedding_comm = emb_comm if (first or last) else None
         st.flops_fwd = n * fl_f + sum(o.flops for o in extra_f)
         st.flops_bwd = n * fl_b + sum(o.flops for o in extra_b)
@@ -892,7 +894,6 @@ class _GatherLayout:
     forward_s: float  # the whole forward of one micro-batch (what a hidden gather can stretch)
     embedding: float
     tail: float
-    last: bool
 
 
 def param_gather_delay_s(seconds: np.ndarray, use_s: np.ndarray, *, chained: bool, start_s: float = 0.0) -> float:
@@ -924,71 +925,96 @@ def _line_buckets(total: float, size: float) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends - starts
 
 
-def _overlap_param_gather(dp: list[CommCost], comm: PlanComm, plan: Plan, lay: _GatherLayout, *,
-                          stretch: float) -> list[CommCost]:  # fmt: skip
-    """``dp`` with the weight all-gathers' seconds cut to what delays the next iteration's
-    first forward (:func:`param_gather_delay_s`), as Megatron-core's ``--overlap-param-gather``
-    runs them: :func:`megatron_bucket_params` buckets in forward order (the dense weights' and an
-    MoE stage's experts', one chain, one stream), each timed by the collective models at its
-    size. 1F1B and GPipe: the chain of :func:`param_gather_delay_s`, started by the stage's
-    first forward pre-hook (after its first activation has arrived: the non-interleaved
-    schedule dispatches nothing earlier; Megatron turns ``align_param_gather`` off there).
-    Interleaved: the aligned gathers of model chunks 0 and 1 (``config.param_sync_func``),
-    all dispatched as the schedule starts, before stage ``s``'s first activation arrives
-    (taken as ``s`` of its own chunk forwards); chunk 1's first use ``pp`` chunk-0 forwards
-    in; chunks from 2 on, dispatched a micro-batch group ahead in the warm-up, are taken as
-    hidden. Contention: the gather time beside forward compute (not beside the fill's wait,
-    nor the part exposed) stretches it (:func:`~trainsim.builders.contention.hidden_cost_s`)."""
-    gi = [i for i, c in enumerate(dp) if c.kind == "all_gather"]
-    if not gi:
-        return dp
+@dataclass(frozen=True, slots=True)
+class _Buckets:
+    """A stage's weight-gather buckets in forward order (:func:`_gather_buckets`)."""
+
+    seconds: np.ndarray
+    use_s: np.ndarray  # first use in the undelayed first forward, from the stage's first forward start
+    chunk: np.ndarray
+    gather: np.ndarray  # index of its all-gather in the stage's ``dp_comm``
+
+
+def _gather_buckets(dp: list[CommCost], comm: PlanComm, plan: Plan, lay: _GatherLayout) -> _Buckets:
+    """Megatron's buckets of each weight all-gather in ``dp`` (the dense weights' and an MoE
+    stage's experts', each model chunk its own buffers), :func:`megatron_bucket_params` each,
+    cut from the end of the chunk's parameters as Megatron fills them (in reverse, the
+    backward's order), each timed by the collective models at its size; sorted by first use
+    (ties: dense first). Chunk ``c``'s first forward is taken ``c·pp`` chunk-0 forwards in."""
     chunks = plan.chunks
     size = megatron_bucket_params(plan)
     chunk_layers_s = lay.layers_s / chunks
     chunk0_s = lay.embedding_s + chunk_layers_s
-    secs: list[float] = []
-    uses: list[float] = []
-    order: list[int] = []
-    per: dict[int, float] = {}
-    for c_id in range(min(chunks, 2)):
-        offset = 0.0 if c_id == 0 else plan.pp * chunk0_s
-        emb_f = lay.embedding_s if c_id == 0 else 0.0
-        for i in gi:
-            c = dp[i]
-            params = c.bytes / comm.act_bytes
-            dense = c.name.startswith("dp_")  # the experts' gather: layers only
-            emb = lay.embedding if dense else 0.0
-            tail = lay.tail if dense else 0.0
-            layer_part = max(params - emb - tail, 0.0) / chunks
-            head = emb if c_id == 0 else 0.0
-            end = tail if c_id == chunks - 1 else 0.0
-            starts, counts = _line_buckets(head + layer_part + end, size)
+    rows: list[tuple[float, int, float, int, int]] = []  # (use, dense first, seconds, chunk, gather)
+    for i, c in enumerate(dp):
+        if c.kind != "all_gather":
+            continue
+        params = c.bytes / comm.act_bytes
+        dense = c.name.startswith("dp_")  # the experts' gather: layers only
+        emb, tail = (lay.embedding, lay.tail) if dense else (0.0, 0.0)
+        layer_part = max(params - emb - tail, 0.0) / chunks
+        for k in range(chunks):
+            head = emb if k == 0 else 0.0
+            starts, counts = _line_buckets(head + layer_part + (tail if k == chunks - 1 else 0.0), size)
             frac = np.clip((starts - head) / layer_part, 0.0, 1.0) if layer_part > 0 else np.ones_like(starts)
-            use = np.where(starts < head, 0.0, emb_f + frac * chunk_layers_s) + offset
-            for a, u in zip(counts.tolist(), use.tolist(), strict=True):
-                t = comm.cost_placed(c.name, c.kind, c.bytes * a / params, c.group_size, c.per_node).seconds
-                secs.append(t)
-                uses.append(u)
-                order.append(0 if dense else 1)
-                per[i] = per.get(i, 0.0) + t
-    idx = sorted(range(len(uses)), key=lambda k: (uses[k], order[k]))  # ties: dense before experts
-    t_arr, u_arr = np.array(secs)[idx], np.array(uses)[idx]
-    if chunks == 1:
+            use = np.where(starts < head, 0.0, (lay.embedding_s if k == 0 else 0.0) + frac * chunk_layers_s)
+            for n, u in zip(counts.tolist(), (use + k * plan.pp * chunk0_s).tolist(), strict=True):
+                t = comm.cost_placed(c.name, c.kind, c.bytes * n / params, c.group_size, c.per_node).seconds
+                rows.append((u, 0 if dense else 1, t, k, i))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return _Buckets(np.array([r[2] for r in rows]), np.array([r[0] for r in rows]),
+                    np.array([r[3] for r in rows], dtype=np.int64), np.array([r[4] for r in rows], dtype=np.int64))  # fmt: skip
+
+
+def _charged(dp: list[CommCost], bk: _Buckets, seconds: float, suffix: str, tag: str) -> list[CommCost]:
+    """``dp`` with ``seconds`` charged to its all-gathers, each its share of the buckets' time."""
+    out = list(dp)
+    total = float(bk.seconds.sum())
+    for i, c in enumerate(dp):
+        if c.kind == "all_gather":
+            share = float(bk.seconds[bk.gather == i].sum()) / total if total > 0 else 0.0
+            out[i] = replace(c, name=f"{c.name}{suffix}", seconds=seconds * share, provenance=f"{c.provenance};{tag}")
+    return out
+
+
+def _bucketed_param_gather(dp: list[CommCost], comm: PlanComm, plan: Plan, lay: _GatherLayout) -> list[CommCost]:
+    """The distributed optimizer's gathers after the update with ``--overlap-grad-reduce`` (its
+    buffers bucketed) and no ``--overlap-param-gather``: ``start_param_sync(force_sync=True)``
+    gathers bucket after bucket, synchronously: the buckets' time, one after another."""
+    bk = _gather_buckets(dp, comm, plan, lay)
+    return _charged(dp, bk, float(bk.seconds.sum()), "", "bucketed") if len(bk.seconds) else dp
+
+
+def _overlap_param_gather(dp: list[CommCost], comm: PlanComm, plan: Plan, lay: _GatherLayout, *,
+                          stretch: float) -> list[CommCost]:  # fmt: skip
+    """``dp`` with the weight all-gathers' seconds cut to what delays the next iteration's
+    first forward (:func:`param_gather_delay_s`), as Megatron-core's ``--overlap-param-gather``
+    runs them: the buckets of :func:`_gather_buckets` (dense and expert ones as one chain, on
+    one stream). 1F1B and GPipe: the chain of :func:`param_gather_delay_s`, started by the
+    stage's first forward pre-hook (after its first activation has arrived: the non-interleaved
+    schedule dispatches nothing earlier; Megatron turns ``align_param_gather`` off there).
+    Interleaved: the aligned gathers of model chunks 0 and 1 (``config.param_sync_func``), all
+    dispatched as the schedule starts, before stage ``s``'s first activation arrives (taken as
+    ``s`` of its own chunk-0 forwards); chunks from 2 on, dispatched a micro-batch group ahead in
+    the warm-up, are taken as hidden. Contention: the gather time beside forward compute (not
+    beside the fill's wait, nor the part exposed) stretches it
+    (:func:`~trainsim.builders.contention.hidden_cost_s`). It never exceeds the bucketed gathers
+    after the update (:func:`_bucketed_param_gather`), so the option never slows a plan."""
+    bk = _gather_buckets(dp, comm, plan, lay)
+    if not len(bk.seconds):
+        return dp
+    if plan.chunks == 1:
         fill = 0.0
-        delay = param_gather_delay_s(t_arr, u_arr, chained=True)
+        delay = param_gather_delay_s(bk.seconds, bk.use_s, chained=True)
+        busy = float(bk.seconds.sum())
     else:
-        fill = lay.stage * chunk0_s
-        delay = param_gather_delay_s(t_arr, u_arr, chained=False, start_s=-fill)
-    busy = float(t_arr.sum())
+        early = bk.chunk < 2
+        fill = lay.stage * (lay.embedding_s + lay.layers_s / plan.chunks)
+        delay = param_gather_delay_s(bk.seconds[early], bk.use_s[early], chained=False, start_s=-fill)
+        busy = float(bk.seconds[early].sum())
     beside = max(busy - min(busy, fill) - delay, 0.0)  # gathering while the forward computes
     exposed = delay + hidden_cost_s(beside, lay.forward_s, stretch)
-    out = list(dp)
-    total = sum(per.values())
-    for i in gi:
-        share = per.get(i, 0.0) / total if total > 0 else 0.0
-        out[i] = replace(dp[i], name=f"{dp[i].name}_exposed", seconds=exposed * share,
-                         provenance=f"{dp[i].provenance};overlap_param_gather")  # fmt: skip
-    return out
+    return _charged(dp, bk, exposed, "_exposed", "overlap_param_gather")
 
 
 # --- closed forms ------------------------------------------------------------------------------

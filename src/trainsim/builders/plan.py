@@ -26,11 +26,15 @@ micro-batch's backward, as PyTorch DDP (25 MiB buckets, its default) and Megatro
 ``--overlap-grad-reduce`` do; without it (Megatron-LM's local DDP, DeepSpeed's pipeline engine,
 the default here) it starts after the last backward
 (:func:`trainsim.builders.llm.reduction_tail_s`).
-``overlap_param_gather`` (ZeRO 1 or 2, ``dp × cp`` > 1): the weights the update leaves sharded are
-all-gathered bucket by bucket during the next iteration's first forward, as Megatron-core's
-``--overlap-param-gather`` does (it needs the distributed optimizer and, as Megatron asserts,
-``--overlap-grad-reduce``; torchtitan's FSDP2 ZeRO-2 gathers once per iteration, prefetched, too),
-instead of after the update (:func:`trainsim.builders.llm.param_gather_delay_s`).
+``overlap_param_gather`` (``dist_optimizer`` with ``overlap_grad_reduce``, ``dp × cp`` > 1): the
+weights the update leaves sharded are all-gathered bucket by bucket during the next iteration's
+first forward, as Megatron-core's ``--overlap-param-gather`` does (it needs the distributed
+optimizer and asserts ``--overlap-grad-reduce``), instead of after the update
+(:func:`trainsim.builders.llm.param_gather_delay_s`); without it, with ``overlap_grad_reduce``
+the distributed optimizer's bucketed buffers gather after the update bucket after bucket
+(:func:`trainsim.builders.llm._bucketed_param_gather`). Not with ZeRO-2: no framework modelled
+here runs it there (DeepSpeed gathers inside its step; torchtitan's FSDP2 re-gathers every
+micro-batch; Megatron-FSDP is left out, :mod:`trainsim.search.frameworks`).
 ``hidden_dropout``: a separate dropout kernel on the embedding output and on each sub-layer's
 output before its residual add, as HuggingFace models run ``nn.Dropout`` (Megatron fuses it with
 the bias and residual add: leave it 0 there, the residual-add operator stands for the fusion).
@@ -151,7 +155,7 @@ class Plan:
     )
     wgrad_fusion: bool = False  # Megatron-LM's gradient-accumulation fusion (see the docstring)
     overlap_grad_reduce: bool = False  # DP gradient buckets reduced during the last backward (see above)
-    overlap_param_gather: bool = False  # ZeRO-1/2 weight gathers in the next forward (see above)
+    overlap_param_gather: bool = False  # the distributed optimizer's weight gathers in the next forward (see above)
     hidden_dropout: float = 0.0  # > 0: unfused dropout kernels on the residual stream (see above)
     impl: Impl = "fused"  # fused kernels, or HuggingFace eager modules (see above)
     partition: Partition = "even"  # layers per pipeline stage: Megatron's, or 001 Eq. 3–5 (see above)
@@ -249,18 +253,15 @@ class Plan:
         return "-".join(parts)
 
     def overlap_param_gather_why_not(self) -> str:
-        """Why ``overlap_param_gather`` cannot be set on this plan ("" when it can): the plan
-        must gather updated weights after the step (ZeRO 1 or 2) over more than one rank;
-        ZeRO-1 only as Megatron-core runs it, with the distributed optimizer and (its assert)
-        the overlapped gradient reduction."""
-        if self.zero not in (1, 2):
-            return f"it needs zero 1 or 2 (the weights all-gathered after the update), got zero {self.zero}"
+        """Why ``overlap_param_gather`` cannot be set on this plan ("" when it can): Megatron-core's
+        needs the distributed optimizer (ZeRO-1, weights gathered after the update) over more
+        than one rank, and asserts the overlapped gradient reduction."""
+        if not self.dist_optimizer or self.zero != 1:
+            return (f"it needs zero 1 with the distributed optimizer (dist_optimizer), got zero {self.zero}"
+                    + ("" if self.dist_optimizer else " without it"))  # fmt: skip
         if self.dp * self.cp <= 1:
             return f"it needs more than one data-parallel rank (dp×cp > 1), got dp {self.dp}, cp {self.cp}"
-        if self.zero == 1 and not self.dist_optimizer:
-            return ("with zero 1 it is Megatron-core's, which needs the distributed optimizer (dist_optimizer; "
-                    "DeepSpeed's ZeRO-1 gathers inside its step)")  # fmt: skip
-        if self.zero == 1 and not self.overlap_grad_reduce:
+        if not self.overlap_grad_reduce:
             return "Megatron-core asserts --overlap-grad-reduce with it: set overlap_grad_reduce"
         return ""
 

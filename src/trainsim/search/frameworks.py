@@ -15,8 +15,8 @@ first, then found to need another framework). Each rule names the framework's ow
     its one schedule is 1F1B (``TrainSchedule``: no interleaving, no GPipe); its context
     parallelism is DeepSpeed-Ulysses' all-to-all (``cp_comm`` a2a; it calls it sequence
     parallelism), no ring or K/V all-gather, and not beside Megatron's sequence parallelism
-    (Megatron-DeepSpeed raises: "not compatible with Megatron-LM's sequence parallel"). Its ZeRO-1/2
-    all-gather the updated weights inside the optimizer step: no ``overlap_param_gather``.
+    (Megatron-DeepSpeed raises: "not compatible with Megatron-LM's sequence parallel"). Its ZeRO-1
+    all-gathers the updated weights inside the optimizer step: no ``overlap_param_gather``.
 ``torchtitan`` (PyTorch FSDP2, DTensor TP/CP, ``torch.distributed.pipelining``)
     Data parallelism is DDP (ZeRO 0) or FSDP2, which shards parameters: ZeRO-3
     (``reshard_after_forward=True``) or ZeRO-2 (``False``); no ZeRO-1 mode. Its tensor
@@ -68,8 +68,8 @@ def framework_plan(plan: Plan, framework: str) -> tuple[Plan | None, str]:
         return plan, ""
     if framework == "deepspeed":
         if plan.overlap_param_gather:
-            return None, (f"{who} all-gathers the updated ZeRO-1/2 weights inside its optimizer step: no "
-                          "overlap with the next forward (overlap_param_gather)")  # fmt: skip
+            return None, (f"{who} all-gathers the updated weights inside its optimizer step: no Megatron-core "
+                          "--overlap-param-gather (overlap_param_gather)")  # fmt: skip
         if sharded and plan.pp > 1 and plan.zero >= 2:
             return None, f"the {who} pipeline engine shards no gradients or parameters (ZeRO-{plan.zero} with pp {plan.pp})"
         if plan.pp > 1 and plan.schedule != "1f1b":

@@ -659,16 +659,16 @@ atexit.register(_drop_pool)
 
 def check_param_gather_space(space: PlanSpace) -> None:
     """With ``overlap_param_gather``: a ConfigError (one line) when no plan of ``space`` could take
-    it (every plan would run without it, silently), or its framework has none."""
+    it (every plan would run without it, silently), as with a framework other than Megatron."""
     if not space.overlap_param_gather:
         return
-    if space.framework == "deepspeed":
-        raise ConfigError("--overlap-param-gather: DeepSpeed all-gathers the updated ZeRO-1/2 weights inside its "
-                          "optimizer step (no overlap with the next forward); drop it or pick another --framework")  # fmt: skip
-    megatron_zero1 = 1 in space.zero and space.overlap_grad_reduce and (space.dist_optimizer or space.framework == "megatron")
-    if not (megatron_zero1 or (2 in space.zero and space.framework != "megatron")):
-        raise ConfigError(f"--overlap-param-gather applies to ZeRO-2 plans and to ZeRO-1 ones with --dist-optimizer "
-                          f"(or --framework megatron) and --overlap-grad-reduce (Megatron-core asserts it): --zero "
+    if space.framework in ("deepspeed", "torchtitan"):
+        raise ConfigError(f"--overlap-param-gather is Megatron-core's, for its distributed optimizer: {space.framework} "
+                          "has no such plan; drop it or use --framework megatron or any")  # fmt: skip
+    megatron = space.dist_optimizer or space.framework == "megatron"
+    if not (1 in space.zero and space.overlap_grad_reduce and megatron):
+        raise ConfigError(f"--overlap-param-gather applies to ZeRO-1 plans with --dist-optimizer (or --framework "
+                          f"megatron) and --overlap-grad-reduce (Megatron-core asserts both): --zero "
                           f"{','.join(map(str, space.zero))} with these flags has none")  # fmt: skip
 
 
