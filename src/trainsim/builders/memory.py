@@ -628,6 +628,21 @@ def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, flo
     return plain, 0.0, rest
 
 
+def hf_window_layer_bytes(model: ModelSpec, plan: Plan) -> float:
+    """impl hf: what one sliding-window layer keeps beyond a full-attention one for a micro-batch
+    (the census's ``window`` layer part, without checkpointing: SDPA's additive ``[B, 1, L, L]``
+    mask and K/V repeated to the query heads); 0 where none applies (no window shorter than the
+    sequence, or a census without that part). For predict's note."""
+    if plan.impl != "hf" or not model.windowed_layers(int(plan.seq(model))):
+        return 0.0
+    fam = _hf_activation_census()[_hf_activation_family(model, plan)[0]]["none"]
+    if "window" not in fam:
+        return 0.0
+    sym, e = _hf_symbols(model, plan), _act_element_bytes(plan)
+    return float(sum(count * sym[size] * (e if dtype == "bfloat16" else _HF_DTYPE_BYTES[dtype])
+                     for size, dtype, count in fam["window"]["layer"]))  # fmt: skip
+
+
 def hf_activation_provenance(model: ModelSpec, plan: Plan) -> str:
     """Where :func:`memory_per_gpu`'s activations come from, for predict's provenance."""
     if plan.impl != "hf":

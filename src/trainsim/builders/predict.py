@@ -40,6 +40,7 @@ from trainsim.builders.llm import (
 from trainsim.builders.memory import (
     MemoryBreakdown,
     hf_activation_provenance,
+    hf_window_layer_bytes,
     memory_per_gpu,
     min_gpus_for_states,
 )
@@ -172,13 +173,14 @@ def expert_gemms_note(model: ModelSpec, plan: Plan, architecture: str) -> str:
 
     n = model.num_experts // plan.ep
     how = expert_gemm_path(plan, architecture)
+    local, runs, owns = ("the one local expert", "runs", "'s") if n == 1 else (f"the {n} local experts", "run", "'")
     if how == "sequential":
-        return (f"the {n} local experts run as Megatron-core's SequentialMLP (its default): one GEMM pair per expert at "
+        return (f"{local} {runs} as Megatron-core's SequentialMLP (its default): one GEMM pair per expert at "
                 "the per-expert shape, one after another, each expert's calls dispatched by a Python loop (that "
                 "dispatch is an estimate at the host model's rates); --moe-grouped-gemm prices TEGroupedMLP "
                 "(Megatron-core's --moe-grouped-gemm)")  # fmt: skip
     if how == "multistream":
-        return (f"--moe-grouped-gemm: the {n} local experts' GEMMs run by TransformerEngine's GroupedLinear, one cuBLAS "
+        return (f"--moe-grouped-gemm: {local}{owns} GEMMs run by TransformerEngine's GroupedLinear, one cuBLAS "
                 "GEMM per expert over TE's 4 compute streams, each projection timed as the longer of one GEMM over all "
                 "the experts' rows and 4 streams of the per-expert GEMMs (at most those GEMMs one after another), and "
                 "one activation over all the rows; the "
@@ -540,6 +542,11 @@ def _warnings(r: LLMPrediction) -> list[str]:
                        f"windowed kernel: the attention core's time and FLOPs scaled by the work it does, about {share} "
                        f"of the causal work on those layers ({_share(r.model.window_work_fraction(seq))} over all "
                        "layers), an estimate from the measured causal kernel")  # fmt: skip
+            if win := hf_window_layer_bytes(r.model, r.plan):
+                out.append(f"--impl hf memory: each sliding-window layer keeps {win / 2**30:,.2f} GiB a micro-batch more "
+                           "than a full one, the activation census's SDPA path with the window's mask (the additive "
+                           "[b, 1, s, s] mask and K/V repeated to the query heads, growing with s²); the windowed "
+                           "flash kernel its time is costed as keeps neither")  # fmt: skip
         elif r.plan.attention == "flash" and r.plan.cp_comm == "a2a":
             out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) with the a2a (Ulysses) "
                        f"context parallelism: each rank runs FlashAttention's windowed kernel over all {seq:,} tokens on "

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trainsim.cli.main import app
@@ -116,6 +117,6 @@ def _print_table(doc: dict) -> None:
         parts = [f"{k} {v['mean_s'] * 1e6:.1f} µs" for k, v in ov.items()]
         out.print(f"host overheads (rank {doc['ranks'][0]['rank']}, IQR-filtered means): " + ", ".join(parts))
     for w in doc["warnings"]:
-        stderr.print(f"[yellow]note:[/] {w}")
+        stderr.print(f"[yellow]note:[/] {escape(w)}")
     for k, v in doc["written"].items():
         stderr.print(f"wrote {k}: {v}")

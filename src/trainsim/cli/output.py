@@ -92,6 +92,7 @@ def json_target(output: Path | None, flag: str, kind: str) -> None:
 
     if output is None:
         return
+    not_stdout(output, flag)
     writable_path(output, flag)
     head = _existing_head(output, flag, 65536, "")
     if head is None or not head.strip():
@@ -113,7 +114,31 @@ def writable_path(output: Path | None, flag: str) -> None:
     from trainsim.ir.serialize import writable_path as check
 
     if output is not None:
+        not_stdout(output, flag)
         check(output, flag)
+
+
+def not_stdout(output: Path | str, flag: str) -> None:
+    """Refuse an output that is this command's own stdout (``/dev/stdout``, ``/proc/self/fd/1``,
+    or the file stdout is redirected to): the table or JSON the command prints goes there too,
+    so the two would interleave (``--timeline /dev/stdout --format json`` printed two JSON
+    documents one after the other; under ``> t.json`` the timeline was refused as 'not a
+    timeline trainsim wrote'). A character device that is not a terminal (``/dev/null`` under
+    ``> /dev/null``) mixes nothing and passes."""
+    import os
+    import stat
+
+    from trainsim.errors import ConfigError
+
+    try:
+        fd = sys.stdout.fileno()
+        mine, out = os.fstat(fd), Path(output).expanduser().stat()
+    except (OSError, ValueError, AttributeError):
+        return  # no real stdout (captured), or no such path yet: nothing it could be
+    if not os.path.samestat(mine, out) or (stat.S_ISCHR(out.st_mode) and not os.isatty(fd)):
+        return
+    raise ConfigError(f"{flag} {output}: is this command's stdout, where its table or JSON goes too (the two would "
+                      "interleave); write it to a file or a stream of its own (a FIFO, >(gzip > out.gz))")
 
 
 def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str = "--timeline") -> None:
@@ -125,6 +150,7 @@ def timeline_target(output: Path | None, inputs: Iterable[Path | str], flag: str
 
     if output is None:
         return
+    not_stdout(output, flag)
     not_an_input(output, inputs, flag, new_inside=False)
     head = _existing_head(output, flag, 4096, f" (e.g. {Path(output).expanduser() / 'timeline.json'})")
     if head is not None and not is_trainsim_timeline(head):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trainsim.cli.main import app
@@ -18,6 +20,16 @@ _PROVENANCE = {
     "mixed": "mixed (some operators or collectives spec-based: notes below)",
     "spec-based": "spec-based (no measurements: rooflines, a lower bound on time)",
 }
+
+
+def activations_cell(provenance: str) -> str:
+    """The table's short form of ``provenance.activations`` (the JSON keeps the whole string)."""
+    if not provenance.startswith("hf-activation-census:"):
+        return "Korthikanti et al. 2022's formula (Megatron's fused kernels)"
+    _, fam, rest = provenance.split(":", 2)
+    stood = f", standing in for {m.group(1)}" if (m := re.search(r"standing in for (\w+)", rest)) else ""
+    ckpt = ", checkpointed" if rest.startswith("checkpointed") else ""
+    return f"measured census of transformers' modules ({fam}{ckpt}{stood}; CPU)"
 
 
 def carried(provenance: dict[str, Any]) -> list[str]:
@@ -171,6 +183,7 @@ def predict(
             f"{_gib(pk.weights_bytes)} / {_gib(pk.gradients_bytes)} / {_gib(pk.optimizer_bytes)}",
         )
         t.add_row("  activations / buffers", f"{_gib(pk.activations_bytes)} / {_gib(pk.buffers_bytes)}")
+        t.add_row("  activations from", activations_cell(str(r.provenance["activations"])))
         t.add_row(f"breakdown (stage {r.breakdown['stage']:.0f})", "")
         for k, v in r.breakdown.items():
             if k in ("ep_communication_s", "cp_communication_s") and v == 0.0:
@@ -191,7 +204,7 @@ def predict(
         Console().print(t)
         sys.stdout.flush()  # the table before the notes (stderr) when both go to one terminal or file
         for w in r.warnings:
-            stderr.print(f"[yellow]note:[/] {w}")
+            stderr.print(f"[yellow]note:[/] {escape(w)}")
 
 
 @app.command("models")

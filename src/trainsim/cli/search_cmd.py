@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trainsim.cli.main import app
@@ -173,7 +174,7 @@ def search(
         from rich.console import Console
 
         for note in r.get("notes", ()):
-            stderr.print(f"[yellow]note:[/] {note}")
+            stderr.print(f"[yellow]note:[/] {escape(note)}")
         t = Table(title=f"{spec.name} on {gpus}× {sysspec.device} ({sysspec.name}), global batch {global_batch}, "
                         f"sequence {r['seq_len']:,}: "
                         f"best {len(r['plans'])} of {r['feasible']:,} feasible ({r['enumerated']:,} enumerated, "
