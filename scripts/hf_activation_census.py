@@ -49,7 +49,6 @@ from __future__ import annotations
 import datetime
 import gc
 import json
-import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -443,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
+    from trainsim.ir.serialize import write_text_atomic
+
     ap = argparse.ArgumentParser(description="rewrite the activation census JSON")
     ap.add_argument("--families", nargs="+", choices=FAMILIES, metavar="FAMILY",
                     help=f"measure only these ({', '.join(FAMILIES)}); the JSON's others are kept as they are "
@@ -487,9 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         print(family, file=sys.stderr)
         doc["families"][family] = family_census(family)
     doc["families"] = {f: doc["families"][f] for f in FAMILIES if f in doc["families"]}
-    tmp = OUT.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, OUT)
+    write_text_atomic(OUT, json.dumps(doc, indent=1) + "\n")
     print(OUT)
     return 0
 

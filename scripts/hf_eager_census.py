@@ -45,7 +45,6 @@ backward per projection) are left to the builder, as the other GEMMs are.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -546,6 +545,8 @@ def main() -> int:
     import torch
     import transformers
 
+    from trainsim.ir.serialize import write_text_atomic
+
     doc: dict[str, object] = {
         "what": "bytes moved by the memory-bound kernels of HuggingFace eager training steps (forward, loss, backward), "
                 "per layer and for the rest of the model; each entry: phase, aten call, tensor size (product of symbols: "
@@ -571,10 +572,7 @@ def main() -> int:
     doc["families"]["qwen3_moe_grouped"] = _grouped_family("qwen3_moe_grouped")  # type: ignore[index]
     for family in GEMMA_FAMILIES:
         doc["families"][family] = _dense_family(family)  # type: ignore[index]
-    tmp = OUT.with_suffix(".json.tmp")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, OUT)
+    write_text_atomic(OUT, json.dumps(doc, indent=1) + "\n")  # (creates the folder)
     print(OUT)
     return 0
 

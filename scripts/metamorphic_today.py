@@ -348,32 +348,29 @@ def check_expert_gemms(rng: random.Random, n: int, search: bool) -> None:
                             if m.num_experts == ep and g_ != s_:
                                 bad("one local expert: op equal", f"{tag} {name}: {g_!r} vs {s_!r}")
                         count("expert GEMMs: layer ops")
+    def never_faster(model: str, plans: list[Plan], relation: str, counter: str) -> None:
+        """Each plan (a growing load) no faster than the one before it that could run."""
+        prev = 0.0
+        for plan in plans:
+            v = t(model, plan)
+            if v is None:
+                continue
+            if v < prev * (1 - REL):
+                bad(relation, f"{model} {plan.label()}: {v:.6g} < {prev:.6g}")
+            prev = v
+            count(counter)
+
     # more tokens never faster; moe_imbalance never faster (both paths)
     for model, tp, ep in (("mixtral-8x7b", 2, 4), ("qwen3-30b-a3b", 1, 8), ("qwen3-30b-a3b", 2, 2), ("deepseek-v3", 1, 64)):
         pp = 4 if model == "deepseek-v3" else 1
         for ggemm in (False, True):
-            prev = 0.0
-            for mb, seq in ((1, 512), (1, 1024), (1, 2048), (2, 2048), (1, 4096), (2, 4096)):
-                plan = Plan(tp=tp, pp=pp, dp=ep, ep=ep, sp=tp > 1, micro_batch=mb, global_batch=mb * ep * 4 * pp,
-                            seq_len=seq, moe_grouped_gemm=ggemm)  # fmt: skip
-                v = t(model, plan)
-                if v is None:
-                    continue
-                if v < prev * (1 - REL):
-                    bad("MoE: more tokens never faster", f"{model} {plan.label()}: {v:.6g} < {prev:.6g}")
-                prev = v
-                count("expert GEMMs: tokens")
-            prev = 0.0
-            for imb in (1.0, 1.1, 1.37, 2.0):
-                plan = Plan(tp=tp, pp=pp, dp=ep, ep=ep, sp=tp > 1, micro_batch=1, global_batch=ep * 4 * pp, seq_len=4096,
-                            moe_imbalance=imb, moe_grouped_gemm=ggemm)  # fmt: skip
-                v = t(model, plan)
-                if v is None:
-                    continue
-                if v < prev * (1 - REL):
-                    bad("moe_imbalance never faster", f"{model} {plan.label()}: {v:.6g} < {prev:.6g}")
-                prev = v
-                count("expert GEMMs: imbalance")
+            base = Plan(tp=tp, pp=pp, dp=ep, ep=ep, sp=tp > 1, micro_batch=1, global_batch=ep * 4 * pp, seq_len=4096,
+                        moe_grouped_gemm=ggemm)  # fmt: skip
+            never_faster(model, [replace(base, micro_batch=mb, global_batch=mb * ep * 4 * pp, seq_len=seq)
+                                 for mb, seq in ((1, 512), (1, 1024), (1, 2048), (2, 2048), (1, 4096), (2, 4096))],
+                         "MoE: more tokens never faster", "expert GEMMs: tokens")  # fmt: skip
+            never_faster(model, [replace(base, moe_imbalance=imb) for imb in (1.0, 1.1, 1.37, 2.0)],
+                         "moe_imbalance never faster", "expert GEMMs: imbalance")
     # hf: grouped_mm (kernel or fallback) never slower than the eager loop, more tokens never faster
     for model in ("mixtral-8x7b", "qwen3-30b-a3b"):
         for system, dtype in (("dgx-h100", "bf16"), ("dgx-a100", "bf16"), ("dgx-h100", "fp32")):

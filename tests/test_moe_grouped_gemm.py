@@ -8,13 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from typer.testing import CliRunner
 
+from tests.test_cli_review import _run
 from trainsim.builders.costs import HOST, TE_COMPUTE_STREAMS, LayerCoster, OpCoster
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.predict import predict_llm
-from trainsim.cli.main import _register, app
 from trainsim.errors import ConfigError, TrainsimError
 from trainsim.validate.llm_cases import read_runs
 
@@ -85,11 +84,6 @@ def test_moe_grouped_gemm_needs_an_moe_model_and_a_megatron_style_impl():
         Plan(moe_grouped_gemm=True, impl="hf").validate(QWEN)
     with pytest.raises(ConfigError, match=r"moe_grouped_gemm must be true or false, got 'yes'"):
         Plan(moe_grouped_gemm="yes").validate(QWEN)  # type: ignore[arg-type]
-
-
-def _run(*args: str):
-    _register()
-    return CliRunner().invoke(app, list(args))
 
 
 def test_cli_moe_grouped_gemm_in_predict_and_search():

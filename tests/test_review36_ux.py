@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from trainsim.cli.main import _register, app
-from trainsim.errors import ConfigError, TrainsimError
+from tests.test_cli_review import _error, _run
+from trainsim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "src" / "trainsim" / "bench" / "data" / "cpu_quick_f97e94a9cbddf655.jsonl"
@@ -24,14 +23,6 @@ NO_FILES = Path("/proc")
 needs_proc = pytest.mark.skipif(not (NO_FILES / "self").is_dir(), reason="needs Linux /proc")
 
 
-def _run(*args: str):
-    _register()
-    return CliRunner().invoke(app, list(args))
-
-
-def _error(res) -> str:
-    assert res.exit_code == 1 and isinstance(res.exception, TrainsimError), res.output
-    return str(res.exception)
 
 
 @needs_proc

@@ -449,10 +449,16 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
                 z3f, z3b = f - f0, b - b0
             passes = per_n[n] = (f, r, b, z3f, z3b, tp_x, cp_x)
         f, recompute, b, z3f, z3b, tp_x, cp_x = passes
-        end_f = flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0
-        end_b = (flow_shop_s(extra_b + ext_acc, [host.extra_s(o) for o in extra_b] + ext_acc_cpu)
-                 if extra_b or ext_acc else 0.0)  # fmt: skip
-        if plan.tp > 1 and (first or last):
+        def bare_ends() -> tuple[float, float]:
+            """The end passes without the ends' TP collectives."""
+            bare_f = flow_shop_s(extra_f, [host.extra_s(o) for o in extra_f]) if extra_f else 0.0
+            bare_b = (flow_shop_s(extra_b + ext_acc, [host.extra_s(o) for o in extra_b] + ext_acc_cpu)
+                      if extra_b or ext_acc else 0.0)  # fmt: skip
+            return bare_f, bare_b
+
+        if not (plan.tp > 1 and (first or last)):
+            end_f, end_b = bare_ends()
+        else:
             # the ends' TP collectives (PlanComm.tp_end) in the order they run: the embedding's
             # after its lookup (backward: its all-gather before the lookup's gradient), the
             # head's input all-gather before the output projection, the cross-entropy's after it
@@ -471,10 +477,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
             seq_b = [*coll("embedding", "bwd", first), *ext(lc.embedding("bwd") if first else []),
                      *ext(lc.head("bwd") if last else []), *coll("head", "bwd", last),
                      *zip(ext_acc, ext_acc_cpu, strict=True)]  # fmt: skip
-            with_f = flow_shop_s([o for o, _ in seq_f], [c for _, c in seq_f]) if seq_f else 0.0
-            with_b = flow_shop_s([o for o, _ in seq_b], [c for _, c in seq_b]) if seq_b else 0.0
-            tp_x = (tp_x[0] + with_f - end_f, tp_x[1] + with_b - end_b, tp_x[2])
-            end_f, end_b = with_f, with_b
+            end_f = flow_shop_s([o for o, _ in seq_f], [c for _, c in seq_f]) if seq_f else 0.0
+            end_b = flow_shop_s([o for o, _ in seq_b], [c for _, c in seq_b]) if seq_b else 0.0
+            if tp_shares:  # the breakdown's share: the passes less the same without them (screening skips it)
+                bare_f, bare_b = bare_ends()
+                tp_x = (tp_x[0] + end_f - bare_f, tp_x[1] + end_b - bare_b, tp_x[2])
         fwd = f + end_f
         bwd = b + end_b + recompute
         mx = mtp if last else None
