@@ -454,6 +454,7 @@ def test_carry_keeps_a_gemm_size_aligned(monkeypatch):
         return real(q, device, models=models)
 
     monkeypatch.setattr(kernels, "predict_query", spy)
+    cal._carried.clear()  # asked afresh, not answered from earlier tests' memo
     from trainsim.kernels.features import pow2_divisor
 
     for m in (131072.0, 131080.0, 131076.0):  # aligned to 256 (the cap), to 8, to 4
@@ -461,6 +462,42 @@ def test_carry_keeps_a_gemm_size_aligned(monkeypatch):
         got = bc.carried_time(cal, "gemm", "fwd", "bf16", x, roofline=(RooflineModel(cal.device),))
         assert got is not None and "beyond-measured-work" in got[1]
         assert asked[-1]["m"] < m and pow2_divisor(asked[-1]["m"]) == pow2_divisor(m), (m, asked[-1])
+
+
+def test_carried_answers_are_kept_per_calibration(monkeypatch):
+    """A search asks the same call from many plan shapes: the carry's ~20 shrunk queries run
+    once per call, and the kept answer is the one computed afresh; a roofline of another device
+    is not answered from the memo."""
+    from trainsim import kernels
+    from trainsim.builders import bench_costs as bc
+    from trainsim.hardware import get_device as device_of
+    from trainsim.hardware import get_system
+    from trainsim.kernels.roofline import RooflineModel
+
+    cal = bc.bench_calibration(get_device(get_system("dgx-h100").device))
+    if cal is None:
+        pytest.skip("the shipped H100 models do not match their sample")
+    cal._carried.clear()
+    calls = [0]
+    real = kernels.predict_query
+
+    def spy(q, device, models):
+        calls[0] += 1
+        return real(q, device, models=models)
+
+    monkeypatch.setattr(kernels, "predict_query", spy)
+    x = {"batch": 1.0, "m": 65536.0, "n": 28672.0, "k": 8192.0, "bias": 0.0, "wt": 1.0}
+    roof = (RooflineModel(cal.device),)
+    first = bc.carried_time(cal, "gemm", "fwd", "bf16", x, roofline=roof)
+    asked = calls[0]
+    assert first is not None and "beyond-measured-work" in first[1] and asked > 10
+    assert bc.carried_time(cal, "gemm", "fwd", "bf16", dict(reversed(list(x.items()))), roofline=roof) == first
+    assert calls[0] == asked  # answered from the memo
+    assert bc._carried_time(cal, "gemm", "fwd", "bf16", x, roofline=roof) == first
+    other = (RooflineModel(device_of("a100-sxm4-80gb")),)
+    calls[0] = 0
+    bc.carried_time(cal, "gemm", "fwd", "bf16", x, roofline=other)
+    assert calls[0] > 0  # another roofline: computed, not the memo's answer
 
 
 def test_aligned_like_keeps_exactly_the_alignment_and_never_grows():

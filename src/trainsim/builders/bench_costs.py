@@ -63,7 +63,7 @@ the bench's ``adam`` row is torch's multi-kernel Adam.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,7 @@ def translate(op: str, phase: str, x: dict[str, float]) -> Translation | None:
 
 
 _TOP = 5  # beyond the fifth largest measured call of an entry, calls are carried (see the module)
+_CARRIED_KEPT = 1 << 16  # answers kept per calibration (carried_time) before the memo starts over
 _SPLITS = 4  # the carry is no less efficient than the shape at 1/2 .. 1/16 of the limit's work (see there)
 
 
@@ -147,6 +148,11 @@ class BenchCalibration:
     sample: str
     models: tuple[Any, ...]
     device: DeviceSpec
+    # carried_time's answers by (op, phase, dtype, inputs): plans of different shapes ask many
+    # of the same calls (a search asked 1,040, 614 of them distinct), and each carried answer
+    # costs ~20 shrunk queries through the trees
+    _carried: dict[tuple[Any, ...], tuple[float, str] | None] = field(
+        default_factory=dict, compare=False, hash=False, repr=False)
 
     def work_threshold(self, op: str, phase: str, dtype: str) -> float | None:
         """Roofline seconds of the entry's fifth largest measured call (at the measured device's
@@ -402,7 +408,22 @@ def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs:
     """The calibration's answer for bench operator ``op`` on ``inputs`` (seconds, provenance),
     carried along the roofline beyond the measured work (see the module), or None when the
     calibration has no model for it. ``roofline``: a :class:`~trainsim.kernels.roofline.RooflineModel`
-    of the calibration's device, in a tuple."""
+    of the calibration's device, in a tuple. Answers are kept on ``cal`` (the same call is
+    asked by many plans)."""
+    if len(roofline) != 1 or getattr(roofline[0], "spec", None) is not cal.device:  # not the memo's roofline
+        return _carried_time(cal, op, phase, dtype, inputs, roofline=roofline)
+    key = (op, phase, dtype, tuple(sorted(inputs.items())))
+    if key in cal._carried:
+        return cal._carried[key]
+    if len(cal._carried) >= _CARRIED_KEPT:
+        cal._carried.clear()
+    got = _carried_time(cal, op, phase, dtype, inputs, roofline=roofline)
+    cal._carried[key] = got
+    return got
+
+
+def _carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs: dict[str, float], *,
+                  roofline: tuple[Any, ...]) -> tuple[float, str] | None:  # fmt: skip
     from trainsim.errors import NotCalibratedError
     from trainsim.kernels import predict_query, query
     from trainsim.kernels.roofline import MIN_KERNEL_S
