@@ -56,7 +56,11 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "builders" / "data" / "hf_activation_census.json"
-FAMILIES = ("llama", "qwen3", "gpt2", "mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", "gemma2", "gemma3")
+FAMILIES = ("llama", "qwen3", "gpt2", "mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", "gemma2", "gemma3",
+            "gemma", "granite")
+# Gemma 1 and Granite (GemmaForCausalLM, GraniteForCausalLM, as scripts/hf_eager_census.py builds
+# them: untied as LLaMA's, Granite with its multipliers)
+DENSE_HF = ("gemma", "granite")
 MOE = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
 # Gemma 2 / Gemma 3 (Gemma2ForCausalLM, Gemma3ForCausalLM, as scripts/hf_eager_census.py builds
 # them): tied embeddings (the real models'; untied ones keep the same bytes, compared once at the base
@@ -92,7 +96,7 @@ class Dims:
 BASE = {"llama": Dims(), "qwen3": Dims(), "gpt2": Dims(hd=4),
         "mixtral": Dims(g=4, e=5, k=3), "mixtral_grouped": Dims(g=4, e=15, k=8),
         "qwen3_moe": Dims(h=21, hd=4, g=7, e=5, k=3), "qwen3_moe_grouped": Dims(h=21, hd=4, e=15, k=8),
-        "gemma2": Dims(), "gemma3": Dims()}  # fmt: skip
+        "gemma2": Dims(), "gemma3": Dims(), "gemma": Dims(), "granite": Dims()}  # fmt: skip
 LABELS_B1 = 8  # bytes: see family_census
 CHECKS = ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 72, "f": 152}, {"b": 1, "s": 56, "v": 419, "hd": 14})
 
@@ -107,6 +111,8 @@ def values(x: Dims, family: str) -> dict[str, int]:
         out |= {"T*3d": t * 3 * d, "T*4d": t * 4 * d}
     else:
         out |= {"L*hd": x.s * x.hd, "T*q": t * q, "T*kv": t * kv, "T*g": t * x.g, "T*f": t * f, "T*2f": t * 2 * f}
+    if family == "gemma":  # its (1 + weight) norm's fp32 factor
+        out |= {"d": d}
     if family in GEMMA:  # a windowed layer's additive [B, 1, L, L] mask, the boolean [1, 1, L, L] one; a
         out |= {"T*L": t * x.s, "L*L": x.s * x.s, "d": d, "hd": x.hd}  # (1 + weight) norm's fp32 factor
     if family in MOE:
@@ -150,6 +156,18 @@ def build(family: str, layers: int, x: Dims, *, checkpoint: bool, variant: str =
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
         model = Qwen3ForCausalLM(Qwen3Config(**common))
+    elif family in DENSE_HF:
+        import importlib
+
+        census = importlib.import_module("hf_eager_census")  # its multipliers (this script's folder is on the path)
+        if family == "gemma":
+            from transformers import GemmaConfig, GemmaForCausalLM
+
+            model = GemmaForCausalLM(GemmaConfig(**common))
+        else:
+            from transformers import GraniteConfig, GraniteForCausalLM
+
+            model = GraniteForCausalLM(GraniteConfig(**common, **census.GRANITE_MULTIPLIERS))
     elif family in GEMMA:
         from transformers import AttentionInterface
         from transformers.integrations.sdpa_attention import sdpa_attention_forward

@@ -74,7 +74,13 @@ H_QWEN = 21
 # o_proj's input are T*q, not T*d (with head size 4, 12 x 4 = d, and the first name of a size,
 # d, took them all until 2026-12-05); 12 heads, since LlamaConfig wants d a multiple of them
 HD_DENSE = 10
-DENSE_FAMILIES = ("llama", "qwen3")
+# Gemma 1 and Granite (transformers' GemmaForCausalLM, GraniteForCausalLM; ModelSpec.hf_family
+# names them, as their shapes are LLaMA's): Gemma's two (1 + weight) fp32 RMSNorms a layer,
+# GeLU-tanh GeGLU and sqrt(d)-scaled embedding; Granite's LLaMA modules with its multipliers
+# (GRANITE_MULTIPLIERS, granite-3.0-8b's: not 1, so each multiply is made as the real model's is)
+DENSE_FAMILIES = ("llama", "qwen3", "gemma", "granite")
+GRANITE_MULTIPLIERS = {"embedding_multiplier": 12.0, "logits_scaling": 16.0, "residual_multiplier": 0.22,
+                       "attention_multiplier": 0.0078125}  # fmt: skip
 # Gemma 2 and Gemma 3 (transformers' Gemma2ForCausalLM, Gemma3ForCausalLM): the dense censuses'
 # dimensions, GeLU-tanh GeGLU, four (1 + weight) RMSNorms a layer, the embedding scaled by
 # sqrt(d); Gemma 2's final-logit cap (30) in the rest, its attention-score cap (50) a part of
@@ -85,7 +91,7 @@ GEMMA_FAMILIES = ("gemma2", "gemma3")
 GEMMA_WINDOW, GEMMA2_ATTN_CAP = 8, 50.0
 # the dense families whose rest is also taken with a tied embedding (the head's weight the
 # embedding's: autograd adds the two gradients, one add of V*d), as part "tied"
-TIED_FAMILIES = ("llama", "qwen3", *GEMMA_FAMILIES)
+TIED_FAMILIES = ("llama", "qwen3", "gemma", "granite", *GEMMA_FAMILIES)
 MOE_FAMILIES = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
 ZEROS = {"zeros", "new_zeros", "zeros_like"}
 GATHERS = {"index", "index_select"}
@@ -187,6 +193,16 @@ def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE, *, ti
             from transformers import LlamaConfig, LlamaForCausalLM
 
             model = LlamaForCausalLM(LlamaConfig(**dense))
+        elif family == "gemma":
+            from transformers import GemmaConfig, GemmaForCausalLM
+
+            model = GemmaForCausalLM(GemmaConfig(**dense))
+            if model.config.hidden_act != "gelu_pytorch_tanh":
+                raise SystemExit("gemma: transformers' default activation changed (GeLU-tanh)")
+        elif family == "granite":
+            from transformers import GraniteConfig, GraniteForCausalLM
+
+            model = GraniteForCausalLM(GraniteConfig(**dense, **GRANITE_MULTIPLIERS))
         else:
             from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -559,12 +575,13 @@ def main() -> int:
                 "of a tied embedding's two gradients (V*d); gemma2, gemma3 (Gemma2ForCausalLM, Gemma3ForCausalLM; layer: a full-attention "
                 "layer): part window, a sliding-window layer's calls beyond it (SDPA with the window's mask, T*L: tokens x keys), "
                 "logit_softcap (gemma2: the final-logit cap), attn_softcap (gemma2: one layer's attention-score cap in HF's eager "
-                "attention, T*h*L: tokens x heads x keys)",
+                "attention, T*h*L: tokens x heads x keys); gemma, granite (GemmaForCausalLM, GraniteForCausalLM with granite-3.0-8b's "
+                "multipliers; ModelSpec.hf_family): as llama's",
         "command": "python scripts/hf_eager_census.py",
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
         "families": {},
     }
-    for family in ("llama", "qwen3", "gpt2"):
+    for family in ("llama", "qwen3", "gpt2", "gemma", "granite"):
         doc["families"][family] = _dense_family(family)  # type: ignore[index]
     doc["families"]["mixtral"] = _moe_family("mixtral")  # type: ignore[index]
     doc["families"]["mixtral_grouped"] = _grouped_family()  # type: ignore[index]

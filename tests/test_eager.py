@@ -54,10 +54,11 @@ def test_census_symbols_cover_every_entry():
     doc = json.loads(CENSUS.read_text(encoding="utf-8"))
     models = {"llama": "llama3-8b", "qwen3": "qwen3-8b", "gpt2": "gpt2", "mixtral": "mixtral-8x7b", "mixtral_grouped": "mixtral-8x7b",
               "qwen3_moe": "qwen3-30b-a3b", "qwen3_moe_grouped": "qwen3-30b-a3b", "gemma2": "gemma2-9b",
-              "gemma3": "gemma3-12b"}  # fmt: skip
+              "gemma3": "gemma3-12b", "gemma": "llama3-8b", "granite": "llama3-8b"}  # fmt: skip
     parts = {"mixtral": ("layer", "expert", "rest"), "mixtral_grouped": ("layer", "experts", "rest"),
              "qwen3_moe": ("layer", "expert", "rest"), "qwen3_moe_grouped": ("layer", "experts", "rest"),
              "llama": ("layer", "rest", "tied"), "qwen3": ("layer", "rest", "tied"),
+             "gemma": ("layer", "rest", "tied"), "granite": ("layer", "rest", "tied"),
              "gemma2": ("layer", "rest", "tied", "window", "logit_softcap", "attn_softcap"),
              "gemma3": ("layer", "rest", "tied", "window")}  # fmt: skip
     assert set(doc["families"]) == set(models)

@@ -633,10 +633,10 @@ class LayerCoster:
         ops: list[OpCost] = []
         if m.position == "rotary" and self.plan.impl == "neox":
             ops.append(
-                self._q("rotary", "RoPE", phase, category="memory", mp=t, b=b, h=h, l=seq, dim=d)
+                self._rope_layers(self._q("rotary", "RoPE", phase, category="memory", mp=t, b=b, h=h, l=seq, dim=d))
             )
         elif m.position == "rotary" and self.plan.impl == "fused":
-            ops.append(self.fused_rotary(phase))
+            ops.append(self._rope_layers(self.fused_rotary(phase)))
         if self.plan.attention == "flash":
             kw = {"flops": core, "category": "attention", "scale": hd_scale, "times": copies, "bench": {"head_dim": dh}}
             op = self._q("flash_attention", "flash_atten", phase, **kw, mp=mp, b=b, h=h, l=sq, dim=d)  # type: ignore[arg-type]
@@ -932,6 +932,15 @@ class LayerCoster:
 
     # --- gradient accumulation -------------------------------------------------------------
 
+    def _rope_layers(self, op: OpCost) -> OpCost:
+        """The rotary embedding averaged over the layers: SmolLM3's NoPE layers (``nope_layers``)
+        run none, so a layer's op is the rotating layers' share of it (the layers' operators are
+        one list, costed once and repeated; a sliding window is averaged the same way)."""
+        share = self.model.rope_share
+        if share == 1.0:
+            return op
+        return replace(op, seconds=op.seconds * share, provenance=op.provenance + f";rope-on-{share:.3g}-of-layers")
+
     def fused_rotary(self, phase: str) -> OpCost:
         """A fused rotary embedding (Megatron-core's / Transformer Engine's kernel, apex's): one
         pass over q and over k, each read and written once (the cos/sin table is small), the
@@ -977,7 +986,7 @@ class LayerCoster:
     def _small_tensors(self) -> int:
         """Per layer: norm weights (and LayerNorm biases), linear biases."""
         m = self.model
-        norms = m.layer_norms * (2 if m.norm == "layernorm" else 1) + (2 if m.qk_norm != "none" else 0)
+        norms = m.layer_norms * m.norm_tensors + (2 if m.qk_norm != "none" else 0)
         biases = (4 if m.bias else 0) + (1 if m.qkv_bias and not m.bias else 0)
         if m.is_moe:
             biases += 1  # the router's weight: d × experts, small
@@ -1067,7 +1076,7 @@ class LayerCoster:
         if last:
             if (not m.tied_embeddings or not first) and not self.plan.wgrad_fusion:  # a linear layer's GEMM
                 ops.append(self._accumulate("grad_acc_output", table))
-            small += 2 if m.norm == "layernorm" else 1
+            small += m.norm_tensors + m.head_bias  # the final norm, Phi's output bias
         return ops, small
 
     # --- stage extras --------------------------------------------------------------------------
@@ -1104,9 +1113,21 @@ class LayerCoster:
             self._norm("final_norm", phase),
             proj,
             *cap,
+            *self.head_bias_grad(phase),
             self._q("cross_entropy", "parallel_cross_entropy_128", phase, category="memory", scale=r,
                     bench={"vocab": v}, mp=t, b=b, l=seq),
         ]  # fmt: skip
+
+    def head_bias_grad(self, phase: str) -> list[OpCost]:
+        """Phi's output-projection bias (``head_bias``): its forward add runs in the GEMM's
+        epilogue (cuBLASLt's bias epilogue, which ``addmm`` takes), its gradient is a reduction of
+        the rank's ``[b·l, V/t]`` logits' gradient over the tokens (``grad_output.sum(0)``),
+        one memory-bound pass reading it, timed as an element-wise add moving the same bytes (an
+        add of n reads and writes 3n)."""
+        if not self.model.head_bias or phase != "bwd":
+            return []
+        op = self._elementwise("output_bias_grad", phase, self.tokens * self.model.padded_vocab(self.t) / self.t / 3)
+        return [replace(op, provenance=op.provenance + ";bias-grad-as-elementwise")]
 
     # --- multi-token prediction (DeepSeek-V3 §2.2; Megatron-core's MultiTokenPredictionLayer) ---
 
@@ -1149,7 +1170,7 @@ class LayerCoster:
         ops = [] if self.plan.wgrad_fusion else [self._accumulate("grad_acc_mtp_eh_proj", 2 * d * d / t / k)] * depths
         if embedding_copy:
             ops.append(self._accumulate("grad_acc_mtp_embedding", m.padded_vocab(t) / t * d / k))
-        return ops, 3 * depths * (2 if m.norm == "layernorm" else 1)
+        return ops, 3 * depths * m.norm_tensors
 
     def optimizer(self, params: float, layers: int) -> OpCost:
         """One optimizer step over ``params`` parameters held by this GPU (after ZeRO sharding).

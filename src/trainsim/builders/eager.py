@@ -78,6 +78,14 @@ HF's eager attention, ``T*h*L``: added to the attention core with a non-flash ``
 with untied embeddings and has a part ``tied``: the add of a tied embedding's two gradients
 (V*d), added to the rest of a model with ``tied_embeddings``.
 
+Gemma 1 and Granite (``gemma``, ``granite``, since 2026-12-04): ``GemmaForCausalLM`` (two
+(1 + weight) fp32 RMSNorms a layer, GeLU-tanh GeGLU, the embedding scaled by sqrt(d)) and
+``GraniteForCausalLM`` (LLaMA's modules, its four multipliers: the embedding's and two residual
+branches' multiplies, the logits divided by ``logits_scaling``, ``T*V``) at the dense censuses'
+sizes. Their shapes are LLaMA's, so the reader names the family (``ModelSpec.hf_family``) and
+:func:`family_of` takes it; a model whose ``hf_family`` has no census (Cohere, Phi, GLM,
+OLMoE, SmolLM3) is refused rather than priced by another family's calls.
+
 Approximations (stated): one census per family, recorded at the family's default configuration
 (GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
 the CPU's decomposition of dropout (``bernoulli_`` then ``div_``) is dropped, leaving the
@@ -106,6 +114,9 @@ _DTYPE_BYTES = {"float32": 4, "int64": 8, "bool": 1}
 _CPU_DROPOUT = ("bernoulli_", "div_")  # the CPU's dropout decomposition (a GPU fuses it into one kernel)
 # transformers 5's experts implementations priced (Plan.hf_experts), its default first
 HF_EXPERTS: tuple[str, ...] = ("grouped_mm", "eager")
+# ModelSpec.hf_family values with a census of their own (scripts/hf_eager_census.py's
+# HF_FAMILIES): the others are refused under impl hf (:func:`family_of`)
+HF_FAMILY_CENSUSES: tuple[str, ...] = ("gemma", "granite")
 
 
 @cache
@@ -145,7 +156,18 @@ def eager_factor(names: tuple[str, ...]) -> tuple[float, str]:
 
 def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
     """The census family whose modules ``model`` is built of, or a one-line error; an MoE
-    model's is that of its ``experts`` implementation (:data:`HF_EXPERTS`)."""
+    model's is that of its ``experts`` implementation (:data:`HF_EXPERTS`). A model whose
+    ``hf_family`` is set (a family whose modules the architecture fields do not tell from
+    another's: Gemma 1, Granite, ...) takes that family's census, or is refused when there is
+    none (its eager calls differ from the family the fields imply: a stand-in would mis-price)."""
+    if model.hf_family:
+        if model.hf_family in HF_FAMILY_CENSUSES:
+            return model.hf_family
+        raise ConfigError(f"plan: impl 'hf' has no kernel census of transformers' {model.hf_family!r} modules "
+                          f"({model.name}; censused: the families with LLaMA's, GPT-2's, Mixtral's, Qwen3's or Gemma "
+                          f"2/3's fields, and {', '.join(HF_FAMILY_CENSUSES)}), and no other family's stands in for "
+                          f"its eager calls; give --impl fused (Megatron-style kernels), or add it to "
+                          f"scripts/hf_eager_census.py and scripts/hf_activation_census.py")  # fmt: skip
     llama_like = model.norm == "rmsnorm" and model.position == "rotary" and model.gated
     if llama_like and not model.is_moe and model.activation == "geglu" and model.layer_norms == 4:
         # Gemma 2 / Gemma 3 (per-head q/k norms): four (1 + weight) RMSNorms a layer, GeLU-tanh, their own censuses

@@ -365,6 +365,7 @@ def _stage_params_split(
         # embedding on the last stage and all-reduces its gradient with the first stage's.
         if not model.tied_embeddings or plan.pp > 1:
             dense += vocab_shard
+        dense += model.head_bias_params(plan.tp) / plan.tp  # Phi's output bias, vocabulary-parallel
         if model.mtp_depths(plan.impl):
             more_dense, more_expert = mtp_params_per_gpu(model, plan)
             dense, expert = dense + more_dense, expert + more_expert

@@ -23,7 +23,11 @@ some layers), ``falcon`` (multi-query or GQA, parallel attention with one or two
 remote code's ``RefinedWebModel`` and ``RefinedWeb``, the Hub's Falcon configs before mid-2023) and
 ``starcoder2``, and the MoE families ``qwen3_moe``, ``qwen2_moe``, ``gpt_oss``, ``deepseek_v2``,
 ``deepseek_v3`` (shared experts, dense layers among the MoE ones, Multi-head Latent Attention:
-:func:`_deepseek` and its neighbours); each reader's docstring says what it maps. Fields a config
+:func:`_deepseek` and its neighbours), and (h6) ``gemma`` (Gemma 1), ``granite``, ``olmoe``,
+``cohere`` (a parallel block, LayerNorm without bias), ``glm`` and ``glm4``, ``phi`` (phi-2: a
+parallel block, biased output projection) and ``smollm3`` (NoPE layers); each reader's
+docstring says what it maps, and the h6 readers refuse, naming the field, what the operators
+cannot express (biases on the attention alone, Cohere's and Phi's per-head q/k LayerNorms). Fields a config
 leaves out mean what its transformers config class defaults them to. A ModelSpec has a ``bias`` flag,
 true when every linear layer has a bias, and ``qkv_bias`` for Qwen2's biases on q/k/v alone;
 other partial biases are dropped: a LLaMA config with only one of ``attention_bias``/``mlp_bias``,
@@ -614,7 +618,9 @@ _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072,
 }  # fmt: skip
-_SEQ_DEFAULTS: dict[str, int] = {"falcon": 2048}  # FalconConfig.max_position_embeddings
+# <Family>Config.max_position_embeddings
+_SEQ_DEFAULTS: dict[str, int] = {"falcon": 2048, "gemma": 8192, "granite": 2048, "olmoe": 4096, "cohere": 8192,
+                                 "glm": 131_072, "glm4": 131_072, "phi": 2048, "smollm3": 32_768}  # fmt: skip
 _LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})  # what layer_types may say here
 
 
@@ -756,6 +762,152 @@ def _starcoder2(f: _Fields) -> dict[str, Any]:
     }
 
 
+# --- more families (h6): Gemma, Granite, OLMoE, Cohere, GLM / GLM-4, Phi, SmolLM3 --------------
+# Each as transformers 5's modeling code builds it (models/<family>/modeling_*.py); defaults
+# are its config class's. Biases on the attention alone (LLaMA-style ``attention_bias`` with no
+# MLP bias: q, k, v and o) are refused here rather than dropped: ModelSpec's ``bias`` is every
+# linear layer's, ``qkv_bias`` q/k/v's alone, and neither is o_proj's alone.
+
+
+def _all_biases(f: _Fields, attention: str, mlp: str | None) -> bool:
+    """``bias`` from a config's attention and MLP bias flags (``mlp`` None: the MLP never has
+    one); a ConfigError naming the field where only the attention's are on."""
+    attn, ffn = f.flag(attention, False), mlp is not None and f.flag(mlp, False)
+    if attn != ffn:
+        which = attention if attn else mlp
+        raise ConfigError(f"{f.path}: field {which!r} is true and the other linear layers have no bias: biases on "
+                          f"some layers alone are not modelled here (ModelSpec.bias is every linear layer's)")  # fmt: skip
+    return attn and ffn
+
+
+def _refuse(f: _Fields, key: str, what: str) -> None:
+    """A ConfigError naming ``key`` when the config turns on a feature the operators cannot express."""
+    if f.doc.get(key) not in (None, False):
+        raise ConfigError(f"{f.path}: field {key!r} is {json.dumps(f.doc[key])}: {what} is not modelled (the reader refuses it "
+                          f"rather than predict another model)")  # fmt: skip
+
+
+def _gemma1(f: _Fields) -> dict[str, Any]:
+    """gemma (Gemma 1): GemmaConfig's 16 KV heads and head_dim 256 unless given, a GeLU-tanh
+    GeGLU (its ``hidden_act``; the legacy "gelu" means tanh too), two (1 + weight) RMSNorms a
+    layer, the embedding scaled by sqrt(d) (one multiply: no parameters), tied embeddings."""
+    return {
+        **_llama_like(f, kv_default=16),
+        "head_dim": f.integer("head_dim", default=256),
+        "activation": f.activation("hidden_act", "gelu_pytorch_tanh", gated=True),
+        "bias": _all_biases(f, "attention_bias", None),
+        "tied_embeddings": f.flag("tie_word_embeddings", True),
+        "hf_family": "gemma",
+    }
+
+
+def _granite(f: _Fields) -> dict[str, Any]:
+    """granite: LLaMA's layer; its embedding_multiplier, residual_multiplier,
+    attention_multiplier and logits_scaling scale activations (no shapes, no parameters: a
+    fused stack folds each into a neighbouring kernel, the GEMMs' alpha or the softmax scale)."""
+    return {**_llama_like(f), "bias": _all_biases(f, "attention_bias", "mlp_bias"), "hf_family": "granite"}
+
+
+def _olmoe(f: _Fields) -> dict[str, Any]:
+    """olmoe: OLMo's MoE, every layer routed: num_experts (64) experts of intermediate_size, top
+    num_experts_per_tok (8), no shared expert, a router without bias; RMSNorms over the whole q
+    and k projections (as OLMo 2's). clip_qkv clamps in place (no shapes)."""
+    return {
+        **_llama_like(f),
+        "bias": _all_biases(f, "attention_bias", None),
+        "qk_norm": "full",
+        "num_experts": f.integer("num_experts", default=64),
+        "top_k": f.integer("num_experts_per_tok", default=8),
+        "moe_ffn_hidden": f.integer(*_FFN),
+        "hf_family": "olmoe",
+    }
+
+
+def _cohere(f: _Fields) -> dict[str, Any]:
+    """cohere (Command R): a parallel block (attention and MLP read one LayerNorm's output and
+    add to the residual together, as Falcon-7B's), LayerNorms with a weight and no bias, SwiGLU,
+    rotary (interleaved: the same work), tied embeddings; logit_scale multiplies the logits (the
+    head GEMM's alpha). use_qk_norm (Command R+: a LayerNorm per head with per-head weights) is
+    refused."""
+    _refuse(f, "use_qk_norm", "a LayerNorm over each query and key head with per-head weights (use_qk_norm)")
+    return {
+        **_llama_like(f),
+        "norm": "layernorm",
+        "norm_bias": False,
+        "bias": _all_biases(f, "attention_bias", None),
+        "tied_embeddings": f.flag("tie_word_embeddings", True),
+        "parallel_residual": True,
+        "layer_norms": 1,
+        "hf_family": "cohere",
+    }
+
+
+def _glm(f: _Fields, *, norms: int) -> dict[str, Any]:
+    """glm (GLM-4-9B) and glm4 (GLM-4-0414): GQA with GlmConfig's 2 KV heads and head_dim 128
+    unless given, biases on q/k/v (attention_bias, true by default; o_proj and the MLP have none),
+    SwiGLU with gate and up fused (the same shapes), RMSNorm, partial rotary (half of each head:
+    no shapes; costed as the full width, which a fused kernel reads and writes), untied; glm4
+    adds the norms after attention and after the MLP (four a layer, as Gemma's)."""
+    return {
+        **_llama_like(f, kv_default=2),
+        "head_dim": f.integer("head_dim", default=128),
+        "bias": False,
+        "qkv_bias": f.flag("attention_bias", True),
+        "layer_norms": norms,
+        "hf_family": f.doc["model_type"],
+    }
+
+
+def _phi(f: _Fields) -> dict[str, Any]:
+    """phi (phi-1.5, phi-2): a parallel block on one LayerNorm (with bias), biases on every
+    linear layer and on the output projection (``head_bias``), a dense GeLU MLP (gelu_new),
+    partial rotary (no shapes), untied. qk_layernorm (LayerNorms over each query and key head,
+    with biases) is refused; resid_pdrop and embd_pdrop are the plan's dropout (``--hidden-dropout``)."""
+    _refuse(f, "qk_layernorm", "LayerNorms with biases over each query and key head (qk_layernorm)")
+    heads = f.integer(*_HEADS)
+    return {
+        "kv_heads": f.integer("num_key_value_heads", default=heads),
+        "head_dim": f.integer("head_dim", default=0),
+        "activation": f.activation("hidden_act", "gelu_new", gated=False),
+        "position": "rotary",
+        "bias": True,
+        "head_bias": True,
+        "tied_embeddings": f.flag("tie_word_embeddings", False),
+        "parallel_residual": True,
+        "layer_norms": 1,
+        "hf_family": "phi",
+    }
+
+
+def _smollm3(f: _Fields) -> dict[str, Any]:
+    """smollm3: LLaMA's layer (4 KV heads unless given, tied by default) with no rotary embedding
+    on the layers ``no_rope_layers`` marks 0 (by default every ``no_rope_layer_interval``-th, 4);
+    with use_sliding_window, the window on those NoPE layers (SmolLM3Config's layer_types)."""
+    layers = f.integer(*_LAYERS)
+    interval = f.integer("no_rope_layer_interval", default=4)
+    rope = f.doc.get("no_rope_layers")
+    if rope is None:
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(rope, list) or len(rope) != layers or any(r not in (0, 1) or isinstance(r, bool) for r in rope):
+        raise ConfigError(f"{f.path}: field 'no_rope_layers' must list 1 (rotary) or 0 (none) for each of the "
+                          f"{layers} layers, got {rope!r}")  # fmt: skip
+    # the window applies where use_sliding_window is on and layer_types (or, without them,
+    # SmolLM3Config's rule: the NoPE layers) says sliding_attention; none if no layer does
+    on = f.flag("use_sliding_window", False) and f.doc.get("sliding_window") is not None
+    windowed = _window_layers(f, lambda i: not rope[i]) if on else 0
+    kw = {
+        **_llama_like(f, kv_default=4),
+        "bias": _all_biases(f, "attention_bias", "mlp_bias"),
+        "tied_embeddings": f.flag("tie_word_embeddings", True),
+        "nope_layers": rope.count(0),
+        "sliding_layers": windowed,
+        "hf_family": "smollm3",
+    }
+    if not windowed:
+        kw["sliding_window"] = 0  # a sliding_window field the layers do not use
+    return kw
+
+
 _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "gpt_bigcode": _gpt2,
@@ -777,6 +929,14 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt_oss": _gpt_oss,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "gemma": _gemma1,
+    "granite": _granite,
+    "olmoe": _olmoe,
+    "cohere": _cohere,
+    "glm": lambda f: _glm(f, norms=2),
+    "glm4": lambda f: _glm(f, norms=4),
+    "phi": _phi,
+    "smollm3": _smollm3,
 }
 # Falcon's configs before transformers took the family in (its remote code: the Hub's
 # tiiuae/falcon-7b and -40b snapshots up to mid-2023, and models fine-tuned from them): n_head,
@@ -786,7 +946,8 @@ _REFINED_WEB = {"RefinedWeb": True, "RefinedWebModel": False}
 # intermediate_size required
 _GATED_TYPES = frozenset({"llama", "mistral", "qwen2", "mixtral", "qwen3", "phi3", "olmo2", "gemma2", "gemma3_text",
                           "starcoder2",
-                          "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v2", "deepseek_v3"})  # fmt: skip
+                          "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v2", "deepseek_v3",
+                          "gemma", "granite", "olmoe", "cohere", "glm", "glm4", "phi", "smollm3"})  # fmt: skip
 
 
 def read_hf_config(path: str | Path) -> ModelSpec:
@@ -836,7 +997,8 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
     window = doc.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
         raise ConfigError(f"{path}: field 'sliding_window' must be a positive integer (tokens) or null, got {window!r}")
-    if isinstance(window, int) and not isinstance(window, bool) and window > 0 and doc.get("use_sliding_window", True) is not False:
+    if (isinstance(window, int) and not isinstance(window, bool) and window > 0 and "sliding_window" not in kw
+            and doc.get("use_sliding_window", True) is not False):  # fmt: skip
         kw["sliding_window"] = window  # Qwen2 configs carry a window with use_sliding_window false
     seq = f.integer(*_SEQ, default=_SEQ_DEFAULTS.get(mtype))
     pre, pre_field = _pretraining_context(doc, path)

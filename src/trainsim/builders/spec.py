@@ -15,7 +15,8 @@ Parameter counts follow the operators the builder emits (001 Table II generalise
 layer, attention QKV ``d × (h + 2 h_kv) d_h`` and output ``h d_h × d``, the MLP (two matrices,
 three for gated activations), two norms; plus the embedding, position table, final norm and
 (untied) output projection. Qwen3/Gemma 3/OLMo 2 add q/k norms (``qk_norm``), Gemma four norms
-a layer and Falcon-7B one (``layer_norms``). The vocabulary is padded as Megatron does (001 Eq. 1–2).
+a layer and Falcon-7B one (``layer_norms``); Cohere's LayerNorms have no bias (``norm_bias``), Phi's
+output projection has one (``head_bias``). The vocabulary is padded as Megatron does (001 Eq. 1–2).
 """
 
 from __future__ import annotations
@@ -93,6 +94,17 @@ class ModelSpec:
     seq_source: str = field(default="", compare=False)
     # what a config describes and the model leaves out (gemma3's vision tower), for predict's note
     left_out: str = field(default="", compare=False)
+    # more families (h6): Cohere's LayerNorm has a weight and no bias; Phi's output projection
+    # has a bias (V more parameters; its gradient a reduction over the logits' gradient);
+    # SmolLM3's NoPE layers apply no rotary embedding
+    norm_bias: bool = True  # a LayerNorm's bias (RMSNorm has none whatever this says)
+    head_bias: bool = False
+    nope_layers: int = 0  # layers without the rotary embedding (0: every layer rotates)
+    # the transformers model_type whose eager modules ``impl hf`` prices, where the fields above
+    # do not tell them apart (Gemma 1's are LLaMA's shapes with GemmaRMSNorm and a scaled
+    # embedding; Granite's LLaMA's with multipliers): "" for the families they do tell
+    # (:func:`trainsim.builders.eager.family_of`)
+    hf_family: str = ""
 
     def __post_init__(self) -> None:
         for f in ("hidden", "layers", "heads", "vocab", "seq_len"):
@@ -100,7 +112,8 @@ class ModelSpec:
             if not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"model {self.name}: {f} must be a positive integer, got {v!r}")
         for f in ("ffn_hidden", "kv_heads", "head_dim", "num_experts", "top_k", "moe_ffn_hidden",
-                  "shared_ffn_hidden", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers"):
+                  "shared_ffn_hidden", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers",
+                  "nope_layers"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(
@@ -114,6 +127,9 @@ class ModelSpec:
             raise ConfigError(
                 f"model {self.name}: heads {self.heads} is not a multiple of kv_heads {self.kv_heads}"
             )
+        if self.nope_layers and (self.position != "rotary" or self.nope_layers > self.layers):
+            raise ConfigError(f"model {self.name}: nope_layers ({self.nope_layers}) are rotary layers left without it: "
+                              f"at most layers ({self.layers}), with position rotary")  # fmt: skip
         if self.layer_norms not in (1, 2, 4):
             raise ConfigError(f"model {self.name}: layer_norms must be 1, 2 or 4, got {self.layer_norms!r}")
         for f in ("logit_softcap", "attn_softcap"):
@@ -318,8 +334,25 @@ class ModelSpec:
         b = (f * (2 if self.gated else 1) + d) if self.bias else 0
         return mats * d * f + b
 
+    @property
+    def norm_tensors(self) -> int:
+        """Parameter tensors of one norm: a LayerNorm's weight and bias, or the weight alone
+        (RMSNorm; Cohere's LayerNorm without bias)."""
+        return 2 if self.norm == "layernorm" and self.norm_bias else 1
+
+    @property
+    def rope_share(self) -> float:
+        """The share of the layers that apply the rotary embedding (SmolLM3: 3 of 4)."""
+        return 1.0 - self.nope_layers / self.layers if self.position == "rotary" else 0.0
+
     def norm_params(self) -> int:
-        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+        return self.norm_tensors * self.hidden
+
+    def head_bias_params(self, tp: int = 1, *, padded: bool = True) -> int:
+        """The output projection's bias (Phi's): one per (padded) vocabulary entry."""
+        if not self.head_bias:
+            return 0
+        return self.padded_vocab(tp) if padded else self.vocab
 
     def qk_norm_params(self) -> int:
         """The q and k norms' weights: one d_h vector each ("head"), or the projections' widths
@@ -364,7 +397,8 @@ class ModelSpec:
         """Parameters one token touches (MoE: ``top_k`` routed experts per layer), unpadded
         vocabulary: the "active" count MoE papers quote."""
         out = 0 if self.tied_embeddings else self.vocab * self.hidden
-        return self.layers_params(active=True) + self.vocab * self.hidden + out + self.position_params() + self.norm_params()
+        return (self.layers_params(active=True) + self.vocab * self.hidden + out + self.head_bias_params(padded=False)
+                + self.position_params() + self.norm_params())  # fmt: skip
 
     def embedding_params(self, tp: int = 1) -> int:
         return self.padded_vocab(tp) * self.hidden
@@ -381,6 +415,7 @@ class ModelSpec:
             self.layers_params()
             + emb
             + out
+            + self.head_bias_params(tp, padded=padded)
             + self.position_params()
             + self.norm_params()
         )
