@@ -139,6 +139,22 @@ def test_pipeline_fill_hides_interleaved_gathers() -> None:
     assert g[0] > 0 and all(x == 0.0 for x in g[1:])
 
 
+def test_interleaved_middle_stages_take_their_own_fill() -> None:
+    """Interleaved: each middle stage's exposed gathers are its own fill's (stage s waits s
+    chunk-0 forwards), not those of the first middle stage of its depth that stage_costs
+    computed (it shares one computation among stages alike: the stage must be in that key).
+    LLaMA-2 7B tp2 pp4 vpp2 dp8: stage 2 had shown stage 1's 0.26 ms; costed alone it hides all."""
+    model, system = get_model("llama2-7b"), get_system(SYSTEM)
+    plan = Plan(tp=2, pp=4, dp=8, vpp=2, schedule="interleaved", global_batch=64, overlap_param_gather=True,
+                **MEGATRON_Z1)  # type: ignore[arg-type]  # fmt: skip
+    listed = stage_costs(model, plan, system)
+    for s in range(plan.pp):
+        (alone,) = stage_costs(model, plan, system, only=frozenset({s}))
+        assert [c.seconds for c in alone.dp_comm] == [c.seconds for c in listed[s].dp_comm]
+    g = [sum(c.seconds for c in st.dp_comm if c.kind == "all_gather") for st in listed]
+    assert g[1] > 0 and g[2] < g[1]  # a longer fill hides more
+
+
 def test_contention_stretches_the_forward_beside_the_gathers() -> None:
     model, plan = "llama2-7b", Plan(tp=2, dp=32, global_batch=512, overlap_param_gather=True, **MEGATRON_Z1)  # type: ignore[arg-type]
     (free,), (stretched,) = _gathers(replace(plan, contention=False), model), _gathers(plan, model)

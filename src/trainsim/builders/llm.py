@@ -549,20 +549,24 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     chunks = plan.chunks  # the last backward: one chunk's
     # a stage's costs depend on its depth and on being first or last, and its p2p transfer on
     # where its boundary falls: stages alike in those share one computation (pp up to ~100)
-    alike: dict[tuple[int, bool, bool, int], StageCost] = {}
-    # and on how many of an MoE model's dense layers it holds (its parameters; h5)
+    alike: dict[tuple[int, bool, bool, int, int], StageCost] = {}
+    # and on how many of an MoE model's dense layers it holds (its parameters; h5); and with
+    # the interleaved schedule's overlapped weight gathers on the stage itself (the fill before
+    # its first activation, which hides the aligned gathers, grows with it: _overlap_param_gather)
     n_dense = stage_dense_layers(model, plan) if model.dense_layers else [0] * plan.pp
+    by_stage = plan.overlap_param_gather and plan.chunks > 1
     for s, n in enumerate(layers):
         if only is not None and s not in only:
             continue
         first, last = s == 0, s == plan.pp - 1
-        st = alike.get((n, first, last, n_dense[s]))
+        key = (n, first, last, n_dense[s], s if by_stage else -1)
+        st = alike.get(key)
         if st is not None:
             st = StageCost(*_STAGE_FIELDS(st))  # a copy (dataclasses.replace costs 6x more)
             st.stage = s  # and lists of its own, as a caller may change a stage's
             st.dp_comm, st.layer_ops, st.ops, st.comm = [*st.dp_comm], [*st.layer_ops], [*st.ops], [*st.comm]
         else:
-            st = alike[n, first, last, n_dense[s]] = _stage(s, n, first, last)
+            st = alike[key] = _stage(s, n, first, last)
         bp = comm.pp_p2p(s) if plan.pp > 1 else None
         st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         out.append(st)
