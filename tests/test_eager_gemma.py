@@ -111,18 +111,23 @@ def test_tied_embedding_gradient_add_is_counted_for_tied_dense_models():
 
 
 def test_gemma_window_part_applies_to_windowed_layers_beyond_the_window():
+    """The window part on the layers transformers masks: a sequence shorter than the window has
+    none (SDPA's is_causal), one of exactly the window has it (masking_utils makes the mask once
+    kv_length >= sliding_window), a longer one too."""
     m = get_model("gemma3-12b")  # 40 of 48 layers windowed at 1,024 tokens
     kw: dict[str, Any] = {"dtype_bytes": 2}
-    inside, _ = eager_bytes(m, "layer", "fwd", tokens=1024, seq=1024, **kw)
-    full = {tuple(e[:4]): e[4] for e in _families()["gemma3"]["layer"]}
-    sym = symbols(m, 1024, 1024)
-    assert inside == sum(n * sym[s] * (2 if dt == "bfloat16" else 4 if dt == "float32" else 1 if dt == "bool" else 8)
-                         for (ph, c, s, dt), n in full.items() if ph == "fwd")  # fmt: skip
+
+    def census(part: str, n: int) -> float:
+        sym = symbols(m, n, n)
+        return sum(c * sym[s] * (2 if dt == "bfloat16" else 4 if dt == "float32" else 1 if dt == "bool" else 8)
+                   for ph, _, s, dt, c in _families()["gemma3"][part] if ph == "fwd")  # fmt: skip
+
+    inside, _ = eager_bytes(m, "layer", "fwd", tokens=1023, seq=1023, **kw)
+    assert inside == census("layer", 1023)
+    at, _ = eager_bytes(m, "layer", "fwd", tokens=1024, seq=1024, **kw)
+    assert at == pytest.approx(census("layer", 1024) + 40 / 48 * census("window", 1024))
     beyond, _ = eager_bytes(m, "layer", "fwd", tokens=4096, seq=4096, **kw)
-    sym4 = symbols(m, 4096, 4096)
-    window = sum(n * sym4[s] * (1 if dt == "bool" else 2) for ph, c, s, dt, n in _families()["gemma3"]["window"]
-                 if ph == "fwd")  # fmt: skip
-    assert beyond == pytest.approx(4 * inside + 40 / 48 * window)
+    assert beyond == pytest.approx(census("layer", 4096) + 40 / 48 * census("window", 4096))
 
 
 @pytest.mark.parametrize("family", ["gemma2", "gemma3"])
@@ -173,10 +178,30 @@ def test_predict_gemma_hf_notes_what_the_census_leaves_out():
     assert [o.phase for o in caps] == ["fwd", "bwd"] and all(o.category == "attention" and o.seconds > 0 for o in caps)
     assert not [o for o in predict_llm(get_model("gemma2-9b"), hf, "dgx-h100", gpus=1, simulate=False).stages[0].layer_ops
                 if o.name == "hf_attention_softcap"]  # fmt: skip
-    r = predict_llm(get_model("gemma2-9b"), hf, "dgx-h100", gpus=1, simulate=False)
+    # (shorter than the window: no sliding layer's mask calls, which 4,096 tokens, the window, has)
+    r = predict_llm(get_model("gemma2-9b"), replace(hf, seq_len=4000), "dgx-h100", gpus=1, simulate=False)
     fam = _families()["gemma2"]
     layer = [o for o in r.stages[0].layer_ops if o.name == "hf_eager_layer"]
     assert [o.launches for o in layer] == [fam["kernels"]["layer"]["fwd"], fam["kernels"]["layer"]["bwd"]]
     rest = [o for o in r.stages[-1].ops if o.name == "hf_eager_rest"]
     assert [o.launches for o in rest] == [sum(fam["kernels"][p][ph] for p in ("rest", "tied", "logit_softcap"))
                                           for ph in ("fwd", "bwd")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "seq", "mb"), [("gemma3-12b", 1024, 1), ("gemma3-12b", 512, 2),
+                                                  ("gemma2-9b", 512, 1), ("gemma2-9b", 4096, 2)])  # fmt: skip
+def test_a_windows_mask_calls_never_make_the_layer_faster(model: str, seq: int, mb: int) -> None:
+    """The eager layer with a sliding window's mask calls (more bytes, more kernels) is slower
+    than without them: the window's calls are timed on their own kernels. Spread over the
+    layer's, they had made each kernel a little smaller and gemma3-12b's layer at 1,024 tokens
+    (window 512) faster: forward 297.9 -> 282.4 us, backward 672.7 -> 642.9 us."""
+    from trainsim.builders.costs import LayerCoster, OpCoster
+    from trainsim.hardware import get_device
+
+    coster = OpCoster(get_device("h100-sxm5-80gb"))
+    plan = Plan(impl="hf", micro_batch=mb, global_batch=mb, seq_len=seq)
+    m = get_model(model)
+    for phase in ("fwd", "bwd"):
+        bare = LayerCoster(replace(m, sliding_window=0), plan, coster).hf_eager("x", "layer", phase)
+        windowed = LayerCoster(replace(m, sliding_window=seq // 2), plan, coster).hf_eager("x", "layer", phase)
+        assert windowed.seconds > bare.seconds and windowed.launches > bare.launches

@@ -146,12 +146,17 @@ def test_gemma_layers_keep_their_own_bytes_and_windowed_layers_more():
     heads; the rest keeps the final-logit cap's bf16 tanh of the logits."""
     m = get_model("gemma2-9b")
     d, f, q, kv, h, v = m.hidden, m.ffn, m.q_width, m.kv_width, m.heads, m.vocab
-    plan = Plan(micro_batch=1, seq_len=4096, impl="hf")
+    plan = Plan(micro_batch=1, seq_len=4095, impl="hf")
     kept, work, rest = hf_activation_parts(m, plan)
+    t = 4095
+    layer = t * (2 * 2 * d + 8 * 4 * d + 4 * 4 + 4 * 2 * f + 4 * h + 2 * 2 * kv + 2 * 2 * q) + 4 * 4 * d
+    assert kept == layer and work == 0  # 4,095 tokens: shorter than the window, no sliding layer's extra
+    assert rest >= t * v * (4 + 2)  # the loss's fp32 log-softmax and the cap's bf16 tanh
+    # exactly the window: transformers still makes the mask (kv_length >= sliding_window)
     t = 4096
     layer = t * (2 * 2 * d + 8 * 4 * d + 4 * 4 + 4 * 2 * f + 4 * h + 2 * 2 * kv + 2 * 2 * q) + 4 * 4 * d
-    assert kept == layer and work == 0  # 4,096 tokens: within the window, no sliding layer's extra
-    assert rest >= t * v * (4 + 2)  # the loss's fp32 log-softmax and the cap's bf16 tanh
+    window = 2 * t * t + 2 * t * 2 * (q - kv)
+    assert hf_activation_parts(m, replace(plan, seq_len=4096))[0] == layer + 0.5 * window
     long = replace(plan, seq_len=8192)
     t = 8192
     layer = t * (2 * 2 * d + 8 * 4 * d + 4 * 4 + 4 * 2 * f + 4 * h + 2 * 2 * kv + 2 * 2 * q) + 4 * 4 * d

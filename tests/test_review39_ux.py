@@ -89,9 +89,13 @@ def test_hf_window_memory_note_is_printed_with_its_brackets() -> None:
     note = next(ln for ln in r.stderr.decode().splitlines() if ln.startswith("note: --impl hf memory"))
     assert "keeps 0.19 GiB a micro-batch more than a full one" in note
     assert "the additive [b, 1, s, s] mask" in note
-    # at the window's own length there is no window part, and no note
+    # at the window's own length transformers still masks (kv_length >= sliding_window): the note
+    # says so; shorter, there is no window part and no note
     r = _trainsim(["predict", "gemma2-9b", "--system", "dgx-h100", "--gpus", "1", "--impl", "hf",
                    "--seq-len", "4096", "--global-batch", "1"])  # fmt: skip
+    assert r.returncode == 0 and "exactly the sliding window (4,096 tokens)" in r.stderr.decode()
+    r = _trainsim(["predict", "gemma2-9b", "--system", "dgx-h100", "--gpus", "1", "--impl", "hf",
+                   "--seq-len", "4095", "--global-batch", "1"])  # fmt: skip
     assert r.returncode == 0 and "--impl hf memory" not in r.stderr.decode()
 
 

@@ -542,15 +542,28 @@ class LayerCoster:
 
     def hf_eager(self, name: str, part: str, phase: str, *, calibrated: bool = True) -> OpCost:
         """HuggingFace's eager memory-bound calls of one layer or of the rest of the model
-        (:mod:`trainsim.builders.eager`): the census's bytes over its kernel count, each kernel
-        timed as an element-wise add moving the same bytes; ``calibrated=False``: without the
-        device's eager factor (calls unlike those it was measured on)."""
-        from trainsim.builders.eager import eager_bytes, eager_factor
+        (:mod:`trainsim.builders.eager`): each census part's bytes over its kernel count
+        (:func:`~trainsim.builders.eager.eager_parts`: the part and its extras, a sliding-window
+        layer's mask calls, a tied embedding's add, the logit cap), each kernel timed as an
+        element-wise add moving the same bytes, times the part's share; ``calibrated=False``:
+        without the device's eager factor (calls unlike those it was measured on). The extras
+        are timed on their own kernels: spread over the part's, their few small calls had made
+        every kernel a little smaller, and below a step of the add's curve (gemma3-12b at 1,024
+        tokens, its window's mask calls) the layer came out faster with them than without."""
+        from trainsim.builders.eager import eager_factor, eager_parts
 
         a = 4 if self.dtype == "fp32" else 2
-        nbytes, kernels = eager_bytes(self.model, part, phase, tokens=self.tokens, seq=self.l, dtype_bytes=a,
-                                      experts=self.plan.experts_impl)  # fmt: skip
-        op = self._elementwise(name, phase, nbytes / (3 * a) / kernels)  # an add reads two, writes one
+        parts = eager_parts(self.model, part, phase, tokens=self.tokens, seq=self.l, dtype_bytes=a,
+                            experts=self.plan.experts_impl)  # fmt: skip
+        seconds, kernels, op = 0.0, 0.0, None
+        for share, nbytes, k in parts:
+            if share <= 0 or (nbytes <= 0 and op is not None):
+                continue
+            one = self._elementwise(name, phase, nbytes / (3 * a) / max(k, 1))  # an add reads two, writes one
+            seconds, kernels = seconds + share * (one.seconds * max(k, 1)), kernels + share * k
+            op = op or one
+        assert op is not None  # the part itself has share 1
+        launches = max(round(kernels), 1)
         dev = self.c.bench_device or self.c.device  # the factor was measured against that sample's adds
         factor, note = eager_factor((dev.name, *dev.aliases))
         if factor != 1.0 and ";bench-as:" not in op.provenance:  # measured against the bench's adds only
@@ -558,8 +571,8 @@ class LayerCoster:
         if not calibrated:
             what = "moe-expert-loop" if self.plan.experts_impl == "eager" else "moe-experts-grouped-mm"
             factor, note = 1.0, f";eager-factor-uncalibrated:{what}"
-        return OpCost(name, phase, op.seconds * kernels * factor, op.provenance + ";hf-eager-census" + note, 0.0,
-                      "memory", kernels)  # fmt: skip
+        return OpCost(name, phase, seconds * factor, op.provenance + ";hf-eager-census" + note, 0.0,
+                      "memory", launches)  # fmt: skip
 
     def hf_expert_loop(self, phase: str) -> list[OpCost]:
         """An MoE layer's HuggingFace experts beyond their GEMMs (:meth:`mlp` times them as

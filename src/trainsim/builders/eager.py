@@ -69,7 +69,7 @@ Gemma 2 and Gemma 3 (``gemma2``, ``gemma3``, since 2026-12-03; LLaMA's and Qwen3
 RMSNorms a layer in fp32, GeLU-tanh GeGLU, the embedding scaled by sqrt(d), Gemma 3's per-head
 q/k norms. ``layer`` is a full-attention layer; ``window`` what a sliding-window layer adds under
 SDPA with its mask (K and V repeated to the query heads, the boolean ``[B, 1, L, L]`` mask made
-additive), added on :meth:`ModelSpec.windowed_layers`'s share of the layers (Gemma 2's too:
+additive), added on :func:`sdpa_window_layers`' share of the layers (Gemma 2's too:
 its modules refuse SDPA, so its census runs transformers' SDPA forward under another name, a
 stand-in for the FlashAttention-2 or eager attention HF's Gemma 2 really runs); ``logit_softcap`` the final-logit cap (Gemma 2's),
 added to the rest where the model has one; ``attn_softcap`` (Gemma 2) the attention-score cap in
@@ -228,33 +228,59 @@ def eager_bytes(model: ModelSpec, part: str, phase: str, *, tokens: float, seq: 
     loop; "experts": the grouped_mm experts module's calls; "rest": the rest of the model) in
     ``phase`` ("fwd" or "bwd"); kernels: the census's calls of that part and phase (the fp32
     casts dropped in fp32 training are still counted: a few). ``experts``: an MoE model's
-    experts implementation (:func:`family_of`)."""
+    experts implementation (:func:`family_of`). The sum of :func:`eager_parts`."""
+    parts = eager_parts(model, part, phase, tokens=tokens, seq=seq, dtype_bytes=dtype_bytes, experts=experts)
+    total = sum(share * nbytes for share, nbytes, _ in parts)
+    return total, max(round(sum(share * kernels for share, _, kernels in parts)), 1)
+
+
+def eager_parts(model: ModelSpec, part: str, phase: str, *, tokens: float, seq: float,
+                dtype_bytes: int, experts: str = "grouped_mm") -> list[tuple[float, float, int]]:  # fmt: skip
+    """:func:`eager_bytes`' census parts one by one, (share, bytes, kernels) each: ``part``
+    itself at share 1 and the extras that make it for ``model`` (:func:`_with_extras`: a
+    sliding-window layer's calls on the share of layers masked, a tied embedding's add, the
+    final-logit cap), each part's bytes and kernels those of one whole instance of it (a
+    windowed layer's window calls, not their average over the layers)."""
     family = family_of(model, experts)
     fam = _census()[family]
     if part not in fam:
         raise ConfigError(f"{CENSUS}: family {family!r} has no part {part!r}")
     sym = symbols(model, tokens, seq)
-    total, kernels = 0.0, 0.0
+    out = []
     for name, share in _with_extras(model, fam, part, seq):
-        kernels += share * int(fam["kernels"][name][phase])
+        total = 0.0
         for ph, call, size, dtype, count in fam[name]:
             if ph != phase or call in _CPU_DROPOUT or (call == "_to_copy" and dtype_bytes == 4):
                 continue
             if size not in sym:
                 raise ConfigError(f"{CENSUS}: unknown size symbol {size!r} in family {family!r}")
-            total += share * count * sym[size] * (dtype_bytes if dtype == "bfloat16" else _DTYPE_BYTES.get(dtype, 4))
-    return total, max(round(kernels), 1)
+            total += count * sym[size] * (dtype_bytes if dtype == "bfloat16" else _DTYPE_BYTES.get(dtype, 4))
+        out.append((share, total, int(fam["kernels"][name][phase])))
+    return out
+
+
+def sdpa_window_layers(model: ModelSpec, seq: int) -> float:
+    """The share of ``model``'s layers that transformers runs with a sliding-window mask at
+    ``seq`` tokens: its masking_utils builds one whenever the keys reach the window,
+    ``kv_length >= sliding_window`` (``_ignore_causal_mask_sdpa``: "if local_attention_size is
+    not None and kv_length >= local_attention_size: return False", transformers 5.24), at a
+    sequence of exactly the window too, where the mask is the causal one but still made (and
+    SDPA then gets K/V repeated). :meth:`ModelSpec.windowed_layers` is the kernel's view, whose
+    window covers such a sequence: the attention work is the causal work there."""
+    if not model.sliding_window or seq < model.sliding_window:
+        return 0.0
+    return (model.sliding_layers or model.layers) / model.layers
 
 
 def _with_extras(model: ModelSpec, fam: dict[str, Any], part: str, seq: float) -> list[tuple[str, float]]:
     """The census parts that make ``part`` for ``model``, each with its share: ``layer`` and,
-    in a Gemma census, ``window`` on the share of layers whose window is shorter than ``seq``
-    (:meth:`ModelSpec.windowed_layers`: SDPA with the window's mask); ``rest`` and, in a dense
+    in a Gemma census, ``window`` on the share of layers transformers masks at ``seq``
+    (:func:`sdpa_window_layers`: SDPA with the window's mask); ``rest`` and, in a dense
     census, ``tied`` for tied embeddings (the add of their two gradients) and ``logit_softcap``
     for a final-logit cap (Gemma 2's)."""
     out = [(part, 1.0)]
-    if part == "layer" and "window" in fam and model.windowed_layers(int(seq)):
-        out.append(("window", model.windowed_layers(int(seq))))
+    if part == "layer" and "window" in fam and (share := sdpa_window_layers(model, int(seq))):
+        out.append(("window", share))
     if part == "rest":
         out += [(name, 1.0) for name, on in (("tied", model.tied_embeddings), ("logit_softcap", model.logit_softcap))
                 if on and name in fam]  # fmt: skip

@@ -594,10 +594,13 @@ def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, flo
     counterpart and SDPA keeps no scores: as ``none``. fp32 training: the bf16 entries at 4
     bytes (an approximation: the norms' fp32 copies are then the same tensors). A Gemma
     census's ``window`` (what a sliding-window layer keeps beyond a full one: the additive mask,
-    K and V repeated to the query heads) is added on :meth:`ModelSpec.windowed_layers`'s share of
-    the layers (0 where the sequence fits the window), its rest part (what a model with both
+    K and V repeated to the query heads) is added on the share of layers transformers masks
+    (:func:`~trainsim.builders.eager.sdpa_window_layers`: 0 where the sequence is shorter than the
+    window; at exactly the window the mask is made too), its rest part (what a model with both
     kinds of layer keeps beyond the rest) once, and the recompute working set is then a
     sliding layer's; ``logit_softcap`` (Gemma 2's final-logit cap) to the rest of a model with one."""
+    from trainsim.builders.eager import sdpa_window_layers
+
     fam = _hf_activation_census()[_hf_activation_family(model, plan)[0]]
     sym = _hf_symbols(model, plan)
     e = _act_element_bytes(plan)
@@ -609,7 +612,7 @@ def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, flo
         except KeyError as err:
             raise ConfigError(f"{HF_ACTIVATIONS}: unknown size symbol or dtype {err}") from None
 
-    share = model.windowed_layers(int(plan.seq(model))) if "window" in fam["none"] else 0.0
+    share = sdpa_window_layers(model, int(plan.seq(model))) if "window" in fam["none"] else 0.0
 
     def parts(mode: str) -> tuple[float, float, float]:
         """(a layer's bytes averaged over the layers, the largest layer's, the rest's) in ``mode``."""
@@ -632,9 +635,12 @@ def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, flo
 def hf_window_layer_bytes(model: ModelSpec, plan: Plan) -> float:
     """impl hf: what one sliding-window layer keeps beyond a full-attention one for a micro-batch
     (the census's ``window`` layer part, without checkpointing: SDPA's additive ``[B, 1, L, L]``
-    mask and K/V repeated to the query heads); 0 where none applies (no window shorter than the
-    sequence, or a census without that part). For predict's note."""
-    if plan.impl != "hf" or not model.windowed_layers(int(plan.seq(model))):
+    mask and K/V repeated to the query heads); 0 where none applies (a sequence shorter than the
+    window, :func:`~trainsim.builders.eager.sdpa_window_layers`, or a census without that part).
+    For predict's note."""
+    from trainsim.builders.eager import sdpa_window_layers
+
+    if plan.impl != "hf" or not sdpa_window_layers(model, int(plan.seq(model))):
         return 0.0
     fam = _hf_activation_census()[_hf_activation_family(model, plan)[0]]["none"]
     if "window" not in fam:

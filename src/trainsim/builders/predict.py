@@ -576,6 +576,11 @@ def _warnings(r: LLMPrediction) -> list[str]:
             out.append(f"the config's sliding window ({r.model.sliding_window:,} tokens{where}) saves nothing with "
                        f"--attention {r.plan.attention} (it computes every score): attention is costed over all "
                        f"{seq:,} tokens (a windowed flash kernel does about {share} of the causal work)")  # fmt: skip
+    elif win := hf_window_layer_bytes(r.model, r.plan):  # a sequence of exactly the window: masked all the same
+        out.append(f"--impl hf memory: the sequence is exactly the sliding window ({seq:,} tokens), which transformers "
+                   "still masks (it skips the mask only for a shorter one): each sliding-window layer keeps "
+                   f"{win / 2**30:,.2f} GiB a micro-batch more than a full one (the additive [b, 1, s, s] mask and K/V "
+                   "repeated to the query heads); the attention is the causal work")  # fmt: skip
     if r.plan.cp > 1:
         out.append(cp_comm_note(r))
     out.extend(dense_family_notes(r.model, r.plan))
