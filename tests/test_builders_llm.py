@@ -1858,3 +1858,16 @@ def test_interleaved_end_parts_run_in_their_own_model_chunk() -> None:
     f, b = last.chunk_seconds(plan.vpp, plan.pp)
     assert sum(f) == pytest.approx(last.fwd_s, rel=1e-12) and sum(b) == pytest.approx(last.bwd_s, rel=1e-12)
     assert last.chunk_seconds(1, plan.pp) == ([last.fwd_s], [last.bwd_s])  # 1F1B: the pass itself
+
+
+def test_stages_costed_alone_equal_the_listed_ones_with_dense_layers() -> None:
+    """stage_costs(only=...) of a model with dense layers among its MoE ones (DeepSeek-V3: the
+    first three) gives each stage as the whole list has it (it had failed: the dense-layer
+    weighing zipped the subset against every stage's count)."""
+    m, system = get_model("deepseek-v3"), get_system("dgx-h100")
+    plan = Plan(tp=2, pp=4, dp=8, ep=8, micro_batch=1, global_batch=64)
+    listed = stage_costs(m, plan, system)
+    for only in ({0}, {1, 3}, {0, 2}):
+        alone = stage_costs(m, plan, system, only=frozenset(only))
+        assert [(s.stage, s.fwd_s, s.bwd_s) for s in alone] == [(listed[i].stage, listed[i].fwd_s, listed[i].bwd_s)
+                                                               for i in sorted(only)]  # fmt: skip

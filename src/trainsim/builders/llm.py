@@ -571,7 +571,8 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
         st.p2p_s = bp.seconds if bp else 0.0  # towards the next stage
         out.append(st)
     if model.dense_layers:  # the stages' passes so far count every layer as an MoE one
-        return _with_dense_layers(out, model, plan, system, coster=coster, host=host, tp_shares=tp_shares, mtp=mtp)
+        return _with_dense_layers(out, model, plan, system, coster=coster, host=host, tp_shares=tp_shares, mtp=mtp,
+                                  only=only)  # fmt: skip
     return out
 
 
@@ -755,8 +756,9 @@ _PASS_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_comm_fwd_s", "tp_comm_bwd_s
 
 def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, system: SystemSpec, *,
                        coster: OpCoster, host: HostModel, tp_shares: bool,
-                       mtp: _MTPCost | None = None) -> list[StageCost]:  # fmt: skip
-    """Stages holding some of ``model.dense_layers``: each pass is the MoE stage's (every layer
+                       mtp: _MTPCost | None = None, only: frozenset[int] | None = None) -> list[StageCost]:  # fmt: skip
+    """``stages`` (the plan's, or with ``only`` those stages in order) with the stages holding
+    some of ``model.dense_layers``: each pass is the MoE stage's (every layer
     an MoE layer; ``stages``) and the same stage of :meth:`ModelSpec.dense_variant` (every layer
     dense) weighed by the stage's MoE and dense layers, ``(n - n_d) / n`` and ``n_d / n``: the
     layer passes sum to ``(n - n_d)`` MoE and ``n_d`` dense layers, the embedding and head
@@ -772,11 +774,13 @@ def _with_dense_layers(stages: list[StageCost], model: ModelSpec, plan: Plan, sy
     # the dense variant's MTP depths are the model's (``mtp``: their blocks MoE ones where the
     # model's last layer is), so that the weighing below leaves them whole
     # (only the stages that hold dense layers: the others take the MoE stage whole)
-    wanted = frozenset(s for s, nd in enumerate(counts) if nd)
+    index = sorted(only) if only is not None else list(range(plan.pp))  # each of ``stages``' stage
+    wanted = frozenset(s for s in index if counts[s])
     dense = dict(zip(sorted(wanted), stage_costs(dense_variant(model), plan, system, coster, host,
                                                  tp_shares=tp_shares, mtp=mtp, only=wanted), strict=True))  # fmt: skip
     out = []
-    for s, (moe, nd) in enumerate(zip(stages, counts, strict=True)):
+    for s, moe in zip(index, stages, strict=True):
+        nd = counts[s]
         if not nd:
             out.append(moe)
             continue
