@@ -2,12 +2,15 @@
 --trim-end-stages, multi-token prediction, compute/comm contention, the interleaved schedule's
 end-part chunk, the busiest stage's breakdown, a 2x-FLOP/s device copy; context-parallel
 schemes (--cp-comm-type) with and without sliding windows, --impl hf MoE paths, and the MoE
-expert GEMM paths (--moe-grouped-gemm, SequentialMLP, hf grouped_mm / fallback / eager loop).
+expert GEMM paths (--moe-grouped-gemm, SequentialMLP, hf grouped_mm / fallback / eager loop);
+review 40 (check_today40): SequentialMLP's host loop, the ends' TP collectives (tp_end),
+--overlap-param-gather, --impl hf memory, windows and soft-caps, the bench carry, invariance under
+renaming and field order, predict's JSON against its table.
 
 Each relation is checked over sampled plans of several models and systems; a violation prints
 one line with the plan and the numbers. Exit 1 when any relation fails.
 
-    python scripts/metamorphic_today.py [--plans N] [--seed S] [--no-search] [--only-moe]
+    python scripts/metamorphic_today.py [--plans N] [--seed S] [--no-search] [--only-moe] [--only-40]
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from pathlib import Path
 import yaml
 
 from trainsim.builders.contention import measured_factor
+from trainsim.builders.llm import StageCost
 from trainsim.builders.models import get_model
 from trainsim.builders.plan import Plan
 from trainsim.builders.predict import _breakdown, overlaps_comm, predict_llm
+from trainsim.builders.spec import ModelSpec
 from trainsim.errors import TrainsimError
 from trainsim.hardware import get_system
 from trainsim.search.frameworks import framework_plan
@@ -411,6 +416,358 @@ def check_expert_gemms(rng: random.Random, n: int, search: bool) -> None:
         print(f"search {model} --moe-grouped-gemm: {best(on):.6g} (SequentialMLP {best(off):.6g})", flush=True)
 
 
+# --- review 40: the newest features' relations (check_today40) --------------------------------
+
+
+def _ag(st: StageCost) -> float:
+    """A stage's weight all-gathers, seconds (ZeRO-1/2's; with --overlap-param-gather the exposed part)."""
+    return sum(c.seconds for c in st.dp_comm if c.kind == "all_gather")
+
+
+def check_expert_host() -> None:
+    """SequentialMLP's Python loop: more local experts per rank (lower ep, the same tokens per
+    rank) never less host time; one local expert none; for the same plan SequentialMLP's host
+    time >= TEGroupedMLP's C++ launches >= the CUTLASS grouped kernel's none (and the eager
+    loop's, which the census holds); the hf grouped kernel keeps the fallback's FLOPs."""
+    from trainsim.builders.costs import HOST, LayerCoster, OpCoster
+    from trainsim.hardware import get_device
+
+    coster = OpCoster(get_device("h100-sxm5-80gb"))
+    for model in ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"):
+        m = get_model(model)
+        eps = [e for e in (256, 128, 64, 32, 16, 8, 4, 2, 1) if e <= m.num_experts and m.num_experts % e == 0]
+        for phase in ("fwd", "bwd"):
+            prev = {False: -1.0, True: -1.0}
+            for ep in eps:  # fewer expert-parallel ranks: more local experts
+                plan = Plan(tp=1, dp=ep, ep=ep, micro_batch=1, global_batch=ep, seq_len=2048)
+                h = {g: LayerCoster(m, replace(plan, moe_grouped_gemm=g), coster).expert_gemms_host_s(phase, HOST)
+                     for g in (False, True)}  # fmt: skip
+                tag = f"{model} ep {ep} ({m.num_experts // ep} local) {phase}"
+                for g, v in h.items():
+                    if v < prev[g] * (1 - REL):
+                        bad("more local experts never less host time", f"{tag} grouped={g}: {v:.6g} < {prev[g]:.6g}")
+                    prev[g] = v
+                if ep == m.num_experts and any(h.values()):
+                    bad("one local expert: no extra host time", f"{tag}: {h}")
+                if h[True] > h[False] * (1 + REL):
+                    bad("SequentialMLP host >= TEGroupedMLP host", f"{tag}: {h[False]:.6g} < {h[True]:.6g}")
+                count("expert GEMMs: host")
+        for dtype in ("bf16", "fp16"):  # fp16 takes grouped_mm's fallback on an H100
+            hf = Plan(impl="hf", micro_batch=1, global_batch=1, seq_len=2048, dtype=dtype)
+            if model == "deepseek-v3":
+                continue
+            lc = LayerCoster(m, hf, coster)
+            seq_mlp = LayerCoster(m, Plan(micro_batch=1, global_batch=1, seq_len=2048), coster)  # the same local experts
+            for ph in ("fwd", "bwd"):
+                hs, how = lc.expert_gemms_host_s(ph, HOST), lc.expert_gemms()
+                if (how == "grouped" and hs) or (how == "fallback" and not 0 < hs <= seq_mlp.expert_gemms_host_s(ph, HOST)):
+                    bad("hf grouped_mm host: none (kernel), C++ launches <= SequentialMLP's loop (fallback)", f"{model} {dtype} {how}: {hs}")
+            fl = {o.name: o.flops for o in lc.mlp("fwd") if o.name.startswith("mlp_")}
+            fl_loop = {o.name: o.flops for o in LayerCoster(m, replace(hf, hf_experts="eager"), coster).mlp("fwd")
+                       if o.name.startswith("mlp_")}  # fmt: skip
+            if fl != fl_loop:
+                bad("hf expert GEMM paths keep the FLOPs", f"{model} {dtype}: {fl} vs {fl_loop}")
+            count("expert GEMMs: host")
+
+
+def check_tp_end() -> None:
+    """The ends' TP collectives (PlanComm.tp_end): none at tp 1; vocabulary-parallel, so the same
+    for a larger vocabulary (they move [b, s, d] and fp32 [b, s]); never fewer seconds for more
+    tokens; the end stages' TP share no less than a middle stage's of the same layers (contention
+    off), the last stage's no less with more MTP depths; at tp 1 every stage's TP share is 0."""
+    from trainsim.builders.llm_comm import PlanComm
+
+    for model, system in (("gpt3-1.3b", "dgx-a100"), ("llama2-7b", "dgx-h100"), ("mixtral-8x7b", "dgx-h100")):
+        m = get_model(model)
+        sysm = get_system(system)
+        for tp in (1, 2, 8):
+            for sp in (False, True) if tp > 1 else (False,):
+                base = Plan(tp=tp, pp=4, dp=1, sp=sp, micro_batch=1, global_batch=8, seq_len=2048, contention=False)
+
+                def total(mm: object, plan: Plan, sysm: object = sysm) -> float:
+                    pc = PlanComm(mm, plan, sysm)  # type: ignore[arg-type]
+                    return sum(c.seconds for part in ("embedding", "head") for ph in ("fwd", "bwd") for c in pc.tp_end(part, ph))
+
+                tag = f"{model} tp {tp} sp {sp}"
+                t0 = total(m, base)
+                if tp == 1 and t0 != 0:
+                    bad("tp_end: none at tp 1", f"{tag}: {t0}")
+                if total(replace(m, vocab=2 * m.vocab), base) != t0:
+                    bad("tp_end: vocabulary-parallel, the same for a larger vocabulary", tag)
+                prev = 0.0
+                for mb, seq in ((1, 512), (1, 1024), (2, 1024), (1, 4096)):
+                    v = total(m, replace(base, micro_batch=mb, global_batch=8 * mb, seq_len=seq))
+                    if v < prev * (1 - REL):
+                        bad("tp_end: more tokens never less", f"{tag} mb {mb} seq {seq}: {v:.6g} < {prev:.6g}")
+                    prev = v
+                r = predict_llm(model, base, system, simulate=False)
+                share = [s.tp_comm_fwd_s + s.tp_comm_bwd_s + s.tp_comm_recompute_s for s in r.stages]
+                if tp == 1 and any(share):
+                    bad("tp 1: no TP share", f"{tag}: {share}")
+                for end in (0, -1):
+                    if r.stages[end].layers == r.stages[1].layers and share[end] < share[1] * (1 - 1e-9):
+                        bad("end stage's TP share >= a middle stage's", f"{tag} stage {end}: {share[end]:.6g} < {share[1]:.6g}")
+                if model == "gpt3-1.3b":
+                    prev = -1.0
+                    for k in range(3):
+                        rk = predict_llm(replace(m, mtp_layers=k), base, system, simulate=False)
+                        last = rk.stages[-1]
+                        v = last.tp_comm_fwd_s + last.tp_comm_bwd_s + last.tp_comm_recompute_s
+                        if v < prev * (1 - 1e-9) or (tp > 1 and k and v <= prev):
+                            bad("MTP depth adds the ends' TP collectives", f"{tag} k {k}: {v:.6g} vs {prev:.6g}")
+                        prev = v
+                count("tp_end")
+
+
+def check_overlap_param_gather(rng: random.Random, sys2x: dict[str, Path], n: int) -> None:
+    """--overlap-param-gather on sampled ZeRO-1 + distributed optimizer + overlapped-reduction
+    plans: never slower than the same plan without it (closed form, and simulated on some); each
+    stage's exposed gathers no more than its bucketed ones; faster compute (the 2x-FLOP/s copy)
+    never hides more of them; the breakdown sums to the iteration; every stage as stage_costs
+    gives it alone (its shared computation of stages alike keyed by all it depends on)."""
+    from trainsim.builders.llm import stage_costs
+
+    cases = [("gpt3-1.3b", "dgx-a100", 16, 64), ("llama2-7b", "dgx-h100", 32, 128), ("mixtral-8x7b", "dgx-h100", 64, 128)]
+    for model, system, gpus, batch in cases:
+        spec, sysm = get_model(model), get_system(system)
+        done = 0
+        # middle stages alike; LLaMA-2 7B's interleaved one on 64 GPUs exposes some of stage 1's gathers
+        fixed = [Plan(tp=2, pp=4, dp=2 * gpus // 8 if model == "llama2-7b" else gpus // 8, vpp=2, schedule="interleaved",
+                      micro_batch=1, global_batch=64 if model == "llama2-7b" else batch),
+                 Plan(tp=1, pp=4, dp=gpus // 4, micro_batch=1, global_batch=batch)]  # fmt: skip
+        for plan in fixed + sample_plans(model, gpus, batch, 3 * n, rng):
+            if plan.zero > 1 or plan.dp * plan.cp <= 1 or done >= n + len(fixed):
+                continue
+            base = replace(plan, zero=1, dist_optimizer=True, overlap_grad_reduce=True)
+            opg = replace(base, overlap_param_gather=True)
+            try:
+                a = predict_llm(model, base, system, simulate=False)
+            except TrainsimError:
+                continue
+            b = predict_llm(model, opg, system, simulate=False)
+            done += 1
+            tag = f"{model} {system} {opg.label()}"
+            if b.iteration_time_s > a.iteration_time_s * (1 + REL):
+                bad("--overlap-param-gather never slower", f"{tag}: {b.iteration_time_s:.6g} > {a.iteration_time_s:.6g}")
+            for sa, sb in zip(a.stages, b.stages, strict=True):
+                if _ag(sb) > _ag(sa) * (1 + REL):
+                    bad("opg: exposed gathers <= bucketed", f"{tag} stage {sa.stage}: {_ag(sb):.6g} > {_ag(sa):.6g}")
+            parts = sum(v for k, v in b.breakdown.items() if k != "stage")
+            if not close(parts, b.iteration_time_s):
+                bad("opg: breakdown sums to iteration", f"{tag}: {parts:.9g} vs {b.iteration_time_s:.9g}")
+            fast = predict_llm(model, opg, str(sys2x[system]), simulate=False)
+            for sf, sb in zip(fast.stages, b.stages, strict=True):
+                if _ag(sf) < _ag(sb) * (1 - REL):
+                    bad("opg: faster compute never hides more", f"{tag} stage {sb.stage}: 2x {_ag(sf):.6g} < {_ag(sb):.6g}")
+            if opg.pp >= 3:
+                for s in sorted({1, opg.pp - 2, rng.randrange(1, opg.pp - 1)}):
+                    (alone,) = stage_costs(spec, opg, sysm, only=frozenset({s}))
+                    listed = b.stages[s]
+                    if (alone.fwd_s, alone.bwd_s, [c.seconds for c in alone.dp_comm]) != (
+                            listed.fwd_s, listed.bwd_s, [c.seconds for c in listed.dp_comm]):
+                        bad("stage costed alone == listed", f"{tag} stage {s}: gathers {_ag(alone):.6g} vs {_ag(listed):.6g}")
+            if done % 4 == 1 and opg.grad_accum * opg.pp <= 512:
+                ta, tb = (predict_llm(model, p, system).iteration_time_s for p in (base, opg))
+                if tb > ta * (1 + REL):
+                    bad("--overlap-param-gather never slower (simulated)", f"{tag}: {tb:.6g} > {ta:.6g}")
+            count("overlap-param-gather")
+
+
+def check_hf_memory() -> None:
+    """--impl hf memory from the activation census: activations grow with the sequence and the
+    micro-batch, never fall with more layers, full recompute (gradient checkpointing) keeps no
+    more, fp32 no less than bf16; a sliding window: for windows up to the sequence the memory is
+    the same (SDPA's [b, 1, s, s] mask whatever the window) and the time never falls as the window
+    grows; a window beyond the sequence is no window (transformers skips the mask, kv_length <
+    window); the window's mask calls never make the eager layer faster; Gemma 2's logit cap adds
+    memory and time, its score cap time only with eager (non-flash) attention."""
+    from trainsim.builders.costs import LayerCoster, OpCoster
+    from trainsim.hardware import get_device
+
+    def run(m: object, **kw: object) -> tuple[float, float]:
+        r = predict_llm(m, Plan(impl="hf", **{"micro_batch": 1, "global_batch": 1, **kw}), "dgx-h100", simulate=False)  # type: ignore[arg-type]
+        return r.iteration_time_s, max(x.activations_bytes for x in r.memory)
+
+    for model in ("llama3-8b", "gemma2-9b", "gemma3-12b", "mixtral-8x7b", "qwen3-30b-a3b"):
+        m = get_model(model)
+        for rc in ("none", "full"):
+            prev_seq = 0.0
+            for seq in (512, 1024, 2048, 4096, 8192):
+                a = run(m, seq_len=seq, recompute=rc)[1]
+                a2 = run(m, seq_len=seq, recompute=rc, micro_batch=2, global_batch=2)[1]
+                if not a > prev_seq or not a2 > a:
+                    bad("hf activations grow with seq and micro-batch", f"{model} {rc} seq {seq}: {prev_seq:.6g} {a:.6g} {a2:.6g}")
+                prev_seq = a
+                count("hf memory")
+        prev = 0.0
+        for layers in (2, 3, 4, 8, 16):
+            mm = replace(m, layers=layers, sliding_layers=min(m.sliding_layers, layers // 2) if m.sliding_layers else 0)
+            a, full = run(mm, seq_len=4096)[1], run(mm, seq_len=4096, recompute="full")[1]
+            if a < prev * (1 - REL):
+                bad("hf activations never fall with more layers", f"{model} {layers} layers: {a:.6g} < {prev:.6g}")
+            if full > a * (1 + REL):
+                bad("hf: checkpointing keeps no more", f"{model} {layers} layers: {full:.6g} > {a:.6g}")
+            prev = a
+        if run(m, seq_len=2048, dtype="fp32")[1] < run(m, seq_len=2048)[1]:
+            bad("hf: fp32 activations >= bf16", model)
+        count("hf memory")
+    coster = OpCoster(get_device("h100-sxm5-80gb"))
+    for model in ("gemma2-9b", "gemma3-12b"):
+        m0 = get_model(model)
+        for att in ("flash", "unfused"):
+            seq = 8192
+            none = run(replace(m0, sliding_window=0), seq_len=seq, attention=att)
+            prev_t, mem = 0.0, None
+            for w in (256, 1024, 4096, 8191, 8192):
+                t, a = run(replace(m0, sliding_window=w), seq_len=seq, attention=att)
+                if t < prev_t * (1 - REL):
+                    bad("hf: a larger window (<= seq) never faster", f"{model} {att} window {w}: {t:.6g} < {prev_t:.6g}")
+                if mem is not None and a != mem:
+                    bad("hf: window memory the same for every window <= seq", f"{model} {att} window {w}: {a} vs {mem}")
+                if a < none[1]:
+                    bad("hf: a window's mask keeps memory", f"{model} {att} window {w}: {a} < {none[1]}")
+                prev_t, mem = t, a
+                count("hf windows")
+            if run(replace(m0, sliding_window=seq + 1), seq_len=seq, attention=att) != none:
+                bad("hf: a window beyond the sequence is no window", f"{model} {att}")
+        for seq, mb in ((512, 1), (1024, 1), (1024, 2), (4096, 1)):
+            plan = Plan(impl="hf", micro_batch=mb, global_batch=mb, seq_len=seq)
+            for phase in ("fwd", "bwd"):
+                bare = LayerCoster(replace(m0, sliding_window=0), plan, coster).hf_eager("x", "layer", phase).seconds
+                win = LayerCoster(replace(m0, sliding_window=seq // 2), plan, coster).hf_eager("x", "layer", phase).seconds
+                if win < bare * (1 - REL):
+                    bad("hf: a window's mask calls never make the layer faster", f"{model} seq {seq} mb {mb} {phase}: {win:.6g} < {bare:.6g}")
+                count("hf windows")
+    g2 = get_model("gemma2-9b")
+    for att in ("flash", "unfused"):
+        off = run(replace(g2, logit_softcap=0.0, attn_softcap=0.0), seq_len=4096, attention=att)
+        logit = run(replace(g2, attn_softcap=0.0), seq_len=4096, attention=att)
+        score = run(replace(g2, logit_softcap=0.0), seq_len=4096, attention=att)
+        if not (logit[0] > off[0] and logit[1] > off[1]):
+            bad("hf: the logit cap adds time and memory", f"{att}: {logit} vs {off}")
+        if score[1] != off[1] or (score[0] > off[0]) != (att != "flash") or score[0] < off[0]:
+            bad("hf: the score cap costs time under eager attention only", f"{att}: {score} vs {off}")
+        count("hf softcaps")
+
+
+def check_bench_carry() -> None:
+    """The bench carry beyond the measured work (builders/bench_costs.carried_time): of two calls
+    both carried, twice the rows never takes less (to the 0.5 % its docstring allows) nor more
+    than twice the time (one call never slower than its two halves)."""
+    from trainsim.builders.costs import OpCoster
+    from trainsim.hardware import get_device
+
+    c = OpCoster(get_device("h100-sxm5-80gb"))
+    for op in ("linear1", "linear3", "linear4", "gelu", "layernorm", "res_add"):
+        for phase in ("fwd", "bwd"):
+            for dim, mp in ((4096, 1), (8192, 4), (16384, 8)):
+                prev = None
+                for b in (1, 2, 4, 8, 16, 32):
+                    t, prov = c.time(op, phase, "bf16", mp=mp, b=b, l=4096, dim=dim)
+                    carried = "beyond-measured-work" in prov
+                    if prev is not None and carried and prev[1]:
+                        if t < prev[0] * (1 - 5e-3) or t > 2 * prev[0] * (1 + 1e-9):
+                            bad("bench carry: 2x rows in [1, 2] x time", f"{op} {phase} dim {dim} mp {mp} b {b}: {t:.6g} vs {prev[0]:.6g}")
+                        count("bench carry pairs")
+                    prev = (t, carried)
+
+
+def check_invariance() -> None:
+    """Predictions do not depend on what names nothing: a renamed model (no aliases), a plan
+    rebuilt from its fields in another order, hf_experts None and its default grouped_mm."""
+    import json
+
+    cases = [("gemma2-9b", Plan(impl="hf", micro_batch=1, global_batch=2, seq_len=8192)),
+             ("mixtral-8x7b", Plan(tp=2, pp=2, dp=4, ep=4, sp=True, micro_batch=1, global_batch=32, moe_grouped_gemm=True)),
+             ("llama2-7b", Plan(tp=2, pp=4, dp=8, vpp=2, schedule="interleaved", global_batch=64, zero=1,
+                                dist_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)),
+             ("qwen3-30b-a3b", Plan(impl="hf", micro_batch=1, global_batch=1, seq_len=2048))]  # fmt: skip
+    for model, plan in cases:
+        ref = predict_llm(model, plan, "dgx-h100")
+        key = (ref.iteration_time_s, ref.peak_memory.total_bytes, ref.breakdown)
+        renamed = replace(get_model(model), name=f"renamed-{model}", aliases=())
+        fields = json.loads(json.dumps({k: getattr(plan, k) for k in reversed(Plan.__dataclass_fields__)}))
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+        others: list[tuple[str, ModelSpec | str, Plan]] = [("renamed model", renamed, plan),
+                                                            ("fields reordered", model, Plan(**fields))]  # fmt: skip
+        if plan.impl == "hf" and get_model(model).is_moe:
+            others.append(("hf_experts grouped_mm == None", model, replace(plan, hf_experts="grouped_mm")))
+        for what, m, p in others:
+            r = predict_llm(m, p, "dgx-h100")
+            if (r.iteration_time_s, r.peak_memory.total_bytes, r.breakdown) != key:
+                bad(f"invariant: {what}", f"{model} {plan.label()}: {r.iteration_time_s!r} vs {ref.iteration_time_s!r}")
+            count("invariance")
+    # a stage costed alone (stage_costs only=) is the listed one, for a model with dense layers too
+    from trainsim.builders.llm import stage_costs
+
+    spec, sysm = get_model("deepseek-v3"), get_system("dgx-h100")
+    plan = Plan(tp=2, pp=4, dp=8, ep=8, micro_batch=1, global_batch=64)
+    listed = stage_costs(spec, plan, sysm)
+    for only in ({0}, {1, 3}):
+        try:
+            alone = stage_costs(spec, plan, sysm, only=frozenset(only))
+        except (TrainsimError, ValueError) as e:
+            bad("stage costed alone (dense layers)", f"deepseek-v3 {plan.label()} {sorted(only)}: {e}")
+            continue
+        if [(a.fwd_s, a.bwd_s) for a in alone] != [(listed[i].fwd_s, listed[i].bwd_s) for i in sorted(only)]:
+            bad("stage costed alone (dense layers)", f"deepseek-v3 {plan.label()} {sorted(only)}")
+        count("invariance")
+
+
+def check_json_table() -> None:
+    """`trainsim predict --format json` is predict_llm's answer, and the table shows the same
+    figures (iteration ms, breakdown ms, GiB to its rounding) for the newest options."""
+    import json
+    import os
+    import re
+    import subprocess
+
+    env = {**os.environ, "COLUMNS": "200"}
+    cases = [["qwen3-30b-a3b", "--tp", "1", "--dp", "8", "--ep", "8", "--global-batch", "16", "--moe-grouped-gemm"],
+             ["llama2-7b", "--tp", "2", "--pp", "4", "--dp", "1", "--global-batch", "8", "--sp"],
+             ["gemma2-9b", "--gpus", "1", "--impl", "hf", "--seq-len", "4096", "--global-batch", "1"],
+             ["llama2-7b", "--tp", "2", "--pp", "2", "--dp", "2", "--global-batch", "16", "--zero", "1",
+              "--dist-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]]  # fmt: skip
+    for args in cases:
+        cmd = [sys.executable, "-m", "trainsim", "predict", *args, "--system", "dgx-h100"]
+        js = subprocess.run([*cmd, "--format", "json"], capture_output=True, env=env, check=False)
+        tab = subprocess.run(cmd, capture_output=True, env=env, check=False)
+        if js.returncode or tab.returncode:
+            bad("predict runs", f"{' '.join(args)}: {js.stderr.decode()[-200:]} {tab.stderr.decode()[-200:]}")
+            continue
+        d = json.loads(js.stdout)
+        text = tab.stdout.decode()
+        rows = {"iteration time": d["iteration_time_s"] * 1e3}
+        names = {"forward_s": "forward", "backward_s": "backward", "tp_communication_s": "tp communication",
+                 "ep_communication_s": "ep communication", "exposed_dp_communication_s": "exposed dp communication",
+                 "optimizer_s": "optimizer", "pipeline_bubble_s": "pipeline bubble"}  # fmt: skip
+        rows.update({names[k]: v * 1e3 for k, v in d["breakdown"].items() if k in names})
+        for label, ms in rows.items():
+            m = re.search(rf"│\s+{re.escape(label)}\s+│\s+([\d,]+\.\d) ms", text)
+            if m is None and ms == 0:
+                continue  # a part the plan has none of (ep without experts) is left out of the table
+            if m is None or abs(float(m.group(1).replace(",", "")) - ms) > 0.051:
+                bad("JSON == table", f"{' '.join(args)} {label}: JSON {ms:.4f} ms, table {m.group(1) if m else None}")
+        gib = d["memory_per_gpu_bytes"] / 2**30
+        m = re.search(r"memory per GPU \(peak stage\)\s+│\s+([\d,]+\.\d) GiB", text)
+        if m is None or abs(float(m.group(1).replace(",", "")) - gib) > 0.051:
+            bad("JSON == table (memory)", f"{' '.join(args)}: JSON {gib:.3f} GiB, table {m.group(1) if m else None}")
+        parts = sum(v for k, v in d["breakdown"].items() if k != "stage")
+        if not close(parts, d["iteration_time_s"]):
+            bad("JSON breakdown sums to iteration", f"{' '.join(args)}: {parts!r} vs {d['iteration_time_s']!r}")
+        count("JSON vs table")
+
+
+def check_today40(rng: random.Random, sys2x: dict[str, Path], n: int) -> None:
+    check_expert_host()
+    check_tp_end()
+    check_overlap_param_gather(rng, sys2x, n)
+    check_hf_memory()
+    check_bench_carry()
+    check_invariance()
+    check_json_table()
+
+
 def best(res: dict) -> float:
     return min((p["iteration_time_s"] for p in res["plans"]), default=float("inf"))
 
@@ -486,16 +843,23 @@ def main() -> int:
     ap.add_argument("--no-search", action="store_true")
     ap.add_argument("--deepseek-search", action="store_true", help="also search DeepSeek-V3 on 256 H100s (slow)")
     ap.add_argument("--only-moe", action="store_true", help="only the MoE expert GEMM relations")
+    ap.add_argument("--only-40", action="store_true", help="only review 40's relations (check_today40)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     checked = 0
+    if a.only_40:
+        with tempfile.TemporaryDirectory() as td:
+            check_today40(rng, {s: _doubled_system(Path(td), s) for s in ("dgx-a100", "dgx-h100")}, max(a.plans // 4, 4))
+        print(f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}), {len(violations)} violations")
+        return 1 if violations else 0
     if a.only_moe:
         check_expert_gemms(rng, max(a.plans // 2, 6), not a.no_search)
         print(f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}), {len(violations)} violations")
         return 1 if violations else 0
     with tempfile.TemporaryDirectory() as td:
+        doubled: dict[str, Path] = {}
         for model, system, gpus, batch in CASES:
-            sys2x = _doubled_system(Path(td), system)
+            sys2x = doubled[system] = _doubled_system(Path(td), system)
             get_system(str(sys2x))
             for i, plan in enumerate(sample_plans(model, gpus, batch, a.plans, rng)):
                 sim = i % 3 == 0
@@ -503,6 +867,10 @@ def main() -> int:
                 check_plan(model, system, sys2x, plan, simulate=sim, full=full and plan.grad_accum * plan.pp <= 512)
                 checked += 1
             print(f"{model} {system}: {checked} plans so far, {len(violations)} violations", flush=True)
+        if "dgx-a100" not in doubled:
+            doubled["dgx-a100"] = _doubled_system(Path(td), "dgx-a100")
+        check_today40(rng, doubled, max(a.plans // 4, 4))
+        print(f"review 40 relations: {len(violations)} violations so far", flush=True)
     check_mtp(rng, max(a.plans // 6, 4))
     check_rope()
     check_cp_and_hf_moe()
