@@ -616,13 +616,19 @@ def _interaction(c: Coster, spec: DLRMSpec, b: int) -> tuple[list[_K], list[_K]]
     return [_k(c, "concat", "fwd", dt, parts=f, rows=b, cols=cols)], []  # cat backward: views
 
 
-def _check_assignment(spec: DLRMSpec, assignment: Sequence[int], world: int) -> None:
+def check_world(spec: DLRMSpec, world: int) -> None:
+    """A world the spec's batch can be split over (each rank at least one sample): checked before
+    anything is sized by it (a sharder's per-rank lists: ``--world 1e20`` was an OverflowError)."""
     if not isinstance(world, int) or world < 1:
         raise ConfigError(f"world must be a positive integer, got {world!r}")
     if spec.batch < world:
         raise ConfigError(
             f"batch {spec.batch} is smaller than the world size {world}: some rank has no samples"
         )
+
+
+def _check_assignment(spec: DLRMSpec, assignment: Sequence[int], world: int) -> None:
+    check_world(spec, world)
     if len(assignment) != len(spec.tables):
         raise ConfigError(f"assignment has {len(assignment)} entries for {len(spec.tables)} tables")
     bad = [

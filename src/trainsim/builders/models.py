@@ -325,6 +325,9 @@ def read_model_yaml(path: str | Path) -> ModelSpec:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise yaml_error(path, e) from None
+    if doc is None:  # an empty file (or only comments)
+        raise ConfigError(f"{path}: file is empty; expected a mapping of model fields (name, hidden, layers, heads, "
+                          "vocab, ...: examples/models/gpt-1.3b.yaml)")  # fmt: skip
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping of model fields at the top level")
     if "model_type" in doc:
@@ -958,6 +961,9 @@ def read_hf_config(path: str | Path) -> ModelSpec:
     """
     path = Path(path)
     text = _read_text(path, "model config")
+    if not text.strip():
+        raise ConfigError(f"{path}: file is empty; expected a HuggingFace config.json (a JSON object with "
+                          "model_type, hidden_size, num_hidden_layers, ...)")  # fmt: skip
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:

@@ -50,6 +50,9 @@ def analyze(
         writable_path(export_kernels, "--export-kernels")
     if time_unit not in ("auto", "us", "ns"):
         raise ConfigError(f"--time-unit must be auto, us or ns, got {time_unit!r}")
+    from trainsim.ingest.iterations import check_step_selector
+
+    check_step_selector(step)
     a = analyze_paths(
         paths, step=step, time_unit=None if time_unit == "auto" else time_unit,
         link_et=not no_et, overhead_db=overhead_db, export_kernels=export_kernels,

@@ -185,7 +185,7 @@ def bench(
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr."),
     nproc: int | None = typer.Option(None, help="Ranks for the comm suite (default 2; ignored under torchrun)."),
-    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
     density: int = typer.Option(
         1, "--density",
         help="A full sweep draws N times each op's shapes (the draws extend the default ones: a denser "

@@ -33,7 +33,7 @@ def capture_cmd(
     threads: int | None = typer.Option(None, "--threads", help="CPU threads per rank (default: cores // nproc)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier capture in --out."),
     timeout_s: float = typer.Option(600.0, "--timeout", help="Seconds before a hung multi-rank capture is stopped (--nproc 1 runs in this process, without a deadline: Ctrl-C stops it)."),
-    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (json: stdout alone)."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Record the execution trace and the Kineto trace of a training step (separate runs)."""
     from trainsim.capture import capture

@@ -197,7 +197,7 @@ def _fit_doc(result: Any, dataset: str, system: str | None, output: Path | None)
 
 
 @hw_app.command("list")
-def hw_list(fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json.")) -> None:
+def hw_list(fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone).")) -> None:
     """List catalog devices and systems."""
     from trainsim.hardware import list_devices, list_systems
 
@@ -273,7 +273,7 @@ def _edit_notes(spec: Any) -> list[str]:
 @hw_app.command("show")
 def hw_show(
     name: str = typer.Argument(..., metavar="NAME", help="Device or system name, alias, or YAML path."),
-    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json."),
+    fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:
     """Show one device or system with its sources."""
     from trainsim.errors import ConfigError
@@ -287,7 +287,12 @@ def hw_show(
             spec = get_device(name)
         except ConfigError as dev_err:
             if Path(name).is_file():  # a file: the error of what it looks like
+                if "file is empty" in str(sys_err):  # neither kind: say so, not "a device"
+                    raise ConfigError(f"{name}: file is empty; expected a device or system YAML mapping "
+                                      "(`trainsim hw show dgx-a100 --format json` shows a system's fields)") from None
                 raise (sys_err if _looks_like_system(Path(name)) else dev_err) from None
+            if Path(name).is_dir():
+                raise ConfigError(f"{name}: is a folder; give a device or system YAML file, or a catalog name") from None
             if Path(name).suffix.lower() in (".yaml", ".yml"):
                 raise sys_err from None  # a missing file or a folder: its own one-line error
             from trainsim.hardware import list_devices, list_systems

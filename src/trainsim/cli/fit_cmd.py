@@ -115,8 +115,10 @@ def fit_cmd(
     folds: int = typer.Option(1, "--folds", help="Score candidates by k-fold cross-validation on the training rows (1: one 80/20 split)."),
     max_spread: float | None = typer.Option(None, "--max-spread", help="Leave out rows whose repeat spread (p75 − p25)/median exceeds this (e.g. 0.25), before any split; rows without repeats are kept."),
 ) -> None:  # fmt: skip
-    """Fit kernel models (per operator, phase and dtype): choose a regressor by validation error
-    inside the training rows, report its error on held-out rows, refit it on all rows."""
+    """Fit kernel models (per operator, phase and dtype); print each one's held-out error.
+
+    Each entry's regressor is chosen by validation error inside the training rows, scored on
+    held-out rows, then refit on all rows."""
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_device
     from trainsim.ir.kinds import KernelFamily

@@ -211,7 +211,7 @@ def predict(
 def models(
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
-    """List the model catalog (`trainsim predict NAME` takes any of these, or a config.json)."""
+    """List the model catalog (`trainsim predict NAME` takes any of these, a config.json or a YAML spec)."""
     import sys
 
     from rich.console import Console

@@ -76,6 +76,9 @@ def replay(
     from trainsim.sim.replay import kernel_counts, replay_paths
 
     timeline_target(timeline, paths)
+    from trainsim.ingest.iterations import check_step_selector
+
+    check_step_selector(step)
     # what-if arguments checked before the (long) load and simulation
     if straggler is not None:
         _straggler_rank(straggler)

@@ -151,7 +151,7 @@ def search(
             gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
             cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"),
             cp_comm=tuple(dict.fromkeys(_words(cp_comm_type.replace("allgather", "all_gather"), "--cp-comm-type", CP_COMMS))), micro_batch=_ints(micro_batch, "--micro-batch"),
-            zero=_ints(zero, "--zero", minimum=0, allowed=(0, 1, 2, 3)), recompute=_words(recompute, "--recompute", RECOMPUTE) if recompute else _default_recompute(attention),
+            zero=_ints(zero, "--zero", minimum=0, allowed=(0, 1, 2, 3)), recompute=_words(recompute, "--recompute", RECOMPUTE) if recompute is not None else _default_recompute(attention),
             schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
             sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
             wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce, dist_optimizer=dist_optimizer,

@@ -45,11 +45,14 @@ def shard(
     from trainsim.hardware import get_system
     from trainsim.search.sharders import select_sharder
 
-    if capacity_gb is not None and not (math.isfinite(capacity_gb) and capacity_gb > 0):
+    if capacity_gb is not None and not (math.isfinite(capacity_gb * 1e9) and capacity_gb > 0):
         raise ConfigError(f"--capacity-gb must be a positive number of GB, got {capacity_gb:g}")
     if world < 1:
         raise ConfigError(f"--world must be >= 1, got {world}")
     spec = load_dlrm_spec(spec_file)
+    if world > spec.batch:  # before anything is sized by it (--world 1e20 was an OverflowError)
+        raise ConfigError(f"--world {world}: more ranks than {spec_file}'s batch {spec.batch}: "
+                          "some rank would have no samples")  # fmt: skip
     if device is None and system is None:
         raise ConfigError(
             "give --device (catalog name or device YAML, e.g. --device a100-sxm4-80gb) or --system (e.g. --system dgx-a100)"

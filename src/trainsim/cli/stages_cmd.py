@@ -322,7 +322,7 @@ def search(
     if (predictor is None) == (measured is None):
         raise ConfigError("give exactly one of --predictor DIR or --measured DIR")
     if family not in SEARCH_MODELS:
-        raise ConfigError(f"--family must be one of {sorted(SEARCH_MODELS)}, got {family!r}")
+        raise ConfigError(f"--family must be one of {', '.join(sorted(SEARCH_MODELS))}, got {family!r}")
     given = _overrides(locals())
     m = search_model(family, **given)
     own = not is_default(m)

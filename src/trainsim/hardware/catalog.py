@@ -34,6 +34,10 @@ def _load_yaml(text: str, origin: str, model: type[_M], *, packaged: bool = Fals
         doc = yaml.load(text, Loader=_FAST_LOADER) if packaged else yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise yaml_error(origin, e) from None
+    if doc is None:  # an empty file (or only comments): said as such, not as a wrong shape
+        kind, example = ("system", "dgx-a100") if model is SystemSpec else ("device", "a100-sxm4-80gb")
+        raise ConfigError(f"{origin}: file is empty; expected a {kind} YAML mapping "
+                          f"(`trainsim hw show {example} --format json` shows one's fields)")  # fmt: skip
     if not isinstance(doc, dict):
         raise ConfigError(f"{origin}: expected a mapping at the top level")
     version = doc.get("schema_version")
@@ -132,12 +136,21 @@ def _is_path(text: str) -> bool:
         return False
 
 
+def _is_folder(text: str) -> bool:
+    try:
+        return Path(text).is_dir()
+    except OSError:
+        return False
+
+
 def _resolve(name_or_path: str | Path, table: dict[str, _M], model: type[_M], what: str) -> _M:
     text = str(name_or_path)
     if _is_path(text):
         path = Path(text)
         return _load_yaml(read_utf8(path, f"{what} file"), str(path), model)
     hit = table.get(_norm(text))
+    if hit is None and _is_folder(text):  # an existing folder is no catalog name: say what it is
+        raise ConfigError(f"{what} {text}: is a folder; give a {what} YAML file or a catalog name")
     if hit is None:
         names = sorted({s.name for s in table.values()})  # type: ignore[attr-defined]
         close = close_names(text, table)

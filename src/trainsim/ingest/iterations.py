@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from itertools import pairwise
 
-from trainsim.errors import TraceFormatError
+from trainsim.errors import ConfigError, TraceFormatError
 from trainsim.ingest.kineto import Event, KinetoTrace, short_text
 
 WHOLE_TRACE = "<whole trace: no markers, no repetition>"
@@ -156,6 +156,16 @@ def detect_repeating_steps(trace: KinetoTrace, *, min_repeats: int = 2) -> list[
     return [
         StepWindow(i, s, e, False, anchor) for i, (s, e) in enumerate(zip(starts, ends, strict=True))
     ]
+
+
+STEP_SELECTORS = ("median", "first", "last")
+
+
+def check_step_selector(which: str, flag: str = "--step") -> None:
+    """Refuse a step selector :func:`choose_step` would not take, naming the option (before any
+    trace is read: the error had named the first trace file, as if the file were at fault)."""
+    if which not in STEP_SELECTORS and not which.isdigit():
+        raise ConfigError(f"{flag} must be median, first, last or a ProfilerStep number (0, 1, ...), got {which!r}")
 
 
 def choose_step(steps: list[StepWindow], which: str | int = "median") -> StepWindow:

@@ -122,7 +122,7 @@ def sample_stages(family: str, count: int, *, seed: int = 0, min_est_s: float = 
                   max_est_s: float = 1.0) -> list[tuple[str, StageSpec]]:  # fmt: skip
     """The first ``count`` stages of ``(family, seed)`` as ``(id, spec)`` (module docstring)."""
     if family not in _CANDIDATES:
-        raise ConfigError(f"family must be one of {sorted(_CANDIDATES)}, got {family!r}")
+        raise ConfigError(f"family must be one of {', '.join(sorted(_CANDIDATES))}, got {family!r}")
     bins = _strata(family, seed, min_est_s, max_est_s)
     out: list[tuple[str, StageSpec]] = []
     k = 0

@@ -143,7 +143,7 @@ def parse_stage(text: str) -> StageSpec:
     if missing:
         raise ConfigError(f"{where}: give {' and '.join(f'{k}=' for k in missing)} (e.g. family=gpt,layers=2)")
     if given["family"] not in SEARCH_MODELS:
-        raise ConfigError(f"{where}: family must be one of {sorted(SEARCH_MODELS)}, got {given['family']!r}")
+        raise ConfigError(f"{where}: family must be one of {', '.join(sorted(SEARCH_MODELS))}, got {given['family']!r}")
     m = SEARCH_MODELS[given["family"]]
     spec: dict[str, Any] = {k: getattr(m, k) for k in ("hidden", "heads", "seq", "micro_batch", "vocab", "experts",
                                                          "group_size", "capacity_factor")}  # fmt: skip

@@ -75,7 +75,7 @@ class StageSpec:
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
-            raise ConfigError(f"stage family must be one of {FAMILIES}, got {self.family!r}")
+            raise ConfigError(f"stage family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
         for name in ("hidden", "heads", "seq", "micro_batch", "shard", "vocab", "ffn_mult"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -39,6 +39,7 @@ from trainsim.builders.dlrm import (
     KernelModels,
     TableSpec,
     build_dlrm_workload,
+    check_world,
     provenance_summary,
     sim_options,
     table_costs,
@@ -227,6 +228,7 @@ def select_sharder(spec: DLRMSpec, world: int, *, device: str | Path | DeviceSpe
         and capacity_bytes > 0
     ):
         raise ConfigError(f"capacity must be a positive number of bytes, got {capacity_bytes!r}")
+    check_world(spec, world)
     names = list(sharders) if sharders is not None else list(SHARDERS)
     unknown = [n for n in names if n not in SHARDERS]
     if unknown:

@@ -45,7 +45,10 @@ def end_stage_splits(layers: int, pp: int, trim: int) -> Iterator[tuple[int, int
     Each split once: with two stages there is no middle, and trims ``t`` and ``t + 2`` give the
     same splits (24 layers: 13/11 from t 2 as from t 4), which had been screened and ranked twice."""
     seen: set[tuple[int, int]] = set()
-    for t in range(1, trim + 1):
+    # no new split past 2 x layers: with t = a + b = pp*m - layers, ends of >= 1 layer give
+    # t < 2 x layers for pp >= 3, and pp 2 has every (first, layers - first) from t = layers - 2;
+    # a larger trim (--trim-end-stages 1e11) had looped for ever over the t that add nothing
+    for t in range(1, min(trim, 2 * layers) + 1):
         if (layers + t) % pp:
             continue
         m = (layers + t) // pp

@@ -615,6 +615,13 @@ def parse_tags(files: str | None) -> list[str] | None:
     return [t.strip() for t in files.split(",") if t.strip()] if files else None
 
 
+def _is_folder(text: str) -> bool:
+    try:
+        return Path(text).expanduser().is_dir()
+    except OSError:
+        return False
+
+
 def read_cases(root: Path | str, tags: Iterable[str] | None = None) -> list[LLMCase]:
     """All cases of the chosen sets (the three files, then the shipped ones, by default), in
     set then row order."""
@@ -624,6 +631,9 @@ def read_cases(root: Path | str, tags: Iterable[str] | None = None) -> list[LLMC
     unknown = [t for t in chosen if t not in known and t not in runs]
     if not chosen:
         raise ConfigError(f"no ground-truth tag given; known: {', '.join(known)}")
+    folders = [t for t in unknown if _is_folder(t)]
+    if folders:  # a path, not a misspelt tag: say what it is
+        raise ConfigError(f"--files {folders[0]}: is a folder; give a CSV file of measured runs (docs/llm.md)")
     if unknown:
         raise ConfigError(
             f"unknown ground-truth tag(s) {', '.join(unknown)}; known: {', '.join(known)}, or a CSV of your own "

@@ -24,6 +24,7 @@ from scipy.stats import spearmanr
 from trainsim.builders.costs import OpCoster
 from trainsim.builders.predict import predict_llm
 from trainsim.builders.spec import ModelSpec
+from trainsim.errors import ConfigError
 from trainsim.hardware import get_device, get_system
 from trainsim.validate.llm_cases import FILES, LLMCase, parse_tags, read_cases
 from trainsim.validate.registry import error_summary
@@ -85,6 +86,14 @@ def run_search_suite(data_dir: Path, *, files: str | None = None) -> dict[str, A
             "plan_errors": [{"plan": c.plan.label(), "error_pct": 100.0 * (p - m) / m}
                             for c, p, m in zip(cs, preds, meas, strict=True)],
         })  # fmt: skip
+    if cases and not out_groups:  # had read "validated no case under <the data folder>" of one's own CSV
+        ex = next(iter(groups))
+        raise ConfigError(
+            f"--files {files or ','.join(FILES)}: no plans to rank: a group is two or more runs of one model, GPU "
+            f"count, global batch and system in one file, and the {len(cases)} run(s) read form {len(groups)} "
+            f"group(s) of one run (e.g. {ex[1]} on {ex[2]} GPUs, global batch {ex[3]}, {ex[5]}); "
+            "`trainsim validate llm --files` checks single runs"
+        )
     by_file: dict[str, Any] = {}
     for fname in sorted({g["file"] for g in out_groups}):
         gs = [g for g in out_groups if g["file"] == fname]
