@@ -152,3 +152,12 @@ def test_format_help_reads_the_same_on_every_command():
 def test_every_command_summary_is_one_line_in_the_listing():
     broken = [" ".join(path) for path, cmd in _commands() if "\n" in (cmd.help or "").strip().split("\n\n")[0]]
     assert broken == []
+
+
+def test_a_cost_beyond_a_float_is_refused_not_ranked_as_a_tie():
+    """1e308 tokens at 1e308 a GPU-hour made every plan's cost inf: the table ranked them in
+    enumeration order (a slower plan first) with exit 0."""
+    msg = _error(_run("search", "llama2-7b", "--gpus", "8", "--global-batch", "8", "--objective", "cost",
+                      "--train-tokens", "1e308", "--gpu-hour-price", "1e308"))  # fmt: skip
+    assert msg.startswith("--train-tokens 1e+308 and --gpu-hour-price 1e+308: the cost of plan ")
+    assert msg.endswith("is inf (beyond a float); give smaller numbers")

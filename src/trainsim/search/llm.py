@@ -139,9 +139,14 @@ def _objective(name: str, seconds: float, plan: Plan, model: ModelSpec, *, train
         return seconds
     tokens = plan.batch * plan.seq(model)
     total_s = (train_tokens / tokens * seconds) if train_tokens is not None else seconds
-    if name == "time-to-train":
-        return total_s
-    return plan.gpus * total_s / 3600.0 * (gpu_hour_price if gpu_hour_price is not None else 1.0)
+    value = total_s if name == "time-to-train" else \
+        plan.gpus * total_s / 3600.0 * (gpu_hour_price if gpu_hour_price is not None else 1.0)
+    if not math.isfinite(value):  # every plan inf: ranked in enumeration order, as if tied
+        given = " and ".join(f"{f} {v:g}" for f, v in (("--train-tokens", train_tokens),
+                                                        ("--gpu-hour-price", gpu_hour_price)) if v is not None)
+        raise ConfigError(f"{given}: the {name} of plan {plan.label()} is {value} (beyond a float); "
+                          "give smaller numbers")  # fmt: skip
+    return value
 
 
 def check_objective(name: str, *, train_tokens: float | None, gpu_hour_price: float | None) -> None:
