@@ -189,6 +189,7 @@ def test_objectives_need_their_inputs():
     with pytest.raises(ConfigError, match="objective"):
         search_llm(model, "dgx-a100", SMALL, objective="speed", workers=1, progress=False)
     # the CLI says what is wrong first, before any note about the search
+    _register()
     for extra, msg in ((["--objective", "time-to-train"], "objective time-to-train needs --train-tokens"),
                        (["--objective", "cost", "--gpu-hour-price", "-1"], "--gpu-hour-price must be a positive")):
         res = CliRunner().invoke(app, ["search", "llama2-7b", "--gpus", "8", "--global-batch", "64", "--simulate-top",
