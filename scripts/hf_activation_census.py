@@ -40,6 +40,12 @@ model with both kinds of layer keeps beyond the rest); Gemma 2's final-logit cap
 ``logit_softcap``. They are checked with the others on models of alternating sliding and full
 layers (with Gemma 2's cap).
 
+Mistral, Cohere, Phi, GLM, GLM-4, SmolLM3 and OLMoE (``MORE``, ``olmoe``/``olmoe_grouped``, since
+2026-12-06): as ``scripts/hf_eager_census.py`` builds them; Mistral's and SmolLM3's ``window``
+from models whose every layer slides (its ``rest`` the boolean mask, built once for the layers),
+SmolLM3's ``rope`` (its ``layer`` a NoPE one), checked with the others on models of every
+layer sliding and (SmolLM3) of alternating rotating and NoPE layers, the NoPE ones sliding or not.
+
     python scripts/hf_activation_census.py       # rewrites the JSON (needs torch, transformers)
     python scripts/hf_activation_census.py --families gemma2 gemma3   # those only, the others kept
 """
@@ -57,11 +63,20 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "builders" / "data" / "hf_activation_census.json"
 FAMILIES = ("llama", "qwen3", "gpt2", "mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", "gemma2", "gemma3",
-            "gemma", "granite")
+            "gemma", "granite", "mistral", "cohere", "phi", "glm", "glm4", "smollm3", "olmoe", "olmoe_grouped")
+# the families added 2026-12-06, built as scripts/hf_eager_census.py builds them (untied, their config
+# classes' defaults but for the sizes): Mistral and SmolLM3 with a window part (WINDOWED: every layer
+# sliding against none, the window GEMMA_WINDOW shorter than every sequence measured), SmolLM3's layer a
+# NoPE one and part rope (a rotating layer's storages beyond it), Phi and GLM with partial rotary (Dims.r
+# of each head's hd dims rotate), OLMoE as Mixtral (its q norm an RMSNorm of hidden_size: q = d)
+MORE = ("mistral", "cohere", "phi", "glm", "glm4", "smollm3")
+WINDOWED = ("mistral", "smollm3")
+PARTIAL = ("phi", "glm", "glm4")
+Q_IS_D = ("phi", "olmoe", "olmoe_grouped")  # head size d / h by construction: T*q is T*d
 # Gemma 1 and Granite (GemmaForCausalLM, GraniteForCausalLM, as scripts/hf_eager_census.py builds
 # them: untied as LLaMA's, Granite with its multipliers)
 DENSE_HF = ("gemma", "granite")
-MOE = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
+MOE = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", "olmoe", "olmoe_grouped")
 # Gemma 2 / Gemma 3 (Gemma2ForCausalLM, Gemma3ForCausalLM, as scripts/hf_eager_census.py builds
 # them): tied embeddings (the real models'; untied ones keep the same bytes, compared once at the base
 # dimensions with both kinds of layer, with and without checkpointing), SDPA under another name (Gemma 2's modules refuse
@@ -86,6 +101,7 @@ class Dims:
     v: int = 331
     e: int = 0
     k: int = 0
+    r: int = 0  # rotated dims of a head (partial rotary: Phi, GLM); 0: all hd
 
     @property
     def t(self) -> int:
@@ -96,9 +112,18 @@ class Dims:
 BASE = {"llama": Dims(), "qwen3": Dims(), "gpt2": Dims(hd=4),
         "mixtral": Dims(g=4, e=5, k=3), "mixtral_grouped": Dims(g=4, e=15, k=8),
         "qwen3_moe": Dims(h=21, hd=4, g=7, e=5, k=3), "qwen3_moe_grouped": Dims(h=21, hd=4, e=15, k=8),
-        "gemma2": Dims(), "gemma3": Dims(), "gemma": Dims(), "granite": Dims()}  # fmt: skip
+        "gemma2": Dims(), "gemma3": Dims(), "gemma": Dims(), "granite": Dims(),
+        "mistral": Dims(), "cohere": Dims(), "smollm3": Dims(), "phi": Dims(d=126, h=18, hd=7, r=4),
+        "glm": Dims(h=9, hd=22, r=12), "glm4": Dims(h=9, hd=22, r=12),
+        "olmoe": Dims(hd=4, g=4, e=5, k=3), "olmoe_grouped": Dims(hd=4, g=4, e=15, k=8)}  # fmt: skip
 LABELS_B1 = 8  # bytes: see family_census
 CHECKS = ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 72, "f": 152}, {"b": 1, "s": 56, "v": 419, "hd": 14})
+# a family whose head size is d / h changes d with it; Phi's rotated dims stay 4 (even, below hd)
+FAMILY_CHECKS = {
+    "phi": ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 144, "hd": 8, "f": 152}, {"b": 1, "s": 56, "v": 419, "d": 90, "hd": 5}),
+    "olmoe": ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 72, "hd": 6, "f": 152}, {"b": 1, "s": 56, "v": 419}),
+    "olmoe_grouped": ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 72, "hd": 6, "f": 152}, {"b": 1, "s": 56, "v": 419}),
+}  # fmt: skip
 
 
 def values(x: Dims, family: str) -> dict[str, int]:
@@ -111,14 +136,22 @@ def values(x: Dims, family: str) -> dict[str, int]:
         out |= {"T*3d": t * 3 * d, "T*4d": t * 4 * d}
     else:
         out |= {"L*hd": x.s * x.hd, "T*q": t * q, "T*kv": t * kv, "T*g": t * x.g, "T*f": t * f, "T*2f": t * 2 * f}
-    if family == "gemma":  # its (1 + weight) norm's fp32 factor
+    if family in Q_IS_D:
+        del out["T*q"]
+    if family in PARTIAL:  # the rotated and passed widths, the rotated cos/sin table
+        r = x.r or x.hd
+        out |= {"T*qr": t * x.h * r, "T*kvr": t * x.g * r, "T*qp": t * x.h * (x.hd - r), "T*kvp": t * x.g * (x.hd - r),
+                "L*hdr": x.s * r}  # fmt: skip
+    if family in WINDOWED:  # the additive [B, 1, L, L] mask, the boolean [1, 1, L, L] one
+        out |= {"T*L": t * x.s, "L*L": x.s * x.s}
+    if family in ("gemma", "cohere"):  # its (1 + weight) norm's fp32 factor; CohereLayerNorm's fp32 weight
         out |= {"d": d}
     if family in GEMMA:  # a windowed layer's additive [B, 1, L, L] mask, the boolean [1, 1, L, L] one; a
         out |= {"T*L": t * x.s, "L*L": x.s * x.s, "d": d, "hd": x.hd}  # (1 + weight) norm's fp32 factor
     if family in MOE:
         out |= {"E": x.e, "T*k": t * x.k, "T*E": t * x.e, "T*k*d": t * x.k * d, "T*k*f": t * x.k * f,
                 "T*k*2f": t * x.k * 2 * f}  # fmt: skip
-    if family in ("mixtral", "qwen3_moe"):
+    if family in ("mixtral", "qwen3_moe", "olmoe"):
         te = t * x.k // x.e
         out |= {"Te": te, "2Te": 2 * te, "Te*d": te * d, "Te*f": te * f, "Te*2f": te * 2 * f}
     return out
@@ -168,6 +201,33 @@ def build(family: str, layers: int, x: Dims, *, checkpoint: bool, variant: str =
             from transformers import GraniteConfig, GraniteForCausalLM
 
             model = GraniteForCausalLM(GraniteConfig(**common, **census.GRANITE_MULTIPLIERS))
+    elif family in MORE:
+        import transformers
+
+        words = set(variant.split("+")) - {""}
+        allowed = {"mistral": {"window"}, "smollm3": {"window", "rope", "mixed"}}.get(family, set())
+        if words - allowed or {"rope", "mixed"} <= words:
+            raise SystemExit(f"{family}: unknown variant {variant!r}")
+        cfg = common | {"num_attention_heads": x.h, "num_key_value_heads": x.g}
+        if family == "phi":  # PhiAttention's head size is d / h
+            del cfg["head_dim"]
+            if x.d != x.h * x.hd:
+                raise SystemExit(f"phi: d {x.d} is not h {x.h} x hd {x.hd}")
+        if family in PARTIAL:  # int(hd * factor) == r
+            cfg["partial_rotary_factor"] = (x.r + 0.5) / x.hd
+        window = GEMMA_WINDOW if "window" in words else None
+        if family == "mistral":
+            cfg["sliding_window"] = window
+        if family == "smollm3":  # NoPE layers but with "rope" (every layer) or "mixed" (every other, the first)
+            rope = [int("rope" in words or ("mixed" in words and i % 2 == 0)) for i in range(layers)]
+            cfg |= {"no_rope_layers": rope, "use_sliding_window": window is not None, "sliding_window": window,
+                    "layer_types": ["sliding_attention" if window and not r else "full_attention" for r in rope]}  # fmt: skip
+        cls = {"mistral": "Mistral", "cohere": "Cohere", "phi": "Phi", "glm": "Glm", "glm4": "Glm4",
+               "smollm3": "SmolLM3"}[family]  # fmt: skip
+        model = getattr(transformers, f"{cls}ForCausalLM")(getattr(transformers, f"{cls}Config")(**cfg))
+        attn = model.model.layers[0].self_attn
+        if attn.head_dim != x.hd or (family in PARTIAL and model.model.rotary_emb.inv_freq.numel() * 2 != x.r):
+            raise SystemExit(f"{family}: the model's head size or rotated dims are not {x}")
     elif family in GEMMA:
         from transformers import AttentionInterface
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -213,6 +273,14 @@ def build(family: str, layers: int, x: Dims, *, checkpoint: bool, variant: str =
 
             model = MixtralForCausalLM(MixtralConfig(num_local_experts=x.e, **moe))
             router: Any = modeling_mixtral.MixtralTopKRouter
+        elif family.startswith("olmoe"):  # head size d / h (its q norm is an RMSNorm of hidden_size)
+            from transformers import OlmoeConfig, OlmoeForCausalLM
+            from transformers.models.olmoe import modeling_olmoe
+
+            if x.d != x.h * x.hd:
+                raise SystemExit(f"olmoe: d {x.d} is not h {x.h} x hd {x.hd}")
+            model = OlmoeForCausalLM(OlmoeConfig(num_experts=x.e, **{k: v for k, v in moe.items() if k != "head_dim"}))
+            router = modeling_olmoe.OlmoeTopKRouter
         else:
             from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
             from transformers.models.qwen3_moe import modeling_qwen3_moe
@@ -397,11 +465,55 @@ def gemma_parts(family: str, ckpt: bool, layer: dict, rest: dict) -> dict[str, A
     return parts
 
 
+def more_parts(family: str, ckpt: bool, layer: dict, rest: dict) -> dict[str, Any]:
+    """A :data:`WINDOWED` family's ``window``: what a sliding layer keeps beyond a full one
+    (``layer``, signed: K and V repeated to the query heads, the additive mask) and what the model
+    keeps beyond the rest once a layer slides (``rest``: the mask, built once for every layer),
+    from models whose every layer slides; SmolLM3's ``rope`` (its ``layer`` a NoPE one): what a
+    rotating layer keeps beyond it (``layer``) and what the model keeps beyond the rest once a
+    layer rotates (``rest``: the cos/sin table the layers' products hold)."""
+    base = BASE[family]
+
+    def counted(n: int, variant: str) -> Counter[tuple[str, str]]:
+        saved, alive = measure(family, n, base, checkpoint=ckpt, variant=variant)
+        if not ckpt and not saved.items() <= alive.items():
+            raise SystemExit(f"{family} ({variant}): a saved tensor's storage is not alive after the forward")
+        return named(alive, base, family)
+
+    parts: dict[str, Any] = {}
+    if family in WINDOWED:
+        window = {n: counted(n, "window") for n in (1, 2)}
+        sliding = Counter(signed(window[2], window[1]))  # one sliding layer
+        window_rest = signed(window[1], sliding + Counter(rest))
+        if any(v < 0 for v in (*sliding.values(), *window_rest.values())):
+            raise SystemExit(f"{family}: the sliding model is not its rest, the window's rest and its layers: {window_rest}")
+        parts["window"] = {"layer": as_entries(signed(sliding, Counter(layer))), "rest": as_entries(window_rest)}
+    if family == "smollm3":
+        rope = {n: counted(n, "rope") for n in (1, 2)}
+        rotating = Counter(signed(rope[2], rope[1]))
+        rope_rest = signed(rope[1], rotating + Counter(rest))  # the cos/sin table, kept once a layer rotates
+        if any(v < 0 for v in rope_rest.values()):
+            raise SystemExit(f"{family}: the rotating model keeps less than its layers and rest: {rope_rest}")
+        parts["rope"] = {"layer": as_entries(signed(rotating, Counter(layer))), "rest": as_entries(rope_rest)}
+    return parts
+
+
 def model_bytes(entries: dict[str, Any], x: Dims, family: str, n: int, variant: str) -> int:
-    """The formula's bytes of an ``n``-layer Gemma model of ``variant`` (none, or "mixed"
-    with Gemma 2's "cap"): the window's layer part on its sliding layers (every other, the
-    first), its rest part once, the cap's once."""
+    """The formula's bytes of an ``n``-layer model of ``variant``: a Gemma model's none, or
+    "mixed" with Gemma 2's "cap" (the window's layer part on its sliding layers, every other,
+    the first, its rest part once, the cap's once); a :data:`WINDOWED` one's "window" (every
+    layer sliding); SmolLM3's "mixed" (every other layer rotating, the first: the rope part on
+    those) and "mixed+window" (its NoPE layers sliding too)."""
     want = n * formula_bytes(entries["layer"], x, family) + formula_bytes(entries["rest"], x, family)
+    if family in WINDOWED:
+        sliding = n if variant == "window" else n // 2 if "window" in variant else 0
+        if sliding:
+            want += sliding * formula_bytes(entries["window"]["layer"], x, family)
+            want += formula_bytes(entries["window"]["rest"], x, family)
+        if "mixed" in variant:
+            want += (n + 1) // 2 * formula_bytes(entries["rope"]["layer"], x, family)
+            want += formula_bytes(entries["rope"]["rest"], x, family)
+        return want
     if "mixed" in variant:
         want += (n + 1) // 2 * formula_bytes(entries["window"]["layer"], x, family)
         want += formula_bytes(entries["window"]["rest"], x, family)
@@ -435,8 +547,13 @@ def family_census(family: str) -> dict[str, Any]:
         if family in GEMMA:
             entries |= gemma_parts(family, ckpt, layer, rest)
             runs_checked.append(("mixed+cap" if family == "gemma2" else "mixed", (2, 3)))
+        if family in WINDOWED or family == "smollm3":
+            entries |= more_parts(family, ckpt, layer, rest)
+            runs_checked.append(("window", (1, 3)))
+            if family == "smollm3":
+                runs_checked += [("mixed", (2, 3)), ("mixed+window", (2, 3))]
         checks = []
-        for change in CHECKS:
+        for change in FAMILY_CHECKS.get(family, CHECKS):
             x = replace(base, **change)
             for variant, layer_counts in runs_checked:
                 for n in layer_counts:
@@ -481,7 +598,12 @@ def main(argv: list[str] | None = None) -> int:
                 "bytes equal the measured bytes exactly; gemma2, gemma3 (tied embeddings, as the real models; SDPA, "
                 "Gemma 2's attention-score cap left off as SDPA runs it): layer is a full-attention layer, part window "
                 "a sliding-window layer's storages beyond it (layer, signed: K and V repeated to the query heads) and a "
-                "model with both kinds' beyond the rest (rest), logit_softcap Gemma 2's final-logit cap's (rest)",
+                "model with both kinds' beyond the rest (rest), logit_softcap Gemma 2's final-logit cap's (rest); mistral, "
+                "cohere, phi, glm, glm4, smollm3, olmoe, olmoe_grouped (their *ForCausalLM, untied): mistral and smollm3 "
+                "part window (layer: a sliding layer's storages beyond a full one; rest: the model's beyond the rest once a "
+                "layer slides), smollm3's layer a NoPE one and part rope (layer: a rotating layer's beyond it; rest: the "
+                "cos/sin table kept once a layer rotates), phi, glm, glm4 partial rotary (T*qr, T*kvr rotated query/key "
+                "widths, T*qp, T*kvp passed through, L*hdr the rotated cos/sin), cohere's d its LayerNorm's fp32 weight",
         "command": "python scripts/hf_activation_census.py",
         "date": datetime.date.today().isoformat(),
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},

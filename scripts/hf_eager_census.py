@@ -40,6 +40,7 @@ GEMMs (``_grouped_mm``: torch 2.13 runs it on the CPU, the same call CUDA runs, 
 backward per projection) are left to the builder, as the other GEMMs are.
 
     python scripts/hf_eager_census.py            # rewrites the JSON (needs torch, transformers)
+    python scripts/hf_eager_census.py --families mistral phi   # those only, the others kept
 """
 
 from __future__ import annotations
@@ -91,8 +92,22 @@ GEMMA_FAMILIES = ("gemma2", "gemma3")
 GEMMA_WINDOW, GEMMA2_ATTN_CAP = 8, 50.0
 # the dense families whose rest is also taken with a tied embedding (the head's weight the
 # embedding's: autograd adds the two gradients, one add of V*d), as part "tied"
-TIED_FAMILIES = ("llama", "qwen3", "gemma", "granite", *GEMMA_FAMILIES)
-MOE_FAMILIES = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped")
+MOE_FAMILIES = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", "olmoe", "olmoe_grouped")
+# the families added 2026-12-06 (transformers' MistralForCausalLM, CohereForCausalLM, PhiForCausalLM,
+# GlmForCausalLM, Glm4ForCausalLM, SmolLM3ForCausalLM; OlmoeForCausalLM is among MOE_FAMILIES, with
+# Mixtral's heads: its q norm is an RMSNorm of hidden_size, so q = d, as in OLMoE-1B-7B):
+# Mistral's and SmolLM3's also with a window part (WINDOW_FAMILIES: every layer sliding, the window
+# GEMMA_WINDOW < L, against none), SmolLM3 a rope part (ROPE_FAMILIES: its layer is a NoPE one, the
+# rotary's calls a part of their own, added on the rotating share of the layers)
+MORE_FAMILIES = ("mistral", "cohere", "phi", "glm", "glm4", "smollm3")
+WINDOW_FAMILIES = ("mistral", "smollm3")
+ROPE_FAMILIES = ("smollm3",)
+# partial rotary (Phi, GLM: the first ``rd`` of each head's ``hd`` dims rotate, the rest pass
+# through and are concatenated back): the tiny model's hidden size, heads, key heads, head size
+# and rotated dims, chosen so that the rotated and passed widths (T*qr, T*qp, T*kvr, T*kvp, their
+# halves, T*hdr the cos/sin) differ from every other size (Phi's head size is d / h: its d is its own)
+PARTIAL_DIMS = {"phi": (126, 18, 3, 7, 4), "glm": (48, 9, 3, 22, 12), "glm4": (48, 9, 3, 22, 12)}
+TIED_FAMILIES = ("llama", "qwen3", "gemma", "granite", *GEMMA_FAMILIES, *MORE_FAMILIES)
 ZEROS = {"zeros", "new_zeros", "zeros_like"}
 GATHERS = {"index", "index_select"}
 SCATTERS = {"index_add_", "index_add", "index_put", "index_put_", "_index_put_impl_"}
@@ -138,6 +153,18 @@ def _dense(heads: int, hd: int = HD) -> dict[int, str]:
     return sym
 
 
+def _partial_symbols(family: str) -> dict[int, str]:
+    """A partial-rotary family's symbols (:data:`PARTIAL_DIMS`): the dense ones at its own sizes
+    and the rotated and passed widths; every one distinct, or the census could not tell them apart."""
+    d, heads, g, hd, rd = PARTIAL_DIMS[family]
+    sym = _symbols(d, F, q=heads * hd, kv=g * hd, hd=hd, v=V, h=heads)
+    named = {"T*qr": heads * rd, "T*qr/2": heads * rd // 2, "T*kvr": g * rd, "T*kvr/2": g * rd // 2,
+             "T*qp": heads * (hd - rd), "T*kvp": g * (hd - rd), "T*hdr": rd, "T*hdr/2": rd // 2}  # fmt: skip
+    if rd % 2 or len({T * w for w in named.values()} | set(sym)) != len(named) + len(sym) or T * g in sym:
+        raise SystemExit(f"{family}: a rotated or passed width equals another symbol's; pick other dimensions")
+    return sym | {T * w: name for name, w in named.items()}
+
+
 def _moe_symbols(d: int, f: int, experts: int, k: int, heads: int = H) -> dict[int, str]:
     """The MoE block's sizes (even routing: ``Te = T k / E`` tokens per expert); each must be
     new to the dense symbols, or the census could not tell them apart."""
@@ -170,12 +197,14 @@ Calls = list[tuple[str, str, tuple[tuple[str, str], ...], str]]
 
 def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE, *, tied: bool = False,
            layer_type: str | list[str] = "sliding_attention", attn: str = "sdpa", attn_cap: float | None = None,
-           final_cap: float | None = 30.0) -> tuple[Calls, dict[str, int]]:  # fmt: skip
+           final_cap: float | None = 30.0, window: bool = False, rope: bool = True) -> tuple[Calls, dict[str, int]]:  # fmt: skip
     """One training step's memory-bound calls, and its host work (calls by kind per phase,
     ``nodes``: the backward's autograd nodes); ``hd``: a dense LLaMA or Qwen3 model's head
     size (an MoE family's is ``HD``); ``tied``: a dense model's embedding and head share one
     weight; a Gemma model's ``layer_type`` (every layer's, or a list of one a layer), attention implementation and
-    Gemma 2's attention-score cap (SDPA takes none) and final-logit cap (its config's 30)."""
+    Gemma 2's attention-score cap (SDPA takes none) and final-logit cap (its config's 30);
+    ``window``: a :data:`WINDOW_FAMILIES` model's layers all sliding (window GEMMA_WINDOW), else
+    none; ``rope``: SmolLM3's layers all rotating, else all NoPE."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -245,6 +274,42 @@ def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE, *, ti
         sym.setdefault(T * H * L, "T*h*L")  # the attention scores (eager attention only)
         if sym[T * H * L] != "T*h*L":
             raise SystemExit("gemma: the attention scores' size equals another symbol's; pick other dimensions")
+    elif family in MORE_FAMILIES:
+        # their config classes' defaults but for the sizes (Cohere's logit_scale 0.0625, Phi's
+        # gelu_new and dropout 0, GLM's attention biases); untied as LLaMA's (part tied: the add);
+        # SDPA. Phi and GLM at PARTIAL_DIMS (their partial rotary), the others the dense sizes
+        d, heads, g, hd, rd = PARTIAL_DIMS.get(family, (D, H, KV, hd, hd))
+        cfg: dict[str, Any] = {
+            "hidden_size": d, "num_attention_heads": heads, "num_key_value_heads": g,
+            "intermediate_size": F, "num_hidden_layers": layers, "vocab_size": V, "max_position_embeddings": L,
+            "tie_word_embeddings": tied, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0,
+            "attn_implementation": "sdpa"}  # fmt: skip
+        if family != "phi":  # PhiAttention's head size is d / h
+            cfg["head_dim"] = hd
+        if family in PARTIAL_DIMS:  # int(hd * factor) == rd
+            cfg["partial_rotary_factor"] = (rd + 0.5) / hd
+        import transformers
+
+        cls = {"mistral": "Mistral", "cohere": "Cohere", "phi": "Phi", "glm": "Glm", "glm4": "Glm4",
+               "smollm3": "SmolLM3"}[family]  # fmt: skip
+        if family == "mistral":
+            cfg["sliding_window"] = GEMMA_WINDOW if window else None
+        if family == "smollm3":
+            cfg |= {"no_rope_layers": [int(rope)] * layers, "use_sliding_window": window,
+                    "sliding_window": GEMMA_WINDOW if window else None,
+                    "layer_types": [("sliding_attention" if window else "full_attention")] * layers}  # fmt: skip
+        elif not rope:
+            raise SystemExit(f"{family}: every layer rotates")
+        config = getattr(transformers, f"{cls}Config")(**cfg)
+        model = getattr(transformers, f"{cls}ForCausalLM")(config)
+        if family in PARTIAL_DIMS:
+            attn = model.model.layers[0].self_attn
+            got = getattr(attn, "rotary_ndims", None) or int(model.model.rotary_emb.inv_freq.numel() * 2)
+            if got != rd or model.model.layers[0].self_attn.head_dim != hd:
+                raise SystemExit(f"{family}: rotary dims {got}, head size {attn.head_dim}; expected {rd}, {hd}")
+        sym = _partial_symbols(family) if family in PARTIAL_DIMS else _dense(H, hd)
+        if window and sym.setdefault(T * L, "T*L") != "T*L":
+            raise SystemExit(f"{family}: the window mask's size equals another symbol's; pick other dimensions")
     elif family == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -269,12 +334,23 @@ def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE, *, ti
             "intermediate_size": F, "num_hidden_layers": layers, "vocab_size": V, "max_position_embeddings": L,
             "tie_word_embeddings": False, "num_experts_per_tok": k, "bos_token_id": 0, "eos_token_id": 0,
             "pad_token_id": 0, "attn_implementation": "sdpa", "experts_implementation": impl}  # fmt: skip
-        if heads == H:
+        if family.startswith("mixtral"):
             from transformers import MixtralConfig, MixtralForCausalLM
             from transformers.models.mixtral import modeling_mixtral
 
             model = MixtralForCausalLM(MixtralConfig(num_local_experts=experts, **common))
             router_cls: Any = modeling_mixtral.MixtralTopKRouter
+        elif family.startswith("olmoe"):
+            # olmoe*: transformers' OLMoE (q/k RMSNorms over the whole projections, the router's
+            # weights cast back to bf16 as Qwen3-MoE's; norm_topk_prob off, OlmoeConfig's and
+            # OLMoE-1B-7B's; no clip_qkv, the default)
+            from transformers import OlmoeConfig, OlmoeForCausalLM
+            from transformers.models.olmoe import modeling_olmoe
+
+            model = OlmoeForCausalLM(OlmoeConfig(num_experts=experts, **common))
+            if model.config.norm_topk_prob or model.config.clip_qkv is not None:
+                raise SystemExit("olmoe: transformers' defaults changed (norm_topk_prob, clip_qkv)")
+            router_cls = modeling_olmoe.OlmoeTopKRouter
         else:
             from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
             from transformers.models.qwen3_moe import modeling_qwen3_moe
@@ -526,9 +602,15 @@ def _dense_family(family: str) -> dict[str, object]:
     either layer; ``logit_softcap``: the final-logit cap's calls (Gemma 2's 30; the rest is
     without it); Gemma 2 also ``attn_softcap``: one layer's attention-score cap (50) in HF's
     eager attention (with the cap less without it: divide, tanh, multiply on the ``[B, h, L, L]``
-    scores and their backward)."""
+    scores and their backward). :data:`WINDOW_FAMILIES` (Mistral, SmolLM3): ``layer`` without a
+    window, ``window`` a sliding layer's calls beyond it, ``window_rest`` the rest's beyond the
+    rest (the mask built once for the layers: none is built without a sliding layer);
+    :data:`ROPE_FAMILIES` (SmolLM3): ``layer`` a NoPE layer, ``rope`` a rotating layer's calls
+    beyond it (the rest is checked to be the same)."""
     gemma = family in GEMMA_FAMILIES
     kw: dict[str, Any] = {"layer_type": "full_attention"} if gemma else {}
+    if family in ROPE_FAMILIES:
+        kw["rope"] = False
     if family == "gemma2":
         kw["final_cap"] = None
     layer, rest = _layer_rest(family, **kw)
@@ -541,6 +623,15 @@ def _dense_family(family: str) -> dict[str, object]:
         if window_rest != rest:
             raise SystemExit(f"{family}: the rest changes with the layers' attention type")
         parts["window"] = _difference(family, window, layer, "a sliding-window layer beyond a full one")
+    if family in WINDOW_FAMILIES:  # every layer sliding, against none: the layers' mask calls and the rest's
+        window, window_rest = _layer_rest(family, **(kw | {"window": True}))
+        parts["window"] = _difference(family, window, layer, "a sliding-window layer beyond a full one")
+        parts["window_rest"] = _difference(family, window_rest, rest, "the sliding window's mask in the rest")
+    if family in ROPE_FAMILIES:  # the layer a NoPE one (kw), the rotary's calls a part
+        rotating, rotating_rest = _layer_rest(family, **(kw | {"rope": True}))
+        if rotating_rest != rest:
+            raise SystemExit(f"{family}: the rest changes with the layers' rotary")
+        parts["rope"] = _difference(family, rotating, layer, "a rotating layer beyond a NoPE one")
     if family == "gemma2":
         _, capped = _layer_rest(family, **(kw | {"final_cap": 30.0}))
         parts["logit_softcap"] = _difference(family, capped, rest, "the final-logit cap", {"T*V"})
@@ -557,11 +648,33 @@ def _dense_family(family: str) -> dict[str, object]:
     return out
 
 
-def main() -> int:
+FAMILIES = ("llama", "qwen3", "gpt2", "gemma", "granite", "mixtral", "mixtral_grouped", "qwen3_moe",
+            "qwen3_moe_grouped", *GEMMA_FAMILIES, *MORE_FAMILIES, "olmoe", "olmoe_grouped")  # the JSON's order
+
+
+def family_entry(family: str) -> dict[str, object]:
+    """One family's census, as :func:`main` writes it."""
+    if family in ("mixtral", "qwen3_moe", "olmoe"):
+        return _moe_family(family)
+    if family.endswith("_grouped"):
+        return _grouped_family(family)
+    return _dense_family(family)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     import torch
     import transformers
 
     from trainsim.ir.serialize import write_text_atomic
+
+    ap = argparse.ArgumentParser(description="rewrite the eager kernel census JSON")
+    ap.add_argument("--families", nargs="+", choices=FAMILIES, metavar="FAMILY",
+                    help=f"count only these ({', '.join(FAMILIES)}); the JSON's others are kept as they are "
+                         "(its transformers version must be the installed one)")  # fmt: skip
+    args = ap.parse_args(argv)
+    only = tuple(args.families or FAMILIES)
 
     doc: dict[str, object] = {
         "what": "bytes moved by the memory-bound kernels of HuggingFace eager training steps (forward, loss, backward), "
@@ -576,19 +689,25 @@ def main() -> int:
                 "layer): part window, a sliding-window layer's calls beyond it (SDPA with the window's mask, T*L: tokens x keys), "
                 "logit_softcap (gemma2: the final-logit cap), attn_softcap (gemma2: one layer's attention-score cap in HF's eager "
                 "attention, T*h*L: tokens x heads x keys); gemma, granite (GemmaForCausalLM, GraniteForCausalLM with granite-3.0-8b's "
-                "multipliers; ModelSpec.hf_family): as llama's",
+                "multipliers; ModelSpec.hf_family): as llama's; mistral, cohere, phi, glm, glm4, smollm3 (their *ForCausalLM, "
+                "untied, part tied): mistral and smollm3 also part window (a sliding layer's calls beyond a full one) and "
+                "window_rest (the rest's beyond the rest: the window's mask, built once a layer slides), smollm3's layer a "
+                "NoPE one and part rope (a rotating layer's calls beyond it), phi, glm, glm4 partial rotary (T*qr, T*kvr the "
+                "rotated query/key widths, T*qp, T*kvp those passed through, T*hdr the rotated head dims); olmoe, "
+                "olmoe_grouped (OlmoeForCausalLM): as mixtral's and mixtral_grouped",
         "command": "python scripts/hf_eager_census.py",
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
         "families": {},
     }
-    for family in ("llama", "qwen3", "gpt2", "gemma", "granite"):
-        doc["families"][family] = _dense_family(family)  # type: ignore[index]
-    doc["families"]["mixtral"] = _moe_family("mixtral")  # type: ignore[index]
-    doc["families"]["mixtral_grouped"] = _grouped_family()  # type: ignore[index]
-    doc["families"]["qwen3_moe"] = _moe_family("qwen3_moe")  # type: ignore[index]
-    doc["families"]["qwen3_moe_grouped"] = _grouped_family("qwen3_moe_grouped")  # type: ignore[index]
-    for family in GEMMA_FAMILIES:
-        doc["families"][family] = _dense_family(family)  # type: ignore[index]
+    if only != FAMILIES:  # the other families as the JSON has them
+        old = json.loads(OUT.read_text(encoding="utf-8"))
+        if old["versions"] != doc["versions"]:
+            raise SystemExit(f"{OUT} was counted with {old['versions']}, {doc['versions']} installed: re-run all families")
+        doc["families"] = {f: v for f, v in old["families"].items() if f not in only}
+    for family in only:
+        print(family, file=sys.stderr)
+        doc["families"][family] = family_entry(family)  # type: ignore[index]
+    doc["families"] = {f: doc["families"][f] for f in FAMILIES if f in doc["families"]}  # type: ignore[index]
     write_text_atomic(OUT, json.dumps(doc, indent=1) + "\n")  # (creates the folder)
     print(OUT)
     return 0

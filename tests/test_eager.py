@@ -54,13 +54,18 @@ def test_census_symbols_cover_every_entry():
     doc = json.loads(CENSUS.read_text(encoding="utf-8"))
     models = {"llama": "llama3-8b", "qwen3": "qwen3-8b", "gpt2": "gpt2", "mixtral": "mixtral-8x7b", "mixtral_grouped": "mixtral-8x7b",
               "qwen3_moe": "qwen3-30b-a3b", "qwen3_moe_grouped": "qwen3-30b-a3b", "gemma2": "gemma2-9b",
-              "gemma3": "gemma3-12b", "gemma": "llama3-8b", "granite": "llama3-8b"}  # fmt: skip
+              "gemma3": "gemma3-12b", "gemma": "llama3-8b", "granite": "llama3-8b", "mistral": "mistral-7b",
+              "cohere": "llama3-8b", "phi": "llama3-8b", "glm": "llama3-8b", "glm4": "llama3-8b", "smollm3": "llama3-8b",
+              "olmoe": "mixtral-8x7b", "olmoe_grouped": "mixtral-8x7b"}  # fmt: skip
     parts = {"mixtral": ("layer", "expert", "rest"), "mixtral_grouped": ("layer", "experts", "rest"),
              "qwen3_moe": ("layer", "expert", "rest"), "qwen3_moe_grouped": ("layer", "experts", "rest"),
              "llama": ("layer", "rest", "tied"), "qwen3": ("layer", "rest", "tied"),
              "gemma": ("layer", "rest", "tied"), "granite": ("layer", "rest", "tied"),
              "gemma2": ("layer", "rest", "tied", "window", "logit_softcap", "attn_softcap"),
-             "gemma3": ("layer", "rest", "tied", "window")}  # fmt: skip
+             "gemma3": ("layer", "rest", "tied", "window"), "mistral": ("layer", "rest", "tied", "window", "window_rest"),
+             "cohere": ("layer", "rest", "tied"), "phi": ("layer", "rest", "tied"), "glm": ("layer", "rest", "tied"),
+             "glm4": ("layer", "rest", "tied"), "smollm3": ("layer", "rest", "tied", "window", "window_rest", "rope"),
+             "olmoe": ("layer", "expert", "rest"), "olmoe_grouped": ("layer", "experts", "rest")}  # fmt: skip
     assert set(doc["families"]) == set(models)
     for name, fam in doc["families"].items():
         sym = symbols(get_model(models[name]), 1024.0, 1024.0)
@@ -72,7 +77,7 @@ def test_census_symbols_cover_every_entry():
                 assert dtype in ("bfloat16", "float32", "int64", "bool"), (call, dtype)
             assert set(fam["kernels"][part]) == {"fwd", "bwd"}, (name, part)
         assert set(fam) == {*parts.get(name, ("layer", "rest")), "kernels", "host", "routing", "experts_implementation"} - (
-            set() if name.startswith(("mixtral", "qwen3_moe")) else {"host", "routing", "experts_implementation"}), name
+            set() if name.startswith(("mixtral", "qwen3_moe", "olmoe")) else {"host", "routing", "experts_implementation"}), name
 
 
 # Qwen3-0.6B (the Hub's config): 16 heads of 128, twice its hidden size of 1,024
@@ -372,7 +377,7 @@ def test_shipped_census_is_what_the_script_writes(tmp_path, monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     monkeypatch.setattr(mod, "OUT", tmp_path / "census.json")
-    assert mod.main() == 0
+    assert mod.main([]) == 0
     new = json.loads((tmp_path / "census.json").read_text(encoding="utf-8"))["families"]
     assert new == json.loads(CENSUS.read_text(encoding="utf-8"))["families"]
 

@@ -83,8 +83,26 @@ Gemma 1 and Granite (``gemma``, ``granite``, since 2026-12-04): ``GemmaForCausal
 ``GraniteForCausalLM`` (LLaMA's modules, its four multipliers: the embedding's and two residual
 branches' multiplies, the logits divided by ``logits_scaling``, ``T*V``) at the dense censuses'
 sizes. Their shapes are LLaMA's, so the reader names the family (``ModelSpec.hf_family``) and
-:func:`family_of` takes it; a model whose ``hf_family`` has no census (Cohere, Phi, GLM,
-OLMoE, SmolLM3) is refused rather than priced by another family's calls.
+:func:`family_of` takes it; a model whose ``hf_family`` has no census is refused rather than
+priced by another family's calls.
+
+Cohere, Phi, GLM, GLM-4, SmolLM3 and OLMoE (since 2026-12-06; refused before), each from its
+own ``*ForCausalLM`` by ``hf_family``: Cohere's parallel block on one bias-free fp32 LayerNorm,
+its interleaved fp32 rotary and the ``logit_scale`` multiply of the ``[T, V]`` logits; Phi's
+parallel block, LayerNorm, dense gelu_new MLP, biases (their gradients' sums, the output
+bias's over ``[T, V]``) and partial rotary; GLM's and GLM-4's interleaved partial rotary, fused
+gate/up and (GLM-4) the norms after attention and after the MLP. The partial rotary's sizes
+are their own symbols (``T*qr``/``T*kvr`` the rotated query/key widths, ``T*qp``/``T*kvp``
+those passed through, ``T*hdr`` its cos/sin: :attr:`ModelSpec.rotary_dims`, the config's
+``partial_rotary_factor``). SmolLM3's ``layer`` is a NoPE layer and part ``rope`` the rotary's
+calls, added on :attr:`ModelSpec.rope_share`. OLMoE has a pair of MoE censuses as Mixtral's
+(``olmoe_grouped``, ``olmoe``: its q/k RMSNorms over the whole projections, the router's
+weights cast back to bf16, ``norm_topk_prob`` off). A sliding window (Mistral; Phi-3 and
+Qwen2 with one, whose LLaMA-like modules take Mistral's census; SmolLM3 with
+``use_sliding_window``) adds part ``window`` on the masked layers and ``window_rest``, the
+mask transformers builds once for them (none is built without a sliding layer), from
+``seq >= window`` (:func:`sdpa_window_layers`); Mistral's layer and rest are LLaMA's, call
+for call.
 
 Approximations (stated): one census per family, recorded at the family's default configuration
 (GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
@@ -116,7 +134,9 @@ _CPU_DROPOUT = ("bernoulli_", "div_")  # the CPU's dropout decomposition (a GPU 
 HF_EXPERTS: tuple[str, ...] = ("grouped_mm", "eager")
 # ModelSpec.hf_family values with a census of their own (scripts/hf_eager_census.py's
 # HF_FAMILIES): the others are refused under impl hf (:func:`family_of`)
-HF_FAMILY_CENSUSES: tuple[str, ...] = ("gemma", "granite")
+HF_FAMILY_CENSUSES: tuple[str, ...] = ("gemma", "granite", "cohere", "phi", "glm", "glm4", "smollm3", "olmoe")
+# an MoE hf_family's censuses, one per experts implementation (as Mixtral's): grouped_mm's has the suffix
+_HF_MOE_FAMILIES = ("olmoe",)
 
 
 @cache
@@ -161,6 +181,8 @@ def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
     another's: Gemma 1, Granite, ...) takes that family's census, or is refused when there is
     none (its eager calls differ from the family the fields imply: a stand-in would mis-price)."""
     if model.hf_family:
+        if model.hf_family in _HF_MOE_FAMILIES:
+            return model.hf_family if experts == "eager" else f"{model.hf_family}_grouped"
         if model.hf_family in HF_FAMILY_CENSUSES:
             return model.hf_family
         raise ConfigError(f"plan: impl 'hf' has no kernel census of transformers' {model.hf_family!r} modules "
@@ -173,8 +195,11 @@ def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
         # Gemma 2 / Gemma 3 (per-head q/k norms): four (1 + weight) RMSNorms a layer, GeLU-tanh, their own censuses
         return "gemma3" if model.qk_norm == "head" else "gemma2"
     if llama_like and not model.is_moe:
-        # Qwen3: LLaMA's modules and per-head q/k RMSNorms, its own census
-        return "qwen3" if model.qk_norm == "head" else "llama"
+        # Qwen3: LLaMA's modules and per-head q/k RMSNorms, its own census; a sliding window
+        # (Mistral's; Phi-3's, Qwen2's): Mistral's, LLaMA's calls and the window's mask calls
+        if model.qk_norm == "head":
+            return "qwen3"
+        return "mistral" if model.sliding_window else "llama"
     if model.norm == "layernorm" and model.position == "learned" and not model.gated and not model.is_moe:
         return "gpt2"
     if llama_like and model.is_moe and not (model.mla or model.shared_ffn_hidden or model.router_bias
@@ -205,8 +230,11 @@ def symbols(model: ModelSpec, tokens: float, seq: float) -> dict[str, float]:
     an MoE model's also ``Te`` (:func:`tokens_per_expert`), ``k``, ``E``, its expert width ``f``
     (``ffn_hidden`` elsewhere) and the expert weights' sizes."""
     d, f = float(model.hidden), float(model.expert_ffn if model.is_moe else model.ffn)
+    r = float(model.rotary_dims)  # partial rotary (Phi, GLM): the rotated and passed widths
     per_token = {"d": d, "f": f, "q": float(model.q_width), "kv": float(model.kv_width), "hd": float(model.d_head),
-                 "V": float(model.vocab), "2f": 2 * f, "3d": 3 * d, "4d": 4 * d}  # fmt: skip
+                 "V": float(model.vocab), "2f": 2 * f, "3d": 3 * d, "4d": 4 * d, "qr": model.heads * r,
+                 "kvr": model.n_kv * r, "hdr": r, "qp": model.q_width - model.heads * r,
+                 "kvp": model.kv_width - model.n_kv * r}  # fmt: skip
     out = {"T": tokens, "L*d": seq * d, "L*L": seq * seq, "T*L": tokens * seq, "V*d": model.vocab * d,
            "T*h": tokens * model.heads, "T*h*L": tokens * model.heads * seq}  # fmt: skip
     for name, w in per_token.items():
@@ -274,13 +302,22 @@ def sdpa_window_layers(model: ModelSpec, seq: int) -> float:
 
 def _with_extras(model: ModelSpec, fam: dict[str, Any], part: str, seq: float) -> list[tuple[str, float]]:
     """The census parts that make ``part`` for ``model``, each with its share: ``layer`` and,
-    in a Gemma census, ``window`` on the share of layers transformers masks at ``seq``
-    (:func:`sdpa_window_layers`: SDPA with the window's mask); ``rest`` and, in a dense
-    census, ``tied`` for tied embeddings (the add of their two gradients) and ``logit_softcap``
-    for a final-logit cap (Gemma 2's)."""
+    in a census with one (Gemma 2/3, Mistral, SmolLM3), ``window`` on the share of layers
+    transformers masks at ``seq`` (:func:`sdpa_window_layers`: SDPA with the window's mask), in
+    SmolLM3's (whose ``layer`` is a NoPE one) ``rope`` on the rotating share
+    (:attr:`ModelSpec.rope_share`); ``rest`` and, in a dense census, ``tied`` for tied
+    embeddings (the add of their two gradients), ``logit_softcap`` for a final-logit cap
+    (Gemma 2's) and, where the census has it (Mistral's, SmolLM3's: their model builds the
+    window's mask only for a sliding layer; Gemma's always does, in its rest), ``window_rest``
+    once some layer is masked."""
     out = [(part, 1.0)]
-    if part == "layer" and "window" in fam and (share := sdpa_window_layers(model, int(seq))):
+    share = sdpa_window_layers(model, int(seq)) if "window" in fam else 0.0
+    if part == "layer" and share:
         out.append(("window", share))
+    if part == "layer" and "rope" in fam and model.rope_share:
+        out.append(("rope", model.rope_share))
+    if part == "rest" and share and "window_rest" in fam:
+        out.append(("window_rest", 1.0))
     if part == "rest":
         out += [(name, 1.0) for name, on in (("tied", model.tied_embeddings), ("logit_softcap", model.logit_softcap))
                 if on and name in fam]  # fmt: skip

@@ -539,8 +539,9 @@ def _hf_activation_census() -> dict[str, Any]:
             for mode in ("none", "checkpointed"):
                 m = fam[mode]
                 parts = [m["layer"], m["rest"], m.get("logit_softcap", [])]
-                if "window" in m:
-                    parts += [m["window"]["layer"], m["window"]["rest"]]
+                for extra in ("window", "rope"):  # Gemma's, Mistral's, SmolLM3's windows; SmolLM3's rotary
+                    if extra in m:
+                        parts += [m[extra]["layer"], m[extra]["rest"]]
                 for size, dtype, count in (entry for part in parts for entry in part):
                         if not (isinstance(size, str) and (dtype == "bfloat16" or dtype in _HF_DTYPE_BYTES)
                                 and isinstance(count, int)):  # fmt: skip
@@ -556,11 +557,15 @@ def _hf_symbols(model: ModelSpec, plan: Plan) -> dict[str, float]:
     t = s * plan.micro_batch
     d, f = float(model.hidden), float(model.expert_ffn if model.is_moe else model.ffn)
     k, e = float(model.top_k if model.is_moe else 0), float(model.num_experts)
+    r = float(model.rotary_dims)
     return {"1": 1.0, "d": d, "hd": float(model.d_head), "L": s, "L*L": s * s, "T*L": t * s,
             "L*hd": s * model.d_head, "T": t, "T*d": t * d, "T*V": t * model.vocab,
             "T*h": t * model.heads, "T*3d": 3 * t * d, "T*4d": 4 * t * d, "T*q": t * model.q_width,
             "T*kv": t * model.kv_width, "T*g": t * model.n_kv, "T*f": t * f, "T*2f": 2 * t * f, "E": e,
-            "T*k": t * k, "T*E": t * e, "T*k*d": t * k * d, "T*k*f": t * k * f, "T*k*2f": 2 * t * k * f}  # fmt: skip
+            "T*k": t * k, "T*E": t * e, "T*k*d": t * k * d, "T*k*f": t * k * f, "T*k*2f": 2 * t * k * f,
+            # partial rotary (Phi, GLM): the rotated and passed widths, the rotated cos/sin table
+            "T*qr": t * model.heads * r, "T*kvr": t * model.n_kv * r, "T*qp": t * (model.q_width - model.heads * r),
+            "T*kvp": t * (model.kv_width - model.n_kv * r), "L*hdr": s * r}  # fmt: skip
 
 
 # kernel-census families without an activation census of their own: the family whose
@@ -598,7 +603,10 @@ def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, flo
     (:func:`~trainsim.builders.eager.sdpa_window_layers`: 0 where the sequence is shorter than the
     window; at exactly the window the mask is made too), its rest part (what a model with both
     kinds of layer keeps beyond the rest) once, and the recompute working set is then a
-    sliding layer's; ``logit_softcap`` (Gemma 2's final-logit cap) to the rest of a model with one."""
+    sliding layer's; ``logit_softcap`` (Gemma 2's final-logit cap) to the rest of a model with one.
+    Mistral's and SmolLM3's ``window`` the same way; SmolLM3's ``rope`` (its ``layer`` a NoPE
+    one: what a rotating layer keeps beyond it, and the cos/sin table the rest keeps once a layer
+    rotates) on :attr:`ModelSpec.rope_share` of the layers."""
     from trainsim.builders.eager import sdpa_window_layers
 
     fam = _hf_activation_census()[_hf_activation_family(model, plan)[0]]
@@ -613,17 +621,21 @@ def hf_activation_parts(model: ModelSpec, plan: Plan) -> tuple[float, float, flo
             raise ConfigError(f"{HF_ACTIVATIONS}: unknown size symbol or dtype {err}") from None
 
     share = sdpa_window_layers(model, int(plan.seq(model))) if "window" in fam["none"] else 0.0
+    rope = model.rope_share if "rope" in fam["none"] else 0.0  # SmolLM3: its layer a NoPE one
 
     def parts(mode: str) -> tuple[float, float, float]:
         """(a layer's bytes averaged over the layers, the largest layer's, the rest's) in ``mode``."""
         m = fam[mode]
         layer, rest = evaluate(m["layer"]), evaluate(m["rest"])
         window = evaluate(m["window"]["layer"]) if share else 0.0
+        rotating = evaluate(m["rope"]["layer"]) if rope else 0.0
         if share:
             rest += evaluate(m["window"]["rest"])
+        if rope:
+            rest += evaluate(m["rope"]["rest"])
         if model.logit_softcap:
             rest += evaluate(m.get("logit_softcap", []))
-        return layer + share * window, layer + max(window, 0.0), rest
+        return layer + share * window + rope * rotating, layer + max(window, 0.0) + max(rotating, 0.0), rest
 
     plain, largest, rest = parts("none")
     if plan.recompute == "full":

@@ -845,10 +845,22 @@ def _cohere(f: _Fields) -> dict[str, Any]:
     }
 
 
+def _partial_rotary(f: _Fields, default: float) -> float:
+    """``partial_rotary_factor``, at the top level (older configs) or in ``rope_parameters``
+    (transformers 5 writes it there), ``default`` (the config class's) when neither has it."""
+    rope = f.doc.get("rope_parameters")
+    v = f.doc.get("partial_rotary_factor", rope.get("partial_rotary_factor") if isinstance(rope, dict) else None)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+        raise ConfigError(f"{f.path}: field 'partial_rotary_factor' must be a number in (0, 1], got {v!r}")
+    return float(v)
+
+
 def _glm(f: _Fields, *, norms: int) -> dict[str, Any]:
     """glm (GLM-4-9B) and glm4 (GLM-4-0414): GQA with GlmConfig's 2 KV heads and head_dim 128
     unless given, biases on q/k/v (attention_bias, true by default; o_proj and the MLP have none),
-    SwiGLU with gate and up fused (the same shapes), RMSNorm, partial rotary (half of each head:
+    SwiGLU with gate and up fused (the same shapes), RMSNorm, partial rotary (``rope_fraction``, half of each head:
     no shapes; costed as the full width, which a fused kernel reads and writes), untied; glm4
     adds the norms after attention and after the MLP (four a layer, as Gemma's)."""
     return {
@@ -857,6 +869,7 @@ def _glm(f: _Fields, *, norms: int) -> dict[str, Any]:
         "bias": False,
         "qkv_bias": f.flag("attention_bias", True),
         "layer_norms": norms,
+        "rope_fraction": _partial_rotary(f, 0.5),
         "hf_family": f.doc["model_type"],
     }
 
@@ -864,7 +877,7 @@ def _glm(f: _Fields, *, norms: int) -> dict[str, Any]:
 def _phi(f: _Fields) -> dict[str, Any]:
     """phi (phi-1.5, phi-2): a parallel block on one LayerNorm (with bias), biases on every
     linear layer and on the output projection (``head_bias``), a dense GeLU MLP (gelu_new),
-    partial rotary (no shapes), untied. qk_layernorm (LayerNorms over each query and key head,
+    partial rotary (``rope_fraction``; no shapes), untied. qk_layernorm (LayerNorms over each query and key head,
     with biases) is refused; resid_pdrop and embd_pdrop are the plan's dropout (``--hidden-dropout``)."""
     _refuse(f, "qk_layernorm", "LayerNorms with biases over each query and key head (qk_layernorm)")
     heads = f.integer(*_HEADS)
@@ -878,6 +891,7 @@ def _phi(f: _Fields) -> dict[str, Any]:
         "tied_embeddings": f.flag("tie_word_embeddings", False),
         "parallel_residual": True,
         "layer_norms": 1,
+        "rope_fraction": _partial_rotary(f, 0.5),
         "hf_family": "phi",
     }
 

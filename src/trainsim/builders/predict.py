@@ -431,6 +431,7 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
         fam = family_of(model, plan.experts_impl)
     gemma = fam.startswith("gemma")  # Gemma 2/3's own censuses: four norms a layer, Gemma 3's q/k norms, Gemma 2's logit cap
     qwen3 = fam.startswith("qwen3") or fam == "gemma3"  # its census records the model's own per-head q/k norms
+    own = bool(model.hf_family) and fam.startswith(model.hf_family)  # its own modules' census (GLM-4's norms, OLMoE's q/k norms)
     extra = [n for n, on in (("q/k norms", model.qk_norm != "none" and not qwen3), ("norms after attention and MLP",
              model.layer_norms == 4 and not gemma), ("soft-capping", bool(model.attn_softcap or model.logit_softcap)
              and not gemma), ("final-logit soft-capping", bool(model.logit_softcap) and fam == "gemma3")) if on]  # fmt: skip
@@ -439,7 +440,7 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
                    "inside FlashAttention-2 (>= 2.6), not costed; HF's Gemma 2 otherwise runs eager attention, where "
                    "it is three passes over the b·h·s² scores (give --attention unfused: the census's attn_softcap part "
                    "costs them)")  # fmt: skip
-    if plan.impl == "hf" and extra:
+    if plan.impl == "hf" and extra and not own:
         which = ("Qwen3-MoE" if fam.startswith("qwen3_moe") else "Gemma 3" if fam == "gemma3" else "Qwen3" if qwen3
                  else "Mixtral" if fam.startswith("mixtral") else "LLaMA")  # fmt: skip
         out.append(f"--impl hf times the census of HuggingFace's {which} modules: this model's {', '.join(extra)} "

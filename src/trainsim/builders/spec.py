@@ -100,6 +100,10 @@ class ModelSpec:
     norm_bias: bool = True  # a LayerNorm's bias (RMSNorm has none whatever this says)
     head_bias: bool = False
     nope_layers: int = 0  # layers without the rotary embedding (0: every layer rotates)
+    # partial rotary (Phi's, GLM's partial_rotary_factor): the share of each head's dims that
+    # rotate, int(d_head x it) of them, the rest passed through (impl hf's census prices the
+    # split; the fused kernels are costed over the full width)
+    rope_fraction: float = 1.0
     # the transformers model_type whose eager modules ``impl hf`` prices, where the fields above
     # do not tell them apart (Gemma 1's are LLaMA's shapes with GemmaRMSNorm and a scaled
     # embedding; Granite's LLaMA's with multipliers): "" for the families they do tell
@@ -130,6 +134,9 @@ class ModelSpec:
         if self.nope_layers and (self.position != "rotary" or self.nope_layers > self.layers):
             raise ConfigError(f"model {self.name}: nope_layers ({self.nope_layers}) are rotary layers left without it: "
                               f"at most layers ({self.layers}), with position rotary")  # fmt: skip
+        if isinstance(self.rope_fraction, bool) or not isinstance(self.rope_fraction, int | float) or not (
+                0 < self.rope_fraction <= 1):  # fmt: skip
+            raise ConfigError(f"model {self.name}: rope_fraction must be a number in (0, 1], got {self.rope_fraction!r}")
         if self.layer_norms not in (1, 2, 4):
             raise ConfigError(f"model {self.name}: layer_norms must be 1, 2 or 4, got {self.layer_norms!r}")
         for f in ("logit_softcap", "attn_softcap"):
@@ -344,6 +351,12 @@ class ModelSpec:
     def rope_share(self) -> float:
         """The share of the layers that apply the rotary embedding (SmolLM3: 3 of 4)."""
         return 1.0 - self.nope_layers / self.layers if self.position == "rotary" else 0.0
+
+    @property
+    def rotary_dims(self) -> int:
+        """A head's rotated dims, ``int(d_head x rope_fraction)`` as transformers takes them
+        (Phi's ``rotary_ndims``, GLM's rotary embedding's ``dim``)."""
+        return int(self.d_head * self.rope_fraction)
 
     def norm_params(self) -> int:
         return self.norm_tensors * self.hidden
