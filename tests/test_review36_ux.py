@@ -112,7 +112,7 @@ def test_a_missing_predictor_is_refused_before_torch_loads(tmp_path, argv):
             "try:\n    app_entry()\nexcept SystemExit as e:\n"
             "    print('exit', e.code, 'torch' in sys.modules)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code, *argv], check=False, capture_output=True, text=True, cwd=tmp_path)
-    assert "MISSING_PRED: no predictor.json; train a predictor first" in out.stderr
+    assert "MISSING_PRED: no such folder; expected a predictor folder" in out.stderr
     assert out.stdout.split() == ["exit", "1", "False"]
 
 

@@ -159,6 +159,9 @@ def test_errors_are_one_line(dataset, tmp_path):
     res = _run("train", str(dataset), "--out", str(tmp_path / "p"), "--readout", "mean")
     assert res.exit_code != 0 and "--readout must be one of" in str(res.exception)
     res = _run("predict", str(tmp_path / "missing"), str(dataset))
+    assert res.exit_code != 0 and "missing: no such folder; expected a predictor folder" in str(res.exception)
+    (tmp_path / "empty").mkdir()
+    res = _run("predict", str(tmp_path / "empty"), str(dataset))
     assert res.exit_code != 0 and "no predictor.json" in str(res.exception)
 
 

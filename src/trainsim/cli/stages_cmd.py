@@ -227,6 +227,8 @@ def _load_predictor(folder: Path) -> Any:
     one-line error would come."""
     from trainsim.errors import ConfigError
 
+    if not folder.exists():
+        raise ConfigError(f"{folder}: no such folder; expected a predictor folder (one written by `trainsim stages train`)")
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder}: not a predictor folder (one written by `trainsim stages train`)")
     if not (folder / "predictor.json").exists():

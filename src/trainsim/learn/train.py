@@ -198,6 +198,8 @@ class Predictor:
         from safetensors import SafetensorError, safe_open
 
         folder = Path(folder)
+        if not folder.exists():
+            raise ConfigError(f"{folder}: no such folder; expected a predictor folder (one written by `trainsim stages train`)")
         if folder.exists() and not folder.is_dir():
             raise ConfigError(f"{folder}: not a predictor folder (one written by `trainsim stages train`)")
         meta, weights = folder / "predictor.json", folder / "predictor.safetensors"
