@@ -207,3 +207,22 @@ def test_work_features_are_log_flops_and_contraction():
     x = node_features(g, vocab, inputs=True)
     (dot,) = _by_op(g, "dot_general")
     np.testing.assert_allclose(x[dot, base + 3 : base + 5], [np.log2(1 + 2 * 2 * 4 * 3), np.log2(1 + 3)], rtol=1e-6)
+
+
+def test_a_stage_is_traced_from_its_shapes_without_drawing_weights(monkeypatch):
+    """stage_jaxpr (what `stages collect` stores and a predictor's search traces, 78 stages a
+    search) traces the stage from ShapeDtypeStructs: drawing the random weights (an LM head of
+    hidden x vocabulary) took most of a trace's time. The jaxpr is the one of the real inputs."""
+    from trainsim.learn import stages
+
+    specs = [stages.StageSpec("gpt", hidden=64, heads=4, seq=16, micro_batch=2, layers=1, shard=2, embed=True,
+                              head=True, vocab=128),
+             stages.StageSpec("moe", hidden=32, heads=2, seq=8, micro_batch=2, layers=2, first_layer=1, experts=4,
+                              group_size=8, capacity_factor=1.25, vocab=64)]  # fmt: skip
+    for spec in specs:
+        for part in stages.PARTS:
+            fn, args = stages.stage_function(spec, part=part)  # the weights measure_stage times
+            want = str(jax.make_jaxpr(fn)(*args))
+            with monkeypatch.context() as m:
+                m.setattr(stages, "init_params", lambda *a, **k: pytest.fail("a trace drew weights"))  # fmt: skip
+                assert str(stages.stage_jaxpr(spec, part=part)) == want

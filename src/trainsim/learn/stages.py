@@ -253,44 +253,73 @@ def _layer(p: dict[str, Any], x: Any, spec: StageSpec, moe: bool) -> Any:
     return x + (_moe_ffn(p, y, spec) if moe else _dense_ffn(p, y))
 
 
+def _param_layout(spec: StageSpec) -> dict[str, Any]:
+    """The stage's parameters as ``name -> (kind, shape)`` (``kind``: ``w`` random, ``ones``,
+    ``zeros``), nested per layer, in the order :func:`init_params` draws them."""
+    h, t = spec.hidden, spec.shard
+    f = spec.ffn_mult * h
+    params: dict[str, Any] = {}
+    for i in range(spec.layers):
+        moe = spec.family == "moe" and (spec.first_layer + i) % 2 == 1
+        lp = {"ln1_g": ("ones", (h,)), "ln1_b": ("zeros", (h,)), "ln2_g": ("ones", (h,)), "ln2_b": ("zeros", (h,)),
+              "wqkv": ("w", (h, 3 * h // t)), "bqkv": ("zeros", (3 * h // t,)), "wo": ("w", (h // t, h)),
+              "bo": ("zeros", (h,))}  # fmt: skip
+        if moe:
+            el = spec.experts // t
+            lp |= {"wg": ("w", (h, spec.experts)), "we1": ("w", (el, h, f)), "we2": ("w", (el, f, h))}  # fmt: skip
+        else:
+            lp |= {"w1": ("w", (h, f // t)), "b1": ("zeros", (f // t,)), "w2": ("w", (f // t, h)),
+                   "b2": ("zeros", (h,))}  # fmt: skip
+        params[f"layer{i}"] = lp
+    if spec.embed:
+        params["wte"] = ("w", (spec.vocab // t, h))
+        params["wpe"] = ("w", (spec.seq, h))
+    if spec.head:
+        params["lnf_g"], params["lnf_b"] = ("ones", (h,)), ("zeros", (h,))
+        params["lm_head"] = ("w", (h, spec.vocab // t))
+    return params
+
+
 def init_params(spec: StageSpec, seed: int = 0) -> dict[str, Any]:
     """Random parameters of the stage's local shard (float32)."""
     import jax.numpy as jnp
     import numpy as np
 
-    h, t = spec.hidden, spec.shard
-    f = spec.ffn_mult * h
     rng = np.random.default_rng(seed)  # numpy: no XLA compilation for initialisation
 
-    def w(shape: tuple[int, ...]) -> Any:
-        return jnp.asarray(rng.standard_normal(shape, dtype=np.float32) / math.sqrt(shape[-2]))
+    def make(leaf: Any) -> Any:
+        if isinstance(leaf, dict):
+            return {k: make(v) for k, v in leaf.items()}
+        kind, shape = leaf
+        if kind == "w":
+            return jnp.asarray(rng.standard_normal(shape, dtype=np.float32) / math.sqrt(shape[-2]))
+        return jnp.ones(shape) if kind == "ones" else jnp.zeros(shape)
 
-    params: dict[str, Any] = {}
-    for i in range(spec.layers):
-        moe = spec.family == "moe" and (spec.first_layer + i) % 2 == 1
-        lp = {"ln1_g": jnp.ones(h), "ln1_b": jnp.zeros(h), "ln2_g": jnp.ones(h), "ln2_b": jnp.zeros(h),
-              "wqkv": w((h, 3 * h // t)), "bqkv": jnp.zeros(3 * h // t), "wo": w((h // t, h)), "bo": jnp.zeros(h)}  # fmt: skip
-        if moe:
-            el = spec.experts // t
-            lp |= {"wg": w((h, spec.experts)), "we1": w((el, h, f)), "we2": w((el, f, h))}
-        else:
-            lp |= {"w1": w((h, f // t)), "b1": jnp.zeros(f // t), "w2": w((f // t, h)), "b2": jnp.zeros(h)}  # fmt: skip
-        params[f"layer{i}"] = lp
-    if spec.embed:
-        params["wte"] = w((spec.vocab // t, h))
-        params["wpe"] = w((spec.seq, h))
-    if spec.head:
-        params["lnf_g"], params["lnf_b"] = jnp.ones(h), jnp.zeros(h)
-        params["lm_head"] = w((h, spec.vocab // t))
-    return params
+    return make(_param_layout(spec))
+
+
+def _abstract_params(spec: StageSpec) -> dict[str, Any]:
+    """:func:`init_params`' shapes and dtypes without values (``jax.ShapeDtypeStruct``): enough
+    to trace the stage (drawing an LM head's random weights took most of a trace's time)."""
+    import jax
+    import jax.numpy as jnp
+
+    def make(leaf: Any) -> Any:
+        if isinstance(leaf, dict):
+            return {k: make(v) for k, v in leaf.items()}
+        return jax.ShapeDtypeStruct(leaf[1], jnp.float32)
+
+    return make(_param_layout(spec))
 
 
 def stage_function(
-    spec: StageSpec, *, part: str = "train"
+    spec: StageSpec, *, part: str = "train", abstract: bool = False
 ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """``(fn, args)``: the stage's training step (loss and gradients) and example inputs.
 
     ``part="forward"`` gives the forward computation alone (the scalar the step differentiates).
+    ``abstract``: the inputs as ``jax.ShapeDtypeStruct`` (shapes and dtypes, no values), for
+    tracing only.
     """
     if part not in PARTS:
         raise ConfigError(f"part must be one of {PARTS}, got {part!r}")
@@ -300,7 +329,10 @@ def stage_function(
 
     b, s, h = spec.micro_batch, spec.seq, spec.hidden
     rng = np.random.default_rng(1)
-    params = init_params(spec)
+    params = _abstract_params(spec) if abstract else init_params(spec)
+
+    def data(shape: tuple[int, ...], dtype: Any, draw: Callable[[], Any]) -> Any:
+        return jax.ShapeDtypeStruct(shape, dtype) if abstract else jnp.asarray(draw())
 
     def forward(p: dict[str, Any], x: Any) -> Any:
         if spec.embed:
@@ -311,11 +343,11 @@ def stage_function(
         return x
 
     if spec.embed:
-        x0 = jnp.asarray(rng.integers(0, spec.vocab // spec.shard, (b, s), dtype=np.int32))
+        x0 = data((b, s), jnp.int32, lambda: rng.integers(0, spec.vocab // spec.shard, (b, s), dtype=np.int32))  # fmt: skip
     else:
-        x0 = jnp.asarray(rng.standard_normal((b, s, h), dtype=np.float32))
+        x0 = data((b, s, h), jnp.float32, lambda: rng.standard_normal((b, s, h), dtype=np.float32))
     if spec.head:
-        labels = jnp.asarray(rng.integers(0, spec.vocab // spec.shard, (b, s), dtype=np.int32))
+        labels = data((b, s), jnp.int32, lambda: rng.integers(0, spec.vocab // spec.shard, (b, s), dtype=np.int32))  # fmt: skip
 
         def loss(p: dict[str, Any], x: Any, y: Any) -> Any:
             z = _layer_norm(forward(p, x), p["lnf_g"], p["lnf_b"]) @ p["lm_head"]
@@ -324,7 +356,7 @@ def stage_function(
 
         extra = labels
     else:
-        cot = jnp.asarray(rng.standard_normal((b, s, h), dtype=np.float32))
+        cot = data((b, s, h), jnp.float32, lambda: rng.standard_normal((b, s, h), dtype=np.float32))
 
         def loss(p: dict[str, Any], x: Any, y: Any) -> Any:  # y: the output's cotangent
             return jnp.sum(forward(p, x) * y)
@@ -340,7 +372,7 @@ def stage_jaxpr(spec: StageSpec, *, part: str = "train") -> Any:
     """The stage's training step (or its forward ``part``) as a ``ClosedJaxpr``; nothing runs."""
     import jax
 
-    fn, args = stage_function(spec, part=part)
+    fn, args = stage_function(spec, part=part, abstract=True)  # shapes suffice: no weights drawn
     return jax.make_jaxpr(fn)(*args)
 
 
