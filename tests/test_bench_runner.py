@@ -167,6 +167,34 @@ def test_noise_floor():
     assert noise_floor([]) is None
 
 
+def test_relative_iqr_is_numpys_percentile_bit_for_bit_without_numpy(monkeypatch):
+    """A dataset read takes every row's spread: np.percentile's per-call cost was 1.3 s of
+    45,000 rows. The spread is numpy's linear percentile, the same bits, computed without it
+    for finite samples (nan and inf keep numpy's answer)."""
+    import math
+    import random
+
+    import numpy as np
+
+    def numpys(xs: list[float]) -> float:
+        q25, q50, q75 = np.percentile(np.asarray(xs, dtype=float), [25, 50, 75])
+        return float((q75 - q25) / q50) if q50 > 0 else math.inf
+
+    rng = random.Random(0)
+    cases = [[rng.lognormvariate(-8, 2) for _ in range(n)] for n in (2, 3, 4, 5, 6, 7, 8, 9, 12, 33, 60, 61)]
+    cases += [[rng.choice([0.0, 1e-6, 2e-6, 3e-6]) for _ in range(n)] for n in (2, 3, 5, 8, 13)]
+    cases += [[rng.uniform(-1, 1) * 10.0 ** rng.randint(-300, 300) for _ in range(n)] for n in (2, 5, 9)]
+    cases += [[3, 1, 2, 2], [1, 2, 3, 4, 5]]
+    want = [numpys(xs) for xs in cases]
+    with monkeypatch.context() as m:
+        m.setattr(np, "percentile", lambda *a, **k: pytest.fail("numpy for finite samples"))
+        got = [relative_iqr(xs) for xs in cases]
+    assert got == want  # exact: the same float operations as numpy's linear method
+    with np.errstate(invalid="ignore"):
+        for odd in ([1.0, math.nan, 2.0], [1.0, math.inf, 2.0], [-math.inf, 1.0, 2.0, 3.0]):
+            assert relative_iqr(odd) == numpys(odd), odd
+
+
 @pytest.mark.slow
 def test_sigkill_mid_sweep_then_resume_loses_and_duplicates_nothing(tmp_path):
     (tmp_path / "fakecases.py").write_text(_CASES_SRC)

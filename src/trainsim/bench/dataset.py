@@ -185,14 +185,30 @@ def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
         yield row
 
 
+def _percentile(t: list[float], q: float) -> float:
+    """``numpy.percentile(t, 100 q)`` of sorted finite ``t`` (its default ``linear`` method, the
+    same float operations, so the same bits), without numpy's per-call cost: a dataset read
+    takes the spread of every row (45,000 rows: 2.5 s in np.percentile)."""
+    n = len(t)
+    v = n * q + (1 + q * (1 - 1 - 1)) - 1  # numpy's _compute_virtual_index, alpha = beta = 1
+    lo = math.floor(v)
+    g = v - lo
+    a, b = t[lo], t[min(lo + 1, n - 1)]
+    d = b - a
+    return b - d * (1 - g) if g >= 0.5 else a + d * g  # numpy's _lerp
+
+
 def relative_iqr(times_s: Iterable[float]) -> float:
     """(p75 − p25) / median of repeat times: the repeat-to-repeat spread of one row."""
-    import numpy as np
-
-    t = np.asarray(list(times_s), dtype=float)
-    if t.size < 2:
+    t = sorted(float(x) for x in times_s)
+    if len(t) < 2:
         return 0.0
-    q25, q50, q75 = np.percentile(t, [25, 50, 75])
+    if not all(math.isfinite(x) for x in t):  # nan and inf: numpy's own answer
+        import numpy as np
+
+        q25, q50, q75 = np.percentile(np.asarray(t), [25, 50, 75])
+    else:
+        q25, q50, q75 = (_percentile(t, q) for q in (0.25, 0.5, 0.75))
     return float((q75 - q25) / q50) if q50 > 0 else math.inf
 
 
