@@ -316,22 +316,40 @@ def test_a_dense_models_census_ignores_the_experts_implementation():
                 == eager_bytes(m, part, "bwd", tokens=4096, seq=4096, dtype_bytes=2))  # fmt: skip
 
 
-def test_mixtral_grouped_census_regenerates_identically():
-    """scripts/hf_eager_census.py's grouped_mm family, taken twice, is the shipped one."""
+@pytest.fixture(scope="module")
+def census_script():
+    """scripts/hf_eager_census.py as a module, with the transformers release the census was
+    recorded with (another release may run other calls)."""
     transformers = pytest.importorskip("transformers")
-    doc = json.loads(CENSUS.read_text(encoding="utf-8"))
-    if transformers.__version__ != doc["versions"]["transformers"]:
-        pytest.skip(f"census recorded with transformers {doc['versions']['transformers']}")
+    recorded = json.loads(CENSUS.read_text(encoding="utf-8"))["versions"]["transformers"]
+    if transformers.__version__ != recorded:
+        pytest.skip(f"census recorded with transformers {recorded}, {transformers.__version__} installed: "
+                    "re-run scripts/hf_eager_census.py and compare")  # fmt: skip
     import importlib.util
-    from pathlib import Path
 
     spec = importlib.util.spec_from_file_location("hf_eager_census", Path(__file__).resolve().parents[1] / "scripts" / "hf_eager_census.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    first, second = mod._grouped_family(), mod._grouped_family()
-    assert first == second == doc["families"]["mixtral_grouped"]
-    assert mod._grouped_family("qwen3_moe_grouped") == doc["families"]["qwen3_moe_grouped"]
+    return mod
+
+
+@pytest.fixture(scope="module")
+def census_written(census_script, tmp_path_factory):
+    """The families the script's main() writes, run once for the module (a grouped_mm family
+    takes seconds; both tests below read this one run)."""
+    census_script.OUT = tmp_path_factory.mktemp("census") / "census.json"  # the module's own copy
+    assert census_script.main([]) == 0  # not pytest's argv
+    return json.loads(census_script.OUT.read_text(encoding="utf-8"))["families"]
+
+
+def test_mixtral_grouped_census_regenerates_identically(census_script, census_written):
+    """scripts/hf_eager_census.py's grouped_mm family, taken twice in one process (main()'s
+    and this one), is the shipped one; so is qwen3_moe_grouped."""
+    doc = json.loads(CENSUS.read_text(encoding="utf-8"))
+    second = census_script._grouped_family()
+    assert census_written["mixtral_grouped"] == second == doc["families"]["mixtral_grouped"]
+    assert census_written["qwen3_moe_grouped"] == doc["families"]["qwen3_moe_grouped"]
 
 
 def test_plan_checks_impl():
@@ -360,26 +378,10 @@ def test_hf_replaces_the_fused_memory_operators_and_adds_their_eager_work():
     assert hf.iteration_time_s > fused.iteration_time_s
 
 
-def test_shipped_census_is_what_the_script_writes(tmp_path, monkeypatch):
+def test_shipped_census_is_what_the_script_writes(census_written):
     """The census is reproducible: the script, run again, finds the same calls (with the
     transformers release it was recorded with; another release may run other calls)."""
-    transformers = pytest.importorskip("transformers")
-    recorded = json.loads(CENSUS.read_text(encoding="utf-8"))["versions"]["transformers"]
-    if transformers.__version__ != recorded:
-        pytest.skip(f"census recorded with transformers {recorded}, {transformers.__version__} installed: "
-                    "re-run scripts/hf_eager_census.py and compare")  # fmt: skip
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "hf_eager_census.py"
-    spec = importlib.util.spec_from_file_location("hf_eager_census", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(mod, "OUT", tmp_path / "census.json")
-    assert mod.main([]) == 0
-    new = json.loads((tmp_path / "census.json").read_text(encoding="utf-8"))["families"]
-    assert new == json.loads(CENSUS.read_text(encoding="utf-8"))["families"]
+    assert census_written == json.loads(CENSUS.read_text(encoding="utf-8"))["families"]
 
 
 def test_predict_cli_takes_impl():
