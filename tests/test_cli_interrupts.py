@@ -63,3 +63,30 @@ def test_ctrl_c_held_down_through_the_exit_still_ends_with_one_line_and_130():
 def test_a_ctrl_c_later_than_a_double_ends_a_hung_cleanup_at_once():
     rc, err, took_s = _run(60.0, [0.1, 3.0])  # the first is a double Ctrl-C's: the cleanup goes on
     assert (rc, err) == (130, "trainsim: interrupted\n") and 2.5 < took_s < 10
+
+
+def test_a_ctrl_c_while_the_exit_handler_goes_in_is_absorbed(monkeypatch):
+    """A held-down Ctrl-C can raise while ``_exiting_interrupted`` puts its handler in place (it
+    had escaped as a traceback and -2 in about 1 of 12 runs of the test above): the handler
+    goes in all the same, and the KeyboardInterrupt goes no further."""
+    import _signal
+
+    from trainsim.cli import main
+
+    calls: list[object] = []
+    real = _signal.signal
+
+    def flaky(signum, handler):
+        calls.append(handler)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the second Ctrl-C, as the swap was about to happen
+        return real(signum, handler)
+
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(_signal, "signal", flaky)
+    try:
+        main._exiting_interrupted()
+        assert calls == [main._on_second_interrupt, main._on_second_interrupt]
+        assert signal.getsignal(signal.SIGINT) is main._on_second_interrupt
+    finally:
+        real(signal.SIGINT, before)
