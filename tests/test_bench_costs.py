@@ -500,6 +500,32 @@ def test_carried_answers_are_kept_per_calibration(monkeypatch):
     assert calls[0] > 0  # another roofline: computed, not the memo's answer
 
 
+def test_a_calibrated_roofline_of_the_same_device_is_not_answered_from_the_memo():
+    """The memo holds the spec-based roofline's answers: a calibrated RooflineModel of the same
+    device (its efficiency curve bends the carry) had been given them (its spec is the device)."""
+    import numpy as np
+
+    from trainsim.builders import bench_costs as bc
+    from trainsim.hardware import get_system
+    from trainsim.kernels import query
+    from trainsim.kernels.roofline import EfficiencyCurve, RooflineModel
+
+    cal = bc.bench_calibration(get_device(get_system("dgx-h100").device))
+    if cal is None:
+        pytest.skip("the shipped H100 models do not match their sample")
+    x = {"batch": 1.0, "m": 65536.0, "n": 28672.0, "k": 8192.0, "bias": 0.0, "wt": 1.0}
+    key = query("gemm", phase="fwd", dtype="bf16", **x).key
+    # efficiency falling with the work: 1x the roofline at 2^-20 s, 8x at 1 s
+    bent = (RooflineModel(cal.device, curves={key: EfficiencyCurve(np.array([-20.0, 0.0]), np.array([0.0, 3.0]), 10)},
+                          dataset="bent"),)  # fmt: skip
+    alone = bc._carried_time(cal, "gemm", "fwd", "bf16", x, roofline=bent)
+    assert alone is not None
+    bc.carried_time(cal, "gemm", "fwd", "bf16", x, roofline=(RooflineModel(cal.device),))  # the memo has it now
+    spec_based = bc._carried_time(cal, "gemm", "fwd", "bf16", x, roofline=(RooflineModel(cal.device),))
+    assert spec_based is not None and spec_based[0] != pytest.approx(alone[0], rel=1e-3)  # the curve matters
+    assert bc.carried_time(cal, "gemm", "fwd", "bf16", x, roofline=bent) == alone
+
+
 def test_aligned_like_keeps_exactly_the_alignment_and_never_grows():
     from trainsim.builders.bench_costs import _aligned_like
 

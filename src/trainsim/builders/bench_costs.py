@@ -409,8 +409,12 @@ def carried_time(cal: BenchCalibration, op: str, phase: str, dtype: str, inputs:
     carried along the roofline beyond the measured work (see the module), or None when the
     calibration has no model for it. ``roofline``: a :class:`~trainsim.kernels.roofline.RooflineModel`
     of the calibration's device, in a tuple. Answers are kept on ``cal`` (the same call is
-    asked by many plans)."""
-    if len(roofline) != 1 or getattr(roofline[0], "spec", None) is not cal.device:  # not the memo's roofline
+    asked by many plans) for the spec-based roofline of ``cal.device`` alone: a calibrated one
+    (its efficiency curves bend the carry) or another device's is computed each time."""
+    from trainsim.kernels.roofline import RooflineModel
+
+    r = roofline[0] if len(roofline) == 1 else None
+    if type(r) is not RooflineModel or r.calibrated or r.spec is not cal.device:  # not the memo's roofline
         return _carried_time(cal, op, phase, dtype, inputs, roofline=roofline)
     key = (op, phase, dtype, tuple(sorted(inputs.items())))
     if key in cal._carried:
