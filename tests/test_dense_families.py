@@ -252,6 +252,26 @@ def test_qwen3_window_only_with_use_sliding_window(tmp_path):
     assert (read_hf_config(path).sliding_window, read_hf_config(path).sliding_layers) == (4096, 8)
 
 
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
+def test_qwen_window_on_no_layer_is_no_window(tmp_path, model_type):
+    """Qwen2Config and Qwen3Config slide the layers from max_window_layers on, and only with
+    use_sliding_window (false by default): 28 layers with use_sliding_window true and
+    max_window_layers 28 (the default) have none. sliding_layers 0 means every layer, so the
+    window had applied to all 28 (Qwen2's reader had ignored max_window_layers and the flag's
+    default too): under --impl hf every layer's mask calls and K/V repeats, under flash the
+    windowed kernel's shorter attention."""
+    doc = {**GEMMA2, "model_type": model_type, "num_hidden_layers": 28, "sliding_window": 4096, "head_dim": 128}
+    path = tmp_path / "config.json"
+    for extra, want in (({"use_sliding_window": True}, (0, 0)),
+                        ({"use_sliding_window": True, "max_window_layers": 20}, (4096, 8)),
+                        ({}, (0, 0)),  # the flag's default: false
+                        ({"use_sliding_window": False, "max_window_layers": 4}, (0, 0))):  # fmt: skip
+        path.write_text(json.dumps({**doc, **extra}))
+        spec = read_hf_config(path)
+        assert (spec.sliding_window, spec.sliding_layers) == want, extra
+        assert spec.windowed_layers(8192) == (8 / 28 if want[0] else 0.0)
+
+
 def test_yaml_spec_checks_the_new_fields(tmp_path):
     p = tmp_path / "m.yaml"
     base = "name: x\nhidden: 64\nlayers: 2\nheads: 4\nvocab: 99\n"

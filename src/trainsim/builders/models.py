@@ -595,8 +595,13 @@ def _llama_like(f: _Fields, kv_default: int | None = None) -> dict[str, Any]:
 
 
 def _qwen2(f: _Fields) -> dict[str, Any]:
-    """qwen2: as llama, and the q/k/v projections always carry biases (o_proj and the MLP do not)."""
-    return {**_llama_like(f, kv_default=32), "qkv_bias": True}
+    """qwen2: as llama, and the q/k/v projections always carry biases (o_proj and the MLP do not);
+    a window only with use_sliding_window (Qwen2Config's default false), on the layers from
+    max_window_layers (28) on, as Qwen3's (every layer had taken it: Qwen2-7B's 28 layers with
+    use_sliding_window true have none)."""
+    first = f.integer("max_window_layers", default=28)
+    windowed = _window_layers(f, lambda i: i >= first) if f.flag("use_sliding_window", False) else 0
+    return {**_llama_like(f, kv_default=32), "qkv_bias": True, "sliding_layers": windowed}
 
 
 def _mistral(f: _Fields) -> dict[str, Any]:
@@ -1009,6 +1014,8 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
     hidden, heads = f.integer(*_HIDDEN), f.integer(*_HEADS)
     ffn = f.integer(*_FFN) if mtype in _GATED_TYPES else f.integer(*_FFN, default=0)
     kw = reader(f)
+    if kw.get("sliding_layers", 1) == 0:  # the reader counted the windowed layers: none (0 would read "all")
+        kw["sliding_window"] = 0
     # Canonical form: defaults as 0, so a config equals the catalog entry it describes.
     if kw.get("kv_heads") == heads:
         kw["kv_heads"] = 0
