@@ -82,11 +82,15 @@ def test_a_ctrl_c_while_the_exit_handler_goes_in_is_absorbed(monkeypatch):
             raise KeyboardInterrupt  # the second Ctrl-C, as the swap was about to happen
         return real(signum, handler)
 
-    before = signal.getsignal(signal.SIGINT)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's command has it
     monkeypatch.setattr(_signal, "signal", flaky)
     try:
         main._exiting_interrupted()
         assert calls == [main._on_second_interrupt, main._on_second_interrupt]
         assert signal.getsignal(signal.SIGINT) is main._on_second_interrupt
+        # started with SIGINT ignored (a background job, as CI runs this): it stays ignored
+        real(signal.SIGINT, _signal.SIG_IGN)
+        main._exiting_interrupted()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
-        real(signal.SIGINT, before)
+        signal.signal(signal.SIGINT, before)
