@@ -16,7 +16,13 @@ import pytest
 
 from tests.test_dense_families import _config, _meta_params, hf  # noqa: F401  (hf: a fixture)
 from trainsim.builders.costs import LayerCoster, OpCoster
-from trainsim.builders.eager import HF_FAMILY_CENSUSES, _census, eager_bytes, family_of
+from trainsim.builders.eager import (
+    HF_FAMILY_CENSUSES,
+    HF_MOE_FAMILIES,
+    _census,
+    eager_bytes,
+    family_of,
+)
 from trainsim.builders.memory import (
     _hf_activation_census,
     hf_activation_provenance,
@@ -251,10 +257,11 @@ def test_impl_hf_takes_gemma_and_granite_censuses(tmp_path, case):
 
 def test_every_hf_family_census_is_in_both_censuses():
     """Each hf_family's censuses (an MoE family's one per experts implementation, without a tied
-    part: the MoE censuses are recorded untied and add none, as Mixtral's)."""
+    part: the MoE censuses are recorded untied and add none, as Mixtral's; GPT-2's is recorded
+    tied, as its config is, its rest having the add)."""
     for fam in HF_FAMILY_CENSUSES:
-        names = (fam, f"{fam}_grouped") if fam == "olmoe" else (fam,)
+        names = (fam, f"{fam}_grouped") if fam in HF_MOE_FAMILIES else (fam,)
         for name in names:
-            want = {"layer", "rest", "kernels"} | (set() if fam == "olmoe" else {"tied"})
+            want = {"layer", "rest", "kernels"} | (set() if fam in (*HF_MOE_FAMILIES, "gpt2") else {"tied"})
             assert want <= set(_census()[name])
             assert name in _hf_activation_census()

@@ -84,7 +84,12 @@ Gemma 1 and Granite (``gemma``, ``granite``, since 2026-12-04): ``GemmaForCausal
 branches' multiplies, the logits divided by ``logits_scaling``, ``T*V``) at the dense censuses'
 sizes. Their shapes are LLaMA's, so the reader names the family (``ModelSpec.hf_family``) and
 :func:`family_of` takes it; a model whose ``hf_family`` has no census is refused rather than
-priced by another family's calls.
+priced by another family's calls. Every census family is a valid ``hf_family``
+(:data:`HF_FAMILY_CENSUSES`: a YAML spec may name ``llama`` or ``mistral`` too, refused until
+2026-12-07), an MoE one (:data:`HF_MOE_FAMILIES`) for an MoE model only. What a model runs and
+its census has no part for (a window in Qwen3's or Mixtral's, a partial rotary or NoPE layers
+in a census that rotates every layer's whole heads) is not modelled, and predict says so
+(:func:`census_omissions`).
 
 Cohere, Phi, GLM, GLM-4, SmolLM3 and OLMoE (since 2026-12-06; refused before), each from its
 own ``*ForCausalLM`` by ``hf_family``: Cohere's parallel block on one bias-free fp32 LayerNorm,
@@ -132,11 +137,18 @@ _DTYPE_BYTES = {"float32": 4, "int64": 8, "bool": 1}
 _CPU_DROPOUT = ("bernoulli_", "div_")  # the CPU's dropout decomposition (a GPU fuses it into one kernel)
 # transformers 5's experts implementations priced (Plan.hf_experts), its default first
 HF_EXPERTS: tuple[str, ...] = ("grouped_mm", "eager")
-# ModelSpec.hf_family values with a census of their own (scripts/hf_eager_census.py's
-# HF_FAMILIES): the others are refused under impl hf (:func:`family_of`)
-HF_FAMILY_CENSUSES: tuple[str, ...] = ("gemma", "granite", "cohere", "phi", "glm", "glm4", "smollm3", "olmoe")
-# an MoE hf_family's censuses, one per experts implementation (as Mixtral's): grouped_mm's has the suffix
-_HF_MOE_FAMILIES = ("olmoe",)
+# ModelSpec.hf_family values, one for each family with a census (scripts/hf_eager_census.py's
+# FAMILIES, an MoE family's pair under its own name): the families the architecture fields tell
+# apart (:func:`family_of` takes them from the fields when hf_family is unset), then those they
+# do not (their readers set hf_family); any other value is refused under impl hf
+FIELD_FAMILIES: tuple[str, ...] = ("llama", "mistral", "qwen3", "gpt2", "gemma2", "gemma3", "mixtral", "qwen3_moe")
+NAMED_FAMILIES: tuple[str, ...] = ("gemma", "granite", "cohere", "phi", "glm", "glm4", "smollm3", "olmoe")
+HF_FAMILY_CENSUSES: tuple[str, ...] = FIELD_FAMILIES + NAMED_FAMILIES
+# the MoE hf_family values, whose censuses come one per experts implementation (grouped_mm's
+# has the suffix), for MoE models only
+HF_MOE_FAMILIES: tuple[str, ...] = ("mixtral", "qwen3_moe", "olmoe")
+# the census size symbols of a partial rotary (Phi's, GLM's): a census with none rotates whole heads
+_PARTIAL_ROTARY_SYMBOLS = frozenset({"T*qr", "T*qr/2", "T*kvr", "T*kvr/2", "T*qp", "T*kvp", "T*hdr", "T*hdr/2"})
 
 
 @cache
@@ -178,18 +190,11 @@ def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
     """The census family whose modules ``model`` is built of, or a one-line error; an MoE
     model's is that of its ``experts`` implementation (:data:`HF_EXPERTS`). A model whose
     ``hf_family`` is set (a family whose modules the architecture fields do not tell from
-    another's: Gemma 1, Granite, ...) takes that family's census, or is refused when there is
-    none (its eager calls differ from the family the fields imply: a stand-in would mis-price)."""
+    another's: Gemma 1, Granite, ...; or any census family a YAML spec names) takes that
+    family's census, or is refused when there is none (its eager calls differ from the family
+    the fields imply: a stand-in would mis-price)."""
     if model.hf_family:
-        if model.hf_family in _HF_MOE_FAMILIES:
-            return model.hf_family if experts == "eager" else f"{model.hf_family}_grouped"
-        if model.hf_family in HF_FAMILY_CENSUSES:
-            return model.hf_family
-        raise ConfigError(f"plan: impl 'hf' has no kernel census of transformers' {model.hf_family!r} modules "
-                          f"({model.name}; censused: the families with LLaMA's, GPT-2's, Mixtral's, Qwen3's or Gemma "
-                          f"2/3's fields, and {', '.join(HF_FAMILY_CENSUSES)}), and no other family's stands in for "
-                          f"its eager calls; give --impl fused (Megatron-style kernels), or add it to "
-                          f"scripts/hf_eager_census.py and scripts/hf_activation_census.py")  # fmt: skip
+        return _named_family(model, experts)
     llama_like = model.norm == "rmsnorm" and model.position == "rotary" and model.gated
     if llama_like and not model.is_moe and model.activation == "geglu" and model.layer_norms == 4:
         # Gemma 2 / Gemma 3 (per-head q/k norms): four (1 + weight) RMSNorms a layer, GeLU-tanh, their own censuses
@@ -212,6 +217,27 @@ def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
                       f"GPT-2-style (LayerNorm, learned positions, GELU) and Mixtral-style MoE (LLaMA's with routed "
                       f"experts only: no shared expert, router bias, MLA or attention sinks) models; "
                       f"{model.name} is none of them")  # fmt: skip
+
+
+def _named_family(model: ModelSpec, experts: str) -> str:
+    """:func:`family_of` for a model whose ``hf_family`` is set: that family's census (an MoE
+    family's for ``experts``), or a one-line error naming the field."""
+    fam = model.hf_family
+    if fam not in HF_FAMILY_CENSUSES:
+        raise ConfigError(f"model {model.name}: field 'hf_family' is {fam!r}, and impl 'hf' has no kernel census of "
+                          f"transformers' {fam!r} modules (no other family's stands in for its eager calls); valid "
+                          f"values: {', '.join(HF_FAMILY_CENSUSES)}, or none (the family the architecture fields "
+                          f"describe); give --impl fused (Megatron-style kernels), or add the family to "
+                          f"scripts/hf_eager_census.py and scripts/hf_activation_census.py")  # fmt: skip
+    moe = fam in HF_MOE_FAMILIES
+    if moe != model.is_moe:
+        which = "an MoE family's (its census prices routed experts)" if moe else "a dense family's"
+        raise ConfigError(f"model {model.name}: field 'hf_family' is {fam!r}, {which}, but the model "
+                          f"{'has no' if moe else 'has'} experts (num_experts {model.num_experts}); MoE values: "
+                          f"{', '.join(HF_MOE_FAMILIES)}")  # fmt: skip
+    if moe:
+        return fam if experts == "eager" else f"{fam}_grouped"
+    return fam
 
 
 def tokens_per_expert(model: ModelSpec, tokens: float) -> float:
@@ -284,6 +310,37 @@ def eager_parts(model: ModelSpec, part: str, phase: str, *, tokens: float, seq: 
                 raise ConfigError(f"{CENSUS}: unknown size symbol {size!r} in family {family!r}")
             total += count * sym[size] * (dtype_bytes if dtype == "bfloat16" else _DTYPE_BYTES.get(dtype, 4))
         out.append((share, total, int(fam["kernels"][name][phase])))
+    return out
+
+
+def census_omissions(model: ModelSpec, seq: int, experts: str = "grouped_mm") -> list[str]:
+    """What ``model`` runs in transformers that its kernel census (:func:`family_of`) has no
+    part for, one phrase each, for predict's note (never left out silently): a sliding window's
+    mask calls on the layers transformers masks at ``seq`` (:func:`sdpa_window_layers`) in a
+    census without a ``window`` part (Qwen3's, Mixtral's, LLaMA's: their layers are costed as
+    full-attention ones); a partial rotary (``rope_fraction`` < 1) in a census whose rotary
+    turns whole heads (no partial-rotary symbol: its rotary calls are evaluated at the full
+    head width); NoPE layers (``nope_layers``) in a census without a ``rope`` part (every layer
+    costed as rotating). The activation census of each family has the same parts (a test
+    checks it), so the memory leaves out the same."""
+    fam = _census()[family_of(model, experts)]
+    out = []
+    share = sdpa_window_layers(model, seq)
+    if share and "window" not in fam:
+        n = round(share * model.layers)
+        out.append(f"the sliding window's mask ({model.sliding_window:,} tokens, on {n} of its {model.layers} layers: "
+                   "SDPA with the window's additive [b, 1, s, s] mask, K/V repeated to the query heads, and the "
+                   "boolean mask built once), its calls and the memory they keep; those layers are costed as "
+                   "full-attention ones")  # fmt: skip
+    partial = any(size in _PARTIAL_ROTARY_SYMBOLS for ph in ("layer", "rope") for _, _, size, _, _ in fam.get(ph, []))
+    if model.rope_fraction < 1 and not partial:
+        out.append(f"its partial rotary (rope_fraction {model.rope_fraction:g}: {model.rotary_dims} of each head's "
+                   f"{model.d_head} dims rotate, the rest pass through, and transformers' partial-rotary modules "
+                   "slice q and k and concatenate the two parts back): the census's rotary turns whole heads and "
+                   "is evaluated at the full head width")  # fmt: skip
+    if model.nope_layers and "rope" not in fam:
+        out.append(f"its {model.nope_layers} NoPE layers (nope_layers: no rotary embedding there): every layer is "
+                   "costed with the census's rotary calls")  # fmt: skip
     return out
 
 

@@ -46,6 +46,7 @@ from trainsim.builders.llm_comm import CommCost, CPWindow, PlanComm
 from trainsim.builders.plan import Plan
 from trainsim.builders.schedules import Action, schedule, schedule_arrays
 from trainsim.builders.spec import ModelSpec
+from trainsim.errors import ConfigError
 from trainsim.gcpause import gc_paused
 from trainsim.hardware import SystemSpec, get_device, get_system
 from trainsim.ir.graph import Collective, Kernel, Op, RankGraph, Workload
@@ -354,7 +355,11 @@ def stage_costs(model: ModelSpec, plan: Plan, system: SystemSpec, coster: OpCost
     breakdown reads, the TP collectives' share of each pass (two more flow shops per depth;
     the search's screening), and leaves those fields NaN. A model with multi-token prediction
     runs its MTP depths on the last stage (:func:`_mtp_costs`); ``mtp``: their costs where the
-    caller has them (:func:`_with_dense_layers` gives the model's to its dense variant)."""
+    caller has them (:func:`_with_dense_layers` gives the model's to its dense variant). A
+    stage in ``only`` outside the plan's ``0..pp-1`` is a ConfigError."""
+    if only is not None and (bad := sorted(s for s in only if not (isinstance(s, int) and 0 <= s < plan.pp))):
+        raise ConfigError(f"stage_costs: stage {bad[0]!r} is not a stage of the plan's pipeline (pp {plan.pp}: "
+                          f"stages 0..{plan.pp - 1}); ask for stages in that range")  # fmt: skip
     from trainsim.builders.memory import (
         _layer_params_per_gpu,
         _stage_params_split,

@@ -364,6 +364,13 @@ def read_model_yaml(path: str | Path) -> ModelSpec:
             raise ConfigError(f"{path}: field {k!r} must be an integer, got {v!r}")
         if want is str and not isinstance(v, str):
             raise ConfigError(f"{path}: field {k!r} must be a string, got {v!r}")
+    if doc.get("hf_family"):  # the modules impl hf prices: a family with a census (a typo would go unnoticed)
+        from trainsim.builders.eager import HF_FAMILY_CENSUSES
+
+        if doc["hf_family"] not in HF_FAMILY_CENSUSES:
+            raise ConfigError(f"{path}: field 'hf_family' must be one of {', '.join(HF_FAMILY_CENSUSES)} (the "
+                              f"transformers families --impl hf has a kernel census of), or be left out (the "
+                              f"family the other fields describe), got {doc['hf_family']!r}")  # fmt: skip
     try:
         return ModelSpec(**doc, source=str(path))
     except ConfigError as e:
@@ -487,19 +494,22 @@ def _qwen_moe(f: _Fields, *, kv_default: int) -> dict[str, Any]:
 
 def _qwen3_moe(f: _Fields) -> dict[str, Any]:
     """qwen3_moe: Qwen3's attention (GQA, RMSNorm on each q and k head, no biases) and
-    experts (Qwen3MoeConfig: 4 KV heads by default)."""
-    return {**_qwen_moe(f, kv_default=4), "qk_norm": "head"}
+    experts (Qwen3MoeConfig: 4 KV heads by default); with use_sliding_window (false by
+    default) the window on every layer (Qwen3MoeConfig has no max_window_layers)."""
+    return {**_qwen_moe(f, kv_default=4), "qk_norm": "head", **_qwen_window(f, None)}
 
 
 def _qwen2_moe(f: _Fields) -> dict[str, Any]:
     """qwen2_moe: Qwen2's attention (q/k/v biases unless qkv_bias is false) and experts, plus
     one shared expert of shared_expert_intermediate_size behind a sigmoid gate (Qwen2MoeConfig:
-    16 KV heads by default)."""
+    16 KV heads by default); with use_sliding_window (false by default) the window on the even
+    layers below max_window_layers (Qwen2MoeConfig's layer_types)."""
     return {
         **_qwen_moe(f, kv_default=16),
         "qkv_bias": f.flag("qkv_bias", True),
         "shared_ffn_hidden": _count(f, "shared_expert_intermediate_size", 0),
         "shared_expert_gate": _count(f, "shared_expert_intermediate_size", 0) > 0,
+        **_qwen_window(f, lambda i, first: (i + 1) % 2 == 1 and i < first),
     }
 
 
@@ -599,9 +609,23 @@ def _qwen2(f: _Fields) -> dict[str, Any]:
     a window only with use_sliding_window (Qwen2Config's default false), on the layers from
     max_window_layers (28) on, as Qwen3's (every layer had taken it: Qwen2-7B's 28 layers with
     use_sliding_window true have none)."""
-    first = f.integer("max_window_layers", default=28)
-    windowed = _window_layers(f, lambda i: i >= first) if f.flag("use_sliding_window", False) else 0
-    return {**_llama_like(f, kv_default=32), "qkv_bias": True, "sliding_layers": windowed}
+    return {**_llama_like(f, kv_default=32), "qkv_bias": True, **_qwen_window(f, lambda i, first: i >= first)}
+
+
+def _qwen_window(f: _Fields, sliding: Callable[[int, int], bool] | None) -> dict[str, Any]:
+    """A Qwen config's window, as transformers 5.24's config classes set it: only with
+    use_sliding_window (false by default) and a sliding_window (4096 unless given; null: none),
+    on the layers ``sliding(i, max_window_layers)`` picks (max_window_layers 28 unless given, 0
+    accepted), or the config's own ``layer_types`` where it lists them (Qwen2Config and
+    Qwen3Config: ``i >= max_window_layers``, 0 sliding every layer; Qwen2MoeConfig: the even
+    layers below it); ``sliding`` None: every layer (Qwen3MoeConfig has no layer_types: each
+    Qwen3MoeAttention takes config.sliding_window)."""
+    window = f.doc.get("sliding_window", 4096)
+    if not f.flag("use_sliding_window", False) or not window:  # null (or 0): no window (its type checked later)
+        return {"sliding_layers": 0}
+    first = _count(f, "max_window_layers", 28)
+    layers = f.integer(*_LAYERS) if sliding is None else _window_layers(f, lambda i: sliding(i, first))
+    return {"sliding_layers": layers, "sliding_window": window} if layers else {"sliding_layers": 0}
 
 
 def _mistral(f: _Fields) -> dict[str, Any]:
@@ -664,15 +688,15 @@ def _qwen3(f: _Fields) -> dict[str, Any]:
     """qwen3: as llama, with an RMSNorm over each query and key head (q_norm, k_norm) and head_dim
     128 unless given (Qwen3Config); a window only with use_sliding_window, on the layers from
     max_window_layers on."""
-    first = f.integer("max_window_layers", default=28)
-    windowed = _window_layers(f, lambda i: i >= first) if f.flag("use_sliding_window", False) else 0
     return {**_llama_like(f), "head_dim": f.integer("head_dim", default=128), "qk_norm": "head",
-            "sliding_layers": windowed}  # fmt: skip
+            **_qwen_window(f, lambda i, first: i >= first)}  # fmt: skip
 
 
 def _phi3(f: _Fields) -> dict[str, Any]:
-    """phi3: as llama with fused qkv and gate/up projections (the same shapes), never biased."""
-    return {**_llama_like(f), "bias": False}
+    """phi3: as llama with fused qkv and gate/up projections (the same shapes), never biased;
+    partial rotary (``rope_fraction``: Phi-4-mini's 0.75, Phi3Config's 1.0 unless given; Phi3's
+    rotary embedding and ``apply_rotary_pos_emb`` take ``int(head_dim x it)`` dims)."""
+    return {**_llama_like(f), "bias": False, "rope_fraction": _partial_rotary(f, 1.0)}
 
 
 def _olmo2(f: _Fields) -> dict[str, Any]:
@@ -851,14 +875,23 @@ def _cohere(f: _Fields) -> dict[str, Any]:
 
 
 def _partial_rotary(f: _Fields, default: float) -> float:
-    """``partial_rotary_factor``, at the top level (older configs) or in ``rope_parameters``
-    (transformers 5 writes it there), ``default`` (the config class's) when neither has it."""
-    rope = f.doc.get("rope_parameters")
-    v = f.doc.get("partial_rotary_factor", rope.get("partial_rotary_factor") if isinstance(rope, dict) else None)
+    """``partial_rotary_factor`` as transformers 5.24's configs take it: from the RoPE dict
+    (``rope_scaling`` where the config has one, else ``rope_parameters``: transformers writes it
+    there), else the top level (older configs, Phi-4-mini's), else ``default`` (the config
+    class's: PhiConfig's and GlmConfig's 0.5, Phi3Config's 1.0). ``convert_rope_params_to_dict``
+    takes ``rope_scaling or rope_parameters`` and ``setdefault``s the top-level factor into it,
+    so the dict's wins."""
+    rope = f.doc.get("rope_scaling") or f.doc.get("rope_parameters")
+    where = "rope_scaling" if f.doc.get("rope_scaling") else "rope_parameters"
+    key, v = "partial_rotary_factor", None
+    if isinstance(rope, dict) and rope.get("partial_rotary_factor") is not None:
+        key, v = f"{where}.partial_rotary_factor", rope["partial_rotary_factor"]
+    elif f.doc.get("partial_rotary_factor") is not None:
+        v = f.doc["partial_rotary_factor"]
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
-        raise ConfigError(f"{f.path}: field 'partial_rotary_factor' must be a number in (0, 1], got {v!r}")
+        raise ConfigError(f"{f.path}: field {key!r} must be a number in (0, 1], got {v!r}")
     return float(v)
 
 

@@ -424,14 +424,19 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
     if model.qk_norm == "full" and plan.tp > 1:
         out.append("the q/k norms over the whole projections (OLMo 2) need each token's sum of squares all-reduced "
                    f"over the {plan.tp} TP ranks: that small all-reduce is not modelled")  # fmt: skip
+    from trainsim.builders.eager import NAMED_FAMILIES, census_omissions, family_of
+
     fam = ""
     if plan.impl == "hf":
-        from trainsim.builders.eager import family_of
-
         fam = family_of(model, plan.experts_impl)
+        if left := census_omissions(model, plan.seq(model), plan.experts_impl):
+            out.append(f"--impl hf times the census of HuggingFace's {fam} modules (builders/data/hf_eager_census.json "
+                       f"and hf_activation_census.json), which has no part for {'; nor for '.join(left)}: not "
+                       "modelled")  # fmt: skip
     gemma = fam.startswith("gemma")  # Gemma 2/3's own censuses: four norms a layer, Gemma 3's q/k norms, Gemma 2's logit cap
     qwen3 = fam.startswith("qwen3") or fam == "gemma3"  # its census records the model's own per-head q/k norms
-    own = bool(model.hf_family) and fam.startswith(model.hf_family)  # its own modules' census (GLM-4's norms, OLMoE's q/k norms)
+    # its own modules' census (GLM-4's norms, OLMoE's q/k norms): a family its reader names
+    own = model.hf_family in NAMED_FAMILIES and fam.startswith(model.hf_family)
     extra = [n for n, on in (("q/k norms", model.qk_norm != "none" and not qwen3), ("norms after attention and MLP",
              model.layer_norms == 4 and not gemma), ("soft-capping", bool(model.attn_softcap or model.logit_softcap)
              and not gemma), ("final-logit soft-capping", bool(model.logit_softcap) and fam == "gemma3")) if on]  # fmt: skip

@@ -100,13 +100,15 @@ class ModelSpec:
     norm_bias: bool = True  # a LayerNorm's bias (RMSNorm has none whatever this says)
     head_bias: bool = False
     nope_layers: int = 0  # layers without the rotary embedding (0: every layer rotates)
-    # partial rotary (Phi's, GLM's partial_rotary_factor): the share of each head's dims that
-    # rotate, int(d_head x it) of them, the rest passed through (impl hf's census prices the
-    # split; the fused kernels are costed over the full width)
+    # partial rotary (Phi's, GLM's, Phi-3's partial_rotary_factor): the share of each head's dims
+    # that rotate, int(d_head x it) of them, the rest passed through (impl hf's Phi and GLM
+    # censuses price the split, the others rotate whole heads, as predict notes; the fused
+    # kernels are costed over the full width)
     rope_fraction: float = 1.0
     # the transformers model_type whose eager modules ``impl hf`` prices, where the fields above
     # do not tell them apart (Gemma 1's are LLaMA's shapes with GemmaRMSNorm and a scaled
-    # embedding; Granite's LLaMA's with multipliers): "" for the families they do tell
+    # embedding; Granite's LLaMA's with multipliers), or any family with a census a YAML spec
+    # names (trainsim.builders.eager.HF_FAMILY_CENSUSES): "" for the family the fields tell
     # (:func:`trainsim.builders.eager.family_of`)
     hf_family: str = ""
 
@@ -284,9 +286,11 @@ class ModelSpec:
 
     def dense_variant(self) -> ModelSpec:
         """The same model with a dense MLP of ``ffn_hidden`` in place of its experts: what one of
-        its ``dense_layers`` is (the builder costs those from it)."""
+        its ``dense_layers`` is (the builder costs those from it). Its ``hf_family`` is unset: an
+        MoE family's census (Mixtral's, OLMoE's) prices experts, so impl hf takes the dense
+        family its fields describe (Qwen3-MoE's dense layers Qwen3's, as read from a config)."""
         return replace(self, num_experts=0, top_k=0, moe_ffn_hidden=0, shared_ffn_hidden=0, shared_expert_gate=False,
-                       router_bias=False, dense_layers=())  # fmt: skip
+                       router_bias=False, dense_layers=(), hf_family="")  # fmt: skip
 
     def mla_params(self) -> int:
         """MLA's projections and latent norms (DeepSeek-V2 §2.1): q via a rank-r_q latent
