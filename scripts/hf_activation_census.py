@@ -41,7 +41,7 @@ model with both kinds of layer keeps beyond the rest); Gemma 2's final-logit cap
 layers (with Gemma 2's cap).
 
 Mistral, Cohere, Phi, GLM, GLM-4, SmolLM3 and OLMoE (``MORE``, ``olmoe``/``olmoe_grouped``, since
-2026-12-06): as ``scripts/hf_eager_census.py`` builds them; Mistral's and SmolLM3's ``window``
+2026-12-04): as ``scripts/hf_eager_census.py`` builds them; Mistral's and SmolLM3's ``window``
 from models whose every layer slides (its ``rest`` the boolean mask, built once for the layers),
 SmolLM3's ``rope`` (its ``layer`` a NoPE one), checked with the others on models of every
 layer sliding and (SmolLM3) of alternating rotating and NoPE layers, the NoPE ones sliding or not.
@@ -64,7 +64,7 @@ from typing import Any
 OUT = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "builders" / "data" / "hf_activation_census.json"
 FAMILIES = ("llama", "qwen3", "gpt2", "mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", "gemma2", "gemma3",
             "gemma", "granite", "mistral", "cohere", "phi", "glm", "glm4", "smollm3", "olmoe", "olmoe_grouped")
-# the families added 2026-12-06, built as scripts/hf_eager_census.py builds them (untied, their config
+# the families added 2026-12-04, built as scripts/hf_eager_census.py builds them (untied, their config
 # classes' defaults but for the sizes): Mistral and SmolLM3 with a window part (WINDOWED: every layer
 # sliding against none, the window GEMMA_WINDOW shorter than every sequence measured), SmolLM3's layer a
 # NoPE one and part rope (a rotating layer's storages beyond it), Phi and GLM with partial rotary (Dims.r

@@ -73,7 +73,7 @@ H_QWEN = 21
 # neither d (48) nor the key width (3 x 10 = 30), as in Qwen3-0.6B/4B (16 x 128 = 2 d,
 # 32 x 128 = 1.6 d) and Gemma (16 x 256 > d): the rotary's query half, the attention output and
 # o_proj's input are T*q, not T*d (with head size 4, 12 x 4 = d, and the first name of a size,
-# d, took them all until 2026-12-05); 12 heads, since LlamaConfig wants d a multiple of them
+# d, took them all until 2026-12-03); 12 heads, since LlamaConfig wants d a multiple of them
 HD_DENSE = 10
 # Gemma 1 and Granite (transformers' GemmaForCausalLM, GraniteForCausalLM; ModelSpec.hf_family
 # names them, as their shapes are LLaMA's): Gemma's two (1 + weight) fp32 RMSNorms a layer,
@@ -93,7 +93,7 @@ GEMMA_WINDOW, GEMMA2_ATTN_CAP = 8, 50.0
 # the dense families whose rest is also taken with a tied embedding (the head's weight the
 # embedding's: autograd adds the two gradients, one add of V*d), as part "tied"
 MOE_FAMILIES = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", "olmoe", "olmoe_grouped")
-# the families added 2026-12-06 (transformers' MistralForCausalLM, CohereForCausalLM, PhiForCausalLM,
+# the families added 2026-12-04 (transformers' MistralForCausalLM, CohereForCausalLM, PhiForCausalLM,
 # GlmForCausalLM, Glm4ForCausalLM, SmolLM3ForCausalLM; OlmoeForCausalLM is among MOE_FAMILIES, with
 # Mixtral's heads: its q norm is an RMSNorm of hidden_size, so q = d, as in OLMoE-1B-7B):
 # Mistral's and SmolLM3's also with a window part (WINDOW_FAMILIES: every layer sliding, the window

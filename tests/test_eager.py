@@ -470,7 +470,7 @@ def test_shipped_eager_factor_is_what_the_script_measures():
 
 def test_hf_note_names_what_the_census_leaves_out_for_qwen3_models():
     """The Qwen3-MoE census records its per-head q/k norms: predict's note no longer says they
-    are missing; nor for a dense Qwen3, which has its own census since 2026-12-05 (it took
+    are missing; nor for a dense Qwen3, which has its own census since 2026-12-03 (it took
     LLaMA's, whose note said its q/k norms were left out)."""
     from trainsim.builders.predict import dense_family_notes
 

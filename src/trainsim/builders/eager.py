@@ -59,7 +59,7 @@ queries (Qwen3-30B-A3B's 32 x 128 is twice its hidden size).
 
 Dense models: ``llama`` (transformers' ``LlamaForCausalLM``) and, for per-head q/k norms
 (Qwen3; Gemma 3 takes it too), ``qwen3`` (``Qwen3ForCausalLM``: LLaMA's calls and the q/k
-RMSNorms), since 2026-12-05; both recorded with a query width (12 heads x 10) that is neither
+RMSNorms), since 2026-12-03; both recorded with a query width (12 heads x 10) that is neither
 the hidden size nor the key width, so the rotary's query half, the attention output and
 o_proj's input are ``T*q`` (recorded with ``q = d`` until then, they were ``T*d``: Qwen3-0.6B's
 ``q = 2 d`` and Gemma's were undercounted; LLaMA's and Mistral's ``q = d``, unchanged).
@@ -86,12 +86,12 @@ sizes. Their shapes are LLaMA's, so the reader names the family (``ModelSpec.hf_
 :func:`family_of` takes it; a model whose ``hf_family`` has no census is refused rather than
 priced by another family's calls. Every census family is a valid ``hf_family``
 (:data:`HF_FAMILY_CENSUSES`: a YAML spec may name ``llama`` or ``mistral`` too, refused until
-2026-12-07), an MoE one (:data:`HF_MOE_FAMILIES`) for an MoE model only. What a model runs and
+2026-12-04), an MoE one (:data:`HF_MOE_FAMILIES`) for an MoE model only. What a model runs and
 its census has no part for (a window in Qwen3's or Mixtral's, a partial rotary or NoPE layers
 in a census that rotates every layer's whole heads) is not modelled, and predict says so
 (:func:`census_omissions`).
 
-Cohere, Phi, GLM, GLM-4, SmolLM3 and OLMoE (since 2026-12-06; refused before), each from its
+Cohere, Phi, GLM, GLM-4, SmolLM3 and OLMoE (since 2026-12-04; refused before), each from its
 own ``*ForCausalLM`` by ``hf_family``: Cohere's parallel block on one bias-free fp32 LayerNorm,
 its interleaved fp32 rotary and the ``logit_scale`` multiply of the ``[T, V]`` logits; Phi's
 parallel block, LayerNorm, dense gelu_new MLP, biases (their gradients' sums, the output
