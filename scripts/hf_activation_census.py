@@ -41,7 +41,8 @@ model with both kinds of layer keeps beyond the rest); Gemma 2's final-logit cap
 layers (with Gemma 2's cap).
 
 Mistral, Cohere, Phi, GLM, GLM-4, SmolLM3 and OLMoE (``MORE``, ``olmoe``/``olmoe_grouped``, since
-2026-12-04): as ``scripts/hf_eager_census.py`` builds them; Mistral's and SmolLM3's ``window``
+2026-12-04; Phi-3, ``phi3``, since 2026-12-04, checked at a whole-head rotary too): as
+``scripts/hf_eager_census.py`` builds them; Mistral's, Phi-3's and SmolLM3's ``window``
 from models whose every layer slides (its ``rest`` the boolean mask, built once for the layers),
 SmolLM3's ``rope`` (its ``layer`` a NoPE one), checked with the others on models of every
 layer sliding and (SmolLM3) of alternating rotating and NoPE layers, the NoPE ones sliding or not.
@@ -63,15 +64,19 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "trainsim" / "builders" / "data" / "hf_activation_census.json"
 FAMILIES = ("llama", "qwen3", "gpt2", "mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", "gemma2", "gemma3",
-            "gemma", "granite", "mistral", "cohere", "phi", "glm", "glm4", "smollm3", "olmoe", "olmoe_grouped")
+            "gemma", "granite", "mistral", "cohere", "phi", "glm", "glm4", "smollm3", "phi3", "olmoe", "olmoe_grouped")
 # the families added 2026-12-04, built as scripts/hf_eager_census.py builds them (untied, their config
 # classes' defaults but for the sizes): Mistral and SmolLM3 with a window part (WINDOWED: every layer
 # sliding against none, the window GEMMA_WINDOW shorter than every sequence measured), SmolLM3's layer a
 # NoPE one and part rope (a rotating layer's storages beyond it), Phi and GLM with partial rotary (Dims.r
 # of each head's hd dims rotate), OLMoE as Mixtral (its q norm an RMSNorm of hidden_size: q = d)
-MORE = ("mistral", "cohere", "phi", "glm", "glm4", "smollm3")
-WINDOWED = ("mistral", "smollm3")
-PARTIAL = ("phi", "glm", "glm4")
+# Phi-3 (since 2026-12-04; Mistral's before): its fused qkv_proj and gate_up_proj (autograd keeps the
+# latter's T*2f output whole: the gate and up halves are views of it; no T*qkv storage is kept, a size
+# that would stop the script), partial rotary (GLM's sizes), a window part as Mistral's; also checked at
+# a whole-head rotary (partial_rotary_factor 1.0, Phi-3-mini's: Dims.r = hd)
+MORE = ("mistral", "cohere", "phi", "glm", "glm4", "smollm3", "phi3")
+WINDOWED = ("mistral", "smollm3", "phi3")
+PARTIAL = ("phi", "glm", "glm4", "phi3")
 Q_IS_D = ("phi", "olmoe", "olmoe_grouped")  # head size d / h by construction: T*q is T*d
 # Gemma 1 and Granite (GemmaForCausalLM, GraniteForCausalLM, as scripts/hf_eager_census.py builds
 # them: untied as LLaMA's, Granite with its multipliers)
@@ -114,7 +119,7 @@ BASE = {"llama": Dims(), "qwen3": Dims(), "gpt2": Dims(hd=4),
         "qwen3_moe": Dims(h=21, hd=4, g=7, e=5, k=3), "qwen3_moe_grouped": Dims(h=21, hd=4, e=15, k=8),
         "gemma2": Dims(), "gemma3": Dims(), "gemma": Dims(), "granite": Dims(),
         "mistral": Dims(), "cohere": Dims(), "smollm3": Dims(), "phi": Dims(d=126, h=18, hd=7, r=4),
-        "glm": Dims(h=9, hd=22, r=12), "glm4": Dims(h=9, hd=22, r=12),
+        "glm": Dims(h=9, hd=22, r=12), "glm4": Dims(h=9, hd=22, r=12), "phi3": Dims(h=9, hd=22, r=12),
         "olmoe": Dims(hd=4, g=4, e=5, k=3), "olmoe_grouped": Dims(hd=4, g=4, e=15, k=8)}  # fmt: skip
 LABELS_B1 = 8  # bytes: see family_census
 CHECKS = ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 72, "f": 152}, {"b": 1, "s": 56, "v": 419, "hd": 14})
@@ -123,6 +128,8 @@ FAMILY_CHECKS = {
     "phi": ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 144, "hd": 8, "f": 152}, {"b": 1, "s": 56, "v": 419, "d": 90, "hd": 5}),
     "olmoe": ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 72, "hd": 6, "f": 152}, {"b": 1, "s": 56, "v": 419}),
     "olmoe_grouped": ({"b": 2, "s": 36}, {"b": 5, "s": 12, "d": 72, "hd": 6, "f": 152}, {"b": 1, "s": 56, "v": 419}),
+    # Phi-3's also at a whole-head rotary (r = hd: partial_rotary_factor 1.0, Phi-3-mini's)
+    "phi3": (*CHECKS, {"r": 22}, {"b": 2, "s": 36, "hd": 14, "r": 14}),
 }  # fmt: skip
 
 
@@ -205,7 +212,7 @@ def build(family: str, layers: int, x: Dims, *, checkpoint: bool, variant: str =
         import transformers
 
         words = set(variant.split("+")) - {""}
-        allowed = {"mistral": {"window"}, "smollm3": {"window", "rope", "mixed"}}.get(family, set())
+        allowed = {"mistral": {"window"}, "phi3": {"window"}, "smollm3": {"window", "rope", "mixed"}}.get(family, set())
         if words - allowed or {"rope", "mixed"} <= words:
             raise SystemExit(f"{family}: unknown variant {variant!r}")
         cfg = common | {"num_attention_heads": x.h, "num_key_value_heads": x.g}
@@ -213,17 +220,17 @@ def build(family: str, layers: int, x: Dims, *, checkpoint: bool, variant: str =
             del cfg["head_dim"]
             if x.d != x.h * x.hd:
                 raise SystemExit(f"phi: d {x.d} is not h {x.h} x hd {x.hd}")
-        if family in PARTIAL:  # int(hd * factor) == r
-            cfg["partial_rotary_factor"] = (x.r + 0.5) / x.hd
+        if family in PARTIAL:  # int(hd * factor) == r; r = hd: a whole-head rotary, factor 1
+            cfg["partial_rotary_factor"] = 1.0 if x.r == x.hd else (x.r + 0.5) / x.hd
         window = GEMMA_WINDOW if "window" in words else None
-        if family == "mistral":
+        if family in ("mistral", "phi3"):
             cfg["sliding_window"] = window
         if family == "smollm3":  # NoPE layers but with "rope" (every layer) or "mixed" (every other, the first)
             rope = [int("rope" in words or ("mixed" in words and i % 2 == 0)) for i in range(layers)]
             cfg |= {"no_rope_layers": rope, "use_sliding_window": window is not None, "sliding_window": window,
                     "layer_types": ["sliding_attention" if window and not r else "full_attention" for r in rope]}  # fmt: skip
         cls = {"mistral": "Mistral", "cohere": "Cohere", "phi": "Phi", "glm": "Glm", "glm4": "Glm4",
-               "smollm3": "SmolLM3"}[family]  # fmt: skip
+               "smollm3": "SmolLM3", "phi3": "Phi3"}[family]  # fmt: skip
         model = getattr(transformers, f"{cls}ForCausalLM")(getattr(transformers, f"{cls}Config")(**cfg))
         attn = model.model.layers[0].self_attn
         if attn.head_dim != x.hd or (family in PARTIAL and model.model.rotary_emb.inv_freq.numel() * 2 != x.r):
@@ -599,10 +606,10 @@ def main(argv: list[str] | None = None) -> int:
                 "Gemma 2's attention-score cap left off as SDPA runs it): layer is a full-attention layer, part window "
                 "a sliding-window layer's storages beyond it (layer, signed: K and V repeated to the query heads) and a "
                 "model with both kinds' beyond the rest (rest), logit_softcap Gemma 2's final-logit cap's (rest); mistral, "
-                "cohere, phi, glm, glm4, smollm3, olmoe, olmoe_grouped (their *ForCausalLM, untied): mistral and smollm3 "
+                "cohere, phi, glm, glm4, smollm3, phi3, olmoe, olmoe_grouped (their *ForCausalLM, untied): mistral, phi3 and smollm3 "
                 "part window (layer: a sliding layer's storages beyond a full one; rest: the model's beyond the rest once a "
                 "layer slides), smollm3's layer a NoPE one and part rope (layer: a rotating layer's beyond it; rest: the "
-                "cos/sin table kept once a layer rotates), phi, glm, glm4 partial rotary (T*qr, T*kvr rotated query/key "
+                "cos/sin table kept once a layer rotates), phi, glm, glm4, phi3 partial rotary (T*qr, T*kvr rotated query/key "
                 "widths, T*qp, T*kvp passed through, L*hdr the rotated cos/sin), cohere's d its LayerNorm's fp32 weight",
         "command": "python scripts/hf_activation_census.py",
         "date": datetime.date.today().isoformat(),

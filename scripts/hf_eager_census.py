@@ -39,6 +39,13 @@ in the forward and, in the backward, by the autograd node running
 GEMMs (``_grouped_mm``: torch 2.13 runs it on the CPU, the same call CUDA runs, two of them
 backward per projection) are left to the builder, as the other GEMMs are.
 
+Phi-3 (``phi3``: ``Phi3ForCausalLM``, since 2026-12-04; it took Mistral's): LLaMA's modules but
+a fused ``qkv_proj`` (``T*qkv``: q, k, v its slices, whose gradients are zero-filled ``T*qkv``
+buffers added), a fused ``gate_up_proj`` chunked in two and Phi3's ``apply_rotary_pos_emb``
+(the passed dims concatenated back at any factor), taken at a partial rotary (PARTIAL_DIMS) with
+Mistral's window parts; part ``full_rotary`` is a step at factor 1.0 (Phi-3-mini's) less the census
+read at ``rd = hd``, which must differ only by the rotated slices' backward and leave the rest as it is.
+
     python scripts/hf_eager_census.py            # rewrites the JSON (needs torch, transformers)
     python scripts/hf_eager_census.py --families mistral phi   # those only, the others kept
 """
@@ -99,14 +106,23 @@ MOE_FAMILIES = ("mixtral", "mixtral_grouped", "qwen3_moe", "qwen3_moe_grouped", 
 # Mistral's and SmolLM3's also with a window part (WINDOW_FAMILIES: every layer sliding, the window
 # GEMMA_WINDOW < L, against none), SmolLM3 a rope part (ROPE_FAMILIES: its layer is a NoPE one, the
 # rotary's calls a part of their own, added on the rotating share of the layers)
-MORE_FAMILIES = ("mistral", "cohere", "phi", "glm", "glm4", "smollm3")
-WINDOW_FAMILIES = ("mistral", "smollm3")
+MORE_FAMILIES = ("mistral", "cohere", "phi", "glm", "glm4", "smollm3", "phi3")
+WINDOW_FAMILIES = ("mistral", "smollm3", "phi3")
 ROPE_FAMILIES = ("smollm3",)
 # partial rotary (Phi, GLM: the first ``rd`` of each head's ``hd`` dims rotate, the rest pass
 # through and are concatenated back): the tiny model's hidden size, heads, key heads, head size
 # and rotated dims, chosen so that the rotated and passed widths (T*qr, T*qp, T*kvr, T*kvp, their
 # halves, T*hdr the cos/sin) differ from every other size (Phi's head size is d / h: its d is its own)
-PARTIAL_DIMS = {"phi": (126, 18, 3, 7, 4), "glm": (48, 9, 3, 22, 12), "glm4": (48, 9, 3, 22, 12)}
+PARTIAL_DIMS = {"phi": (126, 18, 3, 7, 4), "glm": (48, 9, 3, 22, 12), "glm4": (48, 9, 3, 22, 12),
+                "phi3": (48, 9, 3, 22, 12)}
+# Phi-3 (transformers' Phi3ForCausalLM, since 2026-12-04; Mistral's census before): LLaMA's modules
+# but a fused qkv_proj (q, k and v sliced from one T*(q+2kv) output, ``T*qkv``: the slices'
+# gradients are zero-filled T*qkv buffers added), a fused gate_up_proj chunked in two, Phi3's
+# apply_rotary_pos_emb (the first ``rd`` dims rotate, the rest concatenated back, whatever the
+# factor: at 1.0 the pass-through is empty and the concatenation a copy), a window part as
+# Mistral's; taken at a partial rotary (PARTIAL_DIMS) and checked at the full one (PHI3_FULL)
+FUSED_QKV = ("phi3",)
+PHI3_FULL = 1.0
 TIED_FAMILIES = ("llama", "qwen3", "gemma", "granite", *GEMMA_FAMILIES, *MORE_FAMILIES)
 ZEROS = {"zeros", "new_zeros", "zeros_like"}
 GATHERS = {"index", "index_select"}
@@ -155,14 +171,27 @@ def _dense(heads: int, hd: int = HD) -> dict[int, str]:
 
 def _partial_symbols(family: str) -> dict[int, str]:
     """A partial-rotary family's symbols (:data:`PARTIAL_DIMS`): the dense ones at its own sizes
-    and the rotated and passed widths; every one distinct, or the census could not tell them apart."""
+    and the rotated and passed widths (:func:`_partial_widths`); every one distinct, or the
+    census could not tell them apart."""
     d, heads, g, hd, rd = PARTIAL_DIMS[family]
     sym = _symbols(d, F, q=heads * hd, kv=g * hd, hd=hd, v=V, h=heads)
-    named = {"T*qr": heads * rd, "T*qr/2": heads * rd // 2, "T*kvr": g * rd, "T*kvr/2": g * rd // 2,
-             "T*qp": heads * (hd - rd), "T*kvp": g * (hd - rd), "T*hdr": rd, "T*hdr/2": rd // 2}  # fmt: skip
-    if rd % 2 or len({T * w for w in named.values()} | set(sym)) != len(named) + len(sym) or T * g in sym:
+    named = _partial_widths(family, rd)
+    if rd % 2 or len(set(named.values()) | set(sym)) != len(named) + len(sym) or T * g in sym:
         raise SystemExit(f"{family}: a rotated or passed width equals another symbol's; pick other dimensions")
-    return sym | {T * w: name for name, w in named.items()}
+    return sym | {n: name for name, n in named.items()}
+
+
+def _partial_widths(family: str, rd: int) -> dict[str, int]:
+    """The element counts of a partial-rotary family's own symbols in its tiny model
+    (PARTIAL_DIMS' sizes) with ``rd`` of each head's dims rotating: the rotated and passed widths
+    (none passed at ``rd = hd``), the rotated cos/sin and, for :data:`FUSED_QKV`, the fused
+    projection's output ``T*qkv``."""
+    _, heads, g, hd, _ = PARTIAL_DIMS[family]
+    widths = {"T*qr": heads * rd, "T*qr/2": heads * rd // 2, "T*kvr": g * rd, "T*kvr/2": g * rd // 2,
+              "T*qp": heads * (hd - rd), "T*kvp": g * (hd - rd), "T*hdr": rd, "T*hdr/2": rd // 2}  # fmt: skip
+    if family in FUSED_QKV:
+        widths["T*qkv"] = (heads + 2 * g) * hd
+    return {name: T * w for name, w in widths.items()}
 
 
 def _moe_symbols(d: int, f: int, experts: int, k: int, heads: int = H) -> dict[int, str]:
@@ -197,14 +226,16 @@ Calls = list[tuple[str, str, tuple[tuple[str, str], ...], str]]
 
 def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE, *, tied: bool = False,
            layer_type: str | list[str] = "sliding_attention", attn: str = "sdpa", attn_cap: float | None = None,
-           final_cap: float | None = 30.0, window: bool = False, rope: bool = True) -> tuple[Calls, dict[str, int]]:  # fmt: skip
+           final_cap: float | None = 30.0, window: bool = False, rope: bool = True,
+           factor: float | None = None) -> tuple[Calls, dict[str, int]]:  # fmt: skip
     """One training step's memory-bound calls, and its host work (calls by kind per phase,
     ``nodes``: the backward's autograd nodes); ``hd``: a dense LLaMA or Qwen3 model's head
     size (an MoE family's is ``HD``); ``tied``: a dense model's embedding and head share one
     weight; a Gemma model's ``layer_type`` (every layer's, or a list of one a layer), attention implementation and
     Gemma 2's attention-score cap (SDPA takes none) and final-logit cap (its config's 30);
     ``window``: a :data:`WINDOW_FAMILIES` model's layers all sliding (window GEMMA_WINDOW), else
-    none; ``rope``: SmolLM3's layers all rotating, else all NoPE."""
+    none; ``rope``: SmolLM3's layers all rotating, else all NoPE; ``factor``: a partial-rotary
+    family's ``partial_rotary_factor`` other than its PARTIAL_DIMS' (Phi-3's check at 1.0)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -288,11 +319,13 @@ def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE, *, ti
             cfg["head_dim"] = hd
         if family in PARTIAL_DIMS:  # int(hd * factor) == rd
             cfg["partial_rotary_factor"] = (rd + 0.5) / hd
+        if factor is not None:
+            cfg["partial_rotary_factor"], rd = factor, int(hd * factor)
         import transformers
 
         cls = {"mistral": "Mistral", "cohere": "Cohere", "phi": "Phi", "glm": "Glm", "glm4": "Glm4",
-               "smollm3": "SmolLM3"}[family]  # fmt: skip
-        if family == "mistral":
+               "smollm3": "SmolLM3", "phi3": "Phi3"}[family]  # fmt: skip
+        if family in ("mistral", "phi3"):
             cfg["sliding_window"] = GEMMA_WINDOW if window else None
         if family == "smollm3":
             cfg |= {"no_rope_layers": [int(rope)] * layers, "use_sliding_window": window,
@@ -307,7 +340,9 @@ def census(family: str, layers: int, experts: int = 0, hd: int = HD_DENSE, *, ti
             got = getattr(attn, "rotary_ndims", None) or int(model.model.rotary_emb.inv_freq.numel() * 2)
             if got != rd or model.model.layers[0].self_attn.head_dim != hd:
                 raise SystemExit(f"{family}: rotary dims {got}, head size {attn.head_dim}; expected {rd}, {hd}")
-        sym = _partial_symbols(family) if family in PARTIAL_DIMS else _dense(H, hd)
+        sym = _partial_symbols(family) if family in PARTIAL_DIMS and factor is None else _dense(H, hd)
+        if factor is not None:  # the whole-head rotary (factor 1.0): the dense symbols and the fused qkv
+            sym = _symbols(d, F, q=heads * hd, kv=g * hd, hd=hd, v=V, h=heads) | {T * (heads + 2 * g) * hd: "T*qkv"}
         if window and sym.setdefault(T * L, "T*L") != "T*L":
             raise SystemExit(f"{family}: the window mask's size equals another symbol's; pick other dimensions")
     elif family == "gpt2":
@@ -632,6 +667,8 @@ def _dense_family(family: str) -> dict[str, object]:
         if rotating_rest != rest:
             raise SystemExit(f"{family}: the rest changes with the layers' rotary")
         parts["rope"] = _difference(family, rotating, layer, "a rotating layer beyond a NoPE one")
+    if family in FUSED_QKV:  # Phi-3-mini's whole-head rotary beyond the partial census at rd = hd
+        parts["full_rotary"] = _full_rotary(family, layer, rest)
     if family == "gemma2":
         _, capped = _layer_rest(family, **(kw | {"final_cap": 30.0}))
         parts["logit_softcap"] = _difference(family, capped, rest, "the final-logit cap", {"T*V"})
@@ -646,6 +683,38 @@ def _dense_family(family: str) -> dict[str, object]:
     out: dict[str, object] = {part: [[*k, v] for k, v in sorted(d.items()) if len(k) == 4] for part, d in parts.items()}
     out["kernels"] = {part: {ph: d.get(("kernels", ph), 0) for ph in ("fwd", "bwd")} for part, d in parts.items()}
     return out
+
+
+def _full_rotary(family: str, layer: Counter[tuple[str, ...]],
+                 rest: Counter[tuple[str, ...]]) -> Counter[tuple[str, ...]]:  # fmt: skip
+    """Phi-3's part ``full_rotary``: its census is taken at a partial rotary (PARTIAL_DIMS), while
+    Phi-3-mini rotates whole heads (``partial_rotary_factor`` 1.0, PHI3_FULL). There Phi3's
+    apply_rotary_pos_emb still concatenates the (empty) pass-through part back and its empty
+    slice's gradient is a zero-filled q- or k-sized buffer, but ``q[..., :rotary_dim]`` covering
+    the whole head is no slice (PyTorch's indexing returns the tensor itself), so the rotated
+    slices' backward is not run. The part is the step at that factor (its sizes named by the
+    dense symbols and ``T*qkv``) less the census with ``rd = hd`` (the rotated widths read as the
+    whole heads', the passed ones as none), signed; the rest must not change."""
+    whole = {"T*qr": "T*q", "T*qr/2": "T*q/2", "T*kvr": "T*kv", "T*kvr/2": "T*kv/2", "T*hdr": "T*hd",
+             "T*hdr/2": "T*hd/2"}  # fmt: skip
+
+    def at_whole(c: Counter[tuple[str, ...]]) -> Counter[tuple[str, ...]]:
+        out: Counter[tuple[str, ...]] = Counter()
+        for k, v in c.items():
+            if len(k) == 4 and k[2] in ("T*qp", "T*kvp"):
+                continue  # no element passed through
+            out[(*k[:2], whole.get(k[2], k[2]), k[3]) if len(k) == 4 else k] += v
+        return out
+
+    full_layer, full_rest = _layer_rest(family, factor=PHI3_FULL)
+    if at_whole(rest) != full_rest:
+        raise SystemExit(f"{family}: the rest changes with the rotary factor")
+    partial = at_whole(layer)
+    keys = full_layer.keys() | partial.keys()
+    diff = Counter({k: full_layer[k] - partial[k] for k in keys if full_layer[k] - partial[k]})
+    if not diff or any(len(k) == 4 and (k[0] != "bwd" or k[1] != "slice_backward") for k in diff):
+        raise SystemExit(f"{family}: the whole-head rotary is not the partial one less its slices' backward: {diff}")
+    return diff
 
 
 FAMILIES = ("llama", "qwen3", "gpt2", "gemma", "granite", "mixtral", "mixtral_grouped", "qwen3_moe",
@@ -689,11 +758,14 @@ def main(argv: list[str] | None = None) -> int:
                 "layer): part window, a sliding-window layer's calls beyond it (SDPA with the window's mask, T*L: tokens x keys), "
                 "logit_softcap (gemma2: the final-logit cap), attn_softcap (gemma2: one layer's attention-score cap in HF's eager "
                 "attention, T*h*L: tokens x heads x keys); gemma, granite (GemmaForCausalLM, GraniteForCausalLM with granite-3.0-8b's "
-                "multipliers; ModelSpec.hf_family): as llama's; mistral, cohere, phi, glm, glm4, smollm3 (their *ForCausalLM, "
-                "untied, part tied): mistral and smollm3 also part window (a sliding layer's calls beyond a full one) and "
+                "multipliers; ModelSpec.hf_family): as llama's; mistral, cohere, phi, glm, glm4, smollm3, phi3 (their *ForCausalLM, "
+                "untied, part tied): mistral, smollm3 and phi3 also part window (a sliding layer's calls beyond a full one) and "
                 "window_rest (the rest's beyond the rest: the window's mask, built once a layer slides), smollm3's layer a "
                 "NoPE one and part rope (a rotating layer's calls beyond it), phi, glm, glm4 partial rotary (T*qr, T*kvr the "
-                "rotated query/key widths, T*qp, T*kvp those passed through, T*hdr the rotated head dims); olmoe, "
+                "rotated query/key widths, T*qp, T*kvp those passed through, T*hdr the rotated head dims); phi3 (Phi3ForCausalLM) "
+                "partial rotary too, T*qkv its fused q/k/v projection's output (q + 2 kv wide), part full_rotary "
+                "(signed): a whole-head rotary's calls beyond the census at rd = hd (q[..., :hd] is no slice: the rotated "
+                "slices' backward is not run); olmoe, "
                 "olmoe_grouped (OlmoeForCausalLM): as mixtral's and mixtral_grouped",
         "command": "python scripts/hf_eager_census.py",
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},

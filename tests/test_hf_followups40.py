@@ -188,15 +188,17 @@ def test_partial_rotary_factor_is_read_as_transformers_reads_it(model_type, doc)
 
 
 def test_phi4_mini_partial_rotary_is_noted_under_impl_hf():
-    """Phi-4-mini rotates 96 of 128 dims; its modules (LLaMA-like) take Mistral's census, whose
-    rotary turns whole heads: the rotary calls are priced at the full width and predict says so
-    (the fused path's full-width rotary is documented)."""
+    """Phi-4-mini rotates 96 of 128 dims. Since 2026-12-04 it takes Phi-3's own census, which
+    has the partial rotary's parts (tests/test_phi3_census.py): no note; under a census whose
+    rotary turns whole heads (Mistral's, which it took before) the rotary calls are priced at
+    the full width and predict says so (the fused path's full-width rotary is documented)."""
     spec = hf_config_from_dict(PHI4_MINI, Path("phi-4-mini/config.json"))
     assert (spec.rope_fraction, spec.rotary_dims) == (0.75, 96)
-    assert family_of(spec) == "mistral"
-    notes = [n for n in _notes(spec) if "partial rotary" in n]
+    assert family_of(spec) == "phi3" and not [n for n in _notes(spec) if "partial rotary" in n]
+    mistral = replace(spec, hf_family="mistral")
+    notes = [n for n in _notes(mistral) if "partial rotary" in n]
     assert len(notes) == 1 and "rope_fraction 0.75" in notes[0] and "mistral" in notes[0]
-    assert not [n for n in _notes(replace(spec, rope_fraction=1.0)) if "partial rotary" in n]
+    assert not [n for n in _notes(replace(mistral, rope_fraction=1.0)) if "partial rotary" in n]
 
 
 # --- 4. nope_layers / rope_fraction without a census part: said, not dropped silently -------------

@@ -117,12 +117,16 @@ def test_mistral_window_costs_time_and_memory_from_the_window_on():
 
 
 def test_other_llama_like_windows_take_mistral_s_census():
-    """Phi-3-mini's 2,047-token window (a LLaMA-like model, LLaMA's census before): the window's
-    mask calls from 2,047 tokens on."""
+    """Phi-3-mini's 2,047-token window (LLaMA's census before, Mistral's from 2026-12-04, its own
+    from 2026-12-04, with a window part as Mistral's) and a LLaMA-like model's without a family of
+    its own (Mistral's): the window's mask calls from the window on."""
     phi3 = get_model("phi3-mini")
-    assert phi3.sliding_window == 2047 and family_of(phi3) == "mistral"
+    assert phi3.sliding_window == 2047 and family_of(phi3) == "phi3"
     plan = replace(HF, seq_len=4096)
     assert _layer_op(phi3, plan).seconds > _layer_op(replace(phi3, sliding_window=0), plan).seconds
+    plain = replace(phi3, hf_family="")
+    assert family_of(plain) == "mistral"
+    assert _layer_op(plain, plan).seconds > _layer_op(replace(plain, sliding_window=0), plan).seconds
 
 
 def test_smollm3_more_nope_layers_spend_less_on_rotary():

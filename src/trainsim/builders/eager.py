@@ -102,12 +102,24 @@ those passed through, ``T*hdr`` its cos/sin: :attr:`ModelSpec.rotary_dims`, the 
 ``partial_rotary_factor``). SmolLM3's ``layer`` is a NoPE layer and part ``rope`` the rotary's
 calls, added on :attr:`ModelSpec.rope_share`. OLMoE has a pair of MoE censuses as Mixtral's
 (``olmoe_grouped``, ``olmoe``: its q/k RMSNorms over the whole projections, the router's
-weights cast back to bf16, ``norm_topk_prob`` off). A sliding window (Mistral; Phi-3 and
-Qwen2 with one, whose LLaMA-like modules take Mistral's census; SmolLM3 with
+weights cast back to bf16, ``norm_topk_prob`` off). A sliding window (Mistral; Qwen2 with
+one, whose LLaMA-like modules take Mistral's census; Phi-3; SmolLM3 with
 ``use_sliding_window``) adds part ``window`` on the masked layers and ``window_rest``, the
 mask transformers builds once for them (none is built without a sliding layer), from
 ``seq >= window`` (:func:`sdpa_window_layers`); Mistral's layer and rest are LLaMA's, call
 for call.
+
+Phi-3 (``phi3``, since 2026-12-04; Mistral's before, which priced LLaMA's separate projections
+and whole-head rotary): ``Phi3ForCausalLM``'s fused ``qkv_proj``, whose q, k and v are slices
+of one ``T*qkv`` output (``q + 2 kv`` wide: each slice's backward writes a zero-filled
+``T*qkv`` gradient, and autograd adds the three), its fused ``gate_up_proj`` chunked in two,
+and its ``apply_rotary_pos_emb``, which rotates ``rotary_dim`` of each head's dims and
+concatenates the rest back whatever ``partial_rotary_factor`` is (the partial-rotary symbols).
+Taken at a partial rotary; at a whole-head one (Phi-3-mini's 1.0) the concatenation still
+copies q and k and the empty pass-through slice's gradient is still a zero-filled q- or k-wide
+buffer, but ``q[..., :head_dim]`` is the tensor itself (PyTorch's indexing makes no slice), so
+the rotated slices' backward is not run: part ``full_rotary`` (signed) takes it off there. Its
+window parts are Mistral's kind.
 
 Approximations (stated): one census per family, recorded at the family's default configuration
 (GPT-2's dropout 0.1 on the residual stream; attention dropout runs inside the attention kernel);
@@ -142,8 +154,13 @@ HF_EXPERTS: tuple[str, ...] = ("grouped_mm", "eager")
 # apart (:func:`family_of` takes them from the fields when hf_family is unset), then those they
 # do not (their readers set hf_family); any other value is refused under impl hf
 FIELD_FAMILIES: tuple[str, ...] = ("llama", "mistral", "qwen3", "gpt2", "gemma2", "gemma3", "mixtral", "qwen3_moe")
-NAMED_FAMILIES: tuple[str, ...] = ("gemma", "granite", "cohere", "phi", "glm", "glm4", "smollm3", "olmoe")
+NAMED_FAMILIES: tuple[str, ...] = ("gemma", "granite", "cohere", "phi", "glm", "glm4", "smollm3", "olmoe", "phi3")
 HF_FAMILY_CENSUSES: tuple[str, ...] = FIELD_FAMILIES + NAMED_FAMILIES
+# each hf_family's modules as predict's notes name them (an MoE family's for both its censuses)
+CENSUS_LABELS: dict[str, str] = {
+    "llama": "LLaMA", "mistral": "Mistral", "qwen3": "Qwen3", "gpt2": "GPT-2", "gemma2": "Gemma 2", "gemma3": "Gemma 3",
+    "mixtral": "Mixtral", "qwen3_moe": "Qwen3-MoE", "gemma": "Gemma", "granite": "Granite", "cohere": "Cohere",
+    "phi": "Phi", "glm": "GLM", "glm4": "GLM-4", "smollm3": "SmolLM3", "olmoe": "OLMoE", "phi3": "Phi-3"}  # fmt: skip
 # the MoE hf_family values, whose censuses come one per experts implementation (grouped_mm's
 # has the suffix), for MoE models only
 HF_MOE_FAMILIES: tuple[str, ...] = ("mixtral", "qwen3_moe", "olmoe")
@@ -201,7 +218,8 @@ def family_of(model: ModelSpec, experts: str = "grouped_mm") -> str:
         return "gemma3" if model.qk_norm == "head" else "gemma2"
     if llama_like and not model.is_moe:
         # Qwen3: LLaMA's modules and per-head q/k RMSNorms, its own census; a sliding window
-        # (Mistral's; Phi-3's, Qwen2's): Mistral's, LLaMA's calls and the window's mask calls
+        # (Mistral's; Qwen2's): Mistral's, LLaMA's calls and the window's mask calls (Phi-3's
+        # reader names its own census, hf_family phi3: its fused projections and rotary differ)
         if model.qk_norm == "head":
             return "qwen3"
         return "mistral" if model.sliding_window else "llama"
@@ -256,8 +274,10 @@ def symbols(model: ModelSpec, tokens: float, seq: float) -> dict[str, float]:
     an MoE model's also ``Te`` (:func:`tokens_per_expert`), ``k``, ``E``, its expert width ``f``
     (``ffn_hidden`` elsewhere) and the expert weights' sizes."""
     d, f = float(model.hidden), float(model.expert_ffn if model.is_moe else model.ffn)
-    r = float(model.rotary_dims)  # partial rotary (Phi, GLM): the rotated and passed widths
+    r = float(model.rotary_dims)  # partial rotary (Phi, GLM, Phi-3): the rotated and passed widths
+    # qkv: Phi-3's fused q/k/v projection's output, q + 2 kv wide (its slices' gradients)
     per_token = {"d": d, "f": f, "q": float(model.q_width), "kv": float(model.kv_width), "hd": float(model.d_head),
+                 "qkv": float(model.q_width + 2 * model.kv_width),
                  "V": float(model.vocab), "2f": 2 * f, "3d": 3 * d, "4d": 4 * d, "qr": model.heads * r,
                  "kvr": model.n_kv * r, "hdr": r, "qp": model.q_width - model.heads * r,
                  "kvp": model.kv_width - model.n_kv * r}  # fmt: skip
@@ -362,7 +382,9 @@ def _with_extras(model: ModelSpec, fam: dict[str, Any], part: str, seq: float) -
     in a census with one (Gemma 2/3, Mistral, SmolLM3), ``window`` on the share of layers
     transformers masks at ``seq`` (:func:`sdpa_window_layers`: SDPA with the window's mask), in
     SmolLM3's (whose ``layer`` is a NoPE one) ``rope`` on the rotating share
-    (:attr:`ModelSpec.rope_share`); ``rest`` and, in a dense census, ``tied`` for tied
+    (:attr:`ModelSpec.rope_share`), in Phi-3's (taken at a partial rotary) ``full_rotary`` where
+    the whole head rotates (signed: the rotated slices' backward that a whole-head
+    ``q[..., :rotary_dim]``, no slice, does not run); ``rest`` and, in a dense census, ``tied`` for tied
     embeddings (the add of their two gradients), ``logit_softcap`` for a final-logit cap
     (Gemma 2's) and, where the census has it (Mistral's, SmolLM3's: their model builds the
     window's mask only for a sliding layer; Gemma's always does, in its rest), ``window_rest``
@@ -373,6 +395,8 @@ def _with_extras(model: ModelSpec, fam: dict[str, Any], part: str, seq: float) -
         out.append(("window", share))
     if part == "layer" and "rope" in fam and model.rope_share:
         out.append(("rope", model.rope_share))
+    if part == "layer" and "full_rotary" in fam and model.rotary_dims == model.d_head:
+        out.append(("full_rotary", 1.0))
     if part == "rest" and share and "window_rest" in fam:
         out.append(("window_rest", 1.0))
     if part == "rest":

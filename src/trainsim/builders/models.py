@@ -206,7 +206,8 @@ def _dense_entries() -> list[ModelSpec]:
                   aliases=("gemma-3-12b", "google/gemma-3-12b-pt", "google/gemma-3-12b-it"), **gemma),
         # Phi-3-mini-4k (Abdin et al. 2024): 4k context, 2,047-token window in its config
         ModelSpec(name="phi3-mini", hidden=3072, layers=32, heads=32, ffn_hidden=8192, vocab=32064, seq_len=4096,
-                  sliding_window=2047, aliases=("phi-3-mini", "microsoft/Phi-3-mini-4k-instruct"), **swiglu),
+                  sliding_window=2047, hf_family="phi3", aliases=("phi-3-mini", "microsoft/Phi-3-mini-4k-instruct"),
+                  **swiglu),
         # OLMo 2 7B (OLMo et al. 2024, "2 OLMo 2 Furious"): 4,096 context, q/k norms over the projections
         ModelSpec(name="olmo2-7b", hidden=4096, layers=32, heads=32, ffn_hidden=11008, vocab=100352, seq_len=4096,
                   qk_norm="full", aliases=("olmo-2-7b", "allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-7B-Instruct"),
@@ -694,9 +695,12 @@ def _qwen3(f: _Fields) -> dict[str, Any]:
 
 def _phi3(f: _Fields) -> dict[str, Any]:
     """phi3: as llama with fused qkv and gate/up projections (the same shapes), never biased;
-    partial rotary (``rope_fraction``: Phi-4-mini's 0.75, Phi3Config's 1.0 unless given; Phi3's
-    rotary embedding and ``apply_rotary_pos_emb`` take ``int(head_dim x it)`` dims)."""
-    return {**_llama_like(f), "bias": False, "rope_fraction": _partial_rotary(f, 1.0)}
+    ``head_dim`` where given (:func:`_llama_like` reads it, as Phi3Attention takes
+    ``getattr(config, "head_dim", hidden_size // num_attention_heads)``); partial rotary
+    (``rope_fraction``: Phi-4-mini's 0.75, Phi3Config's 1.0 unless given; Phi3's rotary
+    embedding and ``apply_rotary_pos_emb`` take ``int(head_dim x it)`` dims); its own kernel census (``hf_family`` phi3: the fused projections' slices and
+    Phi3's rotary, which concatenates the passed dims back even when none are passed)."""
+    return {**_llama_like(f), "bias": False, "rope_fraction": _partial_rotary(f, 1.0), "hf_family": "phi3"}
 
 
 def _olmo2(f: _Fields) -> dict[str, Any]:

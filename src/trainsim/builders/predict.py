@@ -424,7 +424,7 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
     if model.qk_norm == "full" and plan.tp > 1:
         out.append("the q/k norms over the whole projections (OLMo 2) need each token's sum of squares all-reduced "
                    f"over the {plan.tp} TP ranks: that small all-reduce is not modelled")  # fmt: skip
-    from trainsim.builders.eager import NAMED_FAMILIES, census_omissions, family_of
+    from trainsim.builders.eager import CENSUS_LABELS, NAMED_FAMILIES, census_omissions, family_of
 
     fam = ""
     if plan.impl == "hf":
@@ -446,8 +446,8 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
                    "it is three passes over the b·h·s² scores (give --attention unfused: the census's attn_softcap part "
                    "costs them)")  # fmt: skip
     if plan.impl == "hf" and extra and not own:
-        which = ("Qwen3-MoE" if fam.startswith("qwen3_moe") else "Gemma 3" if fam == "gemma3" else "Qwen3" if qwen3
-                 else "Mixtral" if fam.startswith("mixtral") else "LLaMA")  # fmt: skip
+        # the census family's own name (it fell back to "LLaMA" for any other: GPT-2's, Mistral's, ...)
+        which = CENSUS_LABELS.get(fam.removesuffix("_grouped"), fam)
         out.append(f"--impl hf times the census of HuggingFace's {which} modules: this model's {', '.join(extra)} "
                    "are not in it")  # fmt: skip
     return out
