@@ -122,6 +122,11 @@ def _sum(ops: Iterable[OpCost]) -> float:
 
 
 UNCOUNTED_DISPATCH = frozenset({"hidden_dropout", "attention_dropout"})  # dispatched within HostModel's per-layer counts
+# the operators this builder gives the layer HostModel's per-layer dispatch counts were taken from
+# (HF GPT-2's, with FlashAttention: two norms, QKV, the attention core, the output projection, two
+# residual adds, up, activation, down): one operator's share of a layer pass's dispatch where an
+# operator runs outside its pass (the selective recomputation's attention core)
+TRACED_LAYER_OPS = 10
 
 
 def _with_ring(ops: list[OpCost], ring: CommCost | None, stretch: float = 1.0,
@@ -324,8 +329,8 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     lf_tp, cpu_f_tp = with_tp_comm(lf_t, cpu_f, tpf, "fwd", host)
     lb_tp, cpu_b_tp = with_tp_comm(lb_t, cpu_b, tpb, "bwd", host)
     # selective recompute re-runs the attention core's forward (Korthikanti et al. §5): its
-    # operators with the forward's dispatch shares (the attention dropout's is 0, as above:
-    # with the counted share it had, the recomputation's dispatch grew with a dropout the
+    # operators with their own dispatch (below; the attention dropout's is 0, as above: with
+    # the counted share it had, the recomputation's dispatch grew with a dropout the
     # forward's does not, and a CPU-bound recomputation took one share more per layer), and
     # with context parallelism the core's ring as well, its wait on the core's first operator
     # as in the forward: Megatron-core's Attention._checkpointed_attention_forward runs the
@@ -338,7 +343,14 @@ def _layer_passes(lc: LayerCoster, comm: PlanComm, plan: Plan, host: HostModel) 
     if plan.recompute == "full":
         re_ops, re_cpu = lf_tp, cpu_f_tp
     else:
-        re_ops, re_cpu = [lf_t[i] for i in sel], [cpu_f[i] for i in sel]
+        # each re-run operator at one share of the traced layer's forward dispatch
+        # (:data:`TRACED_LAYER_OPS`), not at its share of this layer's (_spread): that share
+        # grows as the layer has fewer other operators, and a layer without a norm (Cohere's,
+        # Phi's parallel block on one norm) or without a rotary had recomputed its attention
+        # core more slowly when CPU-bound (scripts/metamorphic_families40.py; until 2026-12-04)
+        share = host.layer_s("fwd") / TRACED_LAYER_OPS
+        re_ops = [lf_t[i] for i in sel]
+        re_cpu = [0.0 if o.name in UNCOUNTED_DISPATCH else share for o in re_ops]
     # gradient accumulation, averaged over the micro-batches (:func:`_averaged`)
     acc, acc_cpu = _layer_accumulation(lc, plan, host)
     lb_acc, cpu_b_acc = lb_tp + acc, cpu_b_tp + acc_cpu
@@ -861,7 +873,10 @@ def _overlap_reduction(dp: list[CommCost], comm: PlanComm, *, window_s: float, c
         c = dp[i]
         if nbytes <= 0:
             return
-        b = max(math.ceil(nbytes / DDP_BUCKET_BYTES), 1)
+        # (to rounding, as _line_buckets: the part's bytes are the reduction's times a share, and
+        # a tied 50 MiB embedding shard came out a hair above two buckets and took three when the
+        # head's share grew, Phi's output bias exposing less: scripts/metamorphic_families40.py)
+        b = max(math.ceil(nbytes / DDP_BUCKET_BYTES - 1e-9), 1)
         t = comm.cost_placed(c.name, c.kind, nbytes / b, c.group_size, c.per_node).seconds
         ready.append(start + np.arange(1, b + 1) * (span / b))
         seconds.append(np.full(b, t))
