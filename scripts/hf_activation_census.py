@@ -438,6 +438,16 @@ def as_entries(d: dict[tuple[str, str], int]) -> list[list[Any]]:
     return [[s, dt, c] for (s, dt), c in sorted(d.items())]
 
 
+def counted_variant(family: str, n: int, variant: str, *, checkpoint: bool) -> Counter[tuple[str, str]]:
+    """The storages alive after the forward of ``family``'s ``n``-layer ``variant`` at its base
+    dims, named; outside checkpointing every saved tensor's storage must be among them."""
+    base = BASE[family]
+    saved, alive = measure(family, n, base, checkpoint=checkpoint, variant=variant)
+    if not checkpoint and not saved.items() <= alive.items():
+        raise SystemExit(f"{family} ({variant}): a saved tensor's storage is not alive after the forward")
+    return named(alive, base, family)
+
+
 def gemma_parts(family: str, ckpt: bool, layer: dict, rest: dict) -> dict[str, Any]:
     """A Gemma family's parts beyond its full-attention ``layer`` and ``rest``: ``window``, what a
     sliding-window layer keeps beyond a full one (``layer``; signed: SDPA with the window's mask
@@ -445,13 +455,8 @@ def gemma_parts(family: str, ckpt: bool, layer: dict, rest: dict) -> dict[str, A
     and what a model with both kinds of layer keeps beyond the rest (``rest``: checkpointed, the
     boolean mask the layers' recompute closures hold; Gemma 3's second rotary table);
     ``logit_softcap`` (Gemma 2): its final-logit cap's, beyond the rest."""
-    base = BASE[family]
-
     def counted(n: int, variant: str) -> Counter[tuple[str, str]]:
-        saved, alive = measure(family, n, base, checkpoint=ckpt, variant=variant)
-        if not ckpt and not saved.items() <= alive.items():
-            raise SystemExit(f"{family} ({variant}): a saved tensor's storage is not alive after the forward")
-        return named(alive, base, family)
+        return counted_variant(family, n, variant, checkpoint=ckpt)
 
     full = Counter(layer) + Counter(rest)  # the one-layer full-attention model
     window = {n: counted(n, "window") for n in (1, 2)}
@@ -479,13 +484,8 @@ def more_parts(family: str, ckpt: bool, layer: dict, rest: dict) -> dict[str, An
     from models whose every layer slides; SmolLM3's ``rope`` (its ``layer`` a NoPE one): what a
     rotating layer keeps beyond it (``layer``) and what the model keeps beyond the rest once a
     layer rotates (``rest``: the cos/sin table the layers' products hold)."""
-    base = BASE[family]
-
     def counted(n: int, variant: str) -> Counter[tuple[str, str]]:
-        saved, alive = measure(family, n, base, checkpoint=ckpt, variant=variant)
-        if not ckpt and not saved.items() <= alive.items():
-            raise SystemExit(f"{family} ({variant}): a saved tensor's storage is not alive after the forward")
-        return named(alive, base, family)
+        return counted_variant(family, n, variant, checkpoint=ckpt)
 
     parts: dict[str, Any] = {}
     if family in WINDOWED:

@@ -98,14 +98,23 @@ PUBLISHED: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 def test_published_sizes_have_transformers_parameter_count(hf, tmp_path, case):
     """Each family's config, written as transformers writes it (only what differs from the
     config class's defaults), reads as the model transformers builds: the same parameters."""
+    published_reads_as_transformers_builds(hf, tmp_path, PUBLISHED[case])
+
+
+def published_reads_as_transformers_builds(hf: tuple[ModuleType, ModuleType], tmp_path: Any,
+                                           case: tuple[str, dict[str, Any], dict[str, Any]]) -> tuple[ModelSpec, int]:  # fmt: skip
+    """``case`` (config class, its arguments, the ModelSpec fields expected) written as a
+    config.json reads with those fields and transformers' parameter count (meta device); the
+    spec and that count, for more checks."""
     torch, transformers = hf
-    cls, kwargs, expected = PUBLISHED[case]
+    cls, kwargs, expected = case
     config = _config(transformers, cls, kwargs)
     config.to_json_file(tmp_path / "config.json")
     spec = read_hf_config(tmp_path / "config.json")
     assert {k: getattr(spec, k) for k in expected} == expected
     n = _meta_params(torch, lambda: transformers.AutoModelForCausalLM.from_config(config))
     assert spec.params(padded=False) == n
+    return spec, n
 
 
 def test_gemma3_reads_the_language_model_of_its_text_config(hf, tmp_path):

@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.test_dense_families import _config, _meta_params, hf  # noqa: F401  (hf: a fixture)
+from tests.test_dense_families import (  # noqa: F401  (hf: a fixture)
+    hf,
+    published_reads_as_transformers_builds,
+)
 from trainsim.builders.costs import LayerCoster, OpCoster
 from trainsim.builders.eager import (
     HF_FAMILY_CENSUSES,
@@ -95,14 +98,7 @@ PUBLISHED: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 
 @pytest.mark.parametrize("case", PUBLISHED)
 def test_published_sizes_have_transformers_parameter_count(hf, tmp_path, case):  # noqa: F811
-    torch, transformers = hf
-    cls, kwargs, expected = PUBLISHED[case]
-    config = _config(transformers, cls, kwargs)
-    config.to_json_file(tmp_path / "config.json")
-    spec = read_hf_config(tmp_path / "config.json")
-    assert {k: getattr(spec, k) for k in expected} == expected
-    n = _meta_params(torch, lambda: transformers.AutoModelForCausalLM.from_config(config))
-    assert spec.params(padded=False) == n
+    spec, n = published_reads_as_transformers_builds(hf, tmp_path, PUBLISHED[case])
     assert spec.active_params() <= n and (spec.active_params() == n) == (not spec.is_moe)
 
 
