@@ -213,3 +213,12 @@ def test_census_scripts_rerun_the_new_families_alone(tmp_path, monkeypatch, scri
     monkeypatch.setattr(mod, "OUT", out)
     assert mod.main(["--families", *families]) == 0
     assert json.loads(out.read_text(encoding="utf-8"))["families"] == shipped["families"]
+
+
+def test_every_shipped_activation_family_was_taken_at_the_scripts_dims(monkeypatch):
+    """Each family's recorded base dims are the script's ``BASE`` for it, every field included:
+    a family re-run alone leaves the others as they were, so a field added to ``Dims`` (``r``,
+    the rotated dims) had been missing from the eleven families not re-run with it."""
+    mod, shipped = _script("hf_activation_census", monkeypatch)
+    for family, entry in shipped["families"].items():
+        assert entry["dims"] == mod.BASE[family].__dict__, family
