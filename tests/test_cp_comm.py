@@ -156,13 +156,18 @@ def test_a2a_comm_grows_with_cp_across_nodes() -> None:
     assert r4.breakdown["cp_communication_s"] > r2.breakdown["cp_communication_s"] > 0
 
 
-def test_memory_is_the_rings() -> None:
-    """The sequence stays split outside the attention core: the activations kept are p2p's."""
+def test_memory_is_the_rings_outside_the_attention() -> None:
+    """The sequence stays split outside the attention core: the model states are p2p's, and so
+    are a2a's activations; the schemes differ in the attention's transient buffers and the
+    all-gather's saved per-step outputs (tests/test_cp_memory.py; until 2026-12-04 every
+    scheme's memory was the ring's, buffers included)."""
     model = get_model("llama3-8b")
     for cp_comm in ("all_gather", "a2a"):
         for kw in ({"cp": 4}, {"cp": 2, "tp": 2, "sp": True}, {"cp": 4, "attention": "unfused", "seq_len": 8192}):
             a, b = _plan(**{"cp_comm": "p2p", **kw}), _plan(**{"cp_comm": cp_comm, **kw})  # type: ignore[arg-type]
-            assert memory_per_gpu(model, a) == memory_per_gpu(model, b)
+            for x, y in zip(memory_per_gpu(model, a), memory_per_gpu(model, b), strict=True):
+                assert (x.weights_bytes, x.gradients_bytes, x.optimizer_bytes) == (y.weights_bytes, y.gradients_bytes, y.optimizer_bytes)
+                assert (x.activations_bytes == y.activations_bytes) == (cp_comm == "a2a")
 
 
 def test_predict_notes_the_scheme_and_the_cli_takes_megatrons_spelling() -> None:

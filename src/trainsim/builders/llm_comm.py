@@ -56,6 +56,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+from trainsim.builders.memory import cp_attention_bytes
 from trainsim.builders.plan import Plan
 from trainsim.builders.spec import ModelSpec
 from trainsim.comm import predict_collective
@@ -217,7 +218,7 @@ class PlanComm:
         cp = self.plan.cp
         if cp <= 1 or self.plan.cp_comm != "p2p":
             return None
-        kv = self._tokens() * self.model.kv_width_tp(self.plan.tp) * 2 * self.act_bytes  # K and V
+        kv = cp_attention_bytes(self.model, self.plan).kv_bytes  # K and V (MLA's values d_v wide)
         step = self.cost("cp_send_recv", "send", kv, 2, self.plan.tp)
         mult = (cp - 1) * (2 if phase == "bwd" else 1)
         return CommCost(
@@ -251,14 +252,15 @@ class PlanComm:
 
     def _kv_all_gathers(self, phase: str) -> tuple[CommCost, ...]:
         """TransformerEngine's KV all-gather CP, one layer: K and V all-gathered over the ``cp``
-        ranks (two calls), again in the backward with dK and dV reduce-scattered."""
-        m, cp = self.model, self.plan.cp
-        kv = self._tokens() * m.kv_width_tp(self.plan.tp) * self.act_bytes  # this rank's K (or V)
-        ag = self.cost("cp_kv_all_gather", "all_gather", kv * cp, cp, self.plan.tp)
+        ranks (two calls), again in the backward with dK and dV reduce-scattered (this rank's K
+        and V: :func:`~trainsim.builders.memory.cp_attention_bytes`, MLA's values ``d_v`` wide)."""
+        cp, t = self.plan.cp, cp_attention_bytes(self.model, self.plan)
+        ag_k, ag_v = (self.cost("cp_kv_all_gather", "all_gather", n * cp, cp, self.plan.tp) for n in (t.k_bytes, t.v_bytes))
         if phase != "bwd":
-            return (ag, ag)  # K, then V
-        rs = self.cost("cp_dkv_reduce_scatter", "reduce_scatter", kv * cp, cp, self.plan.tp)
-        return (ag, ag, rs, rs)
+            return (ag_k, ag_v)
+        rs_k, rs_v = (self.cost("cp_dkv_reduce_scatter", "reduce_scatter", n * cp, cp, self.plan.tp)
+                      for n in (t.k_bytes, t.v_bytes))  # fmt: skip
+        return (ag_k, ag_v, rs_k, rs_v)
 
     def _a2a(self, phase: str) -> tuple[CommCost, ...]:
         """TransformerEngine's a2a CP (DeepSpeed-Ulysses), one layer: in the forward Q, K and V
@@ -267,13 +269,11 @@ class PlanComm:
         in the backward the output's gradient before the core's backward and dQ, dK, dV after
         it. Each call moves one rank's ``[b, s/cp, heads/tp, d]`` tensor (nccl-tests' size,
         as the expert all-to-alls), over the ``cp`` ranks ``tp`` apart."""
-        m, tp = self.model, self.plan.tp
-        tok, e = self._tokens(), self.act_bytes
-        kv_heads = -(-m.n_kv // tp)  # per TP rank (replicated beyond the KV heads)
-        q = self.cost("cp_a2a_q", "all_to_all", tok * m.q_width / tp * e, self.plan.cp, tp)
-        k = self.cost("cp_a2a_k", "all_to_all", tok * kv_heads * m.d_head * e, self.plan.cp, tp)
-        v = self.cost("cp_a2a_v", "all_to_all", tok * kv_heads * m.v_dim * e, self.plan.cp, tp)
-        o = self.cost("cp_a2a_out", "all_to_all", tok * m.heads * m.v_dim / tp * e, self.plan.cp, tp)
+        tp, cp, t = self.plan.tp, self.plan.cp, cp_attention_bytes(self.model, self.plan)
+        q = self.cost("cp_a2a_q", "all_to_all", t.q_bytes, cp, tp)
+        k = self.cost("cp_a2a_k", "all_to_all", t.k_bytes, cp, tp)
+        v = self.cost("cp_a2a_v", "all_to_all", t.v_bytes, cp, tp)
+        o = self.cost("cp_a2a_out", "all_to_all", t.o_bytes, cp, tp)
         return (q, k, v, o) if phase != "bwd" else (o, q, k, v)
 
     def cp_exposed_layer(self, phase: str) -> CPWindow | None:

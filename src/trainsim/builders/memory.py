@@ -19,7 +19,9 @@ Per pipeline stage, one GPU holds (:class:`MemoryBreakdown`):
   autograd saves, per storage, evaluated for the model), in the same schedule counting
   (:func:`hf_activation_provenance` says so).
 * **Buffers** — transient and fixed allocations (see :func:`_buffers_bytes`; every constant
-  below is an estimate with its source).
+  below is an estimate with its source), among them, with context parallelism, one layer's
+  TransformerEngine attention buffers (:func:`cp_transient_bytes`: the ring's received K/V
+  blocks and partial outputs, the all-gathered K/V, Ulysses' re-laid-out Q/K/V/O).
 
 Approximations (each also noted where it is used):
 
@@ -437,7 +439,9 @@ def _layer_activation_terms(
       with FlashAttention, which keeps the fp32 log-sum-exp instead (``4·a s b / t``); Gemma 2's
       soft-capped scores keep their tanh, one more ``e·a s² b / t`` (not with FlashAttention).
 
-    Context parallelism divides the local sequence: queries ``s / cp`` against all ``s`` keys.
+    Context parallelism divides the local sequence: queries ``s / cp`` against all ``s`` keys;
+    the layers running TransformerEngine's KV all-gather CP also keep its per-step partial
+    outputs (:func:`cp_kept_bytes`).
     """
     e, mk = _act_element_bytes(plan), (MASK_BYTES if dropout else 0)
     t, b, h = plan.tp, plan.micro_batch, model.hidden
@@ -459,6 +463,7 @@ def _layer_activation_terms(
         tp_split += e * s * b * (q + kv)
     if model.mla or model.shared_ffn_hidden:
         tp_split += _moe_family_activation_bytes(model, plan, e * s * b) - (e * s * b * (2 * q + 2 * kv) if model.mla else 0.0)
+    tp_split += cp_kept_bytes(model, plan)  # the KV all-gather CP's saved partial outputs
     heads = model.heads / t
     if plan.attention == "flash":
         scores, tp_split = 0.0, tp_split + LSE_BYTES * heads * s * b
@@ -785,12 +790,128 @@ def _dense_layers_activation_delta(model: ModelSpec, plan: Plan, stage: int, lay
     return extra + (work_d - work_moe if nd == layers[stage] else max(0.0, work_d - work_moe))
 
 
+# --- context parallelism: TransformerEngine's attention buffers ----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CPAttentionBytes:
+    """One layer's attention tensors on one GPU for one micro-batch under context parallelism:
+    the rank's ``s/cp`` tokens, ``h/t`` query heads, ``ceil(n_kv/t)`` KV heads (replicated past
+    the KV heads, Megatron), q/k heads ``d_head`` wide (MLA's ``d_qk``), value and output heads
+    ``v_dim`` (MLA's ``d_v``), ``e`` bytes an element; the softmax log-sum-exp fp32 per query row
+    and head. :class:`~trainsim.builders.llm_comm.PlanComm` sizes the CP collectives from the
+    same numbers."""
+
+    q_bytes: int
+    k_bytes: int
+    v_bytes: int
+    o_bytes: int
+    lse_bytes: int
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+
+_CP_BYTES: dict[tuple[int, int, int, int], tuple[ModelSpec, CPAttentionBytes]] = {}
+
+
+def cp_attention_bytes(model: ModelSpec, plan: Plan) -> CPAttentionBytes:
+    """:class:`CPAttentionBytes` of ``plan`` (whole bytes: Plan.validate makes ``2·cp`` divide
+    the sequence and ``tp`` the heads), kept per model object and shape (a search asks for
+    them on every plan)."""
+    e, tok = _act_element_bytes(plan), plan.micro_batch * (plan.seq(model) // plan.cp)
+    key = (id(model), e, tok, plan.tp)
+    hit = _CP_BYTES.get(key)
+    if hit is None or hit[0] is not model:  # the model is held, so its id is not reused while kept
+        if len(_CP_BYTES) >= 4096:
+            _CP_BYTES.clear()
+        hq, hkv = model.heads // plan.tp, -(-model.n_kv // plan.tp)
+        t = CPAttentionBytes(e * tok * hq * model.d_head, e * tok * hkv * model.d_head, e * tok * hkv * model.v_dim,
+                             e * tok * hq * model.v_dim, LSE_BYTES * tok * hq)  # fmt: skip
+        hit = _CP_BYTES[key] = (model, t)
+    return hit[1]
+
+
+def _cp_layer_shares(model: ModelSpec, plan: Plan) -> tuple[float, float, float]:
+    """The shares of the layers whose attention runs TransformerEngine's (p2p ring, KV
+    all-gather, a2a) CP: ``Plan.cp_comm``'s, except that under ``p2p`` a sliding-window model's
+    windowed layers run the all-gather (flash attention; the ring refuses a window,
+    :meth:`~trainsim.builders.llm_comm.PlanComm.cp_window_layer`). All 0 with ``cp`` 1."""
+    if plan.cp <= 1:
+        return 0.0, 0.0, 0.0
+    if plan.cp_comm == "a2a":
+        return 0.0, 0.0, 1.0
+    if plan.cp_comm == "all_gather":
+        return 0.0, 1.0, 0.0
+    phi = model.windowed_layers(plan.seq(model)) if model.sliding_window and plan.attention == "flash" else 0.0
+    return 1.0 - phi, phi, 0.0
+
+
+def cp_kept_bytes(model: ModelSpec, plan: Plan) -> float:
+    """What one layer keeps for its backward under context parallelism beyond the unsplit
+    layer's tensors (:func:`_layer_activation_terms`), averaged over the layers: the KV
+    all-gather's two per-chunk partial outputs (TE ``AttnFuncWithCPAndKVAllGather.forward``
+    saves ``out_per_step`` beside the output it copies them into, ``O``). The ring saves ``q``,
+    the last K/V it received, the output and the corrected LSE (the same sizes as without CP);
+    a2a the re-laid-out ``q, k, v`` and the output (the same again)."""
+    if plan.cp <= 1 or not (share := _cp_layer_shares(model, plan)[1]):
+        return 0.0
+    return share * cp_attention_bytes(model, plan).o_bytes
+
+
+def cp_transient_bytes(model: ModelSpec, plan: Plan) -> float:
+    """The largest transient allocation of one layer's context-parallel attention, forward or
+    backward (one layer at a time, freed when its attention returns; a full recomputation
+    re-runs the forward's), beyond what the layer keeps and the gradients it returns (activation
+    gradients are not modelled: module docstring). From TransformerEngine's
+    ``dot_product_attention/context_parallel.py`` (``Q K V O L``: :class:`CPAttentionBytes`,
+    ``KV = K + V``, ``cp`` ranks):
+
+    * p2p (``AttnFuncWithCPAndKVP2P``): forward ``cp·(KV + O + L)`` — ``p2p_comm_buffers``
+      holds every K/V block received (one is saved, the rank's own K/V dropped after the
+      layer), ``out_per_step`` and ``softmax_lse_per_step`` every step's partial output and LSE
+      until the correction after the loop (the last rank's steps all full-chunk tiles; the
+      busiest GPU sets the peak); backward ``Q + 4·KV`` — two ``[K/V, dK/dV]`` ring buffers
+      (one dK/dV is the gradient returned) and one step's partial dQ, dK, dV;
+    * all_gather (``AttnFuncWithCPAndKVAllGather``): forward ``cp·KV + cp·max(K, V)`` — the
+      gathered full-sequence K and V and one ``index_select`` reordering copy; backward
+      ``(3 cp + ½)·KV + cp·max(K, V) + Q`` — K and V gathered again, the full-sequence dK/dV
+      accumulators, both steps' dK/dV over their key ranges (rank r's chunks reach ``(r+1)``
+      and ``(2cp−r)`` of the ``2cp`` chunks), both steps' dQ halves and the reordering copy
+      before the reduce-scatter;
+    * a2a (``AttnFuncWithCPAndQKVOA2A``, ``flash_attn_a2a_communicate``): forward
+      ``Q + KV + max(Q + KV + max(Q, K, V), 3·O)`` — the sequence-split Q, K, V, while the
+      re-laid-out sends are alive (one reordering copy), then the core's output, its re-laid-out
+      send and the receive; backward ``max(5·O, 2·O + 3·(Q + KV))`` — O and dO's sends,
+      receives and a reordering copy, then the re-laid-out O and dO, the core's dQ, dK, dV,
+      their sends and receives.
+
+    Approximations: the worst rank's steps and the causal split without a window (a window
+    shrinks the all-gather's per-step key ranges); the contiguous half-chunk copies a step
+    makes for its kernel and fp8 left out; a model mixing kinds (windowed layers under p2p)
+    takes the larger. 0 with ``cp`` 1. ``a2a+p2p`` (hierarchical CP) is not a ``Plan.cp_comm``."""
+    p2p, ag, a2a = _cp_layer_shares(model, plan)
+    if not (p2p or ag or a2a):
+        return 0.0
+    t, cp = cp_attention_bytes(model, plan), plan.cp
+    q, k, v, o, kv = t.q_bytes, t.k_bytes, t.v_bytes, t.o_bytes, t.kv_bytes
+    out = 0.0
+    if p2p:
+        out = max(out, cp * (kv + o + t.lse_bytes), q + 4 * kv)
+    if ag:
+        out = max(out, cp * kv + cp * max(k, v), (3 * cp + 0.5) * kv + cp * max(k, v) + q)
+    if a2a:
+        out = max(out, q + kv + max(q + kv + max(q, k, v), 3 * o), 5 * o, 2 * o + 3 * (q + kv))  # fwd, bwd
+    return out
+
+
 # --- buffers -------------------------------------------------------------------------------
 
 
 def _buffers_bytes(
     model: ModelSpec, plan: Plan, stage: int, precision: Precision, *, overhead_bytes: float,
-    layer_params: tuple[float, float],
+    layer_params: tuple[float, float], cp_bytes: float = 0.0,
 ) -> float:  # fmt: skip
     """Fixed and transient allocations outside weights/gradients/optimizer/activations:
 
@@ -799,6 +920,11 @@ def _buffers_bytes(
     * pipeline: the activation gradient received and the one sent, ``2·e·sbh`` (÷ t with SP);
     * last stage: the 16-bit logits of the output projection before the fp32 cast for the loss
       (``e·s b v/t``);
+    * context parallelism: ``cp_bytes``, one layer's attention transients
+      (:func:`cp_transient_bytes`), once: they live while one layer's attention runs (forward,
+      its recomputation, backward), beside the pipeline's and ZeRO's buffers, which are added,
+      but never beside the last stage's logits (the loss runs between the last layer's forward
+      and its backward), so that stage takes the larger of the two;
     * ZeRO-3 (FSDP): two layers' gathered parameters (current + prefetched) and one layer's
       unsharded gradients before reduce-scatter; ZeRO-2: the latter only (bucketed
       reduce-scatter, as FSDP's SHARD_GRAD_OP). Approximation: one layer per bucket.
@@ -810,8 +936,8 @@ def _buffers_bytes(
     total = overhead_bytes + NCCL_COMM_BYTES * sum(1 for g in groups if g > 1)
     if plan.pp > 1:
         total += 2 * e * s * b * h / sp_div
-    if stage == plan.pp - 1:
-        total += e * s * b * model.padded_vocab(plan.tp) / plan.tp
+    logits = e * s * b * model.padded_vocab(plan.tp) / plan.tp if stage == plan.pp - 1 else 0.0
+    total += max(logits, cp_bytes)
     # only the parameters ZeRO shards need the buffers: the dense ones over dp·cp ranks, the
     # experts over dp·cp/ep (Megatron's expert-data-parallel group; none when it is one rank)
     dense, experts = _zero_groups(layer_params, plan.ep)
@@ -877,6 +1003,7 @@ def memory_per_gpu(
         counts = stage_dense_layers(model, plan, layers)
         extra = dense_layer_extra_params(model, plan)
         dterms = _layer_activation_terms(dense_variant(model), plan, dropout=dropout)
+    cp_bytes = cp_transient_bytes(model, plan)
     buffers: dict[bool, float] = {}  # only the last stage's differ
     for i in range(plan.pp):
         dense, expert = _stage_params_split(model, plan, i, layers, layer_params, dense_counts=counts,
@@ -884,7 +1011,8 @@ def memory_per_gpu(
         last = i == plan.pp - 1
         if last not in buffers:
             buffers[last] = _buffers_bytes(model, plan, i, prec, overhead_bytes=overhead_bytes,
-                                           layer_params=_largest_layer(model, plan, layer_params, extra))  # fmt: skip
+                                           layer_params=_largest_layer(model, plan, layer_params, extra),
+                                           cp_bytes=cp_bytes)  # fmt: skip
         out.append(
             MemoryBreakdown(
                 stage=i,
