@@ -1827,8 +1827,8 @@ def test_the_search_suggested_for_a_plan_that_does_not_fit_says_what_it_cannot_s
     from trainsim.builders.predict import predict_llm
 
     plan = Plan(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8)
-    fused = predict_llm("llama2-13b", plan, "dgx-h100")
-    hf = predict_llm("llama2-13b", replace(plan, impl="hf", optimizer="sgd"), "dgx-h100")
+    fused = predict_llm("llama2-70b", plan, "dgx-h100")
+    hf = predict_llm("llama2-70b", replace(plan, impl="hf", optimizer="sgd"), "dgx-h100")
     assert not fused.fits_in_memory and not hf.fits_in_memory
     note = next(w for w in hf.warnings if "trainsim search" in w)
     assert "not this plan's --impl hf and --optimizer sgd" in note

@@ -291,7 +291,7 @@ def test_breakdown_peak_and_fits():
     assert peak.total_bytes == max(m.total_bytes for m in stages)
     d = peak.to_dict()
     assert set(d) == {"stage", "weights_bytes", "gradients_bytes", "optimizer_bytes",
-                      "activations_bytes", "buffers_bytes", "total_bytes"}  # fmt: skip
+                      "activations_bytes", "buffers_bytes", "phase", "total_bytes"}  # fmt: skip
     assert d["total_bytes"] == pytest.approx(sum(v for k, v in d.items() if k.endswith("_bytes")
                                                  and k != "total_bytes"))  # fmt: skip
     assert fits(LLAMA, plan, peak.total_bytes) == (True, peak)

@@ -17,7 +17,12 @@ import pytest
 
 from trainsim.builders.costs import LayerCoster, OpCoster
 from trainsim.builders.eager import CENSUS, _census, eager_bytes, family_of
-from trainsim.builders.memory import HF_ACTIVATIONS, hf_activation_parts, hf_activation_provenance
+from trainsim.builders.memory import (
+    HF_ACTIVATIONS,
+    hf_activation_parts,
+    hf_activation_provenance,
+    memory_per_gpu,
+)
 from trainsim.builders.models import get_model, hf_config_from_dict
 from trainsim.builders.plan import Plan
 from trainsim.builders.predict import dense_family_notes, predict_llm
@@ -112,7 +117,8 @@ def test_mistral_window_costs_time_and_memory_from_the_window_on():
         assert (hf_activation_parts(mistral, ckpt)[2] > hf_activation_parts(plain, ckpt)[2]) == more
     below = predict_llm(mistral, replace(HF, seq_len=4095), "dgx-h100", gpus=1, simulate=False)
     at = predict_llm(mistral, replace(HF, seq_len=4096), "dgx-h100", gpus=1, simulate=False)
-    act = [sum(m.activations_bytes for m in r.memory) / r.plan.seq(mistral) for r in (below, at)]
+    act = [sum(m.activations_bytes for m in memory_per_gpu(mistral, r.plan, at_peak=False)) / r.plan.seq(mistral)
+           for r in (below, at)]
     assert act[1] > act[0] and at.iteration_time_s > below.iteration_time_s
 
 

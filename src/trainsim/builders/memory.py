@@ -127,6 +127,10 @@ class MemoryBreakdown:
     optimizer_bytes: float  # master weights + Adam moments, as sharded by ZeRO
     activations_bytes: float  # peak in-flight activations under the schedule
     buffers_bytes: float  # communication buffers, loss workspace, CUDA context/workspaces
+    # the moment of the step the breakdown is of: "backward" (everything at once: the fused
+    # stacks' persistent gradient buffers and fused optimizers); impl hf the largest of
+    # "loss-backward", "head-backward" and "optimizer-step" (:func:`_hf_peak`)
+    phase: str = "backward"
 
     @property
     def total_bytes(self) -> float:
@@ -685,18 +689,28 @@ def _hf_stage_activations_bytes(model: ModelSpec, plan: Plan, stage: int, n_laye
     rest of the model (embedding side, final norm, head, loss; all of it there, as the eager
     census charges it). ``dense_layers``: how many of its layers are ``model.dense_layers``
     (their own family's census, LLaMA's or Qwen3's)."""
-    kept, work, rest = hf_activation_parts(model, plan)
+    kept, _, rest = hf_activation_parts(model, plan)
     n = in_flight_microbatches(plan, stage)
     total = (n_layers - dense_layers) * n * kept
     if dense_layers:
-        dkept, dwork, _ = hf_activation_parts(dense_variant(model), plan)
+        dkept, _, _ = hf_activation_parts(dense_variant(model), plan)
         total += dense_layers * n * dkept
-        work = max(work, dwork) if dense_layers < n_layers else dwork
-    if n_layers:
-        total += work
+    total += _hf_stage_work(model, plan, n_layers, dense_layers)
     if stage == plan.pp - 1:
         total += (plan.grad_accum if plan.schedule == "gpipe" else 1) * rest
     return total
+
+
+def _hf_stage_work(model: ModelSpec, plan: Plan, n_layers: int, dense_layers: int = 0) -> float:
+    """impl hf: the recompute working set :func:`_hf_stage_activations_bytes` counts (one layer's,
+    the largest kind's; 0 without recompute or layers)."""
+    if not n_layers:
+        return 0.0
+    work = hf_activation_parts(model, plan)[1]
+    if dense_layers:
+        dwork = hf_activation_parts(dense_variant(model), plan)[1]
+        work = max(work, dwork) if dense_layers < n_layers else dwork
+    return work
 
 
 def in_flight_microbatches(plan: Plan, stage: int) -> float:
@@ -972,8 +986,12 @@ def memory_per_gpu(
     layers_per_stage: Sequence[int] | None = None,
     dropout: bool = True,
     overhead_bytes: float = DEFAULT_OVERHEAD_BYTES,
+    at_peak: bool = True,
 ) -> list[MemoryBreakdown]:
     """Memory of one GPU of each pipeline stage (see the module docstring).
+
+    ``at_peak``: impl hf, each stage's breakdown at its step's largest moment (:func:`_hf_peak`);
+    False: every term at once (the fused stacks' figure; an upper bound for impl hf).
 
     ``precision`` defaults to :meth:`Precision.for_dtype` of ``plan.dtype`` (no optimizer state
     with ``plan.optimizer == "sgd"``);
@@ -1029,7 +1047,76 @@ def memory_per_gpu(
                 buffers_bytes=buffers[last],
             )
         )
+        if plan.impl == "hf" and at_peak:
+            out[-1] = _hf_peak(model, plan, out[-1], prec,
+                               _hf_stage_work(model, plan, layers[i], counts[i] if counts else 0))
     return out
+
+
+def _hf_peak(model: ModelSpec, plan: Plan, m: MemoryBreakdown, prec: Precision, work: float) -> MemoryBreakdown:
+    """impl hf: the stage's memory at the largest of the step's peaks (``m``: every term summed).
+
+    Eager PyTorch frees what the fused stacks keep: ``optimizer.zero_grad()`` sets the
+    gradients to None (its default since torch 2.0), so they exist from the backward on, while
+    the activations are freed layer by layer as the backward passes them, and the optimizer is
+    torch's AdamW as it runs by default on a GPU (``foreach``, not ``fused``). The peaks:
+
+    * **loss-backward** (last stage): every activation, the gradients of earlier micro-batches
+      only (none without accumulation), and the loss's backward: ``F.cross_entropy`` is
+      ``log_softmax`` (its fp32 ``[T, V]`` output saved: the census's) and ``nll_loss``, whose
+      backward allocates the fp32 ``[T, V]`` gradient it scatters into, and
+      ``_log_softmax_backward_data`` a second for its result: ``8 T V`` bytes.
+    * **head-backward** (last stage, no accumulated gradients): the output projection's
+      backward allocates its weight's gradient (``V d`` at the gradient bytes) and the hidden
+      states' (``T d``) while the logits' gradient (``T V`` in the logits' dtype) is alive and
+      the saved log-softmax output freed. Past it the backward frees a layer's activations as
+      it allocates that layer's gradients, so the alive bytes move monotonically between this
+      moment and the end of the backward, which the optimizer step exceeds.
+    * **recompute** (``recompute="full"``, gradient checkpointing): the two moments above come
+      before the backward re-runs any layer, so they hold the layers' inputs without ``work``
+      (one layer's re-materialised activations); the first re-run layer then holds it, beside
+      the output projection's gradient, the loss's tensors freed.
+    * **embedding-backward** (tied embeddings, one stage): the output projection's gradient
+      of the shared weight waits in autograd's input buffer for the embedding's, and the two
+      are summed out of place (the head's ``mm`` gradient is a transposed view, which
+      ``InputBuffer::accumulate`` does not add into): every other gradient and three ``V d``
+      tensors at once.
+    * **optimizer-step**: the gradients of every parameter, no activations, the logits still
+      referenced by the model's output, and ``torch.optim._multi_tensor_adam``'s temporaries:
+      ``torch._foreach_sqrt(exp_avg_sqs)`` allocates one state-sized tensor per parameter
+      (4 bytes a parameter: the second moment's fp32); SGD (``--optimizer sgd``, no momentum)
+      updates in place.
+
+    Checked against the peaks of real training steps measured on this machine's CPU
+    (``trainsim validate memory``)."""
+    last = m.stage == plan.pp - 1
+    tokens = float(plan.micro_batch * plan.seq(model))
+    vocab, d, e = float(model.vocab), float(model.hidden), _act_element_bytes(plan)
+    accumulated = m.gradients_bytes if plan.grad_accum > 1 else 0.0
+    temps = m.optimizer_bytes * 4.0 / prec.optimizer_bytes if prec.optimizer_bytes else 0.0
+    phases = [
+        MemoryBreakdown(m.stage, m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, 0.0,
+                        m.buffers_bytes + temps, "optimizer-step"),
+    ]  # fmt: skip
+    head_grad = vocab * d * prec.grad_bytes  # whole, also under FSDP (reduce-scattered after)
+    if last:
+        saved = LOGITS_BYTES * tokens * vocab  # the log-softmax output
+        before = m.activations_bytes - work  # no layer re-run yet
+        phases.append(MemoryBreakdown(m.stage, m.weights_bytes, accumulated, m.optimizer_bytes, before,
+                                      m.buffers_bytes + 2 * LOGITS_BYTES * tokens * vocab, "loss-backward"))  # fmt: skip
+        grads = accumulated or head_grad
+        phases.append(MemoryBreakdown(m.stage, m.weights_bytes, grads, m.optimizer_bytes, max(before - saved, 0.0),
+                                      m.buffers_bytes + e * tokens * vocab + e * tokens * d, "head-backward"))  # fmt: skip
+        if work:
+            phases.append(MemoryBreakdown(m.stage, m.weights_bytes, grads, m.optimizer_bytes,
+                                          max(m.activations_bytes - saved, 0.0), m.buffers_bytes, "recompute"))  # fmt: skip
+        if model.tied_embeddings and plan.pp == 1:
+            phases.append(MemoryBreakdown(m.stage, m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, 0.0,
+                                          m.buffers_bytes + 2 * head_grad, "embedding-backward"))  # fmt: skip
+    else:
+        phases.append(MemoryBreakdown(m.stage, m.weights_bytes, accumulated, m.optimizer_bytes, m.activations_bytes,
+                                      m.buffers_bytes, "backward"))  # fmt: skip
+    return max(phases, key=lambda p: p.total_bytes)
 
 
 def peak_memory(

@@ -57,6 +57,8 @@ SUITES: tuple[SuiteSpec, ...] = (
               "resize what-if: captured CPU examples predicted at B/2 and 2B vs captured steps (002 §4.5.1.1)", reads_data=False),
     SuiteSpec("gpu-e2e", "trainsim.validate.gpu_e2e_suite", "run_gpu_e2e_suite",
               "resize what-if on steps captured on a CUDA GPU (shipped: H100) with that GPU's kernel models", reads_data=False),
+    SuiteSpec("memory", "trainsim.validate.memory_suite", "run_memory_suite",
+              "peak memory of eager HF training steps measured on this CPU vs the impl-hf memory model", reads_data=False),
     SuiteSpec("predtop", "trainsim.learn.suite", "run_predtop_suite",
               "DAG Transformer / GCN / GAT stage-latency MRE vs training fraction on CPU-measured stages (003)", reads_data=False),
 )  # fmt: skip

@@ -1,0 +1,229 @@
+"""The ``memory`` suite: predicted peak memory of eager HuggingFace training steps against the
+peak measured of the same steps, run for real on this machine's CPU.
+
+For each case (:data:`CASES`: five transformers families — LLaMA, Qwen2 with tied embeddings,
+Mistral with a sliding window shorter than the sequence, Qwen3, GPT-2 — at three small shapes,
+AdamW and SGD, with and without gradient checkpointing, and with two accumulated micro-batches):
+
+* **measured**: the model (``AutoModelForCausalLM.from_config``, fp32, SDPA attention) trains
+  one step (forward with labels, backward, ``optimizer.step()``, ``zero_grad()``) to create its
+  optimizer state, then one more under ``torch.profiler`` with ``profile_memory=True``. The
+  peak is the bytes alive before the profiled step (the unique storages of the parameters,
+  buffers, optimizer state and the batch) plus the highest running sum of the profiler's
+  allocation events during it (what the CPU allocator handed out, not what it reserved). The
+  operator running at the peak is reported with it.
+* **baseline**: the same memory with every term alive at once (``at_peak=False``: weights,
+  gradients, optimizer state, activations and buffers added, as the fused stacks keep them).
+* **predicted**: ``trainsim predict`` of the same model read from its ``config.json``
+  (:func:`trainsim.builders.models.read_hf_config`), ``impl hf``, ``dtype fp32``, one GPU:
+  :func:`trainsim.builders.memory.memory_per_gpu` without the CUDA context and cuBLAS
+  workspace (``overhead_bytes=0``; no communicator at one GPU), which the CPU has no analogue of.
+
+Why a CPU measures what a GPU would hold: the tensors a training step allocates are the same
+shapes and dtypes on either device, with exceptions the cases avoid or the model states:
+dropout (CPU's mask is the input's dtype, CUDA's a bool: no case trains with dropout); SDPA's
+backend (the CPU flash kernel saves what CUDA's flash kernel saves, the activation census's
+``backends`` note; no case has a mask SDPA's flash path refuses, but Mistral's window, whose
+additive mask both devices keep); the caching allocator's rounding and fragmentation on CUDA,
+which the model leaves out (``--memory-headroom``). Dtype: fp32 only (a bf16 step on this CPU
+would take minutes; the model's bf16 bytes are the fp32 ones at the element size).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainsim.errors import ConfigError
+from trainsim.validate.registry import error_summary
+
+MiB = 1024**2
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    hidden: int
+    layers: int
+    vocab: int
+    batch: int
+    seq: int
+
+    @property
+    def label(self) -> str:
+        return f"d{self.hidden} L{self.layers} V{self.vocab} b{self.batch} s{self.seq}"
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    family: str  # a key of _CONFIGS
+    shape: Shape
+    optimizer: str  # "adam" (torch AdamW, foreach as on a GPU) or "sgd" (foreach, no momentum)
+    checkpointing: bool  # transformers' gradient checkpointing: trainsim's recompute full
+    accumulation: int = 1  # micro-batches per optimizer step
+
+    @property
+    def name(self) -> str:
+        ck = "-ckpt" if self.checkpointing else ""
+        acc = f"-acc{self.accumulation}" if self.accumulation > 1 else ""
+        return f"{self.family}-{self.shape.label.replace(' ', '-')}-{self.optimizer}{ck}{acc}"
+
+
+SHAPES = (Shape(256, 2, 8192, 4, 256), Shape(512, 4, 32000, 1, 128), Shape(384, 3, 16384, 2, 512))
+FAMILIES = ("llama", "qwen2-tied", "mistral-window", "qwen3", "gpt2")
+CASES: tuple[Case, ...] = tuple(
+    Case(f, sh, opt, ck) for f in FAMILIES for sh in SHAPES for opt in ("adam", "sgd") for ck in (False, True)
+) + tuple(Case("llama", SHAPES[0], opt, False, 2) for opt in ("adam", "sgd"))  # fmt: skip
+
+
+def _config(family: str, sh: Shape) -> Any:
+    """The transformers config of a case (fp32, SDPA attention, no dropout)."""
+    import transformers as tf
+
+    d, heads = sh.hidden, sh.hidden // 64
+    common: dict[str, Any] = {"hidden_size": d, "num_hidden_layers": sh.layers, "num_attention_heads": heads,
+                              "vocab_size": sh.vocab, "max_position_embeddings": max(sh.seq, 128),
+                              "intermediate_size": (8 * d // 3 + 63) // 64 * 64}  # fmt: skip
+    gqa: dict[str, Any] = {"num_key_value_heads": max(heads // 2, 1)}
+    cfg: Any
+    if family == "llama":
+        cfg = tf.LlamaConfig(**common, **gqa, tie_word_embeddings=False)
+    elif family == "qwen2-tied":  # Qwen2-0.5B's layout: q/k/v biases, tied embeddings
+        cfg = tf.Qwen2Config(**common, **gqa, tie_word_embeddings=True)
+    elif family == "mistral-window":
+        cfg = tf.MistralConfig(**common, **gqa, sliding_window=sh.seq // 2, tie_word_embeddings=False)
+    elif family == "qwen3":
+        cfg = tf.Qwen3Config(**common, **gqa, head_dim=64, tie_word_embeddings=False)
+    elif family == "gpt2":
+        cfg = tf.GPT2Config(n_embd=d, n_layer=sh.layers, n_head=heads, vocab_size=sh.vocab,
+                            n_positions=max(sh.seq, 128), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+    else:
+        raise ConfigError(f"memory suite: unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def _storage_bytes(tensors: list[Any]) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        s = t.untyped_storage()
+        seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+def measure_step_peak(model: Any, batch: Any, optimizer: Any, accumulation: int = 1) -> dict[str, Any]:
+    """The peak bytes of one training step of ``model`` on ``batch`` (token ids, also the labels):
+    ``accumulation`` forward/backward passes, the optimizer step and ``zero_grad()``. Runs one
+    step first (the optimizer's state), then profiles one: ``persistent_bytes`` alive before it,
+    ``transient_bytes`` the highest running sum of its CPU allocations, ``peak_at`` the innermost
+    operator running then."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def step() -> None:
+        for _ in range(accumulation):
+            out = model(input_ids=batch, labels=batch)
+            out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    state = [v for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
+    persistent = _storage_bytes([*model.parameters(), *model.buffers(), *state, batch])
+    with tempfile.TemporaryDirectory() as td:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+        path = Path(td) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text(encoding="utf-8"))["traceEvents"]
+    memory = sorted((e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0),
+                    key=lambda e: e["ts"])  # fmt: skip
+    if not memory:
+        raise ConfigError("memory suite: the profiler recorded no CPU allocation (profile_memory)")
+    running, peak, peak_ts = 0, 0, memory[0]["ts"]
+    for e in memory:
+        running += int(e["args"]["Bytes"])
+        if running > peak:
+            peak, peak_ts = running, e["ts"]
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+           and e["ts"] <= peak_ts <= e["ts"] + e.get("dur", 0)]  # fmt: skip
+    at = max(ops, key=lambda e: e["ts"])["name"] if ops else ""
+    return {"persistent_bytes": persistent, "transient_bytes": peak,
+            "peak_at": at.replace("autograd::engine::evaluate_function: ", "")}
+
+
+def predict_case(case: Case, config_path: Path, *, at_peak: bool = True) -> Any:
+    """trainsim's memory for ``case`` (the stage's MemoryBreakdown, one GPU, no CUDA context;
+    ``at_peak=False``: every term at once, the baseline)."""
+    from trainsim.builders.memory import memory_per_gpu
+    from trainsim.builders.models import read_hf_config
+    from trainsim.builders.plan import Plan
+
+    spec = read_hf_config(config_path)
+    sh = case.shape
+    plan = Plan(tp=1, pp=1, dp=1, micro_batch=sh.batch, global_batch=sh.batch * case.accumulation,
+                seq_len=sh.seq, dtype="fp32", impl="hf", recompute="full" if case.checkpointing else "none",
+                optimizer="adam" if case.optimizer == "adam" else "sgd")  # fmt: skip
+    return memory_per_gpu(spec, plan, overhead_bytes=0, at_peak=at_peak)[0]
+
+
+def run_case(case: Case) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = _config(case.family, case.shape)
+    with tempfile.TemporaryDirectory() as td:
+        cfg.save_pretrained(td)
+        pred = predict_case(case, Path(td) / "config.json")
+        every = predict_case(case, Path(td) / "config.json", at_peak=False)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.train()
+    if case.checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    params = list(model.parameters())
+    opt = (torch.optim.AdamW(params, lr=1e-4, foreach=True) if case.optimizer == "adam"
+           else torch.optim.SGD(params, lr=1e-3, foreach=True))  # fmt: skip
+    batch = torch.randint(0, case.shape.vocab, (case.shape.batch, case.shape.seq))
+    m = measure_step_peak(model, batch, opt, case.accumulation)
+    measured = m["persistent_bytes"] + m["transient_bytes"]
+    err = 100.0 * (pred.total_bytes - measured) / measured
+    return {
+        "case": case.name, "family": case.family, "shape": case.shape.label, "optimizer": case.optimizer,
+        "recompute": "full" if case.checkpointing else "none", "measured_mib": measured / MiB,
+        "predicted_mib": pred.total_bytes / MiB, "err_pct": err, "phase": pred.phase, "peak_at": m["peak_at"],
+        "accumulation": case.accumulation, "measured_persistent_mib": m["persistent_bytes"] / MiB,
+        "measured_transient_mib": m["transient_bytes"] / MiB,
+        "every_term_mib": every.total_bytes / MiB,
+        "every_term_err_pct": 100.0 * (every.total_bytes - measured) / measured,
+        "predicted": {k: v / MiB if isinstance(v, float) else v for k, v in pred.to_dict().items()},
+    }  # fmt: skip
+
+
+def run_memory_suite(data_dir: Path, *, limit: int | None = None) -> dict[str, Any]:
+    """Every case of :data:`CASES` (``limit``: the first N), measured and predicted here."""
+    del data_dir  # measures on this host
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    cases = [run_case(c) for c in CASES[:limit]]
+    by_phase: dict[str, list[float]] = {}
+    for c in cases:
+        by_phase.setdefault(c["phase"], []).append(c["err_pct"])
+    summary = {**error_summary(c["err_pct"] for c in cases),
+               "mean_signed_err_pct": sum(c["err_pct"] for c in cases) / len(cases) if cases else math.nan,
+               "by_predicted_phase": {p: error_summary(v) for p, v in sorted(by_phase.items())},
+               # the baseline: every term alive at once (the fused stacks' figure, impl hf's before)
+               "every_term": error_summary(c["every_term_err_pct"] for c in cases)}  # fmt: skip
+    import torch
+
+    return {"suite": "memory", "cases": cases, "summary": summary,
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+            "what": "peak bytes of eager fp32 training steps (SDPA, no dropout) measured on this CPU with "
+                    "torch.profiler's allocation events, against trainsim's impl-hf memory without the CUDA context"}  # fmt: skip
