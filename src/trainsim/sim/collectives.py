@@ -106,7 +106,7 @@ def _transfer(
     gloo's members end apart: in trace mode each keeps its measured end's offset from that
     member's (``tails``), never before the last arrival.
     """
-    modelled = [d for d in durs if d[1] != NO_MODEL]
+    modelled = [d for d in durs if not d[1].endswith(NO_MODEL)]  # "what-if ×F of measured (no model)" too
     if opts.kernels is KernelSource.MODEL and modelled:  # a kept measured duration counts waiting
         inst.transfer_s, inst.provenance = max(modelled)
         return

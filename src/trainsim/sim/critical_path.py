@@ -127,7 +127,11 @@ def critical_path(res: SimResult, rank: int | None = None) -> list[Segment]:
                 ok = emit(SegmentKind.LAUNCH_DELAY, r, t.call_start[ref], s, rp.kernels[i].name)
                 node = (CALL_START, r, ref) if ok else None
             elif b == STREAM:
-                if ref < 0:  # the previous step's backlog on this stream
+                if ref < 0:  # the previous step's backlog on this stream: its gap, then the step start
+                    busy = rp.lane_busy_until[rp.k_lane[i]]
+                    if busy is not None:  # (before: dropped; the global path called it rank_start)
+                        emit(SegmentKind.KERNEL_GAP, r, busy, s,
+                             f"stream {rp.kernels[i].stream} after the previous step's backlog")  # fmt: skip
                     break
                 ok = emit(
                     SegmentKind.KERNEL_GAP, r, t.k_end[ref], s, f"stream {rp.kernels[i].stream}"

@@ -5,8 +5,8 @@ that time them (002 §4.3.3, Fig. 4.6, Alg. 3).
   thread, runtime calls at their measured offsets, measured call durations);
 - ``STATS``/``SHARED``: per-op-name means from an :class:`OverheadDB` (with its global fallback):
   T1 before the op, T2 before its first runtime call, T4 per call, T5 between calls, T3 after
-  the last one; an op without runtime calls takes its mean CPU duration (its ``predicted_s``
-  when a what-if pass such as ``sim.resize`` set one).
+  the last one; an op without runtime calls takes its mean CPU duration (plus the change a
+  pass such as ``sim.resize`` predicted, when one set its ``predicted_s``).
 
 A runtime call is a kernel launch (kernels launched by one call share it: a CUDA/HIP graph)
 or a sync call. ``timings.py`` applies the gaps to every op at once.

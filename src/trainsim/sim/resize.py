@@ -82,7 +82,8 @@ scaled too; models that read them (batch_norm reads its input only) are unaffect
 A pass never rewrites a measurement: a CPU-only op (its own CPU time is its work: CPU traces)
 gets ``Op.predicted_s``; an op's device kernels get ``Kernel.predicted_s`` (each kernel the
 op's ratio). Host overheads (T1–T5, per op) are unchanged: the simulator takes them from the
-host model as before.
+host model as before; in its ``STATS``/``SHARED`` modes a resized CPU-only op takes the host
+model's time plus the predicted change (``timings.resized_cpu_s``).
 """
 
 from __future__ import annotations

@@ -3,10 +3,12 @@
 A pass never rewrites a measurement: it sets the targeted kernels' ``predicted_s`` to their
 current duration (prediction, else measurement) times the factor, with provenance
 ``what-if ×F of <previous provenance>``. The simulator uses such a prediction in every kernel
-mode, while everything it infers from the trace (which waits the measurement contradicts,
-launch latencies) keeps seeing the real measured times. For measured collectives the
-transfer time is the minimum over members, which scales exactly by the factor; waiting for
-peers is re-simulated.
+mode — but for a kernel whose what-ifs started from its measured time, ``KernelSource.MODEL``
+scales the model's time by the factor instead (``program._duration``: the mode's own
+baseline, so a factor of 1 is the plain replay) — while everything it infers from the trace
+(which waits the measurement contradicts, launch latencies) keeps seeing the real measured
+times. For measured collectives the transfer time is the last-arriving member's duration,
+which scales exactly by the factor; waiting for peers is re-simulated.
 """
 
 from __future__ import annotations
