@@ -10,13 +10,18 @@ Both answer the ``embedding_bag`` operator (a batched embedding-bag lookup as in
     indices       ceil(4 L / 32) * 32 B                 (DRAM)
     outputs       ceil(eb D / 32) * 32 B                (DRAM)
     weights       L * ceil(eb D / 32) * 32 B            forward: read L rows
-                  ceil(2 eb L D / 32) * 32 B            backward (SGD): read + write them
+                  2 L * ceil(eb D / 32) * 32 B          backward (SGD): read + write them
 
 Reading: the thesis prints the forward weights as ``ceil(4D/32)*32`` (one row); a warp that
-pools L rows reads L rows, so we multiply by L (the backward formula has the L). ``eb`` is the
-element size of the dtype (the thesis' 4 is fp32). With ``rows_per_block`` output vectors per
-thread block and one block per SM, ``num_tables = rows_per_block * SMs / B`` tables share the L2
-at a time, ``cached = min(L2 / (num_tables * D * eb), E)`` rows of each are cached, and a lookup
+pools L rows reads L rows, so we multiply by L. Its backward rounds the whole
+``ceil(2 * 4 L D / 32) * 32``; the rows are not contiguous, so we round each row as the forward
+does (the same bytes when ``eb D`` is a multiple of 32 and L an integer; with a fractional mean L
+the rounded total stood still while the L2 hits grew, and more lookups took less time). ``eb``
+is the element size of the dtype (the thesis' 4 is fp32). With ``rows_per_block`` output vectors
+per thread block and one block per SM, ``num_tables = rows_per_block * SMs / B`` tables share
+the L2 at a time, at least one (beyond ``rows_per_block * SMs`` samples one table's bags fill the
+GPU; the ratio alone would cache more rows than the L2 holds, 2.4x at B 8192 on an A100),
+``cached = min(L2 / (num_tables * D * eb), E)`` rows of each are cached, and a lookup
 of L rows hits with probability ``p = C(cached, L) / C(E, L)``; ``p`` of the weight traffic
 goes to L2, the rest to DRAM::
 
@@ -72,11 +77,18 @@ def rf_mean_accesses(rf: np.ndarray) -> np.ndarray:
 
 
 def _log_comb_ratio(cached: np.ndarray, e: np.ndarray, l: np.ndarray) -> np.ndarray:  # noqa: E741
-    """log(C(cached, L) / C(E, L)) via log-gamma, elementwise (0 when cached >= E)."""
-    lg = np.vectorize(math.lgamma)
-    cached = np.maximum(cached, l)
-    out = lg(cached + 1) - lg(cached - l + 1) - lg(e + 1) + lg(e - l + 1)
-    return np.minimum(out, 0.0)
+    """log(C(cached, L) / C(E, L)) via log-gamma, elementwise: 0 when cached >= E (the whole
+    table is cached, whatever L: a bag may repeat rows of a table smaller than L), -inf when
+    fewer rows than L are cached (no bag of L distinct rows is all cached; this also covers
+    E < L with part of the table cached)."""
+    cached, e, l = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (cached, e, l)))  # noqa: E741
+    out = np.where(cached >= e, 0.0, -np.inf)
+    ratio = (cached < e) & (cached >= l)  # then E > cached >= L: every log-gamma argument >= 1
+    if ratio.any():
+        lg = np.vectorize(math.lgamma)
+        c, n, k = cached[ratio], e[ratio], l[ratio]
+        out[ratio] = np.minimum(lg(c + 1) - lg(c - k + 1) - lg(n + 1) + lg(n - k + 1), 0.0)
+    return out
 
 
 class EmbeddingLookupModel(KernelModel):
@@ -116,7 +128,9 @@ class EmbeddingLookupModel(KernelModel):
             fits = np.minimum(1.0, l2 / (unique * x["D"] * eb))
             return fits * (1.0 - unique / lookups)  # share of row reads served by L2
         sms = float(self.spec.sm_count or 1)
-        num_tables = np.maximum(self.rows_per_block * sms / x["B"], 1e-9)
+        # at least one table: beyond rows_per_block * SMs samples one table's bags fill the GPU
+        # and its rows alone share the L2 (the ratio alone cached more rows than the L2 holds)
+        num_tables = np.maximum(self.rows_per_block * sms / x["B"], 1.0)
         cached = np.minimum(l2 / (num_tables * x["D"] * eb), x["E"])
         return np.exp(_log_comb_ratio(np.floor(cached), x["E"], x["L"]))
 
@@ -129,7 +143,7 @@ class EmbeddingLookupModel(KernelModel):
         if q.key.phase is Phase.FWD:
             weights, outputs = x["L"] * row, row
         else:
-            weights, outputs = _round32(2.0 * eb * x["L"] * x["D"]), row
+            weights, outputs = 2.0 * x["L"] * row, row  # each of the L rows read and written
         p = self._hit_rate(x, eb, inputs)
         indices = _round32(self.index_bytes * x["L"])
         tr_l2 = 32.0 + 64.0 + p * weights
