@@ -514,14 +514,17 @@ class LayerCoster:
         projection: the same bytes; per head the rows are h/t times as many and d_h long, a
         shape 001 did not sweep (``;qk-norm-as-[b,l,width]``). OLMo 2's norm over the whole
         projection also needs, with tp > 1, an all-reduce of each token's sum of squares over
-        the TP ranks (b·l values): not modelled (predict says so)."""
+        the TP ranks (b·l values): not modelled (predict says so). Llama 4's (``l2``) has no
+        weights and runs on the rotary layers alone: the same norm on their share of the layers
+        (:meth:`_rope_layers`)."""
         m, t = self.model, self.t
         if m.qk_norm == "none":
             return []
         out = []
         for name, width in (("q_norm", m.q_width / t), ("k_norm", m.kv_width_tp(t))):
             op = self._norm(name, phase, dim=width)
-            out.append(replace(op, provenance=op.provenance + ";qk-norm-as-[b,l,width]"))
+            op = replace(op, provenance=op.provenance + ";qk-norm-as-[b,l,width]")
+            out.append(self._rope_layers(op) if m.qk_norm == "l2" else op)
         return out
 
     def sublayer_output_norm(self, name: str, phase: str) -> list[OpCost]:
@@ -999,7 +1002,7 @@ class LayerCoster:
     def _small_tensors(self) -> int:
         """Per layer: norm weights (and LayerNorm biases), linear biases."""
         m = self.model
-        norms = m.layer_norms * m.norm_tensors + (2 if m.qk_norm != "none" else 0)
+        norms = m.layer_norms * m.norm_tensors + (2 if m.qk_norm in ("head", "full") else 0)  # l2: no weights
         biases = (4 if m.bias else 0) + (1 if m.qkv_bias and not m.bias else 0)
         if m.is_moe:
             biases += 1  # the router's weight: d × experts, small
@@ -1115,7 +1118,9 @@ class LayerCoster:
         m, t, b, seq, d = self.model, self.t, self.b, self.l, self.model.hidden
         bwd = 2.0 if phase == "bwd" else 1.0
         v = m.padded_vocab(t)
-        v001 = ModelSpec("seed001", d, 1, m.heads, _SEED001_VOCAB).padded_vocab(t)
+        # 001's vocabulary padded alike (the padding needs no heads: one, whatever hidden is,
+        # as GLM-4.5's 96 heads of 128 do not divide its 5,120)
+        v001 = ModelSpec("seed001", d, 1, 1, _SEED001_VOCAB).padded_vocab(t)
         r = v / v001
         proj = self._q("output_proj", "linear_final", phase, flops=bwd * _gemm_flops(self.tokens, v / t, d),
                        scale=r, bench={"vocab": v}, mp=t, b=b, l=seq, dim=d)  # fmt: skip

@@ -390,14 +390,16 @@ _SEQ = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")
 
 def _pretraining_context(doc: dict[str, Any], path: Path) -> tuple[int, str]:
     """A RoPE-scaled config's pre-training context and the field it is in, or ``(0, "")``:
-    ``rope_scaling.original_max_position_embeddings`` (YaRN, Llama 3.1's ``llama3``: DeepSeek-V3
+    ``rope_scaling.original_max_position_embeddings`` (or ``rope_parameters``, where
+    transformers 5 writes it; YaRN, Llama 3.1's ``llama3``: DeepSeek-V3
     4,096 of 163,840 positions; Llama 3.1 8,192 of 131,072), a top-level
     ``original_max_position_embeddings`` (Phi-3's LongRoPE configs keep it there: Phi-3-mini-128k
     and Phi-3.5-mini 4,096 of 131,072) or gpt-oss's ``initial_context_length``.
     ``max_position_embeddings`` is the extended context, which a long-context stage trains at
     and pre-training does not."""
-    rs = doc.get("rope_scaling")
-    for where, value in ((("rope_scaling.original_max_position_embeddings",
+    rs = doc.get("rope_scaling") or doc.get("rope_parameters")  # transformers 5 writes the latter
+    key = "rope_scaling" if doc.get("rope_scaling") else "rope_parameters"
+    for where, value in (((f"{key}.original_max_position_embeddings",
                            rs.get("original_max_position_embeddings") if isinstance(rs, dict) else None)),
                          ("original_max_position_embeddings", doc.get("original_max_position_embeddings")),
                          ("initial_context_length", doc.get("initial_context_length"))):  # fmt: skip
@@ -653,7 +655,8 @@ _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 # <Family>Config.max_position_embeddings
 _SEQ_DEFAULTS: dict[str, int] = {"falcon": 2048, "gemma": 8192, "granite": 2048, "olmoe": 4096, "cohere": 8192,
-                                 "glm": 131_072, "glm4": 131_072, "phi": 2048, "smollm3": 32_768}  # fmt: skip
+                                 "glm": 131_072, "glm4": 131_072, "phi": 2048, "smollm3": 32_768,
+                                 "glm4_moe": 131_072, "llama4_text": 131_072}  # fmt: skip
 _LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})  # what layer_types may say here
 
 
@@ -967,6 +970,134 @@ def _smollm3(f: _Fields) -> dict[str, Any]:
     return kw
 
 
+# --- 2025 families (hf41): GLM-4.5 MoE, Llama 4 ------------------------------------------------
+
+
+def _glm4_moe(f: _Fields) -> dict[str, Any]:
+    """glm4_moe (GLM-4.5, GLM-4.5-Air, GLM-4.6): GQA (Glm4MoeConfig's 8 KV heads unless given;
+    head_dim where given, else hidden / heads), biases on q/k/v per attention_bias (false by
+    default, true in the published configs; o_proj has none), partial rotary (``rope_fraction``,
+    Glm4MoeConfig's 0.5 unless given), with use_qk_norm an RMSNorm with weights over each query
+    and key head (Glm4MoeAttention's q_norm/k_norm: ``qk_norm`` head), two norms a layer; the
+    first first_k_dense_replace layers (1 unless given) dense of intermediate_size, every other
+    layer n_routed_experts of moe_intermediate_size (top num_experts_per_tok; its router's weight
+    has no bias, e_score_correction_bias is a buffer, not a parameter) and n_shared_experts of the
+    same width; num_nextn_predict_layers MTP depths (``mtp_layers``, 1 unless given:
+    Glm4MoeConfig's num_mtp_layers; transformers' model does not build them, as DeepSeek-V3's).
+    Ignored, as for DeepSeek (:func:`_deepseek`): group-limited routing (n_group, topk_group),
+    routed_scaling_factor and norm_topk_prob, which scale routing weights and change no shape."""
+    layers = f.integer(*_LAYERS)
+    first_dense = _count(f, "first_k_dense_replace", 1)
+    if first_dense > layers:
+        raise ConfigError(f"{f.path}: field 'first_k_dense_replace' is {first_dense}, more than the {layers} layers")
+    moe = f.integer("moe_intermediate_size", default=1408)
+    return {
+        **_llama_like(f, kv_default=8),
+        "bias": False,
+        "qkv_bias": f.flag("attention_bias", False),
+        "qk_norm": "head" if f.flag("use_qk_norm", False) else "none",
+        "rope_fraction": _partial_rotary(f, 0.5),
+        "num_experts": f.integer("n_routed_experts", "num_local_experts", default=128),
+        "top_k": f.integer("num_experts_per_tok", default=8),
+        "moe_ffn_hidden": moe,
+        "shared_ffn_hidden": _count(f, "n_shared_experts", 1) * moe,
+        "dense_layers": tuple(range(first_dense)),
+        "mtp_layers": _count(f, "num_nextn_predict_layers", 1),
+    }
+
+
+def _layer_list(f: _Fields, key: str, layers: int, values: tuple[int, ...] | None) -> list[int] | None:
+    """A per-layer list field: None when absent or empty (the config class then fills its
+    default; Llama 4's published configs give ``"no_rope_layers": []``), else checked as
+    ``values`` per layer (``None``: layer indices, each in 0..layers-1)."""
+    v = f.doc.get(key)
+    if v is None or v == []:
+        return None
+    if values is not None:
+        if not isinstance(v, list) or len(v) != layers or any(isinstance(x, bool) or x not in values for x in v):
+            raise ConfigError(f"{f.path}: field {key!r} must list {' or '.join(map(str, values))} for each of the "
+                              f"{layers} layers, got {v!r}")  # fmt: skip
+    elif not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < layers
+                                        for x in v):  # fmt: skip
+        raise ConfigError(f"{f.path}: field {key!r} must list layer indices in 0..{layers - 1}, got {v!r}")
+    return v
+
+
+def _llama4_text(f: _Fields) -> dict[str, Any]:
+    """llama4_text (Llama 4 Scout / Maverick's language model): GQA (Llama4TextConfig's 8 KV
+    heads and head_dim 128 unless given), SwiGLU, two RMSNorms a layer, untied. MoE layers
+    (``moe_layers``, else every interleave_moe_layer_step-th from step − 1: Scout all, Maverick
+    every other) have num_local_experts routed experts of intermediate_size, top
+    num_experts_per_tok (1; a sigmoid of the top logit, its router without bias) and one shared
+    expert of intermediate_size; the others (``dense_layers``) a dense MLP of
+    intermediate_size_mlp. NoPE layers where ``no_rope_layers`` says 0 (by default every
+    no_rope_layer_interval-th, 4; an empty list is the default, as Llama4TextConfig takes it);
+    the rotary layers attend in chunks of attention_chunk_size (``attention_chunk``; null: none)
+    unless ``layer_types`` says otherwise, and with use_qk_norm (true unless given) L2-normalise
+    each query and key head without weights (``qk_norm`` l2, on the rotary layers).
+    attention_bias (q, k, v and o) is refused as the other families' attention-only biases are.
+    Not modelled (no shapes): attn_temperature_tuning's per-position scale of the NoPE layers'
+    queries (one multiply), the router's sigmoid on the input rather than the output."""
+    layers = f.integer(*_LAYERS)
+    step = f.integer("interleave_moe_layer_step", default=1)
+    moe = _layer_list(f, "moe_layers", layers, None)
+    moe = list(range(step - 1, layers, step)) if moe is None else moe
+    rope = _layer_list(f, "no_rope_layers", layers, (0, 1))
+    rope = [int((i + 1) % f.integer("no_rope_layer_interval", default=4) != 0) for i in range(layers)] if rope is None else rope
+    chunk = f.doc.get("attention_chunk_size", 8192)
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
+        raise ConfigError(f"{f.path}: field 'attention_chunk_size' must be a positive integer (tokens) or null, "
+                          f"got {chunk!r}")  # fmt: skip
+    types = f.doc.get("layer_types")
+    if types is None:
+        types = ["chunked_attention" if r and chunk else "full_attention" for r in rope]
+    if not isinstance(types, list) or len(types) != layers or any(t not in _LLAMA4_TYPES for t in types):
+        raise ConfigError(f"{f.path}: field 'layer_types' must list one of {', '.join(sorted(_LLAMA4_TYPES))} for "
+                          f"each of the {layers} layers, got {types!r}")  # fmt: skip
+    chunked = types.count("chunked_attention")
+    if chunked and not chunk:
+        raise ConfigError(f"{f.path}: field 'layer_types' has chunked_attention layers and 'attention_chunk_size' is "
+                          "null (no chunk to attend in)")  # fmt: skip
+    experts = f.integer("num_local_experts", default=16)
+    width = f.integer(*_FFN)
+    return {
+        **_llama_like(f, kv_default=8),
+        "head_dim": f.integer("head_dim", default=128),
+        "bias": _all_biases(f, "attention_bias", None),
+        "qk_norm": "l2" if f.flag("use_qk_norm", True) and rope.count(1) else "none",
+        "nope_layers": rope.count(0),
+        "num_experts": experts,
+        "top_k": f.integer("num_experts_per_tok", default=1),
+        "moe_ffn_hidden": width,
+        "shared_ffn_hidden": width,
+        "ffn_hidden": f.integer("intermediate_size_mlp", default=16384),
+        "dense_layers": tuple(i for i in range(layers) if i not in moe),
+        "attention_chunk": chunk if chunked else 0,
+        "chunked_layers": chunked if chunked < layers else 0,
+    }
+
+
+_LLAMA4_TYPES = frozenset({"full_attention", "chunked_attention"})
+
+
+def _llama4(doc: dict[str, Any], path: Path) -> ModelSpec:
+    """llama4 (the multimodal checkpoint, Llama4ForConditionalGeneration): its language model,
+    the ``text_config`` read as llama4_text; the vision tower is not modelled."""
+    text = doc.get("text_config") or {}
+    if not isinstance(text, dict):
+        raise ConfigError(f"{path}: field 'text_config' must be an object (the language model's config), got {text!r}")
+    inner = {"tie_word_embeddings": doc.get("tie_word_embeddings", False), **text, "model_type": "llama4_text",
+             "_name_or_path": doc.get("_name_or_path")}  # fmt: skip
+    try:
+        model = hf_config_from_dict(inner, path)
+    except ConfigError as e:
+        raise ConfigError(f"{e} (in 'text_config')") from None
+    if isinstance(doc.get("vision_config"), dict):
+        model = replace(model, left_out="its vision tower (vision_config: the image encoder and its projector) and "
+                                        "image tokens: the language model alone is predicted")  # fmt: skip
+    return model
+
+
 _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "gpt_bigcode": _gpt2,
@@ -996,6 +1127,9 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "glm4": lambda f: _glm(f, norms=4),
     "phi": _phi,
     "smollm3": _smollm3,
+    "glm4_moe": _glm4_moe,
+    "llama4_text": _llama4_text,
+    "llama4": _llama4_text,  # its text_config, read by _llama4
 }
 # Falcon's configs before transformers took the family in (its remote code: the Hub's
 # tiiuae/falcon-7b and -40b snapshots up to mid-2023, and models fine-tuned from them): n_head,
@@ -1006,7 +1140,8 @@ _REFINED_WEB = {"RefinedWeb": True, "RefinedWebModel": False}
 _GATED_TYPES = frozenset({"llama", "mistral", "qwen2", "mixtral", "qwen3", "phi3", "olmo2", "gemma2", "gemma3_text",
                           "starcoder2",
                           "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v2", "deepseek_v3",
-                          "gemma", "granite", "olmoe", "cohere", "glm", "glm4", "phi", "smollm3"})  # fmt: skip
+                          "gemma", "granite", "olmoe", "cohere", "glm", "glm4", "phi", "smollm3",
+                          "glm4_moe", "llama4_text"})  # fmt: skip
 
 
 def read_hf_config(path: str | Path) -> ModelSpec:
@@ -1044,6 +1179,8 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
         )
     if mtype == "gemma3":
         return _gemma3(doc, path)
+    if mtype == "llama4":
+        return _llama4(doc, path)
     if mtype in _REFINED_WEB:
         mtype = "falcon"
         doc = {**doc, "model_type": mtype, "new_decoder_architecture": _REFINED_WEB[doc["model_type"]]}
@@ -1051,6 +1188,7 @@ def hf_config_from_dict(doc: dict[str, Any], path: Path) -> ModelSpec:
     hidden, heads = f.integer(*_HIDDEN), f.integer(*_HEADS)
     ffn = f.integer(*_FFN) if mtype in _GATED_TYPES else f.integer(*_FFN, default=0)
     kw = reader(f)
+    ffn = kw.pop("ffn_hidden", ffn)  # Llama 4: its dense layers' width is another field
     if kw.get("sliding_layers", 1) == 0:  # the reader counted the windowed layers: none (0 would read "all")
         kw["sliding_window"] = 0
     # Canonical form: defaults as 0, so a config equals the catalog entry it describes.

@@ -453,6 +453,33 @@ def dense_family_notes(model: ModelSpec, plan: Plan) -> list[str]:
     return out
 
 
+def chunk_note(r: LLMPrediction) -> str | None:
+    """How a model's chunked attention (Llama 4's ``attention_chunk``) is costed at the plan's
+    sequence; None without chunks or when the sequence fits in one (plain causal attention)."""
+    m, p = r.model, r.plan
+    seq = p.seq(m)
+    if not m.attention_chunk or seq <= m.attention_chunk:
+        return None
+    n = m.chunked_layers or m.layers
+    head = (f"the config's chunked attention ({m.attention_chunk:,}-token chunks, causal within each and none "
+            f"across, on {n} of its {m.layers} layers)")  # fmt: skip
+    share, over = _share(m.window_layer_share(seq)), _share(m.window_work_fraction(seq))
+    if p.attention != "flash":
+        return (f"{head} saves nothing with --attention {p.attention} (it computes every score): attention is costed "
+                f"over all {seq:,} tokens (a chunked flash kernel does about {share} of the causal work)")  # fmt: skip
+    if p.cp == 1 or p.cp_comm == "a2a":
+        return (f"{head} is costed as FlashAttention over each chunk as its own sequence (varlen, the chunk edges as "
+                f"cu_seqlens): the attention core's time and FLOPs scaled by the work it does, {share} of the causal "
+                f"work on those layers ({over} over all layers){' on every a2a rank' if p.cp > 1 else ''}; an "
+                "estimate from the measured causal kernel")  # fmt: skip
+    busiest = _share(max(m.cp_window_rank_shares(seq, p.cp)))
+    return (f"{head} with context parallelism: costed as a sliding window is, the chunked layers on "
+            "TransformerEngine's KV all-gather CP (the p2p ring's causal blocks are not its mask) with each rank's "
+            f"two sequence chunks attending within their attention chunks, {busiest} of a causal layer's work on the "
+            f"busiest rank ({share} averaged over the ranks); an estimate (TransformerEngine has no chunked mask: a "
+            "varlen kernel per chunk is assumed)")  # fmt: skip
+
+
 def cp_comm_note(r: LLMPrediction) -> str:
     """Which context-parallel scheme the prediction costs (``Plan.cp_comm``, Megatron-core's
     ``--cp-comm-type``), and what it leaves out."""
@@ -587,6 +614,8 @@ def _warnings(r: LLMPrediction) -> list[str]:
                    "still masks (it skips the mask only for a shorter one): each sliding-window layer keeps "
                    f"{win / 2**30:,.2f} GiB a micro-batch more than a full one (the additive [b, 1, s, s] mask and K/V "
                    "repeated to the query heads); the attention is the causal work")  # fmt: skip
+    if note := chunk_note(r):
+        out.append(note)
     if r.plan.cp > 1:
         out.append(cp_comm_note(r))
     out.extend(dense_family_notes(r.model, r.plan))

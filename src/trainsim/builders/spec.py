@@ -30,7 +30,7 @@ from trainsim.errors import ConfigError
 Activation = Literal["gelu", "swiglu", "geglu", "relu"]
 Norm = Literal["layernorm", "rmsnorm"]
 Position = Literal["learned", "rotary", "alibi", "none"]
-QKNorm = Literal["none", "head", "full"]
+QKNorm = Literal["none", "head", "full", "l2"]
 
 GATED: frozenset[str] = frozenset({"swiglu", "geglu"})
 
@@ -60,7 +60,8 @@ class ModelSpec:
     moe_ffn_hidden: int = 0  # 0: ffn_hidden
     # dense-family details (h4)
     # RMSNorm of the queries and keys after their projections: "head" over each head's d_h
-    # (Qwen3, Gemma 3), "full" over the whole q and k projections (OLMo 2)
+    # (Qwen3, Gemma 3), "full" over the whole q and k projections (OLMo 2), "l2" (Llama 4) over
+    # each head without weights, on the rotary layers alone
     qk_norm: QKNorm = "none"
     # norms per layer: 2 (before attention and MLP, or after them as OLMo 2's), 4 (Gemma 2/3:
     # before and after each), 1 (Falcon-7B: one norm feeds the parallel attention and MLP)
@@ -111,6 +112,12 @@ class ModelSpec:
     # names (trainsim.builders.eager.HF_FAMILY_CENSUSES): "" for the family the fields tell
     # (:func:`trainsim.builders.eager.family_of`)
     hf_family: str = ""
+    # chunked (block-local causal) attention (Llama 4's attention_chunk_size, hf41): on
+    # ``chunked_layers`` layers (0: all) the sequence is cut into chunks of ``attention_chunk``
+    # tokens, causal within each and none across them; 0: none. Costed as a sliding window is
+    # (:meth:`window_work_fraction` and its neighbours take either); a model has one or the other
+    attention_chunk: int = 0
+    chunked_layers: int = 0
 
     def __post_init__(self) -> None:
         for f in ("hidden", "layers", "heads", "vocab", "seq_len"):
@@ -119,7 +126,7 @@ class ModelSpec:
                 raise ConfigError(f"model {self.name}: {f} must be a positive integer, got {v!r}")
         for f in ("ffn_hidden", "kv_heads", "head_dim", "num_experts", "top_k", "moe_ffn_hidden",
                   "shared_ffn_hidden", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers",
-                  "nope_layers"):
+                  "nope_layers", "attention_chunk", "chunked_layers"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(
@@ -136,6 +143,7 @@ class ModelSpec:
         if self.nope_layers and (self.position != "rotary" or self.nope_layers > self.layers):
             raise ConfigError(f"model {self.name}: nope_layers ({self.nope_layers}) are rotary layers left without it: "
                               f"at most layers ({self.layers}), with position rotary")  # fmt: skip
+        self._check_local_attention()
         if isinstance(self.rope_fraction, bool) or not isinstance(self.rope_fraction, int | float) or not (
                 0 < self.rope_fraction <= 1):  # fmt: skip
             raise ConfigError(f"model {self.name}: rope_fraction must be a number in (0, 1], got {self.rope_fraction!r}")
@@ -150,6 +158,18 @@ class ModelSpec:
                 f"model {self.name}: top_k must be in 1..num_experts ({self.num_experts}), got {self.top_k}"
             )
         self._check_moe_family()
+
+    def _check_local_attention(self) -> None:
+        """A sliding window or chunked attention, not both, on at most ``layers`` layers."""
+        if self.attention_chunk and self.sliding_window:
+            raise ConfigError(f"model {self.name}: attention_chunk ({self.attention_chunk}) and sliding_window "
+                              f"({self.sliding_window}) together are not modelled: give one of them")  # fmt: skip
+        if self.chunked_layers and not self.attention_chunk:
+            raise ConfigError(f"model {self.name}: chunked_layers ({self.chunked_layers}) needs attention_chunk "
+                              "(the chunk's tokens)")  # fmt: skip
+        if self.chunked_layers > self.layers or self.sliding_layers > self.layers:
+            raise ConfigError(f"model {self.name}: chunked_layers ({self.chunked_layers}) and sliding_layers "
+                              f"({self.sliding_layers}) must be at most layers ({self.layers}) (0: all)")  # fmt: skip
 
     def _check_moe_family(self) -> None:
         """The MoE-family fields' own checks (dense layers inside the model, MLA's head split)."""
@@ -179,22 +199,45 @@ class ModelSpec:
         scores, ``2w − w²`` of them (w = W / N), on its ``sliding_layers`` (0: all); 1 when
         the window covers the sequence."""
         share = self.window_layer_share(seq)
-        n_win = self.sliding_layers or self.layers
+        n_win = self._local_layers()
         return (n_win * share + (self.layers - n_win)) / self.layers
+
+    def _local_layers(self) -> int:
+        """How many layers attend locally: ``sliding_layers`` or ``chunked_layers`` (0: all)."""
+        return (self.chunked_layers if self.attention_chunk else self.sliding_layers) or self.layers
+
+    def _local_span(self) -> int:
+        """The window's or the chunk's tokens (0: neither)."""
+        return self.attention_chunk or self.sliding_window
 
     def window_layer_share(self, seq: int) -> float:
         """One windowed layer's share of the causal attention work at ``seq`` tokens, ``2w − w²``
-        (:meth:`window_work_fraction`); 1 without a window or within it."""
-        if not self.sliding_window or seq <= self.sliding_window:
+        (:meth:`window_work_fraction`); 1 without a window or within it. A chunked layer's
+        (``attention_chunk`` C): the chunks' causal scores over the sequence's, to the token,
+        ``Σ c_i (c_i + 1) / 2`` over ``S (S + 1) / 2`` (:meth:`_chunk_keys`), about C / S."""
+        if not self._local_span() or seq <= self._local_span():
             return 1.0
+        if self.attention_chunk:
+            return self._chunk_keys(seq) / (seq * (seq + 1) / 2)
         w = self.sliding_window / seq
         return 2 * w - w * w
 
+    def _chunk_keys(self, x: float) -> float:
+        """The key products of the queries before position ``x`` under chunked attention: the
+        query at ``p`` meets the ``p mod C + 1`` keys of its chunk up to itself, so ``q`` whole
+        chunks and a part of ``r`` tokens make ``q C (C + 1) / 2 + r (r + 1) / 2`` (``x`` need not
+        be whole: a context-parallel split's chunk edges)."""
+        c = self.attention_chunk
+        q = math.floor(x / c)
+        r = x - q * c
+        return q * c * (c + 1) / 2 + r * (r + 1) / 2
+
     def windowed_layers(self, seq: int) -> float:
-        """The share of the layers whose window is shorter than ``seq`` (0: none windowed)."""
-        if not self.sliding_window or seq <= self.sliding_window:
+        """The share of the layers whose window (or attention chunk) is shorter than ``seq`` (0:
+        none)."""
+        if not self._local_span() or seq <= self._local_span():
             return 0.0
-        return (self.sliding_layers or self.layers) / self.layers
+        return self._local_layers() / self.layers
 
     def cp_window_rank_shares(self, seq: int, cp: int) -> tuple[float, ...]:
         """Each context-parallel rank's attention work on one windowed layer at ``seq`` tokens
@@ -210,8 +253,10 @@ class ModelSpec:
         average to :meth:`window_layer_share` (the ranks together do the unsplit layer's
         work), all 1 without a window or within it; the split that balances causal work
         leaves the window's work unbalanced (rank 0's first chunk has the fewest keys)."""
-        if not self.sliding_window or seq <= self.sliding_window:
+        if not self._local_span() or seq <= self._local_span():
             return (1.0,) * cp
+        if self.attention_chunk:
+            return self._cp_chunk_rank_shares(seq, cp)
         win, chunk = float(self.sliding_window), seq / (2 * cp)
 
         def f(x: float) -> float:
@@ -221,6 +266,17 @@ class ModelSpec:
             return f((c + 1) * chunk) - f(c * chunk)
 
         causal = seq * seq / (2 * cp)
+        return tuple((work(r) + work(2 * cp - 1 - r)) / causal for r in range(cp))
+
+    def _cp_chunk_rank_shares(self, seq: int, cp: int) -> tuple[float, ...]:
+        """:meth:`cp_window_rank_shares` for chunked attention: rank ``r``'s two sequence chunks
+        ``[a, b)`` each do ``K(b) − K(a)`` key products (:meth:`_chunk_keys`), over the rank's
+        causal share ``S (S + 1) / 2cp``; they average to :meth:`window_layer_share`."""
+        part, causal = seq / (2 * cp), seq * (seq + 1) / (2 * cp)
+
+        def work(c: int) -> float:
+            return self._chunk_keys((c + 1) * part) - self._chunk_keys(c * part)
+
         return tuple((work(r) + work(2 * cp - 1 - r)) / causal for r in range(cp))
 
     def cp_window_work_fraction(self, seq: int, cp: int) -> float:
