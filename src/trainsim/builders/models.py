@@ -656,7 +656,8 @@ _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
 # <Family>Config.max_position_embeddings
 _SEQ_DEFAULTS: dict[str, int] = {"falcon": 2048, "gemma": 8192, "granite": 2048, "olmoe": 4096, "cohere": 8192,
                                  "glm": 131_072, "glm4": 131_072, "phi": 2048, "smollm3": 32_768,
-                                 "glm4_moe": 131_072, "llama4_text": 131_072}  # fmt: skip
+                                 "glm4_moe": 131_072, "llama4_text": 131_072, "olmo3": 2048, "seed_oss": 524_288,
+                                 "exaone4": 2048, "ernie4_5": 131_072, "dots1": 2048, "ministral3": 262_144}  # fmt: skip
 _LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})  # what layer_types may say here
 
 
@@ -1098,6 +1099,112 @@ def _llama4(doc: dict[str, Any], path: Path) -> ModelSpec:
     return model
 
 
+# --- more 2025 families (hf41): OLMo 3, Seed-OSS, EXAONE 4, ERNIE 4.5, dots.llm1, Ministral 3 ---
+
+
+def _olmo3(f: _Fields) -> dict[str, Any]:
+    """olmo3: OLMo 2's layer (norms after attention and after the MLP, RMSNorms over the whole q
+    and k projections), biases on q/k/v/o per attention_bias (refused alone, as the h6
+    families'), and a sliding window (Olmo3Config's 4096 unless given; null: none) on the
+    ``layer_types`` sliding layers, by default three of every four (Olmo3Config's). Its per-layer
+    RoPE parameters (YaRN on the full layers) change no shape."""
+    kw = {**_olmo2(f), "bias": _all_biases(f, "attention_bias", None)}
+    if "sliding_window" not in f.doc:
+        kw["sliding_window"] = 4096
+    if f.doc.get("sliding_window", 4096) is None:
+        return {**kw, "sliding_window": 0, "sliding_layers": 0}
+    return {**kw, "sliding_layers": _window_layers(f, lambda i: (i + 1) % 4 != 0)}
+
+
+def _seed_oss(f: _Fields) -> dict[str, Any]:
+    """seed_oss (Seed-OSS-36B): LLaMA's layer with SeedOssConfig's 8 KV heads and head_dim 128
+    unless given, biases on q/k/v (attention_bias, true unless given; ``qkv_bias``); o_proj's
+    (attention_out_bias) and the MLP's (mlp_bias) only together with them (``bias``), refused
+    otherwise. residual_dropout is the plan's dropout (``--hidden-dropout``)."""
+    qkv, out, mlp = f.flag("attention_bias", True), f.flag("attention_out_bias", False), f.flag("mlp_bias", False)
+    if (out or mlp) and not (qkv and out and mlp):
+        which = "attention_out_bias" if out else "mlp_bias"
+        raise ConfigError(f"{f.path}: field {which!r} is true and the other linear layers' biases are not all on: "
+                          "biases on some layers alone are not modelled here (ModelSpec.bias is every linear "
+                          "layer's, qkv_bias q/k/v's)")  # fmt: skip
+    return {**_llama_like(f, kv_default=8), "head_dim": f.integer("head_dim", default=128), "bias": qkv and out,
+            "qkv_bias": qkv}  # fmt: skip
+
+
+def _exaone4(f: _Fields) -> dict[str, Any]:
+    """exaone4 (EXAONE 4.0): GQA (Exaone4Config: KV heads as the attention heads unless given),
+    RMSNorms after attention and after the MLP (two a layer, OLMo 2's places) and over each
+    query and key head (``qk_norm`` head), no biases, untied unless given. With a
+    sliding_window (4096 unless given; null: none and every layer global) the layers
+    ``layer_types`` (or sliding_window_pattern: an int p, every p-th global; a string such as
+    "LLLG", repeated) marks sliding attend within it, and the global ones apply no rotary
+    embedding (Exaone4Attention rotates only sliding layers then: ``nope_layers``)."""
+    layers = f.integer(*_LAYERS)
+    kw = {**_llama_like(f), "bias": False, "qk_norm": "head"}
+    window = f.doc.get("sliding_window", 4096)
+    if window is None:
+        return {**kw, "sliding_window": 0, "sliding_layers": 0}
+    pattern = f.doc.get("sliding_window_pattern", 4)
+    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+        sliding = lambda i: pattern[i % len(pattern)] == "L"  # noqa: E731
+    elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
+        sliding = lambda i: (i + 1) % pattern != 0  # noqa: E731
+    else:
+        raise ConfigError(f"{f.path}: field 'sliding_window_pattern' must be a positive integer or a string of L "
+                          f"(local) and G (global), got {pattern!r}")  # fmt: skip
+    windowed = _window_layers(f, sliding)
+    return {**kw, "sliding_window": window, "sliding_layers": windowed, "nope_layers": layers - windowed}
+
+
+def _ernie4_5(f: _Fields) -> dict[str, Any]:
+    """ernie4_5 (ERNIE-4.5-0.3B): LLaMA's layer with Ernie4_5Config's 2 KV heads and head_dim
+    128 unless given, biases on every linear layer with use_bias (false unless given), tied
+    unless given. Its interleaved rotary changes no shape."""
+    return {**_llama_like(f, kv_default=2), "head_dim": f.integer("head_dim", default=128),
+            "bias": f.flag("use_bias", False), "tied_embeddings": f.flag("tie_word_embeddings", True)}  # fmt: skip
+
+
+def _dots1(f: _Fields) -> dict[str, Any]:
+    """dots1 (dots.llm1): DeepSeek-V3's MoE without MLA: GQA (Dots1Config: KV heads as the
+    attention heads unless given) with an RMSNorm over each query and key head, biases on
+    q/k/v/o per attention_bias (refused alone), n_routed_experts of moe_intermediate_size (top
+    num_experts_per_tok; its router's weight alone, e_score_correction_bias a buffer),
+    n_shared_experts of the same width, the first first_k_dense_replace layers (0 unless given)
+    dense of intermediate_size; a sliding window on the layers from max_window_layers (62 unless
+    given) on where sliding_window is set (Dots1Config's layer_types). Ignored, as for DeepSeek:
+    group-limited routing and routed_scaling_factor."""
+    layers = f.integer(*_LAYERS)
+    first_dense = _count(f, "first_k_dense_replace", 0)
+    if first_dense > layers:
+        raise ConfigError(f"{f.path}: field 'first_k_dense_replace' is {first_dense}, more than the {layers} layers")
+    moe = f.integer("moe_intermediate_size", default=1408)
+    kw = {
+        **_llama_like(f),
+        "bias": _all_biases(f, "attention_bias", None),
+        "qk_norm": "head",
+        "num_experts": f.integer("n_routed_experts"),
+        "top_k": f.integer("num_experts_per_tok"),
+        "moe_ffn_hidden": moe,
+        "shared_ffn_hidden": _count(f, "n_shared_experts", 0) * moe,
+        "dense_layers": tuple(range(first_dense)),
+    }
+    if f.doc.get("sliding_window", 4096) is None:
+        return {**kw, "sliding_window": 0, "sliding_layers": 0}
+    first = _count(f, "max_window_layers", 62)
+    if "sliding_window" not in f.doc:
+        kw["sliding_window"] = 4096
+    return {**kw, "sliding_layers": _window_layers(f, lambda i: i >= first)}
+
+
+def _ministral3(f: _Fields) -> dict[str, Any]:
+    """ministral3 (Ministral 3): Mistral's layer with Ministral3Config's 8 KV heads and head_dim
+    128 unless given, a sliding window on every layer only where sliding_window is set (null by
+    default), untied unless given; its YaRN and llama_4_scaling_beta query scaling change no
+    shape (the pre-training context: rope_parameters' original_max_position_embeddings)."""
+    kw = {**_llama_like(f, kv_default=8), "head_dim": f.integer("head_dim", default=128)}
+    return kw if f.doc.get("sliding_window") else {**kw, "sliding_window": 0}
+
+
 _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "gpt_bigcode": _gpt2,
@@ -1130,6 +1237,12 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "glm4_moe": _glm4_moe,
     "llama4_text": _llama4_text,
     "llama4": _llama4_text,  # its text_config, read by _llama4
+    "olmo3": _olmo3,
+    "seed_oss": _seed_oss,
+    "exaone4": _exaone4,
+    "ernie4_5": _ernie4_5,
+    "dots1": _dots1,
+    "ministral3": _ministral3,
 }
 # Falcon's configs before transformers took the family in (its remote code: the Hub's
 # tiiuae/falcon-7b and -40b snapshots up to mid-2023, and models fine-tuned from them): n_head,
@@ -1141,7 +1254,8 @@ _GATED_TYPES = frozenset({"llama", "mistral", "qwen2", "mixtral", "qwen3", "phi3
                           "starcoder2",
                           "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v2", "deepseek_v3",
                           "gemma", "granite", "olmoe", "cohere", "glm", "glm4", "phi", "smollm3",
-                          "glm4_moe", "llama4_text"})  # fmt: skip
+                          "glm4_moe", "llama4_text", "olmo3", "seed_oss", "exaone4", "ernie4_5", "dots1",
+                          "ministral3"})  # fmt: skip
 
 
 def read_hf_config(path: str | Path) -> ModelSpec:
