@@ -1,7 +1,9 @@
 """Metamorphic sweep over the 2026-12-04 HF families (gemma, granite, olmoe, cohere, glm, glm4,
-phi, smollm3) under the default Megatron-style path (``impl fused``) and with parallelism: the
-new ModelSpec fields (``head_bias``, ``norm_bias``, ``nope_layers``, ``rope_fraction``,
-``parallel_residual`` with one norm) against their twins without them, parameter totals over
+phi, smollm3; hf41's dense olmo3, seed_oss, exaone4, ernie4_5) under the default Megatron-style
+path (``impl fused``) and with parallelism: the new ModelSpec fields (``head_bias``,
+``norm_bias``, ``nope_layers``, ``rope_fraction``, ``parallel_residual`` with one norm; hf41's
+chunked attention, ``attention_chunk``, put on each rotary model without a window) against
+their twins without them, parameter totals over
 stages and ranks, the search's memory and screening, and predict's JSON contract
 (shared/DESIGN.md, CLI contract).
 
@@ -78,6 +80,19 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "smollm3-3b": {"model_type": "smollm3", "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
                    "num_key_value_heads": 4, "intermediate_size": 11008, "vocab_size": 128256,
                    "max_position_embeddings": 65536},
+    # the dense 2025 families (hf41; tests/test_families41.py): windows with NoPE global layers
+    # (EXAONE 4), post-norms and q/k norms over the projections with windows (OLMo 3), q/k/v biases
+    "olmo3-7b": {"model_type": "olmo3", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                 "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 100278,
+                 "max_position_embeddings": 65536, "sliding_window": 4096},
+    "seed-oss-36b": {"model_type": "seed_oss", "hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 80,
+                     "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 27648, "vocab_size": 155136,
+                     "max_position_embeddings": 524288},
+    "exaone4-32b": {"model_type": "exaone4", "hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 40,
+                    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 27392, "vocab_size": 102400,
+                    "sliding_window": 4096, "sliding_window_pattern": "LLLG", "max_position_embeddings": 131072},
+    "ernie4.5-0.3b": {"model_type": "ernie4_5", "hidden_size": 1024, "num_hidden_layers": 18, "num_attention_heads": 16,
+                      "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 103424},
 }  # fmt: skip
 CONTRACT_KEYS = ("iteration_time_s", "tokens_per_s", "mfu", "memory_per_gpu_bytes", "fits_in_memory", "breakdown",
                  "provenance")  # fmt: skip
@@ -276,6 +291,36 @@ def check_nope(model: ModelSpec, plan: Plan, sysspec: Any) -> None:
     count("nope_layers plans")
 
 
+def check_chunks(model: ModelSpec, plan: Plan, sysspec: Any) -> None:
+    """Chunked attention (ModelSpec.attention_chunk, Llama 4's; hf41) on a model without a
+    window: a chunk as long as the sequence is plain causal attention (the same stages); a
+    shorter one never more time, attention time less when flash attention skips the other
+    chunks, on more chunked layers never more; parameters and memory equal."""
+    tag = f"{model.name} {plan.label()}"
+    seq = plan.seq(model)
+    s0, m0 = costs(model, plan, sysspec)
+    same, _ = costs(replace(model, attention_chunk=seq), plan, sysspec)
+    for a, b in zip(same, s0, strict=True):
+        if (a.fwd_s, a.bwd_s, a.params) != (b.fwd_s, b.bwd_s, b.params):
+            bad("attention_chunk >= seq: plain causal", f"{tag} stage {a.stage}: fwd {a.fwd_s!r}/{b.fwd_s!r}")
+    prev = s0
+    for layers in (model.layers // 2, 0):  # half the layers, then all (0)
+        s, m = costs(replace(model, attention_chunk=seq // 4, chunked_layers=layers), plan, sysspec)
+        for a, b in zip(s, prev, strict=True):
+            if a.fwd_s > b.fwd_s * (1 + REL) or a.bwd_s > b.bwd_s * (1 + REL) or a.params != b.params:
+                bad("attention_chunk: more chunked layers never more time", f"{tag} layers {layers} stage {a.stage}: "
+                    f"fwd {a.fwd_s!r}/{b.fwd_s!r} bwd {a.bwd_s!r}/{b.bwd_s!r}")  # fmt: skip
+        attn = [sum(o.seconds for o in st.layer_ops if o.category == "attention") for st in s]
+        base = [sum(o.seconds for o in st.layer_ops if o.category == "attention") for st in s0]
+        if plan.attention == "flash" and plan.cp == 1 and not all(x < y for x, y in zip(attn, base, strict=True)):
+            bad("attention_chunk < seq: less attention with flash", f"{tag} layers {layers}: {attn} vs {base}")
+        for a, b in zip(m, m0, strict=True):
+            if a.total_bytes != b.total_bytes:
+                bad("attention_chunk: memory equal", f"{tag} stage {a.stage}")
+        prev = s
+    count("attention_chunk plans")
+
+
 def check_rope_fraction(model: ModelSpec, plan: Plan, sysspec: Any) -> None:
     """docs/llm.md: partial rotary is costed at the full width under the fused kernels: the
     stages and memory of any rope_fraction equal the whole-head model's."""
@@ -386,6 +431,8 @@ def check_plan(model: ModelSpec, plan: Plan, sysspec: Any) -> None:
         check_rope_fraction(model, plan, sysspec)
     if model.parallel_residual and model.layer_norms == 1:
         check_parallel_residual(model, plan, sysspec)
+    if model.position == "rotary" and not model.sliding_window:
+        check_chunks(model, plan, sysspec)
     # predict: the closed form never above the memory the stages report, simulate >= busiest stage
     r = predict_llm(model, plan, sysspec, simulate=plan.grad_accum * plan.pp <= 64)
     if r.peak_memory.total_bytes != max(m.total_bytes for m in memory_per_gpu(model, plan)):

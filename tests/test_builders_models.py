@@ -173,7 +173,7 @@ def test_get_model_reads_a_file_or_a_directory(tmp_path):
 BAD = [
     ("{not json", "not valid JSON"),
     ([1, 2], "JSON object"),
-    ({**LLAMA2_7B, "model_type": "bert"}, "'model_type' is 'bert'; supported: cohere, deepseek_v2, deepseek_v3, falcon, gemma, gemma2.*qwen3_moe"),
+    ({**LLAMA2_7B, "model_type": "bert"}, "'model_type' is 'bert'; supported: cohere, deepseek_v2, deepseek_v3, dots1, ernie4_5, exaone4, falcon, gemma, gemma2.*qwen3_moe"),
     ({k: v for k, v in LLAMA2_7B.items() if k != "model_type"}, "missing field 'model_type'"),
     ({k: v for k, v in LLAMA2_7B.items() if k != "hidden_size"}, "missing field 'hidden_size'"),
     ({k: v for k, v in LLAMA2_7B.items() if k != "intermediate_size"}, "missing field 'intermediate_size'"),

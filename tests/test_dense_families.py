@@ -233,7 +233,7 @@ BAD = [
     ({"model_type": "gemma3", "text_config": [1]}, "field 'text_config' must be an object"),
     ({"model_type": "gemma3", "text_config": {"hidden_size": "big"}},
      r"field 'hidden_size' must be a positive integer, got 'big' \(in 'text_config'\)"),
-    ({**GEMMA2, "model_type": "gemma4"}, "'model_type' is 'gemma4'; supported: cohere, deepseek_v2, deepseek_v3, falcon, gemma, gemma2, gemma3, gemma3_text"),
+    ({**GEMMA2, "model_type": "gemma4"}, "'model_type' is 'gemma4'; supported: cohere, deepseek_v2, deepseek_v3, dots1, ernie4_5, exaone4, falcon, gemma, gemma2, gemma3, gemma3_text"),
     # a type the window count does not know (it had counted as a full-attention layer, silently)
     ({**GEMMA2, "layer_types": ["sliding_attention", "chunked_attention"] * 21},
      r"field 'layer_types' has 'chunked_attention' \(layer 1\); supported here: full_attention, sliding_attention"),
