@@ -25,7 +25,9 @@ remote code's ``RefinedWebModel`` and ``RefinedWeb``, the Hub's Falcon configs b
 ``deepseek_v3`` (shared experts, dense layers among the MoE ones, Multi-head Latent Attention:
 :func:`_deepseek` and its neighbours), and (h6) ``gemma`` (Gemma 1), ``granite``, ``olmoe``,
 ``cohere`` (a parallel block, LayerNorm without bias), ``glm`` and ``glm4``, ``phi`` (phi-2: a
-parallel block, biased output projection) and ``smollm3`` (NoPE layers); each reader's
+parallel block, biased output projection) and ``smollm3`` (NoPE layers), and (hf41, the 2025
+families) ``glm4_moe``, ``llama4_text`` and ``llama4`` (its ``text_config``; chunked attention),
+``olmo3``, ``seed_oss``, ``exaone4``, ``ernie4_5``, ``dots1`` and ``ministral3``; each reader's
 docstring says what it maps, and the h6 readers refuse, naming the field, what the operators
 cannot express (biases on the attention alone, Cohere's and Phi's per-head q/k LayerNorms). Fields a config
 leaves out mean what its transformers config class defaults them to. A ModelSpec has a ``bias`` flag,

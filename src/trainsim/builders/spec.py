@@ -7,7 +7,7 @@ Mixtral-style MoE (``num_experts`` experts of ``moe_ffn_hidden``, ``top_k`` acti
 and the MoE families beyond it: shared experts (``shared_ffn_hidden``; Qwen2-MoE's gated one),
 leading or interleaved dense layers (``dense_layers``), Multi-head Latent Attention
 (``kv_lora_rank`` > 0; DeepSeek-V2/V3), q/k norms (Qwen3), router biases and attention sinks
-(gpt-oss).
+(gpt-oss), Llama 4's chunked attention (``attention_chunk``, costed as a sliding window).
 Catalog entries and HuggingFace ``config.json`` files both become a ModelSpec
 (:mod:`trainsim.builders.models`).
 
