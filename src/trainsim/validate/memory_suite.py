@@ -19,6 +19,14 @@ AdamW and SGD, with and without gradient checkpointing, and with two accumulated
   :func:`trainsim.builders.memory.memory_per_gpu` without the CUDA context and cuBLAS
   workspace (``overhead_bytes=0``; no communicator at one GPU), which the CPU has no analogue of.
 
+The training loop keeps the model's output (its logits) until the step ends, as a loop that
+reads ``outputs.loss`` does (HF Trainer's ``compute_loss`` drops it before the backward: the
+logits' ``e·T·V`` bytes less there). DDP cases (``world`` 2): the ranks run as processes over
+gloo, everything under the profiler from the model's construction (DDP's bucket tensors are
+allocated there and no Python reference reaches them), two warm steps (DDP rebuilds its buckets
+in its second), then the measured one; predicted at dp 2 without NCCL's per-communicator
+buffers (:data:`~trainsim.builders.memory.NCCL_COMM_BYTES`), which gloo has no analogue of.
+
 Why a CPU measures what a GPU would hold: the tensors a training step allocates are the same
 shapes and dtypes on either device, with exceptions the cases avoid or the model states:
 dropout (CPU's mask is the input's dtype, CUDA's a bool: no case trains with dropout); SDPA's
@@ -34,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,19 +72,24 @@ class Case:
     optimizer: str  # "adam" (torch AdamW, foreach as on a GPU) or "sgd" (foreach, no momentum)
     checkpointing: bool  # transformers' gradient checkpointing: trainsim's recompute full
     accumulation: int = 1  # micro-batches per optimizer step
+    world: int = 1  # > 1: PyTorch DDP over that many gloo ranks (processes) on this machine
 
     @property
     def name(self) -> str:
         ck = "-ckpt" if self.checkpointing else ""
         acc = f"-acc{self.accumulation}" if self.accumulation > 1 else ""
-        return f"{self.family}-{self.shape.label.replace(' ', '-')}-{self.optimizer}{ck}{acc}"
+        ddp = f"-ddp{self.world}" if self.world > 1 else ""
+        return f"{self.family}-{self.shape.label.replace(' ', '-')}-{self.optimizer}{ck}{acc}{ddp}"
 
 
 SHAPES = (Shape(256, 2, 8192, 4, 256), Shape(512, 4, 32000, 1, 128), Shape(384, 3, 16384, 2, 512))
 FAMILIES = ("llama", "qwen2-tied", "mistral-window", "qwen3", "gpt2")
 CASES: tuple[Case, ...] = tuple(
     Case(f, sh, opt, ck) for f in FAMILIES for sh in SHAPES for opt in ("adam", "sgd") for ck in (False, True)
-) + tuple(Case("llama", SHAPES[0], opt, False, 2) for opt in ("adam", "sgd"))  # fmt: skip
+) + tuple(Case("llama", SHAPES[0], opt, False, 2) for opt in ("adam", "sgd")) + (
+    Case("llama", SHAPES[0], "adam", False, world=2), Case("llama", SHAPES[0], "sgd", True, world=2),
+    Case("qwen2-tied", SHAPES[1], "sgd", False, world=2), Case("llama", SHAPES[1], "adam", False, world=2),
+)  # fmt: skip
 
 
 def _config(family: str, sh: Shape) -> Any:
@@ -104,6 +117,16 @@ def _config(family: str, sh: Shape) -> Any:
         raise ConfigError(f"memory suite: unknown family {family!r}; known: {', '.join(FAMILIES)}")
     cfg._attn_implementation = "sdpa"
     return cfg
+
+
+def _checkpoint(model: Any) -> None:
+    """Gradient checkpointing as the activation census took it (non-reentrant, every layer;
+    transformers 5 calls the method deprecated in favour of activation_checkpointing_enable)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _storage_bytes(tensors: list[Any]) -> int:
@@ -155,19 +178,138 @@ def measure_step_peak(model: Any, batch: Any, optimizer: Any, accumulation: int 
             "peak_at": at.replace("autograd::engine::evaluate_function: ", "")}
 
 
+def measure_lifetime_peak(build: Any, accumulation: int = 1, warm: int = 2) -> dict[str, Any]:
+    """As :func:`measure_step_peak`, with everything under the profiler: ``build()`` makes
+    ``(model, optimizer, batch)`` inside it, ``warm`` steps run (DDP rebuilds its buckets in
+    its second), then the measured one; ``persistent_bytes`` is the running sum of the
+    allocations as it starts (what exists then, DDP's buckets included, which no Python
+    reference reaches), ``transient_bytes`` the highest rise above it during the step."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with tempfile.TemporaryDirectory() as td:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            model, optimizer, batch = build()
+            for i in range(warm + 1):
+                with record_function("trainsim-measured-step" if i == warm else "trainsim-warm-step"):
+                    for _ in range(accumulation):
+                        out = model(input_ids=batch, labels=batch)  # kept, as measure_step_peak's loop does
+                        out.loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    del out
+        path = Path(td) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text(encoding="utf-8"))["traceEvents"]
+    [mark] = [e for e in events if e.get("name") == "trainsim-measured-step"]
+    start, end = mark["ts"], mark["ts"] + mark["dur"]
+    memory = sorted((e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0),
+                    key=lambda e: e["ts"])  # fmt: skip
+    running, before, peak, peak_ts = 0, None, 0, start
+    for e in memory:
+        if before is None and e["ts"] >= start:
+            before = peak = running
+        running += int(e["args"]["Bytes"])
+        if start <= e["ts"] <= end and running > peak:
+            peak, peak_ts = running, e["ts"]
+    if before is None:
+        raise ConfigError("memory suite: the profiler recorded no CPU allocation in the measured step")
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+           and e["ts"] <= peak_ts <= e["ts"] + e.get("dur", 0)]  # fmt: skip
+    at = max(ops, key=lambda e: e["ts"])["name"] if ops else ""
+    return {"persistent_bytes": before, "transient_bytes": peak - before,
+            "peak_at": at.replace("autograd::engine::evaluate_function: ", "")}
+
+
+def _build(case: Case, ddp: bool) -> Any:
+    """A builder of ``case``'s (model, optimizer, batch) for :func:`measure_lifetime_peak`."""
+
+    def build() -> tuple[Any, Any, Any]:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(_config(case.family, case.shape))
+        model.train()
+        if case.checkpointing:
+            _checkpoint(model)
+        if ddp:
+            model = torch.nn.parallel.DistributedDataParallel(model)
+        params = list(model.parameters())
+        opt = (torch.optim.AdamW(params, lr=1e-4, foreach=True) if case.optimizer == "adam"
+               else torch.optim.SGD(params, lr=1e-3, foreach=True))  # fmt: skip
+        return model, opt, torch.randint(0, case.shape.vocab, (case.shape.batch, case.shape.seq))
+
+    return build
+
+
+def _ddp_rank(rank: int, case: Case, port: int, out_dir: str) -> None:
+    """One gloo rank of a DDP case: its measurement to ``out_dir/rank<rank>.json``."""
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), HF_HUB_OFFLINE="1")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import torch
+    import torch.distributed as dist
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=case.world)
+    try:
+        m = measure_lifetime_peak(_build(case, ddp=True), case.accumulation)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    out = Path(out_dir) / f"rank{rank}.json"
+    out.with_suffix(".tmp").write_text(json.dumps(m), encoding="utf-8")
+    os.replace(out.with_suffix(".tmp"), out)
+
+
+def measure_ddp_case(case: Case, timeout_s: float = 600.0) -> dict[str, Any]:
+    """A DDP case's rank-0 measurement, its ``world`` ranks started as processes here."""
+    import torch.multiprocessing as mp
+
+    from trainsim.capture.distributed import free_port
+    from trainsim.lifetime import main_module_hidden
+
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="trainsim-memory-") as td:
+        port = free_port()
+        procs = [ctx.Process(target=_ddp_rank, args=(r, case, port, td)) for r in range(case.world)]
+        try:
+            with main_module_hidden():
+                for p in procs:
+                    p.start()
+            for p in procs:
+                p.join(timeout_s)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        bad = [r for r, p in enumerate(procs) if p.exitcode != 0]
+        if bad:
+            raise ConfigError(f"memory suite: {case.name}: DDP rank {bad[0]} failed (exit code {procs[bad[0]].exitcode})")
+        results = [json.loads((Path(td) / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(case.world)]
+    result: dict[str, Any] = results[0]
+    return result
+
+
 def predict_case(case: Case, config_path: Path, *, at_peak: bool = True) -> Any:
     """trainsim's memory for ``case`` (the stage's MemoryBreakdown, one GPU, no CUDA context;
     ``at_peak=False``: every term at once, the baseline)."""
-    from trainsim.builders.memory import memory_per_gpu
+    from trainsim.builders.memory import NCCL_COMM_BYTES, memory_per_gpu
     from trainsim.builders.models import read_hf_config
     from trainsim.builders.plan import Plan
 
     spec = read_hf_config(config_path)
     sh = case.shape
-    plan = Plan(tp=1, pp=1, dp=1, micro_batch=sh.batch, global_batch=sh.batch * case.accumulation,
+    plan = Plan(tp=1, pp=1, dp=case.world, micro_batch=sh.batch, global_batch=sh.batch * case.accumulation * case.world,
                 seq_len=sh.seq, dtype="fp32", impl="hf", recompute="full" if case.checkpointing else "none",
                 optimizer="adam" if case.optimizer == "adam" else "sgd")  # fmt: skip
-    return memory_per_gpu(spec, plan, overhead_bytes=0, at_peak=at_peak)[0]
+    m = memory_per_gpu(spec, plan, overhead_bytes=0, at_peak=at_peak)[0]
+    # NCCL's per-communicator device buffers have no gloo counterpart, as the CUDA context has none
+    return replace(m, buffers_bytes=m.buffers_bytes - (NCCL_COMM_BYTES if case.world > 1 else 0.0))
 
 
 def run_case(case: Case) -> dict[str, Any]:
@@ -179,23 +321,26 @@ def run_case(case: Case) -> dict[str, Any]:
         cfg.save_pretrained(td)
         pred = predict_case(case, Path(td) / "config.json")
         every = predict_case(case, Path(td) / "config.json", at_peak=False)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg)
-    model.train()
-    if case.checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    params = list(model.parameters())
-    opt = (torch.optim.AdamW(params, lr=1e-4, foreach=True) if case.optimizer == "adam"
-           else torch.optim.SGD(params, lr=1e-3, foreach=True))  # fmt: skip
-    batch = torch.randint(0, case.shape.vocab, (case.shape.batch, case.shape.seq))
-    m = measure_step_peak(model, batch, opt, case.accumulation)
+    if case.world > 1:
+        m = measure_ddp_case(case)
+    else:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg)
+        model.train()
+        if case.checkpointing:
+            _checkpoint(model)
+        params = list(model.parameters())
+        opt = (torch.optim.AdamW(params, lr=1e-4, foreach=True) if case.optimizer == "adam"
+               else torch.optim.SGD(params, lr=1e-3, foreach=True))  # fmt: skip
+        batch = torch.randint(0, case.shape.vocab, (case.shape.batch, case.shape.seq))
+        m = measure_step_peak(model, batch, opt, case.accumulation)
     measured = m["persistent_bytes"] + m["transient_bytes"]
     err = 100.0 * (pred.total_bytes - measured) / measured
     return {
         "case": case.name, "family": case.family, "shape": case.shape.label, "optimizer": case.optimizer,
         "recompute": "full" if case.checkpointing else "none", "measured_mib": measured / MiB,
         "predicted_mib": pred.total_bytes / MiB, "err_pct": err, "phase": pred.phase, "peak_at": m["peak_at"],
-        "accumulation": case.accumulation, "measured_persistent_mib": m["persistent_bytes"] / MiB,
+        "accumulation": case.accumulation, "world": case.world, "measured_persistent_mib": m["persistent_bytes"] / MiB,
         "measured_transient_mib": m["transient_bytes"] / MiB,
         "every_term_mib": every.total_bytes / MiB,
         "every_term_err_pct": 100.0 * (every.total_bytes - measured) / measured,
