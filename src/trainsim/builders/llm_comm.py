@@ -336,6 +336,10 @@ class PlanComm:
     # --- per iteration ----------------------------------------------------------------------
 
     def grad_bytes_per_param(self) -> int:
+        """Megatron reduces bf16 training's gradients in fp32 (its main_grad buffers); eager
+        PyTorch (impl hf) in the parameters' dtype (:meth:`Precision.for_dtype`)."""
+        if self.plan.impl == "hf":
+            return {"fp16": 2, "bf16": 2, "fp32": 4}[self.plan.dtype]
         return {"fp16": 2, "bf16": 4, "fp32": 4}[self.plan.dtype]
 
     def dp_grads(self, stage_params: float, expert_params: float = 0.0) -> list[CommCost]:

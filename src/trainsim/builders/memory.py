@@ -86,8 +86,8 @@ class Precision:
     optimizer_bytes: float  # fp32 master weights (mixed precision) + Adam's two moments
 
     @classmethod
-    def for_dtype(cls, dtype: str) -> Precision:
-        """Defaults per training dtype.
+    def for_dtype(cls, dtype: str, impl: str = "fused") -> Precision:
+        """Defaults per training dtype (``impl`` ``hf``: eager PyTorch's, below).
 
         * ``bf16``: 2 + 4 + 12 — Megatron accumulates and all-reduces bf16 gradients in an fp32
           ``main_grad`` buffer (``accumulate_allreduce_grads_in_fp32`` is forced on for bf16);
@@ -97,8 +97,16 @@ class Precision:
           fp32 copy of the gradients; pass ``Precision(2, 2, 16)`` for that.
         * ``fp32``: 4 + 4 + 8 — no master copy, two fp32 moments (Megatron: "fp32 param, fp32
           grads: 16 / 8 + 8/d").
+
+        ``impl`` ``hf`` (eager PyTorch, the model in its training dtype: ``model.to(torch.bfloat16)``,
+        as the activation census and trainsim's H100 captures train it): 2 + 2 + 4 for bf16 and
+        fp16 — gradients in the parameters' dtype, ``torch.optim.AdamW``'s ``exp_avg`` and
+        ``exp_avg_sq`` made ``zeros_like`` the parameter, no master copy (measured: a bf16 CPU
+        step's parameters and moments are 6 bytes a parameter); fp32 as above.
         """
         table = {"bf16": (2, 4, 12), "fp16": (2, 2, 12), "fp32": (4, 4, 8)}
+        if impl == "hf":
+            table = {"bf16": (2, 2, 4), "fp16": (2, 2, 4), "fp32": (4, 4, 8)}
         if dtype not in table:
             raise ConfigError(f"memory: dtype must be one of {', '.join(table)}, got {dtype!r}")
         return cls(*table[dtype])
@@ -998,7 +1006,7 @@ def memory_per_gpu(
     ``layers_per_stage`` to :func:`stage_layers` (``plan.partition`` chooses Megatron's or GPT-NeoX's).
     """
     plan.validate(model)
-    prec = precision or Precision.for_dtype(plan.dtype)
+    prec = precision or Precision.for_dtype(plan.dtype, plan.impl)
     if precision is None and plan.optimizer == "sgd":  # plain SGD keeps no state
         prec = Precision(prec.weight_bytes, prec.grad_bytes, 0.0)
     layers = list(layers_per_stage) if layers_per_stage is not None else stage_layers(model, plan)
@@ -1093,8 +1101,8 @@ def _hf_peak(model: ModelSpec, plan: Plan, m: MemoryBreakdown, prec: Precision, 
       tensors at once.
     * **optimizer-step**: the gradients of every parameter, no activations, the logits still
       referenced by the model's output, and ``torch.optim._multi_tensor_adam``'s temporaries:
-      ``torch._foreach_sqrt(exp_avg_sqs)`` allocates one state-sized tensor per parameter
-      (4 bytes a parameter: the second moment's fp32); SGD (``--optimizer sgd``, no momentum)
+      ``torch._foreach_sqrt(exp_avg_sqs)`` allocates one second-moment-sized tensor per
+      parameter (half the optimizer state: 4 bytes a parameter in fp32, 2 in bf16); SGD (``--optimizer sgd``, no momentum)
       updates in place.
 
     Checked against the peaks of real training steps measured on this machine's CPU
@@ -1103,7 +1111,7 @@ def _hf_peak(model: ModelSpec, plan: Plan, m: MemoryBreakdown, prec: Precision, 
     tokens = float(plan.micro_batch * plan.seq(model))
     vocab, d, e = float(model.vocab), float(model.hidden), _act_element_bytes(plan)
     accumulated = m.gradients_bytes if plan.grad_accum > 1 else 0.0
-    temps = m.optimizer_bytes * 4.0 / prec.optimizer_bytes if prec.optimizer_bytes else 0.0
+    temps = m.optimizer_bytes / 2  # one of AdamW's two moments (no master copy in eager PyTorch)
     phases = [
         MemoryBreakdown(m.stage, m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, 0.0,
                         m.buffers_bytes + temps, "optimizer-step"),
@@ -1177,7 +1185,7 @@ def min_gpus_for_states(model: ModelSpec, plan: Plan, capacity_bytes: float) -> 
     weights, gradients and optimizer states (``plan.dtype``'s bytes per parameter, none with
     SGD; the multi-token-prediction depths' included) sharded evenly over every GPU, as ZeRO-3 with TP and PP would at best, beside the CUDA
     context; activations and buffers come on top, so more may be needed."""
-    prec = Precision.for_dtype(plan.dtype)
+    prec = Precision.for_dtype(plan.dtype, plan.impl)
     per_param = prec.weight_bytes + prec.grad_bytes + (prec.optimizer_bytes if plan.optimizer != "sgd" else 0.0)
     room = capacity_bytes - DEFAULT_OVERHEAD_BYTES
     if room <= 0:

@@ -178,6 +178,8 @@ def predict(
             + (f" less {_gib(r.memory_headroom_bytes)} headroom" if r.memory_headroom_bytes else "")
             + f": {fits}",
         )
+        if pk.phase != "backward":  # impl hf: the moment of the step it is of
+            t.add_row("  at the step's largest moment", pk.phase.replace("-", " "))
         t.add_row(
             "  weights / grads / optimizer",
             f"{_gib(pk.weights_bytes)} / {_gib(pk.gradients_bytes)} / {_gib(pk.optimizer_bytes)}",

@@ -3,7 +3,8 @@ peak measured of the same steps, run for real on this machine's CPU.
 
 For each case (:data:`CASES`: five transformers families — LLaMA, Qwen2 with tied embeddings,
 Mistral with a sliding window shorter than the sequence, Qwen3, GPT-2 — at three small shapes,
-AdamW and SGD, with and without gradient checkpointing, and with two accumulated micro-batches):
+AdamW and SGD, with and without gradient checkpointing, fp32; two with two accumulated
+micro-batches, four under DDP on two gloo ranks, six in bf16):
 
 * **measured**: the model (``AutoModelForCausalLM.from_config``, fp32, SDPA attention) trains
   one step (forward with labels, backward, ``optimizer.step()``, ``zero_grad()``) to create its
@@ -33,8 +34,9 @@ dropout (CPU's mask is the input's dtype, CUDA's a bool: no case trains with dro
 backend (the CPU flash kernel saves what CUDA's flash kernel saves, the activation census's
 ``backends`` note; no case has a mask SDPA's flash path refuses, but Mistral's window, whose
 additive mask both devices keep); the caching allocator's rounding and fragmentation on CUDA,
-which the model leaves out (``--memory-headroom``). Dtype: fp32 only (a bf16 step on this CPU
-would take minutes; the model's bf16 bytes are the fp32 ones at the element size).
+which the model leaves out (``--memory-headroom``). Dtype: fp32, and six bf16 cases with the model
+in bf16 (``model.to(torch.bfloat16)``: its gradients and AdamW's moments bf16 too, as
+``Precision.for_dtype(..., "hf")`` has them); autocast over fp32 weights is not a case.
 """
 
 from __future__ import annotations
@@ -73,13 +75,15 @@ class Case:
     checkpointing: bool  # transformers' gradient checkpointing: trainsim's recompute full
     accumulation: int = 1  # micro-batches per optimizer step
     world: int = 1  # > 1: PyTorch DDP over that many gloo ranks (processes) on this machine
+    dtype: str = "fp32"  # or "bf16": the model trained in bf16 (model.to(torch.bfloat16))
 
     @property
     def name(self) -> str:
         ck = "-ckpt" if self.checkpointing else ""
         acc = f"-acc{self.accumulation}" if self.accumulation > 1 else ""
         ddp = f"-ddp{self.world}" if self.world > 1 else ""
-        return f"{self.family}-{self.shape.label.replace(' ', '-')}-{self.optimizer}{ck}{acc}{ddp}"
+        bf16 = "-bf16" if self.dtype == "bf16" else ""
+        return f"{self.family}-{self.shape.label.replace(' ', '-')}-{self.optimizer}{ck}{acc}{ddp}{bf16}"
 
 
 SHAPES = (Shape(256, 2, 8192, 4, 256), Shape(512, 4, 32000, 1, 128), Shape(384, 3, 16384, 2, 512))
@@ -89,6 +93,10 @@ CASES: tuple[Case, ...] = tuple(
 ) + tuple(Case("llama", SHAPES[0], opt, False, 2) for opt in ("adam", "sgd")) + (
     Case("llama", SHAPES[0], "adam", False, world=2), Case("llama", SHAPES[0], "sgd", True, world=2),
     Case("qwen2-tied", SHAPES[1], "sgd", False, world=2), Case("llama", SHAPES[1], "adam", False, world=2),
+) + (  # bf16: the eager parameters, gradients and AdamW moments all in bf16
+    Case("llama", SHAPES[0], "adam", False, dtype="bf16"), Case("llama", SHAPES[0], "sgd", True, dtype="bf16"),
+    Case("llama", SHAPES[1], "adam", False, dtype="bf16"), Case("qwen2-tied", SHAPES[1], "sgd", False, dtype="bf16"),
+    Case("qwen3", SHAPES[0], "adam", True, dtype="bf16"), Case("mistral-window", SHAPES[0], "sgd", False, dtype="bf16"),
 )  # fmt: skip
 
 
@@ -229,6 +237,8 @@ def _build(case: Case, ddp: bool) -> Any:
 
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(_config(case.family, case.shape))
+        if case.dtype == "bf16":
+            model = model.to(torch.bfloat16)
         model.train()
         if case.checkpointing:
             _checkpoint(model)
@@ -305,7 +315,7 @@ def predict_case(case: Case, config_path: Path, *, at_peak: bool = True) -> Any:
     spec = read_hf_config(config_path)
     sh = case.shape
     plan = Plan(tp=1, pp=1, dp=case.world, micro_batch=sh.batch, global_batch=sh.batch * case.accumulation * case.world,
-                seq_len=sh.seq, dtype="fp32", impl="hf", recompute="full" if case.checkpointing else "none",
+                seq_len=sh.seq, dtype="bf16" if case.dtype == "bf16" else "fp32", impl="hf", recompute="full" if case.checkpointing else "none",
                 optimizer="adam" if case.optimizer == "adam" else "sgd")  # fmt: skip
     m = memory_per_gpu(spec, plan, overhead_bytes=0, at_peak=at_peak)[0]
     # NCCL's per-communicator device buffers have no gloo counterpart, as the CUDA context has none
@@ -326,6 +336,8 @@ def run_case(case: Case) -> dict[str, Any]:
     else:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(cfg)
+        if case.dtype == "bf16":
+            model = model.to(torch.bfloat16)
         model.train()
         if case.checkpointing:
             _checkpoint(model)
@@ -338,7 +350,7 @@ def run_case(case: Case) -> dict[str, Any]:
     err = 100.0 * (pred.total_bytes - measured) / measured
     return {
         "case": case.name, "family": case.family, "shape": case.shape.label, "optimizer": case.optimizer,
-        "recompute": "full" if case.checkpointing else "none", "measured_mib": measured / MiB,
+        "recompute": "full" if case.checkpointing else "none", "dtype": case.dtype, "measured_mib": measured / MiB,
         "predicted_mib": pred.total_bytes / MiB, "err_pct": err, "phase": pred.phase, "peak_at": m["peak_at"],
         "accumulation": case.accumulation, "world": case.world, "measured_persistent_mib": m["persistent_bytes"] / MiB,
         "measured_transient_mib": m["transient_bytes"] / MiB,
