@@ -67,5 +67,7 @@ def test_kernel_suite_json_and_resume(tmp_path):
 )
 def test_errors_are_one_line(tmp_path, args, message):
     p = _cli(*args, "--dataset", str(tmp_path / "k.jsonl"), "--no-progress")
-    assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr
+    code = 1 if message == "no such dataset file" else 2  # the others are usage errors (the options alone)
+    assert p.returncode == code and message in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.splitlines()) == 1
     assert p.stdout == ""

@@ -1149,7 +1149,7 @@ def test_cli_rejects_zero_degrees_and_folder_outputs(tmp_path: Path) -> None:
     r = run("predict", "gpt2", "--timeline", str(tmp_path))
     assert r.returncode == 1 and "is a folder" in r.stderr and "Traceback" not in r.stderr
     r = run("search", "gpt2", "--gpus", "8", "--global-batch", "8", "--tp", "0", "--workers", "1")
-    assert r.returncode == 1 and "--tp values must be >= 1" in r.stderr
+    assert r.returncode == 2 and "--tp values must be >= 1" in r.stderr  # a usage error
 
 
 def test_cli_timeline_is_bounded(tmp_path: Path) -> None:

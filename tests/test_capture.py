@@ -169,14 +169,14 @@ def test_cli_json_contract(tmp_path: Path) -> None:
     assert "capturing dlrm" in proc.stderr
 
 
-def test_cli_error_is_one_line_and_exit_1(tmp_path: Path) -> None:
+def test_cli_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "trainsim", "capture", "--model", "bert", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage error: --model's value is not in its list
     assert proc.stderr.strip().splitlines() == [
-        "trainsim: error: unknown example model 'bert'; choose one of: dlrm, gpt2, llama, llama13, llama70, resnet"
+        "trainsim: error: --model must be one of dlrm, gpt2, llama, llama13, llama70, resnet, got 'bert'"
     ]
 
 

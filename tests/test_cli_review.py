@@ -24,6 +24,14 @@ def _error(res) -> str:
     return str(res.exception)
 
 
+def _usage(res) -> str:
+    """The one line of a usage error: an option's value outside its own domain, exit 2."""
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainsim: error: "), res.stderr
+    return lines[0].removeprefix("trainsim: error: ")
+
+
 def test_non_utf8_inputs_name_the_file(tmp_path, shared_data):
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"\xff\xfe")
@@ -48,7 +56,7 @@ def test_non_utf8_inputs_name_the_file(tmp_path, shared_data):
 @pytest.mark.parametrize("arg", [["--network-speedup", "inf"], ["--straggler", "0:inf"],
                                  ["--scale-family", "gemm:inf"], ["--scale-family", "gemm:-1"]])  # fmt: skip
 def test_what_if_factors_are_positive_and_finite(shared_data, arg):
-    msg = _error(_run("replay", str(shared_data / LINEAR), *arg))
+    msg = _usage(_run("replay", str(shared_data / LINEAR), *arg))
     assert "the factor must be a positive finite number" in msg
 
 
@@ -65,7 +73,7 @@ def test_a_trace_replayed_with_its_own_database_is_not_double_counted(shared_dat
     doc = json.loads(res.stdout)
     assert doc["options"]["overheads"] == "shared"
     assert abs(doc["error_pct"]) < 6.0
-    assert "--stats-iqr applies" in _error(_run("replay", str(shared_data / LINEAR), "--overhead-db", str(db),
+    assert "--stats-iqr applies" in _usage(_run("replay", str(shared_data / LINEAR), "--overhead-db", str(db),
                                                  "--stats-iqr"))  # fmt: skip
 
 
@@ -74,7 +82,7 @@ def test_old_or_misused_overhead_databases_are_refused(shared_data, tmp_path):
 
     db = tmp_path / "ov.json"
     assert _run("analyze", str(shared_data / LINEAR), "--overhead-db", str(db)).exit_code == 0
-    assert "read by --overheads shared, not stats" in _error(
+    assert "read by --overheads shared, not stats" in _usage(
         _run("replay", str(shared_data / LINEAR), "--overheads", "stats", "--overhead-db", str(db))
     )
     doc = json.loads(db.read_text())
@@ -95,7 +103,7 @@ def test_validate_fails_when_it_validated_nothing(tmp_path):
     # comm names the folders it looked for (a partial folder: it warns which it skipped)
     assert "none of the suite's measurement folders" in _error(_run("validate", "comm", "--data", str(tmp_path)))
     assert "validated no case" in _error(_run("validate", "replay", "--data", str(tmp_path), "--format", "json"))
-    msg = _error(_run("validate", "replay", "--limit", "3", "--data", str(tmp_path)))
+    msg = _usage(_run("validate", "replay", "--limit", "3", "--data", str(tmp_path)))
     assert "it takes: --overheads, --kernels" in msg
 
 
@@ -111,15 +119,15 @@ def test_device_and_system_must_agree_with_the_data(shared_data):
 
 
 def test_bench_options_that_do_not_apply_are_errors():
-    assert "apply to the kernel suites" in _error(_run("bench", "comm", "--quick", "--op", "mm"))
-    assert "--nproc applies to the comm suite only" in _error(_run("bench", "softmax", "--quick", "--nproc", "7"))
-    assert "--threads must be at least 1" in _error(_run("bench", "softmax", "--threads", "0"))
-    assert "their dtypes: fp32" in _error(_run("bench", "softmax", "--quick", "--dtype", "bogus"))
+    assert "apply to the kernel suites" in _usage(_run("bench", "comm", "--quick", "--op", "mm"))
+    assert "--nproc applies to the comm suite only" in _usage(_run("bench", "softmax", "--quick", "--nproc", "7"))
+    assert "--threads must be at least 1" in _usage(_run("bench", "softmax", "--threads", "0"))
+    assert "their dtypes: fp32" in _usage(_run("bench", "softmax", "--quick", "--dtype", "bogus"))
 
 
 def test_shard_sharders_list_must_name_one(tmp_path):
     spec = Path(__file__).resolve().parents[1] / "examples" / "dlrm_tables.json"
-    assert "--sharders names no sharder" in _error(_run("shard", str(spec), "--device", "a100", "--sharders", ","))
+    assert "--sharders names no sharder" in _usage(_run("shard", str(spec), "--device", "a100", "--sharders", ","))
 
 
 def test_output_paths_are_checked_before_the_work(tmp_path):
@@ -184,11 +192,12 @@ def test_refused_what_ifs_leave_no_timeline_and_model_coverage_is_stated(shared_
     import json
 
     trace = str(shared_data / LINEAR)
-    for arg, want in ((["--straggler", "5:2"], "rank 5 is not in the trace (ranks 0)"),
-                      (["--scale-family", "foo:2"], "unknown family 'foo'"),
-                      (["--straggler", "x:2"], "'x' is not a rank")):  # fmt: skip
+    for arg, want, code in ((["--straggler", "5:2"], "rank 5 is not in the trace (ranks 0)", 1),
+                            (["--scale-family", "foo:2"], "unknown family 'foo'", 2),  # usage errors
+                            (["--straggler", "x:2"], "'x' is not a rank", 2)):  # fmt: skip
         tl = tmp_path / "tl.json"
-        assert want in _error(_run("replay", trace, *arg, "--timeline", str(tl)))
+        res = _run("replay", trace, *arg, "--timeline", str(tl))
+        assert want in (_error(res) if code == 1 else _usage(res))
         assert not tl.exists()
     # a family the trace lacks scales nothing, and says so (walkthrough 2026-11-27)
     res = _run("replay", trace, "--scale-family", "conv:0.5", "--format", "json")

@@ -108,7 +108,7 @@ def test_outputs_never_overwrite_inputs(shared_data, tmp_path):
     shutil.copy(shared_data / "comm" / "nccl_tests_allreduce_a100_40gb_azure" / "nccl_8.log", log)
     before = log.read_bytes()
     p = _cli("fit-comm", str(log), "-o", str(tmp_path / "model.txt"))
-    assert p.returncode == 1 and ".json files" in p.stderr
+    assert p.returncode == 2 and ".json files" in p.stderr  # usage error: --output takes a .json path
     p = _cli("fit-comm", str(tmp_path), "-o", str(log.with_suffix(".json")), "--seed", "-1")
     assert p.returncode == 2  # usage error: a seed is not negative
     log_json = tmp_path / "nccl.json"

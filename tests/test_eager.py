@@ -399,7 +399,7 @@ def test_predict_cli_takes_impl():
     assert any("hf-eager-census" in k for k in doc["provenance"]["kernels"])
     res = CliRunner().invoke(app, ["predict", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--tp", "8",
                                    "--impl", "hf"])  # fmt: skip
-    assert res.exit_code == 1 and "impl 'hf' runs one model replica per GPU" in str(res.exception)
+    assert res.exit_code == 2 and "--impl hf runs one model replica per GPU" in res.stderr  # a usage error
     res = CliRunner().invoke(app, ["predict", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "1", "--impl", "hf",
                                    "--seq-len", "4096", "--format", "json"])  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -409,9 +409,11 @@ def test_predict_cli_takes_impl():
                                    "--seq-len", "4096", "--hf-experts", "eager", "--format", "json"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert any("eager-factor-uncalibrated:moe-expert-loop" in k for k in json.loads(res.stdout)["provenance"]["kernels"])
-    for args, why in ((["llama3-8b", "--impl", "hf"], "llama3-8b is dense"), (["mixtral-8x7b"], "got impl 'fused'")):
-        res = CliRunner().invoke(app, ["predict", *args, "--system", "dgx-h100", "--gpus", "1", "--hf-experts", "eager"])
-        assert res.exit_code == 1 and f"needs impl 'hf' and a mixture-of-experts model; {why}" in str(res.exception)
+    res = CliRunner().invoke(app, ["predict", "llama3-8b", "--impl", "hf", "--system", "dgx-h100", "--gpus", "1",
+                                   "--hf-experts", "eager"])  # fmt: skip
+    assert res.exit_code == 1 and "needs impl 'hf' and a mixture-of-experts model; llama3-8b is dense" in str(res.exception)
+    res = CliRunner().invoke(app, ["predict", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "1", "--hf-experts", "eager"])
+    assert res.exit_code == 2 and "--hf-experts needs --impl hf, got --impl fused" in res.stderr  # a usage error
 
 
 def test_eager_factor_is_the_devices_measured_one_or_one(tmp_path, monkeypatch):

@@ -83,7 +83,7 @@ def test_replay_batch_what_if_on_a_gpu_capture(tmp_path: Path) -> None:
     assert 60 < w["change_pct"] < 130  # a GPU-bound step: about twice the work
     for args, message in ((("--old-batch", "8"), "give --batch too"), (("--batch", "0"), "positive integer")):
         p = _trainsim("replay", str(folder), *args)
-        assert p.returncode == 1 and message in p.stderr and "Traceback" not in p.stderr
+        assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr  # usage errors
     # an --old-batch that contradicts capture.json is used, and said so (walkthrough 2026-11-27)
     p = _trainsim("replay", str(folder), "--batch", "2048", "--old-batch", "512", "--format", "json")
     assert p.returncode == 0, p.stderr

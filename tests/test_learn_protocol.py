@@ -173,18 +173,18 @@ def test_protocol_evaluation_per_configuration_resumes_and_validate_prints_it(ti
         assert len({m["best_epoch"] for m in h}) == 1
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
                                    "--stop", "common"])  # fmt: skip
-    assert res.exit_code != 0 and "needs --members 2 or more" in str(res.exception)
+    assert res.exit_code == 2 and "needs --members 2 or more" in res.stderr  # a usage error
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
                                    "--members", "2", "--stop", "best"])  # fmt: skip
-    assert res.exit_code != 0 and "--stop must be one of each, common" in str(res.exception)
+    assert res.exit_code == 2 and "--stop must be one of each, common" in res.stderr
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
                                    "--readout", "mean"])  # fmt: skip
-    assert res.exit_code != 0 and "--readout must be one of" in str(res.exception)
+    assert res.exit_code == 2 and "--readout must be one of" in res.stderr
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tiny_protocol.parent),
                                    "--models", "mlp"])  # fmt: skip
-    assert res.exit_code != 0 and "unknown model 'mlp'" in str(res.exception)
+    assert res.exit_code == 2 and "unknown model 'mlp'" in res.stderr
     res = CliRunner().invoke(app, ["validate", "predtop", "--protocol", "--dataset", str(tmp_path)])
-    assert res.exit_code != 0 and "no protocol stage sets" in str(res.exception)
+    assert res.exit_code == 1 and "no protocol stage sets" in str(res.exception)  # what the folder holds
 
 
 def test_per_mesh_predictors_train_on_the_mesh_and_test_each_configuration_on_its_own_split(monkeypatch, tmp_path):

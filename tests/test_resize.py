@@ -473,7 +473,7 @@ def test_replay_seq_len_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     assert w["applied"][0].startswith("sequence 48 → 96 tokens")
     assert w["predicted_step_s"] > doc["predicted_step_s"] and w["resize"]["shaped_time_fraction"] > 0.9
     res = CliRunner().invoke(app, ["replay", str(folder), "--seq-len", "96", "--batch", "4"])
-    assert res.exit_code == 1 and "one resize at a time" in str(res.exception)
+    assert res.exit_code == 2 and "one resize at a time" in res.stderr  # a usage error
     # past the example's learned positions: resized, and said so (walkthrough 2026-11-27)
     res = CliRunner().invoke(app, ["replay", str(folder), "--seq-len", "256", "--format", "json"])
     assert res.exit_code == 0, res.output
@@ -668,14 +668,14 @@ def test_replay_hidden_what_if_on_a_gpt2_capture(tmp_path: Path) -> None:
     assert w["resize"]["widths"] == {"16": 32, "64": 128, "192": 384, "256": 512}
     assert w["predicted_step_s"] > doc["predicted_step_s"]
     res = CliRunner().invoke(app, ["replay", str(folder), "--hidden", "96", "--seq-len", "32"])
-    assert res.exit_code == 1 and "one resize at a time" in str(res.exception)
+    assert res.exit_code == 2 and "one resize at a time" in res.stderr  # a usage error
     res = CliRunner().invoke(app, ["replay", str(folder), "--hidden", "128", "--scale-heads", "--format", "json"])
     assert res.exit_code == 0, res.output
     w = json.loads(res.stdout)["whatif"]
     assert w["applied"][0].startswith("hidden 64 → 128, heads 4 → 8") and w["resize"]["heads"] == {"4": 8}
     assert "16" not in w["resize"]["widths"]  # the head size stays
     res = CliRunner().invoke(app, ["replay", str(folder), "--scale-heads"])
-    assert res.exit_code == 1 and "give --hidden too" in str(res.exception)
+    assert res.exit_code == 2 and "give --hidden too" in res.stderr  # a usage error
 
 
 def test_scale_heads_keeps_the_head_size_and_grows_the_head_count() -> None:

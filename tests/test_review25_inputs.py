@@ -35,6 +35,14 @@ def _error(res) -> str:
     return msg
 
 
+def _usage(res) -> str:
+    """The one line of a usage error (exit 2)."""
+    assert res.exit_code == 2, res.output
+    line = res.stderr.removeprefix("trainsim: error: ")
+    assert line.count("\n") == 1 and line.endswith("\n"), res.stderr
+    return line.rstrip("\n")
+
+
 def _system_yaml(tmp_path: Path, name: str = "sys.yaml", **replace: str) -> Path:
     """The catalog's dgx-a100 file with some lines replaced (old text -> new text)."""
     text = HW.joinpath("system_dgx_a100.yaml").read_text(encoding="utf-8")
@@ -240,7 +248,7 @@ def test_names_longer_than_a_file_name_can_be_are_unknown_names(where):
     ("--micro-batch", "", "--micro-batch must be comma-separated integers, got ''"),
 ])  # fmt: skip
 def test_search_list_options_are_checked_up_front(flag, value, message):
-    msg = _error(_run("search", "llama2-7b", "--gpus", "8", "--global-batch", "8", flag, value))
+    msg = _usage(_run("search", "llama2-7b", "--gpus", "8", "--global-batch", "8", flag, value))
     assert msg == message
 
 

@@ -193,7 +193,7 @@ def test_the_does_not_fit_hint_does_not_pin_the_search_to_one_replica() -> None:
 
 def test_hf_overlap_note_does_not_precede_the_plans_error() -> None:
     rc, out = _cli("predict", "llama2-7b", "--gpus", "8", "--tp", "2", "--impl", "hf")
-    assert rc == 1 and "reduced during the backward" not in out and "tp = cp = 1" in out
+    assert rc == 2 and "reduced during the backward" not in out and "(--tp, --cp and --ep 1)" in out  # a usage error
 
 
 def test_shard_says_where_each_sharders_step_goes() -> None:

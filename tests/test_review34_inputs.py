@@ -100,7 +100,10 @@ def test_export_kernels_replaces_only_an_earlier_export(tmp_path, suffix):
         res = _cli("analyze", str(LINEAR), "--export-kernels", str(out))
         assert res.exit_code == 0, res.output
     res = _cli("analyze", str(LINEAR), "--export-kernels", str(tmp_path))
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # a usage error: a path of none of the three suffixes (a folder here)
+    (tmp_path / "dir.csv").mkdir()
+    res = _cli("analyze", str(LINEAR), "--export-kernels", str(tmp_path / "dir.csv"))
+    assert res.exit_code == 1 and "is a folder" in str(res.exception)  # what is there: exit 1
 
 
 def test_fit_output_replaces_only_a_kernel_model_artifact(tmp_path):

@@ -352,7 +352,7 @@ def test_an_in_process_address_is_for_python_not_the_command_line():
 
     res = subprocess.run([*TRAINSIM, "search", *SMALL, "--scheduler", "inproc://x"], capture_output=True, text=True,
                          timeout=60, check=False)  # fmt: skip
-    assert res.returncode == 1 and res.stderr.startswith("trainsim: error: --scheduler inproc://x: an in-process "
+    assert res.returncode == 2 and res.stderr.startswith("trainsim: error: --scheduler inproc://x: an in-process "
                                                          "scheduler lives in the Python program that made it")  # fmt: skip
     assert len(res.stderr.splitlines()) == 1
     pytest.importorskip("distributed")

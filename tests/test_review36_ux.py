@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_review import _error, _run
+from tests.test_cli_review import _error, _run, _usage
 from trainsim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +125,7 @@ def test_a_missing_predictor_is_refused_before_torch_loads(tmp_path, argv):
 def test_search_numbers_its_objective_does_not_use_are_refused(extra, message):
     """They were dropped in silence: a user asking for time-to-train got the iteration-time ranking."""
     res = _run("search", "llama2-7b", "--gpus", "8", "--global-batch", "64", *extra)
-    assert message in _error(res)
+    assert message in _usage(res)  # options that do not go together: a usage error
 
 
 @pytest.mark.parametrize(("doc", "got"), [
@@ -181,5 +181,5 @@ def test_search_table_states_the_provenance_of_calibrated_plans():
 def test_validate_predtop_refuses_a_bad_fraction_before_training():
     """--fractions 0.3,1.5 trained the 0.3 predictors (minutes) before 1.5 failed."""
     res = _run("validate", "predtop", "--fractions", "1.5")
-    assert "--fractions 1.5: each training fraction must be in (0, 0.9)" in _error(res)
+    assert "--fractions 1.5: each training fraction must be in (0, 0.9)" in _usage(res)
     assert "[predtop]" not in res.output  # no training started

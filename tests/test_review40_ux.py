@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_review import _error, _run
+from tests.test_cli_review import _error, _run, _usage
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ROOT / "examples" / "dlrm_tables.json"
@@ -42,7 +42,7 @@ def test_shard_world_beyond_the_batch_is_one_line_not_an_overflow():
 
 
 def test_shard_capacity_that_overflows_bytes_names_the_flag():
-    msg = _error(_run("shard", str(TABLES), "--world", "2", "--device", "a100-sxm4-80gb", "--capacity-gb", "1e308"))
+    msg = _usage(_run("shard", str(TABLES), "--world", "2", "--device", "a100-sxm4-80gb", "--capacity-gb", "1e308"))
     assert msg.startswith("--capacity-gb must be a positive number of GB")
 
 
@@ -74,7 +74,7 @@ def test_validate_llm_files_folder_is_named_a_folder(tmp_path):
 
 @pytest.mark.parametrize("command", ["analyze", "replay"])
 def test_a_bad_step_selector_names_the_option_before_any_trace_is_read(tmp_path, command):
-    msg = _error(_run(command, str(tmp_path / "no-such-trace.json"), "--step", "-1"))
+    msg = _usage(_run(command, str(tmp_path / "no-such-trace.json"), "--step", "-1"))
     assert msg == "--step must be median, first, last or a ProfilerStep number (0, 1, ...), got '-1'"
     # the selectors it takes still run
     res = _run("analyze", str(DLRM), "--step", "last", "--format", "json")
@@ -109,13 +109,13 @@ def test_an_empty_model_file_says_it_is_empty(tmp_path, name):
 
 
 def test_search_refuses_an_empty_recompute_list():
-    msg = _error(_run("search", "llama2-7b", "--gpus", "8", "--global-batch", "8", "--recompute", ""))
+    msg = _usage(_run("search", "llama2-7b", "--gpus", "8", "--global-batch", "8", "--recompute", ""))
     assert msg == "--recompute must be among none, selective, full, got ''"
 
 
 def test_family_errors_list_the_names_not_a_python_list():
     measured = ROOT / "src" / "trainsim" / "learn" / "data" / "predtop" / "gpt-search"
-    msg = _error(_run("stages", "search", "--family", "bert", "--devices", "8", "--measured", str(measured)))
+    msg = _usage(_run("stages", "search", "--family", "bert", "--devices", "8", "--measured", str(measured)))
     assert msg == "--family must be one of gpt, moe, got 'bert'"
     from trainsim.errors import ConfigError
     from trainsim.learn.dataset import sample_stages

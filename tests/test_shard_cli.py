@@ -31,8 +31,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300, check=False)  # fmt: skip
 
 
-def _one_line_error(p: subprocess.CompletedProcess[str]) -> str:
-    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+def _one_line_error(p: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    """The one stderr line of an error: exit 1, or ``code`` 2 for a usage error."""
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     return lines[0]
@@ -104,7 +105,7 @@ def test_capacity_override_and_json_fields():
 @pytest.mark.parametrize("bad", ["-1", "0", "nan"])
 def test_nonpositive_capacity_is_rejected(bad):
     line = _one_line_error(
-        _cli(str(EXAMPLE), "--world", "2", "--device", GPU, f"--capacity-gb={bad}")
+        _cli(str(EXAMPLE), "--world", "2", "--device", GPU, f"--capacity-gb={bad}"), code=2
     )
     assert "--capacity-gb must be a positive number" in line
 
@@ -127,7 +128,7 @@ def test_select_sharder_infeasible_message_names_largest_table_and_cap():
 
 
 def test_neither_device_nor_system_is_one_line():
-    line = _one_line_error(_cli(str(EXAMPLE)))
+    line = _one_line_error(_cli(str(EXAMPLE)), code=2)  # a missing option: a usage error
     assert "--device" in line and "--system" in line
 
 

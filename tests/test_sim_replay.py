@@ -168,7 +168,7 @@ def test_cli_replay_json_contract(tmp_path):
         timeout=120,
         check=False,
     )
-    assert bad.returncode == 1 and "--overhead-db" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "--overhead-db" in bad.stderr and "Traceback" not in bad.stderr  # a usage error
 
 
 def test_cli_replay_notes_a_rank_missing_from_a_multi_rank_folder(tmp_path):

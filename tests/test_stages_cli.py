@@ -47,7 +47,7 @@ def test_train_predict_and_search_with_a_predictor(dataset, tmp_path):
     res = _run("search", "--family", "moe", "--predictor", str(out))  # a GPT predictor for MoE stages
     assert res.exit_code != 0 and "trained on gpt stages, not 'moe'" in str(res.exception)
     res = _run("train", str(dataset), "--out", str(tmp_path / "p2"), "--model", "foo")
-    assert res.exit_code != 0 and "model kind must be one of" in str(res.exception)
+    assert res.exit_code == 2 and "--model must be one of dag_transformer, gcn, gat, got 'foo'" in res.stderr
 
     res = _run("predict", str(out), str(dataset), "--format", "json")
     assert res.exit_code == 0, res.output
@@ -107,7 +107,7 @@ def test_train_predict_and_search_with_a_predictor(dataset, tmp_path):
     case = json.loads(res.stdout)
     assert case["stop"] == "common" and len({m["best_epoch"] for m in case["member_history"]}) == 1
     res = _run("train", str(dataset), "--out", str(tmp_path / "b3"), "--stop", "common")
-    assert res.exit_code != 0 and "needs --members 2 or more" in str(res.exception)
+    assert res.exit_code == 2 and "needs --members 2 or more" in res.stderr  # a usage error
 
 
 @pytest.mark.slow
@@ -152,12 +152,12 @@ def test_search_says_what_it_models_and_warns_beyond_the_training_range(dataset,
 
 
 def test_errors_are_one_line(dataset, tmp_path):
-    res = _run("search", "--family", "gpt")
-    assert res.exit_code != 0 and "exactly one of --predictor" in str(res.exception)
+    res = _run("search", "--family", "gpt")  # usage errors (exit 2) first
+    assert res.exit_code == 2 and "exactly one of --predictor" in res.stderr
     res = _run("train", str(dataset), "--out", str(tmp_path / "p"), "--features", "table9")
-    assert res.exit_code != 0 and "features must be one of" in str(res.exception)
+    assert res.exit_code == 2 and "features must be one of" in res.stderr
     res = _run("train", str(dataset), "--out", str(tmp_path / "p"), "--readout", "mean")
-    assert res.exit_code != 0 and "--readout must be one of" in str(res.exception)
+    assert res.exit_code == 2 and "--readout must be one of" in res.stderr
     res = _run("predict", str(tmp_path / "missing"), str(dataset))
     assert res.exit_code != 0 and "missing: no such folder; expected a predictor folder" in str(res.exception)
     (tmp_path / "empty").mkdir()
@@ -234,12 +234,12 @@ def test_collect_follows_the_cli_contract(tmp_path):
     assert p.returncode == 0 and json.loads(p.stdout) == {"measured": 0, "skipped": 1, "restored_graphs": 0,
                                                           "total": 1, "noisy": []}  # fmt: skip
     p = run(str(folder), "--family", "gpt", "--protocol", "--count", "3")  # a fixed set: --count is not used
-    assert p.returncode == 1 and "--count is for random stages; --protocol measures a fixed set" in p.stderr
+    assert p.returncode == 2 and "--count is for random stages; --protocol measures a fixed set" in p.stderr
     p = run(str(folder), "--family", "gpt", "--search-set")
     assert p.returncode == 1 and "holds random gpt stages of sampler seed 0 (--seed 0); this run asks for the gpt " \
         "search model's candidate stages (--search-set)" in p.stderr
     p = run(str(folder), "--family", "bogus")
-    assert p.returncode == 1 and p.stderr.strip() == "trainsim: error: --family must be gpt or moe, got 'bogus'"
+    assert p.returncode == 2 and p.stderr.strip() == "trainsim: error: --family must be gpt or moe, got 'bogus'"
     p = run(str(folder), "--family", "gpt", "--count", "1", "--seed", "5")
     assert p.returncode == 1 and "Traceback" not in p.stderr and "collect into another folder" in p.stderr
 
@@ -288,12 +288,12 @@ def test_search_over_ones_own_model_measured_and_predicted(dataset, tmp_path):
     assert res.exit_code == 0, res.output
     assert "search model (your own): gpt, 2 layers, hidden 64, 2 heads, seq 16, micro-batch 1, vocabulary 128" in res.stderr
     res = _run("search", "--family", "gpt", "--predictor", str(out), "--shards", "1,x")
-    assert res.exit_code == 1 and "--shards '1,x': expected comma-separated integers" in str(res.exception)
+    assert res.exit_code == 2 and "--shards '1,x': expected comma-separated integers" in res.stderr
 
 
 def test_collect_takes_the_search_models_flags_with_search_set_only(tmp_path):
     res = _run("collect", str(tmp_path / "ds"), "--family", "gpt", "--layers", "4")
-    assert res.exit_code == 1 and "--layers sets the search model: it goes with --search-set" in str(res.exception)
+    assert res.exit_code == 2 and "--layers sets the search model: it goes with --search-set" in res.stderr
     res = _run("collect", str(tmp_path / "ds"), "--family", "gpt", "--search-set", "--hidden", "100")
     assert res.exit_code == 1 and "heads must divide hidden" in str(res.exception)
     assert not (tmp_path / "ds").exists()
@@ -344,9 +344,9 @@ def test_predict_a_described_stage(dataset, tmp_path):
     res = _run("predict", str(out), "--stage", "family=moe,layers=1")
     assert res.exit_code == 1 and "trained on gpt stages, not 'moe'" in str(res.exception)
     res = _run("predict", str(out), str(dataset), "--stage", "family=gpt,layers=1")
-    assert res.exit_code == 1 and "give a dataset folder or --stage stages, not both" in str(res.exception)
+    assert res.exit_code == 2 and "give a dataset folder or --stage stages, not both" in res.stderr
     res = _run("predict", str(out))
-    assert res.exit_code == 1 and "or --stage FIELD=VALUE" in str(res.exception)
+    assert res.exit_code == 2 and "or --stage FIELD=VALUE" in res.stderr
 
 
 def test_a_forward_predictor_on_rows_without_forward_graphs_is_a_one_line_error(dataset, tmp_path):
@@ -413,5 +413,5 @@ def test_train_part_forward_from_the_cli(dataset, tmp_path):
     assert res.exit_code == 0, res.output
     assert len(json.loads(res.stdout)["stages"]) == len(STAGES)
     res = _run("train", str(dataset), "--out", str(tmp_path / "bad"), "--part", "fwd")
-    assert res.exit_code != 0 and "--part must be one of train, forward, got 'fwd'" in str(res.exception)
+    assert res.exit_code == 2 and "--part must be one of train, forward, got 'fwd'" in res.stderr
     assert not (tmp_path / "bad").exists()

@@ -4,6 +4,7 @@
 
     TrainsimError                  every error trainsim raises on purpose
     ├── ConfigError                bad user input: flags, YAML, catalog names
+    │   └── UsageError             a command-line option outside its own domain (the CLI only)
     ├── TraceFormatError           a trace file that cannot be read as what it claims to be
     │   ├── UnsupportedSchemaError an execution-trace schema version we have no parser for
     │   └── TraceMismatchError     an ET/Kineto pair, or a set of rank traces, that do not belong together
@@ -14,7 +15,8 @@
     ├── CaptureError               recording a trace on this machine failed
     └── SimulationError            the simulator cannot make progress (deadlock, missing peer)
 
-The CLI prints ``str(error)`` on one line and exits 1 for any ``TrainsimError``.
+The CLI prints ``str(error)`` on one line and exits 1 for any ``TrainsimError``, 2 for a
+``UsageError`` (DESIGN.md "CLI contract": a usage error).
 Messages say what failed, which input (file, field, rank, op) and what to do.
 """
 
@@ -27,6 +29,13 @@ class TrainsimError(Exception):
 
 class ConfigError(TrainsimError):
     """Invalid user input (flags, YAML, catalog names)."""
+
+
+class UsageError(ConfigError):
+    """A command-line option's value outside that option's own domain: a choice not in its list,
+    a number out of its range, a malformed list or format, options that conflict or one that is
+    missing. Raised by the command layer only (:mod:`trainsim.cli.usage`), never for what an
+    input holds: the same library check of a YAML or CSV field stays a ConfigError (exit 1)."""
 
 
 def yaml_error(origin: object, e: Exception) -> ConfigError:

@@ -55,11 +55,14 @@ def kernel_samples(w: Workload) -> Iterator[dict[str, Any]]:
 _MARK = ("device", "rank", "family", "kernel", "op", "stream", "duration_s")  # what every export version opens with
 
 
+SUFFIXES = (".csv", ".jsonl", ".parquet")  # the formats kernel samples are written in
+
+
 def samples_target(path: str | Path, flag: str = "--export-kernels") -> None:
     """Refuse a samples path of the wrong suffix, or one that holds a file other than an empty
     one or an earlier kernel-samples export (a user's CSV or Parquet would be replaced)."""
     p = Path(path).expanduser()
-    if p.suffix.lower() not in (".csv", ".jsonl", ".parquet"):
+    if p.suffix.lower() not in SUFFIXES:
         raise ConfigError(
             f"{p}: kernel samples are written as .csv, .jsonl or .parquet, got {p.suffix or 'no suffix'!r}"
         )

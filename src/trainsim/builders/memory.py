@@ -1197,14 +1197,10 @@ def min_gpus_for_states(model: ModelSpec, plan: Plan, capacity_bytes: float) -> 
 _UNITS = {"gib": GiB, "gb": 1e9, "mib": MiB, "mb": 1e6}
 
 
-def headroom_bytes(text: str | float | None, capacity_bytes: float) -> int:
-    """Bytes of ``capacity_bytes`` to keep free (``--memory-headroom``): the allocator's
-    fragmentation, the backward's activation gradients and the optimizer's temporaries, which
-    :func:`memory_per_gpu` does not count (module docstring). ``text`` is a fraction below 1
-    (``0.1``), a percentage (``10%``) or an amount (``6GiB``, ``6GB``, ``512MiB``); ``None`` or
-    0 keeps none. Whole bytes, rounded up (at least what was asked stays free)."""
-    if text is None:
-        return 0
+def parse_headroom(text: str | float) -> tuple[float, bool]:
+    """``--memory-headroom``'s form alone, whatever the GPU: ``(fraction, False)`` for a fraction
+    below 1 or a percentage, ``(bytes, True)`` for an amount (at least 0); a ConfigError naming
+    the option otherwise (:func:`headroom_bytes` checks an amount against the GPU)."""
     raw = str(text).strip()
     s = raw.lower().replace(" ", "")
     expected = "expected a fraction below 1 (0.1), a percentage (10%) or an amount (6GiB, 512MiB, 8GB)"
@@ -1215,10 +1211,9 @@ def headroom_bytes(text: str | float | None, capacity_bytes: float) -> int:
             unit = next((u for u in _UNITS if s.endswith(u)), None)
             if unit is not None:
                 amount = float(s[: -len(unit)]) * _UNITS[unit]
-                if not (math.isfinite(amount) and 0 <= amount < capacity_bytes):
-                    raise ConfigError(f"--memory-headroom {raw!r}: must be at least 0 and below the GPU's "
-                                      f"{capacity_bytes / GiB:.1f} GiB")  # fmt: skip
-                return math.ceil(amount)
+                if not (math.isfinite(amount) and amount >= 0):
+                    raise ConfigError(f"--memory-headroom {raw!r}: an amount must be at least 0")
+                return amount, True
             frac = float(s)
     except ValueError:
         raise ConfigError(f"--memory-headroom {raw!r}: {expected}") from None
@@ -1226,4 +1221,21 @@ def headroom_bytes(text: str | float | None, capacity_bytes: float) -> int:
         if s.endswith("%"):  # a percentage, out of range: say the range, not the forms
             raise ConfigError(f"--memory-headroom {raw!r}: a percentage must be at least 0 and below 100%")
         raise ConfigError(f"--memory-headroom {raw!r}: {expected}")
-    return math.ceil(frac * capacity_bytes)
+    return frac, False
+
+
+def headroom_bytes(text: str | float | None, capacity_bytes: float) -> int:
+    """Bytes of ``capacity_bytes`` to keep free (``--memory-headroom``): the allocator's
+    fragmentation, the backward's activation gradients and the optimizer's temporaries, which
+    :func:`memory_per_gpu` does not count (module docstring). ``text`` is a fraction below 1
+    (``0.1``), a percentage (``10%``) or an amount (``6GiB``, ``6GB``, ``512MiB``); ``None`` or
+    0 keeps none. Whole bytes, rounded up (at least what was asked stays free)."""
+    if text is None:
+        return 0
+    value, amount = parse_headroom(text)
+    if not amount:
+        return math.ceil(value * capacity_bytes)
+    if value >= capacity_bytes:
+        raise ConfigError(f"--memory-headroom {str(text).strip()!r}: must be at least 0 and below the GPU's "
+                          f"{capacity_bytes / GiB:.1f} GiB")  # fmt: skip
+    return math.ceil(value)

@@ -34,8 +34,18 @@ def analyze(
 ) -> None:
     """Explain where the time of a real step goes, per rank and stream."""
     from trainsim.analyze.report import analyze_paths
-    from trainsim.errors import ConfigError
+    from trainsim.analyze.samples import SUFFIXES
+    from trainsim.cli.usage import usage
+    from trainsim.errors import UsageError
+    from trainsim.ingest.iterations import check_step_selector
 
+    if time_unit not in ("auto", "us", "ns"):
+        raise UsageError(f"--time-unit must be auto, us or ns, got {time_unit!r}")
+    with usage():
+        check_step_selector(step)
+    if export_kernels is not None and export_kernels.suffix.lower() not in SUFFIXES:
+        raise UsageError(f"--export-kernels {export_kernels}: kernel samples are written as .csv, .jsonl or .parquet, "
+                         f"got {export_kernels.suffix or 'no suffix'!r}")  # fmt: skip
     for out, flag in ((overhead_db, "--overhead-db"), (export_kernels, "--export-kernels"),
                       (save_workload, "--save-workload")):  # fmt: skip
         not_an_input(out, paths, flag)
@@ -48,11 +58,6 @@ def analyze(
 
         samples_target(export_kernels)
         writable_path(export_kernels, "--export-kernels")
-    if time_unit not in ("auto", "us", "ns"):
-        raise ConfigError(f"--time-unit must be auto, us or ns, got {time_unit!r}")
-    from trainsim.ingest.iterations import check_step_selector
-
-    check_step_selector(step)
     a = analyze_paths(
         paths, step=step, time_unit=None if time_unit == "auto" else time_unit,
         link_et=not no_et, overhead_db=overhead_db, export_kernels=export_kernels,

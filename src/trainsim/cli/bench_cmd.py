@@ -52,7 +52,7 @@ def _run_kernels(
     from trainsim.bench.runner import Schedule, SweepPlan, run_sweep
     from trainsim.bench.suites import DTYPE_LABEL, SweepSpec, get_suite, suite_cases
     from trainsim.bench.suites.roofline import roofline_peaks
-    from trainsim.errors import ConfigError
+    from trainsim.errors import UsageError
 
     for name in suites:
         get_suite(name)  # unknown names fail before anything runs
@@ -63,7 +63,7 @@ def _run_kernels(
         every = list(suite_cases(suites, spec))
         known = sorted({c.op for c in every})
         kinds = sorted({DTYPE_LABEL[c.dtype] for c in every})  # the names --dtype takes
-        raise ConfigError(
+        raise UsageError(
             f"no case of {', '.join(suites)} runs op(s) {ops or 'any'} in dtype(s) {dtypes or 'any'}; "
             f"their ops: {', '.join(known)}; their dtypes: {', '.join(kinds) or 'n/a'}"
         )
@@ -198,32 +198,32 @@ def bench(
     ),  # fmt: skip
 ) -> None:
     """Benchmark kernels (and, as suite `comm`, collectives) into a dataset for `trainsim fit`."""
-    from trainsim.errors import ConfigError
+    from trainsim.errors import ConfigError, UsageError
 
     if device not in ("cpu", "cuda"):
-        raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
+        raise UsageError(f"--device must be cpu or cuda, got {device!r}")
     names = list(suites or _suite_names())
     known = {*_suite_names(), COMM_SUITE}
     unknown = [s for s in names if s not in known]
     if unknown:
-        raise ConfigError(
+        raise UsageError(
             f"unknown bench suite(s) {unknown}; available: {', '.join(sorted(known))}"
         )
     if COMM_SUITE in names and len(names) > 1:
-        raise ConfigError(
+        raise UsageError(
             "the comm suite writes its own dataset format; run `trainsim bench comm` separately from kernel suites"
         )
     if threads is not None and threads < 1:
-        raise ConfigError(f"--threads must be at least 1, got {threads}")
+        raise UsageError(f"--threads must be at least 1, got {threads}")
     if density < 1:
-        raise ConfigError(f"--density must be at least 1, got {density}")
+        raise UsageError(f"--density must be at least 1, got {density}")
     if names == [COMM_SUITE]:
         given = [f for f, v in (("--op", ops), ("--dtype", dtypes), ("--threads", threads),
                                 ("--compare-with", compare_with), ("--density", density > 1)) if v]  # fmt: skip
         if given:
-            raise ConfigError(f"{', '.join(given)} apply to the kernel suites, not comm")
+            raise UsageError(f"{', '.join(given)} apply to the kernel suites, not comm")
         if nproc is not None and nproc < 2:
-            raise ConfigError(f"--nproc must be at least 2 for collectives, got {nproc}")
+            raise UsageError(f"--nproc must be at least 2 for collectives, got {nproc}")
         doc = _run_comm(dataset, nproc=nproc or 2, device=device, quick=quick, resume=resume)
         if fmt is Format.JSON:
             emit_json(doc)
@@ -236,9 +236,9 @@ def bench(
             out.print(f"backend refused: {', '.join(doc['unsupported'])}")
         return
     if nproc is not None:  # given for a kernel suite, it would be silently ignored
-        raise ConfigError("--nproc applies to the comm suite only")
+        raise UsageError("--nproc applies to the comm suite only")
     if quick and density > 1:
-        raise ConfigError("--density applies to full sweeps; a quick sweep draws the quick shapes")
+        raise UsageError("--density applies to full sweeps; a quick sweep draws the quick shapes")
     if compare_with is not None and not compare_with.is_file():
         raise ConfigError(f"--compare-with {compare_with}: no such dataset file")
     doc = _run_kernels(names, dataset, device=device, quick=quick, resume=resume, threads=threads,

@@ -22,22 +22,28 @@ def capture_cmd(
     *,
     model: str = typer.Option(..., "--model", help=f"Example training step: {_MODELS}."),
     out: Path = typer.Option(..., "--out", help="Folder for rank{r}.kineto.json, rank{r}.et.json, capture.json."),
-    nproc: int = typer.Option(1, "--nproc", help="Ranks (processes) on this host; >1 wraps the model in DDP."),
-    steps: int = typer.Option(3, "--steps", help="Traced steps, in each of the Kineto and ET runs."),
-    warmup: int = typer.Option(2, "--warmup", help="Untraced steps before the traced ones (at least 1: the profiler warms up on the last)."),
+    nproc: int = typer.Option(1, "--nproc", min=1, help="Ranks (processes) on this host; >1 wraps the model in DDP."),
+    steps: int = typer.Option(3, "--steps", min=1, help="Traced steps, in each of the Kineto and ET runs."),
+    warmup: int = typer.Option(2, "--warmup", min=1, help="Untraced steps before the traced ones (at least 1: the profiler warms up on the last)."),
     device: str = typer.Option("cpu", "--device", help="cpu (gloo) or cuda (NCCL, one GPU per rank)."),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Per-rank batch size (default: the example's)."),
-    seq_len: int | None = typer.Option(None, "--seq-len", help="Tokens per sequence (gpt2: 1-128; llama: on CPU, any; default: the example's 64)."),
-    hidden: int | None = typer.Option(None, "--hidden", help="Hidden size (gpt2: a multiple of its heads, default 128; llama: the CPU stand-in, a multiple of 128, heads following, default 256)."),
-    heads: int | None = typer.Option(None, "--heads", help="Attention heads (gpt2, dividing --hidden; default: the example's 4)."),
-    threads: int | None = typer.Option(None, "--threads", help="CPU threads per rank (default: cores // nproc)."),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Per-rank batch size (default: the example's)."),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Tokens per sequence (gpt2: 1-128; llama: on CPU, any; default: the example's 64)."),
+    hidden: int | None = typer.Option(None, "--hidden", min=1, help="Hidden size (gpt2: a multiple of its heads, default 128; llama: the CPU stand-in, a multiple of 128, heads following, default 256)."),
+    heads: int | None = typer.Option(None, "--heads", min=1, help="Attention heads (gpt2, dividing --hidden; default: the example's 4)."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads per rank (default: cores // nproc)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier capture in --out."),
     timeout_s: float = typer.Option(600.0, "--timeout", help="Seconds before a hung multi-rank capture is stopped (--nproc 1 runs in this process, without a deadline: Ctrl-C stops it)."),
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Record the execution trace and the Kineto trace of a training step (separate runs)."""
-    from trainsim.capture import capture
+    from trainsim.capture import DEVICES, capture
+    from trainsim.cli.usage import one_of
+    from trainsim.errors import UsageError
 
+    one_of(model, sorted(EXAMPLES), "--model")
+    one_of(device, DEVICES, "--device")
+    if not timeout_s > 0:  # NaN too; inf: no deadline
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
     with stderr.status("recording traces...", spinner="dots"):
         result = capture(
             model=model, out_dir=out, nproc=nproc, steps=steps, warmup_steps=warmup,

@@ -63,17 +63,23 @@ def fit_comm_cmd(
     ),
 ) -> None:
     """Fit collective models on measurements; print each case's held-out error."""
+    from trainsim.cli.usage import fraction, one_of, usage
     from trainsim.comm import fit_comm, guess_system, read_comm_dataset, save_model
     from trainsim.comm.model import canonical_kind
-    from trainsim.errors import ConfigError
+    from trainsim.errors import ConfigError, UsageError
     from trainsim.hardware import get_device, get_system
 
+    fraction(holdout, "--holdout")
+    one_of(timing, ("min", "out-of-place"), "--timing")
+    if kind:
+        with usage():
+            canonical_kind(kind)
     if output is not None:  # before the fit: a wrong path should not cost the fitting time
         searchable_output(output, "--output")
         if output.is_dir():
             raise ConfigError(f"--output {output}: is a folder; give a file path (e.g. {output / 'comm.json'})")
         if output.suffix != ".json":
-            raise ConfigError(f"--output {output}: collective model artifacts are .json files")
+            raise UsageError(f"--output {output}: collective model artifacts are .json files")
         not_an_input(output, datasets, "--output")
         json_target(output, "--output", "comm model")  # a previous fit's artifact only
         # a folder that takes no file: refused before the fit; its folder is made when it is written

@@ -112,14 +112,15 @@ def fit_cmd(
     jobs: int = typer.Option(1, "--jobs", "-j", help="Threads per tree fit (1 is fastest on small data and busy machines)."),
     strict_monotone: bool = typer.Option(False, "--strict-monotone", help="Constrain trees to be monotone in every signed input (less accurate on cuBLAS kernel switches)."),
     name: str | None = typer.Option(None, help="Dataset name used in provenance (default: the folder name)."),
-    folds: int = typer.Option(1, "--folds", help="Score candidates by k-fold cross-validation on the training rows (1: one 80/20 split)."),
+    folds: int = typer.Option(1, "--folds", min=1, help="Score candidates by k-fold cross-validation on the training rows (1: one 80/20 split)."),
     max_spread: float | None = typer.Option(None, "--max-spread", help="Leave out rows whose repeat spread (p75 − p25)/median exceeds this (e.g. 0.25), before any split; rows without repeats are kept."),
 ) -> None:  # fmt: skip
     """Fit kernel models (per operator, phase and dtype); print each one's held-out error.
 
     Each entry's regressor is chosen by validation error inside the training rows, scored on
     held-out rows, then refit on all rows."""
-    from trainsim.errors import ConfigError
+    from trainsim.cli.usage import fraction, one_of, positive, usage
+    from trainsim.errors import ConfigError, UsageError
     from trainsim.hardware import get_device
     from trainsim.ir.kinds import KernelFamily
     from trainsim.kernels import (
@@ -129,10 +130,27 @@ def fit_cmd(
         read_kernel_dataset,
         save_model,
     )
+    from trainsim.kernels.learned import GRIDS
+    from trainsim.kernels.learned import kind as learned_kind
 
+    fraction(holdout, "--holdout")
+    positive(max_spread, "--max-spread")
+    one_of(grid, GRIDS, "--grid")
+    fams = None
+    if family:
+        try:
+            fams = [KernelFamily(f) for f in _split(family) or []]
+        except ValueError as e:
+            raise UsageError(
+                f"--family: {e}; known: {', '.join(f.value for f in KernelFamily)}"
+            ) from None
+    kind_list = tuple(_split([kinds]) or ()) if kinds else DEFAULT_KINDS
+    with usage():
+        for k in kind_list:
+            learned_kind(k)
     if output is not None:  # before the fit: a wrong path should not cost the fitting time
         if output.suffix != ".npz":
-            raise ConfigError(f"--output {output}: kernel model artifacts are .npz files")
+            raise UsageError(f"--output {output}: kernel model artifacts are .npz files")
         not_an_input(output, datasets, "--output")
         # a folder that takes no file: refused before the fit; its folder is made when it is written
         # (made here, a failed or interrupted fit left it behind empty)
@@ -142,23 +160,10 @@ def fit_cmd(
         if output.is_file() and output.stat().st_size and not is_kernel_artifact(output):
             raise ConfigError(f"--output {output}: exists and is not a kernel model artifact trainsim wrote; "
                               "remove it or write elsewhere")  # fmt: skip
-    if folds < 1:
-        raise ConfigError(f"--folds must be at least 1, got {folds}")
     _register_bench_ops()
-    fams = None
-    if family:
-        try:
-            fams = [KernelFamily(f) for f in _split(family) or []]
-        except ValueError as e:
-            raise ConfigError(
-                f"--family: {e}; known: {', '.join(f.value for f in KernelFamily)}"
-            ) from None
-    kind_list = tuple(_split([kinds]) or ()) if kinds else DEFAULT_KINDS
     ds = read_kernel_dataset(datasets, name=name, ops=_split(op))
     dropped_noisy = 0
     if max_spread is not None:
-        if not max_spread > 0:
-            raise ConfigError(f"--max-spread must be positive, got {max_spread}")
         ds, dropped_noisy = ds.without_spread_above(max_spread)
         log(f"--max-spread {max_spread:g}: left out {dropped_noisy} rows whose repeats spread more")
     if len(ds.setups) > 1:

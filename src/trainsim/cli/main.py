@@ -2,7 +2,8 @@
 
 Contract (DESIGN.md "CLI contract"): every command takes ``--format table|json``; JSON goes to
 stdout alone, logs and progress to stderr; exit 0 on success, 1 on a ``TrainsimError`` (one
-line, no traceback unless ``--debug``), 2 on a usage error, 130 on a Ctrl-C, and 141 (128 +
+line, no traceback unless ``--debug``), 2 on a usage error (typer's own checks, and a
+``UsageError``: one line too, :mod:`trainsim.cli.usage`), 130 on a Ctrl-C, and 141 (128 +
 SIGPIPE, nothing on stderr) when the reader of stdout or stderr closes it early
 (``trainsim ... | head -1``).
 
@@ -28,7 +29,9 @@ from typing import Any
 
 import typer
 
-from trainsim.errors import TrainsimError
+from trainsim.errors import TrainsimError, UsageError
+
+EXIT_USAGE = 2  # click's and typer's code for a usage error
 
 
 class _BrokenPipe(Exception):
@@ -49,6 +52,13 @@ class _Group(typer.core.TyperGroup):
             if e.errno == errno.EPIPE:
                 raise _BrokenPipe(e) from e
             raise
+        except UsageError as e:  # here, not in app_entry: `app` run in-process exits 2 as well
+            if _state["debug"]:
+                import traceback
+
+                traceback.print_exc()
+            print(f"trainsim: error: {e}", file=sys.stderr)
+            raise typer.Exit(EXIT_USAGE) from None
 
 
 app = typer.Typer(

@@ -97,6 +97,8 @@ def predict(
     from trainsim.errors import ConfigError
     from trainsim.hardware import get_system
 
+    cp_comm = "all_gather" if cp_comm_type == "allgather" else cp_comm_type  # Megatron's spelling
+    _check_options(locals())
     spec = get_model(model)
     sysspec = get_system(system)
     from trainsim.hardware import get_device
@@ -113,7 +115,6 @@ def predict(
         overlap_note = overlap_grad_reduce is None and impl == "hf" and dp * cp > 1 and zero < 3
         if overlap_grad_reduce is None:  # eager PyTorch trains under DDP, which overlaps by default
             overlap_grad_reduce = impl == "hf"
-        cp_comm = "all_gather" if cp_comm_type == "allgather" else cp_comm_type  # Megatron's spelling
         plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, cp_comm=cp_comm, sp=sp, zero=zero, dist_optimizer=dist_optimizer, micro_batch=micro_batch,  # type: ignore[arg-type]
                     global_batch=global_batch or 0, seq_len=seq_len or 0, schedule=schedule,  # type: ignore[arg-type]
                     vpp=vpp, recompute=recompute, dtype=dtype, attention=attention,  # type: ignore[arg-type]
@@ -207,6 +208,66 @@ def predict(
         sys.stdout.flush()  # the table before the notes (stderr) when both go to one terminal or file
         for w in r.warnings:
             stderr.print(f"[yellow]note:[/] {escape(w)}")
+
+
+def _check_options(o: dict[str, Any]) -> None:
+    """The options' own domains and the options that go together, before any input is read: a
+    usage error (exit 2) naming the option. What depends on the model or the GPU count
+    (divisibility, layers, MoE) is :meth:`Plan.validate`'s, exit 1."""
+    import math
+
+    from trainsim.builders.eager import HF_EXPERTS
+    from trainsim.builders.memory import parse_headroom
+    from trainsim.builders.plan import (
+        ATTENTION,
+        CP_COMMS,
+        DTYPES,
+        IMPLS,
+        OPTIMIZERS,
+        PARTITIONS,
+        RECOMPUTE,
+        SCHEDULES,
+    )
+    from trainsim.cli.usage import fraction, one_of, usage
+    from trainsim.errors import UsageError
+
+    for flag, key, choices in (("--cp-comm-type", "cp_comm", CP_COMMS), ("--recompute", "recompute", RECOMPUTE),
+                               ("--schedule", "schedule", SCHEDULES), ("--dtype", "dtype", DTYPES),
+                               ("--attention", "attention", ATTENTION), ("--partition", "partition", PARTITIONS),
+                               ("--optimizer", "optimizer", OPTIMIZERS), ("--impl", "impl", IMPLS)):  # fmt: skip
+        one_of(o[key], choices, flag)
+    if o["hf_experts"] is not None:
+        one_of(o["hf_experts"], HF_EXPERTS, "--hf-experts")
+    fraction(o["attention_dropout"], "--attention-dropout")
+    fraction(o["hidden_dropout"], "--hidden-dropout")
+    if not 1.0 <= o["moe_imbalance"] < math.inf:
+        raise UsageError("--moe-imbalance (the busiest expert-parallel rank's tokens over the mean) must be a number "
+                         f">= 1, got {o['moe_imbalance']:g}")  # fmt: skip
+    if o["memory_headroom"] is not None:
+        with usage():
+            parse_headroom(o["memory_headroom"])
+    needs = (  # (refused, why): an option given without the one it goes with, or with one it excludes
+        (o["sp"] and o["tp"] == 1, "--sp splits the activations over the tensor-parallel group: it needs --tp > 1"),
+        (o["dist_optimizer"] and o["zero"] != 1, f"--dist-optimizer is a ZeRO-1: it needs --zero 1, got --zero {o['zero']}"),
+        (o["overlap_param_gather"] and not (o["dist_optimizer"] and o["zero"] == 1 and o["overlap_grad_reduce"] is not False
+                                            and (o["overlap_grad_reduce"] or o["impl"] == "hf")),
+         "--overlap-param-gather needs --zero 1 --dist-optimizer --overlap-grad-reduce (Megatron-core asserts them)"),
+        (o["vpp"] > 1 and o["schedule"] != "interleaved", "--vpp > 1 needs --schedule interleaved"),
+        (o["partition"] != "even" and o["schedule"] == "interleaved",
+         "--partition 001 (GPT-NeoX's) splits one chunk per stage: not with --schedule interleaved"),
+        ((o["first_stage_layers"] or o["last_stage_layers"]) and (o["partition"] != "even" or o["schedule"] == "interleaved"),
+         "--first-stage-layers/--last-stage-layers set the end stages of the even partition with one chunk per stage: "
+         "not with --partition 001 or --schedule interleaved"),
+        (o["impl"] == "hf" and max(o["tp"], o["cp"], o["ep"]) > 1,
+         f"--impl hf runs one model replica per GPU (--tp, --cp and --ep 1), got --tp {o['tp']}, --cp {o['cp']}, --ep {o['ep']}"),
+        (o["hf_experts"] is not None and o["impl"] != "hf", f"--hf-experts needs --impl hf, got --impl {o['impl']}"),
+        (o["moe_grouped_gemm"] and o["impl"] == "hf",
+         "--moe-grouped-gemm is Megatron-core's (not with --impl hf, whose experts --hf-experts picks)"),
+        (o["timeline"] is not None and o["closed_form"], "--timeline needs the simulation; drop --closed-form"),
+    )  # fmt: skip
+    why = next((w for refused, w in needs if refused), None)
+    if why:
+        raise UsageError(why)
 
 
 @app.command("models")

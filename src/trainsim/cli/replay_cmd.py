@@ -20,7 +20,7 @@ def _step(value: str) -> str | int:
 
 
 def _pair(text: str, what: str, form: str = "NAME:FACTOR") -> tuple[str, float]:
-    from trainsim.errors import ConfigError
+    from trainsim.errors import UsageError
 
     name, sep, value = text.partition(":")
     try:
@@ -28,7 +28,7 @@ def _pair(text: str, what: str, form: str = "NAME:FACTOR") -> tuple[str, float]:
             raise ValueError
         factor = float(value)
     except ValueError:
-        raise ConfigError(f"{what} must look like {form}, got {text!r}") from None
+        raise UsageError(f"{what} must look like {form}, got {text!r}") from None
     _factor(factor, what)
     return name, factor
 
@@ -36,10 +36,10 @@ def _pair(text: str, what: str, form: str = "NAME:FACTOR") -> tuple[str, float]:
 def _factor(value: float, what: str) -> None:
     import math
 
-    from trainsim.errors import ConfigError
+    from trainsim.errors import UsageError
 
     if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"{what}: the factor must be a positive finite number, got {value:g}")
+        raise UsageError(f"{what}: the factor must be a positive finite number, got {value:g}")
 
 
 @app.command()
@@ -70,15 +70,17 @@ def replay(
     segments: bool = typer.Option(False, "--segments", help="Show every critical-path segment, in path order (table: one row each; JSON: critical_path.path)."),
 ) -> None:  # fmt: skip
     """Simulate the traced step (critical path over CPU threads, streams and ranks)."""
-    from trainsim.errors import ConfigError
+    from trainsim.errors import ConfigError, UsageError
     from trainsim.host.overheads import OverheadDB
     from trainsim.sim import SimOptions
     from trainsim.sim.replay import kernel_counts, replay_paths
 
     timeline_target(timeline, paths)
+    from trainsim.cli.usage import usage
     from trainsim.ingest.iterations import check_step_selector
 
-    check_step_selector(step)
+    with usage():
+        check_step_selector(step)
     # what-if arguments checked before the (long) load and simulation
     if straggler is not None:
         _straggler_rank(straggler)
@@ -89,18 +91,30 @@ def replay(
     for flag, v in (("--batch", batch), ("--old-batch", old_batch), ("--seq-len", seq_len), ("--old-seq-len", old_seq_len),
                     ("--hidden", hidden), ("--old-hidden", old_hidden)):  # fmt: skip
         if v is not None and v < 1:
-            raise ConfigError(f"{flag} must be a positive integer, got {v}")
+            raise UsageError(f"{flag} must be a positive integer, got {v}")
     if old_batch is not None and batch is None:
-        raise ConfigError("--old-batch is the traced batch of the --batch what-if; give --batch too")
+        raise UsageError("--old-batch is the traced batch of the --batch what-if; give --batch too")
     if old_seq_len is not None and seq_len is None:
-        raise ConfigError("--old-seq-len is the traced length of the --seq-len what-if; give --seq-len too")
+        raise UsageError("--old-seq-len is the traced length of the --seq-len what-if; give --seq-len too")
     if old_hidden is not None and hidden is None:
-        raise ConfigError("--old-hidden is the traced hidden size of the --hidden what-if; give --hidden too")
+        raise UsageError("--old-hidden is the traced hidden size of the --hidden what-if; give --hidden too")
     if scale_heads and hidden is None:
-        raise ConfigError("--scale-heads chooses how the --hidden what-if grows the attention; give --hidden too")
+        raise UsageError("--scale-heads chooses how the --hidden what-if grows the attention; give --hidden too")
     asked = [f for f, v in (("--batch", batch), ("--seq-len", seq_len), ("--hidden", hidden)) if v is not None]
     if len(asked) > 1:
-        raise ConfigError(f"{' and '.join(asked)}: one resize at a time")
+        raise UsageError(f"{' and '.join(asked)}: one resize at a time")
+    if overheads is None:
+        overheads = HostMode.SHARED if overhead_db is not None else HostMode.STATS
+    if stats_iqr and (overheads is not HostMode.STATS or overhead_db is not None):
+        raise UsageError("--stats-iqr applies to --overheads stats without --overhead-db")
+    if overheads is HostMode.SHARED and overhead_db is None:
+        raise UsageError(
+            "--overheads shared needs --overhead-db FILE (write one with `trainsim analyze --overhead-db`)"
+        )
+    if overhead_db is not None and overheads is not HostMode.SHARED:
+        raise UsageError(f"--overhead-db is read by --overheads shared, not {overheads.value}")
+    if system is not None and kernels is not KernelSource.MODEL:
+        raise UsageError("--system chooses the collective models of --kernels model")
     for p in paths:  # before the what-ifs read what lies beside them (a missing trace is the error)
         if not Path(p).exists():
             raise ConfigError(f"{p}: no such file or folder")
@@ -119,21 +133,9 @@ def replay(
         stderr.print(f"[yellow]warning:[/] --seq-len {seq_len}: the captured {longest[0]} example takes at most "
                      f"{longest[1]} tokens (its learned positions); resized anyway, as a model with a longer "
                      "position table would run")  # fmt: skip
-    if overheads is None:
-        overheads = HostMode.SHARED if overhead_db is not None else HostMode.STATS
-    if stats_iqr and (overheads is not HostMode.STATS or overhead_db is not None):
-        raise ConfigError("--stats-iqr applies to --overheads stats without --overhead-db")
-    if overheads is HostMode.SHARED and overhead_db is None:
-        raise ConfigError(
-            "--overheads shared needs --overhead-db FILE (write one with `trainsim analyze --overhead-db`)"
-        )
-    if overhead_db is not None and overheads is not HostMode.SHARED:
-        raise ConfigError(f"--overhead-db is read by --overheads shared, not {overheads.value}")
     db = OverheadDB.load(overhead_db) if overhead_db is not None else None
     options = SimOptions(kernels=kernels, overheads=overheads, overhead_db=db,
                          intra_rank_sync=not no_intra_rank_sync, stats_iqr=stats_iqr, system=system)  # fmt: skip
-    if system is not None and kernels is not KernelSource.MODEL:
-        raise ConfigError("--system chooses the collective models of --kernels model")
     user_models = _user_kernel_models(kernel_models)
     if user_models and batch is None and seq_len is None and hidden is None:
         stderr.print("[yellow]warning:[/] --kernel-models answers the resize what-ifs (--batch, --seq-len, "
@@ -399,16 +401,16 @@ def _resize_report(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def _straggler_rank(text: str) -> tuple[int, float]:
-    from trainsim.errors import ConfigError
+    from trainsim.errors import UsageError
 
     r, f = _pair(text, "--straggler", "RANK:FACTOR (e.g. 3:1.5)")
     if not r.isdigit():
-        raise ConfigError(f"--straggler: {r!r} is not a rank number")
+        raise UsageError(f"--straggler: {r!r} is not a rank number")
     return int(r), f
 
 
 def _family(text: str) -> tuple[Any, float]:
-    from trainsim.errors import ConfigError
+    from trainsim.errors import UsageError
     from trainsim.ir.kinds import KernelFamily
 
     name, f = _pair(text, "--scale-family")
@@ -416,7 +418,7 @@ def _family(text: str) -> tuple[Any, float]:
         return KernelFamily(name), f
     except ValueError:
         known = ", ".join(k.value for k in KernelFamily)
-        raise ConfigError(f"--scale-family: unknown family {name!r}; known: {known}") from None
+        raise UsageError(f"--scale-family: unknown family {name!r}; known: {known}") from None
 
 
 def _ms(x: float | None) -> str:

@@ -14,29 +14,29 @@ from trainsim.cli.output import Format, emit_json, stderr
 
 def _ints(text: str | None, what: str, minimum: int = 1, allowed: tuple[int, ...] = ()) -> tuple[int, ...]:
     """The comma-separated integers of a list option; None (the option left out) is ``()``;
-    ``allowed``, when given, lists every value the option takes."""
-    from trainsim.errors import ConfigError
+    ``allowed``, when given, lists every value the option takes. A bad list is a usage error."""
+    from trainsim.errors import UsageError
 
     if text is None:
         return ()
     try:
         vals = tuple(int(v) for v in text.split(","))
     except ValueError:
-        raise ConfigError(f"{what} must be comma-separated integers, got {text!r}") from None
+        raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
     if allowed and any(v not in allowed for v in vals):
-        raise ConfigError(f"{what} must be among {', '.join(map(str, allowed))}, got {text!r}")
+        raise UsageError(f"{what} must be among {', '.join(map(str, allowed))}, got {text!r}")
     if any(v < minimum for v in vals):
-        raise ConfigError(f"{what} values must be >= {minimum}, got {text!r}")
+        raise UsageError(f"{what} values must be >= {minimum}, got {text!r}")
     return vals
 
 
 def _words(text: str, what: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    from trainsim.errors import ConfigError
+    from trainsim.errors import UsageError
 
     vals = tuple(v.strip() for v in text.split(",") if v.strip())
     bad = [v for v in vals if v not in allowed]
     if bad or not vals:
-        raise ConfigError(f"{what} must be among {', '.join(allowed)}, got {text!r}")
+        raise UsageError(f"{what} must be among {', '.join(allowed)}, got {text!r}")
     return vals
 
 
@@ -91,37 +91,64 @@ def search(
     fmt: Format = typer.Option(Format.TABLE, "--format", help="table or json (JSON goes to stdout alone)."),
 ) -> None:  # fmt: skip
     """Screen every plan of the space with the closed form, simulate the best, rank them."""
+    import math
+
+    from trainsim.builders.memory import headroom_bytes, parse_headroom
     from trainsim.builders.models import get_model
     from trainsim.builders.plan import ATTENTION, CP_COMMS, DTYPES, RECOMPUTE, SCHEDULES
-    from trainsim.errors import ConfigError
+    from trainsim.cli.usage import one_of, usage
+    from trainsim.errors import ConfigError, UsageError
     from trainsim.hardware import get_system
-    from trainsim.search.llm import search_llm
+    from trainsim.search.frameworks import check_framework
+    from trainsim.search.llm import check_objective, scheduler_address, search_llm
     from trainsim.search.space import PlanSpace
 
+    # the options alone first (usage errors, exit 2), then what the model and system make of them
+    if scheduler and scheduler.startswith("inproc://"):
+        raise UsageError(f"--scheduler {scheduler}: an in-process scheduler lives in the Python program that made it "
+                         "(a LocalCluster(processes=False)), which a command cannot reach; give a tcp:// address, "
+                         "or search from that program (trainsim.search.llm.search_llm)")  # fmt: skip
+    if scheduler and (kernel_models or comm_models):
+        raise UsageError("--kernel-models/--comm-models are local files the Dask workers cannot read; "
+                         "screen locally (drop --scheduler) or install the artifacts on the workers")  # fmt: skip
+    with usage():
+        if scheduler:
+            scheduler_address(scheduler)
+        check_objective(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # before any note
+        check_framework(framework)
+        if memory_headroom is not None:
+            parse_headroom(memory_headroom)
+    # a number the objective does not use would be dropped in silence: the ranking not the one asked for
+    if train_tokens is not None and objective == "time":
+        raise UsageError("--train-tokens counts for --objective time-to-train or cost, not time (the default, "
+                         "which ranks by iteration time): add --objective time-to-train or cost")  # fmt: skip
+    if gpu_hour_price is not None and objective != "cost":
+        raise UsageError(f"--gpu-hour-price counts for --objective cost only, not {objective}"
+                         f"{' (the default)' if objective == 'time' else ''}: add --objective cost")  # fmt: skip
+    one_of(sp, ("on", "off", "both"), "--sp")
+    one_of(dtype, DTYPES, "--dtype")
+    one_of(attention, ATTENTION, "--attention")
+    if not 1.0 <= moe_imbalance < math.inf:
+        raise UsageError("--moe-imbalance (the busiest expert-parallel rank's tokens over the mean) must be a number "
+                         f">= 1, got {moe_imbalance:g}")  # fmt: skip
+    if moe_grouped_gemm and framework in ("deepspeed", "torchtitan"):
+        raise UsageError(f"--moe-grouped-gemm is Megatron-core's (TransformerEngine's GroupedLinear), not "
+                         f"{framework}'s: drop it or use --framework megatron or any")  # fmt: skip
+    zeros = _ints(zero, "--zero", minimum=0, allowed=(0, 1, 2, 3))
+    if dist_optimizer and 1 not in zeros:
+        raise UsageError(f"--dist-optimizer changes the ZeRO-1 plans, and --zero {zero} tries none")
+    lists = {"tp": _ints(tp, "--tp"), "pp": _ints(pp, "--pp"), "cp": _ints(cp, "--cp"), "ep": _ints(ep, "--ep"),
+             "cp_comm": tuple(dict.fromkeys(_words(cp_comm_type.replace("allgather", "all_gather"), "--cp-comm-type", CP_COMMS))),
+             "micro_batch": _ints(micro_batch, "--micro-batch"), "zero": zeros,
+             "recompute": _words(recompute, "--recompute", RECOMPUTE) if recompute is not None else _default_recompute(attention),
+             "schedule": _words(schedule, "--schedule", SCHEDULES), "vpp": _ints(vpp, "--vpp"),
+             "sp": {"on": (True,), "off": (False,), "both": (False, True)}[sp]}  # fmt: skip
     spec = get_model(model)
     sysspec = get_system(system)
-    from trainsim.builders.memory import headroom_bytes
     from trainsim.cli.calibration import use_artifacts
     from trainsim.hardware import get_device
 
     headroom = headroom_bytes(memory_headroom, get_device(sysspec.device).memory_bytes)
-    if scheduler and scheduler.startswith("inproc://"):
-        raise ConfigError(f"--scheduler {scheduler}: an in-process scheduler lives in the Python program that made it "
-                          "(a LocalCluster(processes=False)), which a command cannot reach; give a tcp:// address, "
-                          "or search from that program (trainsim.search.llm.search_llm)")  # fmt: skip
-    if scheduler and (kernel_models or comm_models):
-        raise ConfigError("--kernel-models/--comm-models are local files the Dask workers cannot read; "
-                          "screen locally (drop --scheduler) or install the artifacts on the workers")  # fmt: skip
-    from trainsim.search.llm import check_objective
-
-    check_objective(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)  # before any note
-    # a number the objective does not use would be dropped in silence: the ranking not the one asked for
-    if train_tokens is not None and objective == "time":
-        raise ConfigError("--train-tokens counts for --objective time-to-train or cost, not time (the default, "
-                          "which ranks by iteration time): add --objective time-to-train or cost")  # fmt: skip
-    if gpu_hour_price is not None and objective != "cost":
-        raise ConfigError(f"--gpu-hour-price counts for --objective cost only, not {objective}"
-                          f"{' (the default)' if objective == 'time' else ''}: add --objective cost")  # fmt: skip
     if simulate_top < top_k and fmt is Format.TABLE:
         stderr.print(f"--simulate-top {simulate_top} is below --top-k {top_k}: the best {top_k} screened plans are "
                      "simulated, so every reported plan is simulated")  # fmt: skip
@@ -131,29 +158,10 @@ def search(
         unit = objective_unit(objective, train_tokens=train_tokens, gpu_hour_price=gpu_hour_price)
         stderr.print(f"cost is counted in {unit}: give --train-tokens for a whole run and --gpu-hour-price for money")
     with use_artifacts(kernel_models, comm_models, system=sysspec):
-        if sp not in ("on", "off", "both"):
-            raise ConfigError(f"--sp must be on, off or both, got {sp!r}")
-        if dtype not in DTYPES:
-            raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-        if attention not in ATTENTION:
-            raise ConfigError(f"--attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
-        from trainsim.search.frameworks import check_framework
-
-        check_framework(framework)
         if moe_grouped_gemm and not spec.is_moe:
             raise ConfigError(f"--moe-grouped-gemm runs an MoE model's experts as grouped GEMMs; {spec.name} is dense")
-        if moe_grouped_gemm and framework in ("deepspeed", "torchtitan"):
-            raise ConfigError(f"--moe-grouped-gemm is Megatron-core's (TransformerEngine's GroupedLinear), not "
-                              f"{framework}'s: drop it or use --framework megatron or any")  # fmt: skip
-        if dist_optimizer and "1" not in [v.strip() for v in zero.split(",")]:
-            raise ConfigError(f"--dist-optimizer changes the ZeRO-1 plans, and --zero {zero} tries none")
         space = PlanSpace(
-            gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, tp=_ints(tp, "--tp"), pp=_ints(pp, "--pp"),
-            cp=_ints(cp, "--cp"), ep=_ints(ep, "--ep"),
-            cp_comm=tuple(dict.fromkeys(_words(cp_comm_type.replace("allgather", "all_gather"), "--cp-comm-type", CP_COMMS))), micro_batch=_ints(micro_batch, "--micro-batch"),
-            zero=_ints(zero, "--zero", minimum=0, allowed=(0, 1, 2, 3)), recompute=_words(recompute, "--recompute", RECOMPUTE) if recompute is not None else _default_recompute(attention),
-            schedule=_words(schedule, "--schedule", SCHEDULES), vpp=_ints(vpp, "--vpp"),
-            sp={"on": (True,), "off": (False,), "both": (False, True)}[sp], dtype=dtype, attention=attention,
+            gpus=gpus, global_batch=global_batch, seq_len=seq_len or 0, **lists, dtype=dtype, attention=attention,  # type: ignore[arg-type]
             wgrad_fusion=wgrad_fusion, overlap_grad_reduce=overlap_grad_reduce, dist_optimizer=dist_optimizer,
             moe_imbalance=moe_imbalance, framework=framework, contention=contention, trim_end_stages=trim_end_stages,
             moe_grouped_gemm=moe_grouped_gemm, overlap_param_gather=overlap_param_gather,

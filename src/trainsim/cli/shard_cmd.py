@@ -41,29 +41,32 @@ def shard(
 ) -> None:  # fmt: skip
     """Predict the DLRM step under every sharder of 000 Table III (plus predicted_greedy) and rank them."""
     from trainsim.builders.dlrm import comm_setup, is_gpu, load_dlrm_spec, resolve_device
-    from trainsim.errors import ConfigError
+    from trainsim.errors import ConfigError, UsageError
     from trainsim.hardware import get_system
-    from trainsim.search.sharders import select_sharder
+    from trainsim.search.sharders import SHARDERS, select_sharder
 
     if capacity_gb is not None and not (math.isfinite(capacity_gb * 1e9) and capacity_gb > 0):
-        raise ConfigError(f"--capacity-gb must be a positive number of GB, got {capacity_gb:g}")
+        raise UsageError(f"--capacity-gb must be a positive number of GB, got {capacity_gb:g}")
     if world < 1:
-        raise ConfigError(f"--world must be >= 1, got {world}")
+        raise UsageError(f"--world must be >= 1, got {world}")
+    if device is None and system is None:
+        raise UsageError(
+            "give --device (catalog name or device YAML, e.g. --device a100-sxm4-80gb) or --system (e.g. --system dgx-a100)"
+        )
+    names = list(dict.fromkeys(s.strip() for s in sharders.split(",") if s.strip())) if sharders else None
+    if names == []:
+        raise UsageError(f"--sharders names no sharder: {sharders!r}")
+    unknown = [n for n in names or () if n not in SHARDERS]
+    if unknown:
+        raise UsageError(f"--sharders: unknown sharder {unknown[0]!r}; known: {', '.join(SHARDERS)}")
     spec = load_dlrm_spec(spec_file)
     if world > spec.batch:  # before anything is sized by it (--world 1e20 was an OverflowError)
         raise ConfigError(f"--world {world}: more ranks than {spec_file}'s batch {spec.batch}: "
                           "some rank would have no samples")  # fmt: skip
-    if device is None and system is None:
-        raise ConfigError(
-            "give --device (catalog name or device YAML, e.g. --device a100-sxm4-80gb) or --system (e.g. --system dgx-a100)"
-        )
     sys_spec = get_system(system) if system is not None else None
     dev = resolve_device(device if device is not None else sys_spec.device)  # type: ignore[union-attr]
     if sys_spec is not None and device is not None:
         _check_system_device(dev, sys_spec)
-    names = list(dict.fromkeys(s.strip() for s in sharders.split(",") if s.strip())) if sharders else None
-    if names == []:
-        raise ConfigError(f"--sharders names no sharder: {sharders!r}")
     if capacity_gb is not None:
         cap, cap_src = capacity_gb * 1e9, "--capacity-gb"
     else:

@@ -51,11 +51,18 @@ def _model_opt(field: str) -> Any:
 def _overrides(scope: dict[str, Any]) -> dict[str, Any]:
     """The search-model options given, by field (``--shards`` parsed), from a command's
     ``locals()``."""
+    from trainsim.cli.usage import usage
+    from trainsim.errors import UsageError
     from trainsim.learn.provider import MODEL_FLAGS, parse_shards
 
     out = {k: scope[k] for k in MODEL_FLAGS if scope[k] is not None}
     if "shards" in out:
-        out["shards"] = parse_shards(out["shards"])
+        with usage():
+            out["shards"] = parse_shards(out["shards"])
+        if any(x < 1 for x in out["shards"]):
+            raise UsageError(f"--shards {scope['shards']}: must be at least 1")
+    if scope["family"] != "moe" and {"experts", "group_size"} & set(out):
+        raise UsageError(f"--experts/--group-size apply to the moe family, not {scope['family']!r}")
     return out
 
 
@@ -92,19 +99,19 @@ def collect(
     With --search-set, the --layers/--hidden/... options make the search model your own (as
     `stages search` takes them); its candidates go to a folder of their own."""
     from trainsim.cli.main import _state
-    from trainsim.errors import ConfigError
+    from trainsim.errors import UsageError
     from trainsim.learn.dataset import main
 
     if family not in ("gpt", "moe"):  # argparse in the collector would print its own usage text
-        raise ConfigError(f"--family must be gpt or moe, got {family!r}")
+        raise UsageError(f"--family must be gpt or moe, got {family!r}")
     if search_set and protocol:
-        raise ConfigError("--search-set and --protocol are two different stage sets: give one")
+        raise UsageError("--search-set and --protocol are two different stage sets: give one")
     if count is not None and (search_set or protocol):
-        raise ConfigError(f"--count is for random stages; {'--search-set' if search_set else '--protocol'} "
-                          "measures a fixed set (drop --count)")  # fmt: skip
+        raise UsageError(f"--count is for random stages; {'--search-set' if search_set else '--protocol'} "
+                         "measures a fixed set (drop --count)")  # fmt: skip
     model = _overrides(locals())
     if model and not search_set:
-        raise ConfigError(f"--{next(iter(model)).replace('_', '-')} sets the search model: it goes with --search-set")
+        raise UsageError(f"--{next(iter(model)).replace('_', '-')} sets the search model: it goes with --search-set")
     if model:  # refused here, before the collector restarts itself, when a candidate stage is invalid
         from trainsim.learn.provider import search_model
 
@@ -137,17 +144,23 @@ def train(
     """Train one predictor and report its test error (003 Eq. 5 MRE)."""
     from dataclasses import replace
 
-    from trainsim.errors import ConfigError
-    from trainsim.learn.evaluate import train_to_folder
+    from trainsim.cli.usage import one_of, usage
+    from trainsim.errors import ConfigError, UsageError
+    from trainsim.learn.evaluate import VAL_FRACTION, features_flag, train_to_folder
+    from trainsim.learn.models import MODEL_KINDS
     from trainsim.learn.protocol import target_of
+    from trainsim.learn.stages import PARTS
     from trainsim.learn.train import TrainConfig, check_stop
 
-    check_stop(stop, members)
-    from trainsim.learn.stages import PARTS
-
-    if part not in PARTS:
-        raise ConfigError(f"--part must be one of {', '.join(PARTS)}, got {part!r}")
-    per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
+    with usage():  # the options alone, before the dataset is read
+        check_stop(stop, members)
+        features_flag(features)
+        per_work = target_of(readout) == "log-per-flop"  # an unknown readout fails before training
+    one_of(model, MODEL_KINDS, "--model")
+    one_of(part, PARTS, "--part")
+    if not 0.0 < fraction < 1.0 - VAL_FRACTION:  # at 0.9 no stage is left to test on
+        raise UsageError(f"--fraction must be in (0, {1 - VAL_FRACTION:g}): {VAL_FRACTION:g} validates and the "
+                         f"rest tests; got {fraction:g}")  # fmt: skip
     if out.resolve() == dataset.resolve() or dataset.resolve() in out.resolve().parents:
         raise ConfigError(f"--out {out}: inside the dataset folder {dataset}; give a folder of its own")
     if not dataset.exists():  # FamilyData would say "stages.jsonl is missing" of a mistyped folder
@@ -179,17 +192,19 @@ def predict(
     With --stage instead of DIR: predict stages you describe, e.g. `--stage
     family=gpt,layers=2,hidden=768,heads=12,shard=2`; each stage's graph is traced as `stages
     collect` builds it (nothing runs, nothing is measured)."""
-    from trainsim.errors import ConfigError
+    from trainsim.cli.usage import usage
+    from trainsim.errors import UsageError
     from trainsim.learn.predictions import predict_dataset
 
     if dataset is not None and stage:
-        raise ConfigError(f"{dataset} and --stage: give a dataset folder or --stage stages, not both")
+        raise UsageError(f"{dataset} and --stage: give a dataset folder or --stage stages, not both")
     if dataset is None and not stage:
-        raise ConfigError("give a dataset folder DIR, or --stage FIELD=VALUE,... for a stage you describe")
+        raise UsageError("give a dataset folder DIR, or --stage FIELD=VALUE,... for a stage you describe")
     if stage:
         from trainsim.learn.provider import parse_stage
 
-        specs = [parse_stage(t) for t in stage]  # a bad spec fails before the predictor loads
+        with usage():  # a stage described on the command line: its value alone, before the predictor loads
+            specs = [parse_stage(t) for t in stage]
         _predict_described(_load_predictor(predictor), predictor, specs, fmt)
         return
     assert dataset is not None
@@ -311,7 +326,7 @@ def search(
     The search model is the family's fixed one unless --layers/--hidden/... change it: then its
     candidate stages are predicted (--predictor; their graphs are traced, nothing runs) or looked
     up in a folder that `stages collect --search-set` with the same options measured."""
-    from trainsim.errors import ConfigError
+    from trainsim.errors import UsageError
     from trainsim.learn.predictions import search_provider
     from trainsim.learn.provider import (
         SEARCH_MODELS,
@@ -322,9 +337,9 @@ def search(
     )
 
     if (predictor is None) == (measured is None):
-        raise ConfigError("give exactly one of --predictor DIR or --measured DIR")
+        raise UsageError("give exactly one of --predictor DIR or --measured DIR")
     if family not in SEARCH_MODELS:
-        raise ConfigError(f"--family must be one of {', '.join(sorted(SEARCH_MODELS))}, got {family!r}")
+        raise UsageError(f"--family must be one of {', '.join(sorted(SEARCH_MODELS))}, got {family!r}")
     given = _overrides(locals())
     m = search_model(family, **given)
     own = not is_default(m)

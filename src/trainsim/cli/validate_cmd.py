@@ -23,9 +23,9 @@ def validate(
     overheads: str | None = typer.Option(None, "--overheads", help="replay: host gaps from stats (default), trace, or shared (leave-one-out)."),
     kernels: str | None = typer.Option(None, "--kernels", help="replay: kernel durations measured (default) or model."),
     files: str | None = typer.Option(None, "--files", help="llm, search: ground-truth sets (vtrain-multi, vtrain-single, seed001, and the shipped h100-gpt2, h100-llama, h100-llama13, h100-llama70), or a CSV of your own measured runs (columns model, system, iteration_ms, plan fields: docs/llm.md); comma-separated."),
-    limit: int | None = typer.Option(None, "--limit", help="llm: only the first N rows of each file; shard: only the first N table sets; cpu-e2e, gpu-e2e: only the first N models."),
-    sets: int | None = typer.Option(None, "--sets", help="shard: random table sets to measure (default 10)."),
-    repeats: int | None = typer.Option(None, "--repeats", help="shard: measurement repeats per sharder (interleaved); cpu-e2e: captures per configuration."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="llm: only the first N rows of each file; shard: only the first N table sets; cpu-e2e, gpu-e2e: only the first N models."),
+    sets: int | None = typer.Option(None, "--sets", min=1, help="shard: random table sets to measure (default 10)."),
+    repeats: int | None = typer.Option(None, "--repeats", min=1, help="shard: measurement repeats per sharder (interleaved); cpu-e2e: captures per configuration."),
     seed: int | None = typer.Option(None, "--seed", min=0, help="shard: seed of the table sets; kernels: seed of the held-out split (default 0)."),
     device: str | None = typer.Option(None, "--device", help="kernels: a100 (default), gh200 or all."),
     resume: str | None = typer.Option(None, "--resume", help="shard: JSONL file of measurements to reuse and append to; cpu-e2e: folder of captures to reuse; gpu-e2e: folder of GPU captures (default: the shipped H100 set); predtop: results folder to reuse (cases; predictors and search results too, not with --protocol)."),
@@ -34,7 +34,7 @@ def validate(
     features: str | None = typer.Option(None, "--features", help="predtop: table1 (003 Table I) or table1+work (default)."),
     dataset: str | None = typer.Option(None, "--dataset", help="predtop: folder with gpt/, moe/ (and *-search/) stage datasets; default: the packaged ones."),
     protocol: bool = typer.Option(False, "--protocol", help="predtop: 003's own protocol instead (gpt-003/, moe-003/: one model, a predictor per Table III configuration; default fractions 10, 30, 80 %)."),
-    members: int | None = typer.Option(None, "--members", help="predtop: train each predictor as a cross-validated bag of this many models, each early-stopped on its own validation fold (default 1: one model)."),
+    members: int | None = typer.Option(None, "--members", min=1, help="predtop: train each predictor as a cross-validated bag of this many models, each early-stopped on its own validation fold (default 1: one model)."),
     readout: str | None = typer.Option(None, "--readout", help="predtop: the models' pooling — logsumexp (default), sum (node costs added in seconds), add (003 Eq. 2 as written), work."),
     stop: str | None = typer.Option(None, "--stop", help="predtop with --members: each member early-stopped on its own validation fold (each, default), or all at the epoch of the lowest mean validation loss over the folds (common)."),
     epochs: int | None = typer.Option(None, "--epochs", min=1, help="predtop: most training epochs per predictor (default 250; --protocol 500): fewer for a quick check, with figures that are not the suite's."),
@@ -46,28 +46,21 @@ def validate(
     from trainsim.envvars import COMM_MODELS_ENV as COMM_ENV
     from trainsim.envvars import KERNEL_MODELS_ENV as KERNEL_ENV
     from trainsim.errors import ConfigError
-    from trainsim.sim.options import HostMode, KernelSource
     from trainsim.validate.registry import run_suite
 
     for name in (KERNEL_ENV, COMM_ENV):  # suites measure the shipped models, never a user's
         if os.environ.pop(name, None):
             stderr.print(f"note: ${name} ignored: validate measures the shipped models")
 
-    for value, enum, flag in (
-        (overheads, HostMode, "--overheads"),
-        (kernels, KernelSource, "--kernels"),
-    ):
-        if value is not None and value not in {e.value for e in enum}:
-            raise ConfigError(
-                f"{flag} must be one of {', '.join(e.value for e in enum)}, got {value!r}"
-            )
-    if limit is not None and limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {limit}")
+    params: dict[str, Any] = {
+        "overheads": overheads, "kernels": kernels, "files": files, "limit": limit, "sets": sets, "repeats": repeats,
+        "seed": seed, "resume": resume, "device": device, "fractions": fractions, "models": models,
+        "features": features, "dataset": dataset, "protocol": protocol or None, "readout": readout,
+        "members": members, "per": per, "stop": stop, "epochs": epochs,
+    }  # fmt: skip
+    _check_options(suite, params)
     with stderr.status(f"running suite {suite}...", spinner="dots"):
-        doc = run_suite(suite, data, overheads=overheads, kernels=kernels, files=files, limit=limit, sets=sets,
-                        repeats=repeats, seed=seed, resume=resume, device=device, fractions=fractions,
-                        models=models, features=features, dataset=dataset, protocol=protocol or None,
-                        readout=readout, members=members, per=per, stop=stop, epochs=epochs)  # fmt: skip
+        doc = run_suite(suite, data, **params)
     if fmt is Format.JSON:
         emit_json(doc)
     else:
@@ -83,6 +76,30 @@ def validate(
     if summary.get("cases") == 0:
         why = next((c.get("reason") for c in doc.get("cases", []) if isinstance(c, dict) and c.get("reason")), None)
         raise ConfigError(f"suite {suite} validated no case under {data}" + (f" (e.g. {why})" if why else ""))
+
+
+def _check_options(suite: str, params: dict[str, Any]) -> None:
+    """The suite and its options on their own, before any data are read or anything is measured:
+    a usage error (exit 2) naming the option."""
+    from trainsim.cli.usage import one_of, usage
+    from trainsim.sim.options import HostMode, KernelSource
+    from trainsim.validate.registry import check_params
+
+    with usage():
+        check_params(suite, **params)  # the suite, and the options it takes
+    for key, enum in (("overheads", HostMode), ("kernels", KernelSource)):
+        if params[key] is not None:
+            one_of(params[key], [e.value for e in enum], f"--{key}")
+    if suite == "kernels" and params["device"] is not None:
+        from trainsim.validate.kernels_suite import DEVICES
+
+        one_of(params["device"], [*DEVICES, "all"], "--device")
+    if suite == "predtop":
+        from trainsim.learn.suite import check_predtop_options
+
+        given = {k: v for k, v in params.items() if v is not None and k not in ("seed", "dataset", "limit")}
+        with usage():
+            check_predtop_options(**given)
 
 
 # shard: a set's choice, its regret, rank agreement, the repeat-to-repeat noise (— when not

@@ -62,6 +62,39 @@ def _parse_fractions(text: str | None) -> tuple[float, ...]:
     return out
 
 
+def check_predtop_options(*, resume: str | None = None, fractions: str | None = None, models: str | None = None,
+                          epochs: int | None = None, features: str = "table1+work", protocol: bool = False,
+                          readout: str = "logsumexp", members: int = 1, per: str | None = None,
+                          stop: str = "each") -> None:  # fmt: skip
+    """:func:`run_predtop_suite`'s options on their own, before any dataset is read or any
+    training: a ConfigError naming the option (the command maps it to a usage error)."""
+    from trainsim.learn.evaluate import check_kinds, features_flag
+    from trainsim.learn.protocol import PER, PROTOCOL_EPOCHS, target_of
+    from trainsim.learn.train import TrainConfig, check_stop
+
+    target_of(readout)  # an unknown readout fails here, before any training
+    default_epochs = PROTOCOL_EPOCHS if protocol else TrainConfig().epochs
+    if epochs is not None and epochs != default_epochs and resume:
+        # a results folder keys its cases without the epoch count: a quick check's would be read
+        # back as the suite's figures (and overwrite its saved predictors)
+        raise ConfigError(f"--epochs {epochs} with --resume would mix a quick check into {resume}'s results "
+                          f"(the suite trains {default_epochs} epochs): drop one of them")  # fmt: skip
+    if members < 1:
+        raise ConfigError(f"--members must be at least 1, got {members}")
+    check_stop(stop, members)
+    if per is not None and not protocol:
+        raise ConfigError("--per applies to --protocol (003's per-configuration or per-mesh predictors)")
+    if per is not None and per not in PER:
+        raise ConfigError(f"--per must be one of {', '.join(PER)}, got {per!r}")
+    features_flag(features)
+    if protocol and features != "table1+work":
+        raise ConfigError("--protocol trains on the table1+work features only")
+    if models:
+        check_kinds(models.split(","))
+    if fractions is not None:
+        _parse_fractions(fractions)
+
+
 def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str | None = None,
                       fractions: str | None = None, models: str | None = None, seed: int = 0,
                       search: bool = True, epochs: int | None = None,
@@ -79,24 +112,11 @@ def run_predtop_suite(data_dir: Path, *, dataset: str | None = None, resume: str
     ``stop``: a bag's early stopping, ``each`` member on its own fold or one ``common`` epoch
     (:class:`trainsim.learn.train.TrainConfig`).
     """
-    from trainsim.learn.protocol import PROTOCOL_EPOCHS, target_of
-    from trainsim.learn.train import TrainConfig, check_stop
+    from trainsim.learn.protocol import target_of
 
-    target_of(readout)  # an unknown readout fails here, before any training
-    default_epochs = PROTOCOL_EPOCHS if protocol else TrainConfig().epochs
-    if epochs is not None and epochs != default_epochs and resume:
-        # a results folder keys its cases without the epoch count: a quick check's would be read
-        # back as the suite's figures (and overwrite its saved predictors)
-        raise ConfigError(f"--epochs {epochs} with --resume would mix a quick check into {resume}'s results "
-                          f"(the suite trains {default_epochs} epochs): drop one of them")  # fmt: skip
-    if members < 1:
-        raise ConfigError(f"--members must be at least 1, got {members}")
-    check_stop(stop, members)
-    if per is not None and not protocol:
-        raise ConfigError("--per applies to --protocol (003's per-configuration or per-mesh predictors)")
+    check_predtop_options(resume=resume, fractions=fractions, models=models, epochs=epochs, features=features,
+                          protocol=protocol, readout=readout, members=members, per=per, stop=stop)  # fmt: skip
     if protocol:
-        if features != "table1+work":
-            raise ConfigError("--protocol trains on the table1+work features only")
         return run_protocol(dataset=dataset, resume=resume, fractions=fractions, models=models, seed=seed,
                             epochs=epochs, readout=readout, members=members, per=per or "config", stop=stop)  # fmt: skip
     from trainsim.learn.evaluate import (

@@ -86,18 +86,26 @@ CLI_OPTIONS = frozenset({"overheads", "kernels", "files", "limit", "sets", "repe
                          "members", "per", "stop", "epochs"})  # fmt: skip
 
 
-def run_suite(name: str, data_dir: Path, **params: Any) -> dict[str, Any]:
-    """Run a suite; ``params`` left at None are not passed, others must be accepted."""
+def check_params(name: str, **params: Any) -> SuiteSpec:
+    """The suite ``name`` (a one-line error for an unknown one) once it accepts every one of
+    ``params`` not left at None."""
     spec = get_suite(name)
-    given = {k: v for k, v in params.items() if v is not None}
+    given = {k for k, v in params.items() if v is not None}
     accepted = spec.parameters()
-    unknown = sorted(set(given) - set(accepted))
+    unknown = sorted(given - set(accepted))
     if unknown:
         opts = ", ".join("--" + u.replace("_", "-") for u in unknown)
         flags = [f"--{a.replace('_', '-')}" for a in accepted if a in CLI_OPTIONS]
         raise ConfigError(
             f"suite {name} does not take {opts} (it takes: {', '.join(flags) or 'no options'})"
         )
+    return spec
+
+
+def run_suite(name: str, data_dir: Path, **params: Any) -> dict[str, Any]:
+    """Run a suite; ``params`` left at None are not passed, others must be accepted."""
+    spec = check_params(name, **params)
+    given = {k: v for k, v in params.items() if v is not None}
     if spec.reads_data and not data_dir.is_dir():
         raise ConfigError(
             f"data folder {data_dir} does not exist; pass --data PATH (the shared/data folder)"
