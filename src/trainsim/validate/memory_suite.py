@@ -24,8 +24,8 @@ The training loop keeps the model's output (its logits) until the step ends, as 
 reads ``outputs.loss`` does (HF Trainer's ``compute_loss`` drops it before the backward: the
 logits' ``e·T·V`` bytes less there). DDP cases (``world`` 2): the ranks run as processes over
 gloo, everything under the profiler from the model's construction (DDP's bucket tensors are
-allocated there and no Python reference reaches them), two warm steps (DDP rebuilds its buckets
-in its second), then the measured one; predicted at dp 2 without NCCL's per-communicator
+allocated there and no Python reference reaches them), five warm steps (DDP rebuilds its
+buckets in its second; the old ones can outlive it by a step), then the measured one; predicted at dp 2 without NCCL's per-communicator
 buffers (:data:`~trainsim.builders.memory.NCCL_COMM_BYTES`), which gloo has no analogue of.
 
 Why a CPU measures what a GPU would hold: the tensors a training step allocates are the same
@@ -186,10 +186,11 @@ def measure_step_peak(model: Any, batch: Any, optimizer: Any, accumulation: int 
             "peak_at": at.replace("autograd::engine::evaluate_function: ", "")}
 
 
-def measure_lifetime_peak(build: Any, accumulation: int = 1, warm: int = 2) -> dict[str, Any]:
+def measure_lifetime_peak(build: Any, accumulation: int = 1, warm: int = 5) -> dict[str, Any]:
     """As :func:`measure_step_peak`, with everything under the profiler: ``build()`` makes
     ``(model, optimizer, batch)`` inside it, ``warm`` steps run (DDP rebuilds its buckets in
-    its second), then the measured one; ``persistent_bytes`` is the running sum of the
+    its second, and with two warm steps the old set was seen still alive in 3 of 6 gloo runs;
+    with five in none of 6), then the measured one; ``persistent_bytes`` is the running sum of the
     allocations as it starts (what exists then, DDP's buckets included, which no Python
     reference reaches), ``transient_bytes`` the highest rise above it during the step."""
     from torch.profiler import ProfilerActivity, profile, record_function
