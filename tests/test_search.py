@@ -610,8 +610,9 @@ def test_json_counts_are_integers():
     r = predict_llm("llama2-7b", Plan(tp=2, pp=2, dp=4, micro_batch=2, global_batch=256), "dgx-a100")
     doc = _clean(r.to_dict())
     ints = [doc["memory_per_gpu_bytes"], doc["memory_capacity_bytes"], doc["memory_limit_bytes"],
-            *doc["memory_per_stage_bytes"], *(s["params"] for s in doc["stages"]), *doc["memory"].values()]  # fmt: skip
-    assert all(type(v) is int for v in ints)
+            *doc["memory_per_stage_bytes"], *(s["params"] for s in doc["stages"]),
+            *(v for k, v in doc["memory"].items() if k != "phase")]  # fmt: skip
+    assert all(type(v) is int for v in ints) and doc["memory"]["phase"] == "backward"
     assert doc["memory_per_gpu_bytes"] == round(r.peak_memory.total_bytes)
     assert type(doc["iteration_time_s"]) is float and _clean({"x_bytes": float("nan")}) == {"x_bytes": None}
 
