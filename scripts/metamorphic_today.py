@@ -582,11 +582,14 @@ def check_hf_memory() -> None:
     window); the window's mask calls never make the eager layer faster; Gemma 2's logit cap adds
     memory and time, its score cap time only with eager (non-flash) attention."""
     from trainsim.builders.costs import LayerCoster, OpCoster
+    from trainsim.builders.memory import memory_per_gpu
     from trainsim.hardware import get_device
 
     def run(m: object, **kw: object) -> tuple[float, float]:
         r = predict_llm(m, Plan(impl="hf", **{"micro_batch": 1, "global_batch": 1, **kw}), "dgx-h100", simulate=False)  # type: ignore[arg-type]
-        return r.iteration_time_s, max(x.activations_bytes for x in r.memory)
+        # the activation accounting (every term at once): the reported breakdown is of the step's
+        # largest moment, which may hold none (the optimizer step)
+        return r.iteration_time_s, max(x.activations_bytes for x in memory_per_gpu(r.model, r.plan, at_peak=False))
 
     for model in ("llama3-8b", "gemma2-9b", "gemma3-12b", "mixtral-8x7b", "qwen3-30b-a3b"):
         m = get_model(model)
