@@ -28,7 +28,12 @@ Approximations (each also noted where it is used):
 * Activations are 2 bytes per element (4 for fp32 training); dropout masks 1 byte
   (Korthikanti §4.1). ``dropout=False`` drops the masks (LLaMA-style training uses none).
 * Gradients of activations during backward, the optimizer step's temporaries and allocator
-  fragmentation are not modelled; leave headroom when using :func:`fits`.
+  fragmentation are not modelled for the fused stacks (their persistent gradient buffers and
+  fused optimizers are; leave headroom when using :func:`fits`). With ``impl == "hf"`` the
+  breakdown is of the step's largest moment instead (:func:`_hf_peak`: the loss's and the
+  head's backward, gradient checkpointing's re-run, a tied embedding's gradient sum, AdamW's
+  foreach temporaries; DDP's gradient buckets), as measured of real eager steps
+  (``trainsim validate memory``); the allocator's fragmentation is still left out.
 * MoE routing is dropless, and balanced unless ``plan.moe_imbalance`` says by how much the busiest
   expert-parallel rank is over the mean: each rank processes ``top_k`` copies of its own tokens on
   average, whatever ``ep`` is, and that rank ``moe_imbalance`` times as many.
@@ -137,7 +142,8 @@ class MemoryBreakdown:
     buffers_bytes: float  # communication buffers, loss workspace, CUDA context/workspaces
     # the moment of the step the breakdown is of: "backward" (everything at once: the fused
     # stacks' persistent gradient buffers and fused optimizers); impl hf the largest of
-    # "loss-backward", "head-backward" and "optimizer-step" (:func:`_hf_peak`)
+    # "loss-backward", "head-backward", "recompute", "embedding-backward", "optimizer-step" and,
+    # on a stage without the loss, "backward" (:func:`_hf_peak`)
     phase: str = "backward"
 
     @property
@@ -1102,8 +1108,8 @@ def _hf_peak(model: ModelSpec, plan: Plan, m: MemoryBreakdown, prec: Precision, 
     * **optimizer-step**: the gradients of every parameter, no activations, the logits still
       referenced by the model's output, and ``torch.optim._multi_tensor_adam``'s temporaries:
       ``torch._foreach_sqrt(exp_avg_sqs)`` allocates one second-moment-sized tensor per
-      parameter (half the optimizer state: 4 bytes a parameter in fp32, 2 in bf16); SGD (``--optimizer sgd``, no momentum)
-      updates in place.
+      parameter (half the optimizer state: 4 bytes a parameter in fp32, 2 in bf16); SGD
+      (``--optimizer sgd``, no momentum) updates in place.
 
     Checked against the peaks of real training steps measured on this machine's CPU
     (``trainsim validate memory``)."""
@@ -1226,8 +1232,8 @@ def parse_headroom(text: str | float) -> tuple[float, bool]:
 
 def headroom_bytes(text: str | float | None, capacity_bytes: float) -> int:
     """Bytes of ``capacity_bytes`` to keep free (``--memory-headroom``): the allocator's
-    fragmentation, the backward's activation gradients and the optimizer's temporaries, which
-    :func:`memory_per_gpu` does not count (module docstring). ``text`` is a fraction below 1
+    fragmentation and, for the fused stacks, the backward's activation gradients and the
+    optimizer's temporaries, which :func:`memory_per_gpu` does not count (module docstring). ``text`` is a fraction below 1
     (``0.1``), a percentage (``10%``) or an amount (``6GiB``, ``6GB``, ``512MiB``); ``None`` or
     0 keeps none. Whole bytes, rounded up (at least what was asked stays free)."""
     if text is None:
