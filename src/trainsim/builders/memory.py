@@ -1174,7 +1174,8 @@ def fits(
     dropout: bool = True,
     overhead_bytes: float = DEFAULT_OVERHEAD_BYTES,
 ) -> tuple[bool, MemoryBreakdown]:
-    """Whether the peak stage fits in ``device_memory_bytes``, and that stage's breakdown."""
+    """Whether the peak stage fits in ``device_memory_bytes`` (:func:`fits_within`), and that
+    stage's breakdown."""
     peak = peak_memory(
         model,
         plan,
@@ -1183,7 +1184,7 @@ def fits(
         dropout=dropout,
         overhead_bytes=overhead_bytes,
     )
-    return peak.total_bytes <= device_memory_bytes, peak
+    return fits_within(peak.total_bytes, device_memory_bytes), peak
 
 
 def min_gpus_for_states(model: ModelSpec, plan: Plan, capacity_bytes: float) -> int:
@@ -1228,6 +1229,24 @@ def parse_headroom(text: str | float) -> tuple[float, bool]:
             raise ConfigError(f"--memory-headroom {raw!r}: a percentage must be at least 0 and below 100%")
         raise ConfigError(f"--memory-headroom {raw!r}: {expected}")
     return frac, False
+
+
+def fits_within(total_bytes: float, limit_bytes: float) -> bool:
+    """Whether a plan needing ``total_bytes`` a GPU fits in ``limit_bytes`` (:func:`memory_limit`),
+    its need taken in the whole bytes the JSON reports it in (``memory_per_gpu_bytes``, rounded:
+    layer shares can leave a fraction of a byte), so that ``fits_in_memory`` is always
+    ``memory_per_gpu_bytes <= memory_limit_bytes`` as printed. :func:`fits`, ``predict`` and
+    ``search`` all decide with it; a need that is not finite never fits."""
+    return math.isfinite(total_bytes) and round(total_bytes) <= limit_bytes
+
+
+def memory_limit(capacity_bytes: float, headroom: float = 0.0) -> int:
+    """What a plan may use per GPU: ``capacity_bytes`` less ``headroom`` (:func:`headroom_bytes`),
+    in whole bytes, rounded down (at least the headroom stays free; some devices' capacities,
+    e.g. the H200's 139.2 GiB, are not whole bytes). ``predict``'s ``memory_limit_bytes`` /
+    ``fits_in_memory`` and ``search``'s screening both take it, so a plan fits in one exactly
+    when it fits in the other."""
+    return math.floor(capacity_bytes - headroom)
 
 
 def headroom_bytes(text: str | float | None, capacity_bytes: float) -> int:

@@ -39,8 +39,10 @@ from trainsim.builders.llm import (
 )
 from trainsim.builders.memory import (
     MemoryBreakdown,
+    fits_within,
     hf_activation_provenance,
     hf_window_layer_bytes,
+    memory_limit,
     memory_per_gpu,
     min_gpus_for_states,
 )
@@ -81,11 +83,11 @@ class LLMPrediction:
     @property
     def memory_limit_bytes(self) -> int:
         """What the plan may use: the device's usable memory less the headroom (whole bytes)."""
-        return int(self.device.memory_bytes - self.memory_headroom_bytes)
+        return memory_limit(self.device.memory_bytes, self.memory_headroom_bytes)
 
     @property
     def fits_in_memory(self) -> bool:
-        return self.peak_memory.total_bytes <= self.memory_limit_bytes
+        return fits_within(self.peak_memory.total_bytes, self.memory_limit_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         pk = self.peak_memory

@@ -37,7 +37,7 @@ from typing import Any
 from trainsim.builders.costs import OpCoster
 from trainsim.builders.llm import closed_form_001, stage_costs
 from trainsim.builders.llm_comm import check_job_placement
-from trainsim.builders.memory import memory_per_gpu
+from trainsim.builders.memory import fits_within, memory_limit, memory_per_gpu
 from trainsim.builders.plan import Plan, check_moe_imbalance
 from trainsim.builders.predict import predict_llm
 from trainsim.builders.spec import ModelSpec
@@ -121,7 +121,7 @@ def _screen(model: ModelSpec, system: SystemSpec, plans: Sequence[tuple[int, Pla
             # memory first: a plan that does not fit is not timed (most of an MoE model's space
             # on few GPUs: 5,116 of DeepSeek-V3's 6,288 plans on 256 H100s)
             mem = max(m.total_bytes for m in memory_per_gpu(model, plan))
-            if memory_limit is not None and not mem <= memory_limit:
+            if memory_limit is not None and not fits_within(mem, memory_limit):
                 out.append(Screened(i, math.inf, mem))
                 continue
             stages = stage_costs(model, plan, system, coster, tp_shares=False)  # no breakdown here
@@ -695,7 +695,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     if not (0 <= memory_headroom_bytes < capacity):
         raise ConfigError(f"memory headroom must be at least 0 and below the device's {capacity / 2**30:.1f} GiB, "
                           f"got {memory_headroom_bytes / 2**30:.1f} GiB")  # fmt: skip
-    limit = capacity - memory_headroom_bytes
+    limit = memory_limit(capacity, memory_headroom_bytes)  # predict's: whole bytes, the same plans fit
     if not model.num_experts and any(e > 1 for e in space.ep):
         raise ConfigError(f"--ep {','.join(map(str, space.ep))}: expert parallelism needs a mixture-of-experts "
                           f"model; {model.name} is dense (leave --ep out)")  # fmt: skip
@@ -741,7 +741,7 @@ def search_llm(model: ModelSpec, system: SystemSpec | str, space: PlanSpace, *, 
     for s in screened:
         if s.error:
             count(s.error)
-        elif not s.memory_bytes <= limit:
+        elif not fits_within(s.memory_bytes, limit):
             count(MEMORY_REASON)
         else:
             ok.append(s)
