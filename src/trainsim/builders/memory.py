@@ -143,7 +143,8 @@ class MemoryBreakdown:
     # the moment of the step the breakdown is of: "backward" (everything at once: the fused
     # stacks' persistent gradient buffers and fused optimizers); impl hf the largest of
     # "loss-backward", "head-backward", "recompute", "embedding-backward", "optimizer-step" and,
-    # on a stage without the loss, "backward" (:func:`_hf_peak`)
+    # on a stage without the loss, "backward" (:func:`_hf_peak`; under FSDP also
+    # "backward-gather", :func:`_hf_fsdp_phases`)
     phase: str = "backward"
 
     @property
@@ -955,7 +956,9 @@ def _buffers_bytes(
       and its backward), so that stage takes the larger of the two;
     * ZeRO-3 (FSDP): two layers' gathered parameters (current + prefetched) and one layer's
       unsharded gradients before reduce-scatter; ZeRO-2: the latter only (bucketed
-      reduce-scatter, as FSDP's SHARD_GRAD_OP). Approximation: one layer per bucket.
+      reduce-scatter, as FSDP's SHARD_GRAD_OP). Approximation: one layer per bucket
+      (:func:`_zero_buffers_bytes`; impl hf at the step's peak places FSDP's tensors in their
+      moments instead, :func:`_hf_fsdp_phases`).
     """
     e = _act_element_bytes(plan)
     s, b, h = plan.seq(model) / plan.cp, plan.micro_batch, model.hidden
@@ -966,15 +969,24 @@ def _buffers_bytes(
         total += 2 * e * s * b * h / sp_div
     logits = e * s * b * model.padded_vocab(plan.tp) / plan.tp if stage == plan.pp - 1 else 0.0
     total += max(logits, cp_bytes)
-    # only the parameters ZeRO shards need the buffers: the dense ones over dp·cp ranks, the
-    # experts over dp·cp/ep (Megatron's expert-data-parallel group; none when it is one rank)
+    return total + _zero_buffers_bytes(plan, precision, layer_params)
+
+
+def _sharded_layer_params(plan: Plan, layer_params: tuple[float, float]) -> float:
+    """The parameters of one layer that ZeRO shards, hence gathers and reduce-scatters: the
+    dense ones over dp·cp ranks, the experts over dp·cp/ep (Megatron's expert-data-parallel
+    group; none when it is one rank)."""
     dense, experts = _zero_groups(layer_params, plan.ep)
-    layer = (dense if plan.dp * plan.cp > 1 else 0.0) + (experts if plan.dp * plan.cp // plan.ep > 1 else 0.0)
-    if layer > 0 and plan.zero >= 2:
-        total += layer * precision.grad_bytes
-        if plan.zero == 3:
-            total += 2 * layer * precision.weight_bytes
-    return total
+    return (dense if plan.dp * plan.cp > 1 else 0.0) + (experts if plan.dp * plan.cp // plan.ep > 1 else 0.0)
+
+
+def _zero_buffers_bytes(plan: Plan, precision: Precision, layer_params: tuple[float, float]) -> float:
+    """:func:`_buffers_bytes`'s ZeRO-2/3 term (every moment at once; impl hf's phases,
+    :func:`_hf_fsdp_phases`, place FSDP's buffers in their moments instead)."""
+    layer = _sharded_layer_params(plan, layer_params)
+    if layer <= 0 or plan.zero < 2:
+        return 0.0
+    return layer * precision.grad_bytes + (2 * layer * precision.weight_bytes if plan.zero == 3 else 0.0)
 
 
 # --- per GPU -------------------------------------------------------------------------------
@@ -1067,9 +1079,39 @@ def memory_per_gpu(
             )
         )
         if plan.impl == "hf" and at_peak:
+            fsdp = None
+            if _hf_fsdp(plan):
+                largest = _largest_layer(model, plan, layer_params, extra)
+                in_layers = layers[i] * sum(layer_params) + ((counts[i] if counts else 0) * sum(extra) if extra else 0.0)
+                fsdp = _HfFsdp(shard_weights=dense * prec.sharded(3, shards).weight_bytes
+                               + expert * prec.sharded(3, shards / plan.ep).weight_bytes,
+                               full_weights=(dense + expert) * prec.weight_bytes,
+                               root_params=dense + expert - in_layers, layer_params=_sharded_layer_params(plan, largest),
+                               layers=layers[i], zero_buffers=_zero_buffers_bytes(plan, prec, largest))  # fmt: skip
             out[-1] = _hf_peak(model, plan, out[-1], prec,
-                               _hf_stage_work(model, plan, layers[i], counts[i] if counts else 0))
+                               _hf_stage_work(model, plan, layers[i], counts[i] if counts else 0), fsdp=fsdp)
     return out
+
+
+def _hf_fsdp(plan: Plan) -> bool:
+    """impl hf with sharded gradients over more than one rank: PyTorch FSDP (zero 3 full shard,
+    zero 2 SHARD_GRAD_OP), not DDP."""
+    return plan.impl == "hf" and plan.zero >= 2 and plan.dp * plan.cp > 1
+
+
+@dataclass(frozen=True, slots=True)
+class _HfFsdp:
+    """One stage's FSDP units for :func:`_hf_fsdp_phases`: its weights sharded and whole (bytes),
+    the root unit's parameters (the stage's outside its layers: embedding, final norm, head), the
+    largest layer's sharded parameters, the stage's layers, and the every-moment ZeRO buffers
+    :func:`_buffers_bytes` put in the breakdown (taken out again)."""
+
+    shard_weights: float
+    full_weights: float
+    root_params: float
+    layer_params: float
+    layers: int
+    zero_buffers: float
 
 
 def _ddp_bucket_bytes(plan: Plan, grads: float) -> float:
@@ -1081,7 +1123,8 @@ def _ddp_bucket_bytes(plan: Plan, grads: float) -> float:
     return grads if plan.impl == "hf" and plan.dp * plan.cp > 1 and plan.zero <= 1 else 0.0
 
 
-def _hf_peak(model: ModelSpec, plan: Plan, m: MemoryBreakdown, prec: Precision, work: float) -> MemoryBreakdown:
+def _hf_peak(model: ModelSpec, plan: Plan, m: MemoryBreakdown, prec: Precision, work: float, *,
+             fsdp: _HfFsdp | None = None) -> MemoryBreakdown:  # fmt: skip
     """impl hf: the stage's memory at the largest of the step's peaks (``m``: every term summed).
 
     Eager PyTorch frees what the fused stacks keep: ``optimizer.zero_grad()`` sets the
@@ -1115,8 +1158,13 @@ def _hf_peak(model: ModelSpec, plan: Plan, m: MemoryBreakdown, prec: Precision, 
       parameter (half the optimizer state: 4 bytes a parameter in fp32, 2 in bf16); SGD
       (``--optimizer sgd``, no momentum) updates in place.
 
+    Under FSDP (``fsdp``: zero 2 or 3 over more than one rank) the same moments hold FSDP's
+    parameters and gradients where :func:`_hf_fsdp_phases` says.
+
     Checked against the peaks of real training steps measured on this machine's CPU
     (``trainsim validate memory``)."""
+    if fsdp is not None:
+        return _hf_fsdp_phases(model, plan, m, prec, work=work, f=fsdp)
     last = m.stage == plan.pp - 1
     tokens = float(plan.micro_batch * plan.seq(model))
     vocab, d, e = float(model.vocab), float(model.hidden), _act_element_bytes(plan)
@@ -1144,6 +1192,74 @@ def _hf_peak(model: ModelSpec, plan: Plan, m: MemoryBreakdown, prec: Precision, 
     else:
         phases.append(MemoryBreakdown(m.stage, m.weights_bytes, accumulated, m.optimizer_bytes, m.activations_bytes,
                                       m.buffers_bytes, "backward"))  # fmt: skip
+    return max(phases, key=lambda p: p.total_bytes)
+
+
+def _hf_fsdp_phases(model: ModelSpec, plan: Plan, m: MemoryBreakdown, prec: Precision, *, work: float,
+                    f: _HfFsdp) -> MemoryBreakdown:  # fmt: skip
+    """impl hf under PyTorch FSDP2 (``fully_shard`` per decoder layer, then the root with the
+    same ``reshard_after_forward``, as accelerate's ``fsdp2_prepare_model`` wraps a transformers
+    model: True for zero 3, False for zero 2 / SHARD_GRAD_OP): :func:`_hf_peak`'s moments with
+    FSDP's tensors where torch's ``_fsdp_param_group.py`` / ``_fsdp_collectives.py`` (2.13)
+    allocate and free them. Persistent: every parameter's shard and the optimizer state of the
+    shards (zero 2 too: the unsharded parameters are freed after each unit's backward,
+    ``reshard_after_backward``). With ``W`` shards, ``R`` the root unit's parameters (embedding,
+    final norm, head) and ``Lp`` the largest layer's, ``w``/``g`` the weight and gradient bytes:
+
+    * zero 3, the start of the backward (*backward-gather*, last stage): the root's
+      ``pre_backward`` re-gathers it, the all-gather output and the unsharded copy both alive
+      in ``foreach_all_gather_copy_out`` (``2 R w``), every activation there;
+    * then (*loss-backward*, *head-backward*): the root unsharded and the last layer's
+      all-gather output its ``_backward_prefetch`` started (``(R + Lp) w``); zero 2: every unit
+      unsharded since the forward (``P w``, beside the shards);
+    * *recompute*: zero 3 the root, the re-run layer and the next one prefetched
+      (``(R + 2 Lp) w``);
+    * *embedding-backward* (every model: the root's ``post_backward`` runs in the final
+      callback, its input ids needing no gradient): the root unsharded with all its gradients
+      (``R (w + g)``; tied, the two contributions to the shared weight beside their sum,
+      ``2 V d g`` more), every layer's gradient reduce-scattered to its shard, the last
+      reduce-scatter's input still held (``reduce_scatter_states``, ``Lp g``). Its own
+      reduce-scatter (``2 R g`` once the root is resharded) is smaller while ``w ≥ g``;
+    * *optimizer-step*: shards only (weights, gradients, state and the foreach temporary).
+
+    Not measured: pp > 1 (an earlier stage's *backward* takes the root and two layers gathered,
+    zero 2 every unit, and a layer's reduce-scatter input), MoE, other wrappings (torchtitan
+    wraps the embedding and the head apart and leaves the root unsharded after forward).
+    Measured on two gloo ranks (``trainsim validate memory``'s ``fsdp`` cases)."""
+    last = m.stage == plan.pp - 1
+    tokens = float(plan.micro_batch * plan.seq(model))
+    vocab, d, e = float(model.vocab), float(model.hidden), _act_element_bytes(plan)
+    w, g = prec.weight_bytes, prec.grad_bytes
+    base = m.buffers_bytes - f.zero_buffers  # the logits, NCCL's and the context, not FSDP's
+    sw, rw, lw = f.shard_weights, f.root_params * w, f.layer_params * w
+    accumulated = m.gradients_bytes if plan.grad_accum > 1 else 0.0  # earlier micro-batches', sharded
+    held = f.full_weights if plan.zero == 2 else rw + min(f.layers, 1) * lw  # during the backward
+    phases = [MemoryBreakdown(m.stage, sw, m.gradients_bytes, m.optimizer_bytes, 0.0, base + m.optimizer_bytes / 2,
+                              "optimizer-step")]  # fmt: skip
+    if last:
+        head_grad = vocab * d * g
+        saved = LOGITS_BYTES * tokens * vocab
+        before = m.activations_bytes - work
+        if plan.zero == 3:
+            phases.append(MemoryBreakdown(m.stage, sw + 2 * rw, accumulated, m.optimizer_bytes, before, base,
+                                          "backward-gather"))  # fmt: skip
+        phases.append(MemoryBreakdown(m.stage, sw + held, accumulated, m.optimizer_bytes, before,
+                                      base + 2 * LOGITS_BYTES * tokens * vocab, "loss-backward"))  # fmt: skip
+        phases.append(MemoryBreakdown(m.stage, sw + held, accumulated + head_grad, m.optimizer_bytes,
+                                      max(before - saved, 0.0), base + e * tokens * vocab + e * tokens * d,
+                                      "head-backward"))  # fmt: skip
+        if work:
+            rerun = f.full_weights if plan.zero == 2 else rw + min(f.layers, 2) * lw
+            phases.append(MemoryBreakdown(m.stage, sw + rerun, accumulated + head_grad, m.optimizer_bytes,
+                                          max(m.activations_bytes - saved, 0.0), base, "recompute"))  # fmt: skip
+        root_g = f.root_params * g + (2 * head_grad if model.tied_embeddings and plan.pp == 1 else 0.0)
+        # every gradient's shard (the root's own not yet, unless an earlier micro-batch made it)
+        shards = m.gradients_bytes - (0.0 if accumulated else f.root_params * g / (plan.dp * plan.cp))
+        phases.append(MemoryBreakdown(m.stage, sw + rw, shards + root_g, m.optimizer_bytes, 0.0,
+                                      base + (f.layer_params * g if f.layers else 0.0), "embedding-backward"))  # fmt: skip
+    else:
+        phases.append(MemoryBreakdown(m.stage, sw + held + (0.0 if plan.zero == 2 else lw), accumulated,
+                                      m.optimizer_bytes, m.activations_bytes, base + f.layer_params * g, "backward"))  # fmt: skip
     return max(phases, key=lambda p: p.total_bytes)
 
 

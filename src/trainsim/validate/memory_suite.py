@@ -4,7 +4,8 @@ peak measured of the same steps, run for real on this machine's CPU.
 For each case (:data:`CASES`: five transformers families — LLaMA, Qwen2 with tied embeddings,
 Mistral with a sliding window shorter than the sequence, Qwen3, GPT-2 — at three small shapes,
 AdamW and SGD, with and without gradient checkpointing, fp32; two with two accumulated
-micro-batches, four under DDP on two gloo ranks, six in bf16):
+micro-batches, four under DDP on two gloo ranks, six in bf16, eight under FSDP2 on two gloo
+ranks, five full shard (zero 3) and three SHARD_GRAD_OP (zero 2)):
 
 * **measured**: the model (``AutoModelForCausalLM.from_config``, fp32, SDPA attention) trains
   one step (forward with labels, backward, ``optimizer.step()``, ``zero_grad()``) to create its
@@ -30,6 +31,12 @@ peak taken (``measured_runs_mib`` has both): on a loaded machine 4 of 13 launche
 bucket set DDP allocates at construction alive beside the rebuilt one through the measured
 step (one bucket set, 21.6 MiB, more; 0 of 13 on a quiet machine; cause not found); predicted at dp 2 without NCCL's per-communicator
 buffers (:data:`~trainsim.builders.memory.NCCL_COMM_BYTES`), which gloo has no analogue of.
+FSDP cases (``zero`` 3 or 2): ``fully_shard`` per decoder layer, then the root, with
+``reshard_after_forward`` True or False (:func:`_fully_shard`, as accelerate wraps a transformers
+model), measured the same way but only on the thread that runs the step, the collectives
+staged through a buffer allocated before the profiler starts (:class:`_StagedComms`: gloo's own
+copies, and frees the profiler misses in its threads, are no part of what NCCL would allocate);
+predicted at ``zero`` 3 or 2, dp 2, without NCCL's buffers.
 
 Why a CPU measures what a GPU would hold: the tensors a training step allocates are the same
 shapes and dtypes on either device, with exceptions the cases avoid or the model states:
@@ -80,12 +87,13 @@ class Case:
     accumulation: int = 1  # micro-batches per optimizer step
     world: int = 1  # > 1: PyTorch DDP over that many gloo ranks (processes) on this machine
     dtype: str = "fp32"  # or "bf16": the model trained in bf16 (model.to(torch.bfloat16))
+    zero: int = 0  # with world > 1: 3 FSDP2 full shard, 2 FSDP2 without resharding after forward (SHARD_GRAD_OP)
 
     @property
     def name(self) -> str:
         ck = "-ckpt" if self.checkpointing else ""
         acc = f"-acc{self.accumulation}" if self.accumulation > 1 else ""
-        ddp = f"-ddp{self.world}" if self.world > 1 else ""
+        ddp = (f"-fsdp{self.world}-zero{self.zero}" if self.zero >= 2 else f"-ddp{self.world}") if self.world > 1 else ""
         bf16 = "-bf16" if self.dtype == "bf16" else ""
         return f"{self.family}-{self.shape.label.replace(' ', '-')}-{self.optimizer}{ck}{acc}{ddp}{bf16}"
 
@@ -101,6 +109,12 @@ CASES: tuple[Case, ...] = tuple(
     Case("llama", SHAPES[0], "adam", False, dtype="bf16"), Case("llama", SHAPES[0], "sgd", True, dtype="bf16"),
     Case("llama", SHAPES[1], "adam", False, dtype="bf16"), Case("qwen2-tied", SHAPES[1], "sgd", False, dtype="bf16"),
     Case("qwen3", SHAPES[0], "adam", True, dtype="bf16"), Case("mistral-window", SHAPES[0], "sgd", False, dtype="bf16"),
+) + (  # FSDP2 on two gloo ranks: full shard (zero 3) and SHARD_GRAD_OP (zero 2)
+    Case("llama", SHAPES[0], "adam", False, world=2, zero=3), Case("llama", SHAPES[0], "sgd", True, world=2, zero=3),
+    Case("qwen2-tied", SHAPES[1], "sgd", False, world=2, zero=3), Case("llama", SHAPES[1], "adam", False, world=2, zero=3),
+    Case("llama", SHAPES[0], "adam", False, world=2, dtype="bf16", zero=3),
+    Case("llama", SHAPES[0], "adam", False, world=2, zero=2), Case("qwen2-tied", SHAPES[1], "adam", False, world=2, zero=2),
+    Case("llama", SHAPES[1], "adam", False, world=2, zero=2),
 )  # fmt: skip
 
 
@@ -190,7 +204,7 @@ def measure_step_peak(model: Any, batch: Any, optimizer: Any, accumulation: int 
             "peak_at": at.replace("autograd::engine::evaluate_function: ", "")}
 
 
-def measure_lifetime_peak(build: Any, accumulation: int = 1, warm: int = 5) -> dict[str, Any]:
+def measure_lifetime_peak(build: Any, accumulation: int = 1, warm: int = 5, *, main_thread: bool = False) -> dict[str, Any]:
     """As :func:`measure_step_peak`, with everything under the profiler: ``build()`` makes
     ``(model, optimizer, batch)`` inside it, ``warm`` steps run (DDP rebuilds its buckets in
     its second; :func:`run_case` says what some launches kept beside them), then the measured
@@ -198,7 +212,9 @@ def measure_lifetime_peak(build: Any, accumulation: int = 1, warm: int = 5) -> d
     allocations as it starts (what exists then, DDP's buckets included, which no Python
     reference reaches), ``transient_bytes`` the highest rise above it during the step,
     ``persistent_by_op`` the largest groups of the persistent bytes by the operator that
-    allocated them."""
+    allocated them. ``main_thread``: only the allocations of the thread that runs the step (the
+    FSDP cases: not gloo's own buffers in its runloop threads, which NCCL's counterpart keeps
+    outside PyTorch's allocator)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     with tempfile.TemporaryDirectory() as td:
@@ -219,10 +235,10 @@ def measure_lifetime_peak(build: Any, accumulation: int = 1, warm: int = 5) -> d
         events = json.loads(path.read_text(encoding="utf-8"))["traceEvents"]
     [mark] = [e for e in events if e.get("name") == "trainsim-measured-step"]
     start, end = mark["ts"], mark["ts"] + mark["dur"]
-    memory = sorted((e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0),
-                    key=lambda e: e["ts"])  # fmt: skip
+    memory = sorted((e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0
+                     and (not main_thread or e.get("tid") == mark.get("tid"))), key=lambda e: e["ts"])  # fmt: skip
     spans = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"]) for e in events
-                    if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation"))  # fmt: skip
+                   if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation"))  # fmt: skip
 
     def op_at(ts: float) -> str:
         inner = [name for a, b, name in spans if a <= ts <= b]
@@ -270,7 +286,9 @@ def _build(case: Case, ddp: bool) -> Any:
         model.train()
         if case.checkpointing:
             _checkpoint(model)
-        if ddp:
+        if ddp and case.zero >= 2:
+            _fully_shard(model, reshard_after_forward=case.zero == 3)
+        elif ddp:
             model = torch.nn.parallel.DistributedDataParallel(model)
         params = list(model.parameters())
         opt = (torch.optim.AdamW(params, lr=1e-4, foreach=True) if case.optimizer == "adam"
@@ -278,6 +296,117 @@ def _build(case: Case, ddp: bool) -> Any:
         return model, opt, torch.randint(0, case.shape.vocab, (case.shape.batch, case.shape.seq))
 
     return build
+
+
+def _decoder_layers(model: Any) -> list[Any]:
+    """The decoder layers of a transformers causal LM (``model.model.layers``, GPT-2's
+    ``model.transformer.h``): accelerate's transformer wrap policy's units (``_no_split_modules``)."""
+    inner = getattr(model, "model", None) or model.transformer
+    return list(inner.layers if hasattr(inner, "layers") else inner.h)
+
+
+def _fully_shard(model: Any, *, reshard_after_forward: bool) -> None:
+    """FSDP2 as accelerate's ``fsdp2_prepare_model`` applies it to a transformers model: each
+    decoder layer, then the root (embedding, final norm, head) with the same
+    ``reshard_after_forward`` (True for FULL_SHARD, False for SHARD_GRAD_OP); no mixed-precision
+    policy (the parameters' own dtype). The collectives go through :class:`_StagedComms`."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in _decoder_layers(model):
+        fully_shard(layer, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, reshard_after_forward=reshard_after_forward)
+    comms = _StagedComms.instance
+    if comms is None:
+        raise ConfigError("memory suite: FSDP cases need their staging buffer (_StagedComms.setup) first")
+    for module in model.modules():
+        if hasattr(module, "set_custom_all_gather"):
+            module.set_custom_all_gather(comms.all_gather())
+            module.set_custom_reduce_scatter(comms.reduce_scatter())
+
+
+class _StagedComms:
+    """FSDP2's all-gather and reduce-scatter through one staging buffer allocated before the
+    profiler starts, so that gloo never holds a tensor FSDP allocates. gloo's reduce-scatter
+    clones its input and its all-gather allocates a temporary output on the calling thread (the
+    clone is released in gloo's runloop thread, whose frees the profiler does not record: the
+    running sum then kept 3–32 MiB of freed gradients, differently on the two ranks); NCCL
+    does neither. FSDP's own buffers (``foreach_all_gather``'s output, ``foreach_reduce``'s
+    input and output) are allocated as its default comms allocate them (``torch.empty``);
+    the data are copied through the staging buffer (``all_reduce``, in place), which allocates
+    nothing. Results equal gloo's collectives (sum, then ``AVG``'s division)."""
+
+    instance: _StagedComms | None = None
+
+    def __init__(self, nbytes: int) -> None:
+        import torch
+
+        self.buffer = torch.empty(nbytes, dtype=torch.uint8)
+
+    @classmethod
+    def setup(cls, case: Case, world: int) -> None:
+        """A buffer as large as every parameter padded to ``world`` rows (no unit is larger)."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(_config(case.family, case.shape))
+        size = 2 if case.dtype == "bf16" else 4
+        cls.instance = cls(sum(-(-p.shape[0] // world) * world * (p.numel() // max(p.shape[0], 1)) * size
+                               for p in model.parameters()))  # fmt: skip
+
+    def _view(self, numel: int, dtype: Any) -> Any:
+        import torch
+
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        if nbytes > self.buffer.numel():
+            raise ConfigError(f"memory suite: FSDP staging buffer of {self.buffer.numel()} bytes, {nbytes} needed")
+        return self.buffer[:nbytes].view(dtype)
+
+    def all_gather(self) -> Any:
+        import torch.distributed as dist
+        from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather
+
+        comms = self
+
+        class Staged(AllGather):
+            def allocate(self, size: Any, *, dtype: Any, device: Any) -> Any:
+                import torch
+
+                return torch.empty(*size, dtype=dtype, device=device)
+
+            def __call__(self, output_tensor: Any, input_tensor: Any, group: Any, async_op: bool = False) -> None:
+                n, rank = input_tensor.numel(), dist.get_rank(group)
+                buf = comms._view(output_tensor.numel(), output_tensor.dtype)
+                buf.zero_()
+                buf[rank * n:(rank + 1) * n].copy_(input_tensor)
+                dist.all_reduce(buf, group=group)
+                output_tensor.copy_(buf)
+
+        return Staged()
+
+    def reduce_scatter(self) -> Any:
+        import torch.distributed as dist
+        from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
+
+        comms = self
+
+        class Staged(ReduceScatter):
+            def allocate(self, size: Any, *, dtype: Any, device: Any) -> Any:
+                import torch
+
+                return torch.empty(*size, dtype=dtype, device=device)
+
+            def __call__(self, output_tensor: Any, input_tensor: Any, group: Any, op: Any,
+                         async_op: bool = False) -> None:  # fmt: skip
+                m, rank = output_tensor.numel(), dist.get_rank(group)
+                buf = comms._view(input_tensor.numel(), input_tensor.dtype)
+                buf.copy_(input_tensor)
+                dist.all_reduce(buf, group=group)
+                if op == dist.ReduceOp.AVG:
+                    buf.div_(dist.get_world_size(group))
+                output_tensor.copy_(buf[rank * m:(rank + 1) * m])
+
+        return Staged()
 
 
 def _ddp_rank(rank: int, case: Case, port: int, out_dir: str) -> None:
@@ -294,7 +423,9 @@ def _ddp_rank(rank: int, case: Case, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=case.world)
     try:
-        m = measure_lifetime_peak(_build(case, ddp=True), case.accumulation)
+        if case.zero >= 2:
+            _StagedComms.setup(case, case.world)  # before the profiler: no part of the measurement
+        m = measure_lifetime_peak(_build(case, ddp=True), case.accumulation, main_thread=case.zero >= 2)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -330,6 +461,7 @@ def measure_ddp_case(case: Case, timeout_s: float = 600.0) -> dict[str, Any]:
             raise ConfigError(f"memory suite: {case.name}: DDP rank {bad[0]} failed (exit code {procs[bad[0]].exitcode})")
         results = [json.loads((Path(td) / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(case.world)]
     result: dict[str, Any] = results[0]
+    result["ranks_bytes"] = [r["persistent_bytes"] + r["transient_bytes"] for r in results]
     return result
 
 
@@ -342,7 +474,7 @@ def predict_case(case: Case, config_path: Path, *, at_peak: bool = True) -> Any:
 
     spec = read_hf_config(config_path)
     sh = case.shape
-    plan = Plan(tp=1, pp=1, dp=case.world, micro_batch=sh.batch, global_batch=sh.batch * case.accumulation * case.world,
+    plan = Plan(tp=1, pp=1, dp=case.world, zero=case.zero, micro_batch=sh.batch, global_batch=sh.batch * case.accumulation * case.world,
                 seq_len=sh.seq, dtype="bf16" if case.dtype == "bf16" else "fp32", impl="hf", recompute="full" if case.checkpointing else "none",
                 optimizer="adam" if case.optimizer == "adam" else "sgd")  # fmt: skip
     m = memory_per_gpu(spec, plan, overhead_bytes=0, at_peak=at_peak)[0]
@@ -389,6 +521,7 @@ def run_case(case: Case) -> dict[str, Any]:
         "accumulation": case.accumulation, "world": case.world, "measured_runs_mib": runs,
         "measured_persistent_mib": m["persistent_bytes"] / MiB,
         "measured_transient_mib": m["transient_bytes"] / MiB,
+        **({"measured_ranks_mib": [b / MiB for b in m["ranks_bytes"]]} if "ranks_bytes" in m else {}),
         "every_term_mib": every.total_bytes / MiB,
         "every_term_err_pct": 100.0 * (every.total_bytes - measured) / measured,
         "predicted": {k: v / MiB if isinstance(v, float) else v for k, v in pred.to_dict().items()},
