@@ -55,6 +55,8 @@ import gc
 import json
 import math
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -409,10 +411,18 @@ class _StagedComms:
         return Staged()
 
 
-def _ddp_rank(rank: int, case: Case, port: int, out_dir: str) -> None:
-    """One gloo rank of a DDP case: its measurement to ``out_dir/rank<rank>.json``."""
+def _ddp_rank(rank: int, case: Case, port: int, out_dir: str, parent: int) -> None:
+    """One gloo rank of a DDP case: its measurement to ``out_dir/rank<rank>.json``. It ends with
+    process ``parent`` (:func:`trainsim.lifetime.exit_with_parent`: a suite killed outright left
+    both ranks training and their folder behind), and keeps the profiler's start/stop notices
+    off the terminal it shares with the suite."""
     import os
 
+    from trainsim.capture.distributed import _quiet_profiler_logs
+    from trainsim.lifetime import exit_with_parent
+
+    exit_with_parent(parent, Path(out_dir))
+    tempfile.tempdir = out_dir  # the profiler's trace too: a rank stopped or orphaned leaves nothing elsewhere
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), HF_HUB_OFFLINE="1")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import torch
@@ -423,9 +433,10 @@ def _ddp_rank(rank: int, case: Case, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=case.world)
     try:
-        if case.zero >= 2:
-            _StagedComms.setup(case, case.world)  # before the profiler: no part of the measurement
-        m = measure_lifetime_peak(_build(case, ddp=True), case.accumulation, main_thread=case.zero >= 2)
+        with _quiet_profiler_logs():
+            if case.zero >= 2:
+                _StagedComms.setup(case, case.world)  # before the profiler: no part of the measurement
+            m = measure_lifetime_peak(_build(case, ddp=True), case.accumulation, main_thread=case.zero >= 2)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -435,27 +446,28 @@ def _ddp_rank(rank: int, case: Case, port: int, out_dir: str) -> None:
 
 
 def measure_ddp_case(case: Case, timeout_s: float = 600.0) -> dict[str, Any]:
-    """A DDP case's rank-0 measurement, its ``world`` ranks started as processes here."""
+    """A DDP case's rank-0 measurement, its ``world`` ranks started as processes here. The ranks
+    ignore Ctrl-C (it reaches the whole process group: each printed the start of a traceback
+    under the suite's interrupt line); the suite answers it, stopping them."""
+    import os
+
     import torch.multiprocessing as mp
 
-    from trainsim.capture.distributed import free_port
+    from trainsim.capture.distributed import free_port, stop_processes
     from trainsim.lifetime import main_module_hidden
 
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="trainsim-memory-") as td:
         port = free_port()
-        procs = [ctx.Process(target=_ddp_rank, args=(r, case, port, td)) for r in range(case.world)]
+        procs = [ctx.Process(target=_ddp_rank, args=(r, case, port, td, os.getpid())) for r in range(case.world)]
         try:
-            with main_module_hidden():
+            with main_module_hidden(), _started_deaf_to_ctrl_c():
                 for p in procs:
                     p.start()
             for p in procs:
                 p.join(timeout_s)
         finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+            stop_processes(procs)
         bad = [r for r, p in enumerate(procs) if p.exitcode != 0]
         if bad:
             raise ConfigError(f"memory suite: {case.name}: DDP rank {bad[0]} failed (exit code {procs[bad[0]].exitcode})")
@@ -463,6 +475,27 @@ def measure_ddp_case(case: Case, timeout_s: float = 600.0) -> dict[str, Any]:
     result: dict[str, Any] = results[0]
     result["ranks_bytes"] = [r["persistent_bytes"] + r["transient_bytes"] for r in results]
     return result
+
+
+@contextmanager
+def _started_deaf_to_ctrl_c() -> Iterator[None]:
+    """For the block (main thread): SIGINT ignored, which the processes it spawns inherit through
+    exec; a Ctrl-C meanwhile is held (:func:`trainsim.lifetime.sigint_held`) and reaches this
+    process's own handler after it."""
+    import signal
+    import threading
+
+    from trainsim.lifetime import sigint_held
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal dispositions are the main thread's to change
+        return
+    with sigint_held():
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
 
 
 def predict_case(case: Case, config_path: Path, *, at_peak: bool = True) -> Any:
@@ -485,6 +518,8 @@ def predict_case(case: Case, config_path: Path, *, at_peak: bool = True) -> Any:
 def run_case(case: Case) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
+
+    from trainsim.capture.distributed import _quiet_profiler_logs
 
     cfg = _config(case.family, case.shape)
     with tempfile.TemporaryDirectory() as td:
@@ -511,7 +546,8 @@ def run_case(case: Case) -> dict[str, Any]:
         opt = (torch.optim.AdamW(params, lr=1e-4, foreach=True) if case.optimizer == "adam"
                else torch.optim.SGD(params, lr=1e-3, foreach=True))  # fmt: skip
         batch = torch.randint(0, case.shape.vocab, (case.shape.batch, case.shape.seq))
-        m = measure_step_peak(model, batch, opt, case.accumulation)
+        with _quiet_profiler_logs():  # the profiler's start/stop notices: 2 lines a case on the terminal
+            m = measure_step_peak(model, batch, opt, case.accumulation)
     measured = m["persistent_bytes"] + m["transient_bytes"]
     err = 100.0 * (pred.total_bytes - measured) / measured
     return {
