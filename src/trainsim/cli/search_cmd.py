@@ -191,8 +191,10 @@ def search(
         cols = ["#", "plan", "iteration", "closed form", "tokens/s", "MFU", "memory/GPU"]
         if objective != "time":
             cols.append(f"{objective} ({r['objective_unit']})")
-        for col in cols:  # plan names whole: users copy them into `trainsim predict`
-            t.add_column(col, justify="right" if col != "plan" else "left", no_wrap=col == "plan")
+        for col in cols:  # plan names whole where they fit (users copy them into `trainsim predict`); on a
+            # narrow terminal the plan folds instead of the figures being cut to "1…" (--format json: whole)
+            t.add_column(col, justify="right" if col != "plan" else "left", no_wrap=col != "plan",
+                         overflow="fold" if col == "plan" else "ellipsis")
         uncalibrated = tight = 0
         capacity = r["memory_limit_bytes"]
         for i, p in enumerate(r["plans"], 1):

@@ -127,6 +127,8 @@ def _print_table(doc: dict[str, Any]) -> None:
     cases = doc["cases"]
     if doc.get("suite") == "search":
         _print_search(out, doc)
+    elif doc.get("suite") == "memory":
+        out.print(_memory_table(doc))
     elif cases and "measured_step_s" in next((c for c in cases if c.get("status") == "ok"), {}):
         out.print(_replay_table(doc))
         for c in cases:
@@ -234,6 +236,40 @@ def _print_table(doc: dict[str, Any]) -> None:
                 out.print(f"[yellow]warning:[/] {w}")
     if isinstance(doc.get("kernel_models"), str):  # where the predictions' kernel times came from
         out.print(f"kernel models: {doc['kernel_models']}")
+    if doc.get("suite") == "memory":
+        _print_memory_summary(out, doc["summary"])
+
+
+def _memory_table(doc: dict[str, Any]) -> Table:
+    """memory: per case, measured and predicted peak, the error, the moment the prediction
+    peaks at and the every-term baseline's error (the case's name carries its family, shape,
+    optimizer, checkpointing and dtype; on a narrow terminal it folds, the figures stay whole)."""
+    t = Table(title="suite memory: peak MiB of eager training steps on this CPU", title_justify="left")
+    cols = ("case", "measured\nMiB", "predicted\nMiB", "err %", "predicted\nmoment", "every-term\nerr %")
+    for col in cols:  # the case folds and the moment wraps between its words; the figures stay whole
+        t.add_column(col, justify="left" if col in ("case", "predicted\nmoment") else "right",
+                     no_wrap=col not in ("case", "predicted\nmoment"), overflow="fold" if col == "case" else "ellipsis")  # fmt: skip
+    for c in doc["cases"]:
+        t.add_row(str(c.get("case", "?")), _fmt_mib(c.get("measured_mib")), _fmt_mib(c.get("predicted_mib")),
+                  _fmt(c.get("err_pct"), "%"), str(c.get("phase", "—")).replace("-", " "),
+                  _fmt(c.get("every_term_err_pct"), "%"))  # fmt: skip
+    return t
+
+
+def _fmt_mib(v: Any) -> str:
+    return "—" if not isinstance(v, int | float) else f"{v:,.1f}"
+
+
+def _print_memory_summary(out: Any, summary: dict[str, Any]) -> None:
+    """memory: the error by the moment each prediction peaks at, and the baseline beside it."""
+    def line(s: dict[str, Any]) -> str:
+        n = s.get("cases", 0)
+        return f"MAPE {_fmt(s.get('mape_pct'))} %, max {_fmt(s.get('max_abs_err_pct'))} % ({n} case{'' if n == 1 else 's'})"
+
+    for phase, s in (summary.get("by_predicted_phase") or {}).items():
+        out.print(f"  predicted at {phase.replace('-', ' ')}: {line(s)}")
+    if isinstance(summary.get("every_term"), dict):
+        out.print(f"baseline, every term alive at once (the fused stacks' sum): {line(summary['every_term'])}")
 
 
 def _print_predtop_summary(out: Any, doc: dict[str, Any]) -> None:
